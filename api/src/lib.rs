@@ -1,0 +1,1 @@
+//! kseal-api placeholder.

@@ -1,0 +1,1 @@
+//! kseal-controller placeholder.

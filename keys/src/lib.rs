@@ -1,0 +1,1 @@
+//! kseal-keys placeholder.

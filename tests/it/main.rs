@@ -1,0 +1,1 @@
+//! kseal integration tests: one binary, as in uv and ripgrep.

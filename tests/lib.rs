@@ -1,0 +1,1 @@
+//! Cross-crate tests for kseal live in `it/`; this library is intentionally empty.
