@@ -1,0 +1,272 @@
+//! Key pairs and the key ring that opens sealed values.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+use zeroize::Zeroize as _;
+
+use crate::envelope::{Envelope, ZERO_NONCE};
+use crate::private::{CertificateOptions, KeySize};
+use crate::{Certificate, Error, KeyId, Label, Plaintext, PrivateKey, PublicKey, Result};
+
+/// A private key with its certificate; the unit a key ring holds.
+#[derive(Clone)]
+pub struct KeyPair {
+    private: Arc<PrivateKey>,
+    certificate: Certificate,
+    order_time: SystemTime,
+}
+
+impl KeyPair {
+    /// Pairs a key with its certificate, checking that they belong together.
+    pub fn new(private: PrivateKey, certificate: Certificate) -> Result<Self> {
+        if private.public_key() != certificate.public_key() {
+            return Err(Error::KeyMismatch {
+                certificate: certificate.id().to_string(),
+                private_key: private.public_key().id().to_string(),
+            });
+        }
+        Ok(Self {
+            order_time: certificate.not_before(),
+            private: Arc::new(private),
+            certificate,
+        })
+    }
+
+    /// Parses a PEM private key (PKCS #1 or PKCS #8) and a PEM certificate, as found in a
+    /// Bitnami key Secret's `tls.key` and `tls.crt`.
+    pub fn from_pem(private_key_pem: &str, certificate_pem: &str) -> Result<Self> {
+        Self::new(
+            PrivateKey::from_pem(private_key_pem)?,
+            Certificate::from_pem(certificate_pem)?,
+        )
+    }
+
+    /// Generates a key of `size` and a self-signed certificate shaped like Bitnami's.
+    pub fn generate(size: KeySize, options: &CertificateOptions) -> Result<Self> {
+        let private = PrivateKey::generate(size)?;
+        let certificate = private.self_signed_certificate(options)?;
+        Self::new(private, certificate)
+    }
+
+    /// Overrides the time that orders this key in a ring (the certificate's NotBefore by
+    /// default; Bitnami can also order by the key Secret's creation time).
+    pub fn with_order_time(mut self, time: SystemTime) -> Self {
+        self.order_time = time;
+        self
+    }
+
+    /// The fingerprint.
+    pub fn id(&self) -> &KeyId {
+        self.certificate.id()
+    }
+
+    /// The private key.
+    pub fn private_key(&self) -> &PrivateKey {
+        &self.private
+    }
+
+    /// The public key.
+    pub fn public_key(&self) -> &PublicKey {
+        self.certificate.public_key()
+    }
+
+    /// The certificate.
+    pub fn certificate(&self) -> &Certificate {
+        &self.certificate
+    }
+
+    /// The time that orders this key in a ring; the newest key seals.
+    pub fn order_time(&self) -> SystemTime {
+        self.order_time
+    }
+
+    /// Opens one envelope with this key only. One RSA operation.
+    pub fn open(&self, label: &Label, sealed: &[u8]) -> Result<Plaintext> {
+        self.open_envelope(label, &Envelope::parse(sealed)?)
+    }
+
+    fn open_envelope(&self, label: &Label, envelope: &Envelope<'_>) -> Result<Plaintext> {
+        let session = self
+            .private
+            .unwrap_session_key(envelope.rsa_ciphertext(), label.as_bytes())?;
+        let aead =
+            LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &session[..]).map_err(|_| Error::Open)?);
+        let mut buf = envelope.aead_ciphertext().to_vec();
+        // Single-use session key: the zero nonce is what Bitnami's format prescribes.
+        match aead.open_in_place(
+            Nonce::assume_unique_for_key(ZERO_NONCE),
+            Aad::empty(),
+            &mut buf,
+        ) {
+            Ok(plain) => {
+                let len = plain.len();
+                buf.truncate(len);
+                Ok(Plaintext::new(buf))
+            }
+            Err(_) => {
+                buf.zeroize();
+                Err(Error::Open)
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for KeyPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyPair")
+            .field("id", self.id())
+            .field("certificate", &self.certificate)
+            .field("order_time", &self.order_time)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A successfully opened value.
+#[derive(Debug)]
+pub struct Opened {
+    /// The decrypted bytes.
+    pub plaintext: Plaintext,
+    /// The key that opened it (worth caching as the next hint for the same object).
+    pub key: KeyId,
+    /// RSA private-key operations this open took (1 when the first key tried fits).
+    pub rsa_operations: u32,
+}
+
+/// Counters an open adds to, also when it fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenStats {
+    /// RSA private-key operations performed.
+    pub rsa_operations: u64,
+}
+
+/// All keys a controller can open with; the newest seals.
+///
+/// Keys are kept newest first (by [`KeyPair::order_time`], ties broken by fingerprint), so
+/// every ring with the same keys tries them in the same order. Cloning is cheap: private keys
+/// are shared.
+#[derive(Clone, Default, Debug)]
+pub struct KeyRing {
+    keys: Vec<KeyPair>,
+}
+
+impl KeyRing {
+    /// An empty ring.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a key; returns `false` (and keeps the ring unchanged) if a key with the same
+    /// fingerprint is already there.
+    pub fn insert(&mut self, pair: KeyPair) -> bool {
+        if self.get(pair.id()).is_some() {
+            return false;
+        }
+        let at = self
+            .keys
+            .partition_point(|k| Self::newer_first(k, &pair) == std::cmp::Ordering::Less);
+        self.keys.insert(at, pair);
+        true
+    }
+
+    fn newer_first(a: &KeyPair, b: &KeyPair) -> std::cmp::Ordering {
+        b.order_time
+            .cmp(&a.order_time)
+            .then_with(|| a.id().cmp(b.id()))
+    }
+
+    /// Removes the key with this fingerprint.
+    pub fn remove(&mut self, id: &KeyId) -> Option<KeyPair> {
+        let at = self.keys.iter().position(|k| k.id() == id)?;
+        Some(self.keys.remove(at))
+    }
+
+    /// The key with this fingerprint.
+    pub fn get(&self, id: &KeyId) -> Option<&KeyPair> {
+        self.keys.iter().find(|k| k.id() == id)
+    }
+
+    /// The key that seals new values: the newest.
+    pub fn sealing_key(&self) -> Option<&KeyPair> {
+        self.keys.first()
+    }
+
+    /// All keys, newest first.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &KeyPair> {
+        self.keys.iter()
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the ring has no key.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Opens `sealed` (raw envelope bytes) for `label`.
+    ///
+    /// Keys are tried in a fixed order: the `hint` key if the ring has it, then the sealing
+    /// key, then the rest newest first; keys whose modulus length differs from the envelope's
+    /// RSA block are skipped without an RSA operation (the length is public). Every failure
+    /// is the one opaque [`Error::Open`]; structural problems of the envelope are reported
+    /// before any key is tried.
+    pub fn open(&self, label: &Label, sealed: &[u8], hint: Option<&KeyId>) -> Result<Opened> {
+        self.open_counted(label, sealed, hint, &mut OpenStats::default())
+    }
+
+    /// [`KeyRing::open`], adding the RSA operations spent to `stats` whatever the outcome.
+    pub fn open_counted(
+        &self,
+        label: &Label,
+        sealed: &[u8],
+        hint: Option<&KeyId>,
+        stats: &mut OpenStats,
+    ) -> Result<Opened> {
+        let envelope = Envelope::parse(sealed)?;
+        if self.keys.is_empty() {
+            return Err(Error::EmptyKeyRing);
+        }
+        let hinted = hint.and_then(|id| self.keys.iter().position(|k| k.id() == id));
+        let order = hinted
+            .into_iter()
+            .chain((0..self.keys.len()).filter(|&i| Some(i) != hinted));
+        let rsa_len = envelope.rsa_ciphertext().len();
+        let mut rsa_operations = 0u32;
+        for index in order {
+            let pair = &self.keys[index];
+            if pair.public_key().ciphertext_len() != rsa_len {
+                continue;
+            }
+            rsa_operations += 1;
+            stats.rsa_operations += 1;
+            if let Ok(plaintext) = pair.open_envelope(label, &envelope) {
+                return Ok(Opened {
+                    plaintext,
+                    key: pair.id().clone(),
+                    rsa_operations,
+                });
+            }
+        }
+        Err(Error::Open)
+    }
+
+    /// Opens standard base64 text, as found in `spec.encryptedData`.
+    pub fn open_base64(&self, label: &Label, sealed: &str, hint: Option<&KeyId>) -> Result<Opened> {
+        let bytes = crate::envelope::decode_base64(sealed)?;
+        self.open(label, &bytes, hint)
+    }
+}
+
+impl FromIterator<KeyPair> for KeyRing {
+    fn from_iter<T: IntoIterator<Item = KeyPair>>(iter: T) -> Self {
+        let mut ring = KeyRing::new();
+        for pair in iter {
+            ring.insert(pair);
+        }
+        ring
+    }
+}

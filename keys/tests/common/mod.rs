@@ -1,0 +1,81 @@
+//! Helpers shared by the keys integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use kseal_keys::{CertificateOptions, KeyPair, KeySize};
+use serde::Deserialize;
+
+/// The interop vector file produced by Bitnami's own sealing code (see shared/interop).
+#[derive(Debug, Deserialize)]
+pub struct VectorFile {
+    pub key: VectorKey,
+    pub vectors: Vec<Vector>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct VectorKey {
+    pub bits: usize,
+    pub private_key_pkcs1_pem: String,
+    pub private_key_pkcs8_pem: String,
+    pub public_key_spki_pem: String,
+    pub certificate_pem: String,
+    pub ssh_fingerprint_sha256: String,
+    pub modulus_sha256_hex: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Vector {
+    pub id: String,
+    pub scope: String,
+    pub namespace: String,
+    pub name: String,
+    pub label_b64: String,
+    pub expect: String,
+    pub plaintext_b64: Option<String>,
+    pub plaintext_sha256_hex: Option<String>,
+    pub sealed_b64: String,
+}
+
+/// Loads `shared/interop/set-a.json`. Under `CI=true` a missing file fails the test; on a
+/// developer machine without `shared/` the test is skipped loudly.
+pub fn interop_set_a() -> Option<VectorFile> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/set-a.json");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Some(serde_json::from_str(&text).expect("set-a.json parses")),
+        Err(e) => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("interop vectors missing at {}: {e}", path.display());
+            }
+            eprintln!(
+                "SKIPPED: interop vectors not found at {} ({e}); they come from the shared/ folder",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+pub fn b64(text: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .expect("valid base64 in fixture")
+}
+
+/// One 2048-bit key pair per test binary. Test-only key size for speed: do not copy.
+pub fn test_pair() -> &'static KeyPair {
+    static PAIR: OnceLock<KeyPair> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).expect("keygen")
+    })
+}
+
+/// A second, different 2048-bit pair. Test-only key size: do not copy.
+pub fn other_pair() -> &'static KeyPair {
+    static PAIR: OnceLock<KeyPair> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).expect("keygen")
+    })
+}
