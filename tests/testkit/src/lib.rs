@@ -1,1 +1,284 @@
-//! Test kit placeholder.
+//! `kseal-testkit`: a stateful test Kubernetes API server for kseal's controller and CLI tests.
+//!
+//! [`TestApiServer`] keeps objects in memory and serves them over the Kubernetes REST API (JSON
+//! only), either in-process through [`TestApiServer::client`] or on `127.0.0.1` through
+//! [`TestApiServer::serve`] (with a kubeconfig for `kubectl` and kseal's binaries). It models
+//! what controllers depend on: one global resourceVersion, watches resumable from an event log
+//! (410 Expired after compaction), bookmarks, label and field selectors, Status error bodies,
+//! merge/JSON/strategic merge patches and server-side apply, the status subresource and
+//! `metadata.generation`, finalizers, ownerReference garbage collection, namespaces, CRDs
+//! (so SealedSecrets can be served) and discovery. [`Faults`] injects failures.
+//!
+//! [`scenarios`] holds behaviour checks generic over a [`kube::Client`], run against this server
+//! and against a real kube-apiserver to keep the fake honest.
+//!
+//! Known approximations (differences from a real apiserver):
+//! - strategic merge patch is a merge patch with a fixed table of keyed lists (see `merge`);
+//! - server-side apply tracks each manager's last applied configuration to prune removed
+//!   fields, but does not report conflicts between managers (`force` is accepted and ignored);
+//!   `managedFields` entries are approximate (`fieldsV1` from the applied configuration or from
+//!   the changed fields);
+//! - garbage collection runs synchronously when an owner is removed (a real server does it
+//!   asynchronously); Foreground propagation is treated as Background; dependents that point at
+//!   owners which never existed are not collected;
+//! - namespace deletion removes the contents at once (objects with finalizers stay until their
+//!   finalizers are removed); the namespace is removed when empty;
+//! - lists ignore `resourceVersion`/`resourceVersionMatch` and always serve the latest state;
+//!   `continue` tokens never expire;
+//! - no protobuf, CBOR, authentication, authorization, admission or schema validation; the
+//!   OpenAPI endpoints return 404 (use `kubectl --validate=false`).
+
+mod error;
+mod faults;
+mod merge;
+mod registry;
+pub mod scenarios;
+mod selector;
+mod server;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+pub use faults::{FaultRule, Faults, RequestRecord};
+
+use server::Inner;
+use store::State;
+
+/// An in-memory Kubernetes API server for tests. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct TestApiServer {
+    inner: Arc<Inner>,
+}
+
+impl Default for TestApiServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for TestApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestApiServer")
+            .field("resource_version", &self.inner.lock().rv())
+            .finish()
+    }
+}
+
+impl TestApiServer {
+    /// A server with the built-in resources and the namespaces `default`, `kube-system`,
+    /// `kube-public` and `kube-node-lease`.
+    pub fn new() -> Self {
+        let state = Arc::new(Mutex::new(State::new()));
+        Self {
+            inner: Arc::new(Inner {
+                faults: Faults::new(state.clone()),
+                state,
+                bookmark_interval: Mutex::new(Duration::from_secs(1)),
+                address: Mutex::new("127.0.0.1:0".to_owned()),
+            }),
+        }
+    }
+
+    /// The axum router serving the API (also a tower `Service`).
+    pub fn router(&self) -> axum::Router {
+        axum::Router::new()
+            .fallback(server::handle)
+            .with_state(self.inner.clone())
+    }
+
+    /// A client talking to this server in-process (no socket), default namespace `default`.
+    /// Needs a Tokio runtime (watches spawn a task each).
+    pub fn client(&self) -> kube::Client {
+        kube::Client::new(self.router(), "default")
+    }
+
+    /// Serves the API on `127.0.0.1` on a free port until the returned handle is dropped.
+    pub async fn serve(&self) -> std::io::Result<ServedApiServer> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        if let Ok(mut a) = self.inner.address.lock() {
+            *a = addr.to_string();
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let router = self.router();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = rx.await;
+            };
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::warn!(error = %e, "test API server stopped");
+            }
+        });
+        Ok(ServedApiServer {
+            addr,
+            shutdown: Some(tx),
+            task,
+            server: self.clone(),
+        })
+    }
+
+    /// Fault injection (failing requests, dropping watches, compacting the log, delays).
+    pub fn faults(&self) -> &Faults {
+        &self.inner.faults
+    }
+
+    /// Every request answered so far, in order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.inner.faults.requests()
+    }
+
+    /// Clears the request log.
+    pub fn clear_requests(&self) {
+        self.inner.faults.clear_requests();
+    }
+
+    /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK (default 1 s).
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        if let Ok(mut b) = self.inner.bookmark_interval.lock() {
+            *b = every.max(Duration::from_millis(10));
+        }
+    }
+
+    /// The current (latest) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.inner.lock().rv()
+    }
+
+    /// Server-side applies every document of a YAML (or JSON) text as field manager
+    /// `kseal-testkit`, creating or updating the objects, e.g. a CRD manifest. Namespaced
+    /// objects without a namespace go to `default`. Returns the stored objects.
+    pub fn apply_yaml(&self, yaml: &str) -> anyhow::Result<Vec<Value>> {
+        use serde::Deserialize as _;
+        let mut out = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            let v = Value::deserialize(doc).context("parsing YAML document")?;
+            if v.is_null() {
+                continue;
+            }
+            out.push(self.apply_value(v)?);
+        }
+        Ok(out)
+    }
+
+    /// Server-side applies one object (see [`TestApiServer::apply_yaml`]).
+    pub fn apply_value(&self, obj: Value) -> anyhow::Result<Value> {
+        let api_version = obj["apiVersion"]
+            .as_str()
+            .context("object has no apiVersion")?
+            .to_owned();
+        let kind = obj["kind"]
+            .as_str()
+            .context("object has no kind")?
+            .to_owned();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .context("object has no metadata.name")?
+            .to_owned();
+        let mut st = self.inner.lock();
+        let (rt, version) = st
+            .resolve_kind(&api_version, &kind)
+            .with_context(|| format!("no resource for {api_version} {kind}"))?;
+        let ns = if rt.namespaced {
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_owned()
+        } else {
+            String::new()
+        };
+        let (out, _) = st
+            .apply(
+                &rt,
+                &ns,
+                &name,
+                obj,
+                "kseal-testkit",
+                false,
+                &version,
+                false,
+            )
+            .map_err(|e| anyhow::anyhow!("applying {kind} {name}: {} ({})", e.message, e.code))?;
+        Ok(out)
+    }
+
+    /// The stored object, if present (`api_version` like `v1` or `bitnami.com/v1alpha1`;
+    /// `namespace` empty for cluster-scoped kinds).
+    pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        let st = self.inner.lock();
+        let (rt, _) = st.resolve_kind(api_version, kind)?;
+        st.get(&rt.key(), namespace, name).cloned()
+    }
+}
+
+/// A [`TestApiServer`] listening on `127.0.0.1`. Stops serving when dropped.
+pub struct ServedApiServer {
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    server: TestApiServer,
+}
+
+impl std::fmt::Debug for ServedApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedApiServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl ServedApiServer {
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The socket address served.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server behind this listener.
+    pub fn server(&self) -> &TestApiServer {
+        &self.server
+    }
+
+    /// A kubeconfig (YAML) for this server, context `kseal-testkit`, namespace `default`.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kseal-testkit\n  cluster:\n    server: {url}\n\
+             users:\n- name: kseal-testkit\n  user: {{}}\ncontexts:\n- name: kseal-testkit\n  context:\n    \
+             cluster: kseal-testkit\n    user: kseal-testkit\n    namespace: default\n\
+             current-context: kseal-testkit\n",
+            url = self.url()
+        )
+    }
+
+    /// Writes [`ServedApiServer::kubeconfig_yaml`] to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml())
+    }
+
+    /// A client connecting over TCP, as the binaries do.
+    pub fn client(&self) -> anyhow::Result<kube::Client> {
+        let config = kube::Config::new(self.url().parse().context("parsing server URL")?);
+        kube::Client::try_from(config).context("building client")
+    }
+}
+
+impl Drop for ServedApiServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.task.abort();
+    }
+}

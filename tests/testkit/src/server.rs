@@ -1,0 +1,717 @@
+//! HTTP layer: routing, discovery, request dispatch, watch streams.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode, header};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::error::{ApiError, ApiResult};
+use crate::faults::{Faults, RequestRecord};
+use crate::registry::{self, ResourceType};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{DeleteOpts, Event, State, WriteReq};
+
+/// Shared state of one test API server.
+pub(crate) struct Inner {
+    pub(crate) state: Arc<Mutex<State>>,
+    pub(crate) faults: Faults,
+    pub(crate) bookmark_interval: Mutex<Duration>,
+    pub(crate) address: Mutex<String>,
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock already failed the test; keep serving.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Purely syntactic parse of a resource path.
+#[derive(Debug, Clone)]
+pub(crate) struct Parts {
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) ns: Option<String>,
+    pub(crate) plural: String,
+    pub(crate) name: Option<String>,
+    pub(crate) sub: Option<String>,
+}
+
+pub(crate) fn parse_parts(path: &str) -> Option<Parts> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] if !rest.is_empty() => ("", *v, rest),
+        ["apis", g, v, rest @ ..] if !rest.is_empty() => (*g, *v, rest),
+        _ => return None,
+    };
+    let (ns, rest) = if rest.len() >= 3
+        && rest[0] == "namespaces"
+        && !(rest.len() == 3 && matches!(rest[2], "status" | "finalize"))
+    {
+        (Some(rest[1].to_owned()), &rest[2..])
+    } else {
+        (None, rest)
+    };
+    if rest.len() > 3 || rest.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    Some(Parts {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        ns,
+        plural: rest[0].to_owned(),
+        name: rest.get(1).map(|s| (*s).to_owned()),
+        sub: rest.get(2).map(|s| (*s).to_owned()),
+    })
+}
+
+fn json_response(code: u16, v: &Value) -> Response {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+pub(crate) fn error_response(e: &ApiError) -> Response {
+    json_response(e.code, &e.to_status())
+}
+
+/// The axum fallback handler: every request comes through here.
+pub(crate) async fn handle(
+    axum::extract::State(inner): axum::extract::State<Arc<Inner>>,
+    req: Request,
+) -> Response {
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let path = uri.path().to_owned();
+    let query: HashMap<String, String> = axum::extract::Query::try_from_uri(&uri)
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let headers = req.headers().clone();
+    if let Some(d) = inner.faults.delay() {
+        tokio::time::sleep(d).await;
+    }
+    let resource = parse_parts(&path).map(|p| p.plural);
+    let is_watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let resp = if let Some(code) = inner
+        .faults
+        .take(&method, &path, resource.as_deref(), is_watch)
+    {
+        error_response(&ApiError::injected(code))
+    } else {
+        match axum::body::to_bytes(req.into_body(), 64 << 20).await {
+            Ok(body) => dispatch(&inner, &method, &path, &query, &headers, body),
+            Err(e) => error_response(&ApiError::bad_request(format!("reading request body: {e}"))),
+        }
+    };
+    inner.faults.record(RequestRecord {
+        method: method.to_string(),
+        path,
+        query: uri.query().map(str::to_owned),
+        status: resp.status().as_u16(),
+    });
+    resp
+}
+
+fn dispatch(
+    inner: &Arc<Inner>,
+    method: &Method,
+    path: &str,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(r) = discovery(inner, method, path) {
+        return r;
+    }
+    match resource_request(inner, method, path, q, headers, &body) {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+fn discovery(inner: &Arc<Inner>, method: &Method, path: &str) -> Option<Response> {
+    if method != Method::GET {
+        return None;
+    }
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let st = inner.lock();
+    let types = st.type_list();
+    let v = match segs.as_slice() {
+        [] => {
+            json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]})
+        }
+        ["version"] => json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0-kseal-testkit", "gitCommit": "",
+            "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24",
+            "compiler": "gc", "platform": "linux/amd64"
+        }),
+        ["healthz" | "livez" | "readyz"] => {
+            let mut r = Response::new(Body::from("ok"));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain"),
+            );
+            return Some(r);
+        }
+        ["api"] => {
+            registry::core_versions(&inner.address.lock().map(|a| a.clone()).unwrap_or_default())
+        }
+        ["api", v] => registry::resource_list(&types, "", v)
+            .unwrap_or_else(|| ApiError::no_route().to_status()),
+        ["apis"] => registry::group_list(&types),
+        ["apis", g] => {
+            registry::api_group(&types, g).unwrap_or_else(|| ApiError::no_route().to_status())
+        }
+        ["apis", g, v] => registry::resource_list(&types, g, v)
+            .unwrap_or_else(|| ApiError::no_route().to_status()),
+        _ => return None,
+    };
+    let code = if v["kind"] == "Status" { 404 } else { 200 };
+    Some(json_response(code, &v))
+}
+
+/// Renders a stored object at the requested version.
+fn render(rt: &ResourceType, version: &str, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    o["apiVersion"] = rt.api_version(version).into();
+    o
+}
+
+fn field_manager(q: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.clone();
+    }
+    let ua = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unknown");
+    ua.split('/')
+        .next()
+        .unwrap_or("unknown")
+        .chars()
+        .take(128)
+        .collect()
+}
+
+fn parse_json(body: &[u8]) -> ApiResult<Value> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
+}
+
+fn resource_request(
+    inner: &Arc<Inner>,
+    method: &Method,
+    path: &str,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let parts = parse_parts(path).ok_or_else(ApiError::no_route)?;
+    let mut st = inner.lock();
+    let rt = st
+        .resolve(&parts.group, &parts.version, &parts.plural)
+        .ok_or_else(ApiError::no_route)?;
+    if parts.ns.is_some() && !rt.namespaced {
+        return Err(ApiError::no_route());
+    }
+    let status_sub = match parts.sub.as_deref() {
+        None => false,
+        Some("status") if rt.status => true,
+        Some("finalize") if rt.plural == "namespaces" && rt.group.is_empty() => false,
+        Some(_) => return Err(ApiError::no_route()),
+    };
+    let version = parts.version.clone();
+    let ns = parts.ns.clone().unwrap_or_default();
+    let dry_run = q.contains_key("dryRun");
+    let manager = field_manager(q, headers);
+    let Some(name) = parts.name.clone() else {
+        // Collection.
+        if rt.namespaced && parts.ns.is_none() && *method != Method::GET {
+            return Err(ApiError::method_not_allowed());
+        }
+        let ns_filter = parts.ns.as_deref();
+        return match *method {
+            Method::GET => {
+                let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+                if watch {
+                    let rx = start_watch(&mut st, &rt, ns_filter, q)?;
+                    drop(st);
+                    let interval = *inner
+                        .bookmark_interval
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    Ok(watch_response(rt, version, rx, q, interval))
+                } else {
+                    list(&st, &rt, &version, ns_filter, q)
+                }
+            }
+            Method::POST => {
+                let obj = parse_json(body)?;
+                let created =
+                    st.create(&rt, ns_filter, obj, &manager, "Update", &version, dry_run)?;
+                Ok(json_response(201, &render(&rt, &version, &created)))
+            }
+            Method::DELETE => {
+                let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str))?;
+                let field = FieldSelector::parse(q.get("fieldSelector").map(String::as_str))?;
+                let names = st
+                    .list(&rt.key(), ns_filter)
+                    .into_iter()
+                    .filter(|o| label.matches(o) && field.matches(o))
+                    .map(|o| {
+                        let m = &o["metadata"];
+                        let s = |k: &str| m[k].as_str().unwrap_or_default().to_owned();
+                        (s("namespace"), s("name"))
+                    })
+                    .collect();
+                let opts = delete_opts(q, body)?;
+                let items: Vec<Value> = st
+                    .delete_many(&rt, names, &opts)
+                    .iter()
+                    .map(|o| render(&rt, &version, o))
+                    .collect();
+                Ok(json_response(
+                    200,
+                    &json!({
+                        "kind": rt.list_kind, "apiVersion": rt.api_version(&version),
+                        "metadata": {"resourceVersion": st.rv().to_string()}, "items": items,
+                    }),
+                ))
+            }
+            _ => Err(ApiError::method_not_allowed()),
+        };
+    };
+    if rt.namespaced && parts.ns.is_none() {
+        return Err(ApiError::no_route());
+    }
+    let tk = rt.key();
+    match *method {
+        Method::GET => {
+            let obj = st
+                .get(&tk, &ns, &name)
+                .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
+            Ok(json_response(200, &render(&rt, &version, obj)))
+        }
+        Method::PUT => {
+            let obj = parse_json(body)?;
+            if st.get(&tk, &ns, &name).is_none() {
+                if rt.create_on_update && !status_sub {
+                    let nsarg = rt.namespaced.then_some(ns.as_str());
+                    let mut obj = obj;
+                    if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+                        return Err(ApiError::bad_request(
+                            "the name of the object does not match the name on the URL",
+                        ));
+                    }
+                    obj["metadata"]["name"] = name.clone().into();
+                    let created =
+                        st.create(&rt, nsarg, obj, &manager, "Update", &version, dry_run)?;
+                    return Ok(json_response(201, &render(&rt, &version, &created)));
+                }
+                return Err(ApiError::not_found(&rt.group, &rt.plural, &name));
+            }
+            let out = st.write_existing(
+                &rt,
+                &ns,
+                &name,
+                obj,
+                WriteReq {
+                    status: status_sub,
+                    manager: &manager,
+                    operation: "Update",
+                    is_put: true,
+                    version: &version,
+                    applied: None,
+                    dry_run,
+                },
+            )?;
+            Ok(json_response(200, &render(&rt, &version, &out)))
+        }
+        Method::PATCH => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let ct = ct.split(';').next().unwrap_or_default().trim().to_owned();
+            if ct == "application/apply-patch+yaml" {
+                if q.get("fieldManager").is_none_or(String::is_empty) {
+                    return Err(ApiError::bad_request(
+                        "fieldManager is required for apply requests",
+                    ));
+                }
+                let text =
+                    std::str::from_utf8(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let cfg: Value = serde_yaml::from_str(text)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+                let (out, created) = st.apply(
+                    &rt, &ns, &name, cfg, &manager, status_sub, &version, dry_run,
+                )?;
+                return Ok(json_response(
+                    if created { 201 } else { 200 },
+                    &render(&rt, &version, &out),
+                ));
+            }
+            let old = st
+                .get(&tk, &ns, &name)
+                .cloned()
+                .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
+            let patch = parse_json(body)?;
+            let mut new = old;
+            match ct.as_str() {
+                "application/merge-patch+json" => {
+                    if !patch.is_object() {
+                        return Err(ApiError::bad_request(
+                            "json: cannot unmarshal into Go value of type map[string]interface {}",
+                        ));
+                    }
+                    crate::merge::merge_patch(&mut new, &patch);
+                }
+                "application/json-patch+json" => crate::merge::json_patch(&mut new, &patch)?,
+                "application/strategic-merge-patch+json" => {
+                    if !rt.builtin {
+                        return Err(ApiError::unsupported_media_type(&ct));
+                    }
+                    if !patch.is_object() {
+                        return Err(ApiError::bad_request(
+                            "json: cannot unmarshal into Go value of type map[string]interface {}",
+                        ));
+                    }
+                    crate::merge::merge_keyed(&mut new, &patch, &mut Vec::new(), true, true);
+                }
+                other => return Err(ApiError::unsupported_media_type(other)),
+            }
+            let out = st.write_existing(
+                &rt,
+                &ns,
+                &name,
+                new,
+                WriteReq {
+                    status: status_sub,
+                    manager: &manager,
+                    operation: "Update",
+                    is_put: false,
+                    version: &version,
+                    applied: None,
+                    dry_run,
+                },
+            )?;
+            Ok(json_response(200, &render(&rt, &version, &out)))
+        }
+        Method::DELETE => {
+            if status_sub {
+                return Err(ApiError::method_not_allowed());
+            }
+            let opts = delete_opts(q, body)?;
+            let out = st.delete(&rt, &ns, &name, &opts)?;
+            let out = if out["kind"] == "Status" {
+                out
+            } else {
+                render(&rt, &version, &out)
+            };
+            Ok(json_response(200, &out))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+fn delete_opts(q: &HashMap<String, String>, body: &[u8]) -> ApiResult<DeleteOpts> {
+    let mut opts = DeleteOpts {
+        dry_run: q.contains_key("dryRun"),
+        ..Default::default()
+    };
+    opts.propagation = q.get("propagationPolicy").cloned();
+    if q.get("orphanDependents").is_some_and(|v| v == "true") {
+        opts.propagation = Some("Orphan".into());
+    }
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v = parse_json(body)?;
+        if let Some(p) = v["propagationPolicy"].as_str() {
+            opts.propagation = Some(p.to_owned());
+        }
+        if v["orphanDependents"].as_bool() == Some(true) {
+            opts.propagation = Some("Orphan".into());
+        }
+        opts.uid = v["preconditions"]["uid"].as_str().map(str::to_owned);
+        opts.resource_version = v["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned);
+        if v["dryRun"].as_array().is_some_and(|a| !a.is_empty()) {
+            opts.dry_run = true;
+        }
+    }
+    Ok(opts)
+}
+
+fn list(
+    st: &State,
+    rt: &ResourceType,
+    version: &str,
+    ns: Option<&str>,
+    q: &HashMap<String, String>,
+) -> ApiResult<Response> {
+    let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str))?;
+    let field = FieldSelector::parse(q.get("fieldSelector").map(String::as_str))?;
+    let start = match q.get("continue").filter(|c| !c.is_empty()) {
+        Some(c) => Some(decode_continue(c)?),
+        None => None,
+    };
+    let limit: usize = q
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let all: Vec<&Value> = st
+        .list(&rt.key(), ns)
+        .into_iter()
+        .filter(|o| label.matches(o) && field.matches(o))
+        .filter(|o| start.as_ref().is_none_or(|s| &obj_key(o) > s))
+        .collect();
+    let mut items: Vec<Value> = Vec::new();
+    for o in all.iter().take(limit) {
+        let mut o = render(rt, version, o);
+        if rt.builtin
+            && let Some(m) = o.as_object_mut() {
+                m.remove("apiVersion");
+                m.remove("kind");
+            }
+        items.push(o);
+    }
+    let mut metadata = json!({"resourceVersion": st.rv().to_string()});
+    if all.len() > limit
+        && let Some(last) = all.get(limit - 1) {
+            metadata["continue"] = encode_continue(&obj_key(last)).into();
+            metadata["remainingItemCount"] = (all.len() - limit).into();
+        }
+    Ok(json_response(
+        200,
+        &json!({
+            "kind": rt.list_kind,
+            "apiVersion": rt.api_version(version),
+            "metadata": metadata,
+            "items": items,
+        }),
+    ))
+}
+
+fn obj_key(o: &Value) -> (String, String) {
+    let m = &o["metadata"];
+    (
+        m["namespace"].as_str().unwrap_or_default().to_owned(),
+        m["name"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+fn encode_continue(k: &(String, String)) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}\n{}", k.0, k.1))
+}
+
+fn decode_continue(c: &str) -> ApiResult<(String, String)> {
+    use base64::Engine as _;
+    let bad = || ApiError::bad_request("invalid continue token");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .map_err(|_| bad())?;
+    let s = String::from_utf8(raw).map_err(|_| bad())?;
+    let (a, b) = s.split_once('\n').ok_or_else(bad)?;
+    Ok((a.to_owned(), b.to_owned()))
+}
+
+/// What a watch task needs, captured under the store lock.
+pub(crate) struct WatchStart {
+    initial: Vec<Arc<Event>>,
+    error: Option<ApiError>,
+    rx: mpsc::UnboundedReceiver<Arc<Event>>,
+    start_rv: u64,
+    ns: Option<String>,
+    label: LabelSelector,
+    field: FieldSelector,
+    initial_end_bookmark: bool,
+}
+
+fn start_watch(
+    st: &mut State,
+    rt: &ResourceType,
+    ns: Option<&str>,
+    q: &HashMap<String, String>,
+) -> ApiResult<WatchStart> {
+    let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str))?;
+    let field = FieldSelector::parse(q.get("fieldSelector").map(String::as_str))?;
+    let send_initial = q.get("sendInitialEvents").is_some_and(|v| v == "true");
+    let rv = q
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or_default();
+    let tk = rt.key();
+    let mut error = None;
+    let initial: Vec<Arc<Event>> = if send_initial || rv.is_empty() || rv == "0" {
+        st.list(&tk, ns)
+            .into_iter()
+            .map(|o| {
+                Arc::new(Event {
+                    rv: st.rv(),
+                    tkey: tk.clone(),
+                    ns: o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    etype: "ADDED",
+                    obj: o.clone(),
+                    old: None,
+                })
+            })
+            .collect()
+    } else {
+        let n: u64 = rv
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
+        match st.events_since(&tk, n) {
+            Ok(evs) => evs,
+            Err(e) => {
+                error = Some(e);
+                Vec::new()
+            }
+        }
+    };
+    let rx = st.subscribe(&tk);
+    Ok(WatchStart {
+        initial,
+        error,
+        rx,
+        start_rv: st.rv(),
+        ns: ns.map(str::to_owned),
+        label,
+        field,
+        initial_end_bookmark: send_initial,
+    })
+}
+
+impl WatchStart {
+    fn matches(&self, ev_ns: &str, obj: &Value) -> bool {
+        self.ns.as_deref().is_none_or(|n| n == ev_ns)
+            && self.label.matches(obj)
+            && self.field.matches(obj)
+    }
+
+    /// The event type a filtered watcher sees, if any (selector transitions included).
+    fn translate(&self, ev: &Event) -> Option<&'static str> {
+        let now = self.matches(&ev.ns, &ev.obj);
+        let before = ev.old.as_ref().is_some_and(|o| self.matches(&ev.ns, o));
+        match ev.etype {
+            "MODIFIED" => match (before, now) {
+                (true, true) => Some("MODIFIED"),
+                (false, true) => Some("ADDED"),
+                (true, false) => Some("DELETED"),
+                (false, false) => None,
+            },
+            t => now.then_some(t),
+        }
+    }
+}
+
+fn event_line(etype: &str, object: Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": etype, "object": object})).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+fn watch_response(
+    rt: ResourceType,
+    version: String,
+    mut w: WatchStart,
+    q: &HashMap<String, String>,
+    bookmark_every: Duration,
+) -> Response {
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .filter(|t| *t > 0);
+    let (tx, body_rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
+    tokio::spawn(async move {
+        let bookmark = |rv: u64, initial_end: bool| {
+            let mut md = json!({"resourceVersion": rv.to_string()});
+            if initial_end {
+                md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+            }
+            event_line(
+                "BOOKMARK",
+                json!({"kind": rt.kind, "apiVersion": rt.api_version(&version), "metadata": md}),
+            )
+        };
+        if let Some(e) = w.error.take() {
+            let _ = tx.send(Ok(event_line("ERROR", e.to_status()))).await;
+            return;
+        }
+        for ev in std::mem::take(&mut w.initial) {
+            if let Some(t) = w.translate(&ev)
+                && tx
+                    .send(Ok(event_line(t, render(&rt, &version, &ev.obj))))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+        }
+        let mut last_rv = w.start_rv;
+        if w.initial_end_bookmark && tx.send(Ok(bookmark(last_rv, true))).await.is_err() {
+            return;
+        }
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs(t));
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + bookmark_every, bookmark_every);
+        loop {
+            let line = tokio::select! {
+                () = tx.closed() => break,
+                () = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                } => break,
+                _ = ticker.tick(), if bookmarks => bookmark(last_rv, false),
+                ev = w.rx.recv() => match ev {
+                    None => break,
+                    Some(ev) => {
+                        last_rv = last_rv.max(ev.rv);
+                        match w.translate(&ev) {
+                            Some(t) => event_line(t, render(&rt, &version, &ev.obj)),
+                            None => continue,
+                        }
+                    }
+                },
+            };
+            if tx.send(Ok(line)).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut r = Response::new(Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(body_rx),
+    ));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}

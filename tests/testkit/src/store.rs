@@ -1,0 +1,1449 @@
+//! The object store: resourceVersions, the event log, watch subscribers, and the write paths
+//! (create, update, patch, apply, delete) with the semantics of the real apiserver that
+//! controllers depend on.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use crate::error::{ApiError, ApiResult, FieldError};
+use crate::merge;
+use crate::registry::{self, ResourceType, TypeKey};
+
+/// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
+pub(crate) type ObjName = (String, String);
+
+/// One stored object plus each applier's last applied configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Stored {
+    pub(crate) obj: Value,
+    /// Last applied configuration per `manager` (or `manager/status`).
+    applied: BTreeMap<String, Value>,
+}
+
+/// A change, as kept in the event log and sent to watchers.
+#[derive(Debug)]
+pub(crate) struct Event {
+    pub(crate) rv: u64,
+    pub(crate) tkey: TypeKey,
+    pub(crate) ns: String,
+    pub(crate) etype: &'static str,
+    pub(crate) obj: Value,
+    /// The previous state for MODIFIED events (selector transitions need it).
+    pub(crate) old: Option<Value>,
+}
+
+struct Subscriber {
+    tkey: TypeKey,
+    tx: mpsc::UnboundedSender<Arc<Event>>,
+}
+
+/// How a write reaches an existing object.
+pub(crate) struct WriteReq<'a> {
+    /// Writing through `/status`.
+    pub(crate) status: bool,
+    pub(crate) manager: &'a str,
+    /// `Update` or `Apply`.
+    pub(crate) operation: &'static str,
+    /// PUT: the body replaces the object (resourceVersion may be required).
+    pub(crate) is_put: bool,
+    /// Requested API version (recorded in managedFields).
+    pub(crate) version: &'a str,
+    /// For apply: the manager's applied configuration to remember.
+    pub(crate) applied: Option<Value>,
+    /// Do not persist (dryRun=All).
+    pub(crate) dry_run: bool,
+}
+
+/// Options of a DELETE.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct DeleteOpts {
+    pub(crate) propagation: Option<String>,
+    pub(crate) uid: Option<String>,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) dry_run: bool,
+}
+
+/// The state behind one test API server.
+pub(crate) struct State {
+    rv: u64,
+    pub(crate) types: BTreeMap<TypeKey, ResourceType>,
+    objects: HashMap<TypeKey, BTreeMap<ObjName, Stored>>,
+    /// uid -> where the object lives (for garbage collection).
+    uids: HashMap<String, (TypeKey, ObjName)>,
+    log: VecDeque<Arc<Event>>,
+    /// Highest resourceVersion no longer covered by the log.
+    compacted: u64,
+    log_limit: usize,
+    subs: Vec<Subscriber>,
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// A random RFC 4122 v4 uid.
+pub(crate) fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    fill_random(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+pub(crate) fn fill_random(buf: &mut [u8]) {
+    if getrandom::fill(buf).is_err() {
+        // Entropy is only used for uniqueness in tests; fall back to the clock.
+        let t = jiff::Timestamp::now().as_nanosecond();
+        for (i, x) in buf.iter_mut().enumerate() {
+            *x = (t >> ((i % 16) * 8)) as u8 ^ (i as u8);
+        }
+    }
+}
+
+fn random_suffix(n: usize) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut b = vec![0u8; n];
+    fill_random(&mut b);
+    b.iter()
+        .map(|x| ALPHABET[*x as usize % ALPHABET.len()] as char)
+        .collect()
+}
+
+fn meta(obj: &Value) -> &Value {
+    &obj["metadata"]
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    match &mut obj["metadata"] {
+        Value::Object(m) => m,
+        // Invariant: set to an object just above.
+        _ => unreachable!("metadata is an object"),
+    }
+}
+
+fn str_of<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)["finalizers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `a lowercase RFC 1123 subdomain` (or label, for namespaces).
+fn name_errors(name: &str, label: bool) -> Option<FieldError> {
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label && c == '.'));
+    let ends = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+    let max = if label { 63 } else { 253 };
+    if ok_chars && ends && name.len() <= max {
+        return None;
+    }
+    let what = if label {
+        "RFC 1123 label"
+    } else {
+        "RFC 1123 subdomain"
+    };
+    let regex = if label {
+        "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    } else {
+        "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    };
+    let example = if label {
+        "'my-name',  or '123-abc'"
+    } else {
+        "'example.com'"
+    };
+    Some(FieldError::invalid(
+        "metadata.name",
+        &format!("{name:?}"),
+        &format!(
+            "a lowercase {what} must consist of lower case alphanumeric characters, '-'{} and must start and end with an alphanumeric character (e.g. {example}, regex used for validation is '{regex}')",
+            if label { "" } else { " or '.'" }
+        ),
+    ))
+}
+
+fn valid_config_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 253
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+        && k != "."
+        && k != ".."
+}
+
+/// Compares two objects the way the apiserver's no-op detection does: resourceVersion and
+/// managedFields timestamps do not count.
+fn same_ignoring_bookkeeping(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
+                for e in mf {
+                    if let Some(e) = e.as_object_mut() {
+                        e.remove("time");
+                    }
+                }
+            }
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+/// Content that counts for `metadata.generation`: everything but metadata (and status when the
+/// type has a status subresource).
+fn spec_content(obj: &Value, status_sub: bool) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("metadata");
+        m.remove("apiVersion");
+        m.remove("kind");
+        if status_sub {
+            m.remove("status");
+        }
+    }
+    v
+}
+
+/// Fields (as a fieldsV1 set) that differ from `old` in `new`; additions and changes only.
+fn changed_fields(
+    old: &Value,
+    new: &Value,
+    path: &mut Vec<String>,
+    builtin: bool,
+) -> Option<Value> {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut out = Map::new();
+            for (k, nv) in n {
+                if path.is_empty() && (k == "apiVersion" || k == "kind") {
+                    continue;
+                }
+                if path.len() == 1
+                    && path[0] == "metadata"
+                    && !matches!(
+                        k.as_str(),
+                        "labels" | "annotations" | "finalizers" | "ownerReferences"
+                    )
+                {
+                    continue;
+                }
+                let ov = o.get(k).unwrap_or(&Value::Null);
+                if ov == nv {
+                    continue;
+                }
+                path.push(k.clone());
+                let sub = if ov.is_object() && nv.is_object() {
+                    changed_fields(ov, nv, path, builtin)
+                } else if nv.is_object() {
+                    Some(merge::fields_v1(nv, path, builtin))
+                } else {
+                    Some(json!({}))
+                };
+                path.pop();
+                if let Some(sub) = sub {
+                    out.insert(format!("f:{k}"), sub);
+                }
+            }
+            if out.is_empty() {
+                None
+            } else {
+                Some(Value::Object(out))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The applied configuration kept for pruning: what the manager set, minus identity fields.
+fn applied_config(body: &Value, rt: &ResourceType, status: bool) -> Value {
+    let mut cfg = body.clone();
+    if let Some(m) = cfg.as_object_mut() {
+        m.remove("apiVersion");
+        m.remove("kind");
+        if rt.status {
+            if status {
+                m.retain(|k, _| k == "status");
+            } else {
+                m.remove("status");
+            }
+        }
+        if let Some(md) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+            md.retain(|k, _| {
+                matches!(
+                    k.as_str(),
+                    "labels" | "annotations" | "finalizers" | "ownerReferences"
+                )
+            });
+        }
+        if m.get("metadata")
+            .and_then(Value::as_object)
+            .is_some_and(Map::is_empty)
+        {
+            m.remove("metadata");
+        }
+    }
+    cfg
+}
+
+impl State {
+    pub(crate) fn new() -> Self {
+        let mut s = Self {
+            rv: 0,
+            types: BTreeMap::new(),
+            objects: HashMap::new(),
+            uids: HashMap::new(),
+            log: VecDeque::new(),
+            compacted: 0,
+            log_limit: 10_000,
+            subs: Vec::new(),
+        };
+        for t in registry::builtins() {
+            s.types.insert(t.key(), t);
+        }
+        let ns_type = s.types[&(String::new(), "namespaces".to_owned())].clone();
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            // Invariant: the built-in namespaces are valid and do not exist yet.
+            if let Err(e) = s.create(&ns_type, None, obj, "kseal-testkit", "Update", "v1", false) {
+                tracing::error!(error = %e.message, "creating built-in namespace failed");
+            }
+        }
+        s
+    }
+
+    /// The current (latest) resourceVersion.
+    pub(crate) fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub(crate) fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<ResourceType> {
+        self.types
+            .get(&(group.to_owned(), plural.to_owned()))
+            .filter(|t| t.versions.iter().any(|v| v == version))
+            .cloned()
+    }
+
+    /// Finds a type by `apiVersion` and `kind`.
+    pub(crate) fn resolve_kind(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Option<(ResourceType, String)> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        self.types
+            .values()
+            .find(|t| t.group == group && t.kind == kind && t.versions.iter().any(|v| v == version))
+            .map(|t| (t.clone(), version.to_owned()))
+    }
+
+    pub(crate) fn type_list(&self) -> Vec<&ResourceType> {
+        self.types.values().collect()
+    }
+
+    pub(crate) fn get(&self, tk: &TypeKey, ns: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(tk)?
+            .get(&(ns.to_owned(), name.to_owned()))
+            .map(|s| &s.obj)
+    }
+
+    /// Objects of a type, optionally in one namespace, in (namespace, name) order.
+    pub(crate) fn list(&self, tk: &TypeKey, ns: Option<&str>) -> Vec<&Value> {
+        self.objects
+            .get(tk)
+            .map(|m| {
+                m.iter()
+                    .filter(|((n, _), _)| ns.is_none_or(|ns| ns == n))
+                    .map(|(_, s)| &s.obj)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Subscribes to the changes of a type. Call under the same lock as reading the snapshot or
+    /// log, so that nothing falls between them.
+    pub(crate) fn subscribe(&mut self, tk: &TypeKey) -> mpsc::UnboundedReceiver<Arc<Event>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subs.push(Subscriber {
+            tkey: tk.clone(),
+            tx,
+        });
+        rx
+    }
+
+    /// Events of a type after `rv`, or `Err` when the log no longer reaches back that far.
+    pub(crate) fn events_since(&self, tk: &TypeKey, rv: u64) -> ApiResult<Vec<Arc<Event>>> {
+        if rv < self.compacted {
+            return Err(ApiError::expired(rv, self.compacted + 1));
+        }
+        Ok(self
+            .log
+            .iter()
+            .filter(|e| e.rv > rv && &e.tkey == tk)
+            .cloned()
+            .collect())
+    }
+
+    /// Ends every open watch (the streams close, clients re-watch).
+    pub(crate) fn drop_watches(&mut self) {
+        self.subs.clear();
+    }
+
+    /// Forgets the event log: watches resuming from any older resourceVersion get 410 Expired.
+    pub(crate) fn compact(&mut self) {
+        self.log.clear();
+        self.compacted = self.rv;
+    }
+
+    fn emit(
+        &mut self,
+        etype: &'static str,
+        tk: &TypeKey,
+        ns: &str,
+        obj: Value,
+        old: Option<Value>,
+    ) {
+        let ev = Arc::new(Event {
+            rv: self.rv,
+            tkey: tk.clone(),
+            ns: ns.to_owned(),
+            etype,
+            obj,
+            old,
+        });
+        self.log.push_back(ev.clone());
+        while self.log.len() > self.log_limit {
+            if let Some(e) = self.log.pop_front() {
+                self.compacted = e.rv;
+            }
+        }
+        self.subs
+            .retain(|s| s.tkey != *tk || s.tx.send(ev.clone()).is_ok());
+    }
+
+    fn bump(&mut self) -> String {
+        self.rv += 1;
+        self.rv.to_string()
+    }
+
+    fn ns_check(&self, rt: &ResourceType, ns: &str, name: &str) -> ApiResult<()> {
+        if !rt.namespaced {
+            return Ok(());
+        }
+        let nsk = (String::new(), "namespaces".to_owned());
+        match self.get(&nsk, "", ns) {
+            None => Err(ApiError::not_found("", "namespaces", ns)),
+            Some(n) if meta(n).get("deletionTimestamp").is_some() => Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    crate::error::qualified(&rt.group, &rt.plural),
+                ),
+            )
+            .with_details(&rt.group, &rt.plural, name)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Type-specific defaulting and validation, shared by create and update.
+    fn type_rules(
+        &self,
+        rt: &ResourceType,
+        old: Option<&Value>,
+        obj: &mut Value,
+        status: bool,
+    ) -> ApiResult<()> {
+        let name = str_of(meta(obj), "name").unwrap_or_default().to_owned();
+        match (rt.group.as_str(), rt.plural.as_str()) {
+            ("", "secrets") => {
+                let m = obj
+                    .as_object_mut()
+                    .ok_or_else(|| ApiError::bad_request("object expected"))?;
+                let cannot = |msg: String| {
+                    ApiError::bad_request(format!(
+                        "Secret in version \"v1\" cannot be handled as a Secret: {msg}"
+                    ))
+                };
+                if let Some(sd) = m.remove("stringData") {
+                    let Value::Object(sd) = sd else {
+                        return Err(cannot("stringData must be an object".into()));
+                    };
+                    let data = m.entry("data").or_insert_with(|| json!({}));
+                    if !data.is_object() {
+                        *data = json!({});
+                    }
+                    for (k, v) in sd {
+                        let s = v
+                            .as_str()
+                            .ok_or_else(|| cannot(format!("stringData.{k} must be a string")))?;
+                        data[k] = base64::engine::general_purpose::STANDARD.encode(s).into();
+                    }
+                }
+                if let Some(data) = m.get("data") {
+                    let Some(data) = data.as_object() else {
+                        return Err(cannot("data must be an object".into()));
+                    };
+                    for (k, v) in data {
+                        let s = v
+                            .as_str()
+                            .ok_or_else(|| cannot(format!("data.{k} must be a base64 string")))?;
+                        if let Err(e) = base64::engine::general_purpose::STANDARD.decode(s) {
+                            return Err(cannot(format!(
+                                "illegal base64 data at input byte {}",
+                                base64_error_offset(&e)
+                            )));
+                        }
+                        if !valid_config_key(k) {
+                            return Err(ApiError::invalid(
+                                "",
+                                "Secret",
+                                &name,
+                                &[FieldError::invalid(
+                                    &format!("data[{k}]"),
+                                    &format!("{k:?}"),
+                                    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+                                )],
+                            ));
+                        }
+                    }
+                }
+                if !m.contains_key("type") {
+                    m.insert("type".into(), "Opaque".into());
+                }
+                if let Some(old) = old {
+                    let mut errs = Vec::new();
+                    if old["type"] != obj["type"] {
+                        errs.push(FieldError::invalid(
+                            "type",
+                            &format!("{}", obj["type"]),
+                            "field is immutable",
+                        ));
+                    }
+                    immutable_rules(old, obj, &["data"], &mut errs);
+                    if !errs.is_empty() {
+                        return Err(ApiError::invalid("", "Secret", &name, &errs));
+                    }
+                }
+            }
+            ("", "configmaps") => {
+                if let Some(old) = old {
+                    let mut errs = Vec::new();
+                    immutable_rules(old, obj, &["data", "binaryData"], &mut errs);
+                    if !errs.is_empty() {
+                        return Err(ApiError::invalid("", "ConfigMap", &name, &errs));
+                    }
+                }
+            }
+            ("", "namespaces") => match old {
+                None => {
+                    obj["spec"] = json!({"finalizers": ["kubernetes"]});
+                    obj["status"] = json!({"phase": "Active"});
+                }
+                Some(old) if !status => {
+                    obj["spec"] = old["spec"].clone();
+                }
+                Some(_) => {}
+            },
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                let parsed = registry::from_crd(obj).map_err(|errs| {
+                    ApiError::invalid(&rt.group, "CustomResourceDefinition", &name, &errs)
+                })?;
+                if old.is_none()
+                    && let Some(existing) = self.types.get(&parsed.key())
+                        && existing.builtin {
+                            return Err(ApiError::invalid(
+                                &rt.group,
+                                "CustomResourceDefinition",
+                                &name,
+                                &[FieldError::invalid(
+                                    "spec.group",
+                                    &format!("{:?}", parsed.group),
+                                    "is a built-in group",
+                                )],
+                            ));
+                        }
+                let names = obj["spec"]["names"].clone();
+                let mut accepted = names.clone();
+                if accepted.get("singular").is_none() {
+                    accepted["singular"] = parsed.singular.clone().into();
+                }
+                if accepted.get("listKind").is_none() {
+                    accepted["listKind"] = parsed.list_kind.clone().into();
+                }
+                let t = now();
+                obj["status"] = json!({
+                    "acceptedNames": accepted,
+                    "conditions": [
+                        {"type": "NamesAccepted", "status": "True", "lastTransitionTime": t, "reason": "NoConflicts", "message": "no conflicts found"},
+                        {"type": "Established", "status": "True", "lastTransitionTime": t, "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"}
+                    ],
+                    "storedVersions": [parsed.storage_version()],
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Creates an object. `ns` is the namespace of the URL (None for cluster-scoped types).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        mut obj: Value,
+        manager: &str,
+        operation: &'static str,
+        version: &str,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        self.create_inner(rt, ns, &mut obj, manager, operation, version, None, dry_run)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_inner(
+        &mut self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        obj: &mut Value,
+        manager: &str,
+        operation: &'static str,
+        version: &str,
+        applied: Option<(String, Value)>,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the object provided is not a JSON object",
+            ));
+        }
+        check_type_meta(rt, version, obj)?;
+        let api_version = rt.api_version(version);
+        obj["apiVersion"] = api_version.clone().into();
+        obj["kind"] = rt.kind.clone().into();
+        let m = meta_mut(obj);
+        let body_ns = m
+            .get("namespace")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let ns = if rt.namespaced {
+            let ns = ns.unwrap_or_default().to_owned();
+            if body_ns.as_ref().is_some_and(|b| !b.is_empty() && *b != ns) {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            m.insert("namespace".into(), ns.clone().into());
+            ns
+        } else {
+            m.remove("namespace");
+            String::new()
+        };
+        let mut name = m
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if name.is_empty() {
+            if let Some(g) = m
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty())
+            {
+                name = format!("{g}{}", random_suffix(5));
+                m.insert("name".into(), name.clone().into());
+            } else {
+                return Err(ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    "",
+                    &[FieldError::required(
+                        "metadata.name",
+                        "name or generateName is required",
+                    )],
+                ));
+            }
+        }
+        if let Some(e) = name_errors(&name, rt.plural == "namespaces") {
+            return Err(ApiError::invalid(&rt.group, &rt.kind, &name, &[e]));
+        }
+        for k in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "selfLink",
+            "managedFields",
+        ] {
+            m.remove(k);
+        }
+        self.ns_check(rt, &ns, &name)?;
+        let tk = rt.key();
+        if self.get(&tk, &ns, &name).is_some() {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        }
+        if rt.status && !rt.builtin
+            && let Some(o) = obj.as_object_mut() {
+                o.remove("status");
+            }
+        self.type_rules(rt, None, obj, false)?;
+        let fields = {
+            let mut f = obj.clone();
+            if let Some(md) = f.get_mut("metadata").and_then(Value::as_object_mut) {
+                md.retain(|k, _| {
+                    matches!(
+                        k.as_str(),
+                        "labels" | "annotations" | "finalizers" | "ownerReferences"
+                    )
+                });
+            }
+            if let Some(o) = f.as_object_mut() {
+                o.remove("apiVersion");
+                o.remove("kind");
+                if o.get("metadata")
+                    .and_then(Value::as_object)
+                    .is_some_and(Map::is_empty)
+                {
+                    o.remove("metadata");
+                }
+            }
+            match &applied {
+                Some((_, cfg)) => merge::fields_v1(cfg, &mut Vec::new(), rt.builtin),
+                None => merge::fields_v1(&f, &mut Vec::new(), rt.builtin),
+            }
+        };
+        let uid = new_uid();
+        let m = meta_mut(obj);
+        m.insert("uid".into(), uid.clone().into());
+        m.insert("creationTimestamp".into(), now().into());
+        if rt.generation {
+            m.insert("generation".into(), 1.into());
+        }
+        m.insert(
+            "managedFields".into(),
+            json!([{
+                "manager": manager,
+                "operation": operation,
+                "apiVersion": api_version,
+                "time": now(),
+                "fieldsType": "FieldsV1",
+                "fieldsV1": fields,
+            }]),
+        );
+        if dry_run {
+            return Ok(obj.clone());
+        }
+        let rv = self.bump();
+        meta_mut(obj).insert("resourceVersion".into(), rv.into());
+        let mut stored = Stored {
+            obj: obj.clone(),
+            applied: BTreeMap::new(),
+        };
+        if let Some((k, cfg)) = applied {
+            stored.applied.insert(k, cfg);
+        }
+        self.objects
+            .entry(tk.clone())
+            .or_default()
+            .insert((ns.clone(), name.clone()), stored);
+        self.uids.insert(uid, (tk.clone(), (ns.clone(), name)));
+        if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
+            self.register_crd(obj);
+        }
+        self.emit("ADDED", &tk, &ns, obj.clone(), None);
+        Ok(obj.clone())
+    }
+
+    fn register_crd(&mut self, crd: &Value) {
+        if let Ok(t) = registry::from_crd(crd) {
+            self.types.insert(t.key(), t);
+        }
+    }
+
+    /// Writes a new state of an existing object (PUT, patches, apply to an existing object).
+    pub(crate) fn write_existing(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        mut new: Value,
+        req: WriteReq<'_>,
+    ) -> ApiResult<Value> {
+        let tk = rt.key();
+        let key = (ns.to_owned(), name.to_owned());
+        let stored = self
+            .objects
+            .get(&tk)
+            .and_then(|m| m.get(&key))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        let old = &stored.obj;
+        if !new.is_object() {
+            return Err(ApiError::bad_request(
+                "the object provided is not a JSON object",
+            ));
+        }
+        check_type_meta(rt, req.version, &new)?;
+        let body_name = str_of(meta(&new), "name").unwrap_or_default().to_owned();
+        if body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if rt.namespaced {
+            let body_ns = str_of(meta(&new), "namespace").unwrap_or_default();
+            if !body_ns.is_empty() && body_ns != ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+        }
+        match str_of(meta(&new), "resourceVersion").filter(|r| !r.is_empty()) {
+            Some(rv) if Some(rv) != str_of(meta(old), "resourceVersion") => {
+                return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+            }
+            None if req.is_put && !rt.unconditional_update => {
+                return Err(ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    name,
+                    &[FieldError::invalid(
+                        "metadata.resourceVersion",
+                        "0x0",
+                        "must be specified for an update",
+                    )],
+                ));
+            }
+            _ => {}
+        }
+        // Subresource split.
+        if rt.status {
+            if req.status {
+                let status = new.get("status").cloned();
+                let mut merged = old.clone();
+                match status {
+                    Some(s) => merged["status"] = s,
+                    None => {
+                        if let Some(o) = merged.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+                new = merged;
+            } else {
+                match old.get("status") {
+                    Some(s) => new["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = new.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+            }
+        }
+        // System fields come from storage.
+        new["apiVersion"] = old["apiVersion"].clone();
+        new["kind"] = old["kind"].clone();
+        {
+            let om = meta(old).clone();
+            let nm = meta_mut(&mut new);
+            for k in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "selfLink",
+                "namespace",
+                "managedFields",
+            ] {
+                match om.get(k) {
+                    Some(v) => nm.insert(k.to_owned(), v.clone()),
+                    None => nm.remove(k),
+                };
+            }
+            nm.insert("resourceVersion".into(), om["resourceVersion"].clone());
+        }
+        self.type_rules(rt, Some(old), &mut new, req.status)?;
+        if rt.plural == "customresourcedefinitions" && !req.status {
+            new["status"] = old["status"].clone();
+        }
+        // No new finalizers while deleting.
+        if meta(old).get("deletionTimestamp").is_some() {
+            let before = finalizers(old);
+            let added: Vec<String> = finalizers(&new)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
+            if !added.is_empty() {
+                let list = added
+                    .iter()
+                    .map(|f| format!("{f:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    name,
+                    &[FieldError::forbidden(
+                        "metadata.finalizers",
+                        &format!(
+                            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{list}}}"
+                        ),
+                    )],
+                ));
+            }
+        }
+        if rt.generation && spec_content(old, rt.status) != spec_content(&new, rt.status) {
+            let g = meta(old)["generation"].as_i64().unwrap_or(0) + 1;
+            meta_mut(&mut new).insert("generation".into(), g.into());
+        }
+        // managedFields.
+        let sub = if req.status { Some("status") } else { None };
+        let fields = match &req.applied {
+            Some(cfg) => Some(merge::fields_v1(cfg, &mut Vec::new(), rt.builtin)),
+            None => changed_fields(old, &new, &mut Vec::new(), rt.builtin),
+        };
+        if let Some(fields) = fields {
+            let mut entries: Vec<Value> = meta(old)["managedFields"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let same = |e: &Value| {
+                str_of(e, "manager") == Some(req.manager)
+                    && str_of(e, "operation") == Some(req.operation)
+                    && str_of(e, "subresource") == sub
+            };
+            let fields = match (req.operation, entries.iter().find(|e| same(e))) {
+                ("Update", Some(prev)) => {
+                    let mut f = prev["fieldsV1"].clone();
+                    merge::merge_patch(&mut f, &fields);
+                    f
+                }
+                _ => fields,
+            };
+            let unchanged = entries.iter().any(|e| same(e) && e["fieldsV1"] == fields);
+            if !unchanged {
+                entries.retain(|e| !same(e));
+                let mut e = json!({
+                    "manager": req.manager,
+                    "operation": req.operation,
+                    "apiVersion": rt.api_version(req.version),
+                    "time": now(),
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": fields,
+                });
+                if let Some(s) = sub {
+                    e["subresource"] = s.into();
+                }
+                entries.push(e);
+                meta_mut(&mut new).insert("managedFields".into(), Value::Array(entries));
+            }
+        }
+        let applied_key = format!("{}{}", req.manager, if req.status { "/status" } else { "" });
+        let applied_changed = req
+            .applied
+            .as_ref()
+            .is_some_and(|cfg| stored.applied.get(&applied_key) != Some(cfg));
+        if same_ignoring_bookkeeping(old, &new) {
+            if applied_changed && !req.dry_run
+                && let (Some(s), Some(cfg)) = (
+                    self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)),
+                    req.applied,
+                ) {
+                    s.applied.insert(applied_key, cfg);
+                }
+            return Ok(old.clone());
+        }
+        if req.dry_run {
+            return Ok(new);
+        }
+        let rv = self.bump();
+        meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
+        let deleting = meta(&new).get("deletionTimestamp").is_some() && finalizers(&new).is_empty();
+        if let Some(s) = self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)) {
+            s.obj = new.clone();
+            if let Some(cfg) = req.applied {
+                s.applied.insert(applied_key, cfg);
+            }
+        }
+        if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
+            self.register_crd(&new);
+        }
+        if deleting {
+            self.remove(&tk, &key);
+        } else {
+            self.emit("MODIFIED", &tk, ns, new.clone(), Some(old.clone()));
+        }
+        Ok(new)
+    }
+
+    /// Server-side apply. Returns the object and whether it was created.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        body: Value,
+        manager: &str,
+        status: bool,
+        version: &str,
+        dry_run: bool,
+    ) -> ApiResult<(Value, bool)> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the object provided is not a JSON object",
+            ));
+        }
+        check_type_meta(rt, version, &body)?;
+        if body.get("apiVersion").is_none() || body.get("kind").is_none() {
+            return Err(ApiError::bad_request(
+                "apply patches must specify apiVersion and kind",
+            ));
+        }
+        if let Some(n) = str_of(meta(&body), "name")
+            && n != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+        let cfg = applied_config(&body, rt, status);
+        let applied_key = format!("{manager}{}", if status { "/status" } else { "" });
+        let tk = rt.key();
+        let key = (ns.to_owned(), name.to_owned());
+        let Some(stored) = self.objects.get(&tk).and_then(|m| m.get(&key)).cloned() else {
+            if status {
+                return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+            }
+            let mut obj = body;
+            meta_mut(&mut obj).insert("name".into(), name.into());
+            let nsarg = if rt.namespaced { Some(ns) } else { None };
+            let created = self.create_inner(
+                rt,
+                nsarg,
+                &mut obj,
+                manager,
+                "Apply",
+                version,
+                Some((applied_key, cfg)),
+                dry_run,
+            )?;
+            return Ok((created, true));
+        };
+        let old_cfg = stored
+            .applied
+            .get(&applied_key)
+            .cloned()
+            .unwrap_or(Value::Null);
+        let others: Vec<&Value> = stored
+            .applied
+            .iter()
+            .filter(|(k, _)| **k != applied_key)
+            .map(|(_, v)| v)
+            .collect();
+        let mut new = stored.obj.clone();
+        merge::prune(
+            &mut new,
+            &old_cfg,
+            &cfg,
+            &others,
+            &mut Vec::new(),
+            rt.builtin,
+        );
+        merge::merge_keyed(&mut new, &cfg, &mut Vec::new(), rt.builtin, false);
+        let body_rv = str_of(meta(&body), "resourceVersion").map(str::to_owned);
+        if let Some(rv) = body_rv {
+            meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
+        }
+        let out = self.write_existing(
+            rt,
+            ns,
+            name,
+            new,
+            WriteReq {
+                status,
+                manager,
+                operation: "Apply",
+                is_put: false,
+                version,
+                applied: Some(cfg),
+                dry_run,
+            },
+        )?;
+        Ok((out, false))
+    }
+
+    /// Removes an object for good: DELETED event, garbage collection, namespace finalization.
+    fn remove(&mut self, tk: &TypeKey, key: &ObjName) {
+        let Some(stored) = self.objects.get_mut(tk).and_then(|m| m.remove(key)) else {
+            return;
+        };
+        let obj = stored.obj;
+        let uid = str_of(meta(&obj), "uid").unwrap_or_default().to_owned();
+        self.uids.remove(&uid);
+        if tk.0 == "apiextensions.k8s.io" && tk.1 == "customresourcedefinitions"
+            && let Ok(t) = registry::from_crd(&obj) {
+                let ctk = t.key();
+                let names: Vec<ObjName> = self
+                    .objects
+                    .get(&ctk)
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                for n in names {
+                    self.force_remove(&ctk, &n);
+                }
+                self.types.remove(&ctk);
+            }
+        self.emit("DELETED", tk, &key.0, obj, None);
+        self.collect_garbage(&uid);
+        if !key.0.is_empty() {
+            self.finish_namespace(&key.0);
+        }
+    }
+
+    /// Removes an object regardless of finalizers (CRD cleanup).
+    fn force_remove(&mut self, tk: &TypeKey, key: &ObjName) {
+        if let Some(obj) = self
+            .objects
+            .get(tk)
+            .and_then(|m| m.get(key))
+            .map(|s| s.obj.clone())
+        {
+            let mut obj = obj;
+            self.bump();
+            meta_mut(&mut obj).insert("resourceVersion".into(), self.rv.to_string().into());
+            if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
+                s.obj = obj;
+            }
+            self.remove(tk, key);
+        }
+    }
+
+    /// Background garbage collection after the object with `uid` is gone.
+    fn collect_garbage(&mut self, uid: &str) {
+        if uid.is_empty() {
+            return;
+        }
+        let mut dependents: Vec<(TypeKey, ObjName)> = Vec::new();
+        for (tk, m) in &self.objects {
+            for (k, s) in m {
+                let refs = meta(&s.obj)["ownerReferences"].as_array();
+                if refs.is_some_and(|r| r.iter().any(|o| str_of(o, "uid") == Some(uid))) {
+                    dependents.push((tk.clone(), k.clone()));
+                }
+            }
+        }
+        for (tk, k) in dependents {
+            let Some(obj) = self
+                .objects
+                .get(&tk)
+                .and_then(|m| m.get(&k))
+                .map(|s| s.obj.clone())
+            else {
+                continue;
+            };
+            let refs = meta(&obj)["ownerReferences"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let live: Vec<Value> = refs
+                .iter()
+                .filter(|o| str_of(o, "uid").is_some_and(|u| self.uids.contains_key(u)))
+                .cloned()
+                .collect();
+            if live.is_empty() {
+                let _ = self.delete_key(&tk, &k, &DeleteOpts::default());
+            } else {
+                self.set_owner_refs(&tk, &k, live);
+            }
+        }
+    }
+
+    fn set_owner_refs(&mut self, tk: &TypeKey, k: &ObjName, refs: Vec<Value>) {
+        let Some(old) = self
+            .objects
+            .get(tk)
+            .and_then(|m| m.get(k))
+            .map(|s| s.obj.clone())
+        else {
+            return;
+        };
+        let mut new = old.clone();
+        let m = meta_mut(&mut new);
+        if refs.is_empty() {
+            m.remove("ownerReferences");
+        } else {
+            m.insert("ownerReferences".into(), Value::Array(refs));
+        }
+        let rv = self.bump();
+        meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
+        if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(k)) {
+            s.obj = new.clone();
+        }
+        self.emit("MODIFIED", tk, &k.0, new, Some(old));
+    }
+
+    /// Removes a terminating namespace once it is empty and has no finalizers.
+    fn finish_namespace(&mut self, ns: &str) {
+        let nsk = (String::new(), "namespaces".to_owned());
+        let Some(n) = self.get(&nsk, "", ns) else {
+            return;
+        };
+        if meta(n).get("deletionTimestamp").is_none() || !finalizers(n).is_empty() {
+            return;
+        }
+        let empty = self
+            .objects
+            .iter()
+            .all(|(_, m)| !m.keys().any(|(n, _)| n == ns));
+        if empty {
+            let key = (String::new(), ns.to_owned());
+            self.force_remove(&nsk, &key);
+        }
+    }
+
+    /// DELETE of one object. Returns the object (still present, being finalized) or a Status.
+    pub(crate) fn delete(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> ApiResult<Value> {
+        let tk = rt.key();
+        let key = (ns.to_owned(), name.to_owned());
+        let obj = self
+            .get(&tk, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        if let Some(u) = &opts.uid {
+            let have = str_of(meta(&obj), "uid").unwrap_or_default();
+            if u != have {
+                return Err(ApiError::conflict_msg(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {u}, UID in object meta: {have}"
+                    ),
+                ));
+            }
+        }
+        if let Some(r) = &opts.resource_version {
+            let have = str_of(meta(&obj), "resourceVersion").unwrap_or_default();
+            if r != have {
+                return Err(ApiError::conflict_msg(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {r}, ResourceVersion in object meta: {have}"
+                    ),
+                ));
+            }
+        }
+        if opts.dry_run {
+            return Ok(obj);
+        }
+        let out = self.delete_key(&tk, &key, opts)?;
+        Ok(match out {
+            Some(o) => o,
+            None => json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": str_of(meta(&obj), "uid")},
+            }),
+        })
+    }
+
+    /// Deletes by key. `Ok(Some(obj))` when the object stays (finalizers), `Ok(None)` when gone.
+    fn delete_key(
+        &mut self,
+        tk: &TypeKey,
+        key: &ObjName,
+        opts: &DeleteOpts,
+    ) -> ApiResult<Option<Value>> {
+        let Some(old) = self
+            .objects
+            .get(tk)
+            .and_then(|m| m.get(key))
+            .map(|s| s.obj.clone())
+        else {
+            return Ok(None);
+        };
+        let uid = str_of(meta(&old), "uid").unwrap_or_default().to_owned();
+        if opts.propagation.as_deref() == Some("Orphan") {
+            let mut deps: Vec<(TypeKey, ObjName, Vec<Value>)> = Vec::new();
+            for (dtk, m) in &self.objects {
+                for (k, s) in m {
+                    if let Some(refs) = meta(&s.obj)["ownerReferences"].as_array()
+                        && refs.iter().any(|o| str_of(o, "uid") == Some(&uid)) {
+                            let rest = refs
+                                .iter()
+                                .filter(|o| str_of(o, "uid") != Some(&uid))
+                                .cloned()
+                                .collect();
+                            deps.push((dtk.clone(), k.clone(), rest));
+                        }
+                }
+            }
+            for (dtk, k, rest) in deps {
+                self.set_owner_refs(&dtk, &k, rest);
+            }
+        }
+        let is_ns = tk.0.is_empty() && tk.1 == "namespaces";
+        if !finalizers(&old).is_empty() || is_ns {
+            if meta(&old).get("deletionTimestamp").is_some() {
+                return Ok(Some(old));
+            }
+            let mut new = old.clone();
+            let m = meta_mut(&mut new);
+            m.insert("deletionTimestamp".into(), now().into());
+            m.insert("deletionGracePeriodSeconds".into(), 0.into());
+            if is_ns {
+                new["status"]["phase"] = "Terminating".into();
+            }
+            let rv = self.bump();
+            meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
+            if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
+                s.obj = new.clone();
+            }
+            self.emit("MODIFIED", tk, &key.0, new.clone(), Some(old));
+            if is_ns {
+                self.delete_namespace_contents(&key.1);
+                self.finish_namespace(&key.1);
+            }
+            return Ok(Some(new));
+        }
+        let rv = self.bump();
+        if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
+            meta_mut(&mut s.obj).insert("resourceVersion".into(), rv.into());
+        }
+        self.remove(tk, key);
+        Ok(None)
+    }
+
+    fn delete_namespace_contents(&mut self, ns: &str) {
+        let mut keys: Vec<(TypeKey, ObjName)> = Vec::new();
+        for (tk, m) in &self.objects {
+            for k in m.keys().filter(|(n, _)| n == ns) {
+                keys.push((tk.clone(), k.clone()));
+            }
+        }
+        for (tk, k) in keys {
+            let _ = self.delete_key(&tk, &k, &DeleteOpts::default());
+        }
+    }
+
+    /// deletecollection: deletes every object of `names`, returns the list of deleted objects.
+    pub(crate) fn delete_many(
+        &mut self,
+        rt: &ResourceType,
+        names: Vec<ObjName>,
+        opts: &DeleteOpts,
+    ) -> Vec<Value> {
+        let tk = rt.key();
+        let mut out = Vec::new();
+        for k in names {
+            let before = self.get(&tk, &k.0, &k.1).cloned();
+            if let (Ok(after), Some(before)) = (self.delete_key(&tk, &k, opts), before) {
+                out.push(after.unwrap_or(before));
+            }
+        }
+        out
+    }
+}
+
+/// Offset reported by Go's "illegal base64 data at input byte N".
+fn base64_error_offset(e: &base64::DecodeError) -> usize {
+    match e {
+        base64::DecodeError::InvalidByte(i, _) | base64::DecodeError::InvalidLastSymbol(i, _) => *i,
+        base64::DecodeError::InvalidLength(n) => *n,
+        base64::DecodeError::InvalidPadding => 0,
+    }
+}
+
+fn immutable_rules(old: &Value, new: &Value, fields: &[&str], errs: &mut Vec<FieldError>) {
+    if old["immutable"].as_bool() != Some(true) {
+        return;
+    }
+    const MSG: &str = "field is immutable when `immutable` is set";
+    if new["immutable"].as_bool() != Some(true) {
+        errs.push(FieldError::forbidden("immutable", MSG));
+    }
+    for f in fields {
+        let norm = |v: &Value| {
+            if v.as_object().is_some_and(Map::is_empty) {
+                Value::Null
+            } else {
+                v.clone()
+            }
+        };
+        if norm(&old[*f]) != norm(&new[*f]) {
+            errs.push(FieldError::forbidden(f, MSG));
+        }
+    }
+}
+
+/// Rejects a body whose `apiVersion`/`kind` name another type.
+fn check_type_meta(rt: &ResourceType, version: &str, obj: &Value) -> ApiResult<()> {
+    if let Some(k) = str_of(obj, "kind").filter(|k| !k.is_empty())
+        && k != rt.kind {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({}) does not match the expected API version ({})",
+                str_of(obj, "apiVersion").unwrap_or_default(),
+                rt.api_version(version)
+            )));
+        }
+    if let Some(av) = str_of(obj, "apiVersion").filter(|a| !a.is_empty()) {
+        let (g, _) = av.rsplit_once('/').unwrap_or(("", av));
+        if g != rt.group {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({})",
+                rt.api_version(version)
+            )));
+        }
+    }
+    Ok(())
+}
