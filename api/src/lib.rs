@@ -1,1 +1,20 @@
-//! kseal-api placeholder.
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+pub mod constants;
+mod error;
+mod resource;
+mod scope;
+mod seal;
+mod unseal;
+
+pub use error::{Error, Result};
+pub use resource::{
+    SealedSecret, SealedSecretCondition, SealedSecretSpec, SealedSecretStatus, SecretTemplateSpec,
+};
+pub use scope::{scope_from_annotations, scope_of, set_scope_annotations};
+pub use seal::{SealOptions, seal_secret};
+pub use unseal::{UnsealOptions, Unsealed, unseal, unseal_counted, unseal_with};
+
+/// Re-exported so callers name scopes without depending on `kseal-keys` directly.
+pub use kseal_keys::Scope;

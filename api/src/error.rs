@@ -1,0 +1,124 @@
+//! The one error type of `kseal-api`.
+
+/// Errors from sealing a Secret or unsealing a SealedSecret.
+///
+/// Messages name objects and item keys (public), never secret values. A failed decryption
+/// ([`Error::Decrypt`], [`Error::DecryptDeprecatedData`]) carries the opaque
+/// [`kseal_keys::Error::Open`] as its source and says nothing about why the crypto failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The object has no `metadata.name` (and none was given).
+    #[error("object has no name")]
+    MissingName,
+    /// The object has no namespace (and none was given), but its scope needs one.
+    #[error("object `{name}` has no namespace")]
+    MissingNamespace {
+        /// Name of the object.
+        name: String,
+    },
+    /// Sealing was asked for one namespace, but the Secret declares another.
+    #[error(
+        "namespace mismatch: the secret declares namespace `{secret}` but namespace `{requested}` was requested"
+    )]
+    NamespaceMismatch {
+        /// The Secret's own namespace.
+        secret: String,
+        /// The namespace requested in [`crate::SealOptions::namespace`].
+        requested: String,
+    },
+    /// The Secret has neither `data` nor `stringData`.
+    #[error("secret `{name}` has no data or stringData: refusing to seal an empty secret")]
+    EmptyData {
+        /// Name of the Secret (empty if it has none).
+        name: String,
+    },
+    /// The crypto backend failed to seal an item (never caused by the plaintext).
+    #[error("failed to seal item `{item}`")]
+    Seal {
+        /// The item key.
+        item: String,
+        /// The backend error.
+        #[source]
+        source: kseal_keys::Error,
+    },
+    /// An `encryptedData` value is not standard base64 or is shorter than an envelope.
+    #[error("encryptedData item `{item}` is not a valid sealed value")]
+    MalformedItem {
+        /// The item key.
+        item: String,
+        /// [`kseal_keys::Error::Base64`] or [`kseal_keys::Error::Truncated`].
+        #[source]
+        source: kseal_keys::Error,
+    },
+    /// No key could open these items (wrong key, wrong name, namespace or scope, or
+    /// tampering; deliberately not told apart).
+    #[error("failed to decrypt items {}", list(.items))]
+    Decrypt {
+        /// The item keys that failed, sorted.
+        items: Vec<String>,
+        /// Always the opaque [`kseal_keys::Error::Open`].
+        #[source]
+        source: kseal_keys::Error,
+    },
+    /// The key ring holds no key.
+    #[error("no private key to unseal with")]
+    NoKeys,
+    /// Both the deprecated `spec.data` and `spec.encryptedData` are set.
+    #[error(
+        "cannot use the field 'encryptedData' and the deprecated field 'data' at the same time"
+    )]
+    BothDataFields,
+    /// `spec.data` is set but deprecated v1 data is not accepted.
+    #[error("using deprecated 'data' field: use 'encryptedData' or accept deprecated v1 data")]
+    DeprecatedDataRejected,
+    /// The deprecated `spec.data` is not standard base64 or is shorter than an envelope.
+    #[error("deprecated field 'data' is not a valid sealed value")]
+    MalformedDeprecatedData {
+        /// [`kseal_keys::Error::Base64`] or [`kseal_keys::Error::Truncated`].
+        #[source]
+        source: kseal_keys::Error,
+    },
+    /// No key could open the deprecated `spec.data`.
+    #[error("failed to decrypt deprecated field 'data'")]
+    DecryptDeprecatedData {
+        /// Always the opaque [`kseal_keys::Error::Open`].
+        #[source]
+        source: kseal_keys::Error,
+    },
+    /// The deprecated `spec.data` opened but does not hold a JSON Secret. (The parser's
+    /// message is dropped on purpose: it could quote the plaintext.)
+    #[error("deprecated field 'data' does not hold a valid secret")]
+    DeprecatedDataNotASecret,
+    /// `spec.template.data` is set; kseal does not render templates yet and never ignores
+    /// them silently.
+    #[error("spec.template.data is not supported yet: cannot render keys {}", list(.keys))]
+    TemplateDataUnsupported {
+        /// The template keys, sorted.
+        keys: Vec<String>,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("`{i}`")).collect();
+    quoted.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_are_quoted_and_comma_separated() {
+        let err = Error::Decrypt {
+            items: vec!["a".into(), "b".into()],
+            source: kseal_keys::Error::Open,
+        };
+        assert_eq!(err.to_string(), "failed to decrypt items `a`, `b`");
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("no key could decrypt secret"));
+    }
+}

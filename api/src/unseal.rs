@@ -1,0 +1,305 @@
+//! SealedSecret → Secret, as Bitnami's controller does it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kseal_keys::envelope::{self, Envelope};
+use kseal_keys::{KeyId, KeyRing, Label, OpenStats, Plaintext, Scope};
+
+use crate::constants::{API_VERSION, KIND, SKIP_SET_OWNER_REFERENCES_ANNOTATION, TRUE};
+use crate::seal::strip_server_fields;
+use crate::{Error, Result, SealedSecret};
+
+/// How to unseal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsealOptions {
+    /// Accept the deprecated v1 format (`spec.data`: a whole Secret sealed as one value).
+    /// Bitnami's `--accept-deprecated-v1-data` defaults to true, and so does this.
+    pub accept_deprecated_v1_data: bool,
+    /// Key to try first for particular items (e.g. the key that opened them last time);
+    /// wins over every other hint.
+    pub item_hints: BTreeMap<String, KeyId>,
+    /// Key to try first for every item without an item hint.
+    pub object_hint: Option<KeyId>,
+    /// Without an item or object hint, try the key named by the top-level
+    /// `kseal.dev/sealing-key` annotation first (default true). Hints only order the
+    /// attempts; a wrong hint costs at most one extra RSA operation per item.
+    pub use_annotation_hint: bool,
+}
+
+impl Default for UnsealOptions {
+    fn default() -> Self {
+        Self {
+            accept_deprecated_v1_data: true,
+            item_hints: BTreeMap::new(),
+            object_hint: None,
+            use_annotation_hint: true,
+        }
+    }
+}
+
+/// The outcome of [`unseal_with`].
+///
+/// `Debug` shows the Secret's identity and item keys only, never its data.
+pub struct Unsealed {
+    /// The Secret to create or update.
+    ///
+    /// Hand-over note: `k8s_openapi::ByteString` does not zeroize. The plaintext stays in
+    /// zeroizing [`Plaintext`] buffers until every item has opened, then each buffer is
+    /// moved (not copied) into the Secret; from there on the caller owns its lifetime.
+    pub secret: Secret,
+    /// RSA private-key operations spent in total (for metrics).
+    pub rsa_operations: u64,
+    /// For each `encryptedData` item, the key that opened it (worth caching as the next
+    /// [`UnsealOptions::item_hints`]).
+    pub keys: BTreeMap<String, KeyId>,
+    /// The key that opened the deprecated `spec.data`, when that format was used.
+    pub deprecated_data_key: Option<KeyId>,
+}
+
+impl fmt::Debug for Unsealed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let meta = &self.secret.metadata;
+        let items: Vec<&String> = self.secret.data.iter().flat_map(|d| d.keys()).collect();
+        f.debug_struct("Unsealed")
+            .field("namespace", &meta.namespace)
+            .field("name", &meta.name)
+            .field("items", &items)
+            .field("rsa_operations", &self.rsa_operations)
+            .field("keys", &self.keys)
+            .field("deprecated_data_key", &self.deprecated_data_key)
+            .finish()
+    }
+}
+
+/// Unseals with the default [`UnsealOptions`] and returns the Secret.
+pub fn unseal(sealed: &SealedSecret, ring: &KeyRing) -> Result<Secret> {
+    unseal_with(sealed, ring, &UnsealOptions::default()).map(|u| u.secret)
+}
+
+/// Unseals `sealed` with `ring` (reference §1.4, §1.6, §3.5).
+///
+/// - Scope, name and namespace come from the SealedSecret's **top-level** metadata, never
+///   from the template, so a renamed or moved strict object (or a moved namespace-wide one)
+///   fails to open, and a template cannot widen the scope.
+/// - The Secret's metadata is a copy of `spec.template.metadata` with the name and namespace
+///   forced to the SealedSecret's, server-populated fields removed, and the owner references
+///   replaced by one controller reference to the SealedSecret, unless the template carries
+///   `sealedsecrets.bitnami.com/skip-set-owner-references: "true"`. A SealedSecret without
+///   `metadata.uid` (not read from a cluster, e.g. offline recovery) gets no owner reference.
+/// - `type` and `immutable` come from the template; `data` holds every decrypted item.
+/// - The deprecated `spec.data` (a whole Secret sealed as one JSON value) is accepted when
+///   [`UnsealOptions::accept_deprecated_v1_data`]; the template is then not used (as in
+///   Bitnami), only the name, namespace and owner reference are forced.
+/// - A non-empty `spec.template.data` is rejected ([`Error::TemplateDataUnsupported`]).
+///
+/// Every item is tried; all that fail are named in one [`Error::Decrypt`].
+pub fn unseal_with(
+    sealed: &SealedSecret,
+    ring: &KeyRing,
+    options: &UnsealOptions,
+) -> Result<Unsealed> {
+    unseal_counted(sealed, ring, options, &mut OpenStats::default())
+}
+
+/// [`unseal_with`], adding the RSA operations spent to `stats` also when unsealing fails.
+pub fn unseal_counted(
+    sealed: &SealedSecret,
+    ring: &KeyRing,
+    options: &UnsealOptions,
+    stats: &mut OpenStats,
+) -> Result<Unsealed> {
+    let meta = &sealed.metadata;
+    let name = meta
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or(Error::MissingName)?;
+    let scope = sealed.scope();
+    let namespace = meta.namespace.as_deref().filter(|n| !n.is_empty());
+    if namespace.is_none() && scope != Scope::Cluster {
+        return Err(Error::MissingNamespace {
+            name: name.to_owned(),
+        });
+    }
+    let label = scope.label(namespace.unwrap_or_default(), name);
+
+    let spec = &sealed.spec;
+    let template = spec.template.as_ref();
+    let deprecated = spec.data.as_deref().filter(|d| !d.is_empty());
+    if deprecated.is_some() {
+        if !spec.encrypted_data.is_empty() {
+            return Err(Error::BothDataFields);
+        }
+        if !options.accept_deprecated_v1_data {
+            return Err(Error::DeprecatedDataRejected);
+        }
+    }
+    if let Some(data) = template
+        .and_then(|t| t.data.as_ref())
+        .filter(|d| !d.is_empty())
+    {
+        return Err(Error::TemplateDataUnsupported {
+            keys: data.keys().cloned().collect(),
+        });
+    }
+
+    let annotation_hint = options
+        .use_annotation_hint
+        .then(|| sealed.sealing_key_hint())
+        .flatten();
+    let object_hint = options.object_hint.as_ref().or(annotation_hint.as_ref());
+    let skip_owner = template
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(SKIP_SET_OWNER_REFERENCES_ANNOTATION))
+        .is_some_and(|v| v == TRUE);
+
+    let start = stats.rsa_operations;
+    let mut unsealed = if let Some(blob) = deprecated {
+        let (secret, key) = open_deprecated(blob, &label, ring, object_hint, stats)?;
+        Unsealed {
+            secret,
+            rsa_operations: 0,
+            keys: BTreeMap::new(),
+            deprecated_data_key: Some(key),
+        }
+    } else {
+        let (data, keys) = open_items(sealed, &label, ring, options, object_hint, stats)?;
+        let template_meta = template
+            .and_then(|t| t.metadata.clone())
+            .unwrap_or_default();
+        Unsealed {
+            secret: Secret {
+                metadata: template_meta,
+                type_: template.and_then(|t| t.type_.clone()),
+                immutable: template.and_then(|t| t.immutable),
+                data: Some(data),
+                string_data: None,
+            },
+            rsa_operations: 0,
+            keys,
+            deprecated_data_key: None,
+        }
+    };
+    unsealed.rsa_operations = stats.rsa_operations - start;
+
+    let secret_meta = &mut unsealed.secret.metadata;
+    strip_server_fields(secret_meta);
+    secret_meta.name = Some(name.to_owned());
+    secret_meta.namespace = namespace.map(str::to_owned);
+    secret_meta.owner_references = owner_reference(meta, skip_owner).map(|r| vec![r]);
+    Ok(unsealed)
+}
+
+/// The controller reference Bitnami sets: no `blockOwnerDeletion`.
+fn owner_reference(meta: &ObjectMeta, skip: bool) -> Option<OwnerReference> {
+    if skip {
+        return None;
+    }
+    let uid = meta.uid.as_deref().filter(|u| !u.is_empty())?;
+    Some(OwnerReference {
+        api_version: API_VERSION.to_owned(),
+        kind: KIND.to_owned(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    })
+}
+
+/// Decodes standard base64 and checks the envelope's lengths (public bytes only).
+fn decode_envelope(text: &str) -> kseal_keys::Result<Vec<u8>> {
+    let bytes = envelope::decode_base64(text)?;
+    Envelope::parse(&bytes)?;
+    Ok(bytes)
+}
+
+fn open_items(
+    sealed: &SealedSecret,
+    label: &Label,
+    ring: &KeyRing,
+    options: &UnsealOptions,
+    object_hint: Option<&KeyId>,
+    stats: &mut OpenStats,
+) -> Result<(BTreeMap<String, ByteString>, BTreeMap<String, KeyId>)> {
+    let items = &sealed.spec.encrypted_data;
+    // Structural checks first, on public bytes only, before any RSA operation.
+    let mut envelopes = Vec::with_capacity(items.len());
+    for (item, text) in items {
+        let bytes = decode_envelope(text).map_err(|source| Error::MalformedItem {
+            item: item.clone(),
+            source,
+        })?;
+        envelopes.push((item, bytes));
+    }
+    if !envelopes.is_empty() && ring.is_empty() {
+        return Err(Error::NoKeys);
+    }
+
+    let mut opened: Vec<(&String, Plaintext)> = Vec::with_capacity(envelopes.len());
+    let mut keys = BTreeMap::new();
+    let mut failed = Vec::new();
+    let mut failure = None;
+    for (item, bytes) in &envelopes {
+        let hint = options.item_hints.get(*item).or(object_hint);
+        match ring.open_counted(label, bytes, hint, stats) {
+            Ok(open) => {
+                keys.insert((*item).clone(), open.key);
+                opened.push((item, open.plaintext));
+            }
+            Err(e) => {
+                failed.push((*item).clone());
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(source) = failure {
+        // `opened` is dropped here, zeroizing the items that did open.
+        return Err(Error::Decrypt {
+            items: failed,
+            source,
+        });
+    }
+
+    // Hand-over: each plaintext buffer is moved, not copied, into a non-zeroizing ByteString.
+    let data = opened
+        .into_iter()
+        .map(|(item, plaintext)| {
+            let mut bytes = plaintext.into_zeroizing();
+            (item.clone(), ByteString(std::mem::take(&mut *bytes)))
+        })
+        .collect();
+    Ok((data, keys))
+}
+
+fn open_deprecated(
+    blob: &str,
+    label: &Label,
+    ring: &KeyRing,
+    hint: Option<&KeyId>,
+    stats: &mut OpenStats,
+) -> Result<(Secret, KeyId)> {
+    let bytes =
+        decode_envelope(blob).map_err(|source| Error::MalformedDeprecatedData { source })?;
+    if ring.is_empty() {
+        return Err(Error::NoKeys);
+    }
+    let opened = ring
+        .open_counted(label, &bytes, hint, stats)
+        .map_err(|source| Error::DecryptDeprecatedData { source })?;
+    // The parse error is dropped: serde's messages can quote the input.
+    let mut secret: Secret = serde_json::from_slice(opened.plaintext.expose())
+        .map_err(|_| Error::DeprecatedDataNotASecret)?;
+    // Fold stringData into data, as the API server would on write, so callers see one map.
+    if let Some(string_data) = secret.string_data.take() {
+        let data = secret.data.get_or_insert_with(BTreeMap::new);
+        for (item, value) in string_data {
+            data.insert(item, ByteString(value.into_bytes()));
+        }
+    }
+    Ok((secret, opened.key))
+}

@@ -1,0 +1,104 @@
+//! Helpers shared by the integration tests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kseal_keys::{CertificateOptions, KeyPair, KeyRing, KeySize};
+
+/// One generated key pair per test binary. 2048 bits only to keep the tests fast: do not copy
+/// this size into anything real (Bitnami and kseal default to 4096).
+pub fn pair() -> &'static KeyPair {
+    static PAIR: OnceLock<KeyPair> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).expect("keygen")
+    })
+}
+
+/// A second, unrelated test key (2048 bits, test only).
+pub fn other_pair() -> &'static KeyPair {
+    static PAIR: OnceLock<KeyPair> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).expect("keygen")
+    })
+}
+
+pub fn ring() -> KeyRing {
+    [pair().clone()].into_iter().collect()
+}
+
+pub fn secret(namespace: Option<&str>, name: &str, data: &[(&str, &[u8])]) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: namespace.map(str::to_owned),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), ByteString(v.to_vec())))
+                .collect(),
+        ),
+        ..Secret::default()
+    }
+}
+
+pub fn data_of(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+/// The shared interop folder sits beside the repository (also in CI).
+pub fn shared_interop(file: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/interop")
+        .join(file);
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!(
+            "interop file {} is missing (required under CI=true)",
+            path.display()
+        );
+    }
+    eprintln!(
+        "\n!!! SKIPPING: interop file {} is missing; set it up beside the repository !!!\n",
+        path.display()
+    );
+    None
+}
+
+pub fn fixture(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The set-a interop key (published, test-only) and the parsed vector file.
+pub fn interop_set_a() -> Option<(KeyPair, serde_json::Value)> {
+    let path = shared_interop("set-a.json")?;
+    let text = std::fs::read_to_string(&path).expect("read set-a.json");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("parse set-a.json");
+    let key = &json["key"];
+    let pair = KeyPair::from_pem(
+        key["private_key_pkcs1_pem"].as_str().expect("pkcs1 pem"),
+        key["certificate_pem"].as_str().expect("certificate pem"),
+    )
+    .expect("set-a key pair");
+    assert_eq!(
+        pair.id().as_str(),
+        key["ssh_fingerprint_sha256"].as_str().expect("fingerprint")
+    );
+    Some((pair, json))
+}
