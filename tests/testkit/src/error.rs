@@ -141,15 +141,24 @@ impl ApiError {
         e
     }
 
-    pub(crate) fn unsupported_media_type(content_type: &str) -> Self {
+    pub(crate) fn unsupported_media_type() -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: \
-                 application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"
-            ),
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         )
+    }
+
+    /// The apiserver's generic `422` for a JSON patch that cannot be applied.
+    pub(crate) fn patch_rejected() -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        );
+        e.details = Some(Box::default());
+        e
     }
 
     /// `410 Expired` for a watch or list from a compacted resourceVersion.

@@ -284,20 +284,12 @@ pub(crate) fn json_patch(doc: &mut Value, patch: &Value) -> ApiResult<()> {
             let path = op.get("path").and_then(Value::as_str).unwrap_or_default();
             match doc.pointer(path) {
                 None | Some(Value::Null) => continue,
-                Some(v) => {
-                    return Err(ApiError::new(
-                        422,
-                        "Invalid",
-                        format!(
-                            "testing value {path} failed: test operation does not apply: is: {v}, expected: null"
-                        ),
-                    ));
-                }
+                Some(_) => return Err(ApiError::patch_rejected()),
             }
         }
         let one: json_patch::Patch = serde_json::from_value(Value::Array(vec![op.clone()]))
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        json_patch::patch(doc, &one).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+        json_patch::patch(doc, &one).map_err(|_| ApiError::patch_rejected())?;
     }
     Ok(())
 }

@@ -227,7 +227,7 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
         let b = cms.get("b").await?;
         let dp = DeleteParams { preconditions: Some(Preconditions { uid: Some("wrong".into()), resource_version: None }), ..Default::default() };
         let e = expect_error(cms.delete("b", &dp).await, 409, "Conflict")?;
-        ensure!(e.message.contains("Precondition failed: UID in precondition"), "message: {}", e.message);
+        ensure!(e.message.contains("the UID in the precondition (wrong) does not match the UID in record"), "message: {}", e.message);
         let dp = DeleteParams { preconditions: Some(Preconditions { uid: None, resource_version: Some("1".into()) }), ..Default::default() };
         expect_error(cms.delete("b", &dp).await, 409, "Conflict")?;
         let dp = DeleteParams { preconditions: Some(Preconditions { uid: b.metadata.uid.clone(), resource_version: Some(rv(&b)) }), ..Default::default() };

@@ -13,7 +13,7 @@ use http::{HeaderMap, Method, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, FieldError};
 use crate::faults::{Faults, RequestRecord};
 use crate::registry::{self, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -138,6 +138,12 @@ fn dispatch(
     if let Some(r) = discovery(inner, method, path) {
         return r;
     }
+    if let Some(p) = parse_parts(path) {
+        let st = inner.lock();
+        if !st.serves_group_version(&p.group, &p.version) {
+            return page_not_found();
+        }
+    }
     match resource_request(inner, method, path, q, headers, &body) {
         Ok(r) => r,
         Err(e) => error_response(&e),
@@ -175,14 +181,19 @@ fn discovery(inner: &Arc<Inner>, method: &Method, path: &str) -> Option<Response
         ["api"] => {
             registry::core_versions(&inner.address.lock().map(|a| a.clone()).unwrap_or_default())
         }
-        ["api", v] => registry::resource_list(&types, "", v)
-            .unwrap_or_else(|| ApiError::no_route().to_status()),
+        ["api", v] => match registry::resource_list(&types, "", v) {
+            Some(v) => v,
+            None => return Some(page_not_found()),
+        },
         ["apis"] => registry::group_list(&types),
-        ["apis", g] => {
-            registry::api_group(&types, g).unwrap_or_else(|| ApiError::no_route().to_status())
-        }
-        ["apis", g, v] => registry::resource_list(&types, g, v)
-            .unwrap_or_else(|| ApiError::no_route().to_status()),
+        ["apis", g] => match registry::api_group(&types, g) {
+            Some(v) => v,
+            None => return Some(page_not_found()),
+        },
+        ["apis", g, v] => match registry::resource_list(&types, g, v) {
+            Some(v) => v,
+            None => return Some(page_not_found()),
+        },
         _ => return None,
     };
     let code = if v["kind"] == "Status" { 404 } else { 200 };
@@ -355,8 +366,14 @@ fn resource_request(
             let ct = ct.split(';').next().unwrap_or_default().trim().to_owned();
             if ct == "application/apply-patch+yaml" {
                 if q.get("fieldManager").is_none_or(String::is_empty) {
-                    return Err(ApiError::bad_request(
-                        "fieldManager is required for apply requests",
+                    return Err(ApiError::invalid(
+                        "meta.k8s.io",
+                        "PatchOptions",
+                        "",
+                        &[FieldError::required(
+                            "fieldManager",
+                            "is required for apply patch",
+                        )],
                     ));
                 }
                 let text =
@@ -380,25 +397,21 @@ fn resource_request(
             match ct.as_str() {
                 "application/merge-patch+json" => {
                     if !patch.is_object() {
-                        return Err(ApiError::bad_request(
-                            "json: cannot unmarshal into Go value of type map[string]interface {}",
-                        ));
+                        return Err(merge_patch_not_object(&patch));
                     }
                     crate::merge::merge_patch(&mut new, &patch);
                 }
                 "application/json-patch+json" => crate::merge::json_patch(&mut new, &patch)?,
                 "application/strategic-merge-patch+json" => {
                     if !rt.builtin {
-                        return Err(ApiError::unsupported_media_type(&ct));
+                        return Err(ApiError::unsupported_media_type());
                     }
                     if !patch.is_object() {
-                        return Err(ApiError::bad_request(
-                            "json: cannot unmarshal into Go value of type map[string]interface {}",
-                        ));
+                        return Err(merge_patch_not_object(&patch));
                     }
                     crate::merge::merge_keyed(&mut new, &patch, &mut Vec::new(), true, true);
                 }
-                other => return Err(ApiError::unsupported_media_type(other)),
+                _ => return Err(ApiError::unsupported_media_type()),
             }
             let out = st.write_existing(
                 &rt,
@@ -490,18 +503,20 @@ fn list(
     for o in all.iter().take(limit) {
         let mut o = render(rt, version, o);
         if rt.builtin
-            && let Some(m) = o.as_object_mut() {
-                m.remove("apiVersion");
-                m.remove("kind");
-            }
+            && let Some(m) = o.as_object_mut()
+        {
+            m.remove("apiVersion");
+            m.remove("kind");
+        }
         items.push(o);
     }
     let mut metadata = json!({"resourceVersion": st.rv().to_string()});
     if all.len() > limit
-        && let Some(last) = all.get(limit - 1) {
-            metadata["continue"] = encode_continue(&obj_key(last)).into();
-            metadata["remainingItemCount"] = (all.len() - limit).into();
-        }
+        && let Some(last) = all.get(limit - 1)
+    {
+        metadata["continue"] = encode_continue(&obj_key(last)).into();
+        metadata["remainingItemCount"] = (all.len() - limit).into();
+    }
     Ok(json_response(
         200,
         &json!({
@@ -669,9 +684,9 @@ fn watch_response(
                     .send(Ok(event_line(t, render(&rt, &version, &ev.obj))))
                     .await
                     .is_err()
-                {
-                    return;
-                }
+            {
+                return;
+            }
         }
         let mut last_rv = w.start_rv;
         if w.initial_end_bookmark && tx.send(Ok(bookmark(last_rv, true))).await.is_err() {
@@ -712,6 +727,31 @@ fn watch_response(
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// A merge or strategic patch that is not a JSON object: 422, as the apiserver answers.
+fn merge_patch_not_object(patch: &Value) -> ApiError {
+    ApiError::invalid(
+        "",
+        "",
+        "",
+        &[FieldError::invalid(
+            "patch",
+            &format!("{:?}", patch.to_string()),
+            "couldn't get version/kind; json parse error",
+        )],
+    )
+}
+
+/// The Go mux's plain-text 404 for paths outside any served group/version.
+fn page_not_found() -> Response {
+    let mut r = Response::new(Body::from("404 page not found\n"));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
 }

@@ -170,28 +170,15 @@ fn name_errors(name: &str, label: bool) -> Option<FieldError> {
     if ok_chars && ends && name.len() <= max {
         return None;
     }
-    let what = if label {
-        "RFC 1123 label"
+    let detail = if label {
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
     } else {
-        "RFC 1123 subdomain"
-    };
-    let regex = if label {
-        "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-    } else {
-        "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-    };
-    let example = if label {
-        "'my-name',  or '123-abc'"
-    } else {
-        "'example.com'"
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
     };
     Some(FieldError::invalid(
         "metadata.name",
         &format!("{name:?}"),
-        &format!(
-            "a lowercase {what} must consist of lower case alphanumeric characters, '-'{} and must start and end with an alphanumeric character (e.g. {example}, regex used for validation is '{regex}')",
-            if label { "" } else { " or '.'" }
-        ),
+        detail,
     ))
 }
 
@@ -371,6 +358,12 @@ impl State {
             .map(|t| (t.clone(), version.to_owned()))
     }
 
+    pub(crate) fn serves_group_version(&self, group: &str, version: &str) -> bool {
+        self.types
+            .values()
+            .any(|t| t.group == group && t.versions.iter().any(|v| v == version))
+    }
+
     pub(crate) fn type_list(&self) -> Vec<&ResourceType> {
         self.types.values().collect()
     }
@@ -525,7 +518,7 @@ impl State {
                             .ok_or_else(|| cannot(format!("data.{k} must be a base64 string")))?;
                         if let Err(e) = base64::engine::general_purpose::STANDARD.decode(s) {
                             return Err(cannot(format!(
-                                "illegal base64 data at input byte {}",
+                                "v1.Secret.Data: decode base64: illegal base64 data at input byte {}",
                                 base64_error_offset(&e)
                             )));
                         }
@@ -586,18 +579,19 @@ impl State {
                 })?;
                 if old.is_none()
                     && let Some(existing) = self.types.get(&parsed.key())
-                        && existing.builtin {
-                            return Err(ApiError::invalid(
-                                &rt.group,
-                                "CustomResourceDefinition",
-                                &name,
-                                &[FieldError::invalid(
-                                    "spec.group",
-                                    &format!("{:?}", parsed.group),
-                                    "is a built-in group",
-                                )],
-                            ));
-                        }
+                    && existing.builtin
+                {
+                    return Err(ApiError::invalid(
+                        &rt.group,
+                        "CustomResourceDefinition",
+                        &name,
+                        &[FieldError::invalid(
+                            "spec.group",
+                            &format!("{:?}", parsed.group),
+                            "is a built-in group",
+                        )],
+                    ));
+                }
                 let names = obj["spec"]["names"].clone();
                 let mut accepted = names.clone();
                 if accepted.get("singular").is_none() {
@@ -720,10 +714,12 @@ impl State {
         if self.get(&tk, &ns, &name).is_some() {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
-        if rt.status && !rt.builtin
-            && let Some(o) = obj.as_object_mut() {
-                o.remove("status");
-            }
+        if rt.status
+            && !rt.builtin
+            && let Some(o) = obj.as_object_mut()
+        {
+            o.remove("status");
+        }
         self.type_rules(rt, None, obj, false)?;
         let fields = {
             let mut f = obj.clone();
@@ -984,21 +980,39 @@ impl State {
             .as_ref()
             .is_some_and(|cfg| stored.applied.get(&applied_key) != Some(cfg));
         if same_ignoring_bookkeeping(old, &new) {
-            if applied_changed && !req.dry_run
+            if applied_changed
+                && !req.dry_run
                 && let (Some(s), Some(cfg)) = (
                     self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)),
                     req.applied,
-                ) {
-                    s.applied.insert(applied_key, cfg);
-                }
+                )
+            {
+                s.applied.insert(applied_key, cfg);
+            }
             return Ok(old.clone());
         }
         if req.dry_run {
             return Ok(new);
         }
         let rv = self.bump();
-        meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
+        meta_mut(&mut new).insert("resourceVersion".into(), rv.clone().into());
         let deleting = meta(&new).get("deletionTimestamp").is_some() && finalizers(&new).is_empty();
+        if deleting {
+            // As the apiserver does: the object is deleted instead of updated; the DELETED event
+            // carries the last stored state at the deletion's resourceVersion, the response the
+            // new state at the previous one.
+            let mut gone = old.clone();
+            meta_mut(&mut gone).insert("resourceVersion".into(), rv.into());
+            if let Some(s) = self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)) {
+                s.obj = gone;
+            }
+            self.remove(&tk, &key);
+            meta_mut(&mut new).insert(
+                "resourceVersion".into(),
+                old["metadata"]["resourceVersion"].clone(),
+            );
+            return Ok(new);
+        }
         if let Some(s) = self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)) {
             s.obj = new.clone();
             if let Some(cfg) = req.applied {
@@ -1008,11 +1022,7 @@ impl State {
         if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
             self.register_crd(&new);
         }
-        if deleting {
-            self.remove(&tk, &key);
-        } else {
-            self.emit("MODIFIED", &tk, ns, new.clone(), Some(old.clone()));
-        }
+        self.emit("MODIFIED", &tk, ns, new.clone(), Some(old.clone()));
         Ok(new)
     }
 
@@ -1041,11 +1051,12 @@ impl State {
             ));
         }
         if let Some(n) = str_of(meta(&body), "name")
-            && n != name {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({name})"
-                )));
-            }
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
         let cfg = applied_config(&body, rt, status);
         let applied_key = format!("{manager}{}", if status { "/status" } else { "" });
         let tk = rt.key();
@@ -1120,19 +1131,21 @@ impl State {
         let obj = stored.obj;
         let uid = str_of(meta(&obj), "uid").unwrap_or_default().to_owned();
         self.uids.remove(&uid);
-        if tk.0 == "apiextensions.k8s.io" && tk.1 == "customresourcedefinitions"
-            && let Ok(t) = registry::from_crd(&obj) {
-                let ctk = t.key();
-                let names: Vec<ObjName> = self
-                    .objects
-                    .get(&ctk)
-                    .map(|m| m.keys().cloned().collect())
-                    .unwrap_or_default();
-                for n in names {
-                    self.force_remove(&ctk, &n);
-                }
-                self.types.remove(&ctk);
+        if tk.0 == "apiextensions.k8s.io"
+            && tk.1 == "customresourcedefinitions"
+            && let Ok(t) = registry::from_crd(&obj)
+        {
+            let ctk = t.key();
+            let names: Vec<ObjName> = self
+                .objects
+                .get(&ctk)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            for n in names {
+                self.force_remove(&ctk, &n);
             }
+            self.types.remove(&ctk);
+        }
         self.emit("DELETED", tk, &key.0, obj, None);
         self.collect_garbage(&uid);
         if !key.0.is_empty() {
@@ -1260,10 +1273,10 @@ impl State {
             if u != have {
                 return Err(ApiError::conflict_msg(
                     &rt.group,
-                    &rt.plural,
+                    &rt.kind,
                     name,
                     &format!(
-                        "Precondition failed: UID in precondition: {u}, UID in object meta: {have}"
+                        "the UID in the precondition ({u}) does not match the UID in record ({have}). The object might have been deleted and then recreated"
                     ),
                 ));
             }
@@ -1273,10 +1286,10 @@ impl State {
             if r != have {
                 return Err(ApiError::conflict_msg(
                     &rt.group,
-                    &rt.plural,
+                    &rt.kind,
                     name,
                     &format!(
-                        "Precondition failed: ResourceVersion in precondition: {r}, ResourceVersion in object meta: {have}"
+                        "the ResourceVersion in the precondition ({r}) does not match the ResourceVersion in record ({have}). The object might have been modified"
                     ),
                 ));
             }
@@ -1318,14 +1331,15 @@ impl State {
             for (dtk, m) in &self.objects {
                 for (k, s) in m {
                     if let Some(refs) = meta(&s.obj)["ownerReferences"].as_array()
-                        && refs.iter().any(|o| str_of(o, "uid") == Some(&uid)) {
-                            let rest = refs
-                                .iter()
-                                .filter(|o| str_of(o, "uid") != Some(&uid))
-                                .cloned()
-                                .collect();
-                            deps.push((dtk.clone(), k.clone(), rest));
-                        }
+                        && refs.iter().any(|o| str_of(o, "uid") == Some(&uid))
+                    {
+                        let rest = refs
+                            .iter()
+                            .filter(|o| str_of(o, "uid") != Some(&uid))
+                            .cloned()
+                            .collect();
+                        deps.push((dtk.clone(), k.clone(), rest));
+                    }
                 }
             }
             for (dtk, k, rest) in deps {
@@ -1429,13 +1443,14 @@ fn immutable_rules(old: &Value, new: &Value, fields: &[&str], errs: &mut Vec<Fie
 /// Rejects a body whose `apiVersion`/`kind` name another type.
 fn check_type_meta(rt: &ResourceType, version: &str, obj: &Value) -> ApiResult<()> {
     if let Some(k) = str_of(obj, "kind").filter(|k| !k.is_empty())
-        && k != rt.kind {
-            return Err(ApiError::bad_request(format!(
-                "the API version in the data ({}) does not match the expected API version ({})",
-                str_of(obj, "apiVersion").unwrap_or_default(),
-                rt.api_version(version)
-            )));
-        }
+        && k != rt.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({}) does not match the expected API version ({})",
+            str_of(obj, "apiVersion").unwrap_or_default(),
+            rt.api_version(version)
+        )));
+    }
     if let Some(av) = str_of(obj, "apiVersion").filter(|a| !a.is_empty()) {
         let (g, _) = av.rsplit_once('/').unwrap_or(("", av));
         if g != rt.group {
