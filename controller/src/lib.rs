@@ -1,1 +1,79 @@
-//! kseal-controller placeholder.
+//! `kseal-controller`: watches `SealedSecret`s and writes the Secrets they seal.
+//!
+//! Modules:
+//! - [`config`]: flags (Bitnami's names where the meaning is the same) → validated [`Config`];
+//! - [`state`]: what the reconciler, the HTTP server and the key loader share;
+//! - [`keys`]: loading the key ring from labelled key Secrets, hot reload, optional generation;
+//! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
+//! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
+//! - [`metrics`]: Prometheus metrics (Bitnami's names plus kseal's);
+//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
+
+pub mod config;
+pub mod env;
+pub mod http;
+pub mod keys;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
+pub mod state;
+
+pub use config::Config;
+pub use state::State;
+
+/// Errors of the controller. Each variant names the step that failed; messages never hold
+/// secret material (plaintext, private keys).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading the Secret a SealedSecret owns failed.
+    #[error("failed to get secret")]
+    GetSecret(#[source] kube::Error),
+    /// Creating, updating or patching the Secret failed.
+    #[error("failed to write secret")]
+    ApplySecret(#[source] kube::Error),
+    /// The Secret exists and is not owned by this SealedSecret (and not marked managed/patch).
+    #[error("resource {name:?} already exists and is not managed by SealedSecret")]
+    Unmanaged {
+        /// Name of the existing Secret.
+        name: String,
+    },
+    /// Decrypting or rendering failed.
+    #[error("failed to unseal")]
+    Unseal(#[source] kseal_api::Error),
+    /// Writing the SealedSecret's status failed.
+    #[error("failed to update status")]
+    Status(#[source] kube::Error),
+    /// Loading keys failed.
+    #[error("failed to load keys")]
+    FetchKeys(#[source] kube::Error),
+    /// No key is loaded yet.
+    #[error("no sealing keys are loaded")]
+    NoKeys,
+    /// The object lacks a name or namespace (cannot happen for objects from the API server).
+    #[error("object has no {0}")]
+    MissingMetadata(&'static str),
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API request failed")]
+    Kube(#[source] kube::Error),
+}
+
+impl Error {
+    /// The `reason` label of `sealed_secrets_controller_unseal_errors_total`
+    /// (Bitnami's values where they exist).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::GetSecret(_) => "fetch",
+            Error::ApplySecret(_) => "update",
+            Error::Unmanaged { .. } => "unmanaged",
+            Error::Unseal(_) | Error::NoKeys => "unseal",
+            Error::Status(_) => "status",
+            Error::FetchKeys(_) => "keys",
+            Error::MissingMetadata(_) => "invalid",
+            Error::Kube(_) => "kube",
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,379 @@
+//! Flags and the validated configuration.
+//!
+//! Flag names follow Bitnami's controller where the meaning is the same, so existing
+//! manifests and Helm values translate directly. Every flag can also be set from a `KSEAL_*`
+//! environment variable ([`crate::env`]); a flag on the command line wins.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+use crate::env;
+
+/// Command-line arguments of `kseal-controller`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kseal-controller",
+    version,
+    about = "Unseals SealedSecrets into Secrets"
+)]
+pub struct Args {
+    /// Namespace holding the key Secrets (default: POD_NAMESPACE, else the service account's
+    /// namespace, else `kube-system`)
+    #[arg(long, env = env::POD_NAMESPACE)]
+    pub controller_namespace: Option<String>,
+    /// Prefix of generated key Secrets; a Secret named exactly this is loaded as a legacy key
+    #[arg(long, env = env::KSEAL_KEY_PREFIX, default_value = "sealed-secrets-key")]
+    pub key_prefix: String,
+    /// RSA size of generated keys
+    #[arg(long, env = env::KSEAL_KEY_SIZE, default_value_t = 4096)]
+    pub key_size: u32,
+    /// Validity of generated certificates (Go duration, e.g. 87600h)
+    #[arg(long, env = env::KSEAL_KEY_TTL, default_value = "87600h", value_parser = parse_duration)]
+    pub key_ttl: Duration,
+    /// Common name of generated certificates
+    #[arg(long, env = env::KSEAL_MY_CN, default_value = "")]
+    pub my_cn: String,
+    /// Which time orders keys (the newest seals)
+    #[arg(long, env = env::KSEAL_KEY_ORDER_PRIORITY, value_enum, default_value = "CertNotBefore")]
+    pub key_order_priority: KeyOrder,
+    /// Generate a key in-cluster when no key Secret exists (off by default: keys come from the
+    /// fleet's key ring)
+    #[arg(long, env = env::KSEAL_GENERATE_KEY_IF_MISSING, action = ArgAction::Set, default_value_t = false)]
+    pub generate_key_if_missing: bool,
+    /// Accept the deprecated whole-Secret `spec.data` format
+    #[arg(long, env = env::KSEAL_ACCEPT_DEPRECATED_V1_DATA, action = ArgAction::Set, default_value_t = true)]
+    pub accept_deprecated_v1_data: bool,
+    /// Watch SealedSecrets in all namespaces (false: the controller namespace only)
+    #[arg(long, env = env::KSEAL_ALL_NAMESPACES, action = ArgAction::Set, default_value_t = true)]
+    pub all_namespaces: bool,
+    /// Comma-separated namespaces to watch besides the controller's (implies not all)
+    #[arg(long, env = env::KSEAL_ADDITIONAL_NAMESPACES, value_delimiter = ',')]
+    pub additional_namespaces: Vec<String>,
+    /// Only handle SealedSecrets (and their Secrets) matching this label selector
+    #[arg(long, env = env::KSEAL_LABEL_SELECTOR)]
+    pub label_selector: Option<String>,
+    /// Write the SealedSecret status subresource
+    #[arg(long, env = env::KSEAL_UPDATE_STATUS, action = ArgAction::Set, default_value_t = true)]
+    pub update_status: bool,
+    /// Do not watch Secrets (no re-creation of deleted Secrets, no drift correction)
+    #[arg(long, env = env::KSEAL_SKIP_RECREATE, action = ArgAction::Set, default_value_t = false)]
+    pub skip_recreate: bool,
+    /// Revert edits to owned Secrets
+    #[arg(long, env = env::KSEAL_DRIFT_CORRECTION, action = ArgAction::Set, default_value_t = true)]
+    pub drift_correction: bool,
+    /// Re-check every SealedSecret this often (with jitter; 0 disables)
+    #[arg(long, env = env::KSEAL_RESYNC_PERIOD, default_value = "10m", value_parser = parse_duration)]
+    pub resync_period: Duration,
+    /// SealedSecrets reconciled in parallel
+    #[arg(long, env = env::KSEAL_CONCURRENCY, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
+    /// /v1/verify and /v1/rotate sustained requests per second
+    #[arg(long, env = env::KSEAL_RATE_LIMIT, default_value_t = 2.0)]
+    pub rate_limit: f64,
+    /// /v1/verify and /v1/rotate burst
+    #[arg(long, env = env::KSEAL_RATE_LIMIT_BURST, default_value_t = 2)]
+    pub rate_limit_burst: u32,
+    /// Address of the API server (certificate, verify, rotate, health)
+    #[arg(long, env = env::KSEAL_LISTEN_ADDR, default_value = "0.0.0.0:8080")]
+    pub listen_addr: SocketAddr,
+    /// Address of the metrics server
+    #[arg(long, env = env::KSEAL_LISTEN_METRICS_ADDR, default_value = "0.0.0.0:8081")]
+    pub listen_metrics_addr: SocketAddr,
+    /// Elect a leader among replicas; only the leader writes
+    #[arg(long, env = env::KSEAL_LEADER_ELECT, action = ArgAction::Set, default_value_t = true)]
+    pub leader_elect: bool,
+    /// Name of the leader-election Lease in the controller namespace
+    #[arg(long, env = env::KSEAL_LEADER_ELECTION_LEASE, default_value = "kseal-controller")]
+    pub leader_election_lease: String,
+    /// Log format
+    #[arg(long, env = env::KSEAL_LOG_FORMAT, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Log filter (RUST_LOG syntax, e.g. `info` or `kseal_controller=debug`)
+    #[arg(long, env = env::KSEAL_LOG_LEVEL, default_value = "info")]
+    pub log_level: String,
+}
+
+/// How keys are ordered (Bitnami's `--key-order-priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "verbatim")]
+pub enum KeyOrder {
+    /// The certificate's NotBefore.
+    CertNotBefore,
+    /// The key Secret's creationTimestamp.
+    SecretCreationTimestamp,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Which namespaces are watched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Namespaces {
+    /// Every namespace.
+    All,
+    /// These namespaces only (the controller's first).
+    Only(Vec<String>),
+}
+
+/// The validated configuration, built once from [`Args`] before any I/O.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Namespace of the key Secrets and the Lease.
+    pub controller_namespace: String,
+    /// Key Secret name prefix.
+    pub key_prefix: String,
+    /// RSA size of generated keys.
+    pub key_size: kseal_keys::KeySize,
+    /// Validity of generated certificates.
+    pub key_ttl: Duration,
+    /// Common name of generated certificates.
+    pub my_cn: String,
+    /// Key ordering.
+    pub key_order: KeyOrder,
+    /// Generate a key when none exists.
+    pub generate_key_if_missing: bool,
+    /// Accept `spec.data`.
+    pub accept_deprecated_v1_data: bool,
+    /// Watched namespaces.
+    pub namespaces: Namespaces,
+    /// Label selector on SealedSecrets and Secrets.
+    pub label_selector: Option<String>,
+    /// Write status.
+    pub update_status: bool,
+    /// Do not watch Secrets.
+    pub skip_recreate: bool,
+    /// Revert edits to owned Secrets.
+    pub drift_correction: bool,
+    /// Periodic resync (None: off).
+    pub resync_period: Option<Duration>,
+    /// Parallel reconciles.
+    pub concurrency: u16,
+    /// verify/rotate rate limit (per second) and burst.
+    pub rate_limit: (f64, u32),
+    /// API listen address.
+    pub listen_addr: SocketAddr,
+    /// Metrics listen address.
+    pub listen_metrics_addr: SocketAddr,
+    /// Leader election: the Lease name, or None when disabled.
+    pub leader_election_lease: Option<String>,
+    /// This replica's identity (pod name or hostname).
+    pub identity: String,
+}
+
+/// Why a configuration is invalid.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Unsupported RSA size.
+    #[error("unsupported --key-size {0}: use 2048, 3072 or 4096")]
+    KeySize(u32),
+    /// Bad key prefix.
+    #[error("invalid --key-prefix {0:?}: at most 245 characters of a-z, 0-9 and '-'")]
+    KeyPrefix(String),
+    /// Bad rate limit.
+    #[error("invalid --rate-limit {0}: must be a positive number")]
+    RateLimit(String),
+    /// Empty namespace name in a list.
+    #[error("invalid --additional-namespaces: empty namespace name")]
+    EmptyNamespace,
+}
+
+impl Config {
+    /// Validates `args`. `default_namespace` is the service account's namespace, if known.
+    pub fn from_args(args: Args, default_namespace: Option<String>) -> Result<Self, ConfigError> {
+        let key_size = kseal_keys::KeySize::from_bits(args.key_size as usize)
+            .ok_or(ConfigError::KeySize(args.key_size))?;
+        let prefix_ok = !args.key_prefix.is_empty()
+            && args.key_prefix.len() <= 245
+            && args
+                .key_prefix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !prefix_ok {
+            return Err(ConfigError::KeyPrefix(args.key_prefix));
+        }
+        if !(args.rate_limit.is_finite() && args.rate_limit > 0.0) || args.rate_limit_burst == 0 {
+            return Err(ConfigError::RateLimit(format!(
+                "{}/burst {}",
+                args.rate_limit, args.rate_limit_burst
+            )));
+        }
+        let controller_namespace = args
+            .controller_namespace
+            .filter(|n| !n.is_empty())
+            .or(default_namespace)
+            .unwrap_or_else(|| "kube-system".to_owned());
+        let extra: Vec<String> = args
+            .additional_namespaces
+            .iter()
+            .map(|n| n.trim().to_owned())
+            .collect();
+        if extra.len() > 1 && extra.iter().any(String::is_empty) {
+            return Err(ConfigError::EmptyNamespace);
+        }
+        let extra: Vec<String> = extra.into_iter().filter(|n| !n.is_empty()).collect();
+        let namespaces = if !extra.is_empty() {
+            let mut list = vec![controller_namespace.clone()];
+            for ns in extra {
+                if !list.contains(&ns) {
+                    list.push(ns);
+                }
+            }
+            Namespaces::Only(list)
+        } else if args.all_namespaces {
+            Namespaces::All
+        } else {
+            Namespaces::Only(vec![controller_namespace.clone()])
+        };
+        let identity = std::env::var(env::POD_NAME)
+            .ok()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("kseal-controller-{}", std::process::id()));
+        Ok(Self {
+            controller_namespace,
+            key_prefix: args.key_prefix,
+            key_size,
+            key_ttl: args.key_ttl,
+            my_cn: args.my_cn,
+            key_order: args.key_order_priority,
+            generate_key_if_missing: args.generate_key_if_missing,
+            accept_deprecated_v1_data: args.accept_deprecated_v1_data,
+            namespaces,
+            label_selector: args.label_selector.filter(|s| !s.trim().is_empty()),
+            update_status: args.update_status,
+            skip_recreate: args.skip_recreate,
+            drift_correction: args.drift_correction && !args.skip_recreate,
+            resync_period: (!args.resync_period.is_zero()).then_some(args.resync_period),
+            concurrency: args.concurrency,
+            rate_limit: (args.rate_limit, args.rate_limit_burst),
+            listen_addr: args.listen_addr,
+            listen_metrics_addr: args.listen_metrics_addr,
+            leader_election_lease: args.leader_elect.then_some(args.leader_election_lease),
+            identity,
+        })
+    }
+}
+
+/// Parses a Go-style duration: `720h`, `1h30m`, `90s`, `500ms`, `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let err = || format!("invalid duration {text:?}: use Go syntax such as 720h, 10m or 90s");
+    let s = text.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    if rest.is_empty() {
+        return Err(err());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        if digits == 0 {
+            return Err(err());
+        }
+        let value: f64 = rest[..digits].parse().map_err(|_| err())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(err()),
+        };
+        rest = &rest[unit_len..];
+        total += Duration::try_from_secs_f64(value * secs).map_err(|_| err())?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec!["kseal-controller"];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_duration("720h"), Ok(Duration::from_secs(720 * 3600)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("h").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn defaults_match_bitnami_where_meaning_is_shared() {
+        let c = Config::from_args(args(&[]), Some("sealed".into())).unwrap();
+        assert_eq!(c.controller_namespace, "sealed");
+        assert_eq!(c.key_prefix, "sealed-secrets-key");
+        assert_eq!(c.key_size, kseal_keys::KeySize::Rsa4096);
+        assert_eq!(c.key_ttl, Duration::from_secs(87_600 * 3600));
+        assert_eq!(c.namespaces, Namespaces::All);
+        assert!(c.update_status && c.accept_deprecated_v1_data && c.drift_correction);
+        assert!(!c.generate_key_if_missing);
+        assert_eq!(c.rate_limit, (2.0, 2));
+        assert_eq!(c.leader_election_lease.as_deref(), Some("kseal-controller"));
+    }
+
+    #[test]
+    fn additional_namespaces_watch_own_plus_listed() {
+        let c = Config::from_args(
+            args(&[
+                "--controller-namespace",
+                "ks",
+                "--additional-namespaces",
+                "a,b,a",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.namespaces,
+            Namespaces::Only(vec!["ks".into(), "a".into(), "b".into()])
+        );
+        let c = Config::from_args(args(&["--all-namespaces", "false"]), None).unwrap();
+        assert_eq!(c.namespaces, Namespaces::Only(vec!["kube-system".into()]));
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let e = Config::from_args(args(&["--key-size", "1024"]), None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unsupported --key-size 1024: use 2048, 3072 or 4096"
+        );
+        let e = Config::from_args(args(&["--key-prefix", "Bad_Prefix"]), None).unwrap_err();
+        assert!(e.to_string().starts_with("invalid --key-prefix"));
+        let e = Config::from_args(args(&["--rate-limit", "0"]), None).unwrap_err();
+        assert!(e.to_string().starts_with("invalid --rate-limit"));
+        assert!(Args::try_parse_from(["kseal-controller", "--key-ttl", "10d"]).is_err());
+    }
+
+    #[test]
+    fn skip_recreate_disables_drift_correction() {
+        let c = Config::from_args(args(&["--skip-recreate", "true"]), None).unwrap();
+        assert!(!c.drift_correction);
+    }
+}

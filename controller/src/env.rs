@@ -1,0 +1,53 @@
+//! Every environment variable `kseal-controller` reads, declared once.
+
+/// Namespace the controller runs in (set by the Downward API); holds the key Secrets.
+pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
+/// Name of this pod (Downward API); the leader-election identity.
+pub const POD_NAME: &str = "POD_NAME";
+
+/// `--key-prefix`.
+pub const KSEAL_KEY_PREFIX: &str = "KSEAL_KEY_PREFIX";
+/// `--key-size`.
+pub const KSEAL_KEY_SIZE: &str = "KSEAL_KEY_SIZE";
+/// `--key-ttl`.
+pub const KSEAL_KEY_TTL: &str = "KSEAL_KEY_TTL";
+/// `--my-cn`.
+pub const KSEAL_MY_CN: &str = "KSEAL_MY_CN";
+/// `--key-order-priority`.
+pub const KSEAL_KEY_ORDER_PRIORITY: &str = "KSEAL_KEY_ORDER_PRIORITY";
+/// `--generate-key-if-missing`.
+pub const KSEAL_GENERATE_KEY_IF_MISSING: &str = "KSEAL_GENERATE_KEY_IF_MISSING";
+/// `--accept-deprecated-v1-data`.
+pub const KSEAL_ACCEPT_DEPRECATED_V1_DATA: &str = "KSEAL_ACCEPT_DEPRECATED_V1_DATA";
+/// `--all-namespaces`.
+pub const KSEAL_ALL_NAMESPACES: &str = "KSEAL_ALL_NAMESPACES";
+/// `--additional-namespaces`.
+pub const KSEAL_ADDITIONAL_NAMESPACES: &str = "KSEAL_ADDITIONAL_NAMESPACES";
+/// `--label-selector`.
+pub const KSEAL_LABEL_SELECTOR: &str = "KSEAL_LABEL_SELECTOR";
+/// `--update-status`.
+pub const KSEAL_UPDATE_STATUS: &str = "KSEAL_UPDATE_STATUS";
+/// `--skip-recreate`.
+pub const KSEAL_SKIP_RECREATE: &str = "KSEAL_SKIP_RECREATE";
+/// `--drift-correction`.
+pub const KSEAL_DRIFT_CORRECTION: &str = "KSEAL_DRIFT_CORRECTION";
+/// `--resync-period`.
+pub const KSEAL_RESYNC_PERIOD: &str = "KSEAL_RESYNC_PERIOD";
+/// `--concurrency`.
+pub const KSEAL_CONCURRENCY: &str = "KSEAL_CONCURRENCY";
+/// `--rate-limit`.
+pub const KSEAL_RATE_LIMIT: &str = "KSEAL_RATE_LIMIT";
+/// `--rate-limit-burst`.
+pub const KSEAL_RATE_LIMIT_BURST: &str = "KSEAL_RATE_LIMIT_BURST";
+/// `--listen-addr`.
+pub const KSEAL_LISTEN_ADDR: &str = "KSEAL_LISTEN_ADDR";
+/// `--listen-metrics-addr`.
+pub const KSEAL_LISTEN_METRICS_ADDR: &str = "KSEAL_LISTEN_METRICS_ADDR";
+/// `--leader-elect`.
+pub const KSEAL_LEADER_ELECT: &str = "KSEAL_LEADER_ELECT";
+/// `--leader-election-lease`.
+pub const KSEAL_LEADER_ELECTION_LEASE: &str = "KSEAL_LEADER_ELECTION_LEASE";
+/// `--log-format`.
+pub const KSEAL_LOG_FORMAT: &str = "KSEAL_LOG_FORMAT";
+/// `--log-level` (a `RUST_LOG`-style filter).
+pub const KSEAL_LOG_LEVEL: &str = "KSEAL_LOG_LEVEL";

@@ -1,0 +1,3 @@
+//! `kseal-controller` binary entry point.
+
+fn main() {}

@@ -1,0 +1,253 @@
+//! Prometheus metrics: Bitnami's `sealed_secrets_controller_*` names (so existing dashboards
+//! and the `SealedSecretsUnsealErrorHigh` alert keep working) plus kseal's own `kseal_*`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Labels of `sealed_secrets_controller_unseal_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// [`crate::Error::metric_label`].
+    pub reason: String,
+    /// Namespace of the SealedSecret.
+    pub namespace: String,
+}
+
+/// Labels of `sealed_secrets_controller_condition_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    /// Namespace of the SealedSecret.
+    pub namespace: String,
+    /// Name of the SealedSecret.
+    pub name: String,
+    /// Condition type (`Synced`).
+    pub condition: String,
+    /// The SealedSecret's `app.kubernetes.io/instance` label.
+    pub ss_app_kubernetes_io_instance: String,
+}
+
+/// Labels of the HTTP request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// Route path.
+    pub path: String,
+    /// Status code.
+    pub code: String,
+    /// Method.
+    pub method: String,
+}
+
+/// Labels of the HTTP duration histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpRouteLabels {
+    /// Route path.
+    pub path: String,
+    /// Method.
+    pub method: String,
+}
+
+/// Labels of the key-load error counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyErrorLabels {
+    /// Why a key Secret was skipped.
+    pub reason: String,
+}
+
+/// Labels of the reconcile outcome counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `created`, `updated`, `unchanged` (skipped without RSA work), `failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    revision: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// Every metric the controller exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `sealed_secrets_controller_unseal_requests_total`: reconciles attempted.
+    pub unseal_requests: Counter,
+    /// `sealed_secrets_controller_unseal_errors_total{reason,namespace}`.
+    pub unseal_errors: Family<ErrorLabels, Counter>,
+    /// `sealed_secrets_controller_condition_info`: −1 false, 0 unknown, 1 true.
+    pub condition_info: Family<ConditionLabels, Gauge>,
+    /// `sealed_secrets_controller_http_requests_total{path,code,method}`.
+    pub http_requests: Family<HttpLabels, Counter>,
+    /// `sealed_secrets_controller_http_request_duration_seconds{path,method}`.
+    pub http_duration: HistogramFamily<HttpRouteLabels>,
+    /// `kseal_keys_loaded`: keys in the ring.
+    pub keys_loaded: Gauge,
+    /// `kseal_sealing_key_age_seconds`: age of the newest key.
+    pub sealing_key_age_seconds: Gauge,
+    /// `kseal_key_load_errors_total{reason}`: key Secrets skipped.
+    pub key_load_errors: Family<KeyErrorLabels, Counter>,
+    /// `kseal_rsa_operations_total`: RSA private-key operations.
+    pub rsa_operations: Counter,
+    /// `kseal_reconcile_duration_seconds`.
+    pub reconcile_duration: Histogram,
+    /// `kseal_reconciles_total{outcome}`.
+    pub reconciles: Family<OutcomeLabels, Counter>,
+    /// `kseal_is_leader`: 1 while this replica holds the Lease.
+    pub is_leader: Gauge,
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let build = Info::new(BuildLabels {
+            revision: env!("CARGO_PKG_VERSION").to_owned(),
+        });
+        let m = Self {
+            unseal_requests: Counter::default(),
+            unseal_errors: Family::default(),
+            condition_info: Family::default(),
+            http_requests: Family::default(),
+            http_duration: Family::new_with_constructor(latency_histogram),
+            keys_loaded: Gauge::default(),
+            sealing_key_age_seconds: Gauge::default(),
+            key_load_errors: Family::default(),
+            rsa_operations: Counter::default(),
+            reconcile_duration: latency_histogram(),
+            reconciles: Family::default(),
+            is_leader: Gauge::default(),
+            registry: Registry::default(),
+        };
+        {
+            let r = registry.sub_registry_with_prefix("sealed_secrets_controller");
+            r.register("build", "Build information of the controller", build);
+            r.register(
+                "unseal_requests",
+                "SealedSecret reconciles attempted",
+                m.unseal_requests.clone(),
+            );
+            r.register(
+                "unseal_errors",
+                "SealedSecret reconciles that failed, by reason",
+                m.unseal_errors.clone(),
+            );
+            r.register(
+                "condition_info",
+                "Synced condition of each SealedSecret: -1 false, 0 unknown, 1 true",
+                m.condition_info.clone(),
+            );
+            r.register(
+                "http_requests",
+                "HTTP requests to the controller API",
+                m.http_requests.clone(),
+            );
+            r.register_with_unit(
+                "http_request_duration",
+                "HTTP request latency",
+                Unit::Seconds,
+                m.http_duration.clone(),
+            );
+        }
+        {
+            let r = registry.sub_registry_with_prefix("kseal");
+            r.register("keys_loaded", "Keys in the key ring", m.keys_loaded.clone());
+            r.register_with_unit(
+                "sealing_key_age",
+                "Age of the newest (sealing) key",
+                Unit::Seconds,
+                m.sealing_key_age_seconds.clone(),
+            );
+            r.register(
+                "key_load_errors",
+                "Key Secrets that could not be loaded, by reason",
+                m.key_load_errors.clone(),
+            );
+            r.register(
+                "rsa_operations",
+                "RSA private-key operations performed",
+                m.rsa_operations.clone(),
+            );
+            r.register_with_unit(
+                "reconcile_duration",
+                "Time to reconcile one SealedSecret",
+                Unit::Seconds,
+                m.reconcile_duration.clone(),
+            );
+            r.register(
+                "reconciles",
+                "Reconciles by outcome (unchanged = skipped without RSA work)",
+                m.reconciles.clone(),
+            );
+            r.register(
+                "is_leader",
+                "1 while this replica holds the leader Lease",
+                m.is_leader.clone(),
+            );
+        }
+        Self { registry, ..m }
+    }
+
+    /// Counts a failed reconcile.
+    pub fn count_error(&self, error: &crate::Error, namespace: &str) {
+        self.unseal_errors
+            .get_or_create(&ErrorLabels {
+                reason: error.metric_label().to_owned(),
+                namespace: namespace.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bitnami_metric_names_are_exported() {
+        let m = Metrics::new();
+        m.unseal_requests.inc();
+        m.count_error(&crate::Error::NoKeys, "prod");
+        m.http_requests
+            .get_or_create(&HttpLabels {
+                path: "/v1/cert.pem".into(),
+                code: "200".into(),
+                method: "GET".into(),
+            })
+            .inc();
+        let text = m.encode();
+        for name in [
+            "sealed_secrets_controller_build_info{revision=",
+            "sealed_secrets_controller_unseal_requests_total 1",
+            "sealed_secrets_controller_unseal_errors_total{reason=\"unseal\",namespace=\"prod\"} 1",
+            "sealed_secrets_controller_http_requests_total{path=\"/v1/cert.pem\",code=\"200\",method=\"GET\"} 1",
+            "kseal_keys_loaded 0",
+            "kseal_rsa_operations_total 0",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}
