@@ -113,7 +113,7 @@ impl ApiError {
         let mut e = Self::new(
             422,
             "Invalid",
-            format!("{kind} \"{name}\" is invalid: {list}"),
+            format!("{} \"{name}\" is invalid: {list}", qualified(group, kind)),
         );
         e.details = Some(Box::new(Details {
             name: name.to_owned(),
