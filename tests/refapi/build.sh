@@ -100,6 +100,8 @@ on_exit() {
   fi
 }
 trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 for tool in apt-get dpkg-deb tar sha256sum find grep sed nice; do
   command -v "${tool}" >/dev/null || die "required tool not found: ${tool}"
@@ -129,7 +131,8 @@ ROOT="${WORK}/root"     # Debian packages unpacked here
 GOPATH_DIR="${WORK}/gopath"
 SRC="${GOPATH_DIR}/src/k8s.io/kubernetes"
 OUT="${WORK}/out"
-if [[ "${KEEP_GOCACHE}" == 1 ]]; then
+if [[ "${KEEP_GOCACHE}" == 1 || -d "${CACHE}/gocache" ]]; then
+  # Reuse a Go build cache kept by an earlier --keep-gocache run.
   GOCACHE_DIR="${CACHE}/gocache"
 else
   GOCACHE_DIR="${WORK}/gocache"
@@ -243,7 +246,7 @@ mkdir -p "${WORK}/srcpkg"
   die "expected ${K8S_ORIG_TARBALL}, got: $(ls "${WORK}/srcpkg")"
 echo "${K8S_ORIG_SHA256}  ${WORK}/srcpkg/${K8S_ORIG_TARBALL}" | sha256sum -c --quiet - ||
   die "sha256 mismatch for ${K8S_ORIG_TARBALL}"
-DEB_SRC_VERSION="$(sed -n 's/^Version: //p' "${WORK}"/srcpkg/*.dsc | head -n1)"
+DEB_SRC_VERSION="$(sed -n '/^Version: /{s/^Version: //;p;q}' "${WORK}"/srcpkg/*.dsc)"
 
 # ---------------------------------------------------------------------------
 step "download and unpack ${DEBS[*]}"
@@ -347,7 +350,7 @@ step "install into ${CACHE}/bin and clean up"
 "${OUT}/kube-apiserver" --version >&2
 "${OUT}/kubectl" version --client --short >&2 || "${OUT}/kubectl" version --client >&2
 cp "${ROOT}/usr/bin/etcd" "${ROOT}/usr/bin/etcdctl" "${OUT}/"
-"${OUT}/etcd" --version | head -n1 >&2
+"${OUT}/etcd" --version >&2
 rm -f "${CACHE}/stamp"
 rm -rf "${CACHE:?}/bin.new" "${CACHE:?}/bin.old"
 mkdir -p "${CACHE}/bin.new"

@@ -144,6 +144,26 @@ if k -n kube-system get secrets --as="${SA}" >/dev/null 2>&1; then
 fi
 log "ok: RBAC denies outside the RoleBinding's namespace"
 
+# --- kubectl kustomize + server-side dry run -------------------------------------
+KDIR="$(mktemp -d)"
+trap 'rm -rf "${KDIR}"; cleanup' EXIT
+cat >"${KDIR}/kustomization.yaml" <<EOF
+namePrefix: kz-
+resources: [cm.yaml]
+EOF
+cat >"${KDIR}/cm.yaml" <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {a: "1"}
+EOF
+dry="$(k kustomize "${KDIR}" | k -n "${NS}" apply --server-side --dry-run=server -f -)"
+[[ "${dry}" == *"configmap/kz-settings"* ]] || fail "unexpected dry-run output: ${dry}"
+if k -n "${NS}" get configmap kz-settings >/dev/null 2>&1; then
+  fail "server-side dry run created the object"
+fi
+log "ok: kubectl kustomize piped into a server-side dry run"
+
 # --- namespace deletion ----------------------------------------------------------
 k delete namespace "${NS}" --wait=false >/dev/null
 eventually "namespace controller finished deleting ${NS}" absent get namespace "${NS}"

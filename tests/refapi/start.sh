@@ -18,14 +18,14 @@
 #   KSEAL_REFAPI_STATE          state dir to use; must be empty or absent
 #                               (default: a new mktemp dir)
 #   KSEAL_REFAPI_START_TIMEOUT  seconds to wait for readiness (default: 120)
-#   KSEAL_REFAPI_ETCD_TMPFS     1 (default) = keep etcd's data in /dev/shm when
-#                               it is writable (much faster); 0 = in the state dir
+#   KSEAL_REFAPI_ETCD_TMPFS     1 = keep etcd's data in /dev/shm when it has at
+#                               least 512 MiB free; 0 (default) = in the state dir
 set -euo pipefail
 
 CACHE="${KSEAL_REFAPI_CACHE:-${HOME}/.cache/kseal-refapi}"
 BIN="${CACHE}/bin"
 TIMEOUT="${KSEAL_REFAPI_START_TIMEOUT:-120}"
-ETCD_TMPFS="${KSEAL_REFAPI_ETCD_TMPFS:-1}"
+ETCD_TMPFS="${KSEAL_REFAPI_ETCD_TMPFS:-0}"
 # Controllers needed by the tests: garbage collection (ownerReferences),
 # namespace deletion, service accounts and their token secrets, and
 # ClusterRole aggregation (for aggregate-to-* RBAC roles).
@@ -62,8 +62,15 @@ touch "${STATE}/.kseal-refapi-state" # marker checked by stop.sh before deleting
 chmod 700 "${STATE}"
 
 ETCD_DATA="${STATE}/etcd"
-if [[ "${ETCD_TMPFS}" == 1 ]] && [[ -d /dev/shm && -w /dev/shm ]]; then
-  ETCD_DATA="$(mktemp -d /dev/shm/kseal-refapi-etcd.XXXXXX)"
+if [[ "${ETCD_TMPFS}" == 1 ]]; then
+  # etcd preallocates 64 MiB WAL segments; small container /dev/shm mounts
+  # (often 64 MiB) would fill up.
+  shm_free_kib="$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')"
+  if [[ -w /dev/shm ]] && [[ "${shm_free_kib:-0}" -ge 524288 ]]; then
+    ETCD_DATA="$(mktemp -d /dev/shm/kseal-refapi-etcd.XXXXXX)"
+  else
+    log "/dev/shm is missing, read-only or smaller than 512 MiB; etcd data stays in the state dir"
+  fi
 fi
 echo "${ETCD_DATA}" >"${STATE}/etcd-data-dir"
 
