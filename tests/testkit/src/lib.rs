@@ -30,6 +30,7 @@
 
 mod error;
 mod faults;
+mod managed;
 mod merge;
 mod registry;
 pub mod scenarios;
@@ -203,6 +204,7 @@ impl TestApiServer {
                 obj,
                 "kseal-testkit",
                 false,
+                true,
                 &version,
                 false,
             )

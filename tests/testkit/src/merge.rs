@@ -183,93 +183,6 @@ fn strip_directives(v: &mut Value) {
     }
 }
 
-/// Server-side apply pruning: removes from `target` what `old` (this manager's previous applied
-/// configuration) set but `new` (its current one) does not, unless `others` (other appliers'
-/// configurations) still set it.
-pub(crate) fn prune(
-    target: &mut Value,
-    old: &Value,
-    new: &Value,
-    others: &[&Value],
-    path: &mut Vec<String>,
-    builtin: bool,
-) {
-    match (old, target) {
-        (Value::Object(o), Value::Object(t)) => {
-            for (k, ov) in o {
-                let nv = new.get(k);
-                let other_vals: Vec<&Value> = others.iter().filter_map(|x| x.get(k)).collect();
-                match nv {
-                    None => {
-                        if other_vals.is_empty() {
-                            t.remove(k);
-                        } else if let Some(tv) = t.get_mut(k) {
-                            // Other appliers keep parts of it: prune only what no one else sets.
-                            path.push(k.clone());
-                            prune(tv, ov, &Value::Null, &other_vals, path, builtin);
-                            path.pop();
-                        }
-                    }
-                    Some(nv) => {
-                        if let Some(tv) = t.get_mut(k) {
-                            path.push(k.clone());
-                            prune(tv, ov, nv, &other_vals, path, builtin);
-                            path.pop();
-                        }
-                    }
-                }
-            }
-        }
-        (Value::Array(o), Value::Array(t)) => {
-            let empty = Vec::new();
-            let n = new.as_array().unwrap_or(&empty);
-            match list_type(path, builtin, o) {
-                ListType::Atomic => {}
-                ListType::Set => {
-                    t.retain(|x| {
-                        !(o.contains(x)
-                            && !n.contains(x)
-                            && !others.iter().any(|oth| contains_item(oth, x)))
-                    });
-                }
-                ListType::Map(key) => {
-                    for oi in o {
-                        let id = oi.get(key);
-                        let find = |list: &Value| -> Option<Value> {
-                            list.as_array()
-                                .and_then(|a| a.iter().find(|i| i.get(key) == id).cloned())
-                        };
-                        let ni = n.iter().find(|i| i.get(key) == id).cloned();
-                        let other_items: Vec<Value> =
-                            others.iter().filter_map(|x| find(x)).collect();
-                        let other_refs: Vec<&Value> = other_items.iter().collect();
-                        match ni {
-                            None if other_refs.is_empty() => t.retain(|i| i.get(key) != id),
-                            ni => {
-                                if let Some(ti) = t.iter_mut().find(|i| i.get(key) == id) {
-                                    prune(
-                                        ti,
-                                        oi,
-                                        ni.as_ref().unwrap_or(&Value::Null),
-                                        &other_refs,
-                                        path,
-                                        builtin,
-                                    );
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-fn contains_item(list: &Value, x: &Value) -> bool {
-    list.as_array().is_some_and(|a| a.contains(x))
-}
-
 /// Applies an RFC 6902 JSON patch the way the apiserver's Go library does. In particular a
 /// `test` of `null` against a missing path succeeds (kube-runtime's `finalizer()` relies on it),
 /// which the Rust `json-patch` crate rejects.
@@ -365,16 +278,6 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.code, 422);
-    }
-
-    #[test]
-    fn apply_prunes_only_own_fields() {
-        let mut obj = json!({"data": {"a": "1", "b": "2", "c": "3"}});
-        let old = json!({"data": {"a": "1", "b": "2"}});
-        let new = json!({"data": {"a": "1"}});
-        let other = json!({"data": {"c": "3"}});
-        prune(&mut obj, &old, &new, &[&other], &mut Vec::new(), true);
-        assert_eq!(obj, json!({"data": {"a": "1", "c": "3"}}));
     }
 
     #[test]

@@ -444,6 +444,21 @@ pub async fn ssa_prune(client: Client) -> anyhow::Result<()> {
         let o = cms.patch("s", &a, &Patch::Apply(body(json!({"a": "2"}), json!({"l1": "x"})))).await?;
         ensure!(o.data.as_ref().and_then(|d| d.get("u")).map(String::as_str) == Some("9"), "foreign field kept");
         ensure!(o.data.as_ref().and_then(|d| d.get("a")).map(String::as_str) == Some("2"), "applied value");
+        // Conflicts between managers; force takes the field over.
+        let conflicting = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "data": {"c": "3", "a": "5"}});
+        let e = expect_error(cms.patch("s", &b, &Patch::Apply(conflicting.clone())).await, 409, "Conflict")?;
+        ensure!(e.message == "Apply failed with 1 conflict: conflict with \"kt-a\": .data.a", "message: {}", e.message);
+        let o = cms.patch("s", &b.clone().force(), &Patch::Apply(conflicting)).await?;
+        ensure!(o.data.as_ref().and_then(|d| d.get("a")).map(String::as_str) == Some("5"), "forced value");
+        let o = cms.patch("s", &a, &Patch::Apply(body(json!({}), json!({"l1": "x"})))).await?;
+        ensure!(o.data.as_ref().and_then(|d| d.get("a")).map(String::as_str) == Some("5"), "kt-a lost data.a to kt-b, so it is not pruned: {:?}", o.data);
+        // A field last written by a non-apply update conflicts too.
+        let e = expect_error(
+            cms.patch("s", &PatchParams::apply("kt-c"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "data": {"u": "0"}}))).await,
+            409,
+            "Conflict",
+        )?;
+        ensure!(e.message.starts_with("Apply failed with 1 conflict: conflict with ") && e.message.ends_with(": .data.u"), "message: {}", e.message);
         // Secrets: a key removed from the applied configuration disappears.
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
         let sbody = |data: Value| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "type": "Opaque", "data": data});

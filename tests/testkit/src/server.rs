@@ -349,10 +349,9 @@ fn resource_request(
                 WriteReq {
                     status: status_sub,
                     manager: &manager,
-                    operation: "Update",
                     is_put: true,
                     version: &version,
-                    applied: None,
+                    managed: None,
                     dry_run,
                 },
             )?;
@@ -381,7 +380,15 @@ fn resource_request(
                 let cfg: Value = serde_yaml::from_str(text)
                     .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
                 let (out, created) = st.apply(
-                    &rt, &ns, &name, cfg, &manager, status_sub, &version, dry_run,
+                    &rt,
+                    &ns,
+                    &name,
+                    cfg,
+                    &manager,
+                    status_sub,
+                    q.get("force").is_some_and(|f| f == "true"),
+                    &version,
+                    dry_run,
                 )?;
                 return Ok(json_response(
                     if created { 201 } else { 200 },
@@ -421,10 +428,9 @@ fn resource_request(
                 WriteReq {
                     status: status_sub,
                     manager: &manager,
-                    operation: "Update",
                     is_put: false,
                     version: &version,
-                    applied: None,
+                    managed: None,
                     dry_run,
                 },
             )?;

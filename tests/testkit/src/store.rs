@@ -10,18 +10,17 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use crate::error::{ApiError, ApiResult, FieldError};
+use crate::managed;
 use crate::merge;
 use crate::registry::{self, ResourceType, TypeKey};
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 pub(crate) type ObjName = (String, String);
 
-/// One stored object plus each applier's last applied configuration.
+/// One stored object.
 #[derive(Debug, Clone)]
 pub(crate) struct Stored {
     pub(crate) obj: Value,
-    /// Last applied configuration per `manager` (or `manager/status`).
-    applied: BTreeMap<String, Value>,
 }
 
 /// A change, as kept in the event log and sent to watchers.
@@ -46,14 +45,12 @@ pub(crate) struct WriteReq<'a> {
     /// Writing through `/status`.
     pub(crate) status: bool,
     pub(crate) manager: &'a str,
-    /// `Update` or `Apply`.
-    pub(crate) operation: &'static str,
     /// PUT: the body replaces the object (resourceVersion may be required).
     pub(crate) is_put: bool,
     /// Requested API version (recorded in managedFields).
     pub(crate) version: &'a str,
-    /// For apply: the manager's applied configuration to remember.
-    pub(crate) applied: Option<Value>,
+    /// For apply: the managedFields entries computed by the apply.
+    pub(crate) managed: Option<Vec<managed::Entry>>,
     /// Do not persist (dryRun=All).
     pub(crate) dry_run: bool,
 }
@@ -639,7 +636,7 @@ impl State {
         manager: &str,
         operation: &'static str,
         version: &str,
-        applied: Option<(String, Value)>,
+        apply_cfg: Option<Value>,
         dry_run: bool,
     ) -> ApiResult<Value> {
         if !obj.is_object() {
@@ -741,8 +738,8 @@ impl State {
                     o.remove("metadata");
                 }
             }
-            match &applied {
-                Some((_, cfg)) => merge::fields_v1(cfg, &mut Vec::new(), rt.builtin),
+            match &apply_cfg {
+                Some(cfg) => merge::fields_v1(cfg, &mut Vec::new(), rt.builtin),
                 None => merge::fields_v1(&f, &mut Vec::new(), rt.builtin),
             }
         };
@@ -769,13 +766,7 @@ impl State {
         }
         let rv = self.bump();
         meta_mut(obj).insert("resourceVersion".into(), rv.into());
-        let mut stored = Stored {
-            obj: obj.clone(),
-            applied: BTreeMap::new(),
-        };
-        if let Some((k, cfg)) = applied {
-            stored.applied.insert(k, cfg);
-        }
+        let stored = Stored { obj: obj.clone() };
         self.objects
             .entry(tk.clone())
             .or_default()
@@ -933,62 +924,33 @@ impl State {
             meta_mut(&mut new).insert("generation".into(), g.into());
         }
         // managedFields.
-        let sub = if req.status { Some("status") } else { None };
-        let fields = match &req.applied {
-            Some(cfg) => Some(merge::fields_v1(cfg, &mut Vec::new(), rt.builtin)),
-            None => changed_fields(old, &new, &mut Vec::new(), rt.builtin),
+        let sub = req.status.then_some("status");
+        let entries = match req.managed {
+            Some(entries) => entries,
+            None => {
+                let mut entries = managed::entries_of(old);
+                let changed = changed_fields(old, &new, &mut Vec::new(), rt.builtin)
+                    .map(|f| managed::set_of(&f))
+                    .unwrap_or_default();
+                let api_version = rt.api_version(req.version);
+                managed::record_update(
+                    &mut entries,
+                    old,
+                    &new,
+                    changed,
+                    req.manager,
+                    &api_version,
+                    sub,
+                );
+                entries
+            }
         };
-        if let Some(fields) = fields {
-            let mut entries: Vec<Value> = meta(old)["managedFields"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let same = |e: &Value| {
-                str_of(e, "manager") == Some(req.manager)
-                    && str_of(e, "operation") == Some(req.operation)
-                    && str_of(e, "subresource") == sub
-            };
-            let fields = match (req.operation, entries.iter().find(|e| same(e))) {
-                ("Update", Some(prev)) => {
-                    let mut f = prev["fieldsV1"].clone();
-                    merge::merge_patch(&mut f, &fields);
-                    f
-                }
-                _ => fields,
-            };
-            let unchanged = entries.iter().any(|e| same(e) && e["fieldsV1"] == fields);
-            if !unchanged {
-                entries.retain(|e| !same(e));
-                let mut e = json!({
-                    "manager": req.manager,
-                    "operation": req.operation,
-                    "apiVersion": rt.api_version(req.version),
-                    "time": now(),
-                    "fieldsType": "FieldsV1",
-                    "fieldsV1": fields,
-                });
-                if let Some(s) = sub {
-                    e["subresource"] = s.into();
-                }
-                entries.push(e);
-                meta_mut(&mut new).insert("managedFields".into(), Value::Array(entries));
-            }
+        if entries.is_empty() {
+            meta_mut(&mut new).remove("managedFields");
+        } else {
+            meta_mut(&mut new).insert("managedFields".into(), managed::entries_to_value(&entries));
         }
-        let applied_key = format!("{}{}", req.manager, if req.status { "/status" } else { "" });
-        let applied_changed = req
-            .applied
-            .as_ref()
-            .is_some_and(|cfg| stored.applied.get(&applied_key) != Some(cfg));
         if same_ignoring_bookkeeping(old, &new) {
-            if applied_changed
-                && !req.dry_run
-                && let (Some(s), Some(cfg)) = (
-                    self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)),
-                    req.applied,
-                )
-            {
-                s.applied.insert(applied_key, cfg);
-            }
             return Ok(old.clone());
         }
         if req.dry_run {
@@ -1015,9 +977,6 @@ impl State {
         }
         if let Some(s) = self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)) {
             s.obj = new.clone();
-            if let Some(cfg) = req.applied {
-                s.applied.insert(applied_key, cfg);
-            }
         }
         if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
             self.register_crd(&new);
@@ -1036,6 +995,7 @@ impl State {
         body: Value,
         manager: &str,
         status: bool,
+        force: bool,
         version: &str,
         dry_run: bool,
     ) -> ApiResult<(Value, bool)> {
@@ -1058,7 +1018,6 @@ impl State {
             )));
         }
         let cfg = applied_config(&body, rt, status);
-        let applied_key = format!("{manager}{}", if status { "/status" } else { "" });
         let tk = rt.key();
         let key = (ns.to_owned(), name.to_owned());
         let Some(stored) = self.objects.get(&tk).and_then(|m| m.get(&key)).cloned() else {
@@ -1075,36 +1034,51 @@ impl State {
                 manager,
                 "Apply",
                 version,
-                Some((applied_key, cfg)),
+                Some(cfg),
                 dry_run,
             )?;
             return Ok((created, true));
         };
-        let old_cfg = stored
-            .applied
-            .get(&applied_key)
-            .cloned()
-            .unwrap_or(Value::Null);
-        let others: Vec<&Value> = stored
-            .applied
-            .iter()
-            .filter(|(k, _)| **k != applied_key)
-            .map(|(_, v)| v)
-            .collect();
+        let newset = managed::set_of(&merge::fields_v1(&cfg, &mut Vec::new(), rt.builtin));
         let mut new = stored.obj.clone();
-        merge::prune(
+        let mut entries = managed::entries_of(&new);
+        let sub = status.then_some("status");
+        let api_version = rt.api_version(version);
+        managed::apply(
+            &mut entries,
             &mut new,
-            &old_cfg,
             &cfg,
-            &others,
-            &mut Vec::new(),
+            newset,
+            manager,
+            force,
+            &api_version,
+            sub,
             rt.builtin,
-        );
-        merge::merge_keyed(&mut new, &cfg, &mut Vec::new(), rt.builtin, false);
-        let body_rv = str_of(meta(&body), "resourceVersion").map(str::to_owned);
-        if let Some(rv) = body_rv {
-            meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
-        }
+        )
+        .map_err(|conflicts| {
+            let mut e = ApiError::new(409, "Conflict", managed::conflict_message(&conflicts));
+            e.details = Some(Box::new(crate::error::Details {
+                causes: conflicts
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "reason": "FieldManagerConflict",
+                            "message": format!("conflict with {:?}", c.manager),
+                            "field": managed::display(&c.path),
+                        })
+                    })
+                    .collect(),
+                ..Default::default()
+            }));
+            e
+        })?;
+        match str_of(meta(&body), "resourceVersion") {
+            Some(rv) => meta_mut(&mut new).insert("resourceVersion".into(), rv.into()),
+            None => meta_mut(&mut new).insert(
+                "resourceVersion".into(),
+                stored.obj["metadata"]["resourceVersion"].clone(),
+            ),
+        };
         let out = self.write_existing(
             rt,
             ns,
@@ -1113,10 +1087,9 @@ impl State {
             WriteReq {
                 status,
                 manager,
-                operation: "Apply",
                 is_put: false,
                 version,
-                applied: Some(cfg),
+                managed: Some(entries),
                 dry_run,
             },
         )?;
