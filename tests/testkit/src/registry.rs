@@ -27,10 +27,21 @@ pub(crate) struct ResourceType {
     pub(crate) unconditional_update: bool,
     /// Built into the server (not from a CRD): strategic merge patch allowed, list items lose kind.
     pub(crate) builtin: bool,
+    /// `events.k8s.io/v1` Events: stored as core/v1 Events and converted on the way in and out.
+    pub(crate) events_v1: bool,
 }
 
 impl ResourceType {
+    /// The storage key (events.k8s.io Events share the core Events' storage).
     pub(crate) fn key(&self) -> TypeKey {
+        if self.events_v1 {
+            return (String::new(), "events".to_owned());
+        }
+        (self.group.clone(), self.plural.clone())
+    }
+
+    /// The identity in the registry.
+    pub(crate) fn type_key(&self) -> TypeKey {
         (self.group.clone(), self.plural.clone())
     }
 
@@ -39,6 +50,45 @@ impl ResourceType {
             version.to_owned()
         } else {
             format!("{}/{version}", self.group)
+        }
+    }
+
+    /// Field labels beyond `metadata.name`/`metadata.namespace`, and whether the type has its
+    /// own field label conversion (which changes the apiserver's error text).
+    pub(crate) fn field_labels(&self) -> (&'static [&'static str], bool) {
+        const CORE_EVENTS: &[&str] = &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ];
+        const V1_EVENTS: &[&str] = &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reason",
+            "reportingController",
+            "deprecatedSource",
+            "type",
+        ];
+        match (self.group.as_str(), self.plural.as_str(), self.builtin) {
+            (_, _, false) => (&[], true),
+            ("", "secrets", _) => (&["type"], true),
+            ("", "namespaces", _) => (&["status.phase"], true),
+            ("", "events", _) => (CORE_EVENTS, true),
+            ("events.k8s.io", "events", _) => (V1_EVENTS, true),
+            _ => (&[], false),
         }
     }
 
@@ -61,6 +111,7 @@ impl ResourceType {
             create_on_update: false,
             unconditional_update: true,
             builtin: true,
+            events_v1: false,
         }
     }
 
@@ -116,6 +167,7 @@ pub(crate) fn builtins() -> Vec<ResourceType> {
     let mut ev2 =
         ResourceType::builtin("events.k8s.io", "v1", "events", "Event", true).short(&["ev"]);
     ev2.create_on_update = true;
+    ev2.events_v1 = true;
     let mut crd = ResourceType::builtin(
         "apiextensions.k8s.io",
         "v1",
@@ -230,6 +282,7 @@ pub(crate) fn from_crd(crd: &Value) -> Result<ResourceType, Vec<crate::error::Fi
         create_on_update: false,
         unconditional_update: false,
         builtin: false,
+        events_v1: false,
     })
 }
 
@@ -300,4 +353,46 @@ pub(crate) fn group_list(types: &[&ResourceType]) -> Value {
     }
     let groups: Vec<Value> = groups.iter().filter_map(|g| api_group(types, g)).collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// Field renames between core/v1 Events and events.k8s.io/v1 Events.
+const EVENT_FIELDS: [(&str, &str); 7] = [
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("reportingComponent", "reportingController"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+];
+
+fn rename_fields(obj: &Value, to_v1: bool, api_version: &str) -> Value {
+    let Some(m) = obj.as_object() else {
+        return obj.clone();
+    };
+    let mut out = serde_json::Map::new();
+    for (k, v) in m {
+        if v.is_null() {
+            continue;
+        }
+        let renamed = EVENT_FIELDS
+            .iter()
+            .find(|(core, v1)| if to_v1 { k == core } else { k == v1 })
+            .map(|(core, v1)| if to_v1 { *v1 } else { *core })
+            .unwrap_or(k.as_str());
+        out.insert(renamed.to_owned(), v.clone());
+    }
+    out.insert("apiVersion".into(), api_version.into());
+    out.insert("kind".into(), "Event".into());
+    Value::Object(out)
+}
+
+/// A stored core/v1 Event as an events.k8s.io/v1 Event.
+pub(crate) fn event_to_v1(core: &Value) -> Value {
+    rename_fields(core, true, "events.k8s.io/v1")
+}
+
+/// An events.k8s.io/v1 Event as a core/v1 Event for storage.
+pub(crate) fn event_from_v1(v1: &Value) -> Value {
+    rename_fields(v1, false, "v1")
 }

@@ -216,6 +216,12 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
         ensure!(l.metadata.resource_version.as_deref().is_some_and(|r| !r.is_empty()), "list RV");
         let l = cms.list(&ListParams::default().fields("metadata.name=b")).await?;
         ensure!(l.items.iter().map(|c| c.name_any()).collect::<Vec<_>>() == ["b"], "field selector");
+        let e = expect_error(cms.list(&ListParams::default().fields("data.k=v")).await, 400, "BadRequest")?;
+        ensure!(
+            e.message == "\"data.k\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+            "message: {}",
+            e.message
+        );
         let l = cms.list(&ListParams::default().labels("app!=kt")).await?;
         ensure!(l.items.iter().all(|c| c.name_any() != "a"), "negated label selector");
         let l = cms.list(&ListParams::default().limit(1)).await?;
@@ -921,6 +927,14 @@ pub async fn leases_and_events(client: Client) -> anyhow::Result<()> {
         ensure!(e.note.as_deref() == Some("hello"), "note");
         ensure!(e.series.as_ref().is_some_and(|s| s.count == 2), "second publish patches the series: {:?}", e.series);
         ensure!(e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("evt"), "regarding");
+        // Both Event APIs serve the same objects.
+        let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+        let ce = core.get(&e.name_any()).await?;
+        ensure!(ce.message.as_deref() == Some("hello") && ce.reason.as_deref() == Some("Unsealed"), "core/v1 view: {:?}", ce.message);
+        ensure!(ce.involved_object.name.as_deref() == Some("evt"), "involvedObject");
+        ensure!(ce.reporting_component.as_deref() == Some("kseal-testkit"), "reportingComponent: {:?}", ce.reporting_component);
+        let by_field = events.list(&ListParams::default().fields("regarding.name=evt")).await?;
+        ensure!(by_field.items.len() == 1, "events.k8s.io field selector on regarding.name");
         Ok(())
     })
     .await

@@ -141,8 +141,8 @@ impl LabelSelector {
     }
 }
 
-/// A field selector. Supports `metadata.name`, `metadata.namespace` on every resource and, as an
-/// approximation, any other dotted path to a scalar (the real server allows only a per-type list).
+/// A field selector: dotted paths to scalars; which paths a type allows is checked with
+/// [`FieldSelector::check`].
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FieldSelector(Vec<Requirement>);
 
@@ -156,6 +156,25 @@ impl FieldSelector {
             .map(|p| parse_requirement(p, false))
             .collect::<ApiResult<_>>()
             .map(Self)
+    }
+
+    /// Rejects field labels the type does not support, with the apiserver's messages
+    /// (`custom`: the type has its own field label conversion).
+    pub(crate) fn check(&self, extra: &[&str], custom: bool) -> ApiResult<()> {
+        for r in &self.0 {
+            let k = r.key.as_str();
+            if k == "metadata.name" || k == "metadata.namespace" || extra.contains(&k) {
+                continue;
+            }
+            return Err(ApiError::bad_request(if custom {
+                format!("field label not supported: {k}")
+            } else {
+                format!(
+                    "{k:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                )
+            }));
+        }
+        Ok(())
     }
 
     pub(crate) fn matches(&self, obj: &Value) -> bool {

@@ -200,8 +200,11 @@ fn discovery(inner: &Arc<Inner>, method: &Method, path: &str) -> Option<Response
     Some(json_response(code, &v))
 }
 
-/// Renders a stored object at the requested version.
+/// Renders a stored object at the requested version (and shape, for events.k8s.io Events).
 fn render(rt: &ResourceType, version: &str, obj: &Value) -> Value {
+    if rt.events_v1 {
+        return registry::event_to_v1(obj);
+    }
     let mut o = obj.clone();
     o["apiVersion"] = rt.api_version(version).into();
     o
@@ -252,6 +255,23 @@ fn resource_request(
         Some(_) => return Err(ApiError::no_route()),
     };
     let version = parts.version.clone();
+    // Writes go to the storage type: events.k8s.io Events are stored as core/v1 Events.
+    let (wrt, wversion) = if rt.events_v1 {
+        (
+            st.resolve("", "v1", "events")
+                .ok_or_else(ApiError::no_route)?,
+            "v1".to_owned(),
+        )
+    } else {
+        (rt.clone(), version.clone())
+    };
+    let to_store = |v: Value| {
+        if rt.events_v1 {
+            registry::event_from_v1(&v)
+        } else {
+            v
+        }
+    };
     let ns = parts.ns.clone().unwrap_or_default();
     let dry_run = q.contains_key("dryRun");
     let manager = field_manager(q, headers);
@@ -265,7 +285,7 @@ fn resource_request(
             Method::GET => {
                 let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
                 if watch {
-                    let rx = start_watch(&mut st, &rt, ns_filter, q)?;
+                    let rx = start_watch(&mut st, &rt, &version, ns_filter, q)?;
                     drop(st);
                     let interval = *inner
                         .bookmark_interval
@@ -277,18 +297,21 @@ fn resource_request(
                 }
             }
             Method::POST => {
-                let obj = parse_json(body)?;
+                let obj = to_store(parse_json(body)?);
                 let created =
-                    st.create(&rt, ns_filter, obj, &manager, "Update", &version, dry_run)?;
+                    st.create(&wrt, ns_filter, obj, &manager, "Update", &wversion, dry_run)?;
                 Ok(json_response(201, &render(&rt, &version, &created)))
             }
             Method::DELETE => {
                 let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str))?;
-                let field = FieldSelector::parse(q.get("fieldSelector").map(String::as_str))?;
+                let field = field_selector(&rt, q)?;
                 let names = st
                     .list(&rt.key(), ns_filter)
                     .into_iter()
-                    .filter(|o| label.matches(o) && field.matches(o))
+                    .filter(|o| {
+                        let shown = render(&rt, &version, o);
+                        label.matches(&shown) && field.matches(&shown)
+                    })
                     .map(|o| {
                         let m = &o["metadata"];
                         let s = |k: &str| m[k].as_str().unwrap_or_default().to_owned();
@@ -297,7 +320,7 @@ fn resource_request(
                     .collect();
                 let opts = delete_opts(q, body)?;
                 let items: Vec<Value> = st
-                    .delete_many(&rt, names, &opts)
+                    .delete_many(&wrt, names, &opts)
                     .iter()
                     .map(|o| render(&rt, &version, o))
                     .collect();
@@ -324,7 +347,7 @@ fn resource_request(
             Ok(json_response(200, &render(&rt, &version, obj)))
         }
         Method::PUT => {
-            let obj = parse_json(body)?;
+            let obj = to_store(parse_json(body)?);
             if st.get(&tk, &ns, &name).is_none() {
                 if rt.create_on_update && !status_sub {
                     let nsarg = rt.namespaced.then_some(ns.as_str());
@@ -336,13 +359,13 @@ fn resource_request(
                     }
                     obj["metadata"]["name"] = name.clone().into();
                     let created =
-                        st.create(&rt, nsarg, obj, &manager, "Update", &version, dry_run)?;
+                        st.create(&wrt, nsarg, obj, &manager, "Update", &wversion, dry_run)?;
                     return Ok(json_response(201, &render(&rt, &version, &created)));
                 }
                 return Err(ApiError::not_found(&rt.group, &rt.plural, &name));
             }
             let out = st.write_existing(
-                &rt,
+                &wrt,
                 &ns,
                 &name,
                 obj,
@@ -350,7 +373,7 @@ fn resource_request(
                     status: status_sub,
                     manager: &manager,
                     is_put: true,
-                    version: &version,
+                    version: &wversion,
                     managed: None,
                     dry_run,
                 },
@@ -380,14 +403,14 @@ fn resource_request(
                 let cfg: Value = serde_yaml::from_str(text)
                     .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
                 let (out, created) = st.apply(
-                    &rt,
+                    &wrt,
                     &ns,
                     &name,
-                    cfg,
+                    to_store(cfg),
                     &manager,
                     status_sub,
                     q.get("force").is_some_and(|f| f == "true"),
-                    &version,
+                    &wversion,
                     dry_run,
                 )?;
                 return Ok(json_response(
@@ -400,7 +423,7 @@ fn resource_request(
                 .cloned()
                 .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
             let patch = parse_json(body)?;
-            let mut new = old;
+            let mut new = render(&rt, &version, &old);
             match ct.as_str() {
                 "application/merge-patch+json" => {
                     if !patch.is_object() {
@@ -421,15 +444,15 @@ fn resource_request(
                 _ => return Err(ApiError::unsupported_media_type()),
             }
             let out = st.write_existing(
-                &rt,
+                &wrt,
                 &ns,
                 &name,
-                new,
+                to_store(new),
                 WriteReq {
                     status: status_sub,
                     manager: &manager,
                     is_put: false,
-                    version: &version,
+                    version: &wversion,
                     managed: None,
                     dry_run,
                 },
@@ -441,7 +464,7 @@ fn resource_request(
                 return Err(ApiError::method_not_allowed());
             }
             let opts = delete_opts(q, body)?;
-            let out = st.delete(&rt, &ns, &name, &opts)?;
+            let out = st.delete(&wrt, &ns, &name, &opts)?;
             let out = if out["kind"] == "Status" {
                 out
             } else {
@@ -489,7 +512,7 @@ fn list(
     q: &HashMap<String, String>,
 ) -> ApiResult<Response> {
     let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str))?;
-    let field = FieldSelector::parse(q.get("fieldSelector").map(String::as_str))?;
+    let field = field_selector(rt, q)?;
     let start = match q.get("continue").filter(|c| !c.is_empty()) {
         Some(c) => Some(decode_continue(c)?),
         None => None,
@@ -502,7 +525,10 @@ fn list(
     let all: Vec<&Value> = st
         .list(&rt.key(), ns)
         .into_iter()
-        .filter(|o| label.matches(o) && field.matches(o))
+        .filter(|o| {
+            let shown = render(rt, version, o);
+            label.matches(&shown) && field.matches(&shown)
+        })
         .filter(|o| start.as_ref().is_none_or(|s| &obj_key(o) > s))
         .collect();
     let mut items: Vec<Value> = Vec::new();
@@ -560,6 +586,8 @@ fn decode_continue(c: &str) -> ApiResult<(String, String)> {
 
 /// What a watch task needs, captured under the store lock.
 pub(crate) struct WatchStart {
+    rt: ResourceType,
+    version: String,
     initial: Vec<Arc<Event>>,
     error: Option<ApiError>,
     rx: mpsc::UnboundedReceiver<Arc<Event>>,
@@ -573,11 +601,12 @@ pub(crate) struct WatchStart {
 fn start_watch(
     st: &mut State,
     rt: &ResourceType,
+    version: &str,
     ns: Option<&str>,
     q: &HashMap<String, String>,
 ) -> ApiResult<WatchStart> {
     let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str))?;
-    let field = FieldSelector::parse(q.get("fieldSelector").map(String::as_str))?;
+    let field = field_selector(rt, q)?;
     let send_initial = q.get("sendInitialEvents").is_some_and(|v| v == "true");
     let rv = q
         .get("resourceVersion")
@@ -616,6 +645,8 @@ fn start_watch(
     };
     let rx = st.subscribe(&tk);
     Ok(WatchStart {
+        rt: rt.clone(),
+        version: version.to_owned(),
         initial,
         error,
         rx,
@@ -629,9 +660,10 @@ fn start_watch(
 
 impl WatchStart {
     fn matches(&self, ev_ns: &str, obj: &Value) -> bool {
+        let shown = render(&self.rt, &self.version, obj);
         self.ns.as_deref().is_none_or(|n| n == ev_ns)
-            && self.label.matches(obj)
-            && self.field.matches(obj)
+            && self.label.matches(&shown)
+            && self.field.matches(&shown)
     }
 
     /// The event type a filtered watcher sees, if any (selector transitions included).
@@ -760,4 +792,12 @@ fn page_not_found() -> Response {
         http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
+}
+
+/// Parses `fieldSelector` and checks the field labels against what the type supports.
+fn field_selector(rt: &ResourceType, q: &HashMap<String, String>) -> ApiResult<FieldSelector> {
+    let field = FieldSelector::parse(q.get("fieldSelector").map(String::as_str))?;
+    let (extra, custom) = rt.field_labels();
+    field.check(extra, custom)?;
+    Ok(field)
 }

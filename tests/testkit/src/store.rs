@@ -317,7 +317,7 @@ impl State {
             subs: Vec::new(),
         };
         for t in registry::builtins() {
-            s.types.insert(t.key(), t);
+            s.types.insert(t.type_key(), t);
         }
         let ns_type = s.types[&(String::new(), "namespaces".to_owned())].clone();
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -575,7 +575,7 @@ impl State {
                     ApiError::invalid(&rt.group, "CustomResourceDefinition", &name, &errs)
                 })?;
                 if old.is_none()
-                    && let Some(existing) = self.types.get(&parsed.key())
+                    && let Some(existing) = self.types.get(&parsed.type_key())
                     && existing.builtin
                 {
                     return Err(ApiError::invalid(
@@ -781,7 +781,7 @@ impl State {
 
     fn register_crd(&mut self, crd: &Value) {
         if let Ok(t) = registry::from_crd(crd) {
-            self.types.insert(t.key(), t);
+            self.types.insert(t.type_key(), t);
         }
     }
 
