@@ -9,7 +9,7 @@
 #
 # Usage: tests/refapi/build.sh [--force] [--keep-gocache]
 #   --force         rebuild even if the cache is up to date
-#   --keep-gocache  keep the Go build cache (about 1.3 GB) for faster rebuilds
+#   --keep-gocache  keep the Go build cache (about 1.5 GB) for faster rebuilds
 #
 # Environment:
 #   KSEAL_REFAPI_CACHE         cache dir (default: $HOME/.cache/kseal-refapi)

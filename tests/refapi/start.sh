@@ -106,9 +106,9 @@ trap 'exit 130' INT TERM
 
 # --- ports ---------------------------------------------------------------------
 # Pick random ports in 20000-31999 (below Linux's default ephemeral range) that
-# nothing on 127.0.0.1 answers on. There is a small
-# window between the check and the bind; a clash shows up as a start failure
-# with "address already in use" in the log.
+# nothing on 127.0.0.1 answers on. There is a small window between the check
+# and the bind; a clash shows up as a start failure with "address already in
+# use" in the log.
 port_in_use() {
   (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }

@@ -26,8 +26,11 @@ for name in kube-controller-manager kube-apiserver etcd; do
   pidfile="${STATE}/pids/${name}.pid"
   [[ -f "${pidfile}" ]] || continue
   pid="$(<"${pidfile}")"
-  if [[ "${pid}" =~ ^[0-9]+$ ]] && [[ -r "/proc/${pid}/cmdline" ]] &&
-    tr '\0' ' ' <"/proc/${pid}/cmdline" | grep -q -- "/${name} "; then
+  cmdline=""
+  if [[ "${pid}" =~ ^[0-9]+$ ]] && [[ -r "/proc/${pid}/cmdline" ]]; then
+    cmdline="$(tr '\0' ' ' <"/proc/${pid}/cmdline")"
+  fi
+  if [[ "${cmdline}" == *"/${name} "* ]]; then
     t0=${SECONDS}
     kill -TERM "${pid}" 2>/dev/null || true
     for _ in $(seq 1 100); do
