@@ -56,6 +56,18 @@ pub enum Error {
     /// A Kubernetes API call failed.
     #[error("kubernetes API request failed")]
     Kube(#[source] kube::Error),
+    /// Binding or serving an HTTP listener failed.
+    #[error("failed to serve HTTP on {addr}")]
+    Serve {
+        /// The listen address.
+        addr: std::net::SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading or writing the leader-election Lease failed.
+    #[error("leader election failed")]
+    LeaderElection(#[source] kube::Error),
 }
 
 impl Error {
@@ -71,6 +83,8 @@ impl Error {
             Error::FetchKeys(_) => "keys",
             Error::MissingMetadata(_) => "invalid",
             Error::Kube(_) => "kube",
+            Error::Serve { .. } => "serve",
+            Error::LeaderElection(_) => "leader",
         }
     }
 }

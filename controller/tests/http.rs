@@ -1,0 +1,641 @@
+//! The API and metrics routers, in-process (`tower::ServiceExt::oneshot`), plus one run
+//! over real sockets with graceful shutdown.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use http::{Request, Response, StatusCode, header};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kseal_api::constants::{CLUSTER_WIDE_ANNOTATION, SEALING_KEY_ANNOTATION};
+use kseal_api::{SealOptions, SealedSecret, seal_secret};
+use kseal_controller::State;
+use kseal_controller::http::{ApiOptions, api_router, metrics_router, serve_listeners};
+use kseal_keys::{CertificateOptions, KeyPair, KeyRing, KeySize, Scope};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+/// Two 2048-bit keys, generated once per test binary. Test-only: 2048 bits keeps the suite
+/// fast; do not copy into production code. `.0` is older than `.1`.
+fn keys() -> &'static (KeyPair, KeyPair) {
+    static KEYS: OnceLock<(KeyPair, KeyPair)> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let generate = |secs: u64| {
+            KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default())
+                .expect("keygen")
+                .with_order_time(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+        };
+        (generate(1_000_000), generate(2_000_000))
+    })
+}
+
+fn old_key() -> &'static KeyPair {
+    &keys().0
+}
+
+fn new_key() -> &'static KeyPair {
+    &keys().1
+}
+
+fn ring_of(pairs: &[&KeyPair]) -> KeyRing {
+    pairs.iter().map(|p| (*p).clone()).collect()
+}
+
+fn state_with(ring: KeyRing) -> State {
+    let state = State::new();
+    state.keys.replace(ring);
+    state
+}
+
+fn generous() -> ApiOptions {
+    ApiOptions {
+        rate_limit: 1000.0,
+        rate_limit_burst: 1000,
+        ..ApiOptions::default()
+    }
+}
+
+fn router(state: &State) -> axum::Router {
+    api_router(state.clone(), generous())
+}
+
+/// A Secret `ns/name` with two items, sealed for `key`; `annotations` go on the Secret
+/// (so they select the scope and travel into the template).
+fn sealed_for(key: &KeyPair, annotations: &[(&str, &str)]) -> SealedSecret {
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("db".into()),
+            namespace: Some("prod".into()),
+            annotations: (!annotations.is_empty()).then(|| {
+                annotations
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect()
+            }),
+            labels: Some(BTreeMap::from([("app".to_owned(), "db".to_owned())])),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([
+            ("password".to_owned(), ByteString(b"hunter2".to_vec())),
+            ("user".to_owned(), ByteString(b"admin".to_vec())),
+        ])),
+        ..Secret::default()
+    };
+    seal_secret(&secret, key.public_key(), &SealOptions::default()).expect("sealing")
+}
+
+fn to_json(sealed: &SealedSecret) -> Value {
+    serde_json::to_value(sealed).expect("serializing")
+}
+
+async fn send(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+    body: impl Into<Body>,
+) -> Response<Body> {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(body.into())
+        .expect("request");
+    app.clone().oneshot(request).await.expect("infallible")
+}
+
+async fn post_json(app: &axum::Router, uri: &str, body: &Value) -> (StatusCode, String) {
+    let response = send(app, "POST", uri, body.to_string()).await;
+    let status = response.status();
+    (status, body_text(response).await)
+}
+
+async fn body_text(response: Response<Body>) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    String::from_utf8(bytes.to_vec()).expect("utf-8 body")
+}
+
+/// Opens every `encryptedData` item of `sealed` with `ring` under `label_scope`, returning
+/// the plaintexts, or `None` if any item fails.
+fn open_all(sealed: &Value, ring: &KeyRing, scope: Scope) -> Option<BTreeMap<String, Vec<u8>>> {
+    let label = scope.label("prod", "db");
+    let items = sealed["spec"]["encryptedData"].as_object()?;
+    items
+        .iter()
+        .map(|(k, v)| {
+            let opened = ring.open_base64(&label, v.as_str()?, None).ok()?;
+            Some((k.clone(), opened.plaintext.expose().to_vec()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn healthz_answers_ok_like_bitnami() {
+    let app = router(&State::new());
+    let response = send(&app, "GET", "/healthz", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body_text(response).await, "ok\n");
+}
+
+#[tokio::test]
+async fn readyz_reports_what_is_missing_until_ready() {
+    let state = State::new();
+    let app = router(&state);
+    let response = send(&app, "GET", "/readyz", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let text = body_text(response).await;
+    assert!(
+        text.contains("no keys loaded") && text.contains("caches not synced"),
+        "{text}"
+    );
+
+    state.readiness.keys_loaded.store(true, Ordering::Release);
+    let response = send(&app, "GET", "/readyz", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body_text(response).await, "not ready: caches not synced\n");
+
+    state.readiness.caches_synced.store(true, Ordering::Release);
+    let response = send(&app, "GET", "/readyz", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body_text(response).await, "ok\n");
+}
+
+#[tokio::test]
+async fn cert_pem_is_the_sealing_certificate_or_503_without_keys() {
+    let empty = router(&State::new());
+    let response = send(&empty, "GET", "/v1/cert.pem", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body_text(response).await.contains("no sealing key"));
+
+    let app = router(&state_with(ring_of(&[old_key(), new_key()])));
+    let response = send(&app, "GET", "/v1/cert.pem", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "application/x-pem-file"
+    );
+    let pem = body_text(response).await;
+    assert_eq!(pem, new_key().certificate().to_pem());
+    assert!(!pem.contains("PRIVATE KEY"));
+
+    let response = send(&app, "GET", "/v1/certs", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let listing: Value = serde_json::from_str(&body_text(response).await).expect("json");
+    assert_eq!(listing["sealingKey"], new_key().id().to_string());
+    let certs = listing["certificates"].as_array().expect("array");
+    assert_eq!(certs.len(), 2);
+    assert_eq!(certs[0]["fingerprint"], new_key().id().to_string());
+    assert_eq!(certs[0]["sealing"], true);
+    assert_eq!(certs[1]["fingerprint"], old_key().id().to_string());
+    assert_eq!(certs[1]["sealing"], false);
+    assert!(!listing.to_string().contains("PRIVATE"));
+}
+
+#[tokio::test]
+async fn verify_accepts_json_and_yaml_that_decrypt() {
+    let state = state_with(ring_of(&[old_key(), new_key()]));
+    let app = router(&state);
+    let sealed = sealed_for(old_key(), &[]);
+    let (status, text) = post_json(&app, "/v1/verify", &to_json(&sealed)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(!text.contains("hunter2"));
+
+    let yaml = serde_yaml::to_string(&sealed).expect("yaml");
+    let response = send(&app, "POST", "/v1/verify", yaml).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        state
+            .metrics
+            .encode()
+            .contains("kseal_rsa_operations_total")
+    );
+}
+
+#[tokio::test]
+async fn verify_rejects_bad_input_with_clear_errors() {
+    let app = router(&state_with(ring_of(&[new_key()])));
+    let sealed = to_json(&sealed_for(new_key(), &[]));
+    let yaml = serde_yaml::to_string(&sealed).expect("yaml");
+
+    let response = send(&app, "POST", "/v1/verify", format!("{yaml}---\n{yaml}")).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(body_text(response).await.contains("multi-document"));
+
+    let response = send(&app, "POST", "/v1/verify", "").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(body_text(response).await.contains("empty request body"));
+
+    let response = send(&app, "POST", "/v1/verify", "{not json").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(body_text(response).await.starts_with("invalid JSON"));
+
+    let mut secret = sealed.clone();
+    secret["kind"] = json!("Secret");
+    secret["apiVersion"] = json!("v1");
+    let (status, text) = post_json(&app, "/v1/verify", &secret).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        text.contains("expected apiVersion bitnami.com/v1alpha1, kind SealedSecret"),
+        "{text}"
+    );
+
+    let mut no_name = sealed.clone();
+    no_name["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("name");
+    let (status, text) = post_json(&app, "/v1/verify", &no_name).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(text.contains("no metadata.name"), "{text}");
+
+    let huge = vec![b' '; 2 * 1024 * 1024];
+    let response = send(&app, "POST", "/v1/verify", huge).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    let response = send(&app, "GET", "/v1/verify", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn verify_answers_409_when_an_item_does_not_decrypt() {
+    let app = router(&state_with(ring_of(&[new_key()])));
+    // Sealed with a key the ring does not have.
+    let (status, text) = post_json(&app, "/v1/verify", &to_json(&sealed_for(old_key(), &[]))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(
+        text.contains("`password`") && text.contains("`user`"),
+        "{text}"
+    );
+
+    // An item swapped in from elsewhere, or garbage.
+    let mut tampered = to_json(&sealed_for(new_key(), &[]));
+    tampered["spec"]["encryptedData"]["user"] = json!("bm90IGEgc2VhbGVkIHZhbHVl");
+    let (status, text) = post_json(&app, "/v1/verify", &tampered).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(text.contains("`user`"), "{text}");
+}
+
+#[tokio::test]
+async fn verify_result_does_not_depend_on_template_data() {
+    let app = router(&state_with(ring_of(&[new_key()])));
+    let good = to_json(&sealed_for(new_key(), &[]));
+    let foreign = to_json(&sealed_for(old_key(), &[]));
+    let mut bad = good.clone();
+    bad["spec"]["encryptedData"]["user"] = foreign["spec"]["encryptedData"]["user"].clone();
+    // Crafted templates an attacker would use to learn about the plaintext if they were
+    // rendered: failing or succeeding depending on the value.
+    let templates = [
+        json!(null),
+        json!({}),
+        json!({"probe": "{{ if eq .password \"hunter2\" }}{{ else }}{{ fail \"no\" }}{{ end }}"}),
+        json!({"probe": "{{ if eq .password \"guess\" }}{{ else }}{{ fail \"no\" }}{{ end }}"}),
+        json!({"probe": "{{ index . \"missing\" | required \"x\" }}", "password": null}),
+        json!({"probe": "{{ unclosed"}),
+    ];
+    for template in templates {
+        for (object, expected) in [(&good, StatusCode::OK), (&bad, StatusCode::CONFLICT)] {
+            let mut object = object.clone();
+            object["spec"]["template"]["data"] = template.clone();
+            let (status, text) = post_json(&app, "/v1/verify", &object).await;
+            assert_eq!(status, expected, "template {template}: {text}");
+            assert!(!text.contains("hunter2"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn verify_of_a_moved_or_renamed_strict_sealed_secret_conflicts() {
+    let app = router(&state_with(ring_of(&[new_key()])));
+    let sealed = to_json(&sealed_for(new_key(), &[]));
+    let mut moved = sealed.clone();
+    moved["metadata"]["namespace"] = json!("attacker");
+    let (status, _) = post_json(&app, "/v1/verify", &moved).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let mut renamed = sealed.clone();
+    renamed["metadata"]["name"] = json!("other");
+    let (status, _) = post_json(&app, "/v1/verify", &renamed).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    // A cluster-wide annotation in the template does not widen the scope.
+    let mut widened = moved.clone();
+    widened["spec"]["template"]["metadata"]["annotations"] =
+        json!({ CLUSTER_WIDE_ANNOTATION: "true" });
+    widened["spec"]["template"]["metadata"]["namespace"] = json!("attacker");
+    let (status, _) = post_json(&app, "/v1/verify", &widened).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    // Genuinely cluster-wide (top-level annotation, sealed with the empty label) moves freely.
+    let mut cluster = to_json(&sealed_for(new_key(), &[(CLUSTER_WIDE_ANNOTATION, "true")]));
+    cluster["metadata"]["namespace"] = json!("elsewhere");
+    cluster["metadata"]["name"] = json!("renamed");
+    let (status, text) = post_json(&app, "/v1/verify", &cluster).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+}
+
+#[tokio::test]
+async fn verify_checks_deprecated_data_blobs() {
+    let app = router(&state_with(ring_of(&[new_key()])));
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
+                        "data": {"password": "aHVudGVyMg=="}});
+    let blob = kseal_keys::seal_base64(
+        new_key().public_key(),
+        &Scope::Strict.label("prod", "db"),
+        secret.to_string().as_bytes(),
+    )
+    .expect("seal");
+    let v1 = json!({"apiVersion": "bitnami.com/v1alpha1", "kind": "SealedSecret",
+                    "metadata": {"name": "db", "namespace": "prod"}, "spec": {"data": blob}});
+    let (status, text) = post_json(&app, "/v1/verify", &v1).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let mut moved = v1.clone();
+    moved["metadata"]["name"] = json!("other");
+    let (status, _) = post_json(&app, "/v1/verify", &moved).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    let strict = api_router(
+        state_with(ring_of(&[new_key()])),
+        ApiOptions {
+            accept_deprecated_v1_data: false,
+            ..generous()
+        },
+    );
+    let (status, text) = post_json(&strict, "/v1/verify", &v1).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(text.contains("not accepted"), "{text}");
+}
+
+#[tokio::test]
+async fn verify_without_keys_is_503() {
+    let app = router(&State::new());
+    let (status, text) = post_json(&app, "/v1/verify", &to_json(&sealed_for(new_key(), &[]))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+}
+
+#[tokio::test]
+async fn rotate_reseals_with_the_newest_key_and_keeps_the_template() {
+    let app = router(&state_with(ring_of(&[old_key(), new_key()])));
+    let mut input = to_json(&sealed_for(old_key(), &[]));
+    let template_data = json!({
+        "config.json": "{\"password\": {{ toJson .password }}}",
+        "dsn": "postgres://{{ .user }}:{{ .password }}@db",
+        "dropped": null,
+    });
+    input["spec"]["template"]["data"] = template_data.clone();
+    input["spec"]["template"]["metadata"]["x-unknown-field"] = json!({"kept": [1, 2]});
+    input["status"] = json!({"observedGeneration": 3});
+    let before = input.clone();
+
+    let (status, text) = post_json(&app, "/v1/rotate", &input).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(!text.contains("hunter2") && !text.contains("admin\""));
+    let output: Value = serde_json::from_str(&text).expect("json");
+
+    // Opens with the new key only, to the same values.
+    let plain = open_all(&output, &ring_of(&[new_key()]), Scope::Strict).expect("opens with new");
+    assert_eq!(plain["password"], b"hunter2");
+    assert_eq!(plain["user"], b"admin");
+    assert!(open_all(&output, &ring_of(&[old_key()]), Scope::Strict).is_none());
+    // The input was sealed with the old key only.
+    assert!(open_all(&before, &ring_of(&[new_key()]), Scope::Strict).is_none());
+
+    // The template is untouched, byte for byte.
+    assert_eq!(output["spec"]["template"], before["spec"]["template"]);
+    assert_eq!(
+        serde_json::to_string(&output["spec"]["template"]["data"]).expect("json"),
+        serde_json::to_string(&template_data).expect("json")
+    );
+    assert_eq!(
+        output["metadata"]["annotations"][SEALING_KEY_ANNOTATION],
+        new_key().id().to_string()
+    );
+    assert_eq!(output["metadata"]["name"], "db");
+    assert_eq!(output["metadata"]["namespace"], "prod");
+    assert!(output.get("status").is_none());
+
+    // And the result verifies.
+    let (status, _) = post_json(&app, "/v1/verify", &output).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn rotate_never_widens_the_scope_from_the_template() {
+    let app = router(&state_with(ring_of(&[old_key(), new_key()])));
+    let mut input = to_json(&sealed_for(old_key(), &[]));
+    // The template claims cluster-wide; the top level (what the label was bound to) is strict.
+    input["spec"]["template"]["metadata"]["annotations"] =
+        json!({ CLUSTER_WIDE_ANNOTATION: "true" });
+    let (status, text) = post_json(&app, "/v1/rotate", &input).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let output: Value = serde_json::from_str(&text).expect("json");
+    let new_only = ring_of(&[new_key()]);
+    assert!(open_all(&output, &new_only, Scope::Strict).is_some());
+    assert!(open_all(&output, &new_only, Scope::Cluster).is_none());
+    assert!(open_all(&output, &new_only, Scope::Namespace).is_none());
+    assert_eq!(
+        output["metadata"]["annotations"].get(CLUSTER_WIDE_ANNOTATION),
+        None
+    );
+    assert_eq!(
+        output["spec"]["template"]["metadata"]["annotations"][CLUSTER_WIDE_ANNOTATION],
+        "true"
+    );
+
+    // Moving it while claiming cluster-wide in the template does not open either.
+    let mut moved = input.clone();
+    moved["metadata"]["namespace"] = json!("attacker");
+    let (status, _) = post_json(&app, "/v1/rotate", &moved).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn rotate_conflicts_or_rejects_when_it_cannot_reseal() {
+    let app = router(&state_with(ring_of(&[new_key()])));
+    let (status, text) = post_json(&app, "/v1/rotate", &to_json(&sealed_for(old_key(), &[]))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{text}");
+    let response = send(&app, "POST", "/v1/rotate", "- just\n- a list\n").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn rotate_reseals_deprecated_data_in_place() {
+    let app = router(&state_with(ring_of(&[old_key(), new_key()])));
+    let label = Scope::Strict.label("prod", "db");
+    let blob = kseal_keys::seal_base64(old_key().public_key(), &label, b"{\"kind\":\"Secret\"}")
+        .expect("seal");
+    let v1 = json!({"apiVersion": "bitnami.com/v1alpha1", "kind": "SealedSecret",
+                    "metadata": {"name": "db", "namespace": "prod"}, "spec": {"data": blob}});
+    let (status, text) = post_json(&app, "/v1/rotate", &v1).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let output: Value = serde_json::from_str(&text).expect("json");
+    let resealed = output["spec"]["data"].as_str().expect("data");
+    let opened = ring_of(&[new_key()])
+        .open_base64(&label, resealed, None)
+        .expect("opens with the new key");
+    assert_eq!(opened.plaintext.expose(), b"{\"kind\":\"Secret\"}");
+}
+
+#[tokio::test]
+async fn verify_and_rotate_are_rate_limited_per_client() {
+    let state = state_with(ring_of(&[new_key()]));
+    let app = api_router(
+        state.clone(),
+        ApiOptions {
+            rate_limit: 0.01,
+            rate_limit_burst: 2,
+            ..ApiOptions::default()
+        },
+    );
+    let body = to_json(&sealed_for(new_key(), &[])).to_string();
+    let from = |client: &str, path: &str| {
+        Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("x-forwarded-for", client)
+            .body(Body::from(body.clone()))
+            .expect("request")
+    };
+    for _ in 0..2 {
+        let response = app
+            .clone()
+            .oneshot(from("10.1.1.1", "/v1/verify"))
+            .await
+            .expect("ok");
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let response = app
+        .clone()
+        .oneshot(from("10.1.1.1", "/v1/verify"))
+        .await
+        .expect("ok");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = response.headers()[header::RETRY_AFTER]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!(retry >= 1);
+    // A caller-supplied first entry does not escape the limit: the proxy's last entry counts.
+    let response = app
+        .clone()
+        .oneshot(from("1.2.3.4, 10.1.1.1", "/v1/verify"))
+        .await
+        .expect("ok");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Other clients and the other path have their own buckets.
+    let response = app
+        .clone()
+        .oneshot(from("10.2.2.2", "/v1/verify"))
+        .await
+        .expect("ok");
+    assert_eq!(response.status(), StatusCode::OK);
+    let response = app
+        .clone()
+        .oneshot(from("10.1.1.1", "/v1/rotate"))
+        .await
+        .expect("ok");
+    assert_eq!(response.status(), StatusCode::OK);
+    // Certificates and health are not limited.
+    for _ in 0..5 {
+        let response = send(&app, "GET", "/v1/cert.pem", Body::empty()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let metrics = state.metrics.encode();
+    assert!(
+        metrics.contains(
+            "sealed_secrets_controller_http_requests_total{path=\"/v1/verify\",code=\"429\",method=\"POST\"} 2"
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn metrics_endpoint_exposes_bitnami_names_and_counts_requests() {
+    let state = state_with(ring_of(&[new_key()]));
+    let app = router(&state);
+    for _ in 0..3 {
+        send(&app, "GET", "/v1/cert.pem", Body::empty()).await;
+    }
+    let (status, _) = post_json(&app, "/v1/verify", &to_json(&sealed_for(new_key(), &[]))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = post_json(&app, "/v1/verify", &to_json(&sealed_for(old_key(), &[]))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    send(&app, "GET", "/healthz", Body::empty()).await;
+
+    let metrics = metrics_router(state.clone());
+    let response = send(&metrics, "GET", "/metrics", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let text = body_text(response).await;
+    for line in [
+        "sealed_secrets_controller_build_info{revision=",
+        "sealed_secrets_controller_http_requests_total{path=\"/v1/cert.pem\",code=\"200\",method=\"GET\"} 3",
+        "sealed_secrets_controller_http_requests_total{path=\"/v1/verify\",code=\"200\",method=\"POST\"} 1",
+        "sealed_secrets_controller_http_requests_total{path=\"/v1/verify\",code=\"409\",method=\"POST\"} 1",
+        "sealed_secrets_controller_http_request_duration_seconds_count{path=\"/v1/verify\",method=\"POST\"} 2",
+        "sealed_secrets_controller_unseal_requests_total",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    // Health checks are not instrumented (as in Bitnami), and RSA work is counted.
+    assert!(!text.contains("/healthz"));
+    let rsa: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("kseal_rsa_operations_total "))
+        .expect("rsa counter")
+        .trim()
+        .parse()
+        .expect("number");
+    // Two items opened by the one key; the old-key object tries the same key and fails.
+    assert!(rsa >= 3, "{rsa}");
+}
+
+#[tokio::test]
+async fn both_servers_serve_over_tcp_and_shut_down_gracefully() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let state = state_with(ring_of(&[new_key()]));
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let (api_addr, metrics_addr) = (
+        api.local_addr().expect("addr"),
+        metrics.local_addr().expect("addr"),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_listeners(api, metrics, state, generous(), async {
+        let _ = stopped.await;
+    }));
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: kseal\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.expect("read");
+        out
+    }
+    let health = get(api_addr, "/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.ends_with("\r\n\r\nok\n"), "{health}");
+    let cert = get(api_addr, "/v1/cert.pem").await;
+    assert!(cert.contains("BEGIN CERTIFICATE"), "{cert}");
+    let metrics = get(metrics_addr, "/metrics").await;
+    assert!(metrics.contains("/v1/cert.pem"), "{metrics}");
+    // The metrics server serves only /metrics, the API server not /metrics.
+    assert!(get(api_addr, "/metrics").await.starts_with("HTTP/1.1 404"));
+
+    stop.send(()).expect("server running");
+    tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("servers stop after shutdown")
+        .expect("task")
+        .expect("serve ok");
+}
