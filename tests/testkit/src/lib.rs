@@ -12,21 +12,28 @@
 //! [`scenarios`] holds behaviour checks generic over a [`kube::Client`], run against this server
 //! and against a real kube-apiserver to keep the fake honest.
 //!
-//! Known approximations (differences from a real apiserver):
-//! - strategic merge patch is a merge patch with a fixed table of keyed lists (see `merge`);
-//! - server-side apply tracks each manager's last applied configuration to prune removed
-//!   fields, but does not report conflicts between managers (`force` is accepted and ignored);
-//!   `managedFields` entries are approximate (`fieldsV1` from the applied configuration or from
-//!   the changed fields);
+//! Known approximations (differences from a real apiserver; each one is a candidate bug):
+//! - strategic merge patch is a merge patch plus a fixed table of keyed lists (`conditions` by
+//!   `type`, `containers`/`env`/`volumes`/... by `name`, `ownerReferences` by `uid`,
+//!   `finalizers` as a set) and the `$patch: replace|delete` and `$deleteFromPrimitiveList`
+//!   directives; custom resources get 415 as on a real server;
+//! - server-side apply keeps field ownership in `managedFields` and reports conflicts, but list
+//!   and map types come from the same fixed table (custom resources: lists are atomic) instead
+//!   of OpenAPI schemas, and `fieldsV1` of non-apply updates records the changed fields only;
 //! - garbage collection runs synchronously when an owner is removed (a real server does it
-//!   asynchronously); Foreground propagation is treated as Background; dependents that point at
-//!   owners which never existed are not collected;
-//! - namespace deletion removes the contents at once (objects with finalizers stay until their
-//!   finalizers are removed); the namespace is removed when empty;
+//!   asynchronously, so tests must poll); Foreground propagation is treated as Background;
+//!   dependents whose owners never existed are not collected;
+//! - deleting a namespace deletes its contents at once and the namespace when it is empty
+//!   (objects with finalizers keep it Terminating); `spec.finalizers` is not used;
 //! - lists ignore `resourceVersion`/`resourceVersionMatch` and always serve the latest state;
 //!   `continue` tokens never expire;
-//! - no protobuf, CBOR, authentication, authorization, admission or schema validation; the
-//!   OpenAPI endpoints return 404 (use `kubectl --validate=false`).
+//! - events.k8s.io/v1 Events are stored as core/v1 Events with a field-renaming conversion;
+//!   their error messages name the core resource;
+//! - the version reported is 1.33 (the k8s-openapi feature in use), while the reference
+//!   server is 1.20; features between the two (streaming lists) are served;
+//! - no protobuf, CBOR, authentication, authorization, admission, defaulting beyond Secrets,
+//!   Namespaces and CRDs, or schema validation; the OpenAPI endpoints return 404 (use
+//!   `kubectl --validate=false`).
 
 mod error;
 mod faults;
@@ -147,6 +154,11 @@ impl TestApiServer {
         if let Ok(mut b) = self.inner.bookmark_interval.lock() {
             *b = every.max(Duration::from_millis(10));
         }
+    }
+
+    /// Number of watch streams currently open (useful to wait until a controller is watching).
+    pub fn open_watches(&self) -> usize {
+        self.inner.lock().open_watches()
     }
 
     /// The current (latest) resourceVersion.

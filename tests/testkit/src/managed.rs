@@ -210,10 +210,7 @@ pub(crate) fn entries_to_value(entries: &[Entry]) -> Value {
 }
 
 fn now() -> Value {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-        .into()
+    crate::store::now().into()
 }
 
 /// Puts `set` into the entry of (manager, operation, subresource), creating it if needed; the

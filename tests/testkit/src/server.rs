@@ -196,8 +196,7 @@ fn discovery(inner: &Arc<Inner>, method: &Method, path: &str) -> Option<Response
         },
         _ => return None,
     };
-    let code = if v["kind"] == "Status" { 404 } else { 200 };
-    Some(json_response(code, &v))
+    Some(json_response(200, &v))
 }
 
 /// Renders a stored object at the requested version (and shape, for events.k8s.io Events).
@@ -800,4 +799,65 @@ fn field_selector(rt: &ResourceType, q: &HashMap<String, String>) -> ApiResult<F
     let (extra, custom) = rt.field_labels();
     field.check(extra, custom)?;
     Ok(field)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt as _;
+
+    #[tokio::test]
+    async fn client_disconnect_ends_the_watch_task() {
+        let server = crate::TestApiServer::new();
+        let req = http::Request::get("/api/v1/namespaces/default/configmaps?watch=true")
+            .body(Body::empty())
+            .unwrap();
+        let resp = server.router().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(server.open_watches(), 1);
+        drop(resp);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while server.open_watches() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "watch task still running"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[test]
+    fn paths_parse_into_group_version_namespace_and_subresource() {
+        let p =
+            parse_parts("/apis/bitnami.com/v1alpha1/namespaces/ns/sealedsecrets/s/status").unwrap();
+        assert_eq!(
+            (
+                p.group.as_str(),
+                p.version.as_str(),
+                p.ns.as_deref(),
+                p.plural.as_str(),
+                p.name.as_deref(),
+                p.sub.as_deref()
+            ),
+            (
+                "bitnami.com",
+                "v1alpha1",
+                Some("ns"),
+                "sealedsecrets",
+                Some("s"),
+                Some("status")
+            )
+        );
+        let p = parse_parts("/api/v1/namespaces/ns/status").unwrap();
+        assert_eq!(
+            (p.plural.as_str(), p.name.as_deref(), p.sub.as_deref()),
+            ("namespaces", Some("ns"), Some("status"))
+        );
+        let p = parse_parts("/api/v1/namespaces/ns").unwrap();
+        assert_eq!(
+            (p.ns, p.plural.as_str(), p.name.as_deref()),
+            (None, "namespaces", Some("ns"))
+        );
+        assert!(parse_parts("/api/v1").is_none());
+    }
 }

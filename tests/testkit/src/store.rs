@@ -78,7 +78,8 @@ pub(crate) struct State {
     subs: Vec<Subscriber>,
 }
 
-fn now() -> String {
+/// The current time as the apiserver writes timestamps (RFC 3339, seconds, UTC).
+pub(crate) fn now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
@@ -407,6 +408,11 @@ impl State {
             .filter(|e| e.rv > rv && &e.tkey == tk)
             .cloned()
             .collect())
+    }
+
+    /// Number of watches still connected.
+    pub(crate) fn open_watches(&self) -> usize {
+        self.subs.iter().filter(|s| !s.tx.is_closed()).count()
     }
 
     /// Ends every open watch (the streams close, clients re-watch).
