@@ -1,1 +1,659 @@
-//! Placeholder: written next.
+//! Loading the key ring, hot reload, and optional in-cluster key generation.
+//!
+//! Keys come from a [`KeySource`]. The one implemented here, [`SecretKeySource`], reads them
+//! exactly as Bitnami stores them, so an existing Bitnami install's keys work unchanged:
+//! Secrets in the controller namespace labelled
+//! `sealedsecrets.bitnami.com/sealed-secrets-key=active`, with a PEM private key (PKCS #1 or
+//! PKCS #8) in `tls.key` and a PEM certificate in `tls.crt`, plus the pre-v0.9 legacy Secret
+//! named exactly the key prefix (loaded even without the label; a label other than `active`
+//! on it disables it too).
+//!
+//! Unlike Bitnami, the source is watched: adding a key Secret, deleting one or relabelling it
+//! (any value but `active`, e.g. `compromised`) changes the ring without a restart. A key
+//! Secret that cannot be used (bad PEM, not RSA, certificate and key that do not belong
+//! together) is skipped with a warning, a `kseal_key_load_errors_total{reason}` count and a
+//! Warning event on the Secret; it never stops the controller.
+//!
+//! The [`KeySource`] trait is the seam for other stores (e.g. AWS Secrets Manager): a source
+//! yields snapshots of candidate keys and can store a generated key; parsing, ordering,
+//! error reporting and publishing into [`State`] are shared.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt as _, StreamExt as _};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
+use kseal_keys::{CertificateOptions, KeyPair, KeyRing};
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Client, Resource as _, ResourceExt as _};
+use tokio::sync::watch;
+use zeroize::Zeroizing;
+
+use crate::config::{Config, KeyOrder};
+use crate::state::State;
+
+/// `tls.key`: the PEM private key in a key Secret.
+pub const PRIVATE_KEY_ITEM: &str = "tls.key";
+/// `tls.crt`: the PEM certificate in a key Secret.
+pub const CERTIFICATE_ITEM: &str = "tls.crt";
+/// Type of key Secrets.
+pub const KEY_SECRET_TYPE: &str = "kubernetes.io/tls";
+/// Reporter name of the controller's events.
+pub const REPORTER: &str = "kseal-controller";
+
+/// How often the loader re-checks generation and refreshes the key-age gauge.
+const TICK: Duration = Duration::from_secs(2);
+/// How long to wait for a generated key to show up before generating again.
+const GENERATION_GRACE: Duration = Duration::from_secs(60);
+
+/// One candidate key as a source holds it, before parsing.
+pub struct KeyMaterial {
+    /// Where it comes from, for logs (e.g. `kube-system/sealed-secrets-key5rxd9`); not secret.
+    pub origin: String,
+    /// Changes whenever the content may have changed (a resourceVersion); parsing is cached
+    /// per `(origin, version)`.
+    pub version: String,
+    /// The object to attach a Warning event to when the key is rejected.
+    pub reference: Option<ObjectReference>,
+    /// When the key was stored (orders keys under `SecretCreationTimestamp`).
+    pub created: Option<SystemTime>,
+    /// The PEM texts, or why they could not be read.
+    pub pem: Result<KeyPem, Rejection>,
+}
+
+impl fmt::Debug for KeyMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyMaterial")
+            .field("origin", &self.origin)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A private key and certificate in PEM. The private key zeroizes on drop.
+pub struct KeyPem {
+    /// `tls.key`.
+    pub private_key: Zeroizing<String>,
+    /// `tls.crt`.
+    pub certificate: String,
+}
+
+/// Why a key was skipped. Messages never quote key material.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The `reason` label of `kseal_key_load_errors_total`.
+    pub reason: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+impl Rejection {
+    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn from_keys_error(error: &kseal_keys::Error) -> Self {
+        use kseal_keys::Error as E;
+        match error {
+            E::Pem(_) | E::Der { .. } => Self::new("pem", "tls.key or tls.crt is not valid PEM"),
+            E::NotRsa | E::KeySize(_) => {
+                Self::new("not_rsa", "the key is not an RSA key of 2048 to 8192 bits")
+            }
+            E::KeyMismatch { .. } => Self::new(
+                "mismatch",
+                "the certificate in tls.crt does not belong to the private key in tls.key",
+            ),
+            _ => Self::new("invalid", "the private key was rejected"),
+        }
+    }
+}
+
+/// A store of sealing keys.
+pub trait KeySource: Send + 'static {
+    /// Every candidate key, first once the initial load is complete, then again after each
+    /// change. The stream retries transient errors itself.
+    fn snapshots(&mut self) -> BoxStream<'static, Vec<KeyMaterial>>;
+
+    /// Stores a newly generated key, so that a later snapshot holds it. Returns where it was
+    /// stored (for logs).
+    fn store(&self, pair: &KeyPair) -> BoxFuture<'static, Result<String, crate::Error>>;
+
+    /// Reports a rejected key where its owner will see it (best effort).
+    fn report(&self, material: &KeyMaterial, rejection: &Rejection) -> BoxFuture<'static, ()>;
+}
+
+/// Key Secrets in the controller namespace, as Bitnami stores them.
+pub struct SecretKeySource {
+    client: Client,
+    namespace: String,
+    prefix: String,
+    recorder: Recorder,
+}
+
+impl SecretKeySource {
+    /// Reads keys from `config.controller_namespace`, with `config.key_prefix` as the legacy
+    /// name and the prefix of generated Secrets.
+    pub fn new(client: Client, config: &Config) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: REPORTER.to_owned(),
+                instance: Some(config.identity.clone()),
+            },
+        );
+        Self {
+            client,
+            namespace: config.controller_namespace.clone(),
+            prefix: config.key_prefix.clone(),
+            recorder,
+        }
+    }
+}
+
+/// One watched set of Secrets (the labelled keys, or the legacy Secret).
+#[derive(Default)]
+struct WatchedSet {
+    current: BTreeMap<String, Secret>,
+    relisting: Option<BTreeMap<String, Secret>>,
+    synced: bool,
+}
+
+impl WatchedSet {
+    fn apply(&mut self, event: watcher::Event<Secret>) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.relisting = Some(BTreeMap::new());
+                false
+            }
+            watcher::Event::InitApply(s) => {
+                self.relisting
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(s.name_any(), s);
+                false
+            }
+            watcher::Event::InitDone => {
+                self.current = self.relisting.take().unwrap_or_default();
+                self.synced = true;
+                true
+            }
+            watcher::Event::Apply(s) => {
+                self.current.insert(s.name_any(), s);
+                self.synced
+            }
+            watcher::Event::Delete(s) => {
+                self.current.remove(&s.name_any());
+                self.synced
+            }
+        }
+    }
+}
+
+fn is_active_or_unlabelled(secret: &Secret) -> bool {
+    secret
+        .labels()
+        .get(SEALING_KEY_LABEL)
+        .is_none_or(|v| v == SEALING_KEY_LABEL_ACTIVE)
+}
+
+/// Reads one key Secret's PEM texts (never logging them).
+pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
+    let meta = &secret.metadata;
+    let origin = format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    );
+    let item = |key: &str| secret.data.as_ref().and_then(|d| d.get(key));
+    let pem = match (item(PRIVATE_KEY_ITEM), item(CERTIFICATE_ITEM)) {
+        (Some(key), Some(cert)) => {
+            let key = Zeroizing::new(key.0.clone());
+            match (std::str::from_utf8(&key), std::str::from_utf8(&cert.0)) {
+                (Ok(k), Ok(c)) => Ok(KeyPem {
+                    private_key: Zeroizing::new(k.to_owned()),
+                    certificate: c.to_owned(),
+                }),
+                _ => Err(Rejection::new("pem", "tls.key or tls.crt is not text")),
+            }
+        }
+        _ => Err(Rejection::new(
+            "missing_data",
+            "the Secret lacks tls.key or tls.crt",
+        )),
+    };
+    KeyMaterial {
+        origin,
+        version: meta.resource_version.clone().unwrap_or_default(),
+        reference: Some(secret.object_ref(&())),
+        created: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| SystemTime::from(t.0)),
+        pem,
+    }
+}
+
+impl KeySource for SecretKeySource {
+    fn snapshots(&mut self) -> BoxStream<'static, Vec<KeyMaterial>> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let labelled = watcher(
+            api.clone(),
+            watcher::Config::default()
+                .labels(&format!("{SEALING_KEY_LABEL}={SEALING_KEY_LABEL_ACTIVE}")),
+        )
+        .default_backoff()
+        .map(|e| (0usize, e));
+        let legacy = watcher(
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={}", self.prefix)),
+        )
+        .default_backoff()
+        .map(|e| (1usize, e));
+        futures::stream::select(labelled, legacy)
+            .scan(
+                [WatchedSet::default(), WatchedSet::default()],
+                |sets, (which, event)| {
+                    let changed = match event {
+                        Ok(event) => sets[which].apply(event),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "watching key Secrets failed; retrying");
+                            false
+                        }
+                    };
+                    let snapshot = (changed && sets.iter().all(|s| s.synced)).then(|| {
+                        let mut by_name: BTreeMap<&String, &Secret> =
+                            sets[0].current.iter().collect();
+                        for (name, s) in &sets[1].current {
+                            if is_active_or_unlabelled(s) {
+                                by_name.entry(name).or_insert(s);
+                            }
+                        }
+                        let mut secrets: Vec<&Secret> = by_name.into_values().collect();
+                        // Bitnami reads keys sorted by creation time.
+                        secrets.sort_by(|a, b| {
+                            a.metadata
+                                .creation_timestamp
+                                .as_ref()
+                                .map(|t| t.0)
+                                .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                                .then_with(|| a.name_any().cmp(&b.name_any()))
+                        });
+                        secrets.into_iter().map(material_from_secret).collect()
+                    });
+                    futures::future::ready(Some(snapshot))
+                },
+            )
+            .filter_map(futures::future::ready)
+            .boxed()
+    }
+
+    fn store(&self, pair: &KeyPair) -> BoxFuture<'static, Result<String, crate::Error>> {
+        let secret = key_secret(&self.prefix, &self.namespace, pair);
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        async move {
+            let secret = secret?;
+            let created = api
+                .create(&PostParams::default(), &secret)
+                .await
+                .map_err(crate::Error::Kube)?;
+            Ok(format!(
+                "{}/{}",
+                created.namespace().unwrap_or_default(),
+                created.name_any()
+            ))
+        }
+        .boxed()
+    }
+
+    fn report(&self, material: &KeyMaterial, rejection: &Rejection) -> BoxFuture<'static, ()> {
+        let Some(reference) = material.reference.clone() else {
+            return futures::future::ready(()).boxed();
+        };
+        let recorder = self.recorder.clone();
+        let note = format!("key Secret skipped: {}", rejection.message);
+        async move {
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "KeyRejected".into(),
+                note: Some(note),
+                action: "LoadKey".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "failed to publish key event");
+            }
+        }
+        .boxed()
+    }
+}
+
+/// The Secret Bitnami would store for `pair`: `generateName: <prefix>`, type
+/// `kubernetes.io/tls`, labelled active, PKCS #1 `tls.key`.
+pub fn key_secret(prefix: &str, namespace: &str, pair: &KeyPair) -> Result<Secret, crate::Error> {
+    let key_pem = pair
+        .private_key()
+        .to_pkcs1_pem()
+        .map_err(|_| crate::Error::KeyGeneration)?;
+    let data = BTreeMap::from([
+        (
+            PRIVATE_KEY_ITEM.to_owned(),
+            ByteString(key_pem.as_bytes().to_vec()),
+        ),
+        (
+            CERTIFICATE_ITEM.to_owned(),
+            ByteString(pair.certificate().to_pem().into_bytes()),
+        ),
+    ]);
+    Ok(Secret {
+        metadata: ObjectMeta {
+            generate_name: Some(prefix.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                SEALING_KEY_LABEL.to_owned(),
+                SEALING_KEY_LABEL_ACTIVE.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some(KEY_SECRET_TYPE.to_owned()),
+        data: Some(data),
+        ..Secret::default()
+    })
+}
+
+/// Parsed keys, cached per `(origin, version)` so unchanged Secrets are not parsed again.
+#[derive(Default)]
+pub struct ParseCache {
+    entries: HashMap<(String, String), Result<KeyPair, Rejection>>,
+}
+
+/// What [`build_ring`] produced.
+#[derive(Debug)]
+pub struct Built {
+    /// The ring.
+    pub ring: KeyRing,
+    /// Keys rejected for the first time (not reported before), with why.
+    pub newly_rejected: Vec<(usize, Rejection)>,
+}
+
+/// Parses `materials` into a ring ordered per `order`. Rejected keys are skipped.
+pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseCache) -> Built {
+    let mut ring = KeyRing::new();
+    let mut newly_rejected = Vec::new();
+    let mut seen = HashMap::with_capacity(materials.len());
+    for (index, material) in materials.iter().enumerate() {
+        let key = (material.origin.clone(), material.version.clone());
+        let parsed = match cache.entries.remove(&key) {
+            Some(parsed) => parsed,
+            None => {
+                let parsed = match &material.pem {
+                    Ok(pem) => KeyPair::from_pem(&pem.private_key, &pem.certificate)
+                        .map_err(|e| Rejection::from_keys_error(&e)),
+                    Err(r) => Err(r.clone()),
+                };
+                if let Err(r) = &parsed {
+                    newly_rejected.push((index, r.clone()));
+                }
+                parsed
+            }
+        };
+        if let Ok(pair) = &parsed {
+            let pair = match (order, material.created) {
+                (KeyOrder::SecretCreationTimestamp, Some(created)) => {
+                    pair.clone().with_order_time(created)
+                }
+                _ => pair.clone(),
+            };
+            ring.insert(pair);
+        }
+        seen.insert(key, parsed);
+    }
+    cache.entries = seen;
+    Built {
+        ring,
+        newly_rejected,
+    }
+}
+
+/// Tells the reconciler when the first key load finished (with or without keys).
+#[derive(Clone, Debug)]
+pub struct KeysLoaded(watch::Receiver<bool>);
+
+impl KeysLoaded {
+    /// A pair: the sender for the loader, the receiver for readers.
+    pub fn channel() -> (watch::Sender<bool>, Self) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Self(rx))
+    }
+
+    /// Already loaded (for tests and callers that load keys themselves).
+    pub fn done() -> Self {
+        let (_tx, rx) = watch::channel(true);
+        Self(rx)
+    }
+
+    /// Whether the first load has finished.
+    pub fn is_done(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Waits for the first load (returns at once if the loader is gone).
+    pub async fn wait(&mut self) {
+        let _ = self.0.wait_for(|done| *done).await;
+    }
+}
+
+/// Publishes `ring` into `state` and refreshes the key metrics.
+pub fn publish(state: &State, ring: KeyRing) -> bool {
+    let len = ring.len();
+    let ids: Vec<String> = ring.keys().map(|k| k.id().to_string()).collect();
+    let sealing = ring.sealing_key().map(|k| k.id().to_string());
+    let changed = state.keys.replace(ring);
+    state
+        .metrics
+        .keys_loaded
+        .set(i64::try_from(len).unwrap_or(i64::MAX));
+    state
+        .readiness
+        .keys_loaded
+        .store(len > 0, std::sync::atomic::Ordering::Release);
+    refresh_age(state);
+    if changed {
+        tracing::info!(keys = len, sealing_key = ?sealing, fingerprints = ?ids, "key ring updated");
+    }
+    changed
+}
+
+fn refresh_age(state: &State) {
+    let ring = state.keys.ring();
+    let age = ring
+        .sealing_key()
+        .and_then(|k| SystemTime::now().duration_since(k.order_time()).ok())
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    state.metrics.sealing_key_age_seconds.set(age);
+}
+
+/// Runs the key loader until `shutdown` turns true: publishes every snapshot of `source` into
+/// `state`, reports rejected keys, and (when configured, and only on the leader) generates a
+/// key when none exists. `loaded` turns true after the first snapshot.
+pub async fn run(
+    mut source: impl KeySource,
+    state: State,
+    config: Arc<Config>,
+    loaded: watch::Sender<bool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut snapshots = source.snapshots();
+    let mut cache = ParseCache::default();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut generated_at: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            snapshot = snapshots.next() => {
+                let Some(materials) = snapshot else { break };
+                let built = build_ring(&materials, config.key_order, &mut cache);
+                for (index, rejection) in &built.newly_rejected {
+                    let material = &materials[*index];
+                    tracing::warn!(
+                        key = %material.origin,
+                        reason = rejection.reason,
+                        "skipping unusable key: {}",
+                        rejection.message
+                    );
+                    state
+                        .metrics
+                        .key_load_errors
+                        .get_or_create(&crate::metrics::KeyErrorLabels {
+                            reason: rejection.reason.to_owned(),
+                        })
+                        .inc();
+                    if state.is_leader() {
+                        source.report(material, rejection).await;
+                    }
+                }
+                publish(&state, built.ring);
+                loaded.send_replace(true);
+            }
+            _ = tick.tick() => refresh_age(&state),
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() {
+                    break;
+                }
+            }
+        }
+        let wants_key = config.generate_key_if_missing
+            && *loaded.borrow()
+            && state.keys.ring().is_empty()
+            && state.is_leader()
+            && generated_at.is_none_or(|t| t.elapsed() > GENERATION_GRACE);
+        if wants_key {
+            generated_at = Some(tokio::time::Instant::now());
+            match generate(&config).await {
+                Ok(pair) => match source.store(&pair).await {
+                    Ok(at) => tracing::info!(
+                        key = %at,
+                        fingerprint = %pair.id(),
+                        certificate = %pair.certificate().to_pem(),
+                        "generated a new sealing key"
+                    ),
+                    Err(e) => {
+                        tracing::error!(error = %crate::error_chain(&e), "failed to store the generated key");
+                    }
+                },
+                Err(e) => {
+                    tracing::error!(error = %crate::error_chain(&e), "failed to generate a key")
+                }
+            }
+        }
+    }
+}
+
+/// Generates a key pair per `config` off the async threads (RSA generation takes seconds).
+pub async fn generate(config: &Config) -> Result<KeyPair, crate::Error> {
+    let size = config.key_size;
+    let options = CertificateOptions {
+        common_name: config.my_cn.clone(),
+        not_before: SystemTime::now(),
+        validity: config.key_ttl,
+    };
+    tokio::task::spawn_blocking(move || KeyPair::generate(size, &options))
+        .await
+        .map_err(|_| crate::Error::KeyGeneration)?
+        .map_err(|_| crate::Error::KeyGeneration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kseal_keys::KeySize;
+
+    fn pair() -> KeyPair {
+        // Test-only 2048-bit key.
+        KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap()
+    }
+
+    fn material(name: &str, pair: &KeyPair, version: &str) -> KeyMaterial {
+        let mut secret = key_secret("sealed-secrets-key", "ks", pair).unwrap();
+        secret.metadata.name = Some(name.to_owned());
+        secret.metadata.resource_version = Some(version.to_owned());
+        material_from_secret(&secret)
+    }
+
+    #[test]
+    fn bad_keys_are_skipped_and_reported_once() {
+        let good = pair();
+        let other = pair();
+        let mut mismatched = material("b", &good, "1");
+        if let Ok(pem) = &mut mismatched.pem {
+            pem.certificate = other.certificate().to_pem();
+        }
+        let mut bad_pem = material("c", &good, "1");
+        if let Ok(pem) = &mut bad_pem.pem {
+            pem.private_key = Zeroizing::new(
+                "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n".into(),
+            );
+        }
+        let materials = vec![material("a", &good, "1"), mismatched, bad_pem];
+        let mut cache = ParseCache::default();
+        let built = build_ring(&materials, KeyOrder::CertNotBefore, &mut cache);
+        assert_eq!(built.ring.len(), 1);
+        let reasons: Vec<_> = built.newly_rejected.iter().map(|r| r.1.reason).collect();
+        assert_eq!(reasons, ["mismatch", "pem"]);
+        let again = build_ring(&materials, KeyOrder::CertNotBefore, &mut cache);
+        assert_eq!(again.ring.len(), 1);
+        assert!(again.newly_rejected.is_empty());
+    }
+
+    #[test]
+    fn secret_creation_order_picks_the_newest_secret_as_sealing_key() {
+        let older_cert = pair();
+        let newer_cert = pair();
+        let mut a = material("a", &newer_cert, "1");
+        let mut b = material("b", &older_cert, "1");
+        a.created = Some(SystemTime::UNIX_EPOCH);
+        b.created = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(10));
+        let mut cache = ParseCache::default();
+        let built = build_ring(&[a, b], KeyOrder::SecretCreationTimestamp, &mut cache);
+        assert_eq!(
+            built.ring.sealing_key().map(|k| k.id().clone()),
+            Some(older_cert.id().clone())
+        );
+    }
+
+    #[test]
+    fn generated_key_secret_has_bitnami_shape() {
+        let p = pair();
+        let s = key_secret("sealed-secrets-key", "ks", &p).unwrap();
+        assert_eq!(
+            s.metadata.generate_name.as_deref(),
+            Some("sealed-secrets-key")
+        );
+        assert_eq!(s.type_.as_deref(), Some(KEY_SECRET_TYPE));
+        assert_eq!(
+            s.labels().get(SEALING_KEY_LABEL).map(String::as_str),
+            Some("active")
+        );
+        let data = s.data.unwrap();
+        assert!(
+            data[PRIVATE_KEY_ITEM]
+                .0
+                .starts_with(b"-----BEGIN RSA PRIVATE KEY-----")
+        );
+        assert!(
+            data[CERTIFICATE_ITEM]
+                .0
+                .starts_with(b"-----BEGIN CERTIFICATE-----")
+        );
+    }
+}

@@ -56,6 +56,17 @@ pub enum Error {
     /// A Kubernetes API call failed.
     #[error("kubernetes API request failed")]
     Kube(#[source] kube::Error),
+    /// The existing Secret is immutable and its data would change.
+    #[error(
+        "secret {name:?} is immutable and its data would change: delete it to let the controller re-create it"
+    )]
+    Immutable {
+        /// Name of the Secret.
+        name: String,
+    },
+    /// Generating or encoding a new key failed.
+    #[error("failed to generate a key")]
+    KeyGeneration,
     /// Binding or serving an HTTP listener failed.
     #[error("failed to serve HTTP on {addr}")]
     Serve {
@@ -83,10 +94,36 @@ impl Error {
             Error::FetchKeys(_) => "keys",
             Error::MissingMetadata(_) => "invalid",
             Error::Kube(_) => "kube",
+            Error::Immutable { .. } => "update",
+            Error::KeyGeneration => "keys",
             Error::Serve { .. } => "serve",
             Error::LeaderElection(_) => "leader",
         }
     }
+}
+
+/// An error and its sources on one line (`a: b: c`), for logs and status messages. Kubernetes
+/// API errors show the server's message and reason.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        match e.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) => {
+                out.push_str(&format!(
+                    "{} ({} {})",
+                    status.message, status.code, status.reason
+                ));
+                break;
+            }
+            _ => out.push_str(&e.to_string()),
+        }
+        next = e.source();
+    }
+    out
 }
 
 /// `Result` with [`Error`].

@@ -1,3 +1,163 @@
-//! `kseal-controller` binary entry point.
+//! `kseal-controller` binary: flags → [`Config`], logging, then the key loader, the
+//! reconciler and the HTTP servers until SIGTERM or SIGINT.
 
-fn main() {}
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use kseal_controller::config::{Args, LogFormat};
+use kseal_controller::keys::{self, KeysLoaded, SecretKeySource};
+use kseal_controller::{Config, State, http, reconcile};
+use tokio::sync::watch;
+
+/// The service account's namespace, mounted into every pod.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let (log_level, log_format) = (args.log_level.clone(), args.log_format);
+    let default_namespace = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty());
+    let config = match Config::from_args(args, default_namespace) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = init_tracing(&log_level, log_format) {
+        eprintln!("error: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "controller failed");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(level: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .with_context(|| format!("invalid --log-level {level:?}"))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    }
+    .map_err(|e| anyhow::anyhow!("failed to set up logging: {e}"))
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+async fn signalled() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+        tokio::select! {
+            _ = term.recv() => {}
+            r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl+C")?;
+    Ok(())
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        namespace = %config.controller_namespace,
+        identity = %config.identity,
+        "starting kseal-controller"
+    );
+    let client = kube::Client::try_default()
+        .await
+        .context("failed to configure the Kubernetes client (in-cluster or KUBECONFIG)")?;
+    let state = State::new();
+    if config.leader_election_lease.is_none() {
+        // Without election this replica is the only writer.
+        state.leader.store(true, Ordering::Release);
+        state.metrics.is_leader.set(1);
+    } else {
+        // The Lease-based election is not part of this build yet: run as the only writer,
+        // and say so, rather than never writing.
+        tracing::warn!(
+            "leader election is not available in this build; acting as the single writer (run one replica)"
+        );
+        state.leader.store(true, Ordering::Release);
+        state.metrics.is_leader.set(1);
+    }
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (loaded_tx, loaded) = KeysLoaded::channel();
+
+    let key_task = tokio::spawn(keys::run(
+        SecretKeySource::new(client.clone(), &config),
+        state.clone(),
+        config.clone(),
+        loaded_tx,
+        shutdown_rx.clone(),
+    ));
+    let reconciler = tokio::spawn(reconcile::run(
+        client.clone(),
+        config.clone(),
+        state.clone(),
+        loaded,
+        shutdown_rx.clone(),
+    ));
+    let mut http_shutdown = shutdown_rx.clone();
+    let http_task = {
+        let state = state.clone();
+        let config = config.clone();
+        tokio::spawn(async move {
+            http::serve(state, &config, async move {
+                let _ = http_shutdown.wait_for(|stop| *stop).await;
+            })
+            .await
+        })
+    };
+
+    let outcome: anyhow::Result<()> = tokio::select! {
+        r = signalled() => {
+            tracing::info!("shutting down");
+            r
+        }
+        r = http_task => match r {
+            Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP servers stopped")),
+            Ok(Err(e)) => Err(anyhow::Error::new(e).context("HTTP server failed")),
+            Err(e) => Err(anyhow::Error::new(e).context("HTTP server task failed")),
+        },
+    };
+    shutdown_tx.send_replace(true);
+    // Let running reconciles finish; the reconciler stops starting new ones.
+    if tokio::time::timeout(std::time::Duration::from_secs(20), reconciler)
+        .await
+        .is_err()
+    {
+        tracing::warn!("reconciles did not finish in time");
+    }
+    key_task.abort();
+    outcome
+}
