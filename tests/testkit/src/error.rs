@@ -199,6 +199,11 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Some(m) = status.as_object_mut()
+        {
+            m.remove("reason");
+        }
         if let Some(d) = &self.details {
             let mut det = serde_json::Map::new();
             if !d.name.is_empty() {
@@ -266,6 +271,8 @@ impl FieldError {
         match self.reason {
             "FieldValueRequired" => "Required value",
             "FieldValueForbidden" => "Forbidden",
+            "FieldValueTooLong" => "Too long",
+            "FieldValueNotSupported" => "Unsupported value",
             _ => "Invalid value",
         }
     }

@@ -159,6 +159,19 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
         let e = expect_error(cms.create(&pp, &cm("", json!({}))?).await, 422, "Invalid")?;
         ensure!(e.message.contains("metadata.name: Required value"), "message: {}", e.message);
         expect_error(cms.create(&pp, &cm("Bad_Name", json!({}))?).await, 422, "Invalid")?;
+        let mut bad_label = cm("c", json!({}))?;
+        bad_label.metadata.labels = Some([("app".to_owned(), "not valid!".to_owned())].into());
+        let e = expect_error(cms.create(&pp, &bad_label).await, 422, "Invalid")?;
+        ensure!(e.message.contains("metadata.labels: Invalid value: \"not valid!\""), "message: {}", e.message);
+        let bad_owner: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": "c", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": ""}]}}),
+        )?;
+        let e = expect_error(cms.create(&pp, &bad_owner).await, 422, "Invalid")?;
+        ensure!(e.message.contains("metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty"), "message: {}", e.message);
+        let mut with_rv = cm("c", json!({}))?;
+        with_rv.metadata.resource_version = Some(rv(&created));
+        let e = expect_error(cms.create(&pp, &with_rv).await, 500, "")?;
+        ensure!(e.message == "resourceVersion should not be set on objects to be created", "message: {}", e.message);
         let mut other_ns = cm("c", json!({}))?;
         other_ns.metadata.namespace = Some("default".into());
         let e = expect_error(cms.create(&pp, &other_ns).await, 400, "BadRequest")?;
@@ -259,6 +272,13 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bad"}, "data": {"x": "not base64!"}
         }))?;
         expect_error(raw.create(&pp, &bad).await, 400, "BadRequest")?;
+        use base64::Engine as _;
+        let big: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "big"},
+            "data": {"x": base64::engine::general_purpose::STANDARD.encode(vec![b'x'; (1 << 20) + 1])}
+        }))?;
+        let e = expect_error(raw.create(&pp, &big).await, 422, "Invalid")?;
+        ensure!(e.message == "Secret \"big\" is invalid: data: Too long: must have at most 1048576 bytes", "message: {}", e.message);
         Ok(())
     })
     .await

