@@ -735,6 +735,9 @@ pub async fn namespace_lifecycle(client: Client) -> anyhow::Result<()> {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     cms.create(&PostParams::default(), &cm("c", json!({}))?)
         .await?;
+    let mut held = cm("held", json!({}))?;
+    held.metadata.finalizers = Some(vec!["kseal.dev/hold".into()]);
+    cms.create(&PostParams::default(), &held).await?;
     let res = nss.delete(&ns, &DeleteParams::default()).await?;
     let n = res
         .left()
@@ -746,6 +749,41 @@ pub async fn namespace_lifecycle(client: Client) -> anyhow::Result<()> {
     eventually("namespace contents deleted", DEADLINE, || async {
         Ok(cms.get_opt("c").await?.is_none().then_some(()))
     })
+    .await?;
+    // An object with a finalizer keeps the namespace Terminating; nothing new can be created.
+    eventually("held object terminating", DEADLINE, || async {
+        Ok(cms
+            .get("held")
+            .await?
+            .metadata
+            .deletion_timestamp
+            .map(|_| ()))
+    })
+    .await?;
+    let n = nss.get(&ns).await?;
+    ensure!(
+        n.status.and_then(|s| s.phase).as_deref() == Some("Terminating"),
+        "still Terminating"
+    );
+    let e = expect_error(
+        cms.create(&PostParams::default(), &cm("new", json!({}))?)
+            .await,
+        403,
+        "Forbidden",
+    )?;
+    ensure!(
+        e.message
+            == format!(
+                "configmaps \"new\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        "message: {}",
+        e.message
+    );
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
     .await?;
     eventually("namespace deleted", DEADLINE, || async {
         Ok(nss.get_opt(&ns).await?.is_none().then_some(()))
