@@ -236,7 +236,7 @@ impl Config {
         let identity = std::env::var(env::POD_NAME)
             .ok()
             .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| format!("kseal-controller-{}", std::process::id()));
+            .unwrap_or_else(fallback_identity);
         Ok(Self {
             controller_namespace,
             key_prefix: args.key_prefix,
@@ -260,6 +260,19 @@ impl Config {
             identity,
         })
     }
+}
+
+/// The leader-election identity without `POD_NAME`: the host name plus a random suffix, so
+/// that two processes never share one (a PID alone would: it is 1 in most containers).
+fn fallback_identity() -> String {
+    use std::hash::BuildHasher as _;
+    let host = std::env::var(env::HOSTNAME)
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "kseal-controller".to_owned());
+    // RandomState is seeded from the OS RNG once per process.
+    let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    format!("{host}_{random:016x}")
 }
 
 /// Parses a Go-style duration: `720h`, `1h30m`, `90s`, `500ms`, `0`.

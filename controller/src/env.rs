@@ -4,6 +4,8 @@
 pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
 /// Name of this pod (Downward API); the leader-election identity.
 pub const POD_NAME: &str = "POD_NAME";
+/// Host name; with a random suffix, the leader-election identity when `POD_NAME` is unset.
+pub const HOSTNAME: &str = "HOSTNAME";
 
 /// `--key-prefix`.
 pub const KSEAL_KEY_PREFIX: &str = "KSEAL_KEY_PREFIX";
