@@ -17,12 +17,6 @@ use crate::registry::{self, ResourceType, TypeKey};
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 pub(crate) type ObjName = (String, String);
 
-/// One stored object.
-#[derive(Debug, Clone)]
-pub(crate) struct Stored {
-    pub(crate) obj: Value,
-}
-
 /// A change, as kept in the event log and sent to watchers.
 #[derive(Debug)]
 pub(crate) struct Event {
@@ -68,7 +62,7 @@ pub(crate) struct DeleteOpts {
 pub(crate) struct State {
     rv: u64,
     pub(crate) types: BTreeMap<TypeKey, ResourceType>,
-    objects: HashMap<TypeKey, BTreeMap<ObjName, Stored>>,
+    objects: HashMap<TypeKey, BTreeMap<ObjName, Value>>,
     /// uid -> where the object lives (for garbage collection).
     uids: HashMap<String, (TypeKey, ObjName)>,
     log: VecDeque<Arc<Event>>,
@@ -274,7 +268,8 @@ fn changed_fields(
     }
 }
 
-/// The applied configuration kept for pruning: what the manager set, minus identity fields.
+/// The applied configuration: what the manager set, minus identity fields (and minus status,
+/// or only status, for types with a status subresource).
 fn applied_config(body: &Value, rt: &ResourceType, status: bool) -> Value {
     let mut cfg = body.clone();
     if let Some(m) = cfg.as_object_mut() {
@@ -367,10 +362,7 @@ impl State {
     }
 
     pub(crate) fn get(&self, tk: &TypeKey, ns: &str, name: &str) -> Option<&Value> {
-        self.objects
-            .get(tk)?
-            .get(&(ns.to_owned(), name.to_owned()))
-            .map(|s| &s.obj)
+        self.objects.get(tk)?.get(&(ns.to_owned(), name.to_owned()))
     }
 
     /// Objects of a type, optionally in one namespace, in (namespace, name) order.
@@ -380,7 +372,7 @@ impl State {
             .map(|m| {
                 m.iter()
                     .filter(|((n, _), _)| ns.is_none_or(|ns| ns == n))
-                    .map(|(_, s)| &s.obj)
+                    .map(|(_, o)| o)
                     .collect()
             })
             .unwrap_or_default()
@@ -817,7 +809,7 @@ impl State {
         }
         let rv = self.bump();
         meta_mut(obj).insert("resourceVersion".into(), rv.into());
-        let stored = Stored { obj: obj.clone() };
+        let stored = obj.clone();
         self.objects
             .entry(tk.clone())
             .or_default()
@@ -853,7 +845,7 @@ impl State {
             .and_then(|m| m.get(&key))
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-        let old = &stored.obj;
+        let old = &stored;
         if !new.is_object() {
             return Err(ApiError::bad_request(
                 "the object provided is not a JSON object",
@@ -1021,7 +1013,7 @@ impl State {
             let mut gone = old.clone();
             meta_mut(&mut gone).insert("resourceVersion".into(), rv.into());
             if let Some(s) = self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)) {
-                s.obj = gone;
+                *s = gone;
             }
             self.remove(&tk, &key);
             meta_mut(&mut new).insert(
@@ -1031,7 +1023,7 @@ impl State {
             return Ok(new);
         }
         if let Some(s) = self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)) {
-            s.obj = new.clone();
+            *s = new.clone();
         }
         if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
             self.register_crd(&new);
@@ -1095,7 +1087,7 @@ impl State {
             return Ok((created, true));
         };
         let newset = managed::set_of(&merge::fields_v1(&cfg, &mut Vec::new(), rt.builtin));
-        let mut new = stored.obj.clone();
+        let mut new = stored.clone();
         let mut entries = managed::entries_of(&new);
         let sub = status.then_some("status");
         let api_version = rt.api_version(version);
@@ -1131,7 +1123,7 @@ impl State {
             Some(rv) => meta_mut(&mut new).insert("resourceVersion".into(), rv.into()),
             None => meta_mut(&mut new).insert(
                 "resourceVersion".into(),
-                stored.obj["metadata"]["resourceVersion"].clone(),
+                stored["metadata"]["resourceVersion"].clone(),
             ),
         };
         let out = self.write_existing(
@@ -1156,7 +1148,7 @@ impl State {
         let Some(stored) = self.objects.get_mut(tk).and_then(|m| m.remove(key)) else {
             return;
         };
-        let obj = stored.obj;
+        let obj = stored;
         let uid = str_of(meta(&obj), "uid").unwrap_or_default().to_owned();
         self.uids.remove(&uid);
         if tk.0 == "apiextensions.k8s.io"
@@ -1181,22 +1173,13 @@ impl State {
         }
     }
 
-    /// Removes an object regardless of finalizers (CRD cleanup).
+    /// Removes an object at a new resourceVersion, regardless of finalizers.
     fn force_remove(&mut self, tk: &TypeKey, key: &ObjName) {
-        if let Some(obj) = self
-            .objects
-            .get(tk)
-            .and_then(|m| m.get(key))
-            .map(|s| s.obj.clone())
-        {
-            let mut obj = obj;
-            self.bump();
-            meta_mut(&mut obj).insert("resourceVersion".into(), self.rv.to_string().into());
-            if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
-                s.obj = obj;
-            }
-            self.remove(tk, key);
+        let rv = self.bump();
+        if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
+            meta_mut(s).insert("resourceVersion".into(), rv.into());
         }
+        self.remove(tk, key);
     }
 
     /// Background garbage collection after the object with `uid` is gone.
@@ -1207,19 +1190,14 @@ impl State {
         let mut dependents: Vec<(TypeKey, ObjName)> = Vec::new();
         for (tk, m) in &self.objects {
             for (k, s) in m {
-                let refs = meta(&s.obj)["ownerReferences"].as_array();
+                let refs = meta(s)["ownerReferences"].as_array();
                 if refs.is_some_and(|r| r.iter().any(|o| str_of(o, "uid") == Some(uid))) {
                     dependents.push((tk.clone(), k.clone()));
                 }
             }
         }
         for (tk, k) in dependents {
-            let Some(obj) = self
-                .objects
-                .get(&tk)
-                .and_then(|m| m.get(&k))
-                .map(|s| s.obj.clone())
-            else {
+            let Some(obj) = self.objects.get(&tk).and_then(|m| m.get(&k)).cloned() else {
                 continue;
             };
             let refs = meta(&obj)["ownerReferences"]
@@ -1240,12 +1218,7 @@ impl State {
     }
 
     fn set_owner_refs(&mut self, tk: &TypeKey, k: &ObjName, refs: Vec<Value>) {
-        let Some(old) = self
-            .objects
-            .get(tk)
-            .and_then(|m| m.get(k))
-            .map(|s| s.obj.clone())
-        else {
+        let Some(old) = self.objects.get(tk).and_then(|m| m.get(k)).cloned() else {
             return;
         };
         let mut new = old.clone();
@@ -1255,12 +1228,18 @@ impl State {
         } else {
             m.insert("ownerReferences".into(), Value::Array(refs));
         }
+        self.store_modified(tk, k, old, new);
+    }
+
+    /// Stores a changed object at a new resourceVersion and sends MODIFIED.
+    fn store_modified(&mut self, tk: &TypeKey, key: &ObjName, old: Value, mut new: Value) -> Value {
         let rv = self.bump();
         meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
-        if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(k)) {
-            s.obj = new.clone();
+        if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
+            *s = new.clone();
         }
-        self.emit("MODIFIED", tk, &k.0, new, Some(old));
+        self.emit("MODIFIED", tk, &key.0, new.clone(), Some(old));
+        new
     }
 
     /// Removes a terminating namespace once it is empty and has no finalizers.
@@ -1345,12 +1324,7 @@ impl State {
         key: &ObjName,
         opts: &DeleteOpts,
     ) -> ApiResult<Option<Value>> {
-        let Some(old) = self
-            .objects
-            .get(tk)
-            .and_then(|m| m.get(key))
-            .map(|s| s.obj.clone())
-        else {
+        let Some(old) = self.objects.get(tk).and_then(|m| m.get(key)).cloned() else {
             return Ok(None);
         };
         let uid = str_of(meta(&old), "uid").unwrap_or_default().to_owned();
@@ -1358,7 +1332,7 @@ impl State {
             let mut deps: Vec<(TypeKey, ObjName, Vec<Value>)> = Vec::new();
             for (dtk, m) in &self.objects {
                 for (k, s) in m {
-                    if let Some(refs) = meta(&s.obj)["ownerReferences"].as_array()
+                    if let Some(refs) = meta(s)["ownerReferences"].as_array()
                         && refs.iter().any(|o| str_of(o, "uid") == Some(&uid))
                     {
                         let rest = refs
@@ -1386,23 +1360,14 @@ impl State {
             if is_ns {
                 new["status"]["phase"] = "Terminating".into();
             }
-            let rv = self.bump();
-            meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
-            if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
-                s.obj = new.clone();
-            }
-            self.emit("MODIFIED", tk, &key.0, new.clone(), Some(old));
+            let new = self.store_modified(tk, key, old, new);
             if is_ns {
                 self.delete_namespace_contents(&key.1);
                 self.finish_namespace(&key.1);
             }
             return Ok(Some(new));
         }
-        let rv = self.bump();
-        if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
-            meta_mut(&mut s.obj).insert("resourceVersion".into(), rv.into());
-        }
-        self.remove(tk, key);
+        self.force_remove(tk, key);
         Ok(None)
     }
 
