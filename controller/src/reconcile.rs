@@ -339,12 +339,18 @@ enum Mode {
     Patch { own: bool },
 }
 
-fn mode_for(existing: &Secret, uid: &str) -> Result<Mode> {
+/// How `existing` may be written for `ss`, or [`Error::Unmanaged`]. Besides Bitnami's rules
+/// (controlled by `ss`, or marked `managed` or `patch`), a Secret that `ss` asks to create
+/// without an owner reference is ours when it carries our spec digest: without that, the
+/// Secret kseal created would be "unmanaged" from the second reconcile on.
+fn mode_for(existing: &Secret, ss: &SealedSecret, uid: &str) -> Result<Mode> {
     let meta = &existing.metadata;
     let managed = is_true(meta, MANAGED_ANNOTATION);
+    let ours_without_owner =
+        skips_owner_reference(ss) && annotation(meta, SPEC_DIGEST_ANNOTATION).is_some();
     if is_true(meta, PATCH_ANNOTATION) {
         Ok(Mode::Patch { own: managed })
-    } else if managed || controlled_by(existing, uid) {
+    } else if managed || controlled_by(existing, uid) || ours_without_owner {
         Ok(Mode::Replace)
     } else {
         Err(Error::Unmanaged {
@@ -640,7 +646,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
                     .map(|_| Outcome::Created)
             }
             Some(existing) => {
-                let mode = mode_for(existing, uid)?;
+                let mode = mode_for(existing, ss, uid)?;
                 if desired.is_none() && in_sync(ctx, &ring, ss, existing, mode, &digest) {
                     return Ok(Outcome::Unchanged);
                 }

@@ -1,0 +1,739 @@
+//! The controller (key loader + reconciler, as `main` wires them) against kseal-testkit's API
+//! server: Bitnami's integration scenarios (reference §6) plus kseal's own behaviour.
+//! Assertions are on resulting state, with polling deadlines.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kseal_api::SealedSecret;
+use kseal_api::constants::{
+    CLUSTER_WIDE_ANNOTATION, MANAGED_ANNOTATION, NAMESPACE_WIDE_ANNOTATION, PATCH_ANNOTATION,
+    SEALING_KEY_LABEL, SKIP_SET_OWNER_REFERENCES_ANNOTATION,
+};
+use kseal_controller::reconcile::{DATA_MAC_ANNOTATION, SPEC_DIGEST_ANNOTATION};
+use kseal_testkit::scenarios::eventually;
+use kseal_testkit::{FaultRule, TestApiServer};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt as _};
+use serde_json::json;
+
+async fn fake() -> (TestApiServer, Cluster) {
+    let server = TestApiServer::new();
+    let cluster = Cluster::new(server.client()).await;
+    (server, cluster)
+}
+
+fn with_template(
+    mut ss: SealedSecret,
+    f: impl FnOnce(&mut kseal_api::SecretTemplateSpec),
+) -> SealedSecret {
+    f(ss.spec.template.get_or_insert_with(Default::default));
+    ss
+}
+
+fn template_annotations(ss: SealedSecret, pairs: &[(&str, &str)]) -> SealedSecret {
+    with_template(ss, |t| {
+        t.metadata
+            .get_or_insert_with(Default::default)
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(map(pairs));
+    })
+}
+
+/// The controller-level subset that also runs against a real kube-apiserver: create,
+/// update, owned delete → re-create, unmanaged refusal, garbage collection.
+pub async fn core_scenario(client: Client) {
+    let cluster = Cluster::new(client.clone()).await;
+    let ns = cluster.app.clone();
+    let running = Running::start(&client, cluster.config()).await;
+
+    // Create: data, labels, owner reference, status, event.
+    let mut plain = secret(&ns, "db", &[("password", "hunter2"), ("user", "admin")]);
+    plain.metadata.labels = Some(map(&[("app", "db")]));
+    let ss = create_ss(&client, &seal(&plain, key(0))).await;
+    let s = wait_secret(&client, &ns, "db", "secret created", |_| true).await;
+    assert_eq!(
+        data_of(&s),
+        map(&[("password", "hunter2"), ("user", "admin")])
+    );
+    assert_eq!(s.labels().get("app").map(String::as_str), Some("db"));
+    assert!(owned_by(&s, &ss), "owner reference");
+    assert!(s.annotations().contains_key(SPEC_DIGEST_ANNOTATION));
+    let mac = &s.annotations()[DATA_MAC_ANNOTATION];
+    assert!(!mac.contains("hunter2"));
+    let synced = wait_synced(&client, &ns, "db", "True", "Unsealed").await;
+    let c = synced.synced_condition().unwrap();
+    assert_eq!(c.last_transition_time, c.last_update_time);
+    assert_eq!(synced.status.as_ref().unwrap().observed_generation, Some(1));
+    wait_event(&client, &ns, "db", "Unsealed").await;
+
+    // Update: new value, renamed and appended items; observedGeneration 2.
+    let updated = seal(
+        &secret(
+            &ns,
+            "db",
+            &[("pass", "hunter3"), ("user", "admin"), ("host", "db.local")],
+        ),
+        key(0),
+    );
+    let ssapi: Api<SealedSecret> = Api::namespaced(client.clone(), &ns);
+    let mut items = serde_json::to_value(&updated.spec.encrypted_data).unwrap();
+    items["password"] = serde_json::Value::Null;
+    ssapi
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"encryptedData": items}})),
+        )
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "db", "secret updated", |s| {
+        data_of(s) == map(&[("pass", "hunter3"), ("user", "admin"), ("host", "db.local")])
+    })
+    .await;
+    let synced = wait_synced(&client, &ns, "db", "True", "Unsealed").await;
+    assert_eq!(synced.status.as_ref().unwrap().observed_generation, Some(2));
+
+    // Owned Secret deleted → re-created.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let before = secrets.get("db").await.unwrap();
+    secrets
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "db", "secret re-created", |s| {
+        s.uid() != before.uid()
+    })
+    .await;
+
+    // An unmanaged Secret of the same name is never touched.
+    let foreign = secrets
+        .create(
+            &PostParams::default(),
+            &secret(&ns, "theirs", &[("k", "mine")]),
+        )
+        .await
+        .unwrap();
+    create_ss(
+        &client,
+        &seal(&secret(&ns, "theirs", &[("k", "controller")]), key(0)),
+    )
+    .await;
+    let failed = wait_synced(&client, &ns, "theirs", "False", "Unmanaged").await;
+    let message = failed.synced_condition().unwrap().message.clone().unwrap();
+    assert!(message.contains("not managed by SealedSecret"), "{message}");
+    wait_event(&client, &ns, "theirs", "ErrUpdateFailed").await;
+    let now = secrets.get("theirs").await.unwrap();
+    assert_eq!(now.resource_version(), foreign.resource_version());
+    assert_eq!(data_of(&now), map(&[("k", "mine")]));
+
+    // Deleting the SealedSecret garbage-collects its Secret (not the unmanaged one).
+    ssapi.delete("db", &DeleteParams::default()).await.unwrap();
+    ssapi
+        .delete("theirs", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&client, &ns, "db").await;
+    assert!(secrets.get_opt("theirs").await.unwrap().is_some());
+
+    running.stop().await;
+    cluster.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_scenario_against_the_test_server() {
+    let server = TestApiServer::new();
+    core_scenario(server.client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_scenario_against_a_real_apiserver() {
+    let path = match std::env::var("KSEAL_REFAPI_KUBECONFIG") {
+        Ok(p) if !p.is_empty() => p,
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "KSEAL_REFAPI_KUBECONFIG is not set, but CI=true: the controller must be tested against the reference kube-apiserver"
+            );
+            eprintln!(
+                "SKIPPED: core_scenario_against_a_real_apiserver needs KSEAL_REFAPI_KUBECONFIG (scripts/test.sh sets it)"
+            );
+            return;
+        }
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap();
+    core_scenario(Client::try_from(cfg).unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn existing_secrets_are_taken_over_merged_or_left_alone_per_annotation() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let existing = |name: &str, annotations: &[(&str, &str)], data: &[(&str, &str)]| {
+        let mut s = secret(&ns, name, data);
+        s.metadata.annotations = Some(map(annotations));
+        s.metadata.labels = Some(map(&[("keep", "label")]));
+        if data.is_empty() {
+            s.data = None;
+        }
+        s
+    };
+    for s in [
+        existing("managed", &[(MANAGED_ANNOTATION, "true")], &[("old", "x")]),
+        existing(
+            "managed-patch",
+            &[(MANAGED_ANNOTATION, "true"), (PATCH_ANNOTATION, "true")],
+            &[("old", "x")],
+        ),
+        existing("patch", &[(PATCH_ANNOTATION, "true")], &[("old", "x")]),
+        existing("patch-empty", &[(PATCH_ANNOTATION, "true")], &[]),
+    ] {
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let running = Running::start(&client, cl.config()).await;
+    let mut owners = BTreeMap::new();
+    for name in ["managed", "managed-patch", "patch", "patch-empty"] {
+        let ss = create_ss(&client, &seal(&secret(&ns, name, &[("new", "y")]), key(0))).await;
+        owners.insert(name, ss);
+    }
+    let s = wait_secret(&client, &ns, "managed", "managed taken over", |s| {
+        data_of(s) == map(&[("new", "y")])
+    })
+    .await;
+    assert!(owned_by(&s, &owners["managed"]), "managed: ownership taken");
+    assert!(s.labels().get("keep").is_none(), "managed: replaced labels");
+
+    let s = wait_secret(&client, &ns, "managed-patch", "managed+patch merged", |s| {
+        data_of(s) == map(&[("new", "y"), ("old", "x")])
+    })
+    .await;
+    assert!(
+        owned_by(&s, &owners["managed-patch"]),
+        "managed+patch: ownership"
+    );
+    assert_eq!(s.labels().get("keep").map(String::as_str), Some("label"));
+
+    let s = wait_secret(&client, &ns, "patch", "patch merged", |s| {
+        data_of(s) == map(&[("new", "y"), ("old", "x")])
+    })
+    .await;
+    assert!(s.owner_references().is_empty(), "patch only: no ownership");
+    assert_eq!(s.labels().get("keep").map(String::as_str), Some("label"));
+
+    let s = wait_secret(&client, &ns, "patch-empty", "patch on empty", |s| {
+        data_of(s) == map(&[("new", "y")])
+    })
+    .await;
+    assert!(s.owner_references().is_empty());
+    for name in ["managed", "managed-patch", "patch", "patch-empty"] {
+        wait_synced(&client, &ns, name, "True", "Unsealed").await;
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_secrets_are_recreated_only_when_owned_or_managed() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let running = Running::start(&client, cl.config()).await;
+    let skip = &[(SKIP_SET_OWNER_REFERENCES_ANNOTATION, "true")];
+    let objects = [
+        ("owned", seal(&secret(&ns, "owned", &[("a", "1")]), key(0))),
+        (
+            "unowned-managed",
+            template_annotations(
+                seal(&secret(&ns, "unowned-managed", &[("a", "1")]), key(0)),
+                &[
+                    (SKIP_SET_OWNER_REFERENCES_ANNOTATION, "true"),
+                    (MANAGED_ANNOTATION, "true"),
+                ],
+            ),
+        ),
+        (
+            "unowned",
+            template_annotations(seal(&secret(&ns, "unowned", &[("a", "1")]), key(0)), skip),
+        ),
+        (
+            "unowned-patch",
+            template_annotations(
+                seal(&secret(&ns, "unowned-patch", &[("a", "1")]), key(0)),
+                &[
+                    (SKIP_SET_OWNER_REFERENCES_ANNOTATION, "true"),
+                    (PATCH_ANNOTATION, "true"),
+                ],
+            ),
+        ),
+    ];
+    for (_, ss) in &objects {
+        create_ss(&client, ss).await;
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let mut uids = BTreeMap::new();
+    for (name, _) in &objects {
+        wait_synced(&client, &ns, name, "True", "Unsealed").await;
+        let s = secrets.get(name).await.unwrap();
+        uids.insert(*name, s.uid());
+    }
+    // Delete the ones that must stay deleted first, then the two that come back: once
+    // those are back, the controller has seen every deletion.
+    for name in ["unowned", "unowned-patch", "owned", "unowned-managed"] {
+        secrets
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for name in ["owned", "unowned-managed"] {
+        wait_secret(&client, &ns, name, "re-created", |s| s.uid() != uids[name]).await;
+    }
+    assert!(secrets.get_opt("unowned").await.unwrap().is_none());
+    assert!(secrets.get_opt("unowned-patch").await.unwrap().is_none());
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_key_fails_with_a_warning_and_recovers_when_the_key_is_added() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let running = Running::start(&client, cl.config()).await;
+    create_ss(&client, &seal(&secret(&ns, "late", &[("a", "1")]), key(1))).await;
+    let failed = wait_synced(&client, &ns, "late", "False", "UnsealFailed").await;
+    let message = failed.synced_condition().unwrap().message.clone().unwrap();
+    assert!(message.contains("failed to decrypt"), "{message}");
+    wait_event(&client, &ns, "late", "ErrUnsealFailed").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    assert!(secrets.get_opt("late").await.unwrap().is_none());
+    let failure_ops = running.rsa_operations();
+    assert!(failure_ops >= 1);
+
+    // Hot reload: the key arrives without a restart; the failed object recovers at once.
+    put_key(
+        &client,
+        &cl.ctrl,
+        "sealed-secrets-key1",
+        key(1),
+        Some("active"),
+    )
+    .await;
+    let s = wait_secret(&client, &ns, "late", "secret after key added", |_| true).await;
+    assert_eq!(data_of(&s), map(&[("a", "1")]));
+    let ok = wait_synced(&client, &ns, "late", "True", "Unsealed").await;
+    assert!(ok.synced_condition().unwrap().message.is_none());
+    assert_eq!(
+        events(&client, &ns, "late", "ErrUnsealFailed").await.len(),
+        1,
+        "one warning, not one per retry"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_type_and_immutable_secrets() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let running = Running::start(&client, cl.config()).await;
+    let typed = with_template(seal(&secret(&ns, "typed", &[("a", "1")]), key(0)), |t| {
+        t.type_ = Some("example.com/custom".into());
+    });
+    create_ss(&client, &typed).await;
+    let frozen = with_template(seal(&secret(&ns, "frozen", &[("a", "1")]), key(0)), |t| {
+        t.immutable = Some(true);
+    });
+    create_ss(&client, &frozen).await;
+    let s = wait_secret(&client, &ns, "typed", "typed", |_| true).await;
+    assert_eq!(s.type_.as_deref(), Some("example.com/custom"));
+    let s = wait_secret(&client, &ns, "frozen", "frozen", |_| true).await;
+    assert_eq!(s.immutable, Some(true));
+    wait_synced(&client, &ns, "frozen", "True", "Unsealed").await;
+
+    // Changing an immutable Secret's data fails clearly and is not retried in a loop.
+    let changed = seal(&secret(&ns, "frozen", &[("a", "2")]), key(0));
+    Api::<SealedSecret>::namespaced(client.clone(), &ns)
+        .patch(
+            "frozen",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"encryptedData": changed.spec.encrypted_data}})),
+        )
+        .await
+        .unwrap();
+    let failed = wait_synced(&client, &ns, "frozen", "False", "Immutable").await;
+    assert!(
+        failed
+            .synced_condition()
+            .unwrap()
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("immutable")
+    );
+    wait_event(&client, &ns, "frozen", "ErrUpdateFailed").await;
+    let s = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("frozen")
+        .await
+        .unwrap();
+    assert_eq!(data_of(&s), map(&[("a", "1")]));
+    let failures = running.reconciles("failed");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(
+        running.reconciles("failed") <= failures + 1,
+        "no hot retry loop on an immutable Secret"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scope_decides_where_a_sealed_secret_may_be_unsealed() {
+    let (_server, cl) = fake().await;
+    let client = cl.client.clone();
+    let (ns, other) = (cl.app.clone(), namespace(&client, "kseal-other").await);
+    let mut config = cl.config();
+    config.namespaces = kseal_controller::config::Namespaces::Only(vec![ns.clone(), other.clone()]);
+    let running = Running::start(&client, config).await;
+
+    let relocate = |mut ss: SealedSecret, namespace: &str, name: &str| {
+        ss.metadata.namespace = Some(namespace.to_owned());
+        ss.metadata.name = Some(name.to_owned());
+        ss
+    };
+    let strict = seal(&secret(&ns, "strict", &[("a", "1")]), key(0));
+    create_ss(&client, &relocate(strict.clone(), &ns, "renamed")).await;
+    create_ss(&client, &relocate(strict, &other, "strict")).await;
+
+    let mut wide = secret(&ns, "wide", &[("a", "1")]);
+    wide.metadata.annotations = Some(map(&[(NAMESPACE_WIDE_ANNOTATION, "true")]));
+    let wide = seal(&wide, key(0));
+    create_ss(&client, &relocate(wide.clone(), &ns, "wide-renamed")).await;
+    create_ss(&client, &relocate(wide, &other, "wide-moved")).await;
+
+    let mut cluster = secret(&ns, "cluster", &[("a", "1")]);
+    cluster.metadata.annotations = Some(map(&[(CLUSTER_WIDE_ANNOTATION, "true")]));
+    let cluster = seal(&cluster, key(0));
+    create_ss(&client, &relocate(cluster, &other, "anywhere")).await;
+
+    for (namespace, name) in [(&ns, "renamed"), (&other, "strict"), (&other, "wide-moved")] {
+        wait_synced(&client, namespace, name, "False", "UnsealFailed").await;
+        wait_event(&client, namespace, name, "ErrUnsealFailed").await;
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        assert!(secrets.get_opt(name).await.unwrap().is_none(), "{name}");
+    }
+    for (namespace, name) in [(&ns, "wide-renamed"), (&other, "anywhere")] {
+        let s = wait_secret(&client, namespace, name, name, |_| true).await;
+        assert_eq!(data_of(&s), map(&[("a", "1")]));
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edited_secret_data_is_reverted() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let running = Running::start(&client, cl.config()).await;
+    create_ss(
+        &client,
+        &seal(&secret(&ns, "drift", &[("a", "1"), ("b", "2")]), key(0)),
+    )
+    .await;
+    wait_synced(&client, &ns, "drift", "True", "Unsealed").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let ops = running.rsa_operations();
+    secrets
+        .patch(
+            "drift",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"a": "ZWRpdGVk", "extra": "eA=="}})),
+        )
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "drift", "drift reverted", |s| {
+        data_of(s) == map(&[("a", "1"), ("b", "2")])
+    })
+    .await;
+    // Hints: the re-unseal takes one RSA operation per item.
+    assert_eq!(running.rsa_operations() - ops, 2);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_costs_no_rsa_operation_and_no_write() {
+    let (server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let first = Running::start(&client, cl.config()).await;
+    let names = ["r1", "r2", "r3"];
+    for name in names {
+        create_ss(
+            &client,
+            &seal(&secret(&ns, name, &[("a", name), ("b", "x")]), key(0)),
+        )
+        .await;
+    }
+    for name in names {
+        wait_synced(&client, &ns, name, "True", "Unsealed").await;
+    }
+    assert!(first.rsa_operations() >= 6);
+    first.stop().await;
+
+    server.clear_requests();
+    let second = Running::start(&client, cl.config()).await;
+    eventually("every object reconciled", DEADLINE, || async {
+        Ok((second.reconciles("unchanged") >= names.len() as u64).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        second.rsa_operations(),
+        0,
+        "no RSA operation after a restart"
+    );
+    assert_eq!(second.reconciles("failed"), 0);
+    let writes: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .collect();
+    assert!(writes.is_empty(), "no writes after a restart: {writes:?}");
+    second.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_ring_follows_key_secrets_and_skips_bad_ones() {
+    let (_server, cl) = fake().await;
+    let (client, ctrl) = (cl.client.clone(), cl.ctrl.clone());
+    // The legacy Secret named exactly the prefix is loaded without a label.
+    put_key(&client, &ctrl, "sealed-secrets-key", key(1), None).await;
+    let running = Running::start(&client, cl.config()).await;
+    let ring_len = |r: &Running| r.state.keys.ring().len();
+    eventually("two keys", DEADLINE, || async {
+        Ok((ring_len(&running) == 2).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert!(
+        running
+            .state
+            .readiness
+            .keys_loaded
+            .load(std::sync::atomic::Ordering::Acquire)
+    );
+
+    // A bad key Secret is skipped, counted and reported; nothing crashes.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ctrl);
+    let mut bad = kseal_controller::keys::key_secret("x", &ctrl, key(2)).unwrap();
+    bad.metadata.generate_name = None;
+    bad.metadata.name = Some("sealed-secrets-keybad".into());
+    bad.data.as_mut().unwrap().insert(
+        "tls.crt".into(),
+        ByteString(key(0).certificate().to_pem().into_bytes()),
+    );
+    secrets.create(&PostParams::default(), &bad).await.unwrap();
+    eventually("mismatch counted", DEADLINE, || async {
+        let n = running
+            .state
+            .metrics
+            .key_load_errors
+            .get_or_create(&kseal_controller::metrics::KeyErrorLabels {
+                reason: "mismatch".into(),
+            })
+            .get();
+        Ok((n == 1).then_some(()))
+    })
+    .await
+    .unwrap();
+    wait_event(&client, &ctrl, "sealed-secrets-keybad", "KeyRejected").await;
+    assert_eq!(ring_len(&running), 2);
+
+    // Relabelling a key `compromised` removes it; deleting one removes it too.
+    secrets
+        .patch(
+            "sealed-secrets-key0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {SEALING_KEY_LABEL: "compromised"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("compromised key removed", DEADLINE, || async {
+        let ring = running.state.keys.ring();
+        Ok((ring.len() == 1 && ring.get(key(0).id()).is_none()).then_some(()))
+    })
+    .await
+    .unwrap();
+    secrets
+        .delete("sealed-secrets-key", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("deleted key removed", DEADLINE, || async {
+        Ok((ring_len(&running) == 0).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert!(
+        !running
+            .state
+            .readiness
+            .keys_loaded
+            .load(std::sync::atomic::Ordering::Acquire)
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_key_is_generated_by_the_leader_when_enabled() {
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-gen").await;
+    let mut config = config(&ctrl, &[&ctrl]);
+    config.generate_key_if_missing = true;
+    config.my_cn = "kseal-test".into();
+    let running = Running::start(&client, config).await;
+    let pair = eventually("a generated key", DEADLINE, || async {
+        Ok(running.state.keys.ring().sealing_key().cloned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(pair.certificate().common_name(), Some("kseal-test"));
+    let keys: Vec<Secret> = Api::<Secret>::namespaced(client.clone(), &ctrl)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(keys.len(), 1);
+    assert!(keys[0].name_any().starts_with("sealed-secrets-key"));
+    assert_eq!(keys[0].type_.as_deref(), Some("kubernetes.io/tls"));
+    // The generated key unseals.
+    create_ss(&client, &seal(&secret(&ctrl, "g", &[("a", "1")]), &pair)).await;
+    wait_synced(&client, &ctrl, "g", "True", "Unsealed").await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_faults_converge() {
+    let (server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let faults = server.faults();
+    // Creating fails twice with 500, the first status write conflicts.
+    faults.fail(
+        FaultRule::new(500)
+            .method("POST")
+            .resource("secrets")
+            .times(2),
+    );
+    faults.fail(FaultRule::new(409).method("PATCH").path_contains("/status"));
+    let running = Running::start(&client, cl.config()).await;
+    create_ss(&client, &seal(&secret(&ns, "f", &[("a", "1")]), key(0))).await;
+    wait_synced(&client, &ns, "f", "True", "Unsealed").await;
+    wait_secret(&client, &ns, "f", "created despite 500s", |s| {
+        data_of(s) == map(&[("a", "1")])
+    })
+    .await;
+
+    // Updates conflict (409), GETs fail, watches drop and resume from a compacted log (410).
+    faults.fail(
+        FaultRule::new(409)
+            .method("PUT")
+            .resource("secrets")
+            .times(2),
+    );
+    faults.fail(
+        FaultRule::new(500)
+            .method("GET")
+            .resource("secrets")
+            .watch(false)
+            .times(2),
+    );
+    faults.drop_watches();
+    faults.compact();
+    let changed = seal(&secret(&ns, "f", &[("a", "2")]), key(0));
+    Api::<SealedSecret>::namespaced(client.clone(), &ns)
+        .patch(
+            "f",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"encryptedData": changed.spec.encrypted_data}})),
+        )
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "f", "updated despite faults", |s| {
+        data_of(s) == map(&[("a", "2")])
+    })
+    .await;
+    faults.drop_watches();
+    faults.compact();
+    // Still reacting after the watches were dropped again.
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .delete("f", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "f", "re-created after dropped watches", |s| {
+        data_of(s) == map(&[("a", "2")])
+    })
+    .await;
+    wait_synced(&client, &ns, "f", "True", "Unsealed").await;
+    assert_eq!(faults.pending(), 0, "every injected fault was hit");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmanaged_secret_is_left_alone_until_marked_managed() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let foreign = secrets
+        .create(
+            &PostParams::default(),
+            &secret(&ns, "x", &[("k", "theirs")]),
+        )
+        .await
+        .unwrap();
+    let running = Running::start(&client, cl.config()).await;
+    let ss = create_ss(&client, &seal(&secret(&ns, "x", &[("k", "ours")]), key(0))).await;
+    wait_synced(&client, &ns, "x", "False", "Unmanaged").await;
+    // A key ring change reconciles everything again: still untouched, still one warning.
+    put_key(
+        &client,
+        &cl.ctrl,
+        "sealed-secrets-key1",
+        key(1),
+        Some("active"),
+    )
+    .await;
+    eventually("ring reloaded", DEADLINE, || async {
+        Ok((running.state.keys.ring().len() == 2).then_some(()))
+    })
+    .await
+    .unwrap();
+    eventually("reconciled again", DEADLINE, || async {
+        Ok((running.reconciles("failed") >= 2).then_some(()))
+    })
+    .await
+    .unwrap();
+    let now = secrets.get("x").await.unwrap();
+    assert_eq!(now.resource_version(), foreign.resource_version());
+    assert_eq!(data_of(&now), map(&[("k", "theirs")]));
+    assert_eq!(events(&client, &ns, "x", "ErrUpdateFailed").await.len(), 1);
+
+    // Marking it managed hands it over at once.
+    secrets
+        .patch(
+            "x",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {MANAGED_ANNOTATION: "true"}}})),
+        )
+        .await
+        .unwrap();
+    let s = wait_secret(&client, &ns, "x", "taken over", |s| {
+        data_of(s) == map(&[("k", "ours")])
+    })
+    .await;
+    assert!(owned_by(&s, &ss));
+    wait_synced(&client, &ns, "x", "True", "Unsealed").await;
+    running.stop().await;
+}
