@@ -9,6 +9,8 @@ use crate::env;
 /// Seal Kubernetes Secrets for GitOps, offline, with the fleet's public certificate.
 ///
 /// kseal is a drop-in for Bitnami Sealed Secrets: same SealedSecret API, same wire format.
+/// Every flag can also be set with a `KSEAL_*` environment variable (shown in each command's
+/// help); an explicit flag wins.
 #[derive(Debug, Parser)]
 #[command(
     name = "kseal",
@@ -26,79 +28,437 @@ pub(crate) enum Command {
     /// Encrypt Secrets into SealedSecrets with a public certificate
     #[command(after_help = SEAL_EXAMPLES)]
     Seal(SealArgs),
+    /// Add or replace one item of a SealedSecret file (value from a hidden prompt or stdin)
+    #[command(after_help = SET_EXAMPLES)]
+    Set(SetArgs),
+    /// Print or save the sealing certificate (from a file, an https URL or the controller)
+    #[command(after_help = CERT_EXAMPLES)]
+    Cert(CertCmdArgs),
+    /// Create a sealed credentials Secret for Flux, Argo CD, Crossplane or External Secrets
+    #[command(subcommand)]
+    Create(CreateCommand),
     /// Decrypt SealedSecrets with local private keys (recovery; prints plaintext)
     #[command(after_help = UNSEAL_EXAMPLES)]
     Unseal(UnsealArgs),
+    /// Re-encrypt SealedSecrets to the newest key, offline, with local private keys
+    #[command(after_help = RESEAL_EXAMPLES)]
+    Reseal(ResealArgs),
+    /// Check with local private keys that every item of every SealedSecret opens
+    #[command(after_help = VALIDATE_EXAMPLES)]
+    Validate(ValidateArgs),
     /// Generate and inspect sealing keys
     #[command(subcommand)]
     Keys(KeysCommand),
     /// Try the whole flow offline: generate a key, seal a sample Secret, unseal it
     Quickstart(QuickstartArgs),
+    /// Print a shell completion script
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions(CompletionsArgs),
 }
 
 const SEAL_EXAMPLES: &str = "\
 Examples:
   # Seal a Secret manifest for the fleet's certificate
-  kseal seal --cert fleet.crt -f secret.yaml > sealed-secret.yaml
+  kseal seal --cert fleet.crt -f secret.yaml -w sealed-secret.yaml
 
-  # From kubectl, namespace-wide
+  # From kubectl, namespace-wide, certificate fetched from the controller in the cluster
   kubectl create secret generic db --from-literal=password=s3cr3t --dry-run=client -o yaml \\
-    | kseal seal --cert fleet.crt --scope namespace-wide -n prod";
+    | kseal seal --scope namespace-wide -n prod
+
+  # Add or replace items of an existing SealedSecret file (keeps its name, namespace, scope)
+  kubectl create secret generic db --from-literal=api-key=k3y --dry-run=client -o yaml \\
+    | kseal seal --cert fleet.crt --merge-into sealed-secret.yaml
+
+  # One value, for a hand-written SealedSecret (prints base64, no newline)
+  printf %s \"$TOKEN\" | kseal seal --cert fleet.crt --raw -n prod --name db
+
+  # The same Secret for the fleet and a DR key: writes sealed.fleet.yaml and sealed.dr.yaml
+  kseal seal --cert fleet=fleet.crt --cert dr=dr.crt -f secret.yaml -w sealed.yaml
+
+Several --cert: each certificate gets its own output. With -w FILE the certificate's name is
+inserted before the extension (or replaces `{cert}` in FILE); on stdout the outputs follow
+each other in --cert order. Name a certificate with NAME=SOURCE; by default the name is the
+file name without extension (the directory's name for `tls.crt`), or the URL's host.";
+
+const SET_EXAMPLES: &str = "\
+Examples:
+  # Prompt for the value (not echoed) and add it as item `password`
+  kseal set --cert fleet.crt sealed-secret.yaml password
+
+  # From a pipe; --strip-newline drops the newline `echo` adds
+  echo \"$API_KEY\" | kseal set --cert fleet.crt --strip-newline sealed-secret.yaml api-key";
+
+const CERT_EXAMPLES: &str = "\
+Examples:
+  # Save the controller's certificate (via the Kubernetes API) for offline sealing
+  kseal cert -w fleet.crt
+
+  # From another install, or another cluster context
+  kseal cert --controller-namespace kube-system --controller-name sealed-secrets-controller
+  kseal cert --context prod-eu -w prod-eu.crt";
 
 const UNSEAL_EXAMPLES: &str = "\
 Examples:
   # Recover a Secret with a backed-up key pair
-  kseal unseal --key keys/tls.key -f sealed-secret.yaml";
+  kseal unseal --key keys/tls.key -f sealed-secret.yaml
+
+  # With a backup of the controller's key Secrets
+  kubectl get secret -n kseal-system -l sealedsecrets.bitnami.com/sealed-secrets-key -o yaml \\
+    > keys-backup.yaml
+  kseal unseal --key keys-backup.yaml -f sealed-secret.yaml";
+
+const RESEAL_EXAMPLES: &str = "\
+Examples:
+  # Re-encrypt to the newest of the backed-up keys, rewriting the file
+  kseal reseal --key keys-backup.yaml --in-place sealed-secret.yaml
+
+  # To a given certificate, to stdout
+  kseal reseal --key old.key --cert new.crt sealed-secret.yaml";
+
+const VALIDATE_EXAMPLES: &str = "\
+Examples:
+  kseal validate --key keys-backup.yaml clusters/prod/*.yaml";
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  kseal completions bash > ~/.local/share/bash-completion/completions/kseal
+  kseal completions zsh > \"${fpath[1]}/_kseal\"
+  kseal completions fish > ~/.config/fish/completions/kseal.fish";
+
+/// Where the sealing certificate comes from.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct CertArgs {
+    /// Certificate to seal with: a PEM file, an https:// URL, or NAME=SOURCE; repeat to seal
+    /// once per certificate. Without it, the controller's certificate is fetched through the
+    /// Kubernetes API
+    #[arg(
+        long,
+        env = env::KSEAL_CERT,
+        value_delimiter = ',',
+        value_name = "[NAME=]FILE|URL"
+    )]
+    pub(crate) cert: Vec<String>,
+    /// Name of the controller's Service (used without --cert)
+    #[arg(long, env = env::KSEAL_CONTROLLER_NAME, default_value = "kseal-controller")]
+    pub(crate) controller_name: String,
+    /// Namespace of the controller's Service (used without --cert)
+    #[arg(long, env = env::KSEAL_CONTROLLER_NAMESPACE, default_value = "kseal-system")]
+    pub(crate) controller_namespace: String,
+    /// Kubeconfig file; default: $KUBECONFIG, then ~/.kube/config
+    #[arg(long, env = env::KSEAL_KUBECONFIG, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; default: the current context
+    #[arg(long, env = env::KSEAL_CONTEXT)]
+    pub(crate) context: Option<String>,
+    /// Allow fetching a certificate URL over plain http (never do this over an untrusted
+    /// network: whoever swaps the certificate reads the secrets)
+    #[arg(long, env = env::KSEAL_ALLOW_HTTP)]
+    pub(crate) allow_http: bool,
+}
 
 #[derive(Debug, Args)]
 pub(crate) struct SealArgs {
-    /// Certificate (PEM) of the sealing key
-    #[arg(long, env = env::KSEAL_CERT, value_name = "FILE")]
-    pub(crate) cert: PathBuf,
+    #[command(flatten)]
+    pub(crate) cert: CertArgs,
     /// Input Secret manifest(s), YAML (multi-document) or JSON; `-` or absent reads stdin
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
     pub(crate) file: Option<PathBuf>,
-    /// Output format; default: the input's format
-    #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum)]
+    /// Write to FILE (atomically, only on success) instead of stdout; `.yaml`/`.yml` means YAML
+    #[arg(short = 'w', long = "write", env = env::KSEAL_WRITE, value_name = "FILE")]
+    pub(crate) write: Option<PathBuf>,
+    /// Output format; default: YAML for a .yaml/.yml -w file, else the input's format
+    #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum, ignore_case = true)]
     pub(crate) format: Option<Format>,
-    /// Scope the Secrets are sealed for
-    #[arg(long, env = env::KSEAL_SCOPE, default_value = "strict", value_parser = parse_scope)]
-    pub(crate) scope: kseal_api::Scope,
+    /// Scope the Secrets are sealed for [default: strict, or the input's scope annotation]
+    #[arg(long, env = env::KSEAL_SCOPE, value_parser = parse_scope)]
+    pub(crate) scope: Option<kseal_api::Scope>,
     /// Namespace for Secrets without one; a Secret declaring another one is an error
     #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE)]
     pub(crate) namespace: Option<String>,
-    /// Override the Secret's name
-    #[arg(long)]
+    /// Override the Secret's name (with --raw: the name the value is sealed for)
+    #[arg(long, env = env::KSEAL_NAME)]
     pub(crate) name: Option<String>,
     /// Allow Secrets with neither data nor stringData
-    #[arg(long)]
+    #[arg(long, env = env::KSEAL_ALLOW_EMPTY_DATA)]
     pub(crate) allow_empty_data: bool,
+    /// Add or replace the sealed items in this existing SealedSecret file, in place, keeping
+    /// its format, name, namespace and scope
+    #[arg(
+        long,
+        env = env::KSEAL_MERGE_INTO,
+        value_name = "FILE",
+        conflicts_with_all = ["write", "raw"]
+    )]
+    pub(crate) merge_into: Option<PathBuf>,
+    /// Seal one value (from --from-file or stdin) and print it as base64 without a newline
+    #[arg(long, env = env::KSEAL_RAW)]
+    pub(crate) raw: bool,
+    /// With --raw: read the value from this file (`KEY=` prefix accepted and ignored)
+    #[arg(long, env = env::KSEAL_FROM_FILE, value_name = "[KEY=]FILE", requires = "raw")]
+    pub(crate) from_file: Option<String>,
+    /// With --raw: drop one trailing newline from the value
+    #[arg(long, env = env::KSEAL_STRIP_NEWLINE, requires = "raw")]
+    pub(crate) strip_newline: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SetArgs {
+    /// SealedSecret file to update in place
+    #[arg(value_name = "FILE")]
+    pub(crate) file: PathBuf,
+    /// Item key to add or replace
+    #[arg(value_name = "KEY")]
+    pub(crate) key: String,
+    #[command(flatten)]
+    pub(crate) cert: CertArgs,
+    /// Read the value from this file instead of a prompt or stdin
+    #[arg(long, env = env::KSEAL_FROM_FILE, value_name = "FILE")]
+    pub(crate) from_file: Option<PathBuf>,
+    /// Drop one trailing newline from the value
+    #[arg(long, env = env::KSEAL_STRIP_NEWLINE)]
+    pub(crate) strip_newline: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CertCmdArgs {
+    #[command(flatten)]
+    pub(crate) cert: CertArgs,
+    /// Save the certificate to FILE (atomically) instead of printing it
+    #[arg(short = 'w', long = "write", env = env::KSEAL_WRITE, value_name = "FILE")]
+    pub(crate) write: Option<PathBuf>,
+}
+
+/// Output options shared by commands that produce one SealedSecret.
+#[derive(Debug, Args)]
+pub(crate) struct OutArgs {
+    /// Write to FILE (atomically, only on success) instead of stdout
+    #[arg(short = 'w', long = "write", env = env::KSEAL_WRITE, value_name = "FILE")]
+    pub(crate) write: Option<PathBuf>,
+    /// Output format [default: yaml, or json for a .json -w file]
+    #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum, ignore_case = true)]
+    pub(crate) format: Option<Format>,
+    /// Name of the Secret [default: what the consumer expects, see above]
+    #[arg(long, env = env::KSEAL_NAME)]
+    pub(crate) name: Option<String>,
+    /// Namespace of the Secret [default: what the consumer expects, see above]
+    #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE)]
+    pub(crate) namespace: Option<String>,
+    /// Scope the Secret is sealed for
+    #[arg(long, env = env::KSEAL_SCOPE, default_value = "strict", value_parser = parse_scope)]
+    pub(crate) scope: kseal_api::Scope,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CreateCommand {
+    /// Git credentials for Flux (GitRepository secretRef) or Argo CD (repository secret)
+    #[command(after_help = GIT_EXAMPLES)]
+    GitCredentials(GitArgs),
+    /// AWS credentials for Crossplane's ProviderConfig or External Secrets Operator
+    #[command(after_help = AWS_EXAMPLES)]
+    AwsCredentials(AwsArgs),
+}
+
+const GIT_EXAMPLES: &str = "\
+Defaults: Flux reads `identity`, `identity.pub`, `known_hosts` (SSH) or `username`/`password`
+or `bearerToken` (HTTPS) from Secret flux-system/flux-system (the bootstrap GitRepository's
+secretRef). Argo CD reads labelled Secrets in namespace argocd: `type`, `url`, and
+`sshPrivateKey` or `username`/`password`; the name defaults to one derived from the URL.
+Plaintext never touches the disk: a generated key exists only in memory and in the sealed
+output; its public half is printed on stderr (and saved with --public-key-out) so you can
+register it as a deploy key.
+
+Examples:
+  # Flux over SSH with a new ed25519 deploy key
+  ssh-keyscan github.com > known_hosts
+  kseal create git-credentials --cert fleet.crt --generate-key --known-hosts-file known_hosts \\
+    --public-key-out deploy-key.pub -w clusters/prod/flux-system/git-credentials.yaml
+
+  # Flux over HTTPS with a token (prompted, not echoed)
+  kseal create git-credentials --cert fleet.crt --username git --password-prompt
+
+  # Argo CD repository over SSH with an existing key
+  kseal create git-credentials --cert fleet.crt --for argocd \\
+    --url git@github.com:acme/fleet.git --identity-file ~/.ssh/argocd_ed25519
+
+  # Argo CD credential template for every repository under a prefix
+  kseal create git-credentials --cert fleet.crt --for argocd --argocd-type repo-creds \\
+    --url https://github.com/acme --username x-access-token --password-stdin < token.txt";
+
+const AWS_EXAMPLES: &str = "\
+Defaults: Crossplane's AWS ProviderConfig (credentials.source: Secret) reads key `credentials`
+(an INI file with a [default] profile) of Secret crossplane-system/aws-credentials. The
+External Secrets Operator form (--for eso) has keys `access-key`, `secret-access-key` and
+`session-token`, as in ESO's SecretStore auth.secretRef, in Secret external-secrets/awssm-secret.
+Credentials come from --profile (a profile of ~/.aws/credentials or $AWS_SHARED_CREDENTIALS_FILE),
+else from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else from the
+`default` profile (or $AWS_PROFILE).
+
+Examples:
+  kseal create aws-credentials --cert fleet.crt --profile crossplane -w aws-credentials.yaml
+  AWS_ACCESS_KEY_ID=AKIA... AWS_SECRET_ACCESS_KEY=... \\
+    kseal create aws-credentials --cert fleet.crt --for eso -n team-a";
+
+/// Who consumes the git credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum GitConsumer {
+    /// Flux source-controller (GitRepository `.spec.secretRef`)
+    Flux,
+    /// Argo CD repository or credential-template Secret
+    Argocd,
+}
+
+/// Argo CD secret types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ArgocdType {
+    /// One repository (`argocd.argoproj.io/secret-type: repository`)
+    Repository,
+    /// Credentials for every repository under a URL prefix (`repo-creds`)
+    RepoCreds,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GitArgs {
+    #[command(flatten)]
+    pub(crate) cert: CertArgs,
+    #[command(flatten)]
+    pub(crate) out: OutArgs,
+    /// Who reads the Secret
+    #[arg(long = "for", env = env::KSEAL_GIT_FOR, value_enum, default_value = "flux")]
+    pub(crate) consumer: GitConsumer,
+    /// Argo CD Secret type
+    #[arg(long, env = env::KSEAL_ARGOCD_TYPE, value_enum, default_value = "repository")]
+    pub(crate) argocd_type: ArgocdType,
+    /// Repository URL (required for Argo CD; for Flux it only checks the credential kind)
+    #[arg(long, env = env::KSEAL_GIT_URL)]
+    pub(crate) url: Option<String>,
+    /// SSH private key file (OpenSSH or PEM, without passphrase); `FILE.pub` is used for
+    /// `identity.pub` when present
+    #[arg(long, env = env::KSEAL_IDENTITY_FILE, value_name = "FILE", conflicts_with = "generate_key")]
+    pub(crate) identity_file: Option<PathBuf>,
+    /// Generate a new ed25519 SSH key in memory
+    #[arg(long, env = env::KSEAL_GENERATE_KEY)]
+    pub(crate) generate_key: bool,
+    /// Comment of the generated key
+    #[arg(long, env = env::KSEAL_KEY_COMMENT, default_value = "kseal-deploy-key")]
+    pub(crate) key_comment: String,
+    /// Write the public key (never the private one) to FILE
+    #[arg(long, env = env::KSEAL_PUBLIC_KEY_OUT, value_name = "FILE")]
+    pub(crate) public_key_out: Option<PathBuf>,
+    /// known_hosts file (e.g. from `ssh-keyscan HOST`); required by Flux for SSH
+    #[arg(long, env = env::KSEAL_KNOWN_HOSTS_FILE, value_name = "FILE")]
+    pub(crate) known_hosts_file: Option<PathBuf>,
+    /// HTTPS user name
+    #[arg(long, env = env::KSEAL_GIT_USERNAME)]
+    pub(crate) username: Option<String>,
+    /// HTTPS password or token (prefer --password-prompt or --password-stdin: flags show up
+    /// in `ps` and shell history)
+    #[arg(long, env = env::KSEAL_GIT_PASSWORD, hide_env_values = true)]
+    pub(crate) password: Option<String>,
+    /// Prompt for the password (not echoed)
+    #[arg(long, env = env::KSEAL_PASSWORD_PROMPT)]
+    pub(crate) password_prompt: bool,
+    /// Read the password (or with --bearer-token, the token) from stdin
+    #[arg(long, env = env::KSEAL_PASSWORD_STDIN)]
+    pub(crate) password_stdin: bool,
+    /// Use an HTTPS bearer token instead of user name and password (value from --password,
+    /// --password-prompt or --password-stdin)
+    #[arg(long, env = env::KSEAL_BEARER_TOKEN)]
+    pub(crate) bearer_token: bool,
+}
+
+/// Who consumes the AWS credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AwsConsumer {
+    /// Crossplane AWS ProviderConfig: INI under key `credentials`
+    Crossplane,
+    /// External Secrets Operator: `access-key`, `secret-access-key`, `session-token`
+    Eso,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AwsArgs {
+    #[command(flatten)]
+    pub(crate) cert: CertArgs,
+    #[command(flatten)]
+    pub(crate) out: OutArgs,
+    /// Who reads the Secret
+    #[arg(long = "for", env = env::KSEAL_AWS_FOR, value_enum, default_value = "crossplane")]
+    pub(crate) consumer: AwsConsumer,
+    /// Read the keys from this profile of the AWS shared credentials file
+    #[arg(long, env = env::KSEAL_AWS_PROFILE)]
+    pub(crate) profile: Option<String>,
+    /// Access key id
+    #[arg(long, env = env::AWS_ACCESS_KEY_ID)]
+    pub(crate) access_key_id: Option<String>,
+    /// Secret access key (prefer the environment variable or a profile)
+    #[arg(long, env = env::AWS_SECRET_ACCESS_KEY, hide_env_values = true)]
+    pub(crate) secret_access_key: Option<String>,
+    /// Session token, for temporary credentials
+    #[arg(long, env = env::AWS_SESSION_TOKEN, hide_env_values = true)]
+    pub(crate) session_token: Option<String>,
+}
+
+/// Private keys for recovery commands.
+#[derive(Debug, Args)]
+pub(crate) struct KeyArgs {
+    /// Private keys: PEM files (PKCS #1 or PKCS #8, optionally followed by the certificate),
+    /// key Secret manifests, or a `v1 List` of them (`kubectl get secret -l
+    /// sealedsecrets.bitnami.com/sealed-secrets-key -o yaml`); repeat or separate with commas
+    #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', required = true, value_name = "FILE")]
+    pub(crate) keys: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct UnsealArgs {
-    /// Private key PEM file (PKCS #1 or PKCS #8, optionally followed by its certificate);
-    /// repeat for several keys
-    #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', required = true, value_name = "FILE")]
-    pub(crate) keys: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) keys: KeyArgs,
     /// Input SealedSecret manifest(s); `-` or absent reads stdin
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
     pub(crate) file: Option<PathBuf>,
     /// Output format; default: the input's format
-    #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum)]
+    #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum, ignore_case = true)]
     pub(crate) format: Option<Format>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ResealArgs {
+    #[command(flatten)]
+    pub(crate) keys: KeyArgs,
+    /// Certificate (file or https URL) to re-encrypt to; default: the newest --key
+    #[arg(long = "cert", env = env::KSEAL_CERT, value_name = "FILE|URL")]
+    pub(crate) cert: Option<String>,
+    /// Allow a plain http certificate URL
+    #[arg(long, env = env::KSEAL_ALLOW_HTTP)]
+    pub(crate) allow_http: bool,
+    /// SealedSecret files; none or `-` reads stdin
+    #[arg(value_name = "FILE")]
+    pub(crate) files: Vec<PathBuf>,
+    /// Rewrite each file in place (atomically) instead of printing
+    #[arg(long, env = env::KSEAL_IN_PLACE)]
+    pub(crate) in_place: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateArgs {
+    #[command(flatten)]
+    pub(crate) keys: KeyArgs,
+    /// SealedSecret files; none or `-` reads stdin
+    #[arg(value_name = "FILE")]
+    pub(crate) files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum KeysCommand {
     /// Generate an RSA key pair and a self-signed certificate (as Bitnami's controller does)
     Generate(GenerateArgs),
+    /// Show fingerprint, validity, size and subject of certificates, keys or key Secrets
+    Inspect(InspectArgs),
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct GenerateArgs {
     /// Directory to write `tls.key` (PKCS #1, mode 0600) and `tls.crt` into
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, env = env::KSEAL_OUT_DIR, value_name = "DIR")]
     pub(crate) out_dir: PathBuf,
     /// RSA key size in bits
     #[arg(long, env = env::KSEAL_KEY_SIZE, default_value_t = 4096, value_parser = parse_key_size)]
@@ -110,8 +470,15 @@ pub(crate) struct GenerateArgs {
     #[arg(long, env = env::KSEAL_VALIDITY_DAYS, default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..=36500))]
     pub(crate) validity_days: u32,
     /// Overwrite an existing key in the directory
-    #[arg(long)]
+    #[arg(long, env = env::KSEAL_FORCE)]
     pub(crate) force: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// PEM certificates or keys, key Secret manifests, or `v1 List`s of key Secrets
+    #[arg(value_name = "FILE", required = true)]
+    pub(crate) files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -119,6 +486,13 @@ pub(crate) struct QuickstartArgs {
     /// Directory for the demo's key, sample Secret and results
     #[arg(long, env = env::KSEAL_QUICKSTART_DIR, default_value = "kseal-quickstart")]
     pub(crate) dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// Shell to complete for
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// Manifest output formats.
@@ -143,5 +517,16 @@ fn parse_key_size(text: &str) -> Result<u32, String> {
         _ => Err(format!(
             "`{text}` is not a supported key size: use 2048, 3072 or 4096"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
     }
 }

@@ -1,20 +1,96 @@
 //! Every environment variable the `kseal` binary reads, declared once.
+//!
+//! Each flag `--some-flag` can also be set with `KSEAL_SOME_FLAG`; an explicit flag wins.
 
-/// Certificate to seal with (`--cert`).
+/// Certificate sources (`--cert`), separated by commas.
 pub(crate) const KSEAL_CERT: &str = "KSEAL_CERT";
-/// Output format (`--format`).
+/// Controller Service name (`--controller-name`).
+pub(crate) const KSEAL_CONTROLLER_NAME: &str = "KSEAL_CONTROLLER_NAME";
+/// Controller Service namespace (`--controller-namespace`).
+pub(crate) const KSEAL_CONTROLLER_NAMESPACE: &str = "KSEAL_CONTROLLER_NAMESPACE";
+/// Kubeconfig file (`--kubeconfig`).
+pub(crate) const KSEAL_KUBECONFIG: &str = "KSEAL_KUBECONFIG";
+/// Kubeconfig context (`--context`).
+pub(crate) const KSEAL_CONTEXT: &str = "KSEAL_CONTEXT";
+/// Allow plain http certificate URLs (`--allow-http`).
+pub(crate) const KSEAL_ALLOW_HTTP: &str = "KSEAL_ALLOW_HTTP";
+/// Input file (`-f/--file`).
+pub(crate) const KSEAL_FILE: &str = "KSEAL_FILE";
+/// Output file (`-w/--write`).
+pub(crate) const KSEAL_WRITE: &str = "KSEAL_WRITE";
+/// Output format (`-o/--format`).
 pub(crate) const KSEAL_FORMAT: &str = "KSEAL_FORMAT";
 /// Sealing scope (`--scope`).
 pub(crate) const KSEAL_SCOPE: &str = "KSEAL_SCOPE";
-/// Namespace (`--namespace`).
+/// Namespace (`-n/--namespace`).
 pub(crate) const KSEAL_NAMESPACE: &str = "KSEAL_NAMESPACE";
-/// Private key files for `unseal` (`--key`), separated by commas.
+/// Name (`--name`).
+pub(crate) const KSEAL_NAME: &str = "KSEAL_NAME";
+/// Allow Secrets without data (`--allow-empty-data`).
+pub(crate) const KSEAL_ALLOW_EMPTY_DATA: &str = "KSEAL_ALLOW_EMPTY_DATA";
+/// SealedSecret file to merge into (`--merge-into`).
+pub(crate) const KSEAL_MERGE_INTO: &str = "KSEAL_MERGE_INTO";
+/// Seal one raw value (`--raw`).
+pub(crate) const KSEAL_RAW: &str = "KSEAL_RAW";
+/// File holding the value (`--from-file`).
+pub(crate) const KSEAL_FROM_FILE: &str = "KSEAL_FROM_FILE";
+/// Drop a trailing newline from the value (`--strip-newline`).
+pub(crate) const KSEAL_STRIP_NEWLINE: &str = "KSEAL_STRIP_NEWLINE";
+/// Private key files (`--key`), separated by commas.
 pub(crate) const KSEAL_KEY: &str = "KSEAL_KEY";
+/// Rewrite files in place (`--in-place`).
+pub(crate) const KSEAL_IN_PLACE: &str = "KSEAL_IN_PLACE";
+/// Output directory of `keys generate` (`--out-dir`).
+pub(crate) const KSEAL_OUT_DIR: &str = "KSEAL_OUT_DIR";
 /// Key size for `keys generate` (`--key-size`).
 pub(crate) const KSEAL_KEY_SIZE: &str = "KSEAL_KEY_SIZE";
 /// Certificate common name for `keys generate` (`--common-name`).
 pub(crate) const KSEAL_COMMON_NAME: &str = "KSEAL_COMMON_NAME";
 /// Certificate validity in days for `keys generate` (`--validity-days`).
 pub(crate) const KSEAL_VALIDITY_DAYS: &str = "KSEAL_VALIDITY_DAYS";
+/// Overwrite an existing key (`--force`).
+pub(crate) const KSEAL_FORCE: &str = "KSEAL_FORCE";
 /// Directory for `quickstart` (`--dir`).
 pub(crate) const KSEAL_QUICKSTART_DIR: &str = "KSEAL_QUICKSTART_DIR";
+/// Consumer of git credentials (`create git-credentials --for`).
+pub(crate) const KSEAL_GIT_FOR: &str = "KSEAL_GIT_FOR";
+/// Argo CD secret type (`--argocd-type`).
+pub(crate) const KSEAL_ARGOCD_TYPE: &str = "KSEAL_ARGOCD_TYPE";
+/// Repository URL (`--url`).
+pub(crate) const KSEAL_GIT_URL: &str = "KSEAL_GIT_URL";
+/// SSH private key file (`--identity-file`).
+pub(crate) const KSEAL_IDENTITY_FILE: &str = "KSEAL_IDENTITY_FILE";
+/// Generate an SSH key (`--generate-key`).
+pub(crate) const KSEAL_GENERATE_KEY: &str = "KSEAL_GENERATE_KEY";
+/// Comment of a generated SSH key (`--key-comment`).
+pub(crate) const KSEAL_KEY_COMMENT: &str = "KSEAL_KEY_COMMENT";
+/// Where to write the generated public key (`--public-key-out`).
+pub(crate) const KSEAL_PUBLIC_KEY_OUT: &str = "KSEAL_PUBLIC_KEY_OUT";
+/// known_hosts file (`--known-hosts-file`).
+pub(crate) const KSEAL_KNOWN_HOSTS_FILE: &str = "KSEAL_KNOWN_HOSTS_FILE";
+/// HTTPS user name (`--username`).
+pub(crate) const KSEAL_GIT_USERNAME: &str = "KSEAL_GIT_USERNAME";
+/// HTTPS password or token (`--password`).
+pub(crate) const KSEAL_GIT_PASSWORD: &str = "KSEAL_GIT_PASSWORD";
+/// Prompt for the password (`--password-prompt`).
+pub(crate) const KSEAL_PASSWORD_PROMPT: &str = "KSEAL_PASSWORD_PROMPT";
+/// Read the password from stdin (`--password-stdin`).
+pub(crate) const KSEAL_PASSWORD_STDIN: &str = "KSEAL_PASSWORD_STDIN";
+/// Use a bearer token (`--bearer-token`).
+pub(crate) const KSEAL_BEARER_TOKEN: &str = "KSEAL_BEARER_TOKEN";
+/// Consumer of AWS credentials (`create aws-credentials --for`).
+pub(crate) const KSEAL_AWS_FOR: &str = "KSEAL_AWS_FOR";
+/// AWS profile to read (`--profile`).
+pub(crate) const KSEAL_AWS_PROFILE: &str = "KSEAL_AWS_PROFILE";
+/// AWS access key id (`--access-key-id`), the AWS CLI's own variable.
+pub(crate) const AWS_ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+/// AWS secret access key (`--secret-access-key`), the AWS CLI's own variable.
+pub(crate) const AWS_SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+/// AWS session token (`--session-token`), the AWS CLI's own variable.
+pub(crate) const AWS_SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
+/// Default AWS profile name, as the AWS CLI reads it.
+pub(crate) const AWS_PROFILE: &str = "AWS_PROFILE";
+/// AWS shared credentials file, as the AWS CLI reads it.
+pub(crate) const AWS_SHARED_CREDENTIALS_FILE: &str = "AWS_SHARED_CREDENTIALS_FILE";
+/// Kubeconfig path list, as kubectl reads it.
+pub(crate) const KUBECONFIG: &str = "KUBECONFIG";

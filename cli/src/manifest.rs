@@ -136,6 +136,102 @@ impl Input {
 
 use serde::Deserialize as _;
 
+/// The format a file name asks for: `.yaml`/`.yml` YAML, `.json` JSON.
+pub(crate) fn format_for_path(path: &Path) -> Option<Format> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    match ext.as_str() {
+        "yaml" | "yml" => Some(Format::Yaml),
+        "json" => Some(Format::Json),
+        _ => None,
+    }
+}
+
+/// A file of SealedSecrets edited in place: the documents as parsed values (so unknown
+/// fields and key order survive), their typed view, and the file's format.
+pub(crate) struct SealedFile {
+    pub(crate) format: Format,
+    pub(crate) values: Vec<serde_yaml::Value>,
+    pub(crate) sealed: Vec<kseal_api::SealedSecret>,
+}
+
+impl SealedFile {
+    /// Parses every document of `input` (no `v1 List`: items could not be written back).
+    pub(crate) fn parse(input: &Input) -> Result<Self> {
+        let mut values = Vec::new();
+        for (index, document) in serde_yaml::Deserializer::from_str(&input.text).enumerate() {
+            let value = serde_yaml::Value::deserialize(document).with_context(|| {
+                format!(
+                    "failed to parse document {} of {} as YAML or JSON",
+                    index + 1,
+                    input.source
+                )
+            })?;
+            if value.is_null() {
+                continue;
+            }
+            if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
+                bail!(
+                    "{} is a v1 List: split it into SealedSecret documents first",
+                    input.source
+                );
+            }
+            values.push(value);
+        }
+        let sealed: Vec<kseal_api::SealedSecret> =
+            input.objects("SealedSecret", kseal_api::constants::API_VERSION)?;
+        if sealed.len() != values.len() {
+            bail!("{} could not be read document by document", input.source);
+        }
+        Ok(Self {
+            format: input.format(),
+            values,
+            sealed,
+        })
+    }
+
+    /// Reads a file that must hold exactly one SealedSecret.
+    pub(crate) fn read_one(path: &Path) -> Result<Self> {
+        let input = Input::read(Some(path))?;
+        let file = Self::parse(&input)?;
+        if file.values.len() != 1 {
+            bail!(
+                "`{}` holds {} SealedSecrets; exactly one is needed here",
+                path.display(),
+                file.values.len()
+            );
+        }
+        Ok(file)
+    }
+
+    /// The documents rendered in the file's format.
+    pub(crate) fn render(&self) -> Result<String> {
+        render(&self.values, self.format)
+    }
+}
+
+/// The mapping at `path` inside `value`, created (empty) where missing.
+pub(crate) fn mapping_at<'a>(
+    value: &'a mut serde_yaml::Value,
+    path: &[&str],
+) -> Result<&'a mut serde_yaml::Mapping> {
+    let mut current = value;
+    for (depth, key) in path.iter().enumerate() {
+        let map = current
+            .as_mapping_mut()
+            .with_context(|| format!("`{}` is not an object", path[..depth].join(".")))?;
+        let entry = map
+            .entry(serde_yaml::Value::from(*key))
+            .or_insert_with(|| serde_yaml::Value::Mapping(serde_yaml::Mapping::new()));
+        if entry.is_null() {
+            *entry = serde_yaml::Value::Mapping(serde_yaml::Mapping::new());
+        }
+        current = entry;
+    }
+    current
+        .as_mapping_mut()
+        .with_context(|| format!("`{}` is not an object", path.join(".")))
+}
+
 /// Names the item of a Secret's `data` that is not base64 (serde's own error cannot).
 fn check_secret_data(map: &serde_yaml::Mapping) -> Result<()> {
     use base64::Engine as _;

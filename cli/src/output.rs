@@ -11,3 +11,15 @@ pub(crate) fn stdout(text: &str) -> anyhow::Result<()> {
         other => Ok(other?),
     }
 }
+
+/// Writes `text` to `path` atomically (and says so on stderr), or to stdout without a path.
+pub(crate) fn emit(text: &str, path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    match path {
+        Some(path) => {
+            crate::manifest::write_atomic(path, text.as_bytes(), false)?;
+            eprintln!("wrote `{}`", path.display());
+            Ok(())
+        }
+        None => stdout(text),
+    }
+}

@@ -1,86 +1,9 @@
 //! Runs the `kseal` binary on fixtures and snapshots stdout, stderr and the exit code.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+#[macro_use]
+mod common;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn snapshot(&self) -> String {
-        format!(
-            "exit: {}\n----- stdout -----\n{}\n----- stderr -----\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .canonicalize()
-        .expect("fixtures exist")
-}
-
-/// Escapes a literal for use in an insta filter regex.
-fn regex_escape(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            let special = "\\.+*?()|[]{}^$#&-~".contains(c);
-            special
-                .then_some('\\')
-                .into_iter()
-                .chain(std::iter::once(c))
-        })
-        .collect()
-}
-
-fn kseal(args: &[&str], stdin: Option<&str>, cwd: &Path) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kseal"))
-        .args(args)
-        .current_dir(cwd)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("COLUMNS", "100")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kseal");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(text.as_bytes())
-            .expect("write stdin");
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().expect("kseal runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
-        stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
-    }
-}
-
-macro_rules! snap {
-    ($name:expr, $run:expr) => {
-        let fixtures_re = regex_escape(&fixtures().display().to_string());
-        insta::with_settings!({filters => vec![
-            (fixtures_re.as_str(), "[FIXTURES]"),
-            (r"SHA256:[A-Za-z0-9+/]{43}", "SHA256:[FINGERPRINT]"),
-            (r"in \d+\.\d s", "in [TIME] s"),
-            (r"/tmp/\.tmp[A-Za-z0-9]+", "[TMP]"),
-        ]}, {
-            insta::assert_snapshot!($name, $run.snapshot());
-        });
-    };
-}
+use common::*;
 
 #[test]
 fn help_texts() {

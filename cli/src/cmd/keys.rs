@@ -1,4 +1,4 @@
-//! `kseal keys generate`.
+//! `kseal keys generate` and `kseal keys inspect`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context as _, Result, bail};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 
-use crate::args::GenerateArgs;
+use crate::args::{GenerateArgs, InspectArgs};
 use crate::manifest::write_atomic;
 
 /// File names inside a key directory, as in a `kubernetes.io/tls` Secret.
@@ -96,4 +96,91 @@ fn write_pair(dir: &Path, pair: &KeyPair) -> Result<()> {
         false,
     )?;
     Ok(())
+}
+
+/// Describes a certificate: fingerprint, subject, validity and size.
+fn describe_certificate(out: &mut String, cert: &kseal_keys::Certificate) {
+    let now = SystemTime::now();
+    let state = if cert.is_expired_at(now) {
+        " (EXPIRED)"
+    } else if cert.not_before() > now {
+        " (not yet valid)"
+    } else {
+        ""
+    };
+    out.push_str(&format!(
+        "  certificate  {}\n  subject CN   {}\n  not before   {}\n  not after    {}{state}\n  key size     {} bits\n",
+        cert.id(),
+        cert.common_name().unwrap_or("-"),
+        crate::cmd::seal::httpdate(cert.not_before()),
+        crate::cmd::seal::httpdate(cert.not_after()),
+        cert.public_key().bits()
+    ));
+}
+
+/// Describes a PEM text holding a private key and/or certificate.
+fn describe_pem(out: &mut String, key_pem: Option<&str>, cert_pem: Option<&str>) -> Result<()> {
+    let cert = cert_pem
+        .map(kseal_keys::Certificate::from_pem)
+        .transpose()
+        .context("failed to read the certificate")?;
+    if let Some(cert) = &cert {
+        describe_certificate(out, cert);
+    }
+    if let Some(pem) = key_pem {
+        let key =
+            kseal_keys::PrivateKey::from_pem(pem).context("failed to read the private key")?;
+        let public = key.public_key();
+        match &cert {
+            Some(c) if c.public_key() == public => {
+                out.push_str("  private key  present, matches the certificate\n");
+            }
+            Some(_) => out.push_str(&format!(
+                "  private key  {} DOES NOT match the certificate\n",
+                public.id()
+            )),
+            None => out.push_str(&format!(
+                "  private key  {}\n  key size     {} bits\n",
+                public.id(),
+                public.bits()
+            )),
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn inspect(args: InspectArgs) -> Result<()> {
+    let mut out = String::new();
+    for path in &args.files {
+        let text = fs_err::read_to_string(path).context("failed to read a key file")?;
+        let what = || format!("failed to inspect `{}`", path.display());
+        if crate::cmd::unseal::is_pem(&text) {
+            out.push_str(&format!("{}:\n", path.display()));
+            let key = text.contains("PRIVATE KEY-----").then_some(text.as_str());
+            let cert = text
+                .contains("-----BEGIN CERTIFICATE-----")
+                .then_some(text.as_str());
+            if key.is_none() && cert.is_none() {
+                bail!("{}: no certificate or private key in it", what());
+            }
+            describe_pem(&mut out, key, cert).with_context(what)?;
+            continue;
+        }
+        for secret in crate::cmd::unseal::key_secrets(path, text)? {
+            let name = format!(
+                "{}/{}",
+                secret.metadata.namespace.as_deref().unwrap_or("-"),
+                secret.metadata.name.as_deref().unwrap_or("-")
+            );
+            out.push_str(&format!("{} Secret {name}:\n", path.display()));
+            let key = crate::cmd::unseal::secret_item(&secret, "tls.key");
+            let cert = crate::cmd::unseal::secret_item(&secret, "tls.crt");
+            if key.is_none() && cert.is_none() {
+                bail!("{}: Secret `{name}` has no tls.key or tls.crt", what());
+            }
+            describe_pem(&mut out, key.as_deref(), cert.as_deref())
+                .with_context(|| format!("{}: Secret `{name}`", what()))?;
+        }
+    }
+    crate::output::stdout(&out)
 }

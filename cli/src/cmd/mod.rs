@@ -1,6 +1,11 @@
 //! One module per subcommand.
 
+pub(crate) mod cert;
+pub(crate) mod completions;
+pub(crate) mod create;
 pub(crate) mod keys;
 pub(crate) mod quickstart;
+pub(crate) mod recovery;
 pub(crate) mod seal;
+pub(crate) mod set;
 pub(crate) mod unseal;

@@ -1,29 +1,22 @@
 //! `kseal seal`: Secrets in, SealedSecrets out.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::core::v1::Secret;
-use kseal_api::{SealOptions, SealedSecret};
-use kseal_keys::Certificate;
+use kseal_api::constants::SEALING_KEY_ANNOTATION;
+use kseal_api::{Scope, SealOptions, SealedSecret};
+use kseal_keys::{Certificate, Plaintext};
 
 use crate::args::{Format, SealArgs};
-use crate::manifest::{Input, render};
+use crate::certs::CertRequest;
+use crate::manifest::{Input, SealedFile, format_for_path, mapping_at, render};
 
-/// Reads a certificate and refuses one that cannot be used for sealing.
+/// Reads a certificate file and refuses one that cannot be used for sealing.
 pub(crate) fn read_certificate(path: &Path) -> Result<Certificate> {
     let text = fs_err::read_to_string(path).context("failed to read the sealing certificate")?;
-    let cert = Certificate::from_pem(&text)
-        .with_context(|| format!("failed to read certificate `{}`", path.display()))?;
-    if cert.is_expired_at(SystemTime::now()) {
-        bail!(
-            "certificate `{}` expired on {}: refusing to seal with it",
-            path.display(),
-            httpdate(cert.not_after())
-        );
-    }
-    Ok(cert)
+    crate::certs::check(&text, &format!("`{}`", path.display()))
 }
 
 /// Formats a time as `YYYY-MM-DD HH:MM:SS UTC`.
@@ -77,24 +70,398 @@ pub(crate) fn seal_input(
     render(&sealed, format)
 }
 
+/// What `--raw` seals.
+struct RawRequest {
+    from_file: Option<PathBuf>,
+    strip_newline: bool,
+}
+
+/// How the seal command runs.
+enum Mode {
+    Normal,
+    Merge(PathBuf),
+    Raw(RawRequest),
+}
+
+/// A validated `kseal seal` request.
+struct SealRequest {
+    certs: CertRequest,
+    input: Option<PathBuf>,
+    write: Option<PathBuf>,
+    format: Option<Format>,
+    scope: Option<Scope>,
+    name: Option<String>,
+    namespace: Option<String>,
+    default_namespace: String,
+    allow_empty_data: bool,
+    mode: Mode,
+}
+
+impl SealRequest {
+    fn from_args(args: SealArgs) -> Result<Self> {
+        let certs = CertRequest::from_args(&args.cert)?;
+        let mode = if let Some(path) = args.merge_into {
+            Mode::Merge(path)
+        } else if args.raw {
+            let from_file = args.from_file.map(|spec| {
+                // kubeseal's `[key=]path`: the key is ignored.
+                match spec.split_once('=') {
+                    Some((_, path)) if !Path::new(&spec).exists() => PathBuf::from(path),
+                    _ => PathBuf::from(spec),
+                }
+            });
+            Mode::Raw(RawRequest {
+                from_file,
+                strip_newline: args.strip_newline,
+            })
+        } else {
+            Mode::Normal
+        };
+        if !matches!(mode, Mode::Normal) && certs.specs.len() > 1 {
+            bail!(
+                "--merge-into and --raw seal with one certificate; got {}",
+                certs.specs.len()
+            );
+        }
+        let default_namespace = crate::kubeconfig::context_namespace(
+            args.cert.kubeconfig.as_deref(),
+            args.cert.context.as_deref(),
+        )
+        .unwrap_or_else(|| "default".to_owned());
+        Ok(Self {
+            certs,
+            input: args.file,
+            write: args.write,
+            format: args.format,
+            scope: args.scope,
+            name: args.name,
+            namespace: args.namespace,
+            default_namespace,
+            allow_empty_data: args.allow_empty_data,
+            mode,
+        })
+    }
+
+    fn options(&self) -> SealOptions {
+        SealOptions {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            default_namespace: Some(self.default_namespace.clone()),
+            scope: self.scope.unwrap_or(Scope::Strict),
+            allow_empty_data: self.allow_empty_data,
+        }
+    }
+}
+
 pub(crate) fn run(args: SealArgs) -> Result<()> {
-    let cert = read_certificate(&args.cert)?;
-    let input = Input::read(args.file.as_deref())?;
-    let format = args.format.unwrap_or_else(|| input.format());
-    let options = SealOptions {
-        name: args.name,
-        namespace: args.namespace,
-        default_namespace: Some("default".into()),
-        scope: args.scope,
-        allow_empty_data: args.allow_empty_data,
+    let request = SealRequest::from_args(args)?;
+    match &request.mode {
+        Mode::Normal => seal_normal(&request),
+        Mode::Merge(path) => seal_merge(&request, path),
+        Mode::Raw(raw) => seal_raw(&request, raw),
+    }
+}
+
+/// The output path for one of several certificates: `{cert}` replaced by its name, or the
+/// name inserted before the extension (`sealed.yaml` → `sealed.dr.yaml`).
+pub(crate) fn path_for_cert(path: &Path, name: &str) -> PathBuf {
+    let text = path.to_string_lossy();
+    if text.contains("{cert}") {
+        return PathBuf::from(text.replace("{cert}", name));
+    }
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let file = match (stem, path.extension()) {
+        (Some(stem), Some(ext)) => format!("{stem}.{name}.{}", ext.to_string_lossy()),
+        (Some(stem), None) => format!("{stem}.{name}"),
+        (None, _) => name.to_owned(),
     };
-    let out = seal_input(&input, &cert, &options, format)?;
-    crate::output::stdout(&out)
+    path.with_file_name(file)
+}
+
+fn seal_normal(request: &SealRequest) -> Result<()> {
+    let certs = request.certs.load()?;
+    let input = Input::read(request.input.as_deref())?;
+    let format = request
+        .format
+        .or_else(|| request.write.as_deref().and_then(format_for_path))
+        .unwrap_or_else(|| input.format());
+    let options = request.options();
+    // Seal everything before writing anything: a failure leaves no output behind.
+    let outputs = certs
+        .iter()
+        .map(|c| {
+            let text = seal_input(&input, &c.cert, &options, format);
+            let text = if certs.len() > 1 {
+                text.with_context(|| format!("failed to seal for certificate `{}`", c.name))?
+            } else {
+                text?
+            };
+            Ok((c.name.as_str(), text))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    match &request.write {
+        None => {
+            let all: String = outputs.into_iter().map(|(_, text)| text).collect();
+            crate::output::stdout(&all)
+        }
+        Some(path) if outputs.len() == 1 => crate::output::emit(&outputs[0].1, Some(path)),
+        Some(path) => {
+            for (name, text) in &outputs {
+                crate::output::emit(text, Some(&path_for_cert(path, name)))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
+    let cert = request.certs.load_one()?;
+    let mut target =
+        SealedFile::read_one(path).context("failed to read the SealedSecret to merge into")?;
+    if request.format.is_some_and(|f| f != target.format) {
+        eprintln!(
+            "note: --format is ignored with --merge-into: `{}` keeps its format",
+            path.display()
+        );
+    }
+    let existing = &target.sealed[0];
+    let name = existing
+        .metadata
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .with_context(|| format!("the SealedSecret in `{}` has no name", path.display()))?;
+    let namespace = existing.metadata.namespace.clone();
+    let file_scope = existing.scope();
+    let input = Input::read(request.input.as_deref())?;
+    let secrets: Vec<Secret> = input.objects("Secret", "v1")?;
+    let mut added = Vec::new();
+    let mut replaced = Vec::new();
+    for (i, secret) in secrets.iter().enumerate() {
+        let what = || format!("document {} of {}", i + 1, input.source);
+        let input_scope = kseal_api::scope_of(&secret.metadata);
+        let asked = request
+            .scope
+            .or((input_scope != Scope::Strict).then_some(input_scope));
+        if let Some(asked) = asked
+            && asked != file_scope
+        {
+            bail!(
+                "scope mismatch: `{}` is sealed {}, but {} asks for {}; items of one \
+                 SealedSecret must share its scope (pass --scope {} or reseal the file)",
+                path.display(),
+                file_scope.as_str(),
+                what(),
+                asked.as_str(),
+                file_scope.as_str()
+            );
+        }
+        let declared_ns = secret
+            .metadata
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty());
+        let declared_name = secret.metadata.name.as_deref().filter(|n| !n.is_empty());
+        if declared_ns.is_some_and(|n| Some(n) != namespace.as_deref())
+            || declared_name.is_some_and(|n| n != name)
+        {
+            eprintln!(
+                "note: {} is `{}/{}`; its items are sealed for `{}/{}` as in `{}`",
+                what(),
+                declared_ns.unwrap_or("-"),
+                declared_name.unwrap_or("-"),
+                namespace.as_deref().unwrap_or("-"),
+                name,
+                path.display()
+            );
+        }
+        let mut secret = secret.clone();
+        secret.metadata.namespace.clone_from(&namespace);
+        let options = SealOptions {
+            name: Some(name.clone()),
+            namespace: None,
+            default_namespace: None,
+            scope: file_scope,
+            allow_empty_data: request.allow_empty_data,
+        };
+        let sealed = kseal_api::seal_secret(&secret, cert.public_key(), &options)
+            .with_context(|| format!("failed to seal {}", what()))?;
+        merge_into_value(&mut target.values[0], &sealed, &mut added, &mut replaced)
+            .with_context(|| format!("failed to update `{}`", path.display()))?;
+    }
+    let text = target.render()?;
+    crate::manifest::write_atomic(path, text.as_bytes(), false)?;
+    eprintln!(
+        "updated `{}`: {}",
+        path.display(),
+        describe_changes(&added, &replaced)
+    );
+    Ok(())
+}
+
+/// "added `a`, `b`; replaced `c`".
+pub(crate) fn describe_changes(added: &[String], replaced: &[String]) -> String {
+    let list = |items: &[String]| {
+        items
+            .iter()
+            .map(|i| format!("`{i}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = Vec::new();
+    if !added.is_empty() {
+        parts.push(format!("added {}", list(added)));
+    }
+    if !replaced.is_empty() {
+        parts.push(format!("replaced {}", list(replaced)));
+    }
+    if parts.is_empty() {
+        "no items".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// Adds `sealed`'s items and template labels/annotations to the SealedSecret document
+/// `target` (nothing is removed), and points the sealing-key hint at the new key.
+fn merge_into_value(
+    target: &mut serde_yaml::Value,
+    sealed: &SealedSecret,
+    added: &mut Vec<String>,
+    replaced: &mut Vec<String>,
+) -> Result<()> {
+    for (item, value) in &sealed.spec.encrypted_data {
+        set_item(target, item, value, added, replaced)?;
+    }
+    if let Some(meta) = sealed
+        .spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+    {
+        for (field, map) in [("labels", &meta.labels), ("annotations", &meta.annotations)] {
+            let Some(map) = map.as_ref().filter(|m| !m.is_empty()) else {
+                continue;
+            };
+            let dest = mapping_at(target, &["spec", "template", "metadata", field])?;
+            for (k, v) in map {
+                dest.insert(k.as_str().into(), v.as_str().into());
+            }
+        }
+    }
+    if let Some(hint) = sealed
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SEALING_KEY_ANNOTATION))
+    {
+        mapping_at(target, &["metadata", "annotations"])?
+            .insert(SEALING_KEY_ANNOTATION.into(), hint.as_str().into());
+    }
+    Ok(())
+}
+
+/// Sets `spec.encryptedData.<item>` in a SealedSecret document.
+pub(crate) fn set_item(
+    target: &mut serde_yaml::Value,
+    item: &str,
+    sealed_b64: &str,
+    added: &mut Vec<String>,
+    replaced: &mut Vec<String>,
+) -> Result<()> {
+    let data = mapping_at(target, &["spec", "encryptedData"])?;
+    let previous = data.insert(item.into(), sealed_b64.into());
+    if previous.is_some() {
+        replaced.push(item.to_owned());
+    } else {
+        added.push(item.to_owned());
+    }
+    Ok(())
+}
+
+/// Reads a value to seal: a file, or all of stdin (bytes, not trimmed). Warns when stdin
+/// ends in a newline that will be sealed too.
+pub(crate) fn read_value(
+    from_file: Option<&Path>,
+    strip_newline: bool,
+    prompt: Option<&str>,
+) -> Result<Plaintext> {
+    use std::io::{IsTerminal as _, Read as _};
+    let mut bytes = match from_file {
+        Some(path) => fs_err::read(path).context("failed to read the value to seal")?,
+        None => match prompt {
+            Some(prompt) if std::io::stdin().is_terminal() => rpassword::prompt_password(prompt)
+                .context("failed to read the value from the terminal")?
+                .into_bytes(),
+            _ => {
+                if std::io::stdin().is_terminal() {
+                    eprintln!("(reading the value from standard input; end it with Ctrl-D)");
+                }
+                let mut bytes = Vec::new();
+                std::io::stdin()
+                    .read_to_end(&mut bytes)
+                    .context("failed to read the value from standard input")?;
+                if !strip_newline && bytes.ends_with(b"\n") {
+                    eprintln!(
+                        "warning: the value from standard input ends with a newline, which is \
+                         sealed too; pass --strip-newline to drop it (or use printf %s)"
+                    );
+                }
+                bytes
+            }
+        },
+    };
+    if strip_newline && bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    Ok(Plaintext::new(bytes))
+}
+
+fn seal_raw(request: &SealRequest, raw: &RawRequest) -> Result<()> {
+    let scope = request.scope.unwrap_or(Scope::Strict);
+    let namespace = request.namespace.as_deref().filter(|n| !n.is_empty());
+    let name = request.name.as_deref().filter(|n| !n.is_empty());
+    let (namespace, name) = match (scope, namespace, name) {
+        (Scope::Strict, Some(ns), Some(name)) => (ns, name),
+        (Scope::Strict, _, _) => {
+            bail!("--raw with strict scope needs the namespace (-n) and the name (--name)")
+        }
+        (Scope::Namespace, Some(ns), _) => (ns, ""),
+        (Scope::Namespace, None, _) => {
+            bail!("--raw with namespace-wide scope needs the namespace (-n)")
+        }
+        (Scope::Cluster, _, _) => ("", ""),
+    };
+    let cert = request.certs.load_one()?;
+    let value = read_value(raw.from_file.as_deref(), raw.strip_newline, None)?;
+    let label = scope.label(namespace, name);
+    let sealed = kseal_keys::seal_base64(cert.public_key(), &label, value.expose())
+        .context("failed to seal the value")?;
+    crate::output::emit(&sealed, request.write.as_deref())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outputs_per_certificate_get_the_name_before_the_extension() {
+        assert_eq!(
+            path_for_cert(Path::new("out/sealed.yaml"), "dr"),
+            PathBuf::from("out/sealed.dr.yaml")
+        );
+        assert_eq!(
+            path_for_cert(Path::new("sealed"), "dr"),
+            PathBuf::from("sealed.dr")
+        );
+        assert_eq!(
+            path_for_cert(Path::new("{cert}/db.yaml"), "prod"),
+            PathBuf::from("prod/db.yaml")
+        );
+    }
 
     #[test]
     fn dates_render_in_utc() {

@@ -1,0 +1,332 @@
+//! Where the sealing certificate comes from: a file, an https URL, or the controller's
+//! `/v1/cert.pem` through the Kubernetes API server's service proxy.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context as _, Result, bail};
+use base64::Engine as _;
+use kseal_keys::Certificate;
+
+use crate::args::CertArgs;
+use crate::http;
+use crate::kubeconfig::{self, Auth};
+
+/// One certificate source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    File(PathBuf),
+    Url(String),
+    Controller,
+}
+
+/// A source with the name used to tell its outputs apart (`--cert NAME=SOURCE`).
+#[derive(Debug, Clone)]
+pub(crate) struct Spec {
+    pub(crate) name: String,
+    pub(crate) source: Source,
+}
+
+/// A validated certificate request: the sources plus how to reach the controller.
+#[derive(Debug, Clone)]
+pub(crate) struct CertRequest {
+    pub(crate) specs: Vec<Spec>,
+    pub(crate) controller_name: String,
+    pub(crate) controller_namespace: String,
+    pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) context: Option<String>,
+    pub(crate) allow_http: bool,
+}
+
+/// A certificate ready to seal with.
+pub(crate) struct NamedCert {
+    pub(crate) name: String,
+    pub(crate) cert: Certificate,
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Parses `[NAME=]SOURCE`. `NAME` is optional; without it the name is derived from the source.
+pub(crate) fn parse_spec(text: &str) -> Result<Spec> {
+    let (name, source_text) = match text.split_once('=') {
+        Some((name, rest)) if valid_name(name) && !rest.is_empty() => (Some(name), rest),
+        _ => (None, text),
+    };
+    if source_text.is_empty() {
+        bail!("empty --cert value");
+    }
+    let source = if http::is_http_url(source_text) {
+        Source::Url(source_text.to_owned())
+    } else if let Some(path) = http::file_url_path(source_text) {
+        Source::File(PathBuf::from(path))
+    } else {
+        Source::File(PathBuf::from(source_text))
+    };
+    let name = match name {
+        Some(n) => n.to_owned(),
+        None => default_name(&source),
+    };
+    Ok(Spec { name, source })
+}
+
+fn default_name(source: &Source) -> String {
+    match source {
+        Source::File(path) => {
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("cert");
+            // `kseal keys generate --out-dir prod` makes `prod/tls.crt`: name it `prod`.
+            if stem == "tls"
+                && let Some(dir) = path
+                    .parent()
+                    .and_then(Path::file_name)
+                    .and_then(|d| d.to_str())
+            {
+                return sanitize(dir);
+            }
+            sanitize(stem)
+        }
+        Source::Url(url) => {
+            let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+            sanitize(rest.split(['/', ':', '?']).next().unwrap_or("url"))
+        }
+        Source::Controller => "controller".to_owned(),
+    }
+}
+
+fn sanitize(text: &str) -> String {
+    let s: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if s.is_empty() { "cert".to_owned() } else { s }
+}
+
+impl CertRequest {
+    pub(crate) fn from_args(args: &CertArgs) -> Result<Self> {
+        let mut specs = args
+            .cert
+            .iter()
+            .map(|c| parse_spec(c))
+            .collect::<Result<Vec<_>>>()?;
+        if specs.is_empty() {
+            specs.push(Spec {
+                name: "controller".to_owned(),
+                source: Source::Controller,
+            });
+        }
+        for (i, spec) in specs.iter().enumerate() {
+            if specs[..i].iter().any(|s| s.name == spec.name) {
+                bail!(
+                    "two certificates are both named `{}`: name them with --cert NAME=SOURCE",
+                    spec.name
+                );
+            }
+        }
+        Ok(Self {
+            specs,
+            controller_name: args.controller_name.clone(),
+            controller_namespace: args.controller_namespace.clone(),
+            kubeconfig: args.kubeconfig.clone(),
+            context: args.context.clone(),
+            allow_http: args.allow_http,
+        })
+    }
+
+    /// A description of a source for messages.
+    pub(crate) fn describe(&self, source: &Source) -> String {
+        match source {
+            Source::File(p) => format!("`{}`", p.display()),
+            Source::Url(u) => format!("`{u}`"),
+            Source::Controller => format!(
+                "the controller `{}/{}`",
+                self.controller_namespace, self.controller_name
+            ),
+        }
+    }
+
+    /// The certificate text, exactly as the source serves it.
+    pub(crate) fn fetch_pem(&self, source: &Source) -> Result<String> {
+        match source {
+            Source::File(path) => {
+                Ok(fs_err::read_to_string(path)
+                    .context("failed to read the sealing certificate")?)
+            }
+            Source::Url(url) => self.fetch_url(url),
+            Source::Controller => self.fetch_from_controller(),
+        }
+    }
+
+    fn fetch_url(&self, url: &str) -> Result<String> {
+        let https = url.to_ascii_lowercase().starts_with("https://");
+        if !https && !self.allow_http {
+            bail!(
+                "refusing to fetch certificate `{url}` over plain http: anyone on the path could \
+                 swap it and read every secret sealed with it; use https, or --allow-http on a \
+                 trusted network"
+            );
+        }
+        let client = http::Client::new(&http::Tls::default(), !self.allow_http)?;
+        let response = client
+            .get(url, &[("Accept", "application/x-pem-file, */*")])
+            .with_context(|| format!("failed to fetch certificate `{url}`"))?;
+        if response.status != 200 {
+            bail!(
+                "failed to fetch certificate `{url}`: the server answered HTTP {}",
+                response.status
+            );
+        }
+        Ok(response.body)
+    }
+
+    fn fetch_from_controller(&self) -> Result<String> {
+        let conn = kubeconfig::connect(self.kubeconfig.as_deref(), self.context.as_deref())
+            .context("no --cert given, so the certificate is fetched from the controller")?;
+        let client = http::Client::new(&conn.tls, false)?;
+        let auth_header = match &conn.auth {
+            Auth::None => None,
+            Auth::Bearer(t) => Some(format!("Bearer {t}")),
+            Auth::Basic(u, p) => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )),
+        };
+        let (ns, name) = (&self.controller_namespace, &self.controller_name);
+        let get = |url: &str, accept: &str| {
+            let mut headers = vec![("Accept", accept)];
+            if let Some(a) = &auth_header {
+                headers.push(("Authorization", a.as_str()));
+            }
+            client.get(url, &headers).with_context(|| {
+                format!(
+                    "failed to reach the Kubernetes API server `{}` (context `{}`)",
+                    conn.server, conn.context
+                )
+            })
+        };
+        let service_url = format!("{}/api/v1/namespaces/{ns}/services/{name}", conn.server);
+        let response = get(&service_url, "application/json")?;
+        match response.status {
+            200 => {}
+            404 => bail!(
+                "no Service `{name}` in namespace `{ns}` (context `{}`): if the controller is \
+                 installed under another name, pass --controller-name and \
+                 --controller-namespace (or KSEAL_CONTROLLER_NAME / \
+                 KSEAL_CONTROLLER_NAMESPACE); to seal offline, pass --cert FILE",
+                conn.context
+            ),
+            status => bail!(
+                "failed to read Service `{ns}/{name}` (context `{}`): HTTP {status}{}",
+                conn.context,
+                status_message(&response.body)
+            ),
+        }
+        let service: serde_json::Value = serde_json::from_str(&response.body)
+            .with_context(|| format!("Service `{ns}/{name}` is not valid JSON"))?;
+        let port = &service["spec"]["ports"][0];
+        let port = port["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .or_else(|| port["port"].as_u64().map(|p| p.to_string()))
+            .with_context(|| format!("Service `{ns}/{name}` has no port"))?;
+        let cert_url = format!(
+            "{}/api/v1/namespaces/{ns}/services/http:{name}:{port}/proxy/v1/cert.pem",
+            conn.server
+        );
+        let response = get(&cert_url, "application/x-pem-file, */*")?;
+        if response.status != 200 {
+            bail!(
+                "the controller `{ns}/{name}` did not return its certificate (HTTP {}{}): is it \
+                 running? To seal offline, pass --cert FILE",
+                response.status,
+                status_message(&response.body)
+            );
+        }
+        Ok(response.body)
+    }
+
+    /// Fetches, parses and checks every certificate (RSA, not expired).
+    pub(crate) fn load(&self) -> Result<Vec<NamedCert>> {
+        self.specs
+            .iter()
+            .map(|spec| {
+                let text = self.fetch_pem(&spec.source)?;
+                let cert = check(&text, &self.describe(&spec.source))?;
+                Ok(NamedCert {
+                    name: spec.name.clone(),
+                    cert,
+                })
+            })
+            .collect()
+    }
+
+    /// Exactly one certificate (for commands that seal once).
+    pub(crate) fn load_one(&self) -> Result<Certificate> {
+        if self.specs.len() > 1 {
+            bail!(
+                "this command seals with one certificate; got {}",
+                self.specs.len()
+            );
+        }
+        let mut certs = self.load()?;
+        certs.pop().map(|c| c.cert).context("no certificate source")
+    }
+}
+
+/// The Kubernetes `Status` message of an error body, if it has one.
+fn status_message(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(|m| format!(": {m}")))
+        .unwrap_or_default()
+}
+
+/// Parses a PEM certificate and refuses one that cannot be used for sealing.
+pub(crate) fn check(text: &str, what: &str) -> Result<Certificate> {
+    let cert = Certificate::from_pem(text)
+        .with_context(|| format!("failed to read certificate {what}"))?;
+    if cert.is_expired_at(SystemTime::now()) {
+        bail!(
+            "certificate {what} expired on {}: refusing to seal with it",
+            crate::cmd::seal::httpdate(cert.not_after())
+        );
+    }
+    Ok(cert)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cert_specs_take_an_optional_name() {
+        let s = parse_spec("dr=keys/backup.pem").unwrap();
+        assert_eq!(s.name, "dr");
+        assert_eq!(s.source, Source::File("keys/backup.pem".into()));
+        let s = parse_spec("keys/prod/tls.crt").unwrap();
+        assert_eq!(s.name, "prod");
+        let s = parse_spec("fleet.crt").unwrap();
+        assert_eq!(s.name, "fleet");
+        let s = parse_spec("https://certs.example.com:8443/fleet.pem").unwrap();
+        assert_eq!(s.name, "certs.example.com");
+        assert_eq!(
+            s.source,
+            Source::Url("https://certs.example.com:8443/fleet.pem".into())
+        );
+        let s = parse_spec("b=https://x.example/c.pem?a=b").unwrap();
+        assert_eq!(s.name, "b");
+        // A path with `=` after a slash is a path.
+        let s = parse_spec("./a=b.pem").unwrap();
+        assert_eq!(s.source, Source::File("./a=b.pem".into()));
+    }
+}

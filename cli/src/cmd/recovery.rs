@@ -1,0 +1,229 @@
+//! `kseal reseal` and `kseal validate`: offline maintenance with local private keys.
+//!
+//! Both open `spec.encryptedData` item by item with the key ring instead of unsealing whole
+//! objects, so a SealedSecret with `spec.template.data` is handled too: its templates only
+//! refer to item names, which resealing keeps.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use kseal_api::SealedSecret;
+use kseal_api::constants::SEALING_KEY_ANNOTATION;
+use kseal_keys::{Certificate, KeyId, KeyRing, Label, Plaintext, Scope};
+
+use crate::args::{ResealArgs, ValidateArgs};
+use crate::certs::CertRequest;
+use crate::cmd::unseal::load_ring;
+use crate::manifest::{Input, SealedFile, mapping_at};
+
+/// The label a SealedSecret's items are sealed with, from its top-level metadata.
+fn label_of(sealed: &SealedSecret) -> Result<Label> {
+    let scope = sealed.scope();
+    let name = sealed.metadata.name.as_deref().unwrap_or_default();
+    let namespace = sealed.metadata.namespace.as_deref().unwrap_or_default();
+    if scope == Scope::Strict && name.is_empty() {
+        bail!("the SealedSecret has no name");
+    }
+    if scope != Scope::Cluster && namespace.is_empty() {
+        bail!("the SealedSecret has no namespace");
+    }
+    Ok(scope.label(namespace, name))
+}
+
+/// `namespace/name` for messages.
+fn object_name(sealed: &SealedSecret) -> String {
+    format!(
+        "{}/{}",
+        sealed.metadata.namespace.as_deref().unwrap_or("-"),
+        sealed.metadata.name.as_deref().unwrap_or("-")
+    )
+}
+
+/// What opening the items of one SealedSecret gave.
+struct Opened {
+    items: BTreeMap<String, Plaintext>,
+    keys: BTreeMap<String, KeyId>,
+    failed: Vec<String>,
+}
+
+fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened> {
+    if sealed.spec.data.as_deref().is_some_and(|d| !d.is_empty()) {
+        bail!("it uses the deprecated v1 `spec.data` field, which this command does not handle");
+    }
+    let label = label_of(sealed)?;
+    let hint = sealed.sealing_key_hint();
+    let mut opened = Opened {
+        items: BTreeMap::new(),
+        keys: BTreeMap::new(),
+        failed: Vec::new(),
+    };
+    for (item, value) in &sealed.spec.encrypted_data {
+        match ring.open_base64(&label, value, hint.as_ref()) {
+            Ok(o) => {
+                opened.keys.insert(item.clone(), o.key);
+                opened.items.insert(item.clone(), o.plaintext);
+            }
+            Err(_) => opened.failed.push(item.clone()),
+        }
+    }
+    Ok(opened)
+}
+
+fn inputs(files: &[PathBuf]) -> Result<Vec<Input>> {
+    if files.is_empty() {
+        return Ok(vec![Input::read(None)?]);
+    }
+    files.iter().map(|f| Input::read(Some(f))).collect()
+}
+
+fn quoted(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
+    let ring = load_ring(&args.keys.keys)?;
+    let mut report = String::new();
+    let (mut total, mut bad) = (0usize, 0usize);
+    for input in inputs(&args.files)? {
+        let sealed: Vec<SealedSecret> =
+            input.objects("SealedSecret", kseal_api::constants::API_VERSION)?;
+        for (i, s) in sealed.iter().enumerate() {
+            total += 1;
+            let name = object_name(s);
+            let place = format!("{} document {}", input.source, i + 1);
+            let line = match open_items(s, &ring) {
+                Err(e) => {
+                    bad += 1;
+                    format!("FAIL {name} ({place}): {e:#}")
+                }
+                Ok(o) if !o.failed.is_empty() => {
+                    bad += 1;
+                    format!("FAIL {name} ({place}): no key opens {}", quoted(&o.failed))
+                }
+                Ok(o) => {
+                    let mut keys: Vec<&str> = o.keys.values().map(KeyId::as_str).collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    let templates = s
+                        .spec
+                        .template
+                        .as_ref()
+                        .and_then(|t| t.data.as_ref())
+                        .filter(|d| !d.is_empty())
+                        .map(|d| format!("; {} template items not rendered", d.len()))
+                        .unwrap_or_default();
+                    format!(
+                        "ok   {name} ({place}): {} items open with {}{templates}",
+                        o.items.len(),
+                        keys.join(", ")
+                    )
+                }
+            };
+            report.push_str(&line);
+            report.push('\n');
+        }
+    }
+    crate::output::stdout(&report)?;
+    if bad > 0 {
+        bail!("{bad} of {total} SealedSecrets failed to validate");
+    }
+    Ok(())
+}
+
+/// The certificate to reseal to: `--cert`, else the newest key of the ring.
+fn target_certificate(args: &ResealArgs, ring: &KeyRing) -> Result<Certificate> {
+    if let Some(text) = &args.cert {
+        let spec = crate::certs::parse_spec(text)?;
+        let request = CertRequest {
+            specs: vec![spec],
+            controller_name: String::new(),
+            controller_namespace: String::new(),
+            kubeconfig: None,
+            context: None,
+            allow_http: args.allow_http,
+        };
+        return request.load_one();
+    }
+    let newest = ring
+        .sealing_key()
+        .context("no private key to reseal with")?
+        .certificate();
+    crate::certs::check(
+        &newest.to_pem(),
+        &format!("of the newest key {}", newest.id()),
+    )
+}
+
+fn reseal_file(input: &Input, ring: &KeyRing, cert: &Certificate) -> Result<(SealedFile, usize)> {
+    let mut file = SealedFile::parse(input)?;
+    let mut changed = 0;
+    for i in 0..file.values.len() {
+        let sealed = &file.sealed[i];
+        let what = || {
+            format!(
+                "failed to reseal `{}` (document {} of {})",
+                object_name(sealed),
+                i + 1,
+                input.source
+            )
+        };
+        let opened = open_items(sealed, ring).with_context(what)?;
+        if !opened.failed.is_empty() {
+            bail!("{}: no key opens {}", what(), quoted(&opened.failed));
+        }
+        let label = label_of(sealed).with_context(what)?;
+        let mut resealed = Vec::new();
+        for (item, plaintext) in &opened.items {
+            let value = kseal_keys::seal_base64(cert.public_key(), &label, plaintext.expose())
+                .with_context(what)?;
+            resealed.push((item.clone(), value));
+        }
+        let doc = &mut file.values[i];
+        let data = mapping_at(doc, &["spec", "encryptedData"])?;
+        for (item, value) in resealed {
+            data.insert(item.into(), value.into());
+        }
+        mapping_at(doc, &["metadata", "annotations"])?
+            .insert(SEALING_KEY_ANNOTATION.into(), cert.id().to_string().into());
+        changed += 1;
+    }
+    Ok((file, changed))
+}
+
+pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
+    let ring = load_ring(&args.keys.keys)?;
+    let cert = target_certificate(&args, &ring)?;
+    if args.in_place && (args.files.is_empty() || args.files.iter().any(|f| f == Path::new("-"))) {
+        bail!("--in-place needs FILE arguments (not standard input)");
+    }
+    let inputs = inputs(&args.files)?;
+    // Everything is resealed in memory first: one bad object leaves every file untouched.
+    let files = inputs
+        .iter()
+        .map(|input| reseal_file(input, &ring, &cert))
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = String::new();
+    for ((file, changed), path) in files
+        .iter()
+        .zip(args.files.iter().map(Some).chain(std::iter::repeat(None)))
+    {
+        let text = file.render()?;
+        match path {
+            Some(path) if args.in_place => {
+                crate::manifest::write_atomic(path, text.as_bytes(), false)?;
+                eprintln!(
+                    "resealed {changed} SealedSecrets in `{}` for {}",
+                    path.display(),
+                    cert.id()
+                );
+            }
+            _ => out.push_str(&text),
+        }
+    }
+    crate::output::stdout(&out)
+}

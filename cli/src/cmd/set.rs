@@ -1,0 +1,69 @@
+//! `kseal set FILE KEY`: add or replace one item of a SealedSecret file.
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::args::SetArgs;
+use crate::certs::CertRequest;
+use crate::cmd::seal::{describe_changes, read_value, set_item};
+use crate::manifest::{SealedFile, mapping_at};
+
+/// Whether `key` is a valid Secret data key (`[-._a-zA-Z0-9]+`).
+pub(crate) fn valid_item_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 253
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+pub(crate) fn run(args: SetArgs) -> Result<()> {
+    if !valid_item_key(&args.key) {
+        bail!(
+            "`{}` is not a valid Secret key: use letters, digits, `-`, `_` and `.`",
+            args.key
+        );
+    }
+    let certs = CertRequest::from_args(&args.cert)?;
+    let mut file =
+        SealedFile::read_one(&args.file).context("failed to read the SealedSecret to update")?;
+    let sealed = &file.sealed[0];
+    let scope = sealed.scope();
+    let name = sealed
+        .metadata
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .with_context(|| format!("the SealedSecret in `{}` has no name", args.file.display()))?;
+    let namespace = sealed.metadata.namespace.clone().unwrap_or_default();
+    if namespace.is_empty() && scope != kseal_api::Scope::Cluster {
+        bail!(
+            "the SealedSecret in `{}` has no namespace",
+            args.file.display()
+        );
+    }
+    let cert = certs.load_one()?;
+    let prompt = format!("value for `{}` (not echoed): ", args.key);
+    let value = read_value(
+        args.from_file.as_deref(),
+        args.strip_newline,
+        Some(prompt.as_str()),
+    )?;
+    let label = scope.label(&namespace, &name);
+    let sealed_b64 = kseal_keys::seal_base64(cert.public_key(), &label, value.expose())
+        .context("failed to seal the value")?;
+    let (mut added, mut replaced) = (Vec::new(), Vec::new());
+    let doc = &mut file.values[0];
+    set_item(doc, &args.key, &sealed_b64, &mut added, &mut replaced)?;
+    mapping_at(doc, &["metadata", "annotations"])?.insert(
+        kseal_api::constants::SEALING_KEY_ANNOTATION.into(),
+        cert.id().to_string().into(),
+    );
+    let text = file.render()?;
+    crate::manifest::write_atomic(&args.file, text.as_bytes(), false)?;
+    eprintln!(
+        "updated `{}`: {}",
+        args.file.display(),
+        describe_changes(&added, &replaced)
+    );
+    Ok(())
+}

@@ -1,0 +1,1147 @@
+//! End-to-end runs of the `kseal` binary: seal parity (-w, formats, --merge-into, --raw,
+//! several --cert), set, cert sources (file, URL, controller via a fake API server), the
+//! credential helpers, and the offline recovery commands. Outputs are opened in-process with
+//! `kseal-api`, so every round trip is CLI-seal → library-unseal.
+
+// A test binary: helpers outside `#[test]` functions may unwrap too.
+#![allow(clippy::unwrap_used)]
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use k8s_openapi::api::core::v1::Secret;
+use kseal_api::SealedSecret;
+use kseal_keys::{CertificateOptions, KeyPair, KeyRing, KeySize};
+
+const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n  namespace: prod\nstringData:\n  password: s3cr3t\n";
+
+fn fixture_pair() -> KeyPair {
+    let f = fixtures();
+    KeyPair::from_pem(
+        &std::fs::read_to_string(f.join("keys/tls.key")).unwrap(),
+        &std::fs::read_to_string(f.join("keys/tls.crt")).unwrap(),
+    )
+    .unwrap()
+}
+
+fn ring(pairs: &[&KeyPair]) -> KeyRing {
+    pairs.iter().map(|p| (*p).clone()).collect()
+}
+
+/// A fresh RSA-2048 pair (test-only size), written as `NAME.key` / `NAME.crt` in `dir`.
+fn new_pair(dir: &Path, name: &str) -> KeyPair {
+    let pair = KeyPair::generate(
+        KeySize::Rsa2048,
+        &CertificateOptions {
+            common_name: name.into(),
+            ..CertificateOptions::default()
+        },
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.key")),
+        pair.private_key().to_pkcs1_pem().unwrap().as_bytes(),
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("{name}.crt")), pair.certificate().to_pem()).unwrap();
+    pair
+}
+
+fn parse_sealed(text: &str) -> Vec<SealedSecret> {
+    use serde::Deserialize as _;
+    serde_yaml::Deserializer::from_str(text)
+        .map(serde_yaml::Value::deserialize)
+        .map(Result::unwrap)
+        .filter(|v| !v.is_null())
+        .map(|v| serde_yaml::from_value(v).unwrap())
+        .collect()
+}
+
+fn open(sealed: &SealedSecret, ring: &KeyRing) -> BTreeMap<String, String> {
+    let secret: Secret = kseal_api::unseal(sealed, ring).unwrap();
+    secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).unwrap()))
+        .collect()
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn help_texts_of_the_new_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("help_set", &["set", "--help"][..]),
+        ("help_cert", &["cert", "--help"][..]),
+        ("help_create", &["create", "--help"][..]),
+        (
+            "help_create_git_credentials",
+            &["create", "git-credentials", "--help"][..],
+        ),
+        (
+            "help_create_aws_credentials",
+            &["create", "aws-credentials", "--help"][..],
+        ),
+        ("help_reseal", &["reseal", "--help"][..]),
+        ("help_validate", &["validate", "--help"][..]),
+        ("help_keys_inspect", &["keys", "inspect", "--help"][..]),
+        ("help_completions", &["completions", "--help"][..]),
+    ] {
+        let run = kseal(args, None, dir.path());
+        assert_eq!(run.code, 0, "{name}");
+        snap!(name, run);
+    }
+}
+
+#[test]
+fn completions_are_generated_for_every_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let run = kseal(&["completions", shell], None, dir.path());
+        assert_eq!(run.code, 0, "{shell}: {}", run.stderr);
+        assert!(run.stdout.contains("kseal"), "{shell}");
+        assert!(run.stdout.contains("merge-into"), "{shell}");
+    }
+}
+
+#[test]
+fn write_is_atomic_follows_the_extension_and_output_defaults_to_the_input_format() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    let json_secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db","namespace":"prod"},"stringData":{"password":"s3cr3t"}}"#;
+    // JSON in, JSON out on stdout.
+    let run = kseal(&["seal", "--cert", s(&cert)], Some(json_secret), dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.starts_with("{\n"));
+    // JSON in, `-w x.yaml` writes YAML, nothing on stdout.
+    let run = kseal(
+        &["seal", "--cert", s(&cert), "-w", "out.yaml"],
+        Some(json_secret),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, "");
+    let written = std::fs::read_to_string(dir.path().join("out.yaml")).unwrap();
+    assert!(written.starts_with("---\napiVersion: bitnami.com/v1alpha1\n"));
+    let sealed = parse_sealed(&written);
+    assert_eq!(
+        open(&sealed[0], &ring(&[&fixture_pair()]))["password"],
+        "s3cr3t"
+    );
+    // A failure leaves the existing file untouched and writes no temporary file.
+    let run = kseal(
+        &["seal", "--cert", s(&cert), "-w", "out.yaml"],
+        Some("kind: Secret\nmetadata:\n  name: x\n"),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_write_keeps_the_old_file", run);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.yaml")).unwrap(),
+        written
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "out.yaml")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn several_certificates_give_one_output_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = new_pair(dir.path(), "fleet");
+    let dr = new_pair(dir.path(), "dr");
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            "fleet.crt",
+            "--cert",
+            "backup=dr.crt",
+            "-w",
+            "sealed.yaml",
+        ],
+        Some(SECRET),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    snap!("seal_two_certs_stderr", run);
+    assert!(!dir.path().join("sealed.yaml").exists());
+    let a = parse_sealed(&std::fs::read_to_string(dir.path().join("sealed.fleet.yaml")).unwrap());
+    let b = parse_sealed(&std::fs::read_to_string(dir.path().join("sealed.backup.yaml")).unwrap());
+    assert_eq!(open(&a[0], &ring(&[&fleet]))["password"], "s3cr3t");
+    assert_eq!(open(&b[0], &ring(&[&dr]))["password"], "s3cr3t");
+    assert!(kseal_api::unseal(&a[0], &ring(&[&dr])).is_err());
+    // To stdout: one stream, grouped per certificate in --cert order.
+    let run = kseal(
+        &["seal", "--cert", "fleet.crt,dr.crt"],
+        Some(SECRET),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let both = parse_sealed(&run.stdout);
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[0].sealing_key_hint().unwrap(), *fleet.id());
+    assert_eq!(both[1].sealing_key_hint().unwrap(), *dr.id());
+    // Two sources with the same derived name.
+    std::fs::create_dir(dir.path().join("a")).unwrap();
+    std::fs::copy(dir.path().join("fleet.crt"), dir.path().join("a/fleet.crt")).unwrap();
+    let run = kseal(
+        &["seal", "--cert", "fleet.crt", "--cert", "a/fleet.crt"],
+        Some(SECRET),
+        dir.path(),
+    );
+    snap!("err_two_certs_same_name", run);
+}
+
+#[test]
+fn merge_into_adds_and_replaces_items_and_keeps_the_file_shape() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    for (file, json) in [("sealed.yaml", false), ("sealed.json", true)] {
+        let format = if json { "json" } else { "yaml" };
+        let run = kseal(
+            &["seal", "--cert", s(&cert), "-o", format, "-w", file],
+            Some(SECRET),
+            dir.path(),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let update = "kind: Secret\nmetadata:\n  name: db\n  labels:\n    team: a\nstringData:\n  password: n3w\n  api-key: k3y\n";
+        let run = kseal(
+            &["seal", "--cert", s(&cert), "--merge-into", file],
+            Some(update),
+            dir.path(),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(run.stdout, "");
+        snap!(format!("merge_into_{format}_stderr"), run);
+        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        assert_eq!(text.starts_with('{'), json, "{file} keeps its format");
+        let sealed = parse_sealed(&text);
+        assert_eq!(sealed[0].metadata.namespace.as_deref(), Some("prod"));
+        let data = open(&sealed[0], &ring(&[&fixture_pair()]));
+        assert_eq!(data["password"], "n3w");
+        assert_eq!(data["api-key"], "k3y");
+        let labels = sealed[0]
+            .spec
+            .template
+            .as_ref()
+            .unwrap()
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone();
+        assert_eq!(labels.unwrap()["team"], "a");
+    }
+    // Scope mismatch is an error and leaves the file alone.
+    let before = std::fs::read_to_string(dir.path().join("sealed.yaml")).unwrap();
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            s(&cert),
+            "--merge-into",
+            "sealed.yaml",
+            "--scope",
+            "cluster-wide",
+        ],
+        Some(SECRET),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_merge_into_scope_mismatch", run);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("sealed.yaml")).unwrap(),
+        before
+    );
+    // A file with two SealedSecrets is refused.
+    std::fs::write(dir.path().join("two.yaml"), format!("{before}{before}")).unwrap();
+    let run = kseal(
+        &["seal", "--cert", s(&cert), "--merge-into", "two.yaml"],
+        Some(SECRET),
+        dir.path(),
+    );
+    snap!("err_merge_into_two_objects", run);
+}
+
+#[test]
+fn raw_values_are_base64_without_newline_and_warn_about_trailing_newlines() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    let pair = fixture_pair();
+    let label = kseal_keys::Scope::Strict.label("prod", "db");
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            s(&cert),
+            "--raw",
+            "-n",
+            "prod",
+            "--name",
+            "db",
+        ],
+        Some("s3cr3t\n"),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.ends_with('\n'));
+    snap!(
+        "raw_trailing_newline_warning",
+        Run {
+            stdout: String::new(),
+            ..run
+        }
+    );
+    let opened = ring(&[&pair])
+        .open_base64(&label, &run.stdout, None)
+        .unwrap();
+    assert_eq!(opened.plaintext.expose(), b"s3cr3t\n");
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            s(&cert),
+            "--raw",
+            "--strip-newline",
+            "-n",
+            "prod",
+            "--name",
+            "db",
+        ],
+        Some("s3cr3t\n"),
+        dir.path(),
+    );
+    assert_eq!(run.stderr, "");
+    let opened = ring(&[&pair])
+        .open_base64(&label, &run.stdout, None)
+        .unwrap();
+    assert_eq!(opened.plaintext.expose(), b"s3cr3t");
+    std::fs::write(dir.path().join("value.bin"), [0u8, 159, 146, 150]).unwrap();
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            s(&cert),
+            "--raw",
+            "--scope",
+            "cluster-wide",
+            "--from-file",
+            "token=value.bin",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let opened = ring(&[&pair])
+        .open_base64(&kseal_keys::Scope::Cluster.label("", ""), &run.stdout, None)
+        .unwrap();
+    assert_eq!(opened.plaintext.expose(), [0u8, 159, 146, 150]);
+    let run = kseal(
+        &["seal", "--cert", s(&cert), "--raw", "-n", "prod"],
+        Some("x"),
+        dir.path(),
+    );
+    snap!("err_raw_strict_needs_name", run);
+    let run = kseal(
+        &["seal", "--cert", s(&cert), "--from-file", "x"],
+        Some("x"),
+        dir.path(),
+    );
+    snap!("err_from_file_needs_raw", run);
+}
+
+#[test]
+fn set_adds_one_item_from_stdin() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            s(&cert),
+            "--scope",
+            "namespace-wide",
+            "-w",
+            "s.yaml",
+        ],
+        Some(SECRET),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = kseal(
+        &[
+            "set",
+            "--cert",
+            s(&cert),
+            "s.yaml",
+            "token",
+            "--strip-newline",
+        ],
+        Some("t0k3n\n"),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    snap!("set_stderr", run);
+    let sealed = parse_sealed(&std::fs::read_to_string(dir.path().join("s.yaml")).unwrap());
+    assert_eq!(sealed[0].scope(), kseal_api::Scope::Namespace);
+    let data = open(&sealed[0], &ring(&[&fixture_pair()]));
+    assert_eq!(data["token"], "t0k3n");
+    assert_eq!(data["password"], "s3cr3t");
+    let run = kseal(
+        &["set", "--cert", s(&cert), "s.yaml", "bad/key"],
+        Some("x"),
+        dir.path(),
+    );
+    snap!("err_set_bad_key", run);
+    let run = kseal(
+        &["set", "--cert", s(&cert), "missing.yaml", "k"],
+        Some("x"),
+        dir.path(),
+    );
+    snap!("err_set_missing_file", run);
+}
+
+/// A one-thread HTTP server answering `routes` (path → status, body); records requests.
+struct FakeServer {
+    port: u16,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+fn serve(routes: Vec<(&'static str, u16, String)>) -> FakeServer {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&requests);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+            seen.lock().unwrap().push(head);
+            let (status, body) = routes
+                .iter()
+                .find(|(p, _, _)| *p == path)
+                .map(|(_, s, b)| (*s, b.clone()))
+                .unwrap_or((404, r#"{"kind":"Status","message":"not found"}"#.to_owned()));
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = reader.read(&mut [0u8; 0]);
+        }
+    });
+    FakeServer { port, requests }
+}
+
+#[test]
+fn certificates_come_from_urls_only_over_https_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = fixture_pair().certificate().to_pem();
+    let server = serve(vec![("/cert.pem", 200, pem.clone())]);
+    let url = format!("http://127.0.0.1:{}/cert.pem", server.port);
+    let run = kseal(&["cert", "--cert", &url], None, dir.path());
+    snap!("err_cert_over_http", run);
+    let run = kseal(&["cert", "--cert", &url, "--allow-http"], None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, pem);
+    let run = kseal_env(
+        &["seal", "--cert", &url],
+        Some(SECRET),
+        dir.path(),
+        &[("KSEAL_ALLOW_HTTP", "true")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let missing = format!("http://127.0.0.1:{}/nope.pem", server.port);
+    let run = kseal(
+        &["cert", "--cert", &missing, "--allow-http"],
+        None,
+        dir.path(),
+    );
+    snap!("err_cert_url_404", run);
+    let run = kseal(
+        &["cert", "-w", "saved.crt", "--cert", "file://nowhere.crt"],
+        None,
+        dir.path(),
+    );
+    snap!("err_cert_file_url_missing", run);
+}
+
+fn kubeconfig(dir: &Path, port: u16) {
+    std::fs::write(
+        dir.join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    token: t0ken\ncontexts:\n- name: test\n  context:\n    cluster: c\n    user: u\n    namespace: team-a\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_controller_certificate_is_fetched_through_the_service_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = fixture_pair().certificate().to_pem();
+    let server = serve(vec![
+        (
+            "/api/v1/namespaces/kseal-system/services/kseal-controller",
+            200,
+            r#"{"kind":"Service","spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
+        ),
+        (
+            "/api/v1/namespaces/kseal-system/services/http:kseal-controller:http/proxy/v1/cert.pem",
+            200,
+            pem.clone(),
+        ),
+    ]);
+    kubeconfig(dir.path(), server.port);
+    let envs = [("KUBECONFIG", "kubeconfig")];
+    let run = kseal_env(&["cert", "-w", "fleet.crt"], None, dir.path(), &envs);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    snap!("cert_from_controller_stderr", run);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("fleet.crt")).unwrap(),
+        pem
+    );
+    let requests = server.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.contains("authorization: Bearer t0ken")
+                || r.contains("Authorization: Bearer t0ken")),
+        "{requests:?}"
+    );
+    // The kubeconfig context's namespace is the default namespace when sealing.
+    let run = kseal_env(
+        &["seal"],
+        Some("kind: Secret\nmetadata:\n  name: db\nstringData:\n  a: b\n"),
+        dir.path(),
+        &envs,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed[0].metadata.namespace.as_deref(), Some("team-a"));
+    // Another name: the Service is not found, and the hint names the flags.
+    let run = kseal_env(
+        &["cert", "--controller-name", "sealed-secrets-controller"],
+        None,
+        dir.path(),
+        &envs,
+    );
+    snap!("err_controller_service_not_found", run);
+    let run = kseal_env(&["cert"], None, dir.path(), &[("KUBECONFIG", "missing")]);
+    snap!("err_no_kubeconfig", run);
+}
+
+#[test]
+fn flux_ssh_credentials_with_a_generated_key() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    std::fs::write(
+        dir.path().join("known_hosts"),
+        "github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n",
+    )
+    .unwrap();
+    let run = kseal(
+        &[
+            "create",
+            "git-credentials",
+            "--cert",
+            s(&cert),
+            "--generate-key",
+            "--known-hosts-file",
+            "known_hosts",
+            "--public-key-out",
+            "deploy.pub",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed[0].metadata.name.as_deref(), Some("flux-system"));
+    assert_eq!(sealed[0].metadata.namespace.as_deref(), Some("flux-system"));
+    let data = open(&sealed[0], &ring(&[&fixture_pair()]));
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        ["identity", "identity.pub", "known_hosts"]
+    );
+    assert!(data["identity"].starts_with("-----BEGIN OPENSSH PRIVATE KEY-----\n"));
+    let public = std::fs::read_to_string(dir.path().join("deploy.pub")).unwrap();
+    assert_eq!(data["identity.pub"], public);
+    assert!(run.stderr.contains(public.trim()));
+    // Only the public key was written to disk.
+    let mut files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["deploy.pub", "known_hosts"]);
+    // ssh-keygen, when installed, accepts the private key and derives the same public key.
+    let key_path = dir.path().join("id_check");
+    std::fs::write(&key_path, &data["identity"]).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    if let Ok(out) = std::process::Command::new("ssh-keygen")
+        .args(["-y", "-f", s(&key_path)])
+        .output()
+    {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let derived = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(
+            derived.split_whitespace().nth(1),
+            public.split_whitespace().nth(1)
+        );
+    } else {
+        eprintln!("ssh-keygen not installed: skipping the OpenSSH format cross-check");
+    }
+    let run = kseal(
+        &[
+            "create",
+            "git-credentials",
+            "--cert",
+            s(&cert),
+            "--generate-key",
+        ],
+        None,
+        dir.path(),
+    );
+    snap!("err_flux_ssh_needs_known_hosts", run);
+    let run = kseal(
+        &["create", "git-credentials", "--cert", s(&cert)],
+        None,
+        dir.path(),
+    );
+    snap!("err_git_no_credentials", run);
+}
+
+#[test]
+fn argocd_and_flux_https_credentials() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    let run = kseal(
+        &[
+            "create",
+            "git-credentials",
+            "--cert",
+            s(&cert),
+            "--for",
+            "argocd",
+            "--url",
+            "https://github.com/acme/fleet.git",
+            "--username",
+            "x-access-token",
+            "--password-stdin",
+        ],
+        Some("ghp_example\n"),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains("ghp_example") && !run.stderr.contains("ghp_example"));
+    let sealed = parse_sealed(&run.stdout);
+    let meta = &sealed[0].metadata;
+    assert_eq!(meta.name.as_deref(), Some("repo-github-com-acme-fleet"));
+    assert_eq!(meta.namespace.as_deref(), Some("argocd"));
+    let template_meta = sealed[0]
+        .spec
+        .template
+        .as_ref()
+        .unwrap()
+        .metadata
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        template_meta.labels.as_ref().unwrap()["argocd.argoproj.io/secret-type"],
+        "repository"
+    );
+    let data = open(&sealed[0], &ring(&[&fixture_pair()]));
+    assert_eq!(data["type"], "git");
+    assert_eq!(data["url"], "https://github.com/acme/fleet.git");
+    assert_eq!(data["username"], "x-access-token");
+    assert_eq!(data["password"], "ghp_example");
+    // Flux with a bearer token from the environment.
+    let run = kseal_env(
+        &[
+            "create",
+            "git-credentials",
+            "--cert",
+            s(&cert),
+            "--bearer-token",
+            "-o",
+            "json",
+        ],
+        None,
+        dir.path(),
+        &[("KSEAL_GIT_PASSWORD", "b34r3r")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(
+        open(&sealed[0], &ring(&[&fixture_pair()]))["bearerToken"],
+        "b34r3r"
+    );
+    let run = kseal(
+        &[
+            "create",
+            "git-credentials",
+            "--cert",
+            s(&cert),
+            "--for",
+            "argocd",
+            "--generate-key",
+        ],
+        None,
+        dir.path(),
+    );
+    snap!("err_argocd_needs_url", run);
+}
+
+#[test]
+fn aws_credentials_for_crossplane_and_eso() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    let envs = [
+        ("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEEXAMPLE00"),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
+    ];
+    let run = kseal_env(
+        &["create", "aws-credentials", "--cert", s(&cert)],
+        None,
+        dir.path(),
+        &envs,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    snap!(
+        "aws_crossplane_stderr",
+        Run {
+            stdout: String::new(),
+            ..run
+        }
+    );
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed[0].metadata.name.as_deref(), Some("aws-credentials"));
+    assert_eq!(
+        sealed[0].metadata.namespace.as_deref(),
+        Some("crossplane-system")
+    );
+    let data = open(&sealed[0], &ring(&[&fixture_pair()]));
+    assert_eq!(
+        data["credentials"],
+        "[default]\naws_access_key_id = AKIAEXAMPLEEXAMPLE00\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"
+    );
+    // From a profile, for ESO.
+    std::fs::write(
+        dir.path().join("creds"),
+        "[default]\naws_access_key_id = AKIAOTHER\naws_secret_access_key = x\n[ci]\naws_access_key_id = ASIACI\naws_secret_access_key = y\naws_session_token = z\n",
+    )
+    .unwrap();
+    let run = kseal_env(
+        &[
+            "create",
+            "aws-credentials",
+            "--cert",
+            s(&cert),
+            "--for",
+            "eso",
+            "--profile",
+            "ci",
+            "-n",
+            "team-a",
+        ],
+        None,
+        dir.path(),
+        &[("AWS_SHARED_CREDENTIALS_FILE", "creds")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed[0].metadata.name.as_deref(), Some("awssm-secret"));
+    assert_eq!(sealed[0].metadata.namespace.as_deref(), Some("team-a"));
+    let data = open(&sealed[0], &ring(&[&fixture_pair()]));
+    assert_eq!(data["access-key"], "ASIACI");
+    assert_eq!(data["secret-access-key"], "y");
+    assert_eq!(data["session-token"], "z");
+    let run = kseal_env(
+        &["create", "aws-credentials", "--cert", s(&cert)],
+        None,
+        dir.path(),
+        &[("AWS_ACCESS_KEY_ID", "AKIAONLY")],
+    );
+    snap!("err_aws_incomplete", run);
+    let run = kseal_env(
+        &["create", "aws-credentials", "--cert", s(&cert)],
+        None,
+        dir.path(),
+        &[("HOME", s(dir.path()))],
+    );
+    snap!(
+        "err_aws_none",
+        Run {
+            stderr: run.stderr.replace(s(dir.path()), "[HOME]"),
+            ..run
+        }
+    );
+}
+
+/// The fixture key as a key Secret, and as a `v1 List` of key Secrets.
+fn key_secret_manifests(dir: &Path) {
+    use base64::Engine as _;
+    let f = fixtures();
+    let b64 = |p: &str| {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(f.join(p)).unwrap())
+    };
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: sealed-secrets-key8x2k\n  namespace: kseal-system\n  creationTimestamp: \"2026-01-01T00:00:00Z\"\n  labels:\n    sealedsecrets.bitnami.com/sealed-secrets-key: active\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
+        b64("keys/tls.crt"),
+        b64("keys/tls.key")
+    );
+    std::fs::write(dir.join("key-secret.yaml"), &secret).unwrap();
+    let item = secret
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == 0 {
+                format!("- {l}")
+            } else {
+                format!("  {l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(
+        dir.join("key-list.yaml"),
+        format!("apiVersion: v1\nkind: List\nmetadata:\n  resourceVersion: \"\"\nitems:\n{item}\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn unseal_takes_key_secret_backups_and_lists() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    key_secret_manifests(dir.path());
+    let golden = f.join("sealed-secret.strict.golden.yaml");
+    for keys in ["key-secret.yaml", "key-list.yaml"] {
+        let run = kseal(
+            &["unseal", "--key", keys, "-f", s(&golden), "-o", "json"],
+            None,
+            dir.path(),
+        );
+        assert_eq!(run.code, 0, "{keys}: {}", run.stderr);
+        let secret: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(secret["data"]["password"], "Z29sZGVuLXBhc3N3b3Jk");
+    }
+    std::fs::write(
+        dir.path().join("no-key.yaml"),
+        "kind: Secret\nmetadata:\n  name: k\ndata:\n  tls.crt: eA==\n",
+    )
+    .unwrap();
+    let run = kseal(
+        &["unseal", "--key", "no-key.yaml", "-f", s(&golden)],
+        None,
+        dir.path(),
+    );
+    snap!("err_unseal_secret_without_tls_key", run);
+}
+
+#[test]
+fn keys_inspect_describes_certificates_keys_and_key_secrets() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    key_secret_manifests(dir.path());
+    let run = kseal(
+        &[
+            "keys",
+            "inspect",
+            s(&f.join("keys/tls.crt")),
+            s(&f.join("keys/tls.key")),
+            "key-list.yaml",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains("PRIVATE"));
+    snap!("keys_inspect", run);
+    std::fs::write(dir.path().join("junk.pem"), "-----BEGIN NOTHING-----\n").unwrap();
+    let run = kseal(&["keys", "inspect", "junk.pem"], None, dir.path());
+    snap!("err_keys_inspect_junk", run);
+}
+
+#[test]
+fn reseal_moves_every_item_to_the_new_key_and_keeps_template_data() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let new = new_pair(dir.path(), "new");
+    let old = fixture_pair();
+    let golden = std::fs::read_to_string(f.join("sealed-secret.strict.golden.yaml")).unwrap();
+    let with_template = golden.replace(
+        "    type: Opaque",
+        "    type: Opaque\n    data:\n      url: 'https://git:{{ .password }}@example.com'",
+    );
+    std::fs::write(dir.path().join("s.yaml"), &with_template).unwrap();
+    let run = kseal(
+        &[
+            "reseal",
+            "--key",
+            s(&f.join("keys/tls.key")),
+            "--cert",
+            "new.crt",
+            "s.yaml",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("url: https://git:{{ .password }}@example.com")
+    );
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed[0].sealing_key_hint().unwrap(), *new.id());
+    let label = kseal_keys::Scope::Strict.label("flux-system", "git-credentials");
+    let new_ring = ring(&[&new]);
+    for (item, value) in &sealed[0].spec.encrypted_data {
+        let opened = new_ring.open_base64(&label, value, None).unwrap();
+        if item == "password" {
+            assert_eq!(opened.plaintext.expose(), b"golden-password");
+        }
+        assert!(ring(&[&old]).open_base64(&label, value, None).is_err());
+    }
+    // In place, to the newest of the --key files (both keys given).
+    std::fs::write(dir.path().join("g.yaml"), &golden).unwrap();
+    let run = kseal(
+        &[
+            "reseal",
+            "--key",
+            s(&f.join("keys/tls.key")),
+            "--key",
+            "new.key",
+            "--in-place",
+            "g.yaml",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&std::fs::read_to_string(dir.path().join("g.yaml")).unwrap());
+    assert_eq!(
+        open(&sealed[0], &ring(&[&new]))["password"],
+        "golden-password"
+    );
+    // Wrong key: error, file untouched.
+    let run = kseal(
+        &["reseal", "--key", "new.key", "--in-place", "s.yaml"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_reseal_wrong_key", run);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("s.yaml")).unwrap(),
+        with_template
+    );
+}
+
+#[test]
+fn validate_reports_per_object() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    new_pair(dir.path(), "other");
+    let key = f.join("keys/tls.key");
+    let files = [
+        f.join("sealed-secret.strict.golden.yaml"),
+        f.join("sealed-secret.namespace-wide.golden.yaml"),
+        f.join("sealed-secret.cluster-wide.golden.json"),
+    ];
+    let mut args = vec!["validate", "--key", s(&key)];
+    args.extend(files.iter().map(|p| s(p)));
+    let run = kseal(&args, None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    snap!("validate_ok", run);
+    // A renamed strict object no longer opens.
+    let golden = std::fs::read_to_string(&files[0]).unwrap();
+    std::fs::write(
+        dir.path().join("renamed.yaml"),
+        golden.replacen(
+            "  name: git-credentials\n  namespace",
+            "  name: renamed\n  namespace",
+            1,
+        ),
+    )
+    .unwrap();
+    let run = kseal(
+        &["validate", "--key", s(&key), "renamed.yaml", s(&files[1])],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("validate_renamed_fails", run);
+    let run = kseal(
+        &["validate", "--key", "other.key", s(&files[1])],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("validate_wrong_key", run);
+}
+
+#[test]
+fn bad_inputs_fail_cleanly() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    // A huge value seals and round-trips.
+    let big = "x".repeat(2 * 1024 * 1024);
+    let secret = format!(
+        "kind: Secret\nmetadata:\n  name: big\n  namespace: n\nstringData:\n  blob: {big}\n"
+    );
+    let run = kseal(&["seal", "--cert", s(&cert)], Some(&secret), dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(
+        open(&sealed[0], &ring(&[&fixture_pair()]))["blob"].len(),
+        big.len()
+    );
+    // Not a certificate at all, and an EC-like garbage PEM.
+    std::fs::write(dir.path().join("garbage.crt"), "hello\n").unwrap();
+    let run = kseal(&["seal", "--cert", "garbage.crt"], Some(SECRET), dir.path());
+    snap!("err_cert_garbage", run);
+    // Unseal input that is a Secret, not a SealedSecret.
+    let run = kseal(
+        &["unseal", "--key", s(&f.join("keys/tls.key"))],
+        Some(SECRET),
+        dir.path(),
+    );
+    snap!("err_unseal_wrong_kind", run);
+    let run = kseal(
+        &["validate", "--key", s(&f.join("keys/tls.key"))],
+        Some(""),
+        dir.path(),
+    );
+    snap!("err_validate_empty", run);
+    let run = kseal(&["reseal", "--key", "nowhere.key"], Some(""), dir.path());
+    snap!("err_reseal_missing_key_file", run);
+}
+
+/// Bitnami interop vectors (`../shared/interop/set-a.json`): each vector becomes a one-item
+/// SealedSecret; `unseal` must return the plaintext of the positive ones and `validate`
+/// must accept exactly those.
+#[test]
+fn interop_vectors_unseal_and_validate() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/set-a.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "interop vectors missing at ../../shared/interop/set-a.json (required under CI=true)"
+        );
+        eprintln!(
+            "SKIPPING interop_vectors_unseal_and_validate: ../../shared/interop/set-a.json not found"
+        );
+        return;
+    };
+    let set: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("interop.key"),
+        set["key"]["private_key_pkcs1_pem"].as_str().unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for vector in set["vectors"].as_array().unwrap() {
+        let id = vector["id"].as_str().unwrap();
+        let scope = vector["scope"].as_str().unwrap_or("strict");
+        let annotation = match scope {
+            "namespace-wide" => {
+                "\n  annotations:\n    sealedsecrets.bitnami.com/namespace-wide: \"true\""
+            }
+            "cluster-wide" => {
+                "\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\""
+            }
+            _ => "",
+        };
+        // Each vector names the object it is opened as (negative label vectors: another
+        // name or scope than it was sealed for).
+        let manifest = format!(
+            "apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: {}\n  namespace: {}{annotation}\nspec:\n  encryptedData:\n    value: {}\n",
+            vector["name"].as_str().unwrap(),
+            vector["namespace"].as_str().unwrap(),
+            vector["sealed_b64"].as_str().unwrap()
+        );
+        let file = dir.path().join("v.yaml");
+        std::fs::write(&file, &manifest).unwrap();
+        let validate = kseal(
+            &["validate", "--key", "interop.key", "v.yaml"],
+            None,
+            dir.path(),
+        );
+        let expect_ok = vector["expect"] == "ok";
+        assert_eq!(
+            validate.code == 0,
+            expect_ok,
+            "{id}: {}{}",
+            validate.stdout,
+            validate.stderr
+        );
+        if expect_ok {
+            let run = kseal(
+                &[
+                    "unseal",
+                    "--key",
+                    "interop.key",
+                    "-f",
+                    "v.yaml",
+                    "-o",
+                    "json",
+                ],
+                None,
+                dir.path(),
+            );
+            assert_eq!(run.code, 0, "{id}: {}", run.stderr);
+            let secret: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+            let got = secret["data"]["value"].as_str().unwrap_or("");
+            assert_eq!(got, vector["plaintext_b64"].as_str().unwrap(), "{id}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 20, "every vector is checked");
+}
