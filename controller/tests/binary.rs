@@ -1,0 +1,118 @@
+//! The real `kseal-controller` binary against the test API server served on 127.0.0.1
+//! through a kubeconfig.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use kseal_testkit::TestApiServer;
+use kseal_testkit::scenarios::eventually;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kseal-controller");
+
+fn controller_command() -> Command {
+    let mut cmd = Command::new(BIN);
+    // Only the flags and KUBECONFIG of this test count.
+    for (name, _) in std::env::vars() {
+        if name.starts_with("KSEAL_") || name == "POD_NAMESPACE" || name == "POD_NAME" {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+#[test]
+fn version_flag_prints_the_version() {
+    let out = controller_command().arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("kseal-controller {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn invalid_flags_fail_with_a_message() {
+    let out = controller_command()
+        .args(["--key-size", "1024"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported --key-size 1024"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_unseals_over_a_kubeconfig_and_stops_on_sigterm() {
+    let server = TestApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let client = served.client().unwrap();
+    let cluster = Cluster::new(client.clone()).await;
+    let ns = cluster.app.clone();
+
+    let log_path = dir.path().join("controller.log");
+    let mut child = controller_command()
+        .env("KUBECONFIG", &kubeconfig)
+        .args([
+            "--controller-namespace",
+            &cluster.ctrl,
+            "--additional-namespaces",
+            &ns,
+            "--leader-elect",
+            "false",
+            "--listen-addr",
+            "127.0.0.1:0",
+            "--listen-metrics-addr",
+            "127.0.0.1:0",
+            "--log-level",
+            "debug",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+
+    let ss = create_ss(
+        &client,
+        &seal(
+            &secret(&ns, "bin", &[("password", "correct-horse-battery")]),
+            key(0),
+        ),
+    )
+    .await;
+    let s = wait_secret(&client, &ns, "bin", "secret from the binary", |_| true).await;
+    assert_eq!(data_of(&s), map(&[("password", "correct-horse-battery")]));
+    assert!(owned_by(&s, &ss));
+    wait_synced(&client, &ns, "bin", "True", "Unsealed").await;
+
+    // SIGTERM: graceful shutdown, exit status 0.
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = eventually("controller exits", Duration::from_secs(30), || {
+        let r = child.try_wait().map_err(anyhow::Error::from);
+        async move { r }
+    })
+    .await
+    .unwrap_or_else(|e| {
+        let _ = child.kill();
+        panic!("{e}");
+    });
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(exit.success(), "exit {exit:?}; log:\n{log}");
+    assert!(log.contains("starting kseal-controller"), "{log}");
+    assert!(
+        !log.contains("correct-horse-battery"),
+        "plaintext in the log"
+    );
+    assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+    drop(served);
+}
