@@ -20,7 +20,9 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
@@ -35,6 +37,7 @@ use kseal_api::SealedSecret;
 use kseal_api::constants::{API_VERSION, KIND, SEALING_KEY_ANNOTATION};
 use kseal_keys::{KeyRing, Label, OpenStats, Plaintext, Scope};
 use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -51,6 +54,10 @@ pub const PEM_CONTENT_TYPE: &str = "application/x-pem-file";
 /// Content type of `/metrics`: prometheus-client writes OpenMetrics text.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Connections with no bytes read or written for this long are closed (Bitnami's read and
+/// write timeouts are 2 minutes): a stalled or slow-dripping client cannot hold a connection,
+/// or delay a graceful shutdown, forever.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Rate-limiter entries kept at most (Bitnami's store holds 65 536).
 const RATE_LIMIT_ENTRIES: usize = 65_536;
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -69,6 +76,8 @@ pub struct ApiOptions {
     /// RSA jobs (one verify or rotate request each) run at the same time at most; further
     /// requests wait. Keeps CPU for the reconciler.
     pub max_concurrent_rsa_jobs: usize,
+    /// Connections idle for this long are closed ([`IDLE_TIMEOUT`]).
+    pub idle_timeout: Duration,
 }
 
 impl ApiOptions {
@@ -81,6 +90,7 @@ impl ApiOptions {
             accept_deprecated_v1_data: config.accept_deprecated_v1_data,
             max_body_bytes: MAX_BODY_BYTES,
             max_concurrent_rsa_jobs: (cores / 2).max(1),
+            idle_timeout: IDLE_TIMEOUT,
         }
     }
 }
@@ -94,6 +104,7 @@ impl Default for ApiOptions {
             accept_deprecated_v1_data: true,
             max_body_bytes: MAX_BODY_BYTES,
             max_concurrent_rsa_jobs: 1,
+            idle_timeout: IDLE_TIMEOUT,
         }
     }
 }
@@ -109,8 +120,8 @@ struct App {
 /// The API server's router (no socket; usable in-process with `tower::ServiceExt::oneshot`).
 ///
 /// The rate limiter keys on the peer address, which axum provides only when served with
-/// `into_make_service_with_connect_info::<SocketAddr>()` (as [`serve`] does); without it, and
-/// without `X-Forwarded-For`, every caller shares one bucket.
+/// `into_make_service_with_connect_info::<SocketAddr>()` or `::<PeerAddr>()` (as [`serve`]
+/// does); without it, and without `X-Forwarded-For`, every caller shares one bucket.
 pub fn api_router(state: State, options: ApiOptions) -> Router {
     let app = App {
         limiter: Arc::new(RateLimiter::new(
@@ -182,13 +193,17 @@ pub async fn serve_listeners(
     let metrics_addr = local_addr(&metrics)?;
     tracing::info!(api = %api_addr, metrics = %metrics_addr, "serving HTTP");
     let shutdown = shutdown.shared();
+    let idle = options.idle_timeout;
     let api_server = axum::serve(
-        api,
-        api_router(state.clone(), options).into_make_service_with_connect_info::<SocketAddr>(),
+        TimedListener::new(api, idle),
+        api_router(state.clone(), options).into_make_service_with_connect_info::<PeerAddr>(),
     )
     .with_graceful_shutdown(shutdown.clone());
-    let metrics_server = axum::serve(metrics, metrics_router(state).into_make_service())
-        .with_graceful_shutdown(shutdown);
+    let metrics_server = axum::serve(
+        TimedListener::new(metrics, idle),
+        metrics_router(state).into_make_service(),
+    )
+    .with_graceful_shutdown(shutdown);
     let (a, m) = tokio::join!(api_server.into_future(), metrics_server.into_future());
     a.map_err(|source| Error::Serve {
         addr: api_addr,
@@ -207,6 +222,146 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr> {
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         source,
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Connections
+
+/// A TCP listener whose connections close after [`ApiOptions::idle_timeout`] without
+/// progress.
+struct TimedListener {
+    inner: TcpListener,
+    idle: Duration,
+}
+
+impl TimedListener {
+    fn new(inner: TcpListener, idle: Duration) -> Self {
+        Self { inner, idle }
+    }
+}
+
+impl axum::serve::Listener for TimedListener {
+    type Io = IdleTimeout<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        (IdleTimeout::new(io, self.idle), addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// The peer address of a connection accepted by [`serve`] (axum's `ConnectInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TimedListener>>
+    for PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TimedListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
+/// Fails reads and writes that have made no progress for `idle`; any progress restarts the
+/// clock.
+struct IdleTimeout<T> {
+    inner: T,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<T> IdleTimeout<T> {
+    fn new(inner: T, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+
+    fn progressed(&mut self) {
+        let next = tokio::time::Instant::now() + self.idle;
+        self.deadline.as_mut().reset(next);
+    }
+
+    /// Called when the inner IO is pending: an error once the deadline has passed.
+    fn expired(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connection idle for too long",
+            )),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn after<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<R>>,
+    ) -> Poll<std::io::Result<R>> {
+        match polled {
+            Poll::Ready(result) => {
+                self.progressed();
+                Poll::Ready(result)
+            }
+            Poll::Pending => self.expired(cx).map(Err),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for IdleTimeout<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        this.after(cx, polled)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.after(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        this.after(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.after(cx, polled)
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -441,10 +596,11 @@ async fn rate_limit(
     request: Request,
     next: Next,
 ) -> Response {
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0);
+    let extensions = request.extensions();
+    let peer = extensions
+        .get::<ConnectInfo<PeerAddr>>()
+        .map(|c| c.0.0)
+        .or_else(|| extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0));
     let key = format!("{}|{}", path.as_str(), client_key(request.headers(), peer));
     match app.limiter.check(&key, Instant::now()) {
         Ok(()) => next.run(request).await,

@@ -639,3 +639,91 @@ async fn both_servers_serve_over_tcp_and_shut_down_gracefully() {
         .expect("task")
         .expect("serve ok");
 }
+
+async fn start_tcp(
+    options: ApiOptions,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<kseal_controller::Result<()>>,
+) {
+    let state = state_with(ring_of(&[new_key()]));
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = api.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_listeners(api, metrics, state, options, async {
+        let _ = stopped.await;
+    }));
+    (addr, stop, server)
+}
+
+/// Sends one raw HTTP/1.1 request and returns the whole response.
+async fn raw_request(addr: std::net::SocketAddr, request: String) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.expect("read");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tcp_the_rate_limit_keys_on_the_peer_address() {
+    let (addr, stop, server) = start_tcp(ApiOptions {
+        rate_limit: 0.01,
+        rate_limit_burst: 1,
+        ..ApiOptions::default()
+    })
+    .await;
+    let body = to_json(&sealed_for(new_key(), &[])).to_string();
+    let post = || {
+        format!(
+            "POST /v1/verify HTTP/1.1\r\nHost: kseal\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let first = raw_request(addr, post()).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let second = raw_request(addr, post()).await;
+    assert!(second.starts_with("HTTP/1.1 429"), "{second}");
+    assert!(
+        second.to_ascii_lowercase().contains("retry-after:"),
+        "{second}"
+    );
+    stop.send(()).expect("running");
+    server.await.expect("task").expect("serve ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_connections_are_closed_and_do_not_block_shutdown() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (addr, stop, server) = start_tcp(ApiOptions {
+        idle_timeout: Duration::from_millis(300),
+        ..generous()
+    })
+    .await;
+    // One client never sends anything, one stops in the middle of the request line.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut slow = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    slow.write_all(b"GET /hea").await.expect("write");
+    for stream in [&mut silent, &mut slow] {
+        let mut buf = Vec::new();
+        // EOF or a reset: either way the server hung up without the client doing anything.
+        let _ = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut buf))
+            .await
+            .expect("the server closes an idle connection");
+    }
+    // A stalled connection open at shutdown does not keep the server running.
+    let _stalled = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stop.send(()).expect("running");
+    tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("servers stop after shutdown")
+        .expect("task")
+        .expect("serve ok");
+}
