@@ -90,17 +90,21 @@ pub enum Error {
     /// message is dropped on purpose: it could quote the plaintext.)
     #[error("deprecated field 'data' does not hold a valid secret")]
     DeprecatedDataNotASecret,
-    /// `spec.template.data` is set; kseal does not render templates yet and never ignores
-    /// them silently.
-    #[error("spec.template.data is not supported yet: cannot render keys {}", list(.keys))]
-    TemplateDataUnsupported {
-        /// The template keys, sorted.
-        keys: Vec<String>,
+    /// One or more `spec.template.data` templates failed to parse or to execute.
+    #[error("failed to render spec.template.data: {}", errors_list(.errors))]
+    TemplateData {
+        /// Every failure, sorted by key and position, without duplicates.
+        errors: Vec<crate::template::TemplateError>,
     },
 }
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn errors_list(errors: &[crate::template::TemplateError]) -> String {
+    let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    shown.join("; ")
+}
 
 fn list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|i| format!("`{i}`")).collect();

@@ -6,6 +6,7 @@ mod error;
 mod resource;
 mod scope;
 mod seal;
+pub mod template;
 mod unseal;
 
 pub use error::{Error, Result};
@@ -14,6 +15,7 @@ pub use resource::{
 };
 pub use scope::{scope_from_annotations, scope_of, set_scope_annotations};
 pub use seal::{SealOptions, seal_secret};
+pub use template::{TemplateError, render_template_data};
 pub use unseal::{UnsealOptions, Unsealed, unseal, unseal_counted, unseal_with};
 
 /// Re-exported so callers name scopes without depending on `kseal-keys` directly.

@@ -59,9 +59,8 @@ pub struct SealedSecretSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretTemplateSpec {
-    /// Keys to render from the decrypted items with a template (Bitnami uses Go
-    /// `text/template`); a `null` value omits the item of that name. Not supported by kseal
-    /// yet: a non-empty map makes unsealing fail.
+    /// Keys to render from the decrypted items with a Go `text/template` and Sprig
+    /// functions, as Bitnami does; a `null` value omits the item of that name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "template_data_schema")]
     pub data: Option<BTreeMap<String, Option<String>>>,

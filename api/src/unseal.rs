@@ -11,6 +11,7 @@ use kseal_keys::{KeyId, KeyRing, Label, OpenStats, Plaintext, Scope};
 
 use crate::constants::{API_VERSION, KIND, SKIP_SET_OWNER_REFERENCES_ANNOTATION, TRUE};
 use crate::seal::strip_server_fields;
+use crate::template::render_template_data;
 use crate::{Error, Result, SealedSecret};
 
 /// How to unseal.
@@ -28,6 +29,10 @@ pub struct UnsealOptions {
     /// `kseal.dev/sealing-key` annotation first (default true). Hints only order the
     /// attempts; a wrong hint costs at most one extra RSA operation per item.
     pub use_annotation_hint: bool,
+    /// Render `spec.template.data` (default true, as Bitnami's controller does). Turn it
+    /// off where the template is attacker-controlled and rendering would leak anything,
+    /// e.g. the controller's verify and rotate endpoints; `template.data` is then ignored.
+    pub render_template_data: bool,
 }
 
 impl Default for UnsealOptions {
@@ -37,6 +42,7 @@ impl Default for UnsealOptions {
             item_hints: BTreeMap::new(),
             object_hint: None,
             use_annotation_hint: true,
+            render_template_data: true,
         }
     }
 }
@@ -94,7 +100,10 @@ pub fn unseal(sealed: &SealedSecret, ring: &KeyRing) -> Result<Secret> {
 /// - The deprecated `spec.data` (a whole Secret sealed as one JSON value) is accepted when
 ///   [`UnsealOptions::accept_deprecated_v1_data`]; the template is then not used (as in
 ///   Bitnami), only the name, namespace and owner reference are forced.
-/// - A non-empty `spec.template.data` is rejected ([`Error::TemplateDataUnsupported`]).
+/// - `spec.template.data` is rendered over the decrypted items (see [`crate::template`]):
+///   each rendered key replaces the item of that name, a `null` entry removes it. Every
+///   template is tried and all failures are reported together in [`Error::TemplateData`].
+///   [`UnsealOptions::render_template_data`] turns this off.
 ///
 /// Every item is tried; all that fail are named in one [`Error::Decrypt`].
 pub fn unseal_with(
@@ -138,14 +147,6 @@ pub fn unseal_counted(
             return Err(Error::DeprecatedDataRejected);
         }
     }
-    if let Some(data) = template
-        .and_then(|t| t.data.as_ref())
-        .filter(|d| !d.is_empty())
-    {
-        return Err(Error::TemplateDataUnsupported {
-            keys: data.keys().cloned().collect(),
-        });
-    }
 
     let annotation_hint = options
         .use_annotation_hint
@@ -168,7 +169,18 @@ pub fn unseal_counted(
             deprecated_data_key: Some(key),
         }
     } else {
-        let (data, keys) = open_items(sealed, &label, ring, options, object_hint, stats)?;
+        let (mut data, keys) = open_items(sealed, &label, ring, options, object_hint, stats)?;
+        if let Some(templates) = template
+            .and_then(|t| t.data.as_ref())
+            .filter(|_| options.render_template_data)
+        {
+            for (key, rendered) in render_template_data(templates, &data)? {
+                match rendered {
+                    Some(bytes) => data.insert(key, ByteString(bytes)),
+                    None => data.remove(&key),
+                };
+            }
+        }
         let template_meta = template
             .and_then(|t| t.metadata.clone())
             .unwrap_or_default();

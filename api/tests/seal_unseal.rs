@@ -587,37 +587,103 @@ fn bad_base64_names_the_item() {
     ));
 }
 
+fn with_template_data(sealed: &mut SealedSecret, entries: &[(&str, Option<&str>)]) {
+    if let Some(t) = sealed.spec.template.as_mut() {
+        t.data = Some(
+            entries
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+                .collect(),
+        );
+    }
+}
+
 #[test]
-fn template_data_is_rejected_naming_its_keys() {
+fn template_data_renders_over_the_decrypted_items() {
+    let mut sealed = seal(
+        &secret(
+            Some("prod"),
+            "db",
+            &[("user", b"admin"), ("pass", b"p<w>"), ("old", b"x")],
+        ),
+        &SealOptions::default(),
+    );
+    with_template_data(
+        &mut sealed,
+        &[
+            (
+                "config.json",
+                Some(r#"{"user": {{ toJson .user }}, "pass": {{ toJson .pass }}}"#),
+            ),
+            // A rendered key replaces the decrypted item of the same name.
+            ("user", Some("{{ .user | upper }}")),
+            // A null template removes the item of that name (Bitnami deletes it).
+            ("old", None),
+            ("empty", Some("")),
+        ],
+    );
+    let data = data_of(&unseal(&sealed, &ring()).expect("unseal"));
+    assert_eq!(
+        data,
+        BTreeMap::from([
+            (
+                "config.json".to_owned(),
+                br#"{"user": "admin", "pass": "p\u003cw\u003e"}"#.to_vec()
+            ),
+            ("empty".to_owned(), Vec::new()),
+            ("pass".to_owned(), b"p<w>".to_vec()),
+            ("user".to_owned(), b"ADMIN".to_vec()),
+        ])
+    );
+    // An empty map renders nothing and is fine.
+    with_template_data(&mut sealed, &[]);
+    assert_eq!(data_of(&unseal(&sealed, &ring()).expect("unseal")).len(), 3);
+}
+
+#[test]
+fn template_data_errors_fail_the_unseal_naming_every_key() {
     let mut sealed = seal(
         &secret(Some("prod"), "db", &[("k", b"v")]),
         &SealOptions::default(),
     );
-    if let Some(t) = sealed.spec.template.as_mut() {
-        t.data = Some(
-            [
-                ("z.json".to_owned(), Some("{{ .k }}".to_owned())),
-                ("a".to_owned(), None),
-            ]
-            .into(),
-        );
-    }
-    let err = unseal(&sealed, &ring()).unwrap_err();
-    assert_eq!(
-        err,
-        Error::TemplateDataUnsupported {
-            keys: vec!["a".into(), "z.json".into()]
-        }
+    with_template_data(
+        &mut sealed,
+        &[
+            ("z.json", Some("{{ randAlphaNum 8 }}")),
+            ("a", Some("{{ index (list) 0 }}")),
+            ("fine", Some("{{ .k }}")),
+        ],
     );
+    let err = unseal(&sealed, &ring()).unwrap_err();
+    let Error::TemplateData { errors } = &err else {
+        panic!("expected a template error, got {err}");
+    };
+    assert_eq!(errors.len(), 2);
     assert_eq!(
         err.to_string(),
-        "spec.template.data is not supported yet: cannot render keys `a`, `z.json`"
+        "failed to render spec.template.data: \
+         template `a`: line 1, column 4: error calling index: index out of range: 0; \
+         template `z.json`: line 1, column 4: function \"randAlphaNum\" is not supported by \
+         kseal: its result is not deterministic, so the Secret would change on every reconcile"
     );
-    // An empty map renders nothing and is fine.
-    if let Some(t) = sealed.spec.template.as_mut() {
-        t.data = Some(BTreeMap::new());
-    }
-    assert!(unseal(&sealed, &ring()).is_ok());
+}
+
+#[test]
+fn template_data_is_ignored_when_rendering_is_off() {
+    let mut sealed = seal(
+        &secret(Some("prod"), "db", &[("k", b"v")]),
+        &SealOptions::default(),
+    );
+    with_template_data(&mut sealed, &[("k", None), ("bad", Some("{{ nope }}"))]);
+    let options = UnsealOptions {
+        render_template_data: false,
+        ..UnsealOptions::default()
+    };
+    let unsealed = unseal_with(&sealed, &ring(), &options).expect("unseal");
+    assert_eq!(
+        data_of(&unsealed.secret),
+        BTreeMap::from([("k".to_owned(), b"v".to_vec())])
+    );
 }
 
 /// Builds a v1 SealedSecret: the whole Secret as JSON, sealed as one value in `spec.data`.

@@ -1,0 +1,484 @@
+//! The evaluator: walks the tree with Go's semantics for dot, variables, pipelines,
+//! control structures and function calls, within step, allocation and output budgets.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use zeroize::Zeroizing;
+
+use super::format;
+use super::funcs::{FuncDef, Kind};
+use super::parse::{Arg, Cmd, Node, Pipe};
+use super::value::{MapCell, Value};
+use super::{Fail, MAX_ALLOCATED, MAX_OUTPUT, MAX_STEPS, MAX_VALUE};
+
+/// What functions may touch while running: the budgets, and every map they create (so
+/// reference cycles made with `set` are broken when rendering ends).
+pub(crate) struct Ctx {
+    maps: Vec<Rc<MapCell>>,
+    steps: u64,
+    allocated: usize,
+}
+
+impl Ctx {
+    pub(crate) fn new() -> Self {
+        Ctx {
+            maps: Vec::new(),
+            steps: 0,
+            allocated: 0,
+        }
+    }
+
+    pub(crate) fn new_map(
+        &mut self,
+        entries: BTreeMap<Vec<u8>, Value>,
+        strings_only: bool,
+    ) -> Value {
+        let map = Rc::new(MapCell::new(entries, strings_only));
+        self.maps.push(Rc::clone(&map));
+        Value::Map(map)
+    }
+
+    /// Counts one unit of work.
+    pub(crate) fn step(&mut self) -> Result<(), String> {
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return Err(format!("template execution exceeded {MAX_STEPS} steps"));
+        }
+        Ok(())
+    }
+
+    fn charge(&mut self, v: &Value) -> Result<(), String> {
+        if let Value::Str(s) = v
+            && s.as_bytes().len() > MAX_VALUE
+        {
+            return Err(format::too_large());
+        }
+        self.allocated = self.allocated.saturating_add(v.weight());
+        if self.allocated > MAX_ALLOCATED {
+            return Err(format!(
+                "template execution allocated more than {} MiB",
+                MAX_ALLOCATED >> 20
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        for map in &self.maps {
+            map.clear();
+        }
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Normal,
+    Break,
+    Continue,
+}
+
+pub(crate) struct Exec<'a> {
+    ctx: Ctx,
+    vars: Vec<(&'a str, Value)>,
+    out: Zeroizing<Vec<u8>>,
+}
+
+/// Runs a parsed template with the map `items` as dot and `$`.
+pub(crate) fn execute<'i>(
+    nodes: &[Node],
+    items: impl IntoIterator<Item = (&'i str, &'i [u8])>,
+) -> Result<Zeroizing<Vec<u8>>, Fail> {
+    let mut ctx = Ctx::new();
+    let entries = items
+        .into_iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), Value::str(v.to_vec())))
+        .collect();
+    let data = ctx.new_map(entries, true);
+    let mut exec = Exec {
+        ctx,
+        vars: vec![("$", data.clone())],
+        out: Zeroizing::new(Vec::new()),
+    };
+    exec.walk(&data, nodes)?;
+    Ok(std::mem::take(&mut exec.out))
+}
+
+impl<'a> Exec<'a> {
+    fn fail(pos: usize, msg: impl Into<String>) -> Fail {
+        Fail::at(pos, msg)
+    }
+
+    fn write(&mut self, bytes: &[u8], pos: usize) -> Result<(), Fail> {
+        if self.out.len().saturating_add(bytes.len()) > MAX_OUTPUT {
+            return Err(Self::fail(
+                pos,
+                format!("output larger than {} MiB", MAX_OUTPUT >> 20),
+            ));
+        }
+        self.out.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn step(&mut self, pos: usize) -> Result<(), Fail> {
+        self.ctx.step().map_err(|m| Self::fail(pos, m))
+    }
+
+    fn walk(&mut self, dot: &Value, nodes: &'a [Node]) -> Result<Flow, Fail> {
+        for node in nodes {
+            match node {
+                Node::Text(t) => {
+                    self.step(0)?;
+                    self.write(t, 0)?;
+                }
+                Node::Action(pipe) => {
+                    self.step(pipe.pos)?;
+                    let v = self.pipeline(dot, pipe)?;
+                    if pipe.decl.is_empty() {
+                        self.print(&v, pipe.pos)?;
+                    }
+                }
+                Node::If {
+                    with,
+                    pipe,
+                    list,
+                    else_list,
+                } => {
+                    self.step(pipe.pos)?;
+                    let mark = self.vars.len();
+                    let flow = self.pipeline(dot, pipe).and_then(|v| {
+                        if v.truth() {
+                            let body_dot = if *with { v } else { dot.clone() };
+                            self.walk(&body_dot, list)
+                        } else {
+                            self.walk(dot, else_list)
+                        }
+                    });
+                    self.vars.truncate(mark);
+                    let flow = flow?;
+                    if flow != Flow::Normal {
+                        return Ok(flow);
+                    }
+                }
+                Node::Range {
+                    pipe,
+                    list,
+                    else_list,
+                } => {
+                    self.step(pipe.pos)?;
+                    let mark = self.vars.len();
+                    let result = self.range(dot, pipe, list, else_list);
+                    self.vars.truncate(mark);
+                    result?;
+                }
+                Node::Break => return Ok(Flow::Break),
+                Node::Continue => return Ok(Flow::Continue),
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn range(
+        &mut self,
+        dot: &Value,
+        pipe: &'a Pipe,
+        list: &'a [Node],
+        else_list: &'a [Node],
+    ) -> Result<(), Fail> {
+        let value = self.commands(dot, pipe)?;
+        // (key or index, element) pairs, computed up front (Go snapshots map keys too).
+        let items: Vec<(Value, Value)> = match &value {
+            Value::List(l) => l
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (Value::Int(i64::try_from(i).unwrap_or(i64::MAX)), v.clone()))
+                .collect(),
+            Value::Map(m) => m
+                .snapshot()
+                .into_iter()
+                .map(|(k, v)| (Value::str(k), v))
+                .collect(),
+            Value::Int(n) => {
+                if pipe.decl.len() > 1 {
+                    return Err(Self::fail(
+                        pipe.pos,
+                        "can't use an int to iterate over more than one variable",
+                    ));
+                }
+                if *n > i64::try_from(super::MAX_STEPS).unwrap_or(i64::MAX) {
+                    return Err(Self::fail(
+                        pipe.pos,
+                        format!("template execution exceeded {} steps", super::MAX_STEPS),
+                    ));
+                }
+                (0..(*n).max(0))
+                    .map(|i| (Value::Int(i), Value::Int(i)))
+                    .collect()
+            }
+            Value::Nil => Vec::new(),
+            other => {
+                return Err(Self::fail(
+                    pipe.pos,
+                    format!(
+                        "range can't iterate over a value of type {}",
+                        other.type_name()
+                    ),
+                ));
+            }
+        };
+        if items.is_empty() {
+            self.walk(dot, else_list)?;
+            return Ok(());
+        }
+        for (key, elem) in items {
+            self.step(pipe.pos)?;
+            let mark = self.vars.len();
+            match pipe.decl.as_slice() {
+                [] => {}
+                [v] => self.bind(v, elem.clone(), pipe.assign, pipe.pos)?,
+                [k, v, ..] => {
+                    self.bind(k, key, pipe.assign, pipe.pos)?;
+                    self.bind(v, elem.clone(), pipe.assign, pipe.pos)?;
+                }
+            }
+            let flow = self.walk(&elem, list);
+            self.vars.truncate(mark);
+            if flow? == Flow::Break {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn bind(&mut self, name: &'a str, value: Value, assign: bool, pos: usize) -> Result<(), Fail> {
+        if assign {
+            match self.vars.iter_mut().rev().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = value,
+                None => return Err(Self::fail(pos, format!("undefined variable \"{name}\""))),
+            }
+        } else {
+            self.vars.push((name, value));
+        }
+        Ok(())
+    }
+
+    /// Evaluates a pipeline's commands and binds its declaration.
+    fn pipeline(&mut self, dot: &Value, pipe: &'a Pipe) -> Result<Value, Fail> {
+        let value = self.commands(dot, pipe)?;
+        for name in &pipe.decl {
+            self.bind(name, value.clone(), pipe.assign, pipe.pos)?;
+        }
+        Ok(value)
+    }
+
+    fn commands(&mut self, dot: &Value, pipe: &'a Pipe) -> Result<Value, Fail> {
+        let mut value = None;
+        for cmd in &pipe.cmds {
+            value = Some(self.command(dot, cmd, value)?);
+        }
+        Ok(value.unwrap_or(Value::Nil))
+    }
+
+    fn var(&self, name: &str, pos: usize) -> Result<Value, Fail> {
+        self.vars
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| Self::fail(pos, format!("undefined variable \"{name}\"")))
+    }
+
+    fn command(&mut self, dot: &Value, cmd: &'a Cmd, last: Option<Value>) -> Result<Value, Fail> {
+        let Some((first, rest)) = cmd.args.split_first() else {
+            return Err(Self::fail(cmd.pos, "empty command"));
+        };
+        let has_args = !rest.is_empty() || last.is_some();
+        let not_a_function = |what: &str| -> Result<(), Fail> {
+            if has_args {
+                Err(Self::fail(
+                    cmd.pos,
+                    format!("can't give argument to non-function {what}"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match first {
+            Arg::Func(def, pos) => self.call(dot, def, *pos, rest, last),
+            Arg::Field(names) => self.fields(dot.clone(), names, has_args, cmd.pos),
+            Arg::Var(name, names) => {
+                let v = self.var(name, cmd.pos)?;
+                if names.is_empty() {
+                    not_a_function(name)?;
+                    return Ok(v);
+                }
+                self.fields(v, names, has_args, cmd.pos)
+            }
+            Arg::Chain(node, names) => {
+                let v = self.arg(dot, node, cmd.pos)?;
+                self.fields(v, names, has_args, cmd.pos)
+            }
+            Arg::Pipe(p) => {
+                not_a_function("a parenthesized pipeline")?;
+                self.pipeline(dot, p)
+            }
+            Arg::Dot => {
+                not_a_function(".")?;
+                Ok(dot.clone())
+            }
+            Arg::Nil => Err(Self::fail(cmd.pos, "nil is not a command")),
+            Arg::Const(v) => {
+                not_a_function("a constant")?;
+                Ok(v.clone())
+            }
+        }
+    }
+
+    /// `.a.b` on `receiver`; fields are map keys (a missing key gives nil, as Go does).
+    fn fields(
+        &mut self,
+        mut receiver: Value,
+        names: &[String],
+        has_args: bool,
+        pos: usize,
+    ) -> Result<Value, Fail> {
+        for (i, name) in names.iter().enumerate() {
+            receiver = match &receiver {
+                Value::Map(m) => {
+                    if has_args && i + 1 == names.len() {
+                        return Err(Self::fail(
+                            pos,
+                            format!("{name} is not a method but has arguments"),
+                        ));
+                    }
+                    m.get(name.as_bytes()).unwrap_or(Value::Nil)
+                }
+                Value::Nil => Value::Nil,
+                other => {
+                    return Err(Self::fail(
+                        pos,
+                        format!("can't evaluate field {name} in type {}", other.type_name()),
+                    ));
+                }
+            };
+        }
+        Ok(receiver)
+    }
+
+    /// Evaluates one argument. A function name as an argument is called with no
+    /// arguments, as in Go.
+    fn arg(&mut self, dot: &Value, arg: &'a Arg, pos: usize) -> Result<Value, Fail> {
+        match arg {
+            Arg::Dot => Ok(dot.clone()),
+            Arg::Nil => Ok(Value::Nil),
+            Arg::Const(v) => Ok(v.clone()),
+            Arg::Field(names) => self.fields(dot.clone(), names, false, pos),
+            Arg::Var(name, names) => {
+                let v = self.var(name, pos)?;
+                self.fields(v, names, false, pos)
+            }
+            Arg::Chain(node, names) => {
+                let v = self.arg(dot, node, pos)?;
+                self.fields(v, names, false, pos)
+            }
+            Arg::Pipe(p) => self.pipeline(dot, p),
+            Arg::Func(def, fpos) => self.call(dot, def, *fpos, &[], None),
+        }
+    }
+
+    fn call(
+        &mut self,
+        dot: &Value,
+        def: &'static FuncDef,
+        pos: usize,
+        args: &'a [Arg],
+        last: Option<Value>,
+    ) -> Result<Value, Fail> {
+        self.step(pos)?;
+        let argc = args.len() + usize::from(last.is_some());
+        if argc < def.min || def.max.is_some_and(|max| argc > max) {
+            let want = match def.max {
+                Some(max) if max == def.min => format!("{max}"),
+                _ => format!("at least {}", def.min),
+            };
+            return Err(Self::fail(
+                pos,
+                format!(
+                    "wrong number of args for {}: want {want} got {argc}",
+                    def.name
+                ),
+            ));
+        }
+        match &def.kind {
+            Kind::And | Kind::Or => {
+                let want = matches!(def.kind, Kind::Or);
+                let mut value = Value::Nil;
+                for a in args {
+                    value = self.arg(dot, a, pos)?;
+                    if value.truth() == want {
+                        return Ok(value);
+                    }
+                }
+                Ok(last.unwrap_or(value))
+            }
+            Kind::Fail => {
+                let literal = match (args.first(), &last) {
+                    (Some(Arg::Const(Value::Str(s))), None) => Some(s.as_bytes().to_vec()),
+                    _ => None,
+                };
+                // Evaluate anyway, so argument errors surface as in Go.
+                let v = match args.first() {
+                    Some(a) => self.arg(dot, a, pos)?,
+                    None => last.unwrap_or(Value::Nil),
+                };
+                if !matches!(v, Value::Str(_)) {
+                    return Err(Self::fail(
+                        pos,
+                        format!(
+                            "error calling fail: argument 1: wrong type for value; expected string; got {}",
+                            v.type_name()
+                        ),
+                    ));
+                }
+                Err(Self::fail(
+                    pos,
+                    match literal {
+                        Some(msg) => format!(
+                            "error calling fail: {}",
+                            String::from_utf8_lossy(&msg)
+                        ),
+                        None => "error calling fail: (message not shown: it is computed from the template's data)".to_owned(),
+                    },
+                ))
+            }
+            Kind::Native(native) => {
+                let mut values = Vec::with_capacity(argc);
+                for a in args {
+                    values.push(self.arg(dot, a, pos)?);
+                }
+                values.extend(last);
+                let result = native(&mut self.ctx, &values)
+                    .map_err(|m| Self::fail(pos, format!("error calling {}: {m}", def.name)))?;
+                self.ctx
+                    .charge(&result)
+                    .map_err(|m| Self::fail(pos, format!("error calling {}: {m}", def.name)))?;
+                Ok(result)
+            }
+        }
+    }
+
+    /// Prints an action's value: strings as they are, nil as `<no value>`, else `%v`.
+    fn print(&mut self, v: &Value, pos: usize) -> Result<(), Fail> {
+        match v {
+            Value::Str(s) => self.write(s.as_bytes(), pos),
+            Value::Nil => self.write(b"<no value>", pos),
+            other => {
+                let mut buf = Zeroizing::new(Vec::new());
+                format::write_v(&mut buf, other, 0).map_err(|m| Self::fail(pos, m))?;
+                self.write(&buf, pos)
+            }
+        }
+    }
+}
