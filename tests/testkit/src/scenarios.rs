@@ -391,6 +391,49 @@ pub async fn watch_resume(client: Client) -> anyhow::Result<()> {
             "entering the selector: {t}"
         );
 
+        // Metadata-only requests (kube's *_metadata, metadata_watcher) get PartialObjectMetadata.
+        let pl = cms.list_metadata(&ListParams::default()).await?;
+        ensure!(
+            pl.items.iter().any(|m| m.name_any() == "w2"),
+            "list_metadata: {:?}",
+            pl.items.iter().map(|m| m.name_any()).collect::<Vec<_>>()
+        );
+        ensure!(
+            pl.types.kind == "PartialObjectMetadataList",
+            "list kind: {}",
+            pl.types.kind
+        );
+        let pm = cms.get_metadata("w2").await?;
+        ensure!(
+            pm.types.as_ref().is_some_and(
+                |t| t.kind == "PartialObjectMetadata" && t.api_version == "meta.k8s.io/v1"
+            ),
+            "get_metadata: {:?}",
+            pm.types
+        );
+        let rvm = pl.metadata.resource_version.clone().unwrap_or_default();
+        let mut s = cms
+            .watch_metadata(&wp.clone().fields("metadata.name=w2"), &rvm)
+            .await?
+            .boxed();
+        cms.patch(
+            "w2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"m": "1"}}})),
+        )
+        .await?;
+        let (t, o) = next_event(&mut s).await?;
+        ensure!(
+            t == "MODIFIED" && o.annotations().get("m").map(String::as_str) == Some("1"),
+            "watch_metadata: {t}"
+        );
+        ensure!(
+            o.types
+                .as_ref()
+                .is_some_and(|t| t.kind == "PartialObjectMetadata"),
+            "watch_metadata kind: {:?}",
+            o.types
+        );
         // Field selector, and no event for a no-op write.
         let rv2 = cms
             .list(&ListParams::default())

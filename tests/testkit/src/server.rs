@@ -274,6 +274,7 @@ fn resource_request(
     let ns = parts.ns.clone().unwrap_or_default();
     let dry_run = q.contains_key("dryRun");
     let manager = field_manager(q, headers);
+    let partial = wants_partial_metadata(headers);
     let Some(name) = parts.name.clone() else {
         // Collection.
         if rt.namespaced && parts.ns.is_none() && *method != Method::GET {
@@ -290,9 +291,9 @@ fn resource_request(
                         .bookmark_interval
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    Ok(watch_response(rt, version, rx, q, interval))
+                    Ok(watch_response(rt, version, rx, q, interval, partial))
                 } else {
-                    list(&st, &rt, &version, ns_filter, q)
+                    list(&st, &rt, &version, ns_filter, q, partial)
                 }
             }
             Method::POST => {
@@ -343,7 +344,11 @@ fn resource_request(
             let obj = st
                 .get(&tk, &ns, &name)
                 .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
-            Ok(json_response(200, &render(&rt, &version, obj)))
+            let out = render(&rt, &version, obj);
+            Ok(json_response(
+                200,
+                &if partial { partial_metadata(&out) } else { out },
+            ))
         }
         Method::PUT => {
             let obj = to_store(parse_json(body)?);
@@ -515,6 +520,7 @@ fn list(
     version: &str,
     ns: Option<&str>,
     q: &HashMap<String, String>,
+    partial: bool,
 ) -> ApiResult<Response> {
     let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str))?;
     let field = field_selector(rt, q)?;
@@ -539,7 +545,9 @@ fn list(
     let mut items: Vec<Value> = Vec::new();
     for o in all.iter().take(limit) {
         let mut o = render(rt, version, o);
-        if rt.builtin
+        if partial {
+            o = partial_metadata(&o);
+        } else if rt.builtin
             && let Some(m) = o.as_object_mut()
         {
             m.remove("apiVersion");
@@ -557,8 +565,8 @@ fn list(
     Ok(json_response(
         200,
         &json!({
-            "kind": rt.list_kind,
-            "apiVersion": rt.api_version(version),
+            "kind": if partial { "PartialObjectMetadataList" } else { rt.list_kind.as_str() },
+            "apiVersion": if partial { "meta.k8s.io/v1".to_owned() } else { rt.api_version(version) },
             "metadata": metadata,
             "items": items,
         }),
@@ -699,6 +707,7 @@ fn watch_response(
     mut w: WatchStart,
     q: &HashMap<String, String>,
     bookmark_every: Duration,
+    partial: bool,
 ) -> Response {
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
     let timeout = q
@@ -707,15 +716,16 @@ fn watch_response(
         .filter(|t| *t > 0);
     let (tx, body_rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
     tokio::spawn(async move {
+        let shown = |obj: &Value| {
+            let o = render(&rt, &version, obj);
+            if partial { partial_metadata(&o) } else { o }
+        };
         let bookmark = |rv: u64, initial_end: bool| {
             let mut md = json!({"resourceVersion": rv.to_string()});
             if initial_end {
                 md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
             }
-            event_line(
-                "BOOKMARK",
-                json!({"kind": rt.kind, "apiVersion": rt.api_version(&version), "metadata": md}),
-            )
+            event_line("BOOKMARK", shown(&json!({"kind": rt.kind, "metadata": md})))
         };
         if let Some(e) = w.error.take() {
             let _ = tx.send(Ok(event_line("ERROR", e.to_status()))).await;
@@ -723,10 +733,7 @@ fn watch_response(
         }
         for ev in std::mem::take(&mut w.initial) {
             if let Some(t) = w.translate(&ev)
-                && tx
-                    .send(Ok(event_line(t, render(&rt, &version, &ev.obj))))
-                    .await
-                    .is_err()
+                && tx.send(Ok(event_line(t, shown(&ev.obj)))).await.is_err()
             {
                 return;
             }
@@ -753,7 +760,7 @@ fn watch_response(
                     Some(ev) => {
                         last_rv = last_rv.max(ev.rv);
                         match w.translate(&ev) {
-                            Some(t) => event_line(t, render(&rt, &version, &ev.obj)),
+                            Some(t) => event_line(t, shown(&ev.obj)),
                             None => continue,
                         }
                     }
@@ -805,6 +812,18 @@ fn field_selector(rt: &ResourceType, q: &HashMap<String, String>) -> ApiResult<F
     let (extra, custom) = rt.field_labels();
     field.check(extra, custom)?;
     Ok(field)
+}
+
+/// Whether the client asked for `meta.k8s.io/v1` PartialObjectMetadata (kube's `*_metadata` calls).
+fn wants_partial_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
+}
+
+fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
 }
 
 #[cfg(test)]
