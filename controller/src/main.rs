@@ -3,12 +3,12 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use anyhow::Context as _;
 use clap::Parser as _;
 use kseal_controller::config::{Args, LogFormat};
 use kseal_controller::keys::{self, KeysLoaded, SecretKeySource};
+use kseal_controller::leader::{self, LeaderConfig};
 use kseal_controller::{Config, State, http, reconcile};
 use tokio::sync::watch;
 
@@ -96,21 +96,18 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .context("failed to configure the Kubernetes client (in-cluster or KUBECONFIG)")?;
     let state = State::new();
-    if config.leader_election_lease.is_none() {
-        // Without election this replica is the only writer.
-        state.leader.store(true, Ordering::Release);
-        state.metrics.is_leader.set(1);
-    } else {
-        // The Lease-based election is not part of this build yet: run as the only writer,
-        // and say so, rather than never writing.
-        tracing::warn!(
-            "leader election is not available in this build; acting as the single writer (run one replica)"
-        );
-        state.leader.store(true, Ordering::Release);
-        state.metrics.is_leader.set(1);
-    }
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // The Lease is released only after the reconciler stopped writing.
+    let (release_tx, mut release_rx) = watch::channel(false);
+    let leader_task = tokio::spawn(leader::run(
+        client.clone(),
+        state.clone(),
+        LeaderConfig::from_config(&config),
+        async move {
+            let _ = release_rx.wait_for(|stop| *stop).await;
+        },
+    ));
     let (loaded_tx, loaded) = KeysLoaded::channel();
 
     let key_task = tokio::spawn(keys::run(
@@ -159,5 +156,13 @@ async fn run(config: Config) -> anyhow::Result<()> {
         tracing::warn!("reconciles did not finish in time");
     }
     key_task.abort();
+    release_tx.send_replace(true);
+    match tokio::time::timeout(std::time::Duration::from_secs(10), leader_task).await {
+        Ok(Ok(Err(e))) => {
+            tracing::warn!(error = %kseal_controller::error_chain(&e), "failed to release the leader lease")
+        }
+        Ok(_) => {}
+        Err(_) => tracing::warn!("releasing the leader lease timed out"),
+    }
     outcome
 }

@@ -9,8 +9,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
 use kseal_testkit::TestApiServer;
 use kseal_testkit::scenarios::eventually;
+use kube::Api;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kseal-controller");
 
@@ -46,7 +48,7 @@ fn invalid_flags_fail_with_a_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn binary_unseals_over_a_kubeconfig_and_stops_on_sigterm() {
+async fn binary_is_elected_unseals_over_a_kubeconfig_and_releases_the_lease_on_sigterm() {
     let server = TestApiServer::new();
     let served = server.serve().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -59,13 +61,12 @@ async fn binary_unseals_over_a_kubeconfig_and_stops_on_sigterm() {
     let log_path = dir.path().join("controller.log");
     let mut child = controller_command()
         .env("KUBECONFIG", &kubeconfig)
+        .env("POD_NAME", "kseal-controller-test-0")
         .args([
             "--controller-namespace",
             &cluster.ctrl,
             "--additional-namespaces",
             &ns,
-            "--leader-elect",
-            "false",
             "--listen-addr",
             "127.0.0.1:0",
             "--listen-metrics-addr",
@@ -114,5 +115,17 @@ async fn binary_unseals_over_a_kubeconfig_and_stops_on_sigterm() {
         "plaintext in the log"
     );
     assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+    // The replica was elected through the Lease and released it on shutdown.
+    let lease = Api::<Lease>::namespaced(client.clone(), &cluster.ctrl)
+        .get("kseal-controller")
+        .await
+        .unwrap();
+    let spec = lease.spec.unwrap_or_default();
+    assert!(
+        spec.holder_identity.as_deref().is_none_or(str::is_empty),
+        "lease released: {:?}",
+        spec.holder_identity
+    );
+    assert!(spec.lease_transitions.is_some() || spec.acquire_time.is_some());
     drop(served);
 }
