@@ -92,6 +92,8 @@ const KEYS_PENDING_RETRY: Duration = Duration::from_secs(2);
 const NOT_LEADER_RECHECK: Duration = Duration::from_secs(60);
 /// Requeue after a failure that only a change can fix, when resync is off.
 const PERMANENT_FAILURE_RECHECK: Duration = Duration::from_secs(600);
+/// Consecutive transient failures of a synced object before its status turns False.
+const TRANSIENT_FAILURES_TOLERATED: u32 = 2;
 /// Attempts of one write before the error goes to the backoff.
 const WRITE_ATTEMPTS: usize = 4;
 
@@ -597,6 +599,20 @@ fn is_immutable_error(e: &kube::Error) -> bool {
         && s.message.ends_with("field is immutable when `immutable` is set"))
 }
 
+/// Whether retrying may succeed without any change: server errors, throttling, conflicts
+/// and transport failures.
+fn is_transient(error: &Error) -> bool {
+    match error {
+        Error::GetSecret(e) | Error::ApplySecret(e) | Error::Status(e) | Error::Kube(e) => {
+            match api_code(e) {
+                Some(code) => code >= 500 || code == 429 || code == 409,
+                None => true,
+            }
+        }
+        _ => false,
+    }
+}
+
 fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
@@ -861,7 +877,20 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     let was_true = obj
         .synced_condition()
         .is_some_and(|c| c.status == CONDITION_TRUE);
-    let status_result = write_status(&ctx, &obj, &want).await;
+    // A transient API failure (5xx, 429, a conflict, a broken connection) on a synced object
+    // is retried a few times before the status flips to False and a warning goes out, so a
+    // blip of the API server does not make every SealedSecret look degraded (e.g. in Argo CD).
+    let holding = match &result {
+        Err(e) if was_true && is_transient(e) => {
+            ctx.with_object(&oref, |o| o.failures) < TRANSIENT_FAILURES_TOLERATED
+        }
+        _ => false,
+    };
+    let status_result = if holding {
+        Ok(false)
+    } else {
+        write_status(&ctx, &obj, &want).await
+    };
 
     match &result {
         Ok(outcome) => {
@@ -895,11 +924,12 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
                     && c.message.as_deref() == Some(message.as_str())
             });
             let key = (event_reason.to_owned(), message.clone());
-            let fresh = ctx.with_object(&oref, |o| {
-                let fresh = o.last_warning.as_ref() != Some(&key);
-                o.last_warning = Some(key);
-                fresh
-            });
+            let fresh = !holding
+                && ctx.with_object(&oref, |o| {
+                    let fresh = o.last_warning.as_ref() != Some(&key);
+                    o.last_warning = Some(key);
+                    fresh
+                });
             if fresh && !already_shown {
                 publish_event(&ctx, &obj, EventType::Warning, event_reason, message).await;
             }

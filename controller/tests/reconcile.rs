@@ -147,14 +147,9 @@ pub async fn core_scenario(client: Client) {
     cluster.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn core_scenario_against_the_test_server() {
-    let server = TestApiServer::new();
-    core_scenario(server.client()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn core_scenario_against_a_real_apiserver() {
+/// A client for the reference kube-apiserver (`KSEAL_REFAPI_KUBECONFIG`, set by
+/// scripts/test.sh), or `None` (skip loudly; fail under `CI=true`).
+async fn real_client(test: &str) -> Option<Client> {
     let path = match std::env::var("KSEAL_REFAPI_KUBECONFIG") {
         Ok(p) if !p.is_empty() => p,
         _ => {
@@ -163,21 +158,54 @@ async fn core_scenario_against_a_real_apiserver() {
                 "KSEAL_REFAPI_KUBECONFIG is not set, but CI=true: the controller must be tested against the reference kube-apiserver"
             );
             eprintln!(
-                "SKIPPED: core_scenario_against_a_real_apiserver needs KSEAL_REFAPI_KUBECONFIG (scripts/test.sh sets it)"
+                "SKIPPED: {test} against a real kube-apiserver needs KSEAL_REFAPI_KUBECONFIG (scripts/test.sh sets it)"
             );
-            return;
+            return None;
         }
     };
     let kc = kube::config::Kubeconfig::read_from(path).unwrap();
     let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await
         .unwrap();
-    core_scenario(Client::try_from(cfg).unwrap()).await;
+    Some(Client::try_from(cfg).unwrap())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn existing_secrets_are_taken_over_merged_or_left_alone_per_annotation() {
-    let (_server, cl) = fake().await;
+/// Runs a scenario against the in-process test server and against the reference
+/// kube-apiserver.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_the_test_server() {
+                super::$name(TestApiServer::new().client()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_a_real_apiserver() {
+                if let Some(client) = real_client(stringify!($name)).await {
+                    super::$name(client).await;
+                }
+            }
+        }
+    )*};
+}
+
+on_both!(
+    core_scenario,
+    existing_secrets_are_taken_over_merged_or_left_alone_per_annotation,
+    deleted_secrets_are_recreated_only_when_owned_or_managed,
+    wrong_key_fails_with_a_warning_and_recovers_when_the_key_is_added,
+    custom_type_and_immutable_secrets,
+    scope_decides_where_a_sealed_secret_may_be_unsealed,
+    edited_secret_data_is_reverted,
+    key_ring_follows_key_secrets_and_skips_bad_ones,
+    unmanaged_secret_is_left_alone_until_marked_managed,
+);
+
+async fn existing_secrets_are_taken_over_merged_or_left_alone_per_annotation(client: Client) {
+    let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let existing = |name: &str, annotations: &[(&str, &str)], data: &[(&str, &str)]| {
@@ -240,11 +268,11 @@ async fn existing_secrets_are_taken_over_merged_or_left_alone_per_annotation() {
         wait_synced(&client, &ns, name, "True", "Unsealed").await;
     }
     running.stop().await;
+    cl.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleted_secrets_are_recreated_only_when_owned_or_managed() {
-    let (_server, cl) = fake().await;
+async fn deleted_secrets_are_recreated_only_when_owned_or_managed(client: Client) {
+    let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     let running = Running::start(&client, cl.config()).await;
     let skip = &[(SKIP_SET_OWNER_REFERENCES_ANNOTATION, "true")];
@@ -299,11 +327,11 @@ async fn deleted_secrets_are_recreated_only_when_owned_or_managed() {
     assert!(secrets.get_opt("unowned").await.unwrap().is_none());
     assert!(secrets.get_opt("unowned-patch").await.unwrap().is_none());
     running.stop().await;
+    cl.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_key_fails_with_a_warning_and_recovers_when_the_key_is_added() {
-    let (_server, cl) = fake().await;
+async fn wrong_key_fails_with_a_warning_and_recovers_when_the_key_is_added(client: Client) {
+    let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     let running = Running::start(&client, cl.config()).await;
     create_ss(&client, &seal(&secret(&ns, "late", &[("a", "1")]), key(1))).await;
@@ -335,11 +363,11 @@ async fn wrong_key_fails_with_a_warning_and_recovers_when_the_key_is_added() {
         "one warning, not one per retry"
     );
     running.stop().await;
+    cl.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn custom_type_and_immutable_secrets() {
-    let (_server, cl) = fake().await;
+async fn custom_type_and_immutable_secrets(client: Client) {
+    let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     let running = Running::start(&client, cl.config()).await;
     let typed = with_template(seal(&secret(&ns, "typed", &[("a", "1")]), key(0)), |t| {
@@ -389,11 +417,11 @@ async fn custom_type_and_immutable_secrets() {
         "no hot retry loop on an immutable Secret"
     );
     running.stop().await;
+    cl.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scope_decides_where_a_sealed_secret_may_be_unsealed() {
-    let (_server, cl) = fake().await;
+async fn scope_decides_where_a_sealed_secret_may_be_unsealed(client: Client) {
+    let cl = Cluster::new(client).await;
     let client = cl.client.clone();
     let (ns, other) = (cl.app.clone(), namespace(&client, "kseal-other").await);
     let mut config = cl.config();
@@ -431,11 +459,12 @@ async fn scope_decides_where_a_sealed_secret_may_be_unsealed() {
         assert_eq!(data_of(&s), map(&[("a", "1")]));
     }
     running.stop().await;
+    delete_namespace(&client, &other).await;
+    cl.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn edited_secret_data_is_reverted() {
-    let (_server, cl) = fake().await;
+async fn edited_secret_data_is_reverted(client: Client) {
+    let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     let running = Running::start(&client, cl.config()).await;
     create_ss(
@@ -461,6 +490,7 @@ async fn edited_secret_data_is_reverted() {
     // Hints: the re-unseal takes one RSA operation per item.
     assert_eq!(running.rsa_operations() - ops, 2);
     running.stop().await;
+    cl.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,9 +534,8 @@ async fn restart_costs_no_rsa_operation_and_no_write() {
     second.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn key_ring_follows_key_secrets_and_skips_bad_ones() {
-    let (_server, cl) = fake().await;
+async fn key_ring_follows_key_secrets_and_skips_bad_ones(client: Client) {
+    let cl = Cluster::new(client).await;
     let (client, ctrl) = (cl.client.clone(), cl.ctrl.clone());
     // The legacy Secret named exactly the prefix is loaded without a label.
     put_key(&client, &ctrl, "sealed-secrets-key", key(1), None).await;
@@ -583,6 +612,7 @@ async fn key_ring_follows_key_secrets_and_skips_bad_ones() {
             .load(std::sync::atomic::Ordering::Acquire)
     );
     running.stop().await;
+    cl.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -681,9 +711,8 @@ async fn injected_faults_converge() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unmanaged_secret_is_left_alone_until_marked_managed() {
-    let (_server, cl) = fake().await;
+async fn unmanaged_secret_is_left_alone_until_marked_managed(client: Client) {
+    let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let foreign = secrets
@@ -736,4 +765,5 @@ async fn unmanaged_secret_is_left_alone_until_marked_managed() {
     assert!(owned_by(&s, &ss));
     wait_synced(&client, &ns, "x", "True", "Unsealed").await;
     running.stop().await;
+    cl.cleanup().await;
 }

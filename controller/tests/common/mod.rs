@@ -228,9 +228,10 @@ pub async fn wait_secret(
     .unwrap()
 }
 
+/// Waits until the Secret is gone (garbage collection on a real cluster can take a minute).
 pub async fn wait_gone(client: &Client, namespace: &str, name: &str) {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    eventually("secret gone", DEADLINE, || async {
+    eventually("secret gone", Duration::from_secs(60), || async {
         Ok(api.get_opt(name).await?.is_none().then_some(()))
     })
     .await
