@@ -39,6 +39,7 @@ mod error;
 mod faults;
 mod managed;
 mod merge;
+mod proxy;
 mod registry;
 pub mod scenarios;
 mod selector;
@@ -54,6 +55,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 pub use faults::{FaultRule, Faults, RequestRecord};
+pub use proxy::ProxyTarget;
 
 use server::Inner;
 use store::State;
@@ -89,6 +91,7 @@ impl TestApiServer {
                 state,
                 bookmark_interval: Mutex::new(Duration::from_secs(1)),
                 address: Mutex::new("127.0.0.1:0".to_owned()),
+                proxies: Mutex::default(),
             }),
         }
     }
@@ -132,6 +135,17 @@ impl TestApiServer {
             task,
             server: self.clone(),
         })
+    }
+
+    /// Routes the proxy subresource of Service `namespace/name`
+    /// (`/api/v1/namespaces/{namespace}/services/[scheme:]{name}[:port]/proxy/...`) to `target`,
+    /// as kube-proxy would route to the Service's endpoints. The Service object itself must
+    /// exist (404 otherwise); without a target the proxy answers 503 like a Service without
+    /// endpoints.
+    pub fn set_service_proxy(&self, namespace: &str, name: &str, target: ProxyTarget) {
+        if let Ok(mut p) = self.inner.proxies.lock() {
+            p.insert((namespace.to_owned(), name.to_owned()), target);
+        }
     }
 
     /// Fault injection (failing requests, dropping watches, compacting the log, delays).

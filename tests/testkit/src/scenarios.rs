@@ -279,6 +279,20 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
         }))?;
         let e = expect_error(raw.create(&pp, &big).await, 422, "Invalid")?;
         ensure!(e.message == "Secret \"big\" is invalid: data: Too long: must have at most 1048576 bytes", "message: {}", e.message);
+        // Services get the apiserver's defaults.
+        let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &ns);
+        let svc: k8s_openapi::api::core::v1::Service =
+            serde_json::from_value(json!({"metadata": {"name": "svc"}, "spec": {"ports": [{"name": "http", "port": 8080}]}}))?;
+        let spec = svcs.create(&pp, &svc).await?.spec.context("service spec")?;
+        ensure!(spec.type_.as_deref() == Some("ClusterIP"), "type: {:?}", spec.type_);
+        ensure!(spec.cluster_ip.as_deref().is_some_and(|ip| !ip.is_empty()), "clusterIP allocated");
+        let port = &spec.ports.unwrap_or_default()[0];
+        ensure!(port.protocol.as_deref() == Some("TCP"), "protocol: {:?}", port.protocol);
+        ensure!(
+            port.target_port == Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8080)),
+            "targetPort: {:?}",
+            port.target_port
+        );
         Ok(())
     })
     .await

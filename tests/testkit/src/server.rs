@@ -25,9 +25,18 @@ pub(crate) struct Inner {
     pub(crate) faults: Faults,
     pub(crate) bookmark_interval: Mutex<Duration>,
     pub(crate) address: Mutex<String>,
+    pub(crate) proxies: Mutex<crate::proxy::ProxyTargets>,
 }
 
 impl Inner {
+    pub(crate) fn proxy_target(&self, ns: &str, name: &str) -> Option<crate::proxy::ProxyTarget> {
+        self.proxies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&(ns.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock already failed the test; keep serving.
         self.state
@@ -114,7 +123,22 @@ pub(crate) async fn handle(
         error_response(&ApiError::injected(code))
     } else {
         match axum::body::to_bytes(req.into_body(), 64 << 20).await {
-            Ok(body) => dispatch(&inner, &method, &path, &query, &headers, body),
+            Ok(body) => match crate::proxy::parse_proxy_path(&path) {
+                Some((ns, name, tail)) => {
+                    crate::proxy::forward(
+                        &inner,
+                        method.clone(),
+                        uri.query(),
+                        &headers,
+                        body,
+                        &ns,
+                        &name,
+                        &tail,
+                    )
+                    .await
+                }
+                None => dispatch(&inner, &method, &path, &query, &headers, body),
+            },
             Err(e) => error_response(&ApiError::bad_request(format!("reading request body: {e}"))),
         }
     };

@@ -578,6 +578,34 @@ impl State {
                     }
                 }
             }
+            ("", "services") if old.is_none() => {
+                // Defaults the apiserver applies (a ClusterIP is allocated from 10.0.0.0/24).
+                let spec = obj["spec"].as_object_mut().cloned().unwrap_or_default();
+                let mut spec = Value::Object(spec);
+                if spec.get("type").is_none() {
+                    spec["type"] = "ClusterIP".into();
+                }
+                if spec.get("clusterIP").is_none() && spec["type"] != "ExternalName" {
+                    let ip = format!("10.0.0.{}", 10 + self.rv % 240);
+                    spec["clusterIP"] = ip.clone().into();
+                    spec["clusterIPs"] = json!([ip]);
+                }
+                if spec.get("sessionAffinity").is_none() {
+                    spec["sessionAffinity"] = "None".into();
+                }
+                if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+                    for p in ports {
+                        if p.get("protocol").is_none() {
+                            p["protocol"] = "TCP".into();
+                        }
+                        if p.get("targetPort").is_none() {
+                            p["targetPort"] = p["port"].clone();
+                        }
+                    }
+                }
+                obj["spec"] = spec;
+                obj["status"] = json!({"loadBalancer": {}});
+            }
             ("", "configmaps") => {
                 if let Some(old) = old {
                     let mut errs = Vec::new();

@@ -572,3 +572,76 @@ async fn raw_http(addr: &str, method: &str, path: &str, ct: &str, body: &str) ->
         .unwrap_or_default();
     (code, body)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_proxy_reaches_router_and_url_targets() {
+    use axum::routing::{get, post};
+    let server = TestApiServer::new();
+    let client = server.client();
+    let path = "/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http/proxy/v1/cert.pem";
+    let get_req = || http::Request::get(path).body(Vec::new()).unwrap();
+    // No Service: 404 like the apiserver.
+    let e = kseal_testkit::scenarios::api_error(client.request_text(get_req()).await).unwrap();
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (404, "services \"sealed-secrets-controller\" not found")
+    );
+    let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": {"name": "sealed-secrets-controller", "namespace": "kube-system"},
+        "spec": {"ports": [{"name": "http", "port": 8080}]}
+    }))
+    .unwrap();
+    let svcs: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "kube-system");
+    let svc = svcs.create(&PostParams::default(), &svc).await.unwrap();
+    let spec = svc.spec.unwrap();
+    assert!(
+        spec.cluster_ip.is_some_and(|ip| !ip.is_empty()),
+        "clusterIP allocated"
+    );
+    assert_eq!(spec.ports.unwrap()[0].protocol.as_deref(), Some("TCP"));
+    // A Service without a target: 503 like a Service without endpoints.
+    let e = kseal_testkit::scenarios::api_error(client.request_text(get_req()).await).unwrap();
+    assert_eq!(e.code, 503);
+
+    let api = axum::Router::new()
+        .route(
+            "/v1/cert.pem",
+            get(|| async { "-----BEGIN CERTIFICATE-----\n" }),
+        )
+        .route(
+            "/v1/verify",
+            post(|body: String| async move { (http::StatusCode::CONFLICT, body) }),
+        );
+    server.set_service_proxy(
+        "kube-system",
+        "sealed-secrets-controller",
+        kseal_testkit::ProxyTarget::Router(api.clone()),
+    );
+    assert_eq!(
+        client.request_text(get_req()).await.unwrap(),
+        "-----BEGIN CERTIFICATE-----\n"
+    );
+    let verify = http::Request::post(path.replace("cert.pem", "verify"))
+        .body(kube::client::Body::from(b"{}".to_vec()))
+        .unwrap();
+    let resp = client.send(verify).await.unwrap();
+    assert_eq!(resp.status(), 409, "the target's status passes through");
+
+    // Over TCP on both sides: the apiserver forwards to the controller's listener.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("http://{}", listener.local_addr().unwrap());
+    let backend_task = tokio::spawn(async move { axum::serve(listener, api).await });
+    server.set_service_proxy(
+        "kube-system",
+        "sealed-secrets-controller",
+        kseal_testkit::ProxyTarget::Url(backend),
+    );
+    let served = server.serve().await.unwrap();
+    let tcp_client = served.client().unwrap();
+    assert_eq!(
+        tcp_client.request_text(get_req()).await.unwrap(),
+        "-----BEGIN CERTIFICATE-----\n"
+    );
+    backend_task.abort();
+}
