@@ -7,7 +7,9 @@
 //! (410 Expired after compaction), bookmarks, label and field selectors, Status error bodies,
 //! merge/JSON/strategic merge patches and server-side apply, the status subresource and
 //! `metadata.generation`, finalizers, ownerReference garbage collection, namespaces, CRDs
-//! (so SealedSecrets can be served) and discovery. [`Faults`] injects failures.
+//! (so SealedSecrets can be served), discovery, metadata-only (PartialObjectMetadata) requests and
+//! the Service proxy subresource ([`TestApiServer::set_service_proxy`], how the CLI reaches the
+//! controller's `/v1/cert.pem`). [`Faults`] injects failures.
 //!
 //! [`scenarios`] holds behaviour checks generic over a [`kube::Client`], run against this server
 //! and against a real kube-apiserver to keep the fake honest.
@@ -29,6 +31,9 @@
 //!   `continue` tokens never expire;
 //! - events.k8s.io/v1 Events are stored as core/v1 Events with a field-renaming conversion;
 //!   their error messages name the core resource;
+//! - a Service's proxy goes to the target set with [`TestApiServer::set_service_proxy`] (503
+//!   without one, as for a Service without endpoints); there are no Endpoints objects, and
+//!   ClusterIPs are allocated from 10.0.0.0/24 without tracking;
 //! - the version reported is 1.33 (the k8s-openapi feature in use), while the reference
 //!   server is 1.20; features between the two (streaming lists) are served;
 //! - no protobuf, CBOR, authentication, authorization, admission, defaulting beyond Secrets,
