@@ -785,6 +785,11 @@ fn render_template_data_aggregates_sorted_errors_by_key() {
 
 #[test]
 fn hostile_templates_hit_limits_instead_of_exhausting_resources() {
+    // Just inside the limit, deep nesting still renders (and does not overflow the stack).
+    let ok_if = format!("{}x{}", "{{ if 1 }}".repeat(99), "{{ end }}".repeat(99));
+    assert_eq!(render(&ok_if).unwrap(), "x");
+    let ok_parens = format!("{{{{ {}.a{} }}}}", "(print ".repeat(99), ")".repeat(99));
+    assert_eq!(render(&ok_parens).unwrap(), "A");
     let deep_if = format!("{}{}", "{{ if 1 }}".repeat(150), "{{ end }}".repeat(150));
     assert!(
         render(&deep_if)
@@ -806,8 +811,22 @@ fn hostile_templates_hit_limits_instead_of_exhausting_resources() {
             .message()
             .contains("output larger than 4 MiB")
     );
-    let slow = "{{ range until 1000 }}{{ range until 1000 }}{{ range until 1000 }}{{ end }}{{ end }}{{ end }}";
-    assert!(render(slow).unwrap_err().message().contains("exceeded"));
+    let slow = "{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}";
+    assert!(
+        render(slow)
+            .unwrap_err()
+            .message()
+            .contains("exceeded 10000000 steps")
+    );
+    let quadratic = "{{ $l := until 100000 }}{{ range $l }}{{ $_ := has -1 $l }}{{ end }}";
+    assert!(render(quadratic).unwrap_err().message().contains("steps"));
+    let hoarding = "{{ range 100000 }}{{ $x := repeat 1000 \"x\" }}{{ end }}";
+    assert!(
+        render(hoarding)
+            .unwrap_err()
+            .message()
+            .contains("allocated more than 64 MiB")
+    );
     let doubling =
         "{{ $s := \"xxxxxxxxxxxxxxxx\" }}{{ range until 40 }}{{ $s = print $s $s }}{{ end }}";
     assert!(

@@ -8,7 +8,7 @@ use zeroize::Zeroizing;
 
 use super::format;
 use super::funcs::{FuncDef, Kind};
-use super::parse::{Arg, Cmd, Node, Pipe};
+use super::parse::{Arg, Cmd, Const, Node, Pipe};
 use super::value::{MapCell, Value};
 use super::{Fail, MAX_ALLOCATED, MAX_OUTPUT, MAX_STEPS, MAX_VALUE};
 
@@ -41,11 +41,25 @@ impl Ctx {
 
     /// Counts one unit of work.
     pub(crate) fn step(&mut self) -> Result<(), String> {
-        self.steps += 1;
+        self.step_n(1)
+    }
+
+    /// Counts `n` units of work.
+    pub(crate) fn step_n(&mut self, n: u64) -> Result<(), String> {
+        self.steps = self.steps.saturating_add(n);
         if self.steps > MAX_STEPS {
             return Err(format!("template execution exceeded {MAX_STEPS} steps"));
         }
         Ok(())
+    }
+
+    /// `reflect.DeepEqual`, paid for from the step budget.
+    pub(crate) fn deep_equal(&mut self, a: &Value, b: &Value) -> Result<bool, String> {
+        let start = MAX_STEPS.saturating_sub(self.steps);
+        let mut fuel = start;
+        let equal = super::value::deep_equal(a, b, 0, &mut fuel);
+        self.steps = self.steps.saturating_add(start - fuel);
+        equal
     }
 
     fn charge(&mut self, v: &Value) -> Result<(), String> {
@@ -329,9 +343,9 @@ impl<'a> Exec<'a> {
                 Ok(dot.clone())
             }
             Arg::Nil => Err(Self::fail(cmd.pos, "nil is not a command")),
-            Arg::Const(v) => {
+            Arg::Const(c) => {
                 not_a_function("a constant")?;
-                Ok(v.clone())
+                Ok(c.value())
             }
         }
     }
@@ -373,7 +387,7 @@ impl<'a> Exec<'a> {
         match arg {
             Arg::Dot => Ok(dot.clone()),
             Arg::Nil => Ok(Value::Nil),
-            Arg::Const(v) => Ok(v.clone()),
+            Arg::Const(c) => Ok(c.value()),
             Arg::Field(names) => self.fields(dot.clone(), names, false, pos),
             Arg::Var(name, names) => {
                 let v = self.var(name, pos)?;
@@ -425,7 +439,7 @@ impl<'a> Exec<'a> {
             }
             Kind::Fail => {
                 let literal = match (args.first(), &last) {
-                    (Some(Arg::Const(Value::Str(s))), None) => Some(s.as_bytes().to_vec()),
+                    (Some(Arg::Const(Const::Str(s))), None) => Some(s.clone()),
                     _ => None,
                 };
                 // Evaluate anyway, so argument errors surface as in Go.
@@ -459,6 +473,10 @@ impl<'a> Exec<'a> {
                     values.push(self.arg(dot, a, pos)?);
                 }
                 values.extend(last);
+                let cost = values.iter().fold(1u64, |c, v| c.saturating_add(v.cost()));
+                self.ctx
+                    .step_n(cost)
+                    .map_err(|m| Self::fail(pos, format!("error calling {}: {m}", def.name)))?;
                 let result = native(&mut self.ctx, &values)
                     .map_err(|m| Self::fail(pos, format!("error calling {}: {m}", def.name)))?;
                 self.ctx

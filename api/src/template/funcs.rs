@@ -14,7 +14,7 @@ use super::format::{self, push, too_large};
 use super::json::{self, EncodeError, Style};
 use super::parse::{parse_float, parse_int};
 use super::text;
-use super::value::{Value, compare, deep_equal, equal};
+use super::value::{Value, compare, equal};
 use super::{MAX_DEPTH, MAX_LIST, MAX_VALUE};
 
 pub(crate) type Native = fn(&mut Ctx, &[Value]) -> Result<Value, String>;
@@ -1312,31 +1312,39 @@ fn uniq(ctx: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     let l = list_arg(a, 0, "find uniq")?;
     let mut out: Vec<Value> = Vec::new();
     for v in l {
-        ctx.step()?;
-        if !out.iter().any(|o| deep_equal(o, v, 0)) {
+        if !contains_value(ctx, &out, v)? {
             out.push(v.clone());
         }
     }
     Ok(Value::list(out))
 }
 
-fn has(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+fn contains_value(ctx: &mut Ctx, list: &[Value], v: &Value) -> Result<bool, String> {
+    for item in list {
+        if ctx.deep_equal(item, v)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn has(ctx: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     match &a[1] {
         Value::Nil => Ok(Value::Bool(false)),
-        Value::List(l) => Ok(Value::Bool(l.iter().any(|v| deep_equal(v, &a[0], 0)))),
+        Value::List(l) => Ok(Value::Bool(contains_value(ctx, l, &a[0])?)),
         other => Err(format!("cannot find has on type {}", other.type_name())),
     }
 }
 
-fn without(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+fn without(ctx: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     let l = list_arg(a, 0, "find without")?;
-    let omit = &a[1..];
-    Ok(Value::list(
-        l.iter()
-            .filter(|v| !omit.iter().any(|o| deep_equal(o, v, 0)))
-            .cloned()
-            .collect(),
-    ))
+    let mut out = Vec::new();
+    for v in l {
+        if !contains_value(ctx, &a[1..], v)? {
+            out.push(v.clone());
+        }
+    }
+    Ok(Value::list(out))
 }
 
 fn concat(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
@@ -1551,6 +1559,6 @@ fn kind_is(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     Ok(Value::Bool(s(a, 0)? == kind_name(&a[1]).as_bytes()))
 }
 
-fn deep_equal_fn(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
-    Ok(Value::Bool(deep_equal(&a[0], &a[1], 0)))
+fn deep_equal_fn(ctx: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    Ok(Value::Bool(ctx.deep_equal(&a[0], &a[1])?))
 }

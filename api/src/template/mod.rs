@@ -102,7 +102,7 @@ pub(crate) const MAX_VALUE: usize = MAX_OUTPUT;
 /// Longest list a function may build.
 pub(crate) const MAX_LIST: usize = 1 << 20;
 /// Units of work (actions, iterations, calls) per template.
-pub(crate) const MAX_STEPS: u64 = 2_000_000;
+pub(crate) const MAX_STEPS: u64 = 10_000_000;
 /// Total bytes functions may produce per template.
 pub(crate) const MAX_ALLOCATED: usize = 64 << 20;
 
@@ -300,6 +300,13 @@ mod tests {
                 let _ = render(&format!("{{{{ {name} {args} }}}}"));
             }
         }
+    }
+
+    #[test]
+    fn parsed_templates_can_move_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Template>();
+        send_sync::<TemplateError>();
     }
 
     #[test]

@@ -38,11 +38,31 @@ pub(crate) struct Cmd {
     pub(crate) args: Vec<Arg>,
 }
 
+/// A literal. Kept apart from [`Value`] (which shares its strings through `Rc`) so that a
+/// parsed template is `Send` and `Sync`.
+pub(crate) enum Const {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Vec<u8>),
+}
+
+impl Const {
+    pub(crate) fn value(&self) -> Value {
+        match self {
+            Const::Bool(b) => Value::Bool(*b),
+            Const::Int(i) => Value::Int(*i),
+            Const::Float(f) => Value::Float(*f),
+            Const::Str(s) => Value::str(s.clone()),
+        }
+    }
+}
+
 pub(crate) enum Arg {
     Dot,
     Nil,
     /// A literal: string, number, character or bool.
-    Const(Value),
+    Const(Const),
     /// `.a.b`
     Field(Vec<String>),
     /// `$x.a.b`
@@ -433,10 +453,10 @@ impl<'t> Parser<'t> {
                 Arg::Var(name.clone(), Vec::new())
             }
             Tok::Field(name) => Arg::Field(vec![name.clone()]),
-            Tok::Bool(b) => Arg::Const(Value::Bool(*b)),
-            Tok::Char(c) => Arg::Const(Value::Int(i64::from(u32::from(*c)))),
+            Tok::Bool(b) => Arg::Const(Const::Bool(*b)),
+            Tok::Char(c) => Arg::Const(Const::Int(i64::from(u32::from(*c)))),
             Tok::Num(text) => Arg::Const(number(text).map_err(|m| Fail::at(pos, m))?),
-            Tok::Str(s) => Arg::Const(Value::str(s.clone())),
+            Tok::Str(s) => Arg::Const(Const::Str(s.clone())),
             Tok::LParen => {
                 self.i += 1;
                 self.enter(pos)?;
@@ -453,7 +473,7 @@ impl<'t> Parser<'t> {
 
 /// A number literal as Go's template parser types it: an integer unless written with a
 /// `.`, an exponent or as a float too large for int64.
-pub(crate) fn number(text: &str) -> Result<Value, String> {
+pub(crate) fn number(text: &str) -> Result<Const, String> {
     if text.ends_with('i') {
         return Err(format!("complex number {text} is not supported"));
     }
@@ -465,7 +485,7 @@ pub(crate) fn number(text: &str) -> Result<Value, String> {
         && let Some(i) = parse_int(text)
         && (is_hex || !text.contains(['.', 'e', 'E']))
     {
-        return Ok(Value::Int(i));
+        return Ok(Const::Int(i));
     }
     if is_hex && text.contains(['p', 'P', '.']) {
         return Err(format!(
@@ -474,7 +494,7 @@ pub(crate) fn number(text: &str) -> Result<Value, String> {
     }
     if let Some(f) = parse_float(text) {
         if text.contains(['.', 'e', 'E']) {
-            return Ok(Value::Float(f));
+            return Ok(Const::Float(f));
         }
         let digits = text.trim_start_matches(['+', '-']);
         if !digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit() || b == b'_') {

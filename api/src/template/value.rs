@@ -135,14 +135,25 @@ impl Value {
         }
     }
 
-    /// A rough size, charged against the allocation budget.
+    /// A rough size in bytes, charged against the allocation budget.
     pub(crate) fn weight(&self) -> usize {
         match self {
-            Value::Str(s) => s.as_bytes().len(),
-            Value::List(l) => l.len().saturating_mul(16),
-            Value::Map(m) => m.len().saturating_mul(48),
+            Value::Str(s) => s.as_bytes().len().saturating_add(32),
+            Value::List(l) => l.len().saturating_mul(16).saturating_add(32),
+            Value::Map(m) => m.len().saturating_mul(48).saturating_add(64),
             _ => 0,
         }
+    }
+
+    /// Roughly how much work a function does per use of this argument, in steps.
+    pub(crate) fn cost(&self) -> u64 {
+        let units = match self {
+            Value::Str(s) => s.as_bytes().len() / 256,
+            Value::List(l) => l.len(),
+            Value::Map(m) => m.len(),
+            _ => 0,
+        };
+        u64::try_from(units).unwrap_or(u64::MAX)
     }
 }
 
@@ -207,34 +218,59 @@ pub(crate) fn compare(a: &Value, b: &Value) -> Result<Ordering, String> {
     })
 }
 
-/// `reflect.DeepEqual`, as Sprig's `has`, `uniq` and `without` use it.
-pub(crate) fn deep_equal(a: &Value, b: &Value, depth: usize) -> bool {
+/// `reflect.DeepEqual`, as Sprig's `has`, `uniq` and `without` use it. Each value
+/// visited burns one unit of `fuel`; running out is an error.
+pub(crate) fn deep_equal(
+    a: &Value,
+    b: &Value,
+    depth: usize,
+    fuel: &mut u64,
+) -> Result<bool, String> {
     if depth > super::MAX_DEPTH {
-        return false;
+        return Err("value nested too deeply to compare".into());
     }
-    match (a, b) {
+    if *fuel == 0 {
+        return Err(format!(
+            "template execution exceeded {} steps",
+            super::MAX_STEPS
+        ));
+    }
+    *fuel -= 1;
+    Ok(match (a, b) {
         (Value::Nil, Value::Nil) => true,
         (Value::Bool(x), Value::Bool(y)) => x == y,
         (Value::Int(x), Value::Int(y)) => x == y,
         (Value::Float(x), Value::Float(y)) => x == y,
         (Value::Str(x), Value::Str(y)) => x.as_bytes() == y.as_bytes(),
         (Value::List(x), Value::List(y)) => {
-            Rc::ptr_eq(x, y)
-                || (x.len() == y.len()
-                    && x.iter()
-                        .zip(y.iter())
-                        .all(|(p, q)| deep_equal(p, q, depth + 1)))
+            if Rc::ptr_eq(x, y) {
+                return Ok(true);
+            }
+            if x.len() != y.len() {
+                return Ok(false);
+            }
+            for (p, q) in x.iter().zip(y.iter()) {
+                if !deep_equal(p, q, depth + 1, fuel)? {
+                    return Ok(false);
+                }
+            }
+            true
         }
         (Value::Map(x), Value::Map(y)) => {
             if Rc::ptr_eq(x, y) {
-                return true;
+                return Ok(true);
             }
             let (x, y) = (x.snapshot(), y.snapshot());
-            x.len() == y.len()
-                && x.iter()
-                    .zip(y.iter())
-                    .all(|((kx, vx), (ky, vy))| kx == ky && deep_equal(vx, vy, depth + 1))
+            if x.len() != y.len() {
+                return Ok(false);
+            }
+            for ((kx, vx), (ky, vy)) in x.iter().zip(y.iter()) {
+                if kx != ky || !deep_equal(vx, vy, depth + 1, fuel)? {
+                    return Ok(false);
+                }
+            }
+            true
         }
         _ => false,
-    }
+    })
 }
