@@ -1113,8 +1113,14 @@ pub async fn run(
     let readiness = state.readiness.clone();
     let ready = tokio::spawn(async move {
         for s in &ready_stores {
-            if s.wait_until_ready().await.is_err() {
-                return;
+            // Re-poll with a timeout: kube-runtime's ready signal keeps a single waker, and
+            // the controller itself waits on it too, so a lone wait may never be woken.
+            loop {
+                match tokio::time::timeout(Duration::from_millis(200), s.wait_until_ready()).await {
+                    Ok(Ok(())) => break,
+                    Ok(Err(_)) => return,
+                    Err(_) => {}
+                }
             }
         }
         readiness

@@ -767,3 +767,165 @@ async fn unmanaged_secret_is_left_alone_until_marked_managed(client: Client) {
     running.stop().await;
     cl.cleanup().await;
 }
+
+async fn template_data_is_rendered_over_the_items(client: Client) {
+    let cl = Cluster::new(client).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let running = Running::start(&client, cl.config()).await;
+    let ss = with_template(
+        seal(
+            &secret(
+                &ns,
+                "tpl",
+                &[("user", "admin"), ("password", "pw"), ("drop", "x")],
+            ),
+            key(0),
+        ),
+        |t| {
+            t.data = Some(BTreeMap::from([
+                (
+                    "dsn".to_owned(),
+                    Some("postgres://{{ .user }}:{{ .password }}@db".to_owned()),
+                ),
+                ("drop".to_owned(), None),
+            ]));
+        },
+    );
+    create_ss(&client, &ss).await;
+    let s = wait_secret(&client, &ns, "tpl", "rendered", |_| true).await;
+    assert_eq!(
+        data_of(&s),
+        map(&[
+            ("dsn", "postgres://admin:pw@db"),
+            ("password", "pw"),
+            ("user", "admin"),
+        ])
+    );
+    wait_synced(&client, &ns, "tpl", "True", "Unsealed").await;
+    running.stop().await;
+    cl.cleanup().await;
+}
+
+on_both!(template_data_is_rendered_over_the_items);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_api_error_does_not_flip_the_status() {
+    let server = TestApiServer::new();
+    let cl = Cluster::new(server.client()).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let running = Running::start(&client, cl.config()).await;
+    create_ss(&client, &seal(&secret(&ns, "t", &[("a", "1")]), key(0))).await;
+    wait_synced(&client, &ns, "t", "True", "Unsealed").await;
+    let unchanged = running.reconciles("unchanged");
+    server.clear_requests();
+    server.faults().fail(
+        FaultRule::new(500)
+            .method("GET")
+            .path_contains(&format!("/namespaces/{ns}/secrets/t"))
+            .watch(false),
+    );
+    // A metadata change triggers a reconcile, which hits the 500, then retries.
+    Api::<SealedSecret>::namespaced(client.clone(), &ns)
+        .patch(
+            "t",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("retried after the 500", DEADLINE, || async {
+        Ok(
+            (server.faults().pending() == 0 && running.reconciles("unchanged") > unchanged)
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(running.reconciles("failed") >= 1);
+    let status_writes: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+        .collect();
+    assert!(
+        status_writes.is_empty(),
+        "status flipped: {status_writes:?}"
+    );
+    assert!(
+        events(&client, &ns, "t", "ErrUpdateFailed")
+            .await
+            .is_empty()
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_selector_limits_a_cluster_wide_controller() {
+    let server = TestApiServer::new();
+    let cl = Cluster::new(server.client()).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let mut config = cl.config();
+    config.namespaces = kseal_controller::config::Namespaces::All;
+    config.label_selector = Some("team=a".into());
+    let running = Running::start(&client, config).await;
+    let mut mine = seal(&secret(&ns, "mine", &[("a", "1")]), key(0));
+    mine.metadata.labels = Some(map(&[("team", "a")]));
+    let mut theirs = seal(&secret(&ns, "theirs", &[("a", "1")]), key(0));
+    theirs.metadata.labels = Some(map(&[("team", "b")]));
+    create_ss(&client, &theirs).await;
+    create_ss(&client, &mine).await;
+    wait_synced(&client, &ns, "mine", "True", "Unsealed").await;
+    let theirs = Api::<SealedSecret>::namespaced(client.clone(), &ns)
+        .get("theirs")
+        .await
+        .unwrap();
+    assert!(theirs.status.is_none(), "not selected, not touched");
+    assert!(
+        Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt("theirs")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_and_a_new_leader_catches_up() {
+    let server = TestApiServer::new();
+    let cl = Cluster::new(server.client()).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let running = Running::start(&client, cl.config()).await;
+    running
+        .state
+        .leader
+        .store(false, std::sync::atomic::Ordering::Release);
+    eventually("caches synced", DEADLINE, || async {
+        Ok(running
+            .state
+            .readiness
+            .caches_synced
+            .load(std::sync::atomic::Ordering::Acquire)
+            .then_some(()))
+    })
+    .await
+    .unwrap();
+    server.clear_requests();
+    create_ss(&client, &seal(&secret(&ns, "l", &[("a", "1")]), key(0))).await;
+    // Give the follower a chance to (wrongly) act.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let writes: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET" && !r.path.contains("/sealedsecrets"))
+        .collect();
+    assert!(writes.is_empty(), "a follower wrote: {writes:?}");
+    assert_eq!(running.state.metrics.unseal_requests.get(), 0);
+    running
+        .state
+        .leader
+        .store(true, std::sync::atomic::Ordering::Release);
+    wait_secret(&client, &ns, "l", "written once leader", |_| true).await;
+    wait_synced(&client, &ns, "l", "True", "Unsealed").await;
+    running.stop().await;
+}
