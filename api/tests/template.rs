@@ -820,6 +820,11 @@ fn hostile_templates_hit_limits_instead_of_exhausting_resources() {
     );
     let quadratic = "{{ $l := until 100000 }}{{ range $l }}{{ $_ := has -1 $l }}{{ end }}";
     assert!(render(quadratic).unwrap_err().message().contains("steps"));
+    let mut many_vars: String = (0..50_000)
+        .map(|i| format!("{{{{ $v{i} := 1 }}}}"))
+        .collect();
+    many_vars.push_str(&"{{ $.a }}".repeat(50_000));
+    assert!(render(&many_vars).unwrap_err().message().contains("steps"));
     let hoarding = "{{ range 100000 }}{{ $x := repeat 1000 \"x\" }}{{ end }}";
     assert!(
         render(hoarding)

@@ -143,9 +143,9 @@ impl<'a> Exec<'a> {
     fn walk(&mut self, dot: &Value, nodes: &'a [Node]) -> Result<Flow, Fail> {
         for node in nodes {
             match node {
-                Node::Text(t) => {
-                    self.step(0)?;
-                    self.write(t, 0)?;
+                Node::Text(pos, t) => {
+                    self.step(*pos)?;
+                    self.write(t, *pos)?;
                 }
                 Node::Action(pipe) => {
                     self.step(pipe.pos)?;
@@ -268,10 +268,8 @@ impl<'a> Exec<'a> {
 
     fn bind(&mut self, name: &'a str, value: Value, assign: bool, pos: usize) -> Result<(), Fail> {
         if assign {
-            match self.vars.iter_mut().rev().find(|(n, _)| *n == name) {
-                Some(slot) => slot.1 = value,
-                None => return Err(Self::fail(pos, format!("undefined variable \"{name}\""))),
-            }
+            let slot = self.slot(name, pos)?;
+            self.vars[slot].1 = value;
         } else {
             self.vars.push((name, value));
         }
@@ -295,13 +293,20 @@ impl<'a> Exec<'a> {
         Ok(value.unwrap_or(Value::Nil))
     }
 
-    fn var(&self, name: &str, pos: usize) -> Result<Value, Fail> {
-        self.vars
-            .iter()
-            .rev()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.clone())
-            .ok_or_else(|| Self::fail(pos, format!("undefined variable \"{name}\"")))
+    /// Where the innermost variable `name` sits. The scan is paid for from the step
+    /// budget, so a template with very many variables cannot make lookups quadratic.
+    fn slot(&mut self, name: &str, pos: usize) -> Result<usize, Fail> {
+        let found = self.vars.iter().rposition(|(n, _)| *n == name);
+        let distance = found.map_or(self.vars.len(), |i| self.vars.len() - i);
+        self.ctx
+            .step_n(u64::try_from(distance / 16).unwrap_or(u64::MAX))
+            .map_err(|m| Self::fail(pos, m))?;
+        found.ok_or_else(|| Self::fail(pos, format!("undefined variable \"{name}\"")))
+    }
+
+    fn var(&mut self, name: &str, pos: usize) -> Result<Value, Fail> {
+        let slot = self.slot(name, pos)?;
+        Ok(self.vars[slot].1.clone())
     }
 
     fn command(&mut self, dot: &Value, cmd: &'a Cmd, last: Option<Value>) -> Result<Value, Fail> {

@@ -1,13 +1,16 @@
 //! The parser: tokens to a tree, with Go's checks (defined variables and functions,
 //! `{{break}}` only inside `{{range}}`, executable pipeline stages) and a nesting limit.
 
+use std::collections::HashMap;
+
 use super::funcs::{self, FuncDef};
 use super::lex::{Kw, Tok, Token};
 use super::value::Value;
 use super::{Fail, MAX_DEPTH};
 
 pub(crate) enum Node {
-    Text(Vec<u8>),
+    /// Literal text and where it starts.
+    Text(usize, Vec<u8>),
     Action(Pipe),
     /// `if` (or `with`, which also moves dot).
     If {
@@ -73,11 +76,55 @@ pub(crate) enum Arg {
     Chain(Box<Arg>, Vec<String>),
 }
 
+/// The variables in scope: a stack (truncated when a control structure ends) plus a
+/// count per name, so that lookups stay O(1) however many variables a template declares.
+struct Vars {
+    stack: Vec<String>,
+    counts: HashMap<String, usize>,
+}
+
+impl Vars {
+    fn new() -> Self {
+        let mut vars = Vars {
+            stack: Vec::new(),
+            counts: HashMap::new(),
+        };
+        vars.push("$");
+        vars
+    }
+
+    fn push(&mut self, name: &str) {
+        self.stack.push(name.to_owned());
+        *self.counts.entry(name.to_owned()).or_insert(0) += 1;
+    }
+
+    fn len(&self) -> usize {
+        self.stack.len()
+    }
+
+    fn truncate(&mut self, len: usize) {
+        while self.stack.len() > len {
+            if let Some(name) = self.stack.pop()
+                && let Some(n) = self.counts.get_mut(&name)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    self.counts.remove(&name);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.counts.contains_key(name)
+    }
+}
+
 struct Parser<'t> {
     toks: &'t [Token],
     i: usize,
     end_pos: usize,
-    vars: Vec<String>,
+    vars: Vars,
     depth: usize,
     range_depth: usize,
 }
@@ -96,7 +143,7 @@ pub(crate) fn parse(toks: &[Token], src_len: usize) -> Result<Vec<Node>, Fail> {
         toks,
         i: 0,
         end_pos: src_len,
-        vars: vec!["$".to_owned()],
+        vars: Vars::new(),
         depth: 0,
         range_depth: 0,
     };
@@ -152,7 +199,7 @@ impl<'t> Parser<'t> {
         while let Some(t) = self.next() {
             let pos = t.pos;
             match &t.tok {
-                Tok::Text(s) => nodes.push(Node::Text(s.clone())),
+                Tok::Text(s) => nodes.push(Node::Text(pos, s.clone())),
                 Tok::Open => match self.action(pos)? {
                     Ok(node) => nodes.push(node),
                     Err(term) => return Ok((nodes, Some((pos, term)))),
@@ -359,7 +406,9 @@ impl<'t> Parser<'t> {
             }
         }
         if !assign {
-            self.vars.extend(decl.iter().cloned());
+            for v in &decl {
+                self.vars.push(v);
+            }
         }
         Ok(Pipe {
             pos,
