@@ -343,6 +343,16 @@ async fn wrong_key_fails_with_a_warning_and_recovers_when_the_key_is_added(clien
     assert!(secrets.get_opt("late").await.unwrap().is_none());
     let failure_ops = running.rsa_operations();
     assert!(failure_ops >= 1);
+    let errors = running
+        .state
+        .metrics
+        .unseal_errors
+        .get_or_create(&kseal_controller::metrics::ErrorLabels {
+            reason: "unseal".into(),
+            namespace: ns.clone(),
+        })
+        .get();
+    assert!(errors >= 1, "unseal_errors_total{{reason=unseal}}");
 
     // Hot reload: the key arrives without a restart; the failed object recovers at once.
     put_key(
@@ -467,11 +477,9 @@ async fn edited_secret_data_is_reverted(client: Client) {
     let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     let running = Running::start(&client, cl.config()).await;
-    create_ss(
-        &client,
-        &seal(&secret(&ns, "drift", &[("a", "1"), ("b", "2")]), key(0)),
-    )
-    .await;
+    let mut plain = secret(&ns, "drift", &[("a", "1"), ("b", "2")]);
+    plain.metadata.labels = Some(map(&[("tier", "db")]));
+    create_ss(&client, &seal(&plain, key(0))).await;
     wait_synced(&client, &ns, "drift", "True", "Unsealed").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let ops = running.rsa_operations();
@@ -489,6 +497,20 @@ async fn edited_secret_data_is_reverted(client: Client) {
     .await;
     // Hints: the re-unseal takes one RSA operation per item.
     assert_eq!(running.rsa_operations() - ops, 2);
+
+    // Metadata drift (a template label removed) is reverted too.
+    secrets
+        .patch(
+            "drift",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": null}}})),
+        )
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "drift", "label restored", |s| {
+        s.labels().get("tier").map(String::as_str) == Some("db")
+    })
+    .await;
     running.stop().await;
     cl.cleanup().await;
 }
@@ -927,5 +949,57 @@ async fn only_the_leader_writes_and_a_new_leader_catches_up() {
         .store(true, std::sync::atomic::Ordering::Release);
     wait_secret(&client, &ns, "l", "written once leader", |_| true).await;
     wait_synced(&client, &ns, "l", "True", "Unsealed").await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_status_updates_or_secret_watch_the_secret_is_still_written() {
+    let server = TestApiServer::new();
+    let cl = Cluster::new(server.client()).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let mut config = cl.config();
+    config.update_status = false;
+    config.skip_recreate = true;
+    config.drift_correction = false;
+    let running = Running::start(&client, config).await;
+    create_ss(&client, &seal(&secret(&ns, "quiet", &[("a", "1")]), key(0))).await;
+    wait_secret(&client, &ns, "quiet", "written", |s| {
+        data_of(s) == map(&[("a", "1")])
+    })
+    .await;
+    eventually("counted", DEADLINE, || async {
+        Ok((running.reconciles("created") == 1).then_some(()))
+    })
+    .await
+    .unwrap();
+    let ss = Api::<SealedSecret>::namespaced(client.clone(), &ns)
+        .get("quiet")
+        .await
+        .unwrap();
+    assert!(
+        ss.status.is_none(),
+        "--update-status=false writes no status"
+    );
+    let secret_watches: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_watch() && r.path == format!("/api/v1/namespaces/{ns}/secrets"))
+        .collect();
+    assert!(
+        secret_watches.is_empty(),
+        "--skip-recreate watches no Secrets"
+    );
+    let gauge = running
+        .state
+        .metrics
+        .condition_info
+        .get_or_create(&kseal_controller::metrics::ConditionLabels {
+            namespace: ns.clone(),
+            name: "quiet".into(),
+            condition: "Synced".into(),
+            ss_app_kubernetes_io_instance: String::new(),
+        })
+        .get();
+    assert_eq!(gauge, 1);
     running.stop().await;
 }
