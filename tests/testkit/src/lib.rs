@@ -23,10 +23,13 @@
 //!   and map types come from the same fixed table (custom resources: lists are atomic) instead
 //!   of OpenAPI schemas, and `fieldsV1` of non-apply updates records the changed fields only;
 //! - garbage collection runs synchronously when an owner is removed (a real server does it
-//!   asynchronously, so tests must poll); Foreground propagation is treated as Background;
-//!   dependents whose owners never existed are not collected;
+//!   asynchronously, so tests must poll); Orphan and Foreground deletion set the `orphan` /
+//!   `foregroundDeletion` finalizer and deletionTimestamp like the apiserver, then do the
+//!   collector's work and remove the finalizer at once (`blockOwnerDeletion` is not
+//!   considered); dependents whose owners never existed are not collected;
 //! - deleting a namespace deletes its contents at once and the namespace when it is empty
-//!   (objects with finalizers keep it Terminating); `spec.finalizers` is not used;
+//!   (objects with finalizers keep it Terminating); `spec.finalizers` is not used; deleting a
+//!   CRD removes its objects and the resource at once (no Terminating phase);
 //! - lists ignore `resourceVersion`/`resourceVersionMatch` and always serve the latest state;
 //!   `continue` tokens never expire;
 //! - events.k8s.io/v1 Events are stored as core/v1 Events with a field-renaming conversion;

@@ -725,7 +725,8 @@ pub async fn garbage_collection(client: Client) -> anyhow::Result<()> {
         secrets
             .create(&pp, &secret("orph", vec![owner_ref(&owner3)])?)
             .await?;
-        cms.delete("owner", &DeleteParams::background()).await?;
+        let res = cms.delete("owner", &DeleteParams::background()).await?;
+        ensure!(res.is_right(), "background deletion returns a Status");
         eventually("dep1 collected", DEADLINE, || async {
             Ok(secrets.get_opt("dep1").await?.is_none().then_some(()))
         })
@@ -742,7 +743,17 @@ pub async fn garbage_collection(client: Client) -> anyhow::Result<()> {
             },
         )
         .await?;
-        cms.delete("owner3", &DeleteParams::orphan()).await?;
+        let o = cms
+            .delete("owner3", &DeleteParams::orphan())
+            .await?
+            .left()
+            .context("orphan deletion returns the object")?;
+        ensure!(
+            o.metadata.deletion_timestamp.is_some()
+                && o.finalizers().contains(&"orphan".to_owned()),
+            "orphan finalizer: {:?}",
+            o.finalizers()
+        );
         eventually("owner3 gone", DEADLINE, || async {
             Ok(cms.get_opt("owner3").await?.is_none().then_some(()))
         })
@@ -766,7 +777,17 @@ pub async fn garbage_collection(client: Client) -> anyhow::Result<()> {
             propagation_policy: Some(PropagationPolicy::Foreground),
             ..Default::default()
         };
-        cms.delete("owner4", &dp).await?;
+        let o = cms
+            .delete("owner4", &dp)
+            .await?
+            .left()
+            .context("foreground deletion returns the object")?;
+        ensure!(
+            o.metadata.deletion_timestamp.is_some()
+                && o.finalizers().contains(&"foregroundDeletion".to_owned()),
+            "foregroundDeletion finalizer: {:?}",
+            o.finalizers()
+        );
         eventually("foreground deletion", DEADLINE, || async {
             Ok(
                 (secrets.get_opt("dep4").await?.is_none()

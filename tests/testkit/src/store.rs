@@ -1210,32 +1210,39 @@ impl State {
         self.remove(tk, key);
     }
 
-    /// Background garbage collection after the object with `uid` is gone.
+    /// Objects with an ownerReference to `uid`.
+    fn dependents_of(&self, uid: &str) -> Vec<(TypeKey, ObjName)> {
+        let mut out = Vec::new();
+        for (tk, m) in &self.objects {
+            for (k, o) in m {
+                let refs = meta(o)["ownerReferences"].as_array();
+                if refs.is_some_and(|r| r.iter().any(|o| str_of(o, "uid") == Some(uid))) {
+                    out.push((tk.clone(), k.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    fn owner_refs(&self, tk: &TypeKey, k: &ObjName) -> Vec<Value> {
+        self.objects
+            .get(tk)
+            .and_then(|m| m.get(k))
+            .and_then(|o| meta(o)["ownerReferences"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// Garbage collection for owner `uid`, which is gone or being deleted: dependents without
+    /// another live owner are deleted (background), the others lose their dangling references.
     fn collect_garbage(&mut self, uid: &str) {
         if uid.is_empty() {
             return;
         }
-        let mut dependents: Vec<(TypeKey, ObjName)> = Vec::new();
-        for (tk, m) in &self.objects {
-            for (k, s) in m {
-                let refs = meta(s)["ownerReferences"].as_array();
-                if refs.is_some_and(|r| r.iter().any(|o| str_of(o, "uid") == Some(uid))) {
-                    dependents.push((tk.clone(), k.clone()));
-                }
-            }
-        }
-        for (tk, k) in dependents {
-            let Some(obj) = self.objects.get(&tk).and_then(|m| m.get(&k)).cloned() else {
-                continue;
-            };
-            let refs = meta(&obj)["ownerReferences"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let live: Vec<Value> = refs
-                .iter()
-                .filter(|o| str_of(o, "uid").is_some_and(|u| self.uids.contains_key(u)))
-                .cloned()
+        for (tk, k) in self.dependents_of(uid) {
+            let live: Vec<Value> = self
+                .owner_refs(&tk, &k)
+                .into_iter()
+                .filter(|o| str_of(o, "uid").is_some_and(|u| u != uid && self.uids.contains_key(u)))
                 .collect();
             if live.is_empty() {
                 let _ = self.delete_key(&tk, &k, &DeleteOpts::default());
@@ -1243,6 +1250,36 @@ impl State {
                 self.set_owner_refs(&tk, &k, live);
             }
         }
+    }
+
+    /// Orphan propagation: dependents of `uid` lose their reference to it.
+    fn orphan_dependents(&mut self, uid: &str) {
+        for (tk, k) in self.dependents_of(uid) {
+            let rest = self
+                .owner_refs(&tk, &k)
+                .into_iter()
+                .filter(|o| str_of(o, "uid") != Some(uid))
+                .collect();
+            self.set_owner_refs(&tk, &k, rest);
+        }
+    }
+
+    /// Removes one finalizer; the object goes when it was the last one of a deleted object.
+    fn remove_finalizer(&mut self, tk: &TypeKey, key: &ObjName, finalizer: &str) {
+        let Some(old) = self.objects.get(tk).and_then(|m| m.get(key)).cloned() else {
+            return;
+        };
+        let rest: Vec<String> = finalizers(&old)
+            .into_iter()
+            .filter(|f| f != finalizer)
+            .collect();
+        if rest.is_empty() && meta(&old).get("deletionTimestamp").is_some() {
+            self.force_remove(tk, key);
+            return;
+        }
+        let mut new = old.clone();
+        meta_mut(&mut new).insert("finalizers".into(), json!(rest));
+        self.store_modified(tk, key, old, new);
     }
 
     fn set_owner_refs(&mut self, tk: &TypeKey, k: &ObjName, refs: Vec<Value>) {
@@ -1356,44 +1393,46 @@ impl State {
             return Ok(None);
         };
         let uid = str_of(meta(&old), "uid").unwrap_or_default().to_owned();
-        if opts.propagation.as_deref() == Some("Orphan") {
-            let mut deps: Vec<(TypeKey, ObjName, Vec<Value>)> = Vec::new();
-            for (dtk, m) in &self.objects {
-                for (k, s) in m {
-                    if let Some(refs) = meta(s)["ownerReferences"].as_array()
-                        && refs.iter().any(|o| str_of(o, "uid") == Some(&uid))
-                    {
-                        let rest = refs
-                            .iter()
-                            .filter(|o| str_of(o, "uid") != Some(&uid))
-                            .cloned()
-                            .collect();
-                        deps.push((dtk.clone(), k.clone(), rest));
-                    }
-                }
-            }
-            for (dtk, k, rest) in deps {
-                self.set_owner_refs(&dtk, &k, rest);
-            }
+        if meta(&old).get("deletionTimestamp").is_some() {
+            return Ok(Some(old));
         }
+        // Orphan and Foreground deletion work through finalizers, as on the apiserver; the
+        // garbage collector's part is done at once.
+        let policy_finalizer = match opts.propagation.as_deref() {
+            Some("Orphan") => Some("orphan"),
+            Some("Foreground") => Some("foregroundDeletion"),
+            _ => None,
+        };
         let is_ns = tk.0.is_empty() && tk.1 == "namespaces";
-        if !finalizers(&old).is_empty() || is_ns {
-            if meta(&old).get("deletionTimestamp").is_some() {
-                return Ok(Some(old));
-            }
+        if policy_finalizer.is_some() || !finalizers(&old).is_empty() || is_ns {
             let mut new = old.clone();
             let m = meta_mut(&mut new);
             m.insert("deletionTimestamp".into(), now().into());
             m.insert("deletionGracePeriodSeconds".into(), 0.into());
+            if let Some(f) = policy_finalizer {
+                let mut fs = finalizers(&old);
+                if !fs.iter().any(|x| x == f) {
+                    fs.push(f.to_owned());
+                }
+                m.insert("finalizers".into(), json!(fs));
+            }
             if is_ns {
                 new["status"]["phase"] = "Terminating".into();
             }
-            let new = self.store_modified(tk, key, old, new);
+            let marked = self.store_modified(tk, key, old, new);
             if is_ns {
                 self.delete_namespace_contents(&key.1);
                 self.finish_namespace(&key.1);
             }
-            return Ok(Some(new));
+            if let Some(f) = policy_finalizer {
+                if f == "orphan" {
+                    self.orphan_dependents(&uid);
+                } else {
+                    self.collect_garbage(&uid);
+                }
+                self.remove_finalizer(tk, key, f);
+            }
+            return Ok(Some(marked));
         }
         self.force_remove(tk, key);
         Ok(None)
