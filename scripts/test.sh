@@ -43,5 +43,8 @@ if [[ "${KSEAL_SKIP_REFAPI:-}" != 1 && -f tests/refapi/build.sh ]]; then
   export KSEAL_REFAPI_KUBECONFIG KSEAL_REFAPI_KUBECTL
 fi
 
+log "deploy manifests"
+bash deploy/check.sh
+
 log "cargo test"
 cargo test --workspace --all-features --locked

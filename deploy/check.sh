@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# Checks the manifests in deploy/ with real tools, against the reference kube-apiserver
+# (tests/refapi, Kubernetes 1.20.2 with RBAC on):
+#
+#   1. the CRD copy in deploy/kustomize/core is identical to the generated deploy/crd.yaml;
+#   2. every kustomization under deploy/kustomize renders with `kubectl kustomize` (kubectl
+#      1.20's kustomize v2.0.3), alone and combined with the optional components, and the
+#      examples parse;
+#   3. server-side dry runs (`kubectl apply --server-side --dry-run=server`) of every
+#      rendering and of the sample SealedSecret, after creating the CRD for real; the
+#      ServiceMonitor is rendered only (its CRD comes with prometheus-operator);
+#   4. the base is applied for real, then RBAC is checked by impersonating the controller's
+#      service account: `kubectl auth can-i` for every verb the controller uses (yes) and for
+#      things it must not do (no), plus a few real requests; the same for the
+#      single-namespace overlay and the cert-proxy component.
+#
+# Usage (the test suite, scripts/test.sh, runs it after starting the reference apiserver):
+#
+#   eval "$(bash tests/refapi/start.sh)"
+#   bash deploy/check.sh
+#   bash tests/refapi/stop.sh "$KSEAL_REFAPI_STATE"
+#
+# Reads KSEAL_REFAPI_KUBECTL and KSEAL_REFAPI_KUBECONFIG. Without them it fails under
+# CI=true and otherwise says how to start the reference apiserver and exits 0.
+# Only for a throwaway apiserver: it creates and deletes kseal-system, kseal-unsealer and the
+# namespace of the sample SealedSecret.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+log() { printf 'deploy/check: %s\n' "$*" >&2; }
+fail() {
+  printf 'deploy/check: FAIL: %s\n' "$*" >&2
+  exit 1
+}
+
+# --- 1. the CRD copy ---------------------------------------------------------------------
+# Kustomize only reads files inside a kustomization's directory, so the core kustomization
+# carries a copy of the generated CRD.
+if ! cmp -s deploy/crd.yaml deploy/kustomize/core/crd.yaml; then
+  fail "deploy/kustomize/core/crd.yaml differs from the generated deploy/crd.yaml; run: cp deploy/crd.yaml deploy/kustomize/core/crd.yaml"
+fi
+log "ok: deploy/kustomize/core/crd.yaml is a copy of deploy/crd.yaml"
+
+# --- tools -------------------------------------------------------------------------------
+if [[ -z "${KSEAL_REFAPI_KUBECTL:-}" || -z "${KSEAL_REFAPI_KUBECONFIG:-}" ]]; then
+  cat >&2 <<'EOF'
+deploy/check: KSEAL_REFAPI_KUBECTL and KSEAL_REFAPI_KUBECONFIG are not set. Start the
+reference apiserver first:
+  bash tests/refapi/build.sh             # cached after the first build
+  eval "$(bash tests/refapi/start.sh)"
+  bash deploy/check.sh
+  bash tests/refapi/stop.sh "$KSEAL_REFAPI_STATE"
+EOF
+  if [[ "${CI:-}" == true ]]; then
+    fail "the reference apiserver is required under CI=true"
+  fi
+  log "SKIPPED (no reference apiserver)"
+  exit 0
+fi
+[[ -x "$KSEAL_REFAPI_KUBECTL" ]] || fail "KSEAL_REFAPI_KUBECTL=$KSEAL_REFAPI_KUBECTL is not executable"
+[[ -r "$KSEAL_REFAPI_KUBECONFIG" ]] || fail "KSEAL_REFAPI_KUBECONFIG=$KSEAL_REFAPI_KUBECONFIG is not readable"
+
+k() { "$KSEAL_REFAPI_KUBECTL" --kubeconfig "$KSEAL_REFAPI_KUBECONFIG" "$@"; }
+k get --raw /readyz >/dev/null || fail "the apiserver in $KSEAL_REFAPI_KUBECONFIG is not ready"
+
+NS=kseal-system
+SA=system:serviceaccount:$NS:kseal-controller
+FM=kseal-deploy-check
+SAMPLE=deploy/examples/sealedsecret.yaml
+APP_NS=$(awk '/^  namespace:/ {print $2; exit}' "$SAMPLE")
+[[ -n "$APP_NS" ]] || fail "$SAMPLE has no metadata.namespace"
+
+work=$(mktemp -d)
+combined=""
+cleanup() {
+  rm -rf "$work"
+  if [[ -n "$combined" ]]; then rm -rf "$combined"; fi
+  # The CRD stays: it is the generated one, which the test suite applies as well.
+  k delete clusterrolebinding,clusterrole kseal-unsealer --ignore-not-found >/dev/null 2>&1 || true
+  k delete namespace "$NS" "$APP_NS" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# --- 2. render -----------------------------------------------------------------------------
+# name -> rendered file; "dry" lists the renderings that get a server-side dry run.
+declare -A rendered=()
+dry=()
+render() { # render NAME DIR
+  local out="$work/$1.yaml"
+  k kustomize "$2" >"$out" 2>"$work/$1.err" || fail "kubectl kustomize $2: $(cat "$work/$1.err")"
+  # kustomize v2.0.3 turns a `$patch: delete` into an empty document instead of removing it.
+  if grep -qx '{}' "$out"; then fail "kubectl kustomize $2 produced an empty document"; fi
+  rendered[$1]=$out
+}
+
+mapfile -t dirs < <(find deploy/kustomize -name kustomization.yaml -printf '%h\n' | sort)
+for dir in "${dirs[@]}"; do
+  name=${dir#deploy/kustomize/}
+  name=${name//\//-}
+  render "$name" "$dir"
+  [[ "$name" == *prometheus* || "$name" == core ]] || dry+=("$name")
+done
+for want in base core overlays-single-namespace components-cert-proxy components-prometheus; do
+  [[ -n "${rendered[$want]:-}" ]] || fail "no kustomization rendered as $want"
+done
+# The optional components next to the base, as a user's overlay lists them.
+combined=$(mktemp -d deploy/kustomize/.check-XXXXXX)
+cat >"$combined/kustomization.yaml" <<'EOF'
+bases:
+- ../base
+- ../components/cert-proxy
+- ../components/prometheus
+EOF
+render combined "$combined"
+log "ok: rendered ${#rendered[@]} kustomizations with kubectl $(k version --client --short 2>/dev/null | awk '{print $3}')"
+
+kinds() { awk '/^kind:/ {print $2}' "$1" | sort | tr '\n' ' '; }
+expect_kinds() { # expect_kinds NAME "KIND KIND ..."
+  local got
+  got=$(kinds "${rendered[$1]}")
+  [[ "$got" == "$2 " ]] || fail "$1 renders kinds [$got], expected [$2]"
+}
+expect_kinds base "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment Namespace PodDisruptionBudget Role RoleBinding Service Service ServiceAccount"
+expect_kinds overlays-single-namespace "CustomResourceDefinition Deployment Namespace PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
+expect_kinds components-cert-proxy "Role RoleBinding"
+expect_kinds components-prometheus "ServiceMonitor"
+grep -q 'image: ghcr.io/kseal-dev/kseal-controller:[0-9A-Za-z]' "${rendered[base]}" ||
+  fail "the base does not pin a tag of ghcr.io/kseal-dev/kseal-controller"
+grep -q -- '- --all-namespaces=false' "${rendered[overlays-single-namespace]}" ||
+  fail "the single-namespace overlay does not pass --all-namespaces=false"
+if grep -q -- '--all-namespaces' "${rendered[base]}"; then fail "the base must watch all namespaces"; fi
+
+# The examples: kustomize parses any kind and insists on apiVersion, kind and metadata.name.
+mkdir "$work/examples"
+mapfile -t examples < <(find deploy/examples -name '*.yaml' | sort)
+((${#examples[@]} >= 3)) || fail "expected the Flux, Argo CD and SealedSecret examples in deploy/examples"
+{
+  echo "resources:"
+  for f in "${examples[@]}"; do
+    flat=${f#deploy/examples/}
+    flat=${flat//\//-}
+    cp "$f" "$work/examples/$flat"
+    echo "- $flat"
+  done
+} >"$work/examples/kustomization.yaml"
+k kustomize "$work/examples" >"$work/examples.yaml" 2>"$work/examples.err" ||
+  fail "deploy/examples do not parse: $(cat "$work/examples.err")"
+expect_kinds_file() { local got; got=$(kinds "$1"); [[ "$got" == "$2 " ]] || fail "$1: kinds [$got], expected [$2]"; }
+expect_kinds_file "$work/examples.yaml" "Application GitRepository Kustomization SealedSecret"
+log "ok: ${#examples[@]} example files parse (Flux GitRepository + Kustomization, Argo CD Application, SealedSecret)"
+
+# --- 3. server-side dry runs ---------------------------------------------------------------
+if [[ "$(k get namespace "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)" == Terminating ]]; then
+  log "waiting for a previous run's namespace $NS to go away"
+  k wait --for=delete "namespace/$NS" --timeout=120s >/dev/null
+fi
+k apply --server-side --force-conflicts --field-manager="$FM" -f deploy/crd.yaml >/dev/null
+k wait --for=condition=Established crd/sealedsecrets.bitnami.com --timeout=60s >/dev/null
+
+# The manifests target current Kubernetes; the reference apiserver is 1.20, which serves
+# PodDisruptionBudget only as policy/v1beta1 (same fields) and has no
+# unhealthyPodEvictionPolicy (1.26+). Only for such a server, and only those two things.
+if ! k api-versions | grep -qx policy/v1; then
+  log "note: the server has no policy/v1: the PodDisruptionBudget is checked as policy/v1beta1 without unhealthyPodEvictionPolicy"
+  for name in "${!rendered[@]}"; do
+    sed -i -e 's#^apiVersion: policy/v1$#apiVersion: policy/v1beta1#' \
+      -e '/^  unhealthyPodEvictionPolicy: /d' "${rendered[$name]}"
+  done
+fi
+
+# The base for real: the namespace must exist for the dry runs of namespaced objects, and
+# the RBAC checks below need the bindings.
+k apply --server-side --force-conflicts --field-manager="$FM" -f "${rendered[base]}" >"$work/apply.out" 2>&1 ||
+  fail "applying the base: $(cat "$work/apply.out")"
+log "ok: applied the base for real ($(wc -l <"$work/apply.out") objects)"
+
+dry_run() { # dry_run FILE
+  k apply --server-side --force-conflicts --field-manager="$FM" --dry-run=server -f "$1" >"$work/dry.out" 2>&1 ||
+    fail "server-side dry run of $1: $(cat "$work/dry.out")"
+}
+for name in "${dry[@]}"; do
+  dry_run "${rendered[$name]}"
+  log "ok: server-side dry run of $name ($(wc -l <"$work/dry.out") objects)"
+done
+# The combined overlay without the ServiceMonitor (no prometheus-operator CRD here).
+awk 'BEGIN {RS="\n---\n"; ORS="\n---\n"} !/\nkind: ServiceMonitor\n/' "${rendered[combined]}" >"$work/combined-no-sm.yaml"
+dry_run "$work/combined-no-sm.yaml"
+log "ok: server-side dry run of base + cert-proxy ($(wc -l <"$work/dry.out") objects; the ServiceMonitor is rendered only)"
+k create namespace "$APP_NS" --dry-run=client -o yaml | k apply --server-side --field-manager="$FM" -f - >/dev/null
+dry_run "$SAMPLE"
+log "ok: server-side dry run of the sample SealedSecret against the CRD"
+
+# The Deployment as the server stored it.
+jp() { k -n "$NS" get deployment kseal-controller -o "jsonpath=$1"; }
+expect_jp() { # expect_jp JSONPATH WANT
+  local got
+  got=$(jp "$1")
+  [[ "$got" == "$2" ]] || fail "deployment $1 is '$got', expected '$2'"
+}
+expect_jp '{.spec.replicas}' 2
+expect_jp '{.spec.template.spec.serviceAccountName}' kseal-controller
+expect_jp '{.spec.template.spec.automountServiceAccountToken}' true
+expect_jp '{.spec.template.spec.securityContext.runAsNonRoot}' true
+expect_jp '{.spec.template.spec.securityContext.seccompProfile.type}' RuntimeDefault
+expect_jp '{.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem}' true
+expect_jp '{.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation}' false
+expect_jp '{.spec.template.spec.containers[0].securityContext.capabilities.drop}' '["ALL"]'
+expect_jp '{.spec.template.spec.containers[0].livenessProbe.httpGet.path}' /healthz
+expect_jp '{.spec.template.spec.containers[0].readinessProbe.httpGet.path}' /readyz
+expect_jp '{.spec.template.spec.containers[0].ports[*].containerPort}' '8080 8081'
+expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAMESPACE")].valueFrom.fieldRef.fieldPath}' metadata.namespace
+expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAME")].valueFrom.fieldRef.fieldPath}' metadata.name
+[[ "$(k -n "$NS" get serviceaccount kseal-controller -o 'jsonpath={.automountServiceAccountToken}')" == false ]] ||
+  fail "the service account should not automount its token"
+[[ "$(k -n "$NS" get service kseal-controller -o 'jsonpath={.spec.ports[*].name}:{.spec.ports[*].port}')" == http:8080 ]] ||
+  fail "Service kseal-controller must have exactly one port, http 8080"
+log "ok: the stored Deployment, ServiceAccount and Service have the expected settings"
+
+# --- 4. RBAC by impersonation ------------------------------------------------------------
+checks=0
+can() { # can yes|no VERB RESOURCE [ARGS...] as the controller's service account
+  local want=$1 got
+  shift
+  got=$(k auth can-i "$@" --as="$SA" 2>/dev/null || true)
+  [[ "$got" == "$want" ]] || fail "kubectl auth can-i $* --as=$SA: '$got', expected '$want'"
+  checks=$((checks + 1))
+}
+user_can() { # user_can yes|no VERB RESOURCE [ARGS...] as any authenticated user
+  local want=$1 got
+  shift
+  got=$(k auth can-i "$@" --as=kseal-check-user --as-group=system:authenticated 2>/dev/null || true)
+  [[ "$got" == "$want" ]] || fail "kubectl auth can-i $* as an authenticated user: '$got', expected '$want'"
+  checks=$((checks + 1))
+}
+
+# Cluster-wide unsealing (base).
+for verb in get list watch; do can yes "$verb" sealedsecrets.bitnami.com -n "$APP_NS"; done
+for verb in list watch; do can yes "$verb" sealedsecrets.bitnami.com --all-namespaces; done
+for verb in get patch; do can yes "$verb" sealedsecrets.bitnami.com --subresource=status -n "$APP_NS"; done
+for verb in get list watch create update; do can yes "$verb" secrets -n "$APP_NS"; done
+for verb in list watch; do can yes "$verb" secrets --all-namespaces; done
+for verb in create patch; do can yes "$verb" events.events.k8s.io -n "$APP_NS"; done
+# Its own namespace: key Secrets and the leader-election Lease.
+for verb in get list watch create; do can yes "$verb" secrets -n "$NS"; done
+for verb in create patch; do can yes "$verb" events.events.k8s.io -n "$NS"; done
+can yes create leases.coordination.k8s.io -n "$NS"
+for verb in get update; do can yes "$verb" leases.coordination.k8s.io/kseal-controller -n "$NS"; done
+# What it does not use, and must not have.
+for verb in patch delete deletecollection; do can no "$verb" secrets -n "$APP_NS"; done
+can no delete secrets -n "$NS"
+for verb in create update patch delete; do can no "$verb" sealedsecrets.bitnami.com -n "$APP_NS"; done
+can no update sealedsecrets.bitnami.com --subresource=status -n "$APP_NS"
+can no create events -n "$APP_NS" # core/v1 Events: the controller writes events.k8s.io only
+for verb in get list; do can no "$verb" namespaces; done
+for verb in list watch delete patch; do can no "$verb" leases.coordination.k8s.io -n "$NS"; done
+for verb in get update; do can no "$verb" leases.coordination.k8s.io/someone-else -n "$NS"; done
+can no create leases.coordination.k8s.io -n "$APP_NS"
+can no get pods -n "$NS"
+can no create pods --subresource=exec -n "$NS"
+can no create pods -n "$APP_NS"
+can no create serviceaccounts --subresource=token -n "$NS"
+can no update deployments.apps/kseal-controller -n "$NS"
+for verb in escalate bind create; do can no "$verb" clusterroles.rbac.authorization.k8s.io; done
+can no create clusterrolebindings.rbac.authorization.k8s.io
+can no create rolebindings.rbac.authorization.k8s.io -n "$NS"
+can no update roles.rbac.authorization.k8s.io/kseal-controller -n "$NS"
+can no impersonate users
+can no impersonate serviceaccounts -n "$NS"
+can no list nodes
+can no create customresourcedefinitions.apiextensions.k8s.io
+can no '*' '*' --all-namespaces
+# The optional proxy access is not part of the base.
+user_can no get services/http:kseal-controller:http --subresource=proxy -n "$NS"
+
+# A few real requests as the service account.
+as_sa() { k --as="$SA" "$@"; }
+as_sa get secrets --all-namespaces -o name >/dev/null || fail "the controller cannot list Secrets cluster-wide"
+as_sa -n "$APP_NS" create secret generic kseal-check --from-literal=k=v >/dev/null || fail "the controller cannot create a Secret"
+as_sa -n "$APP_NS" get secret kseal-check -o json >"$work/secret.json"
+as_sa -n "$APP_NS" replace -f "$work/secret.json" >/dev/null || fail "the controller cannot update (replace) a Secret"
+if as_sa -n "$APP_NS" delete secret kseal-check >"$work/del.out" 2>&1; then fail "the controller could delete a Secret"; fi
+grep -q Forbidden "$work/del.out" || fail "deleting a Secret as the controller: expected Forbidden, got: $(cat "$work/del.out")"
+k -n "$APP_NS" delete secret kseal-check >/dev/null
+cat >"$work/lease.yaml" <<EOF
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: kseal-controller, namespace: $NS}
+spec: {holderIdentity: kseal-check, leaseDurationSeconds: 15}
+EOF
+as_sa create -f "$work/lease.yaml" >/dev/null || fail "the controller cannot create its Lease"
+as_sa -n "$NS" get lease kseal-controller -o json >"$work/lease.json" || fail "the controller cannot read its Lease"
+as_sa -n "$NS" replace -f "$work/lease.json" >/dev/null || fail "the controller cannot update its Lease"
+if as_sa -n "$NS" delete lease kseal-controller >/dev/null 2>&1; then fail "the controller could delete its Lease"; fi
+log "ok: base RBAC: $checks can-i checks and real requests as $SA"
+
+# cert-proxy: every authenticated user may GET the certificate through the service proxy.
+k apply --server-side --force-conflicts --field-manager="$FM" -f "${rendered[components-cert-proxy]}" >/dev/null
+checks=0
+user_can yes get services/kseal-controller -n "$NS"
+for name in kseal-controller kseal-controller:http http:kseal-controller http:kseal-controller: http:kseal-controller:http; do
+  user_can yes get "services/$name" --subresource=proxy -n "$NS"
+done
+user_can no create services/http:kseal-controller:http --subresource=proxy -n "$NS"
+user_can no get services/kseal-controller-metrics --subresource=proxy -n "$NS"
+user_can no get services/http:kseal-controller-metrics:metrics --subresource=proxy -n "$NS"
+user_can no list services -n "$NS"
+user_can no get secrets -n "$NS"
+# Through the real proxy: authorized, then nothing to reach (no endpoints controller or
+# kubelet here: the apiserver answers NotFound or ServiceUnavailable, never Forbidden).
+if k --as=kseal-check-user --as-group=system:authenticated get --raw \
+  "/api/v1/namespaces/$NS/services/http:kseal-controller:http/proxy/v1/cert.pem" >"$work/proxy.out" 2>&1; then
+  fail "the service proxy answered without a running controller: $(cat "$work/proxy.out")"
+fi
+if grep -qi forbidden "$work/proxy.out"; then fail "the service proxy GET was forbidden: $(cat "$work/proxy.out")"; fi
+log "ok: cert-proxy: $checks can-i checks; a real proxied GET passes authorization (the apiserver answers: $(tr -d '\n' <"$work/proxy.out" | cut -c1-80))"
+k delete -f "${rendered[components-cert-proxy]}" >/dev/null
+
+# single-namespace: swap the cluster-wide RBAC for the overlay's Role.
+k delete clusterrolebinding,clusterrole kseal-unsealer >/dev/null
+k apply --server-side --force-conflicts --field-manager="$FM" -f "${rendered[overlays-single-namespace]}" >/dev/null
+checks=0
+for verb in get list watch; do can yes "$verb" sealedsecrets.bitnami.com -n "$NS"; done
+for verb in get patch; do can yes "$verb" sealedsecrets.bitnami.com --subresource=status -n "$NS"; done
+for verb in get list watch create update; do can yes "$verb" secrets -n "$NS"; done
+for verb in create patch; do can yes "$verb" events.events.k8s.io -n "$NS"; done
+can yes create leases.coordination.k8s.io -n "$NS"
+for verb in get update; do can yes "$verb" leases.coordination.k8s.io/kseal-controller -n "$NS"; done
+for verb in list watch; do can no "$verb" sealedsecrets.bitnami.com --all-namespaces; done
+for verb in list watch; do can no "$verb" secrets --all-namespaces; done
+for verb in get list create update; do can no "$verb" secrets -n "$APP_NS"; done
+can no list sealedsecrets.bitnami.com -n "$APP_NS"
+can no patch sealedsecrets.bitnami.com --subresource=status -n "$APP_NS"
+can no create events.events.k8s.io -n "$APP_NS"
+can no delete secrets -n "$NS"
+[[ "$(jp '{.spec.template.spec.containers[0].args}')" == '["--leader-elect=true","--all-namespaces=false"]' ]] ||
+  fail "single-namespace Deployment args: $(jp '{.spec.template.spec.containers[0].args}')"
+log "ok: single-namespace RBAC: $checks can-i checks; the Deployment passes --all-namespaces=false"
+
+log "PASS"
