@@ -67,6 +67,9 @@ pub enum Error {
     /// Generating or encoding a new key failed.
     #[error("failed to generate a key")]
     KeyGeneration,
+    /// A background task (RSA work on the blocking pool) panicked or was cancelled.
+    #[error("internal task failed")]
+    Task,
     /// Binding or serving an HTTP listener failed.
     #[error("failed to serve HTTP on {addr}")]
     Serve {
@@ -96,6 +99,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Immutable { .. } => "update",
             Error::KeyGeneration => "keys",
+            Error::Task => "internal",
             Error::Serve { .. } => "serve",
             Error::LeaderElection(_) => "leader",
         }

@@ -500,7 +500,7 @@ async fn unseal(
         (result, stats)
     })
     .await
-    .map_err(|_| Error::Unseal(kseal_api::Error::NoKeys))?;
+    .map_err(|_| Error::Task)?;
     ctx.state
         .metrics
         .rsa_operations
