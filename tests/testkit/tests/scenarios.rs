@@ -77,3 +77,34 @@ scenario!(namespace_lifecycle);
 scenario!(crd_sealed_secret);
 scenario!(immutable_secret);
 scenario!(leases_and_events);
+
+/// As against a shared real server: every scenario at once against one served fake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_scenarios_pass_concurrently_against_one_shared_server() {
+    let server = TestApiServer::new();
+    let served = server.serve().await.expect("serving");
+    let client = served.client().expect("client");
+    let c = || client.clone();
+    let results = futures::join!(
+        scenarios::crud_and_errors(c()),
+        scenarios::watch_resume(c()),
+        scenarios::ssa_prune(c()),
+        scenarios::status_and_generation(c()),
+        scenarios::finalizers(c()),
+        scenarios::garbage_collection(c()),
+        scenarios::namespace_lifecycle(c()),
+        scenarios::crd_sealed_secret(c()),
+        scenarios::immutable_secret(c()),
+        scenarios::leases_and_events(c()),
+        scenarios::crd_sealed_secret(c()),
+    );
+    let results = [
+        results.0, results.1, results.2, results.3, results.4, results.5, results.6, results.7,
+        results.8, results.9, results.10,
+    ];
+    for (i, r) in results.into_iter().enumerate() {
+        if let Err(e) = r {
+            panic!("scenario #{i}: {e:#}");
+        }
+    }
+}
