@@ -237,6 +237,21 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
         );
         let l = cms.list(&ListParams::default().labels("app!=kt")).await?;
         ensure!(l.items.iter().all(|c| c.name_any() != "a"), "negated label selector");
+        // Built-in list items carry no apiVersion/kind in JSON; get responses do.
+        let raw_list: Value = serde_json::from_str(
+            &client
+                .request_text(http::Request::get(format!("/api/v1/namespaces/{ns}/configmaps")).body(Vec::new())?)
+                .await?,
+        )?;
+        ensure!(raw_list["kind"] == "ConfigMapList" && raw_list["apiVersion"] == "v1", "list kind: {raw_list}");
+        let first = &raw_list["items"][0];
+        ensure!(first.get("kind").is_none() && first.get("apiVersion").is_none(), "item: {first}");
+        let raw_get: Value = serde_json::from_str(
+            &client
+                .request_text(http::Request::get(format!("/api/v1/namespaces/{ns}/configmaps/a")).body(Vec::new())?)
+                .await?,
+        )?;
+        ensure!(raw_get["kind"] == "ConfigMap" && raw_get["apiVersion"] == "v1", "get kind: {raw_get}");
         let l = cms.list(&ListParams::default().limit(1)).await?;
         ensure!(l.items.len() == 1 && l.metadata.continue_.is_some(), "pagination");
         let next = cms.list(&ListParams::default().limit(1).continue_token(l.metadata.continue_.as_deref().unwrap_or_default())).await?;
