@@ -1003,3 +1003,68 @@ async fn without_status_updates_or_secret_watch_the_secret_is_still_written() {
     assert_eq!(gauge, 1);
     running.stop().await;
 }
+
+/// Adding a key changes nothing on existing Secrets (their MACs name a key still in the
+/// ring); removing the key that made a MAC makes the controller unseal once more and re-MAC
+/// with a remaining key, without touching the data.
+async fn key_rotation_keeps_macs_and_key_removal_remakes_them(client: Client) {
+    let cl = Cluster::new(client).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    put_key(
+        &client,
+        &cl.ctrl,
+        "sealed-secrets-key-old",
+        older_key(),
+        Some("active"),
+    )
+    .await;
+    let running = Running::start(&client, cl.config()).await;
+    // Sealed with the older key; the MAC is made with the sealing key, key 0.
+    create_ss(
+        &client,
+        &seal(&secret(&ns, "rot", &[("a", "1")]), older_key()),
+    )
+    .await;
+    wait_synced(&client, &ns, "rot", "True", "Unsealed").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let before = secrets.get("rot").await.unwrap();
+    assert!(before.annotations()[DATA_MAC_ANNOTATION].contains(key(0).id().as_str()));
+
+    // Rotation: a new key arrives; every object is re-checked, none is rewritten.
+    let checked = running.reconciles("unchanged");
+    put_key(
+        &client,
+        &cl.ctrl,
+        "sealed-secrets-key1",
+        key(1),
+        Some("active"),
+    )
+    .await;
+    eventually("re-checked after rotation", DEADLINE, || async {
+        Ok((running.reconciles("unchanged") > checked).then_some(()))
+    })
+    .await
+    .unwrap();
+    let after_rotation = secrets.get("rot").await.unwrap();
+    assert_eq!(after_rotation.resource_version(), before.resource_version());
+
+    // Retiring the key that made the MAC: unsealed once more, re-MACed, data unchanged.
+    Api::<Secret>::namespaced(client.clone(), &cl.ctrl)
+        .patch(
+            "sealed-secrets-key0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {SEALING_KEY_LABEL: "compromised"}}})),
+        )
+        .await
+        .unwrap();
+    let remade = wait_secret(&client, &ns, "rot", "re-MACed", |s| {
+        !s.annotations()[DATA_MAC_ANNOTATION].contains(key(0).id().as_str())
+    })
+    .await;
+    assert_eq!(data_of(&remade), map(&[("a", "1")]));
+    wait_synced(&client, &ns, "rot", "True", "Unsealed").await;
+    running.stop().await;
+    cl.cleanup().await;
+}
+
+on_both!(key_rotation_keeps_macs_and_key_removal_remakes_them);

@@ -36,6 +36,19 @@ pub fn key(index: usize) -> &'static KeyPair {
     })[index]
 }
 
+/// A test-only 2048-bit key whose certificate starts a day earlier than the others', so it
+/// is never the sealing key next to them.
+pub fn older_key() -> &'static KeyPair {
+    static KEY: OnceLock<KeyPair> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let options = CertificateOptions {
+            not_before: std::time::SystemTime::now() - Duration::from_secs(86_400),
+            ..CertificateOptions::default()
+        };
+        KeyPair::generate(KeySize::Rsa2048, &options).unwrap()
+    })
+}
+
 /// Registers the SealedSecret CRD from `deploy/crd.yaml` (server-side apply) and waits until
 /// it is served.
 pub async fn ensure_crd(client: &Client) {
