@@ -1068,3 +1068,55 @@ async fn key_rotation_keeps_macs_and_key_removal_remakes_them(client: Client) {
 }
 
 on_both!(key_rotation_keeps_macs_and_key_removal_remakes_them);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_sealed_secrets_sync_and_restart_without_rsa_work() {
+    const COUNT: usize = 150;
+    let (server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let first = Running::start(&client, cl.config()).await;
+    let started = std::time::Instant::now();
+    for i in 0..COUNT {
+        let name = format!("s{i}");
+        create_ss(
+            &client,
+            &seal(&secret(&ns, &name, &[("a", &name), ("b", "x")]), key(0)),
+        )
+        .await;
+    }
+    let ssapi: Api<SealedSecret> = Api::namespaced(client.clone(), &ns);
+    eventually("all synced", DEADLINE, || async {
+        let list = ssapi.list(&Default::default()).await?;
+        let synced = list
+            .items
+            .iter()
+            .filter(|s| s.synced_condition().is_some_and(|c| c.status == "True"))
+            .count();
+        Ok((synced == COUNT).then_some(()))
+    })
+    .await
+    .unwrap();
+    eprintln!("{COUNT} SealedSecrets synced in {:?}", started.elapsed());
+    assert_eq!(
+        first.rsa_operations(),
+        2 * COUNT as u64,
+        "one RSA operation per item"
+    );
+    first.stop().await;
+
+    server.clear_requests();
+    let restarted = std::time::Instant::now();
+    let second = Running::start(&client, cl.config()).await;
+    eventually("all re-checked", DEADLINE, || async {
+        Ok((second.reconciles("unchanged") >= COUNT as u64).then_some(()))
+    })
+    .await
+    .unwrap();
+    eprintln!(
+        "{COUNT} SealedSecrets re-checked after a restart in {:?}",
+        restarted.elapsed()
+    );
+    assert_eq!(second.rsa_operations(), 0);
+    assert!(server.requests().iter().all(|r| r.method == "GET"));
+    second.stop().await;
+}
