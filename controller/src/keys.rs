@@ -632,6 +632,39 @@ mod tests {
     }
 
     #[test]
+    fn pkcs8_keys_load_like_pkcs1_keys() {
+        let p = pair();
+        let mut m = material("a", &p, "1");
+        if let Ok(pem) = &mut m.pem {
+            pem.private_key = p.private_key().to_pkcs8_pem();
+        }
+        let built = build_ring(&[m], KeyOrder::CertNotBefore, &mut ParseCache::default());
+        assert_eq!(built.ring.len(), 1);
+        assert!(built.newly_rejected.is_empty());
+    }
+
+    #[test]
+    fn missing_items_are_rejected_without_parsing() {
+        let mut secret = key_secret("p", "ks", &pair()).unwrap();
+        secret.data.as_mut().unwrap().remove(PRIVATE_KEY_ITEM);
+        let m = material_from_secret(&secret);
+        assert_eq!(m.pem.err().map(|r| r.reason), Some("missing_data"));
+    }
+
+    #[test]
+    fn only_an_active_or_missing_label_enables_the_legacy_key() {
+        let mut secret = key_secret("p", "ks", &pair()).unwrap();
+        assert!(is_active_or_unlabelled(&secret));
+        secret.metadata.labels = None;
+        assert!(is_active_or_unlabelled(&secret));
+        secret.metadata.labels = Some(BTreeMap::from([(
+            SEALING_KEY_LABEL.to_owned(),
+            "compromised".to_owned(),
+        )]));
+        assert!(!is_active_or_unlabelled(&secret));
+    }
+
+    #[test]
     fn generated_key_secret_has_bitnami_shape() {
         let p = pair();
         let s = key_secret("sealed-secrets-key", "ks", &p).unwrap();
