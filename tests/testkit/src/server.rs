@@ -380,12 +380,17 @@ fn resource_request(
                 if rt.create_on_update && !status_sub {
                     let nsarg = rt.namespaced.then_some(ns.as_str());
                     let mut obj = obj;
-                    if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+                    if !obj.is_object() {
                         return Err(ApiError::bad_request(
-                            "the name of the object does not match the name on the URL",
+                            "the object provided is not a JSON object",
                         ));
                     }
-                    obj["metadata"]["name"] = name.clone().into();
+                    if let Some(n) = obj["metadata"]["name"].as_str().filter(|n| *n != name) {
+                        return Err(ApiError::bad_request(format!(
+                            "the name of the object ({n}) does not match the name on the URL ({name})"
+                        )));
+                    }
+                    crate::store::meta_mut(&mut obj).insert("name".into(), name.clone().into());
                     let created =
                         st.create(&wrt, nsarg, obj, &manager, "Update", &wversion, dry_run)?;
                     return Ok(json_response(201, &render(&rt, &version, &created)));

@@ -119,7 +119,8 @@ fn meta(obj: &Value) -> &Value {
     &obj["metadata"]
 }
 
-fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+/// `metadata` as a map, created when missing. `obj` must be a JSON object.
+pub(crate) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
     }
@@ -594,12 +595,11 @@ impl State {
                     spec["sessionAffinity"] = "None".into();
                 }
                 if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
-                    for p in ports {
-                        if p.get("protocol").is_none() {
-                            p["protocol"] = "TCP".into();
-                        }
-                        if p.get("targetPort").is_none() {
-                            p["targetPort"] = p["port"].clone();
+                    for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+                        p.entry("protocol").or_insert_with(|| "TCP".into());
+                        if !p.contains_key("targetPort") {
+                            let port = p.get("port").cloned().unwrap_or(Value::Null);
+                            p.insert("targetPort".into(), port);
                         }
                     }
                 }

@@ -645,3 +645,67 @@ async fn service_proxy_reaches_router_and_url_targets() {
     );
     backend_task.abort();
 }
+
+#[tokio::test]
+async fn malformed_bodies_get_client_errors_never_a_crash() {
+    let server = TestApiServer::new();
+    let client = server.client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.create(&PostParams::default(), &cm("x")).await.unwrap();
+    let bodies = [
+        "[]",
+        "1",
+        "\"s\"",
+        "null",
+        "not json",
+        r#"{"metadata": 5}"#,
+        r#"{"metadata": {"name": 5, "labels": [1]}}"#,
+        r#"{"metadata": {"name": "x", "ownerReferences": [1, {"uid": 2}]}}"#,
+        r#"{"metadata": {"name": "x", "finalizers": "f"}}"#,
+        r#"{"metadata": {"name": "x"}, "spec": {"ports": [1, {"port": "a"}]}}"#,
+        r#"{"metadata": {"name": "x"}, "data": [], "stringData": 1}"#,
+        r#"{"metadata": {"name": "x"}, "spec": {"names": "n", "versions": 3}}"#,
+        r#"[{"op": "bogus"}]"#,
+        r#"[{"op": "add", "path": "/metadata/labels/a", "value": "b"}]"#,
+    ];
+    let collections = [
+        "/api/v1/namespaces/default/configmaps",
+        "/api/v1/namespaces/default/secrets",
+        "/api/v1/namespaces/default/services",
+        "/api/v1/namespaces",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    ];
+    let content_types = [
+        "application/json",
+        "application/merge-patch+json",
+        "application/json-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+    ];
+    for coll in collections {
+        for body in bodies {
+            let mut requests = vec![("POST", coll.to_owned(), "application/json")];
+            for ct in content_types {
+                requests.push(("PATCH", format!("{coll}/x?fieldManager=m"), ct));
+            }
+            requests.push(("PUT", format!("{coll}/x"), "application/json"));
+            requests.push(("DELETE", format!("{coll}/x"), "application/json"));
+            for (method, path, ct) in requests {
+                let req = http::Request::builder()
+                    .method(method)
+                    .uri(&path)
+                    .header("content-type", ct)
+                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                    .unwrap();
+                let resp = client.send(req).await.unwrap();
+                assert!(
+                    resp.status().as_u16() < 500,
+                    "{method} {path} {ct} {body}: {}",
+                    resp.status()
+                );
+            }
+        }
+    }
+}
