@@ -117,7 +117,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         loaded_tx,
         shutdown_rx.clone(),
     ));
-    let reconciler = tokio::spawn(reconcile::run(
+    let mut reconciler = tokio::spawn(reconcile::run(
         client.clone(),
         config.clone(),
         state.clone(),
@@ -125,7 +125,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         shutdown_rx.clone(),
     ));
     let mut http_shutdown = shutdown_rx.clone();
-    let http_task = {
+    let mut http_task = {
         let state = state.clone();
         let config = config.clone();
         tokio::spawn(async move {
@@ -136,24 +136,39 @@ async fn run(config: Config) -> anyhow::Result<()> {
         })
     };
 
+    let mut reconciler_done = false;
+    let mut http_done = false;
     let outcome: anyhow::Result<()> = tokio::select! {
         r = signalled() => {
             tracing::info!("shutting down");
             r
         }
-        r = http_task => match r {
-            Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP servers stopped")),
-            Ok(Err(e)) => Err(anyhow::Error::new(e).context("HTTP server failed")),
-            Err(e) => Err(anyhow::Error::new(e).context("HTTP server task failed")),
-        },
+        r = &mut http_task => {
+            http_done = true;
+            match r {
+                Ok(Ok(())) => Err(anyhow::anyhow!("the HTTP servers stopped")),
+                Ok(Err(e)) => Err(anyhow::Error::new(e).context("HTTP server failed")),
+                Err(e) => Err(anyhow::Error::new(e).context("HTTP server task failed")),
+            }
+        }
+        r = &mut reconciler => {
+            reconciler_done = true;
+            match r {
+                Ok(()) => Err(anyhow::anyhow!("the reconciler stopped")),
+                Err(e) => Err(anyhow::Error::new(e).context("reconciler task failed")),
+            }
+        }
     };
     shutdown_tx.send_replace(true);
     // Let running reconciles finish; the reconciler stops starting new ones.
-    if tokio::time::timeout(std::time::Duration::from_secs(20), reconciler)
-        .await
-        .is_err()
-    {
+    let grace = std::time::Duration::from_secs(20);
+    if !reconciler_done && tokio::time::timeout(grace, &mut reconciler).await.is_err() {
         tracing::warn!("reconciles did not finish in time");
+        reconciler.abort();
+    }
+    if !http_done && tokio::time::timeout(grace, &mut http_task).await.is_err() {
+        tracing::warn!("HTTP requests did not finish in time");
+        http_task.abort();
     }
     key_task.abort();
     release_tx.send_replace(true);
