@@ -112,7 +112,7 @@ impl TestApiServer {
     }
 
     /// A client talking to this server in-process (no socket), default namespace `default`.
-    /// Needs a Tokio runtime (watches spawn a task each).
+    /// Call it inside a Tokio runtime (the client's buffer and each watch spawn a task).
     pub fn client(&self) -> kube::Client {
         kube::Client::new(self.router(), "default")
     }
