@@ -58,7 +58,9 @@ fn init_tracing(level: &str, format: LogFormat) -> anyhow::Result<()> {
         .with_context(|| format!("invalid --log-level {level:?}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colours only on a terminal, never in pod logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
