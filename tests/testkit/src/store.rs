@@ -1461,6 +1461,10 @@ impl State {
         let mut out = Vec::new();
         for k in names {
             let before = self.get(&tk, &k.0, &k.1).cloned();
+            if opts.dry_run {
+                out.extend(before);
+                continue;
+            }
             if let (Ok(after), Some(before)) = (self.delete_key(&tk, &k, opts), before) {
                 out.push(after.unwrap_or(before));
             }

@@ -709,3 +709,37 @@ async fn malformed_bodies_get_client_errors_never_a_crash() {
         }
     }
 }
+
+#[tokio::test]
+async fn dry_run_writes_change_nothing() {
+    let server = TestApiServer::new();
+    let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let created = cms.create(&dry, &cm("d")).await.unwrap();
+    assert_eq!(created.name_any(), "d");
+    assert!(cms.get_opt("d").await.unwrap().is_none());
+    cms.create(&PostParams::default(), &cm("d")).await.unwrap();
+    let rv = server.resource_version();
+    let pp = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let patched = cms
+        .patch("d", &pp, &Patch::Merge(json!({"data": {"k": "dry"}})))
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["k"], "dry");
+    let dp = kube::api::DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    cms.delete("d", &dp).await.unwrap();
+    cms.delete_collection(&dp, &ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(cms.get("d").await.unwrap().data.unwrap()["k"], "v");
+    assert_eq!(server.resource_version(), rv, "nothing was written");
+}
