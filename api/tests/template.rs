@@ -603,11 +603,22 @@ fn sprig_defaults_lists_and_dicts() {
             Ok("map[b:2]"),
         ),
         (
-            "{{ get (dict \"a\" \"x\") \"a\" }}|{{ get (dict) \"a\" }}|{{ get . \"a\" }}",
-            Ok("x||A"),
+            "{{ get (dict \"a\" \"x\") \"a\" }}|{{ get (dict) \"a\" }}",
+            Ok("x|"),
+        ),
+        // Like Go, Sprig's dict functions take map[string]interface{}: neither the data
+        // map nor split's result (both map[string]string) qualify.
+        (
+            "{{ get . \"a\" }}",
+            Err("expected map[string]interface {}; got map[string]string"),
         ),
         (
-            "{{ hasKey (dict \"a\" 1) \"a\" }} {{ hasKey . \"zzz\" }}",
+            "{{ hasKey (split \",\" \"a\") \"_0\" }}",
+            Err("got map[string]string"),
+        ),
+        ("{{ dig \"a\" \"d\" . }}", Err("interface conversion")),
+        (
+            "{{ hasKey (dict \"a\" 1) \"a\" }} {{ hasKey (dict) \"zzz\" }}",
             Ok("true false"),
         ),
         (
@@ -639,6 +650,39 @@ fn sprig_defaults_lists_and_dicts() {
             "{{ get \"x\" \"a\" }}",
             Err("expected map[string]interface {}; got string"),
         ),
+    ]);
+}
+
+/// Cases where an earlier kseal differed from Go 1.19 + Sprig 3.2.3 when both ran the
+/// same templates side by side.
+#[test]
+fn matches_go_on_differentially_found_edge_cases() {
+    check(&[
+        (
+            "{{ printf \"%+q|% x|%#x|% #x\" \"é\" \"hi\" \"hi\" \"hi\" }}",
+            Ok("\"\\u00e9\"|68 69|0x6869|0x68 0x69"),
+        ),
+        (
+            "{{ printf \"%[2]s %[1]s|%[3]s|%[1]s %s\" \"a\" \"b\" }}",
+            Ok("b a|%!s(BADINDEX)|a b"),
+        ),
+        (
+            "{{ b64dec \"aGk=aGk=\" }}",
+            Ok("illegal base64 data at input byte 4"),
+        ),
+        // Sprig's nospace works on bytes: non-ASCII text is mangled as Latin-1.
+        ("{{ nospace \"é é\" }}|{{ nospace \"éé\" }}", Ok("Ã©Ã©|éé")),
+        (
+            "{{ title \"ǆemal\" }} {{ lower \"İ\" }} {{ upper \"ß\" }}",
+            Ok("ǅemal i ß"),
+        ),
+        ("{{ rest (list) }}|{{ initial (list) }}", Ok("[]|[]")),
+        ("{{ print 1 | }}", Ok("1")),
+        (
+            "{{ float64 \"inf\" }} {{ float64 \"-Infinity\" }}",
+            Ok("+Inf -Inf"),
+        ),
+        ("{{ deepCopy nil }}", Err("cannot copy nil")),
     ]);
 }
 

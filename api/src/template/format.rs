@@ -76,6 +76,7 @@ const MAX_WIDTH: usize = 1_000_000;
 pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     let mut next_arg = 0;
+    let mut reordered = false;
     let mut i = 0;
     while i < format.len() {
         let start = i;
@@ -102,6 +103,14 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
             }
             i += 1;
         }
+        let mut good_index = true;
+        let mut index = |i: &mut usize, next_arg: &mut usize| {
+            if let Some(ok) = arg_number(format, i, next_arg, args.len()) {
+                reordered = true;
+                good_index &= ok;
+            }
+        };
+        index(&mut i, &mut next_arg);
         // Width: digits or '*'.
         if format.get(i) == Some(&b'*') {
             i += 1;
@@ -135,6 +144,7 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
         }
         if format.get(i) == Some(&b'.') {
             i += 1;
+            index(&mut i, &mut next_arg);
             if format.get(i) == Some(&b'*') {
                 i += 1;
                 match args.get(next_arg) {
@@ -157,6 +167,7 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
                 }
             }
         }
+        index(&mut i, &mut next_arg);
         let Some(verb_rune) = text::runes(&format[i..]).next() else {
             push(&mut out, b"%!(NOVERB)")?;
             break;
@@ -171,6 +182,12 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
             continue;
         }
         spec.verb = verb;
+        if !good_index {
+            push(&mut out, b"%!")?;
+            verb_rune.push_to(&mut out);
+            push(&mut out, b"(BADINDEX)")?;
+            continue;
+        }
         let Some(arg) = args.get(next_arg) else {
             push(&mut out, b"%!")?;
             verb_rune.push_to(&mut out);
@@ -190,7 +207,7 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
         }
         write_verb(&mut out, arg, &spec, 0)?;
     }
-    if next_arg < args.len() {
+    if !reordered && next_arg < args.len() {
         push(&mut out, b"%!(EXTRA ")?;
         for (n, arg) in args[next_arg..].iter().enumerate() {
             if n > 0 {
@@ -207,6 +224,28 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
         push(&mut out, b")")?;
     }
     Ok(out)
+}
+
+/// An explicit argument index `[n]` at `i`: `None` if there is none, else whether it is
+/// valid (then `next_arg` is set to it).
+fn arg_number(format: &[u8], i: &mut usize, next_arg: &mut usize, nargs: usize) -> Option<bool> {
+    if format.get(*i) != Some(&b'[') {
+        return None;
+    }
+    let Some(close) = format[*i..].iter().position(|&b| b == b']') else {
+        *i += 1;
+        return Some(false);
+    };
+    let inner = &format[*i + 1..*i + close];
+    *i += close + 1;
+    let (n, used) = digits(inner);
+    match n {
+        Some(n) if used == inner.len() && n >= 1 && n <= nargs => {
+            *next_arg = n - 1;
+            Some(true)
+        }
+        _ => Some(false),
+    }
 }
 
 /// Parses decimal digits: (value if it fits, bytes consumed).
@@ -328,7 +367,7 @@ fn write_str(out: &mut Vec<u8>, s: &[u8], spec: &Spec, v: &Value) -> Result<(), 
                 q.push(b'`');
                 q
             } else {
-                text::quote(s)
+                text::quote_with(s, spec.plus)
             };
             pad(out, &quoted, spec)
         }
@@ -342,8 +381,16 @@ fn write_str(out: &mut Vec<u8>, s: &[u8], spec: &Spec, v: &Value) -> Result<(), 
                 Some(p) if p < s.len() => &s[..p],
                 _ => s,
             };
-            let mut hex = Vec::with_capacity(s.len() * 2);
-            for &b in s {
+            let prefix: &[u8] = if spec.verb == b'x' { b"0x" } else { b"0X" };
+            let mut hex = Vec::with_capacity(s.len() * 3 + 2);
+            for (n, &b) in s.iter().enumerate() {
+                // `% x` separates bytes; `%#x` prefixes each of them then, else once.
+                if spec.space && n > 0 {
+                    hex.push(b' ');
+                }
+                if spec.sharp && (spec.space || n == 0) {
+                    hex.extend_from_slice(prefix);
+                }
                 hex.push(digits[usize::from(b >> 4)]);
                 hex.push(digits[usize::from(b & 0xF)]);
             }
@@ -392,7 +439,7 @@ fn write_int(out: &mut Vec<u8>, i: i64, spec: &Spec, v: &Value) -> Result<(), St
                 .ok()
                 .and_then(char::from_u32)
                 .unwrap_or(char::REPLACEMENT_CHARACTER);
-            return pad(out, &text::quote_rune(c), spec);
+            return pad(out, &text::quote_rune(c, spec.plus), spec);
         }
         b'U' => {
             let s = format!("U+{:04X}", i);

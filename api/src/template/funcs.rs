@@ -399,9 +399,11 @@ fn list_arg<'a>(args: &'a [Value], i: usize, what: &str) -> Result<&'a [Value], 
     }
 }
 
+/// A `map[string]interface{}` argument (Sprig's dict functions). As in Go, the template
+/// data and `split`'s result, which are `map[string]string`, do not qualify.
 fn map_arg(args: &[Value], i: usize) -> Result<&std::rc::Rc<super::value::MapCell>, String> {
     match arg(args, i) {
-        Value::Map(m) => Ok(m),
+        Value::Map(m) if !m.strings_only() => Ok(m),
         v => Err(format!(
             "argument {}: wrong type for value; expected map[string]interface {{}}; got {}",
             i + 1,
@@ -696,7 +698,7 @@ fn title(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     let mut prev = ' ';
     string(text::map_runes(s(a, 0)?, |c| {
         let out = if is_separator(prev) {
-            text::upper_char(c)
+            text::title_char(c)
         } else {
             c
         };
@@ -768,11 +770,20 @@ fn repeat(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     string(out)
 }
 
+/// Sprig's `nospace` (goutils `DeleteWhiteSpace`). It looks at single bytes, not runes:
+/// a byte that is a space as a Latin-1 code point is dropped and every other byte is
+/// re-encoded as the Latin-1 character of that value, so non-ASCII text comes out
+/// mangled unless the input has no space byte at all. kseal does the same, byte for byte.
 fn nospace(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
-    let mut out = Vec::new();
-    for r in text::runes(s(a, 0)?) {
-        if !text::is_space(r.char()) {
-            r.push_to(&mut out);
+    let v = s(a, 0)?;
+    let is_space_byte = |b: u8| text::is_space(char::from(b));
+    if !v.iter().any(|&b| is_space_byte(b)) {
+        return string(v.to_vec());
+    }
+    let mut out = Vec::with_capacity(v.len());
+    for &b in v {
+        if !is_space_byte(b) {
+            text::push_char(&mut out, char::from(b));
         }
     }
     string(out)
@@ -1001,6 +1012,13 @@ fn b64dec(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
         Ok(bytes) => string(bytes),
         Err(e) => {
             let at = match e {
+                // Well-formed padding followed by more data: Go reports the byte after it.
+                base64::DecodeError::InvalidByte(i, b'=')
+                    if i % 4 == 3 || (i % 4 == 2 && cleaned.get(i + 1) == Some(&b'=')) =>
+                {
+                    let after = i + if i % 4 == 3 { 1 } else { 2 };
+                    offsets.get(after).copied().unwrap_or(input.len())
+                }
                 base64::DecodeError::InvalidByte(i, _)
                 | base64::DecodeError::InvalidLastSymbol(i, _) => {
                     offsets.get(i).copied().unwrap_or(input.len())
@@ -1287,20 +1305,16 @@ fn last(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
 
 fn rest(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     let l = list_arg(a, 0, "find rest")?;
-    Ok(if l.is_empty() {
-        Value::Nil
-    } else {
-        Value::list(l[1..].to_vec())
-    })
+    Ok(Value::list(l.get(1..).unwrap_or_default().to_vec()))
 }
 
 fn initial(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     let l = list_arg(a, 0, "find initial")?;
-    Ok(if l.is_empty() {
-        Value::Nil
-    } else {
-        Value::list(l[..l.len() - 1].to_vec())
-    })
+    Ok(Value::list(
+        l.get(..l.len().saturating_sub(1))
+            .unwrap_or_default()
+            .to_vec(),
+    ))
 }
 
 fn reverse(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
@@ -1487,11 +1501,14 @@ fn dig(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     let mut current = a[n - 1].clone();
     for i in 0..n - 2 {
         let key = s(a, i)?;
-        let Value::Map(m) = &current else {
-            return Err(format!(
-                "interface conversion: interface {{}} is {}, not map[string]interface {{}}",
-                current.type_name()
-            ));
+        let m = match &current {
+            Value::Map(m) if !m.strings_only() => m,
+            other => {
+                return Err(format!(
+                    "interface conversion: interface {{}} is {}, not map[string]interface {{}}",
+                    other.type_name()
+                ));
+            }
         };
         match m.get(key) {
             Some(v) => current = v,
@@ -1526,6 +1543,9 @@ fn copy_value(ctx: &mut Ctx, v: &Value, depth: usize) -> Result<Value, String> {
 }
 
 fn deep_copy(ctx: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    if matches!(a[0], Value::Nil) {
+        return Err("cannot copy nil".into());
+    }
     copy_value(ctx, &a[0], 0)
 }
 

@@ -61,13 +61,16 @@
 //!   Bitnami). Other Sprig functions not listed above (regex, semver, paths, URL, float
 //!   math, `merge`, …) fail with "not supported by kseal yet".
 //! - `keys` and `values` return map keys in sorted order (Go: random order).
-//! - Sprig's map functions (`get`, `set`, `hasKey`, `keys`, …) also accept the data map
-//!   itself (Go rejects a `map[string]string` there); integer parameters accept any
-//!   integer (Go distinguishes `int` from `int64`).
+//! - Integer parameters accept any integer (Go tells `int` from `int64`: `repeat (add 1 2)
+//!   "x"` fails there), and `%T`/`typeOf` call every integer `int` and every list
+//!   `[]interface {}`.
 //! - `fail` shows its message only when it is a string literal in the template, since a
 //!   computed message could hold plaintext.
 //! - Error messages are kseal's own and never quote plaintext (Go's sometimes do).
-//! - `%q` and `js` decide what is printable with an approximation of Go's Unicode tables.
+//! - `%q` and `js` decide what is printable with an approximation of Go's Unicode tables;
+//!   `printf` has no `%x` for floats and ignores `#` on `%g`; complex numbers are refused.
+//! - `range` over an integer, `{{else with}}` and encoding/json's `\b`/`\f` escapes
+//!   follow Go 1.22+/1.23+ (Bitnami's current Go).
 //!
 //! # Limits
 //!

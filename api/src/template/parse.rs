@@ -384,7 +384,18 @@ impl<'t> Parser<'t> {
             cmds.push(cmd);
             let pos = self.pos();
             match self.next().map(|t| &t.tok) {
-                Some(Tok::Pipe) => continue,
+                Some(Tok::Pipe) => match self.peek().map(|t| &t.tok) {
+                    // Go accepts a trailing `|` before the end of the pipeline.
+                    Some(Tok::Close) if !paren => {
+                        self.i += 1;
+                        break;
+                    }
+                    Some(Tok::RParen) if paren => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => continue,
+                },
                 Some(Tok::Close) if !paren => break,
                 Some(Tok::RParen) if paren => break,
                 Some(Tok::Close) => return Err(Fail::at(pos, "unclosed left paren")),
@@ -613,6 +624,21 @@ fn underscores_ok(digits: &str, prefixed: bool) -> bool {
 
 /// Go's `strconv.ParseFloat(s, 64)` for decimal text (underscores between digits allowed).
 pub(crate) fn parse_float(text: &str) -> Option<f64> {
+    let unsigned = text.trim_start_matches(['+', '-']);
+    if text.len() - unsigned.len() <= 1 {
+        let negative = text.starts_with('-');
+        match unsigned.to_ascii_lowercase().as_str() {
+            "inf" | "infinity" => {
+                return Some(if negative {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                });
+            }
+            "nan" if unsigned.len() == text.len() => return Some(f64::NAN),
+            _ => {}
+        }
+    }
     if text.contains('_') {
         let body = text.trim_start_matches(['+', '-']);
         if body.starts_with('_') || body.ends_with('_') || body.contains("__") {
@@ -627,5 +653,6 @@ pub(crate) fn parse_float(text: &str) -> Option<f64> {
     {
         return None;
     }
+    // Out-of-range literals are errors in Go (ParseFloat reports ErrRange).
     cleaned.parse::<f64>().ok().filter(|f| f.is_finite())
 }

@@ -123,22 +123,27 @@ const LOWER_HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Go's `strconv.Quote` (`%q` on strings).
 pub(crate) fn quote(s: &[u8]) -> Vec<u8> {
+    quote_with(s, false)
+}
+
+/// `strconv.Quote`, or `strconv.QuoteToASCII` when `ascii_only` (`%+q`).
+pub(crate) fn quote_with(s: &[u8], ascii_only: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len() + 2);
     out.push(b'"');
     for r in runes(s) {
         match r {
             Rune::Invalid(b) => push_hex_escape(&mut out, b),
-            Rune::Char(c) => quote_char_into(&mut out, c, b'"'),
+            Rune::Char(c) => quote_char_into(&mut out, c, b'"', ascii_only),
         }
     }
     out.push(b'"');
     out
 }
 
-/// Go's `strconv.QuoteRune` (`%q` on integers).
-pub(crate) fn quote_rune(c: char) -> Vec<u8> {
+/// Go's `strconv.QuoteRune` (`%q` on integers), or `QuoteRuneToASCII`.
+pub(crate) fn quote_rune(c: char, ascii_only: bool) -> Vec<u8> {
     let mut out = vec![b'\''];
-    quote_char_into(&mut out, c, b'\'');
+    quote_char_into(&mut out, c, b'\'', ascii_only);
     out.push(b'\'');
     out
 }
@@ -149,13 +154,13 @@ fn push_hex_escape(out: &mut Vec<u8>, b: u8) {
     out.push(LOWER_HEX[usize::from(b & 0xF)]);
 }
 
-fn quote_char_into(out: &mut Vec<u8>, c: char, quote: u8) {
+fn quote_char_into(out: &mut Vec<u8>, c: char, quote: u8, ascii_only: bool) {
     if c as u32 == u32::from(quote) || c == '\\' {
         out.push(b'\\');
         push_char(out, c);
         return;
     }
-    if is_print(c) {
+    if is_print(c) && (c.is_ascii() || !ascii_only) {
         push_char(out, c);
         return;
     }
@@ -205,9 +210,22 @@ pub(crate) fn upper_char(c: char) -> char {
     single(c.to_uppercase()).unwrap_or(c)
 }
 
-/// Go's `unicode.ToLower`.
+/// Go's `unicode.ToLower`. (Only U+0130 has a multi-character full lowercase mapping;
+/// its simple mapping is the first character.)
 pub(crate) fn lower_char(c: char) -> char {
-    single(c.to_lowercase()).unwrap_or(c)
+    c.to_lowercase().next().unwrap_or(c)
+}
+
+/// Go's `unicode.ToTitle`: upper case, except for the four digraphs that have a
+/// distinct title case.
+pub(crate) fn title_char(c: char) -> char {
+    match c {
+        '\u{1C4}'..='\u{1C6}' => '\u{1C5}',
+        '\u{1C7}'..='\u{1C9}' => '\u{1C8}',
+        '\u{1CA}'..='\u{1CC}' => '\u{1CB}',
+        '\u{1F1}'..='\u{1F3}' => '\u{1F2}',
+        c => upper_char(c),
+    }
 }
 
 fn single(mut it: impl Iterator<Item = char>) -> Option<char> {
