@@ -197,6 +197,18 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
             .patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": null, "n": "1"}})))
             .await?;
         ensure!(patched.data == Some([("n".to_owned(), "1".to_owned())].into()), "merge patch: {:?}", patched.data);
+        // uid is immutable; creationTimestamp is silently kept.
+        let e = expect_error(
+            cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"uid": "00000000-0000-0000-0000-000000000000"}})))
+                .await,
+            422,
+            "Invalid",
+        )?;
+        ensure!(e.message.contains("metadata.uid: Invalid value") && e.message.ends_with("field is immutable"), "message: {}", e.message);
+        let kept = cms
+            .patch("a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"creationTimestamp": "2000-01-01T00:00:00Z"}})))
+            .await?;
+        ensure!(kept.metadata.creation_timestamp == created.metadata.creation_timestamp, "creationTimestamp kept");
         // Strategic merge patch on a built-in type merges maps.
         let patched = cms
             .patch("a", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"labels": {"x": "y"}}})))

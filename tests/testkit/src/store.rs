@@ -912,6 +912,32 @@ impl State {
             }
             _ => {}
         }
+        // uid and deletionTimestamp cannot be changed by writes (creationTimestamp and
+        // generation are silently kept instead).
+        for field in ["uid", "deletionTimestamp"] {
+            let given = meta(&new)
+                .get(field)
+                .filter(|v| !v.is_null() && v.as_str() != Some(""));
+            if let Some(v) = given
+                && Some(v) != meta(old).get(field)
+            {
+                let shown = match v.as_str() {
+                    Some(s) if field == "uid" => format!("{s:?}"),
+                    Some(s) => s.to_owned(),
+                    None => v.to_string(),
+                };
+                return Err(ApiError::invalid(
+                    &rt.group,
+                    &rt.kind,
+                    name,
+                    &[FieldError::invalid(
+                        &format!("metadata.{field}"),
+                        &shown,
+                        "field is immutable",
+                    )],
+                ));
+            }
+        }
         // Subresource split.
         if rt.status {
             if req.status {
