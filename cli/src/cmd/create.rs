@@ -54,8 +54,10 @@ fn seal_and_emit(
         scope: out.scope,
         ..SealOptions::default()
     };
-    let sealed = kseal_api::seal_secret(&secret, certificate.public_key(), &options)
-        .with_context(|| format!("failed to seal Secret `{namespace}/{name}`"))?;
+    let backend = crate::cmd::seal::backend_for(items.len());
+    let sealed =
+        crate::cmd::seal::seal_secret_with(backend, &secret, certificate.public_key(), &options)
+            .with_context(|| format!("failed to seal Secret `{namespace}/{name}`"))?;
     let format = out
         .format
         .or_else(|| out.write.as_deref().and_then(format_for_path))

@@ -49,8 +49,7 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
         Some(prompt.as_str()),
     )?;
     let label = scope.label(&namespace, &name);
-    let sealed_b64 = kseal_keys::seal_base64(cert.public_key(), &label, value.expose())
-        .context("failed to seal the value")?;
+    let sealed_b64 = crate::cmd::seal::seal_value(cert.public_key(), &label, &value)?;
     let (mut added, mut replaced) = (Vec::new(), Vec::new());
     let doc = &mut file.values[0];
     set_item(doc, &args.key, &sealed_b64, &mut added, &mut replaced)?;
