@@ -137,34 +137,63 @@ pub(crate) fn merge_keyed(
                     *target = clean;
                 }
                 ListType::Set => {
-                    for i in items {
-                        if !existing.contains(i) {
-                            existing.push(i.clone());
+                    let mut merged: Vec<Value> = Vec::new();
+                    // Strategic merge puts the patch's items first, as Go's implementation does.
+                    let (first, second) = if strategic {
+                        (items, &*existing)
+                    } else {
+                        (&*existing, items)
+                    };
+                    for i in first.iter().chain(second.iter()) {
+                        if !merged.contains(i) {
+                            merged.push(i.clone());
                         }
                     }
+                    *existing = merged;
                 }
                 ListType::Map(key) => {
+                    let mut patched: Vec<Value> = Vec::new();
+                    let mut seen: Vec<Value> = Vec::new();
                     for item in items {
                         let id = item.get(key).cloned().unwrap_or(Value::Null);
-                        let pos = existing.iter().position(|e| e.get(key) == Some(&id));
+                        seen.push(id.clone());
                         if strategic && item.get("$patch").and_then(Value::as_str) == Some("delete")
                         {
-                            if let Some(pos) = pos {
-                                existing.remove(pos);
-                            }
                             continue;
                         }
-                        match pos {
-                            Some(pos) => {
-                                merge_keyed(&mut existing[pos], item, path, builtin, strategic)
-                            }
-                            None => {
-                                let mut clean = item.clone();
-                                strip_directives(&mut clean);
-                                existing.push(clean);
+                        let mut merged = existing
+                            .iter()
+                            .find(|e| e.get(key) == Some(&id))
+                            .cloned()
+                            .unwrap_or(Value::Null);
+                        merge_keyed(&mut merged, item, path, builtin, strategic);
+                        patched.push(merged);
+                    }
+                    let rest = existing
+                        .iter()
+                        .filter(|e| !seen.iter().any(|id| e.get(key) == Some(id)))
+                        .cloned();
+                    // Strategic merge lists the patch's items first; apply keeps existing order.
+                    *existing = if strategic {
+                        patched.into_iter().chain(rest).collect()
+                    } else {
+                        let mut out: Vec<Value> = existing
+                            .iter()
+                            .map(|e| {
+                                let id = e.get(key);
+                                seen.iter()
+                                    .position(|s| Some(s) == id)
+                                    .and_then(|p| patched.get(p).cloned())
+                                    .unwrap_or_else(|| e.clone())
+                            })
+                            .collect();
+                        for (id, p) in seen.iter().zip(patched.iter()) {
+                            if !existing.iter().any(|e| e.get(key) == Some(id)) {
+                                out.push(p.clone());
                             }
                         }
-                    }
+                        out
+                    };
                 }
             }
         }
@@ -285,7 +314,7 @@ mod tests {
         let mut obj = json!({"metadata": {"finalizers": ["a"]}, "status": {"conditions": [{"type": "R", "status": "False"}]}});
         let patch = json!({"metadata": {"finalizers": ["b"]}, "status": {"conditions": [{"type": "R", "status": "True"}, {"type": "S", "status": "True"}]}});
         merge_keyed(&mut obj, &patch, &mut Vec::new(), true, true);
-        assert_eq!(obj["metadata"]["finalizers"], json!(["a", "b"]));
+        assert_eq!(obj["metadata"]["finalizers"], json!(["b", "a"]));
         assert_eq!(
             obj["status"]["conditions"],
             json!([{"type": "R", "status": "True"}, {"type": "S", "status": "True"}])

@@ -320,6 +320,25 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
             "targetPort: {:?}",
             port.target_port
         );
+        // Strategic merge patch: the patch's list items come first, keyed lists merge by key.
+        let svc = svcs
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"spec": {"ports": [{"name": "extra", "port": 9090}, {"name": "web", "port": 8080}]}})),
+            )
+            .await?;
+        let ports: Vec<(Option<String>, i32)> =
+            svc.spec.and_then(|s| s.ports).unwrap_or_default().into_iter().map(|p| (p.name, p.port)).collect();
+        ensure!(ports == [(Some("extra".into()), 9090), (Some("web".into()), 8080)], "ports: {ports:?}");
+        let mut fin = cm("fin", json!({}))?;
+        fin.metadata.finalizers = Some(vec!["kseal.dev/a".into()]);
+        cms.create(&pp, &fin).await?;
+        let fin = cms
+            .patch("fin", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["kseal.dev/b"]}})))
+            .await?;
+        ensure!(fin.finalizers() == ["kseal.dev/b".to_owned(), "kseal.dev/a".to_owned()], "finalizers: {:?}", fin.finalizers());
+        cms.patch("fin", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": null}}))).await?;
         Ok(())
     })
     .await
