@@ -207,17 +207,78 @@ fn control_structures() {
             "{{ range list 1 }}{{ else if true }}{{ end }}",
             Err("{{else if}} is not allowed in {{range}}"),
         ),
+    ]);
+}
+
+#[test]
+fn define_template_and_block() {
+    check(&[
+        ("{{ define \"x\" }}X{{ end }}", Ok("")),
         (
-            "{{ define \"x\" }}{{ end }}",
-            Err("{{define}} is not supported by kseal"),
+            "{{ define \"x\" }}[{{ . }}]{{ end }}{{ template \"x\" .a }}",
+            Ok("[A]"),
         ),
         (
-            "{{ template \"x\" }}",
-            Err("{{template}} is not supported by kseal"),
+            "{{ template \"x\" .a }}{{ define \"x\" }}[{{ . }}]{{ end }}",
+            Ok("[A]"),
         ),
         (
-            "{{ block \"x\" . }}{{ end }}",
-            Err("{{block}} is not supported by kseal"),
+            "{{ define \"x\" }}{{ . }}{{ end }}{{ template \"x\" }}",
+            Ok("<no value>"),
+        ),
+        // A called template sees only `$`, bound to its dot.
+        (
+            "{{ define \"x\" }}{{ $.a }}{{ end }}{{ template \"x\" (dict \"a\" 1) }}",
+            Ok("1"),
+        ),
+        (
+            "{{ $v := 1 }}{{ define \"x\" }}{{ $v }}{{ end }}",
+            Err("undefined variable \"$v\""),
+        ),
+        ("{{ block \"b\" .a }}<{{ . }}>{{ end }}", Ok("<A>")),
+        (
+            "{{ define \"b\" }}override{{ end }}{{ block \"b\" . }}default{{ end }}",
+            Err("multiple definition of template \"b\""),
+        ),
+        (
+            "{{ define \"x\" }} {{ end }}{{ define \"x\" }}X{{ end }}{{ template \"x\" }}",
+            Ok("X"),
+        ),
+        (
+            "{{ define \"list\" }}{{ range . }}<{{ . }}>{{ end }}{{ end }}{{ template \"list\" (list 1 2) }}",
+            Ok("<1><2>"),
+        ),
+        // The template's own name (its key) can be called too.
+        (
+            "{{ if kindIs \"slice\" . }}{{ if . }}{{ first . }}{{ template \"t\" (rest .) }}{{ end }}\
+             {{ else }}{{ template \"t\" (list 1 2 3) }}{{ end }}",
+            Ok("123"),
+        ),
+        ("{{ template \"nope\" }}", Err("no such template \"nope\"")),
+        (
+            "{{ template .a }}",
+            Err("unexpected field \".a\" in template"),
+        ),
+        (
+            "{{ if 1 }}{{ define \"x\" }}{{ end }}{{ end }}",
+            Err("only allowed at the top level"),
+        ),
+        (
+            "{{ define \"x\" }}{{ else }}{{ end }}",
+            Err("unexpected {{else}}"),
+        ),
+        ("{{ define \"x\" }}", Err("unexpected EOF")),
+        (
+            "{{ range list 1 }}{{ define \"x\" }}{{ break }}{{ end }}{{ end }}",
+            Err("only allowed at the top level"),
+        ),
+        (
+            "{{ define \"x\" }}{{ break }}{{ end }}",
+            Err("{{break}} outside {{range}}"),
+        ),
+        (
+            "{{ define \"r\" }}{{ template \"r\" . }}{{ end }}{{ template \"r\" . }}",
+            Err("template calls nested deeper than 300 levels"),
         ),
     ]);
 }
@@ -834,6 +895,18 @@ fn hostile_templates_hit_limits_instead_of_exhausting_resources() {
     assert_eq!(render(&ok_if).unwrap(), "x");
     let ok_parens = format!("{{{{ {}.a{} }}}}", "(print ".repeat(99), ")".repeat(99));
     assert_eq!(render(&ok_parens).unwrap(), "A");
+    // Recursion through templates whose bodies nest deeply stays within the stack.
+    let nested_recursion = format!(
+        "{{{{ define \"r\" }}}}{}{{{{ template \"r\" (list (print (print .))) }}}}{}{{{{ end }}}}{{{{ template \"r\" . }}}}",
+        "{{ if 1 }}{{ with 1 }}{{ range list 1 }}".repeat(30),
+        "{{ end }}{{ end }}{{ end }}".repeat(30)
+    );
+    assert!(
+        render(&nested_recursion)
+            .unwrap_err()
+            .message()
+            .contains("nested deeper")
+    );
     let deep_if = format!("{}{}", "{{ if 1 }}".repeat(150), "{{ end }}".repeat(150));
     assert!(
         render(&deep_if)

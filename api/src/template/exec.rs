@@ -8,9 +8,9 @@ use zeroize::Zeroizing;
 
 use super::format;
 use super::funcs::{FuncDef, Kind};
-use super::parse::{Arg, Cmd, Const, Node, Pipe};
+use super::parse::{Arg, Cmd, Const, Node, Pipe, Tree};
 use super::value::{MapCell, Value};
-use super::{Fail, MAX_ALLOCATED, MAX_OUTPUT, MAX_STEPS, MAX_VALUE};
+use super::{Fail, MAX_ALLOCATED, MAX_DEPTH, MAX_OUTPUT, MAX_STEPS, MAX_VALUE};
 
 /// What functions may touch while running: the budgets, and every map they create (so
 /// reference cycles made with `set` are broken when rendering ends).
@@ -98,11 +98,21 @@ pub(crate) struct Exec<'a> {
     ctx: Ctx,
     vars: Vec<(&'a str, Value)>,
     out: Zeroizing<Vec<u8>>,
+    tree: &'a Tree,
+    /// The template's own name, which `{{template}}` may call too.
+    name: &'a str,
+    /// Nesting of lists, pipelines and template calls being evaluated.
+    depth: usize,
 }
+
+/// Deepest evaluation nesting. Parsing already limits one template to [`MAX_DEPTH`]
+/// levels; this bounds recursion through `{{template}}` calls.
+const MAX_EXEC_DEPTH: usize = 3 * MAX_DEPTH;
 
 /// Runs a parsed template with the map `items` as dot and `$`.
 pub(crate) fn execute<'i>(
-    nodes: &[Node],
+    tree: &Tree,
+    name: &str,
     items: impl IntoIterator<Item = (&'i str, &'i [u8])>,
 ) -> Result<Zeroizing<Vec<u8>>, Fail> {
     let mut ctx = Ctx::new();
@@ -115,8 +125,11 @@ pub(crate) fn execute<'i>(
         ctx,
         vars: vec![("$", data.clone())],
         out: Zeroizing::new(Vec::new()),
+        tree,
+        name,
+        depth: 0,
     };
-    exec.walk(&data, nodes)?;
+    exec.walk(&data, &tree.root)?;
     Ok(std::mem::take(&mut exec.out))
 }
 
@@ -140,7 +153,25 @@ impl<'a> Exec<'a> {
         self.ctx.step().map_err(|m| Self::fail(pos, m))
     }
 
+    fn enter(&mut self, pos: usize) -> Result<(), Fail> {
+        self.depth += 1;
+        if self.depth > MAX_EXEC_DEPTH {
+            return Err(Self::fail(
+                pos,
+                format!("template calls nested deeper than {MAX_EXEC_DEPTH} levels"),
+            ));
+        }
+        Ok(())
+    }
+
     fn walk(&mut self, dot: &Value, nodes: &'a [Node]) -> Result<Flow, Fail> {
+        self.enter(0)?;
+        let flow = self.walk_nodes(dot, nodes);
+        self.depth -= 1;
+        flow
+    }
+
+    fn walk_nodes(&mut self, dot: &Value, nodes: &'a [Node]) -> Result<Flow, Fail> {
         for node in nodes {
             match node {
                 Node::Text(pos, t) => {
@@ -189,6 +220,28 @@ impl<'a> Exec<'a> {
                 }
                 Node::Break => return Ok(Flow::Break),
                 Node::Continue => return Ok(Flow::Continue),
+                Node::Template { pos, name, pipe } => {
+                    self.step(*pos)?;
+                    let value = match pipe {
+                        Some(p) => self.pipeline(dot, p)?,
+                        None => Value::Nil,
+                    };
+                    let tree = self.tree;
+                    let body = match tree.defs.get(name) {
+                        Some(body) => body.as_slice(),
+                        None if name == self.name => tree.root.as_slice(),
+                        None => {
+                            return Err(Self::fail(*pos, format!("no such template \"{name}\"")));
+                        }
+                    };
+                    self.enter(*pos)?;
+                    // A called template sees only `$`, bound to its dot.
+                    let vars = std::mem::replace(&mut self.vars, vec![("$", value.clone())]);
+                    let flow = self.walk(&value, body);
+                    self.vars = vars;
+                    self.depth -= 1;
+                    flow?;
+                }
             }
         }
         Ok(Flow::Normal)
@@ -278,7 +331,10 @@ impl<'a> Exec<'a> {
 
     /// Evaluates a pipeline's commands and binds its declaration.
     fn pipeline(&mut self, dot: &Value, pipe: &'a Pipe) -> Result<Value, Fail> {
-        let value = self.commands(dot, pipe)?;
+        self.enter(pipe.pos)?;
+        let value = self.commands(dot, pipe);
+        self.depth -= 1;
+        let value = value?;
         for name in &pipe.decl {
             self.bind(name, value.clone(), pipe.assign, pipe.pos)?;
         }

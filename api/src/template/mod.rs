@@ -27,7 +27,8 @@
 //!   literals.
 //! - `if`/`else if`/`else`/`end`, `with`/`else with`/`else`, `range` over lists, maps
 //!   (sorted keys) and integers, with `$i, $v :=`, `else`, `break` and `continue`.
-//! - `define`, `template` and `block` are **not** supported (one template per key).
+//! - `define` (at the top level), `template` and `block`; a key's templates are its own,
+//!   and its name (the key) can be called as well.
 //!
 //! # Functions
 //!
@@ -184,7 +185,7 @@ impl TemplateError {
 pub struct Template {
     key: String,
     source: String,
-    nodes: Vec<parse::Node>,
+    tree: parse::Tree,
 }
 
 impl std::fmt::Debug for Template {
@@ -197,13 +198,13 @@ impl Template {
     /// Parses `source` as the template named `key`. Unknown, unsupported or
     /// non-deterministic functions and undefined variables are parse errors, as in Go.
     pub fn parse(key: &str, source: &str) -> Result<Self, TemplateError> {
-        let nodes = lex::lex(source)
+        let tree = lex::lex(source)
             .and_then(|toks| parse::parse(&toks, source.len()))
             .map_err(|f| TemplateError::new(key, source, f))?;
         Ok(Template {
             key: key.to_owned(),
             source: source.to_owned(),
-            nodes,
+            tree,
         })
     }
 
@@ -222,7 +223,7 @@ impl Template {
         &self,
         items: impl IntoIterator<Item = (&'i str, &'i [u8])>,
     ) -> Result<Vec<u8>, TemplateError> {
-        exec::execute(&self.nodes, items)
+        exec::execute(&self.tree, &self.key, items)
             .map(|mut out| std::mem::take(&mut *out))
             .map_err(|f| TemplateError::new(&self.key, &self.source, f))
     }

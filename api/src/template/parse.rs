@@ -1,7 +1,7 @@
 //! The parser: tokens to a tree, with Go's checks (defined variables and functions,
 //! `{{break}}` only inside `{{range}}`, executable pipeline stages) and a nesting limit.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::funcs::{self, FuncDef};
 use super::lex::{Kw, Tok, Token};
@@ -26,6 +26,18 @@ pub(crate) enum Node {
     },
     Break,
     Continue,
+    /// `{{template "name" pipeline}}` (also what `{{block}}` leaves in place).
+    Template {
+        pos: usize,
+        name: String,
+        pipe: Option<Pipe>,
+    },
+}
+
+/// A parsed template: its own nodes plus the templates it defines.
+pub(crate) struct Tree {
+    pub(crate) root: Vec<Node>,
+    pub(crate) defs: BTreeMap<String, Vec<Node>>,
 }
 
 pub(crate) struct Pipe {
@@ -127,6 +139,7 @@ struct Parser<'t> {
     vars: Vars,
     depth: usize,
     range_depth: usize,
+    defs: BTreeMap<String, Vec<Node>>,
 }
 
 /// A list of nodes and what ended it (`None`: the end of input).
@@ -138,7 +151,7 @@ enum Term {
 }
 
 /// Parses a lexed template.
-pub(crate) fn parse(toks: &[Token], src_len: usize) -> Result<Vec<Node>, Fail> {
+pub(crate) fn parse(toks: &[Token], src_len: usize) -> Result<Tree, Fail> {
     let mut p = Parser {
         toks,
         i: 0,
@@ -146,10 +159,14 @@ pub(crate) fn parse(toks: &[Token], src_len: usize) -> Result<Vec<Node>, Fail> {
         vars: Vars::new(),
         depth: 0,
         range_depth: 0,
+        defs: BTreeMap::new(),
     };
     let (list, term) = p.list()?;
     match term {
-        None => Ok(list),
+        None => Ok(Tree {
+            root: list,
+            defs: p.defs,
+        }),
         Some((pos, Term::End)) => Err(Fail::at(pos, "unexpected {{end}}")),
         Some((pos, Term::Else(..))) => Err(Fail::at(pos, "unexpected {{else}}")),
     }
@@ -265,15 +282,101 @@ impl<'t> Parser<'t> {
                     Node::Continue
                 }))
             }
-            Tok::Kw(k @ (Kw::Define | Kw::Template | Kw::Block)) => Err(Fail::at(
-                pos,
-                format!("{{{{{}}}}} is not supported by kseal", k.name()),
-            )),
+            Tok::Kw(Kw::Define) => {
+                self.i += 1;
+                if self.depth > 0 {
+                    return Err(Fail::at(pos, "{{define}} is only allowed at the top level"));
+                }
+                let name = self.template_name("define")?;
+                self.expect_close("define")?;
+                let body = self.definition(pos)?;
+                self.add_definition(name, body, pos)?;
+                // A definition leaves nothing in place.
+                Ok(Ok(Node::Text(pos, Vec::new())))
+            }
+            Tok::Kw(Kw::Template) => {
+                self.i += 1;
+                let name = self.template_name("template")?;
+                let pipe = if matches!(self.peek().map(|t| &t.tok), Some(Tok::Close)) {
+                    self.i += 1;
+                    None
+                } else {
+                    Some(self.pipeline("template", false)?)
+                };
+                Ok(Ok(Node::Template { pos, name, pipe }))
+            }
+            Tok::Kw(Kw::Block) => {
+                self.i += 1;
+                let name = self.template_name("block")?;
+                let pipe = self.pipeline("block", false)?;
+                let body = self.definition(pos)?;
+                self.add_definition(name.clone(), body, pos)?;
+                Ok(Ok(Node::Template {
+                    pos,
+                    name,
+                    pipe: Some(pipe),
+                }))
+            }
             _ => {
                 let pipe = self.pipeline("command", false)?;
                 Ok(Ok(Node::Action(pipe)))
             }
         }
+    }
+
+    /// The quoted name after `define`, `template` or `block`.
+    fn template_name(&mut self, context: &str) -> Result<String, Fail> {
+        let pos = self.pos();
+        match self.next().map(|t| &t.tok) {
+            Some(Tok::Str(name)) => Ok(String::from_utf8_lossy(name).into_owned()),
+            Some(t) => Err(Fail::at(
+                pos,
+                format!("unexpected {} in {context}", t.describe()),
+            )),
+            None => Err(Fail::at(pos, "unexpected EOF")),
+        }
+    }
+
+    /// The body of a `define` or `block`, through its `{{end}}`: a template of its own,
+    /// with only `$` in scope.
+    fn definition(&mut self, pos: usize) -> Result<Vec<Node>, Fail> {
+        self.enter(pos)?;
+        let vars = std::mem::replace(&mut self.vars, Vars::new());
+        let range_depth = std::mem::replace(&mut self.range_depth, 0);
+        let listed = self.list();
+        self.vars = vars;
+        self.range_depth = range_depth;
+        self.depth -= 1;
+        match listed? {
+            (body, Some((_, Term::End))) => Ok(body),
+            (_, Some((p, Term::Else(..)))) => Err(Fail::at(p, "unexpected {{else}}")),
+            (_, None) => Err(Fail::at(self.end_pos, "unexpected EOF")),
+        }
+    }
+
+    /// Records a definition. As in Go, a name may be defined again only if one of the
+    /// two bodies is empty (blank text only).
+    fn add_definition(&mut self, name: String, body: Vec<Node>, pos: usize) -> Result<(), Fail> {
+        let blank = |nodes: &[Node]| {
+            nodes.iter().all(|n| match n {
+                Node::Text(_, t) => t.iter().all(u8::is_ascii_whitespace),
+                _ => false,
+            })
+        };
+        match self.defs.get(&name) {
+            Some(existing) if !blank(existing) => {
+                if !blank(&body) {
+                    return Err(Fail::at(
+                        pos,
+                        format!("template: multiple definition of template \"{name}\""),
+                    ));
+                }
+            }
+            _ => {
+                self.defs.insert(name, body);
+            }
+        }
+        Ok(())
     }
 
     /// `if`, `with` or `range` after its keyword, through the matching `{{end}}`.
