@@ -383,6 +383,7 @@ impl State {
     /// log, so that nothing falls between them.
     pub(crate) fn subscribe(&mut self, tk: &TypeKey) -> mpsc::UnboundedReceiver<Arc<Event>> {
         let (tx, rx) = mpsc::unbounded_channel();
+        self.subs.retain(|s| !s.tx.is_closed());
         self.subs.push(Subscriber {
             tkey: tk.clone(),
             tx,
