@@ -945,17 +945,20 @@ pub fn sealed_secret_crd() -> Value {
     })
 }
 
-/// Registers the SealedSecret CRD (server-side apply, so concurrent callers agree) and CRUDs a
-/// SealedSecret with a status and an owned Secret.
+/// Registers the SealedSecret CRD if it is missing and CRUDs a SealedSecret with a status and an
+/// owned Secret.
 pub async fn crd_sealed_secret(client: Client) -> anyhow::Result<()> {
+    // Register the CRD unless someone (another test, the project's own CRD) already did; never
+    // overwrite it, since other tests may share the server.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(
-        "sealedsecrets.bitnami.com",
-        &PatchParams::apply("kseal-testkit-scenarios").force(),
-        &Patch::Apply(sealed_secret_crd()),
-    )
-    .await
-    .context("applying the SealedSecret CRD")?;
+    if crds.get_opt("sealedsecrets.bitnami.com").await?.is_none() {
+        let crd: CustomResourceDefinition = serde_json::from_value(sealed_secret_crd())?;
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e).context("creating the SealedSecret CRD"),
+        }
+    }
     let gvk = GroupVersionKind::gvk("bitnami.com", "v1alpha1", "SealedSecret");
     let ar = wait_established(&client, "sealedsecrets.bitnami.com", &gvk).await?;
     ensure!(ar.plural == "sealedsecrets", "plural: {}", ar.plural);
