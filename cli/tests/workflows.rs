@@ -10,7 +10,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -427,38 +427,138 @@ struct FakeServer {
 }
 
 fn serve(routes: Vec<(&'static str, u16, String)>) -> FakeServer {
+    serve_with(routes, None)
+}
+
+/// Answers one HTTP/1.1 request on `stream` and closes it.
+fn answer<S: std::io::Read + std::io::Write>(
+    stream: S,
+    routes: &[(&'static str, u16, String)],
+    seen: &Mutex<Vec<String>>,
+) {
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    if head.is_empty() {
+        return;
+    }
+    let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+    seen.lock().unwrap().push(head);
+    let (status, body) = routes
+        .iter()
+        .find(|(p, _, _)| *p == path)
+        .map(|(_, s, b)| (*s, b.clone()))
+        .unwrap_or((404, r#"{"kind":"Status","message":"not found"}"#.to_owned()));
+    let stream = reader.get_mut();
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.flush();
+}
+
+/// [`serve`], over TLS when a server configuration is given.
+fn serve_with(
+    routes: Vec<(&'static str, u16, String)>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> FakeServer {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let requests = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&requests);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
+            let Ok(stream) = stream else { return };
+            match &tls {
+                None => answer(stream, &routes, &seen),
+                Some(config) => {
+                    let conn = rustls::ServerConnection::new(Arc::clone(config)).unwrap();
+                    let mut tls_stream = rustls::StreamOwned::new(conn, stream);
+                    answer(&mut tls_stream, &routes, &seen);
+                    tls_stream.conn.send_close_notify();
+                    let _ = tls_stream.flush();
                 }
-                head.push_str(&line);
             }
-            let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
-            seen.lock().unwrap().push(head);
-            let (status, body) = routes
-                .iter()
-                .find(|(p, _, _)| *p == path)
-                .map(|(_, s, b)| (*s, b.clone()))
-                .unwrap_or((404, r#"{"kind":"Status","message":"not found"}"#.to_owned()));
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = reader.read(&mut [0u8; 0]);
         }
     });
     FakeServer { port, requests }
+}
+
+/// A TLS server configuration with a fresh self-signed certificate for 127.0.0.1; returns it
+/// with the certificate's PEM (the CA to trust).
+fn tls_config() -> (Arc<rustls::ServerConfig>, String) {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let cert_pem = certified.cert.pem();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![certified.cert.der().clone()], key)
+    .unwrap();
+    (Arc::new(config), cert_pem)
+}
+
+#[test]
+fn https_sources_verify_the_server() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let pem = fixture_pair().certificate().to_pem();
+    let (config, ca_pem) = tls_config();
+    let server = serve_with(
+        vec![
+            ("/fleet.pem", 200, pem.clone()),
+            (
+                "/api/v1/namespaces/kseal-system/services/kseal-controller",
+                200,
+                r#"{"spec":{"ports":[{"port":8080}]}}"#.to_owned(),
+            ),
+            (
+                "/api/v1/namespaces/kseal-system/services/http:kseal-controller:8080/proxy/v1/cert.pem",
+                200,
+                pem.clone(),
+            ),
+        ],
+        Some(config),
+    );
+    // An https URL whose certificate no system root vouches for is refused.
+    let url = format!("https://127.0.0.1:{}/fleet.pem", server.port);
+    let run = kseal(&["cert", "--cert", &url], None, dir.path());
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("invalid peer certificate") || run.stderr.contains("UnknownIssuer"),
+        "{}",
+        run.stderr
+    );
+    // The API server, trusted through the kubeconfig's CA; exec plugin credentials.
+    let ca = base64::engine::general_purpose::STANDARD.encode(&ca_pem);
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: tls\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority-data: {ca}\nusers:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: sh\n      args: [\"-c\", \"echo '{{\\\"kind\\\":\\\"ExecCredential\\\",\\\"status\\\":{{\\\"token\\\":\\\"ex3c\\\"}}}}'\"]\ncontexts:\n- name: tls\n  context:\n    cluster: c\n    user: u\n",
+            server.port
+        ),
+    )
+    .unwrap();
+    let run = kseal_env(&["cert"], None, dir.path(), &[("KUBECONFIG", "kubeconfig")]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, pem);
+    let requests = server.requests.lock().unwrap().clone();
+    assert!(
+        requests.iter().filter(|r| r.contains("/api/v1/")).all(|r| r
+            .to_ascii_lowercase()
+            .contains("authorization: bearer ex3c")),
+        "{requests:?}"
+    );
 }
 
 #[test]
