@@ -182,7 +182,7 @@ pub(crate) struct SealArgs {
     #[arg(long, env = env::KSEAL_ALLOW_EMPTY_DATA)]
     pub(crate) allow_empty_data: bool,
     /// Add or replace the sealed items in this existing SealedSecret file, in place, keeping
-    /// its format, name, namespace and scope
+    /// its format, key order, name, namespace and scope (YAML comments are not kept)
     #[arg(
         long,
         env = env::KSEAL_MERGE_INTO,
@@ -203,7 +203,8 @@ pub(crate) struct SealArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SetArgs {
-    /// SealedSecret file to update in place
+    /// SealedSecret file to update in place (format, key order, name, namespace and scope are
+    /// kept; YAML comments are not)
     #[arg(value_name = "FILE")]
     pub(crate) file: PathBuf,
     /// Item key to add or replace

@@ -730,6 +730,62 @@ fn flux_ssh_credentials_with_a_generated_key() {
     } else {
         eprintln!("ssh-keygen not installed: skipping the OpenSSH format cross-check");
     }
+    // The same key from a file: identity.pub comes from the key's own header.
+    let run = kseal(
+        &[
+            "create",
+            "git-credentials",
+            "--cert",
+            s(&cert),
+            "--identity-file",
+            "id_check",
+            "--known-hosts-file",
+            "known_hosts",
+            "--name",
+            "gitops-workloads",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed[0].metadata.name.as_deref(), Some("gitops-workloads"));
+    let from_file = open(&sealed[0], &ring(&[&fixture_pair()]));
+    assert_eq!(from_file["identity"], data["identity"]);
+    assert_eq!(
+        from_file["identity.pub"].split_whitespace().nth(1),
+        public.split_whitespace().nth(1)
+    );
+    // A passphrase-protected key is refused (ssh-keygen needed to make one).
+    let protected = dir.path().join("protected");
+    let made = std::process::Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "pass phrase",
+            "-f",
+            s(&protected),
+        ])
+        .status();
+    if made.is_ok_and(|st| st.success()) {
+        let run = kseal(
+            &[
+                "create",
+                "git-credentials",
+                "--cert",
+                s(&cert),
+                "--identity-file",
+                "protected",
+                "--known-hosts-file",
+                "known_hosts",
+            ],
+            None,
+            dir.path(),
+        );
+        snap!("err_git_key_with_passphrase", run);
+    }
     let run = kseal(
         &[
             "create",
