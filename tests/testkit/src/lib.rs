@@ -29,7 +29,7 @@
 //!   considered); dependents whose owners never existed are not collected;
 //! - deleting a namespace deletes its contents at once and the namespace when it is empty
 //!   (objects with finalizers keep it Terminating); `spec.finalizers` is not used; deleting a
-//!   CRD removes its objects and the resource at once (no Terminating phase);
+//!   CRD deletes its objects at once and removes the CRD (and the resource) when none is left;
 //! - lists ignore `resourceVersion`/`resourceVersionMatch` and always serve the latest state;
 //!   `continue` tokens never expire;
 //! - events.k8s.io/v1 Events are stored as core/v1 Events with a field-renaming conversion;

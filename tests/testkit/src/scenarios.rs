@@ -697,6 +697,32 @@ pub async fn status_and_generation(client: Client) -> anyhow::Result<()> {
             put.data["spec"]["size"] = json!(3);
             let o5 = api.replace("w", &PostParams::default(), &put).await?;
             ensure!(o5.metadata.generation == Some(3), "PUT spec change bumps generation");
+
+            // Deleting the CRD: it stays Terminating while an object holds a finalizer, new
+            // objects are refused, and it goes once the object is gone.
+            api.patch("w", &pp, &Patch::Merge(json!({"metadata": {"finalizers": ["kseal.dev/hold"]}}))).await?;
+            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+            let crd_name = format!("widgets.{}", ar.group);
+            let crd = crds.delete(&crd_name, &DeleteParams::default()).await?.left().context("CRD delete returns the CRD")?;
+            ensure!(
+                crd.metadata.deletion_timestamp.is_some()
+                    && crd.finalizers().contains(&"customresourcecleanup.apiextensions.k8s.io".to_owned()),
+                "CRD terminating: {:?}",
+                crd.finalizers()
+            );
+            let w = eventually("object being deleted", DEADLINE, || async {
+                let w = api.get("w").await?;
+                Ok(w.metadata.deletion_timestamp.is_some().then_some(w))
+            })
+            .await?;
+            ensure!(w.metadata.generation == Some(4), "deletion bumps generation: {:?}", w.metadata.generation);
+            let another: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": ar.api_version, "kind": "Widget", "metadata": {"name": "w2"}, "spec": {}
+            }))?;
+            let e = expect_error(api.create(&PostParams::default(), &another).await, 405, "MethodNotAllowed")?;
+            ensure!(e.message == "create not allowed while custom resource definition is terminating", "message: {}", e.message);
+            api.patch("w", &pp, &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
+            eventually("CRD gone", DEADLINE, || async { Ok(crds.get_opt(&crd_name).await?.is_none().then_some(())) }).await?;
             Ok(())
         }
     })

@@ -72,6 +72,20 @@ pub(crate) struct State {
     subs: Vec<Subscriber>,
 }
 
+/// The finalizer the apiserver puts on a CRD being deleted until its objects are gone.
+const CRD_CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+fn crd_type_key() -> TypeKey {
+    (
+        "apiextensions.k8s.io".to_owned(),
+        "customresourcedefinitions".to_owned(),
+    )
+}
+
+fn is_crd_key(tk: &TypeKey) -> bool {
+    tk.0 == "apiextensions.k8s.io" && tk.1 == "customresourcedefinitions"
+}
+
 /// The current time as the apiserver writes timestamps (RFC 3339, seconds, UTC).
 pub(crate) fn now() -> String {
     jiff::Timestamp::now()
@@ -779,6 +793,19 @@ impl State {
             m.remove(k);
         }
         self.ns_check(rt, &ns, &name)?;
+        if !rt.builtin
+            && self
+                .get(&crd_type_key(), "", &format!("{}.{}", rt.plural, rt.group))
+                .is_some_and(|c| meta(c).get("deletionTimestamp").is_some())
+        {
+            let mut e = ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "create not allowed while custom resource definition is terminating",
+            );
+            e.details = Some(Box::default());
+            return Err(e);
+        }
         let tk = rt.key();
         if self.get(&tk, &ns, &name).is_some() {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
@@ -1222,6 +1249,9 @@ impl State {
             self.types.remove(&ctk);
         }
         self.emit("DELETED", tk, &key.0, obj, None);
+        if self.types.get(tk).is_some_and(|t| !t.builtin) {
+            self.finish_crd(&format!("{}.{}", tk.1, tk.0));
+        }
         self.collect_garbage(&uid);
         if !key.0.is_empty() {
             self.finish_namespace(&key.0);
@@ -1334,6 +1364,24 @@ impl State {
         new
     }
 
+    /// Removes the cleanup finalizer of a terminating CRD once none of its objects is left.
+    fn finish_crd(&mut self, crd_name: &str) {
+        let crd_tk = crd_type_key();
+        let Some(crd) = self.get(&crd_tk, "", crd_name) else {
+            return;
+        };
+        if meta(crd).get("deletionTimestamp").is_none() {
+            return;
+        }
+        let remaining = registry::from_crd(crd)
+            .ok()
+            .and_then(|t| self.objects.get(&t.key()).map(|m| !m.is_empty()))
+            .unwrap_or(false);
+        if !remaining {
+            self.remove_finalizer(&crd_tk, &(String::new(), crd_name.to_owned()), CRD_CLEANUP);
+        }
+    }
+
     /// Removes a terminating namespace once it is empty and has no finalizers.
     fn finish_namespace(&mut self, ns: &str) {
         let nsk = (String::new(), "namespaces".to_owned());
@@ -1425,7 +1473,9 @@ impl State {
         }
         // Orphan and Foreground deletion work through finalizers, as on the apiserver; the
         // garbage collector's part is done at once.
+        // CRDs are finalized the same way: instances first, then the CRD.
         let policy_finalizer = match opts.propagation.as_deref() {
+            _ if is_crd_key(tk) => Some(CRD_CLEANUP),
             Some("Orphan") => Some("orphan"),
             Some("Foreground") => Some("foregroundDeletion"),
             _ => None,
@@ -1443,21 +1493,49 @@ impl State {
                 }
                 m.insert("finalizers".into(), json!(fs));
             }
+            if let Some(g) = meta(&old)["generation"].as_i64() {
+                meta_mut(&mut new).insert("generation".into(), (g + 1).into());
+            }
             if is_ns {
                 new["status"]["phase"] = "Terminating".into();
+            }
+            if policy_finalizer == Some(CRD_CLEANUP)
+                && let Some(conds) = new["status"]["conditions"].as_array_mut()
+            {
+                conds.push(json!({
+                    "type": "Terminating", "status": "True", "lastTransitionTime": now(),
+                    "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress",
+                }));
             }
             let marked = self.store_modified(tk, key, old, new);
             if is_ns {
                 self.delete_namespace_contents(&key.1);
                 self.finish_namespace(&key.1);
             }
-            if let Some(f) = policy_finalizer {
-                if f == "orphan" {
-                    self.orphan_dependents(&uid);
-                } else {
-                    self.collect_garbage(&uid);
+            match policy_finalizer {
+                Some(CRD_CLEANUP) => {
+                    if let Ok(t) = registry::from_crd(&marked) {
+                        let ctk = t.key();
+                        let names: Vec<ObjName> = self
+                            .objects
+                            .get(&ctk)
+                            .map(|m| m.keys().cloned().collect())
+                            .unwrap_or_default();
+                        for n in names {
+                            let _ = self.delete_key(&ctk, &n, &DeleteOpts::default());
+                        }
+                    }
+                    self.finish_crd(&key.1);
                 }
-                self.remove_finalizer(tk, key, f);
+                Some(f) => {
+                    if f == "orphan" {
+                        self.orphan_dependents(&uid);
+                    } else {
+                        self.collect_garbage(&uid);
+                    }
+                    self.remove_finalizer(tk, key, f);
+                }
+                None => {}
             }
             return Ok(Some(marked));
         }
