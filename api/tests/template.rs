@@ -744,6 +744,18 @@ fn matches_go_on_differentially_found_edge_cases() {
             Ok("+Inf -Inf"),
         ),
         ("{{ deepCopy nil }}", Err("cannot copy nil")),
+        (
+            "{{ base \"/a/b/\" }}|{{ dir \"a/b/c\" }}|{{ clean \"a//b/./c/..\" }}|{{ ext \"a/b.tar.gz\" }}|{{ isAbs \"a\" }}",
+            Ok("b|a/b|a/b|.gz|false"),
+        ),
+        (
+            "{{ b32enc \"foobar\" }}|{{ b32dec \"MZXW6===\" }}|{{ b32dec \"MY=====A\" }}",
+            Ok("MZXW6YTBOI======|foo|illegal base32 data at input byte 6"),
+        ),
+        (
+            "{{ seq 3 }}|{{ seq 10 -3 1 }}|{{ untilStep 0 10 3 }}|{{ chunk 2 (list 1 2 3) }}|{{ initials \"hello big world\" }}",
+            Ok("1 2 3|10 7 4 1|[0 3 6 9]|[[1 2] [3]]|hbw"),
+        ),
     ]);
 }
 

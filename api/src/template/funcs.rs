@@ -111,9 +111,27 @@ static FUNCS: &[FuncDef] = &[
     f("splitn", 3, n(3), splitn),
     f("join", 2, n(2), join),
     f("sortAlpha", 1, n(1), sort_alpha),
+    f("initials", 1, n(1), initials),
+    f("seq", 0, ANY, seq),
+    f("untilStep", 3, n(3), until_step),
+    f("chunk", 2, n(2), chunk),
+    f("mustChunk", 2, n(2), chunk),
+    // Sprig: paths (slash-separated; the os* forms are the same on Linux).
+    f("base", 1, n(1), path_base),
+    f("dir", 1, n(1), path_dir),
+    f("clean", 1, n(1), path_clean),
+    f("ext", 1, n(1), path_ext),
+    f("isAbs", 1, n(1), path_is_abs),
+    f("osBase", 1, n(1), path_base),
+    f("osDir", 1, n(1), path_dir),
+    f("osClean", 1, n(1), path_clean),
+    f("osExt", 1, n(1), path_ext),
+    f("osIsAbs", 1, n(1), path_is_abs),
     // Sprig: encoding and hashes.
     f("b64enc", 1, n(1), b64enc),
     f("b64dec", 1, n(1), b64dec),
+    f("b32enc", 1, n(1), b32enc),
+    f("b32dec", 1, n(1), b32dec),
     f("sha256sum", 1, n(1), sha256sum),
     f("sha1sum", 1, n(1), sha1sum),
     f("adler32sum", 1, n(1), adler32sum),
@@ -251,16 +269,13 @@ const NON_DETERMINISTIC: &[&str] = &[
 const NOT_YET: &[&str] = &[
     "hello",
     "abbrevboth",
-    "initials",
     "swapcase",
     "snakecase",
     "camelcase",
     "kebabcase",
     "wrap",
     "wrapWith",
-    "seq",
     "toDecimal",
-    "untilStep",
     "add1f",
     "addf",
     "subf",
@@ -275,8 +290,6 @@ const NOT_YET: &[&str] = &[
     "mergeOverwrite",
     "mustMerge",
     "mustMergeOverwrite",
-    "chunk",
-    "mustChunk",
     "derivePassword",
     "decryptAES",
     "semver",
@@ -296,18 +309,6 @@ const NOT_YET: &[&str] = &[
     "regexQuoteMeta",
     "urlParse",
     "urlJoin",
-    "base",
-    "dir",
-    "clean",
-    "ext",
-    "isAbs",
-    "osBase",
-    "osClean",
-    "osDir",
-    "osExt",
-    "osIsAbs",
-    "b32enc",
-    "b32dec",
     "typeIsLike",
     "call",
 ];
@@ -980,6 +981,179 @@ fn sort_alpha(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
     checked_list(items.into_iter().map(Value::str).collect())
 }
 
+/// goutils' `Initials`, as Sprig uses it: byte by byte (like `nospace`), the first byte
+/// of every run of non-space bytes, re-encoded as Latin-1.
+fn initials(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let mut out = Vec::new();
+    let mut gap = true;
+    for &b in s(a, 0)? {
+        if text::is_space(char::from(b)) {
+            gap = true;
+        } else if gap {
+            text::push_char(&mut out, char::from(b));
+            gap = false;
+        }
+    }
+    string(out)
+}
+
+/// Sprig's `untilStep` as a vector of integers, refusing more than [`MAX_LIST`].
+fn step_range(start: i64, stop: i64, step: i64) -> Result<Vec<i64>, String> {
+    let mut out = Vec::new();
+    let mut i = start;
+    let ascending = stop >= start;
+    if (ascending && step <= 0) || (!ascending && step >= 0) {
+        return Ok(out);
+    }
+    while (ascending && i < stop) || (!ascending && i > stop) {
+        if out.len() >= MAX_LIST {
+            return Err(format!("list longer than {MAX_LIST} items"));
+        }
+        out.push(i);
+        match i.checked_add(step) {
+            Some(next) => i = next,
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+fn until_step(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let (start, stop, step) = (int_arg(a, 0)?, int_arg(a, 1)?, int_arg(a, 2)?);
+    Ok(Value::list(
+        step_range(start, stop, step)?
+            .into_iter()
+            .map(Value::Int)
+            .collect(),
+    ))
+}
+
+/// Sprig's `seq`, like the Unix command: `seq END`, `seq START END`, `seq START STEP END`.
+fn seq(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let mut p = Vec::with_capacity(a.len());
+    for i in 0..a.len() {
+        p.push(int_arg(a, i)?);
+    }
+    let numbers = match p.as_slice() {
+        [end] => {
+            let inc = if *end < 1 { -1 } else { 1 };
+            step_range(1, end.saturating_add(inc), inc)?
+        }
+        [start, end] => {
+            let inc = if end < start { -1 } else { 1 };
+            step_range(*start, end.saturating_add(inc), inc)?
+        }
+        [start, step, end] => {
+            let inc = if end < start { -1 } else { 1 };
+            if end < start && *step > 0 {
+                Vec::new()
+            } else {
+                step_range(*start, end.saturating_add(inc), *step)?
+            }
+        }
+        _ => Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (n, i) in numbers.iter().enumerate() {
+        if n > 0 {
+            push(&mut out, b" ")?;
+        }
+        push(&mut out, i.to_string().as_bytes())?;
+    }
+    string(out)
+}
+
+fn chunk(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let size = int_arg(a, 0)?;
+    let l = match &a[1] {
+        Value::List(l) => l,
+        other => return Err(format!("cannot chunk type {}", kind_name(other))),
+    };
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|s| *s > 0)
+        .ok_or("chunk size must be positive")?;
+    Ok(Value::list(
+        l.chunks(size).map(|c| Value::list(c.to_vec())).collect(),
+    ))
+}
+
+/// Go's `path.Clean`: the shortest equivalent slash-separated path, purely lexically.
+fn clean_path(p: &[u8]) -> Vec<u8> {
+    if p.is_empty() {
+        return b".".to_vec();
+    }
+    let rooted = p[0] == b'/';
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for part in p.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." => {
+                if parts.last().is_some_and(|last| *last != b"..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push(part);
+                }
+            }
+            _ => parts.push(part),
+        }
+    }
+    let mut out = Vec::with_capacity(p.len());
+    if rooted {
+        out.push(b'/');
+    }
+    out.extend_from_slice(&parts.join(&b'/'));
+    if out.is_empty() {
+        out.push(b'.');
+    }
+    out
+}
+
+fn path_clean(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    string(clean_path(s(a, 0)?))
+}
+
+/// Go's `path.Base`: the last element, trailing slashes removed; "." for "", "/" for "/".
+fn path_base(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let p = s(a, 0)?;
+    if p.is_empty() {
+        return string(b".".to_vec());
+    }
+    let trimmed = &p[..p.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1)];
+    if trimmed.is_empty() {
+        return string(b"/".to_vec());
+    }
+    let start = trimmed
+        .iter()
+        .rposition(|&b| b == b'/')
+        .map_or(0, |i| i + 1);
+    string(trimmed[start..].to_vec())
+}
+
+/// Go's `path.Dir`: everything up to the last slash, cleaned.
+fn path_dir(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let p = s(a, 0)?;
+    let end = p.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+    string(clean_path(&p[..end]))
+}
+
+/// Go's `path.Ext`: the suffix from the last dot of the last element.
+fn path_ext(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let p = s(a, 0)?;
+    for (i, &b) in p.iter().enumerate().rev() {
+        match b {
+            b'/' => break,
+            b'.' => return string(p[i..].to_vec()),
+            _ => {}
+        }
+    }
+    string(Vec::new())
+}
+
+fn path_is_abs(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    Ok(Value::Bool(s(a, 0)?.first() == Some(&b'/')))
+}
+
 // ---- Sprig: encoding and hashes ----
 
 fn b64enc(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
@@ -1032,6 +1206,82 @@ fn b64dec(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
             string(format!("illegal base64 data at input byte {at}").into_bytes())
         }
     }
+}
+
+const BASE32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+/// Go's `base32.StdEncoding` (RFC 4648, with padding).
+fn b32enc(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let input = s(a, 0)?;
+    let mut out = Vec::with_capacity(input.len().div_ceil(5) * 8);
+    for block in input.chunks(5) {
+        let mut buf = [0u8; 5];
+        buf[..block.len()].copy_from_slice(block);
+        let bits = buf.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        let chars = (block.len() * 8).div_ceil(5);
+        for k in 0..8 {
+            if k < chars {
+                out.push(BASE32[((bits >> (35 - 5 * k)) & 31) as usize]);
+            } else {
+                out.push(b'=');
+            }
+        }
+    }
+    string(out)
+}
+
+/// Sprig's `b32dec`: like `b64dec`, Go's error text is the result on bad input. Follows
+/// Go's decoder step by step, including where it reports errors (offsets count the input
+/// without its line breaks, as Go's do).
+fn b32dec(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
+    let src: Vec<u8> = s(a, 0)?
+        .iter()
+        .copied()
+        .filter(|&b| b != b'\r' && b != b'\n')
+        .collect();
+    let err = |at: usize| string(format!("illegal base32 data at input byte {at}").into_bytes());
+    let olen = src.len();
+    let mut out = Vec::with_capacity(olen / 8 * 5);
+    let mut pos = 0;
+    let mut end = false;
+    while pos < olen && !end {
+        let mut bits = 0u64;
+        let mut dlen = 8;
+        let mut j = 0;
+        while j < 8 {
+            if pos == olen {
+                return err(olen - j);
+            }
+            let c = src[pos];
+            pos += 1;
+            let remaining = olen - pos;
+            if c == b'=' && j >= 2 && remaining < 8 {
+                if remaining + j < 7 {
+                    return err(olen);
+                }
+                for k in 0..(7 - j) {
+                    if k < remaining && src[pos + k] != b'=' {
+                        return err(pos + k - 1);
+                    }
+                }
+                dlen = j;
+                end = true;
+                if matches!(dlen, 1 | 3 | 6) {
+                    return err(pos - 1);
+                }
+                break;
+            }
+            let Some(v) = BASE32.iter().position(|&x| x == c) else {
+                return err(pos - 1);
+            };
+            bits |= (v as u64) << (35 - 5 * j);
+            j += 1;
+        }
+        for k in 0..dlen * 5 / 8 {
+            out.push(((bits >> (32 - 8 * k)) & 0xFF) as u8);
+        }
+    }
+    string(out)
 }
 
 fn hex(bytes: &[u8]) -> Vec<u8> {

@@ -41,7 +41,9 @@
 //! `untitle`, `substr`, `repeat`, `nospace`, `trunc`, `abbrev`, `contains`, `hasPrefix`,
 //! `hasSuffix`, `quote`, `squote`, `cat`, `indent`, `nindent`, `replace`, `plural`,
 //! `toString`, `toStrings`, `split`, `splitList`, `splitn`, `join`, `sortAlpha`,
-//! `b64enc`, `b64dec`, `sha256sum`, `sha1sum`, `adler32sum`, `atoi`, `int`, `int64`,
+//! `initials`, `seq`, `untilStep`, `chunk`, `base`, `dir`, `clean`, `ext`, `isAbs` (and
+//! their `os` forms), `b64enc`, `b64dec`, `b32enc`, `b32dec`, `sha256sum`, `sha1sum`,
+//! `adler32sum`, `atoi`, `int`, `int64`,
 //! `float64`, `toJson`, `toPrettyJson`, `toRawJson`, `fromJson` (and their `must`
 //! forms), `add`, `add1`, `sub`, `mul`, `div`, `mod`, `max`, `biggest`, `min`, `until`,
 //! `default`, `empty`, `coalesce`, `ternary`, `all`, `any`, `compact`, `fail`, `list`,
@@ -59,8 +61,9 @@
 //!   after each controller restart; kseal renders the same bytes every time, so the
 //!   controller can skip unchanged Secrets. Using one fails the template with an error
 //!   naming the function. `env`, `expandenv` and `getHostByName` are not defined (as in
-//!   Bitnami). Other Sprig functions not listed above (regex, semver, paths, URL, float
-//!   math, `merge`, …) fail with "not supported by kseal yet".
+//!   Bitnami). Other Sprig functions not listed above (regex, semver, URL, float math,
+//!   `merge`, case conversions such as `camelcase`, `wrap`, …) fail with "not supported by
+//!   kseal yet".
 //! - `keys` and `values` return map keys in sorted order (Go: random order).
 //! - Integer parameters accept any integer (Go tells `int` from `int64`: `repeat (add 1 2)
 //!   "x"` fails there), and `%T`/`typeOf` call every integer `int` and every list
