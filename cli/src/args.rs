@@ -43,7 +43,7 @@ pub(crate) enum Command {
     /// Re-encrypt SealedSecrets to the newest key, offline, with local private keys
     #[command(after_help = RESEAL_EXAMPLES)]
     Reseal(ResealArgs),
-    /// Check with local private keys that every item of every SealedSecret opens
+    /// Check that every item of every SealedSecret opens (local private keys or the controller)
     #[command(after_help = VALIDATE_EXAMPLES)]
     Validate(ValidateArgs),
     /// Generate and inspect sealing keys
@@ -117,13 +117,34 @@ Examples:
 
 const VALIDATE_EXAMPLES: &str = "\
 Examples:
-  kseal validate --key keys-backup.yaml clusters/prod/*.yaml";
+  # Offline, with a backup of the key Secrets
+  kseal validate --key keys-backup.yaml clusters/prod/*.yaml
+
+  # Against the controller of the current kubeconfig context
+  kseal validate --controller clusters/prod/*.yaml";
 
 const COMPLETIONS_EXAMPLES: &str = "\
 Examples:
   kseal completions bash > ~/.local/share/bash-completion/completions/kseal
   kseal completions zsh > \"${fpath[1]}/_kseal\"
   kseal completions fish > ~/.config/fish/completions/kseal.fish";
+
+/// How to reach the controller through the Kubernetes API server.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ControllerArgs {
+    /// Name of the controller's Service
+    #[arg(long, env = env::KSEAL_CONTROLLER_NAME, default_value = "kseal-controller")]
+    pub(crate) controller_name: String,
+    /// Namespace of the controller's Service
+    #[arg(long, env = env::KSEAL_CONTROLLER_NAMESPACE, default_value = "kseal-system")]
+    pub(crate) controller_namespace: String,
+    /// Kubeconfig file; default: $KUBECONFIG, then ~/.kube/config
+    #[arg(long, env = env::KSEAL_KUBECONFIG, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; default: the current context
+    #[arg(long, env = env::KSEAL_CONTEXT)]
+    pub(crate) context: Option<String>,
+}
 
 /// Where the sealing certificate comes from.
 #[derive(Debug, Args, Clone)]
@@ -138,18 +159,8 @@ pub(crate) struct CertArgs {
         value_name = "[NAME=]FILE|URL"
     )]
     pub(crate) cert: Vec<String>,
-    /// Name of the controller's Service (used without --cert)
-    #[arg(long, env = env::KSEAL_CONTROLLER_NAME, default_value = "kseal-controller")]
-    pub(crate) controller_name: String,
-    /// Namespace of the controller's Service (used without --cert)
-    #[arg(long, env = env::KSEAL_CONTROLLER_NAMESPACE, default_value = "kseal-system")]
-    pub(crate) controller_namespace: String,
-    /// Kubeconfig file; default: $KUBECONFIG, then ~/.kube/config
-    #[arg(long, env = env::KSEAL_KUBECONFIG, value_name = "FILE")]
-    pub(crate) kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context; default: the current context
-    #[arg(long, env = env::KSEAL_CONTEXT)]
-    pub(crate) context: Option<String>,
+    #[command(flatten)]
+    pub(crate) controller: ControllerArgs,
     /// Allow fetching a certificate URL over plain http (never do this over an untrusted
     /// network: whoever swaps the certificate reads the secrets)
     #[arg(long, env = env::KSEAL_ALLOW_HTTP)]
@@ -441,8 +452,14 @@ pub(crate) struct ResealArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ValidateArgs {
+    /// Private keys (as for `unseal`); repeat or separate with commas
+    #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', value_name = "FILE")]
+    pub(crate) keys: Vec<PathBuf>,
+    /// Ask the controller in the cluster instead (its `/v1/verify`, through the API server)
+    #[arg(long = "controller", env = env::KSEAL_VALIDATE_CONTROLLER, conflicts_with = "keys")]
+    pub(crate) use_controller: bool,
     #[command(flatten)]
-    pub(crate) keys: KeyArgs,
+    pub(crate) controller: ControllerArgs,
     /// SealedSecret files; none or `-` reads stdin
     #[arg(value_name = "FILE")]
     pub(crate) files: Vec<PathBuf>,

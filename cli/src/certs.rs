@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result, bail};
 use base64::Engine as _;
 use kseal_keys::Certificate;
 
-use crate::args::CertArgs;
+use crate::args::{CertArgs, ControllerArgs};
 use crate::http;
 use crate::kubeconfig::{self, Auth};
 
@@ -27,14 +27,31 @@ pub(crate) struct Spec {
     pub(crate) source: Source,
 }
 
+/// Where the controller is and how to reach its API server.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ControllerTarget {
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) context: Option<String>,
+}
+
+impl ControllerTarget {
+    pub(crate) fn from_args(args: &ControllerArgs) -> Self {
+        Self {
+            name: args.controller_name.clone(),
+            namespace: args.controller_namespace.clone(),
+            kubeconfig: args.kubeconfig.clone(),
+            context: args.context.clone(),
+        }
+    }
+}
+
 /// A validated certificate request: the sources plus how to reach the controller.
 #[derive(Debug, Clone)]
 pub(crate) struct CertRequest {
     pub(crate) specs: Vec<Spec>,
-    pub(crate) controller_name: String,
-    pub(crate) controller_namespace: String,
-    pub(crate) kubeconfig: Option<PathBuf>,
-    pub(crate) context: Option<String>,
+    pub(crate) controller: ControllerTarget,
     pub(crate) allow_http: bool,
 }
 
@@ -134,10 +151,7 @@ impl CertRequest {
         }
         Ok(Self {
             specs,
-            controller_name: args.controller_name.clone(),
-            controller_namespace: args.controller_namespace.clone(),
-            kubeconfig: args.kubeconfig.clone(),
-            context: args.context.clone(),
+            controller: ControllerTarget::from_args(&args.controller),
             allow_http: args.allow_http,
         })
     }
@@ -149,7 +163,7 @@ impl CertRequest {
             Source::Url(u) => format!("`{u}`"),
             Source::Controller => format!(
                 "the controller `{}/{}`",
-                self.controller_namespace, self.controller_name
+                self.controller.namespace, self.controller.name
             ),
         }
     }
@@ -189,65 +203,14 @@ impl CertRequest {
     }
 
     fn fetch_from_controller(&self) -> Result<String> {
-        let conn = kubeconfig::connect(self.kubeconfig.as_deref(), self.context.as_deref())
+        let controller = Controller::connect(&self.controller)
             .context("no --cert given, so the certificate is fetched from the controller")?;
-        let client = http::Client::new(&conn.tls, false)?;
-        let auth_header = match &conn.auth {
-            Auth::None => None,
-            Auth::Bearer(t) => Some(format!("Bearer {t}")),
-            Auth::Basic(u, p) => Some(format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
-            )),
-        };
-        let (ns, name) = (&self.controller_namespace, &self.controller_name);
-        let get = |url: &str, accept: &str| {
-            let mut headers = vec![("Accept", accept)];
-            if let Some(a) = &auth_header {
-                headers.push(("Authorization", a.as_str()));
-            }
-            client.get(url, &headers).with_context(|| {
-                format!(
-                    "failed to reach the Kubernetes API server `{}` (context `{}`)",
-                    conn.server, conn.context
-                )
-            })
-        };
-        let service_url = format!("{}/api/v1/namespaces/{ns}/services/{name}", conn.server);
-        let response = get(&service_url, "application/json")?;
-        match response.status {
-            200 => {}
-            404 => bail!(
-                "no Service `{name}` in namespace `{ns}` (context `{}`): if the controller is \
-                 installed under another name, pass --controller-name and \
-                 --controller-namespace (or KSEAL_CONTROLLER_NAME / \
-                 KSEAL_CONTROLLER_NAMESPACE); to seal offline, pass --cert FILE",
-                conn.context
-            ),
-            status => bail!(
-                "failed to read Service `{ns}/{name}` (context `{}`): HTTP {status}{}",
-                conn.context,
-                status_message(&response.body)
-            ),
-        }
-        let service: serde_json::Value = serde_json::from_str(&response.body)
-            .with_context(|| format!("Service `{ns}/{name}` is not valid JSON"))?;
-        let port = &service["spec"]["ports"][0];
-        let port = port["name"]
-            .as_str()
-            .filter(|n| !n.is_empty())
-            .map(str::to_owned)
-            .or_else(|| port["port"].as_u64().map(|p| p.to_string()))
-            .with_context(|| format!("Service `{ns}/{name}` has no port"))?;
-        let cert_url = format!(
-            "{}/api/v1/namespaces/{ns}/services/http:{name}:{port}/proxy/v1/cert.pem",
-            conn.server
-        );
-        let response = get(&cert_url, "application/x-pem-file, */*")?;
+        let response = controller.request("GET", "/v1/cert.pem", None)?;
         if response.status != 200 {
             bail!(
-                "the controller `{ns}/{name}` did not return its certificate (HTTP {}{}): is it \
+                "the controller `{}` did not return its certificate (HTTP {}{}): is it \
                  running? To seal offline, pass --cert FILE",
+                controller.describe(),
                 response.status,
                 status_message(&response.body)
             );
@@ -283,8 +246,127 @@ impl CertRequest {
     }
 }
 
+/// The controller's HTTP API, reached through the API server's service proxy.
+pub(crate) struct Controller {
+    client: http::Client,
+    auth_header: Option<String>,
+    /// `https://api…/api/v1/namespaces/NS/services/http:NAME:PORT/proxy`
+    proxy: String,
+    server: String,
+    context: String,
+    namespace: String,
+    name: String,
+}
+
+impl Controller {
+    /// Resolves the kubeconfig and the controller Service's port (its first port's name, as
+    /// kubeseal does).
+    pub(crate) fn connect(target: &ControllerTarget) -> Result<Self> {
+        let conn = kubeconfig::connect(target.kubeconfig.as_deref(), target.context.as_deref())?;
+        let client = http::Client::new(&conn.tls, false)?;
+        let auth_header = match &conn.auth {
+            Auth::None => None,
+            Auth::Bearer(t) => Some(format!("Bearer {t}")),
+            Auth::Basic(u, p) => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )),
+        };
+        let (ns, name) = (&target.namespace, &target.name);
+        let mut controller = Self {
+            client,
+            auth_header,
+            proxy: String::new(),
+            server: conn.server,
+            context: conn.context,
+            namespace: ns.clone(),
+            name: name.clone(),
+        };
+        let service_url = format!(
+            "{}/api/v1/namespaces/{ns}/services/{name}",
+            controller.server
+        );
+        let response = controller.send("GET", &service_url, "application/json", None)?;
+        match response.status {
+            200 => {}
+            404 => bail!(
+                "no Service `{name}` in namespace `{ns}` (context `{}`): if the controller is \
+                 installed under another name, pass --controller-name and \
+                 --controller-namespace (or KSEAL_CONTROLLER_NAME / \
+                 KSEAL_CONTROLLER_NAMESPACE); to seal offline, pass --cert FILE",
+                controller.context
+            ),
+            status => bail!(
+                "failed to read Service `{ns}/{name}` (context `{}`): HTTP {status}{}",
+                controller.context,
+                status_message(&response.body)
+            ),
+        }
+        let service: serde_json::Value = serde_json::from_str(&response.body)
+            .with_context(|| format!("Service `{ns}/{name}` is not valid JSON"))?;
+        let port = &service["spec"]["ports"][0];
+        let port = port["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .or_else(|| port["port"].as_u64().map(|p| p.to_string()))
+            .with_context(|| format!("Service `{ns}/{name}` has no port"))?;
+        controller.proxy = format!(
+            "{}/api/v1/namespaces/{ns}/services/http:{name}:{port}/proxy",
+            controller.server
+        );
+        Ok(controller)
+    }
+
+    /// `namespace/name` of the controller, for messages.
+    pub(crate) fn describe(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        url: &str,
+        accept: &str,
+        body: Option<&str>,
+    ) -> Result<http::Response> {
+        let mut headers = vec![("Accept", accept)];
+        if let Some(a) = &self.auth_header {
+            headers.push(("Authorization", a.as_str()));
+        }
+        let result = match body {
+            Some(body) => {
+                headers.push(("Content-Type", "application/json"));
+                self.client.post(url, &headers, body)
+            }
+            None => self.client.get(url, &headers),
+        };
+        result.with_context(|| {
+            format!(
+                "failed to reach the Kubernetes API server `{}` (context `{}`) for {method} {url}",
+                self.server, self.context
+            )
+        })
+    }
+
+    /// Calls the controller's `path` (e.g. `/v1/verify`) through the service proxy.
+    pub(crate) fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<http::Response> {
+        let accept = if body.is_some() {
+            "application/json, */*"
+        } else {
+            "application/x-pem-file, */*"
+        };
+        self.send(method, &format!("{}{path}", self.proxy), accept, body)
+    }
+}
+
 /// The Kubernetes `Status` message of an error body, if it has one.
-fn status_message(body: &str) -> String {
+pub(crate) fn status_message(body: &str) -> String {
     serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["message"].as_str().map(|m| format!(": {m}")))

@@ -38,6 +38,8 @@ pub(crate) const KSEAL_FROM_FILE: &str = "KSEAL_FROM_FILE";
 pub(crate) const KSEAL_STRIP_NEWLINE: &str = "KSEAL_STRIP_NEWLINE";
 /// Private key files (`--key`), separated by commas.
 pub(crate) const KSEAL_KEY: &str = "KSEAL_KEY";
+/// Validate through the controller (`validate --controller`).
+pub(crate) const KSEAL_VALIDATE_CONTROLLER: &str = "KSEAL_VALIDATE_CONTROLLER";
 /// Rewrite files in place (`--in-place`).
 pub(crate) const KSEAL_IN_PLACE: &str = "KSEAL_IN_PLACE";
 /// Output directory of `keys generate` (`--out-dir`).

@@ -99,6 +99,25 @@ impl Client {
     }
 }
 
+impl Client {
+    /// POSTs `body` to `url`; any status is returned, transport errors fail.
+    pub(crate) fn post(&self, url: &str, headers: &[(&str, &str)], body: &str) -> Result<Response> {
+        let mut request = self.agent.post(url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut response = request.send(body).map_err(describe)?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_string()
+            .map_err(describe)?;
+        Ok(Response { status, body })
+    }
+}
+
 /// ureq's errors are terse; keep them, they never contain credentials.
 fn describe(e: ureq::Error) -> anyhow::Error {
     anyhow::anyhow!("{e}")

@@ -448,6 +448,19 @@ fn answer<S: std::io::Read + std::io::Write>(
     if head.is_empty() {
         return;
     }
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
+        return;
+    }
+    head.push_str(&String::from_utf8_lossy(&body));
     let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
     seen.lock().unwrap().push(head);
     let (status, body) = routes
@@ -1300,4 +1313,47 @@ fn interop_vectors_unseal_and_validate() {
         checked += 1;
     }
     assert_eq!(checked, 20, "every vector is checked");
+}
+
+#[test]
+fn validate_asks_the_controller_when_told_to() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let service = (
+        "/api/v1/namespaces/kseal-system/services/kseal-controller",
+        200,
+        r#"{"spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
+    );
+    let verify =
+        "/api/v1/namespaces/kseal-system/services/http:kseal-controller:http/proxy/v1/verify";
+    let golden = f.join("sealed-secret.strict.golden.yaml");
+    for (status, body, name) in [
+        (
+            200,
+            "ok: 3 sealed values decrypt\n",
+            "validate_controller_ok",
+        ),
+        (
+            409,
+            "no key could decrypt secret\n",
+            "validate_controller_fails",
+        ),
+    ] {
+        let server = serve(vec![service.clone(), (verify, status, body.to_owned())]);
+        kubeconfig(dir.path(), server.port);
+        let run = kseal_env(
+            &["validate", "--controller", s(&golden)],
+            None,
+            dir.path(),
+            &[("KUBECONFIG", "kubeconfig")],
+        );
+        assert_eq!(run.code, i32::from(status != 200), "{}", run.stderr);
+        snap!(name, run);
+        let requests = server.requests.lock().unwrap().clone();
+        let post = requests.iter().find(|r| r.starts_with("POST ")).unwrap();
+        assert!(post.contains(r#""kind":"SealedSecret""#), "{post}");
+        assert!(post.contains("git-credentials"), "{post}");
+    }
+    let run = kseal(&["validate", s(&golden)], None, dir.path());
+    snap!("err_validate_needs_keys_or_controller", run);
 }

@@ -13,7 +13,7 @@ use kseal_api::constants::SEALING_KEY_ANNOTATION;
 use kseal_keys::{Certificate, KeyId, KeyRing, Label, Plaintext, Scope};
 
 use crate::args::{ResealArgs, ValidateArgs};
-use crate::certs::CertRequest;
+use crate::certs::{CertRequest, Controller, ControllerTarget};
 use crate::cmd::unseal::load_ring;
 use crate::manifest::{Input, SealedFile, mapping_at};
 
@@ -85,26 +85,20 @@ fn quoted(items: &[String]) -> String {
         .join(", ")
 }
 
-pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
-    let ring = load_ring(&args.keys.keys)?;
-    let mut report = String::new();
-    let (mut total, mut bad) = (0usize, 0usize);
-    for input in inputs(&args.files)? {
-        let sealed: Vec<SealedSecret> =
-            input.objects("SealedSecret", kseal_api::constants::API_VERSION)?;
-        for (i, s) in sealed.iter().enumerate() {
-            total += 1;
-            let name = object_name(s);
-            let place = format!("{} document {}", input.source, i + 1);
-            let line = match open_items(s, &ring) {
-                Err(e) => {
-                    bad += 1;
-                    format!("FAIL {name} ({place}): {e:#}")
-                }
-                Ok(o) if !o.failed.is_empty() => {
-                    bad += 1;
-                    format!("FAIL {name} ({place}): no key opens {}", quoted(&o.failed))
-                }
+/// How `validate` checks an object.
+enum Checker {
+    Keys(KeyRing),
+    Controller(Controller),
+}
+
+impl Checker {
+    /// `Ok(summary)` when every item opens, `Err(reason)` when not; `Err` of the outer
+    /// result when the check itself could not run.
+    fn check(&self, s: &SealedSecret) -> Result<std::result::Result<String, String>> {
+        match self {
+            Checker::Keys(ring) => Ok(match open_items(s, ring) {
+                Err(e) => Err(format!("{e:#}")),
+                Ok(o) if !o.failed.is_empty() => Err(format!("no key opens {}", quoted(&o.failed))),
                 Ok(o) => {
                     let mut keys: Vec<&str> = o.keys.values().map(KeyId::as_str).collect();
                     keys.sort_unstable();
@@ -117,12 +111,64 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
                         .filter(|d| !d.is_empty())
                         .map(|d| format!("; {} template items not rendered", d.len()))
                         .unwrap_or_default();
-                    format!(
-                        "ok   {name} ({place}): {} items open with {}{templates}",
+                    Ok(format!(
+                        "{} items open with {}{templates}",
                         o.items.len(),
                         keys.join(", ")
-                    )
+                    ))
                 }
+            }),
+            Checker::Controller(controller) => {
+                let body = serde_json::to_string(s).context("failed to encode the SealedSecret")?;
+                let response = controller.request("POST", "/v1/verify", Some(&body))?;
+                // The controller answers in plain text; the API server's proxy in a JSON Status.
+                let message = match crate::certs::status_message(&response.body) {
+                    m if m.is_empty() => response.body.trim().to_owned(),
+                    m => m.trim_start_matches(": ").to_owned(),
+                };
+                match response.status {
+                    200 => Ok(Ok(format!("controller: {message}"))),
+                    400 | 409 | 422 => Ok(Err(format!("controller: {message}"))),
+                    status => bail!(
+                        "the controller `{}` could not verify (HTTP {status}{})",
+                        controller.describe(),
+                        crate::certs::status_message(&response.body)
+                    ),
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
+    let checker = if args.use_controller {
+        Checker::Controller(Controller::connect(&ControllerTarget::from_args(
+            &args.controller,
+        ))?)
+    } else {
+        if args.keys.is_empty() {
+            bail!(
+                "pass --key FILE (local private keys) or --controller (ask the controller in \
+                 the cluster)"
+            );
+        }
+        Checker::Keys(load_ring(&args.keys)?)
+    };
+    let mut report = String::new();
+    let (mut total, mut bad) = (0usize, 0usize);
+    for input in inputs(&args.files)? {
+        let sealed: Vec<SealedSecret> =
+            input.objects("SealedSecret", kseal_api::constants::API_VERSION)?;
+        for (i, s) in sealed.iter().enumerate() {
+            total += 1;
+            let name = object_name(s);
+            let place = format!("{} document {}", input.source, i + 1);
+            let line = match checker.check(s)? {
+                Err(reason) => {
+                    bad += 1;
+                    format!("FAIL {name} ({place}): {reason}")
+                }
+                Ok(summary) => format!("ok   {name} ({place}): {summary}"),
             };
             report.push_str(&line);
             report.push('\n');
@@ -141,10 +187,7 @@ fn target_certificate(args: &ResealArgs, ring: &KeyRing) -> Result<Certificate> 
         let spec = crate::certs::parse_spec(text)?;
         let request = CertRequest {
             specs: vec![spec],
-            controller_name: String::new(),
-            controller_namespace: String::new(),
-            kubeconfig: None,
-            context: None,
+            controller: crate::certs::ControllerTarget::default(),
             allow_http: args.allow_http,
         };
         return request.load_one();

@@ -192,8 +192,8 @@ impl SealRequest {
             );
         }
         let default_namespace = crate::kubeconfig::context_namespace(
-            args.cert.kubeconfig.as_deref(),
-            args.cert.context.as_deref(),
+            args.cert.controller.kubeconfig.as_deref(),
+            args.cert.controller.context.as_deref(),
         )
         .unwrap_or_else(|| "default".to_owned());
         Ok(Self {
