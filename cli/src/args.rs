@@ -123,6 +123,14 @@ Examples:
   # Against the controller of the current kubeconfig context
   kseal validate --controller clusters/prod/*.yaml";
 
+const GENERATE_EXAMPLES: &str = "\
+Examples:
+  # A key directory for offline sealing and recovery
+  kseal keys generate --out-dir keys
+
+  # A key Secret for the controller, straight into the cluster (the key never hits the disk)
+  kseal keys generate | kubectl apply -f -";
+
 const COMPLETIONS_EXAMPLES: &str = "\
 Examples:
   kseal completions bash > ~/.local/share/bash-completion/completions/kseal
@@ -468,6 +476,7 @@ pub(crate) struct ValidateArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum KeysCommand {
     /// Generate an RSA key pair and a self-signed certificate (as Bitnami's controller does)
+    #[command(after_help = GENERATE_EXAMPLES)]
     Generate(GenerateArgs),
     /// Show fingerprint, validity, size and subject of certificates, keys or key Secrets
     Inspect(InspectArgs),
@@ -475,9 +484,14 @@ pub(crate) enum KeysCommand {
 
 #[derive(Debug, Args)]
 pub(crate) struct GenerateArgs {
-    /// Directory to write `tls.key` (PKCS #1, mode 0600) and `tls.crt` into
+    /// Directory to write `tls.key` (PKCS #1, mode 0600) and `tls.crt` into; without it, a
+    /// key Secret manifest (as the controller stores keys) is printed to stdout, never to a
+    /// terminal
     #[arg(long, env = env::KSEAL_OUT_DIR, value_name = "DIR")]
-    pub(crate) out_dir: PathBuf,
+    pub(crate) out_dir: Option<PathBuf>,
+    /// Namespace of the printed key Secret (without --out-dir)
+    #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE, default_value = "kseal-system")]
+    pub(crate) namespace: String,
     /// RSA key size in bits
     #[arg(long, env = env::KSEAL_KEY_SIZE, default_value_t = 4096, value_parser = parse_key_size)]
     pub(crate) key_size: u32,

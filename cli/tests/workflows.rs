@@ -1357,3 +1357,35 @@ fn validate_asks_the_controller_when_told_to() {
     let run = kseal(&["validate", s(&golden)], None, dir.path());
     snap!("err_validate_needs_keys_or_controller", run);
 }
+
+#[test]
+fn keys_generate_prints_a_key_secret_that_unseals() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = kseal(
+        &[
+            "keys",
+            "generate",
+            "--key-size",
+            "2048",
+            "-n",
+            "kube-system",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("sealedsecrets.bitnami.com/sealed-secrets-key: active")
+    );
+    assert!(run.stdout.contains("namespace: kube-system"));
+    std::fs::write(dir.path().join("key.yaml"), &run.stdout).unwrap();
+    let run = kseal(&["keys", "inspect", "key.yaml"], None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("private key  present, matches the certificate")
+    );
+    let run = kseal(&["keys", "generate", "-n", "Bad_NS"], None, dir.path());
+    snap!("err_keys_generate_bad_namespace", run);
+}

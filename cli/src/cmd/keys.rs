@@ -23,11 +23,11 @@ pub(crate) struct GenerateRequest {
 }
 
 impl GenerateRequest {
-    pub(crate) fn from_args(args: GenerateArgs) -> Result<Self> {
+    pub(crate) fn from_args(args: GenerateArgs, out_dir: PathBuf) -> Result<Self> {
         let size = KeySize::from_bits(args.key_size as usize)
             .with_context(|| format!("unsupported key size {}", args.key_size))?;
         Ok(Self {
-            out_dir: args.out_dir,
+            out_dir,
             size,
             certificate: CertificateOptions {
                 common_name: args.common_name,
@@ -40,7 +40,10 @@ impl GenerateRequest {
 }
 
 pub(crate) fn run(args: GenerateArgs) -> Result<()> {
-    let request = GenerateRequest::from_args(args)?;
+    let Some(out_dir) = args.out_dir.clone() else {
+        return generate_to_stdout(args);
+    };
+    let request = GenerateRequest::from_args(args, out_dir)?;
     let pair = generate(&request)?;
     eprintln!(
         "wrote {} and {} ({})",
@@ -49,6 +52,59 @@ pub(crate) fn run(args: GenerateArgs) -> Result<()> {
         pair.id()
     );
     Ok(())
+}
+
+/// Generates a key pair and prints it as a key Secret manifest (`kubernetes.io/tls`, with the
+/// label the controller looks for). Refuses to print a private key to a terminal.
+fn generate_to_stdout(args: GenerateArgs) -> Result<()> {
+    use base64::Engine as _;
+    use std::io::IsTerminal as _;
+    if std::io::stdout().is_terminal() {
+        bail!(
+            "refusing to print a private key to the terminal: pipe it (e.g. `| kubectl apply -f \
+             -`), redirect it to a file, or pass --out-dir DIR"
+        );
+    }
+    let namespace = args.namespace.clone();
+    let valid = !namespace.is_empty()
+        && namespace.len() <= 63
+        && namespace
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !valid {
+        bail!("`{namespace}` is not a valid namespace name");
+    }
+    let request = GenerateRequest::from_args(args, PathBuf::new())?;
+    eprintln!(
+        "generating an RSA-{} key pair (this takes about a second)…",
+        request.size.bits()
+    );
+    let pair = KeyPair::generate(request.size, &request.certificate)
+        .context("failed to generate the key pair")?;
+    let key_pem = pair
+        .private_key()
+        .to_pkcs1_pem()
+        .context("failed to encode the private key")?;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    // A name from the fingerprint: stable for the key, a valid Kubernetes name.
+    let suffix: String = pair
+        .id()
+        .as_str()
+        .trim_start_matches("SHA256:")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .take(10)
+        .collect();
+    let manifest = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: sealed-secrets-key-{suffix}\n  namespace: {namespace}\n  labels:\n    {}: {}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
+        kseal_api::constants::SEALING_KEY_LABEL,
+        kseal_api::constants::SEALING_KEY_LABEL_ACTIVE,
+        b64(pair.certificate().to_pem().as_bytes()),
+        b64(key_pem.as_bytes()),
+    );
+    eprintln!("key Secret for {} (namespace {namespace})", pair.id());
+    crate::output::stdout(&manifest)
 }
 
 /// Generates a key pair and writes `tls.key` (PKCS #1, owner-only) and `tls.crt`.
