@@ -40,7 +40,7 @@ pub(crate) enum Command {
     /// Decrypt SealedSecrets with local private keys (recovery; prints plaintext)
     #[command(after_help = UNSEAL_EXAMPLES)]
     Unseal(UnsealArgs),
-    /// Re-encrypt SealedSecrets to the newest key, offline, with local private keys
+    /// Re-encrypt SealedSecrets to the newest key (local private keys, or the controller)
     #[command(after_help = RESEAL_EXAMPLES)]
     Reseal(ResealArgs),
     /// Check that every item of every SealedSecret opens (local private keys or the controller)
@@ -113,7 +113,10 @@ Examples:
   kseal reseal --key keys-backup.yaml --in-place sealed-secret.yaml
 
   # To a given certificate, to stdout
-  kseal reseal --key old.key --cert new.crt sealed-secret.yaml";
+  kseal reseal --key old.key --cert new.crt sealed-secret.yaml
+
+  # By the controller of the current kubeconfig context, to its newest key
+  kseal reseal --controller --in-place clusters/prod/*.yaml";
 
 const VALIDATE_EXAMPLES: &str = "\
 Examples:
@@ -442,11 +445,18 @@ pub(crate) struct UnsealArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ResealArgs {
-    #[command(flatten)]
-    pub(crate) keys: KeyArgs,
+    /// Private keys (as for `unseal`); repeat or separate with commas
+    #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', value_name = "FILE")]
+    pub(crate) keys: Vec<PathBuf>,
     /// Certificate (file or https URL) to re-encrypt to; default: the newest --key
     #[arg(long = "cert", env = env::KSEAL_CERT, value_name = "FILE|URL")]
     pub(crate) cert: Option<String>,
+    /// Ask the controller in the cluster to re-encrypt instead (its `/v1/rotate`, through the
+    /// API server; kubeseal's --re-encrypt)
+    #[arg(long = "controller", env = env::KSEAL_RESEAL_CONTROLLER, conflicts_with_all = ["keys", "cert"])]
+    pub(crate) use_controller: bool,
+    #[command(flatten)]
+    pub(crate) controller: ControllerArgs,
     /// Allow a plain http certificate URL
     #[arg(long, env = env::KSEAL_ALLOW_HTTP)]
     pub(crate) allow_http: bool,

@@ -40,6 +40,8 @@ pub(crate) const KSEAL_STRIP_NEWLINE: &str = "KSEAL_STRIP_NEWLINE";
 pub(crate) const KSEAL_KEY: &str = "KSEAL_KEY";
 /// Validate through the controller (`validate --controller`).
 pub(crate) const KSEAL_VALIDATE_CONTROLLER: &str = "KSEAL_VALIDATE_CONTROLLER";
+/// Re-encrypt through the controller (`reseal --controller`).
+pub(crate) const KSEAL_RESEAL_CONTROLLER: &str = "KSEAL_RESEAL_CONTROLLER";
 /// Rewrite files in place (`--in-place`).
 pub(crate) const KSEAL_IN_PLACE: &str = "KSEAL_IN_PLACE";
 /// Output directory of `keys generate` (`--out-dir`).

@@ -1389,3 +1389,44 @@ fn keys_generate_prints_a_key_secret_that_unseals() {
     let run = kseal(&["keys", "generate", "-n", "Bad_NS"], None, dir.path());
     snap!("err_keys_generate_bad_namespace", run);
 }
+
+#[test]
+fn reseal_asks_the_controller_when_told_to() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let golden = std::fs::read_to_string(f.join("sealed-secret.strict.golden.yaml")).unwrap();
+    std::fs::write(dir.path().join("s.yaml"), &golden).unwrap();
+    let rotated = r#"{"apiVersion":"bitnami.com/v1alpha1","kind":"SealedSecret","metadata":{"name":"git-credentials","namespace":"flux-system","annotations":{"kseal.dev/sealing-key":"SHA256:rotated"}},"spec":{"encryptedData":{"password":"AgBnew"}}}"#;
+    let server = serve(vec![
+        (
+            "/api/v1/namespaces/kseal-system/services/kseal-controller",
+            200,
+            r#"{"spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
+        ),
+        (
+            "/api/v1/namespaces/kseal-system/services/http:kseal-controller:http/proxy/v1/rotate",
+            200,
+            rotated.to_owned(),
+        ),
+    ]);
+    kubeconfig(dir.path(), server.port);
+    let run = kseal_env(
+        &["reseal", "--controller", "--in-place", "s.yaml"],
+        None,
+        dir.path(),
+        &[("KUBECONFIG", "kubeconfig")],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    snap!("reseal_controller_stderr", run);
+    let text = std::fs::read_to_string(dir.path().join("s.yaml")).unwrap();
+    assert!(text.starts_with("---\n"), "stays YAML: {text}");
+    assert!(text.contains("SHA256:rotated") && text.contains("password: AgBnew"));
+    let requests = server.requests.lock().unwrap().clone();
+    let post = requests.iter().find(|r| r.starts_with("POST ")).unwrap();
+    assert!(
+        post.contains("golden") || post.contains("encryptedData"),
+        "{post}"
+    );
+    let run = kseal(&["reseal", "s.yaml"], None, dir.path());
+    snap!("err_reseal_needs_keys_or_controller", run);
+}

@@ -202,45 +202,100 @@ fn target_certificate(args: &ResealArgs, ring: &KeyRing) -> Result<Certificate> 
     )
 }
 
-fn reseal_file(input: &Input, ring: &KeyRing, cert: &Certificate) -> Result<(SealedFile, usize)> {
+/// Who re-encrypts.
+enum Resealer {
+    Local { ring: KeyRing, cert: Certificate },
+    Controller(Controller),
+}
+
+impl Resealer {
+    fn describe(&self) -> String {
+        match self {
+            Resealer::Local { cert, .. } => format!("for {}", cert.id()),
+            Resealer::Controller(c) => format!("by the controller `{}`", c.describe()),
+        }
+    }
+
+    /// Re-encrypts one SealedSecret document in place.
+    fn reseal(&self, doc: &mut serde_yaml::Value, sealed: &SealedSecret) -> Result<()> {
+        match self {
+            Resealer::Local { ring, cert } => {
+                let opened = open_items(sealed, ring)?;
+                if !opened.failed.is_empty() {
+                    bail!("no key opens {}", quoted(&opened.failed));
+                }
+                let label = label_of(sealed)?;
+                let mut resealed = Vec::new();
+                for (item, plaintext) in &opened.items {
+                    let value =
+                        kseal_keys::seal_base64(cert.public_key(), &label, plaintext.expose())?;
+                    resealed.push((item.clone(), value));
+                }
+                let data = mapping_at(doc, &["spec", "encryptedData"])?;
+                for (item, value) in resealed {
+                    data.insert(item.into(), value.into());
+                }
+                mapping_at(doc, &["metadata", "annotations"])?
+                    .insert(SEALING_KEY_ANNOTATION.into(), cert.id().to_string().into());
+            }
+            Resealer::Controller(controller) => {
+                let body = serde_json::to_string(doc).context("failed to encode the document")?;
+                let response = controller.request("POST", "/v1/rotate", Some(&body))?;
+                if response.status != 200 {
+                    let message = match crate::certs::status_message(&response.body) {
+                        m if m.is_empty() => response.body.trim().to_owned(),
+                        m => m.trim_start_matches(": ").to_owned(),
+                    };
+                    bail!(
+                        "the controller refused (HTTP {}): {message}",
+                        response.status
+                    );
+                }
+                let rotated: serde_yaml::Value = serde_yaml::from_str(&response.body)
+                    .context("the controller's answer is not a SealedSecret")?;
+                if rotated.get("kind").and_then(|k| k.as_str()) != Some(kseal_api::constants::KIND)
+                {
+                    bail!("the controller's answer is not a SealedSecret");
+                }
+                *doc = rotated;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn reseal_file(input: &Input, resealer: &Resealer) -> Result<(SealedFile, usize)> {
     let mut file = SealedFile::parse(input)?;
-    let mut changed = 0;
     for i in 0..file.values.len() {
         let sealed = &file.sealed[i];
-        let what = || {
-            format!(
-                "failed to reseal `{}` (document {} of {})",
-                object_name(sealed),
-                i + 1,
-                input.source
-            )
-        };
-        let opened = open_items(sealed, ring).with_context(what)?;
-        if !opened.failed.is_empty() {
-            bail!("{}: no key opens {}", what(), quoted(&opened.failed));
-        }
-        let label = label_of(sealed).with_context(what)?;
-        let mut resealed = Vec::new();
-        for (item, plaintext) in &opened.items {
-            let value = kseal_keys::seal_base64(cert.public_key(), &label, plaintext.expose())
-                .with_context(what)?;
-            resealed.push((item.clone(), value));
-        }
-        let doc = &mut file.values[i];
-        let data = mapping_at(doc, &["spec", "encryptedData"])?;
-        for (item, value) in resealed {
-            data.insert(item.into(), value.into());
-        }
-        mapping_at(doc, &["metadata", "annotations"])?
-            .insert(SEALING_KEY_ANNOTATION.into(), cert.id().to_string().into());
-        changed += 1;
+        let what = format!(
+            "failed to reseal `{}` (document {} of {})",
+            object_name(sealed),
+            i + 1,
+            input.source
+        );
+        resealer.reseal(&mut file.values[i], sealed).context(what)?;
     }
-    Ok((file, changed))
+    let count = file.values.len();
+    Ok((file, count))
 }
 
 pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
-    let ring = load_ring(&args.keys.keys)?;
-    let cert = target_certificate(&args, &ring)?;
+    let resealer = if args.use_controller {
+        Resealer::Controller(Controller::connect(&ControllerTarget::from_args(
+            &args.controller,
+        ))?)
+    } else {
+        if args.keys.is_empty() {
+            bail!(
+                "pass --key FILE (local private keys) or --controller (ask the controller in \
+                 the cluster)"
+            );
+        }
+        let ring = load_ring(&args.keys)?;
+        let cert = target_certificate(&args, &ring)?;
+        Resealer::Local { ring, cert }
+    };
     if args.in_place && (args.files.is_empty() || args.files.iter().any(|f| f == Path::new("-"))) {
         bail!("--in-place needs FILE arguments (not standard input)");
     }
@@ -248,7 +303,7 @@ pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
     // Everything is resealed in memory first: one bad object leaves every file untouched.
     let files = inputs
         .iter()
-        .map(|input| reseal_file(input, &ring, &cert))
+        .map(|input| reseal_file(input, &resealer))
         .collect::<Result<Vec<_>>>()?;
     let mut out = String::new();
     for ((file, changed), path) in files
@@ -260,9 +315,9 @@ pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
             Some(path) if args.in_place => {
                 crate::manifest::write_atomic(path, text.as_bytes(), false)?;
                 eprintln!(
-                    "resealed {changed} SealedSecrets in `{}` for {}",
+                    "resealed {changed} SealedSecrets in `{}` {}",
                     path.display(),
-                    cert.id()
+                    resealer.describe()
                 );
             }
             _ => out.push_str(&text),
