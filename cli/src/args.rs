@@ -571,4 +571,30 @@ mod tests {
         use clap::CommandFactory as _;
         Cli::command().debug_assert();
     }
+
+    #[test]
+    fn every_flag_can_be_set_from_the_environment() {
+        use clap::CommandFactory as _;
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_positional() || matches!(id, "help" | "version") {
+                    continue;
+                }
+                match arg.get_env().and_then(|e| e.to_str()) {
+                    Some(var) if var.starts_with("KSEAL_") || var.starts_with("AWS_") => {}
+                    _ => missing.push(format!("{path} --{id}")),
+                }
+            }
+            for sub in command.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kseal", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "flags without a KSEAL_* variable: {missing:?}"
+        );
+    }
 }
