@@ -458,15 +458,25 @@ pub fn publish(state: &State, ring: KeyRing) -> bool {
     let len = ring.len();
     let ids: Vec<String> = ring.keys().map(|k| k.id().to_string()).collect();
     let sealing = ring.sealing_key().map(|k| k.id().to_string());
+    // Readers that see the new ring also see the readiness it implies: not ready is published
+    // before an empty ring, ready after a non-empty one.
+    let ready = |ready: bool| {
+        state
+            .readiness
+            .keys_loaded
+            .store(ready, std::sync::atomic::Ordering::Release);
+    };
+    if len == 0 {
+        ready(false);
+    }
     let changed = state.keys.replace(ring);
+    if len > 0 {
+        ready(true);
+    }
     state
         .metrics
         .keys_loaded
         .set(i64::try_from(len).unwrap_or(i64::MAX));
-    state
-        .readiness
-        .keys_loaded
-        .store(len > 0, std::sync::atomic::Ordering::Release);
     refresh_age(state);
     if changed {
         tracing::info!(keys = len, sealing_key = ?sealing, fingerprints = ?ids, "key ring updated");

@@ -25,7 +25,13 @@
 //!   fresh GET and guarded by its resourceVersion (retried on conflict), only when the
 //!   condition or `observedGeneration` changes. The condition has a `reason`.
 //! - **Retries never give up**: capped exponential backoff per object, plus a periodic resync
-//!   with jitter; a key ring change or gaining leadership reconciles everything again.
+//!   with jitter; a key ring change, gaining leadership or a re-list of either watch (events
+//!   may have been missed) reconciles everything again. Like Bitnami, updates of a
+//!   SealedSecret that touch only its status (our own writes) trigger nothing.
+//! - **Which Secret changes trigger a reconcile**: those of Secrets controlled by a
+//!   SealedSecret (drift correction, re-creation), of Secrets marked `managed`, and of a
+//!   Secret whose same-named SealedSecret is failing (deleting or marking a blocking Secret
+//!   takes effect at once). Deleting an unowned Secret does not re-create it, as in Bitnami.
 //! - Only the leader writes; other replicas requeue without touching anything.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -47,10 +53,11 @@ use kseal_api::constants::{
 use kseal_api::{SealedSecret, SealedSecretCondition, UnsealOptions};
 use kseal_keys::{KeyId, KeyPair, KeyRing, OpenStats};
 use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, watcher};
 use kube::{Client, Resource as _, ResourceExt as _};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
@@ -131,6 +138,8 @@ struct ObjectState {
     last_warning: Option<(String, String)>,
     /// Labels of the condition gauge, to remove it when the object goes away.
     gauge: Option<ConditionLabels>,
+    /// Whether the last reconcile failed (a same-named Secret changing may unblock it).
+    failing: bool,
 }
 
 /// MAC keys derived from the current ring, rebuilt when the ring changes.
@@ -873,6 +882,7 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     let namespace = obj.namespace().unwrap_or_default();
 
     let result = sync(&ctx, &obj).await;
+    ctx.with_object(&oref, |o| o.failing = result.is_err());
     let want = condition_for(&result);
     let was_true = obj
         .synced_condition()
@@ -996,11 +1006,11 @@ pub fn error_policy(obj: Arc<SealedSecret>, _error: &Error, ctx: Arc<Context>) -
 }
 
 /// Maps a Secret event to the SealedSecret to reconcile: the controlling SealedSecret, the
-/// same-named one when the Secret is marked `managed`, or the same-named one while it is not
-/// synced (so removing a blocking Secret, or marking it managed, takes effect at once).
-/// Deleting an unowned Secret does not re-create it (as in Bitnami).
+/// same-named one when the Secret is marked `managed`, or the same-named one while its last
+/// reconcile failed (so removing a blocking Secret, or marking it managed, takes effect at
+/// once). Deleting an unowned Secret does not re-create it (as in Bitnami).
 fn secret_trigger(
-    store: &Store<SealedSecret>,
+    ctx: &Context,
     secret: &PartialObjectMeta<Secret>,
 ) -> Option<ObjectRef<SealedSecret>> {
     let meta = &secret.metadata;
@@ -1014,10 +1024,96 @@ fn secret_trigger(
     if is_true(meta, MANAGED_ANNOTATION) {
         return Some(oref);
     }
-    let ss = store.get(&oref)?;
-    ss.synced_condition()
-        .is_none_or(|c| c.status != CONDITION_TRUE)
-        .then_some(oref)
+    // Decided from in-process state set when a reconcile ends, never from a cache that may
+    // lag behind.
+    let failing = lock(&ctx.objects).get(&oref).is_some_and(|o| o.failing);
+    failing.then_some(oref)
+}
+
+/// SealedSecrets to reconcile from their watch: every object of a (re-)list, since changes may
+/// have been missed while the watch was down, then only updates that change
+/// [`relevant_fields`] (like Bitnami, our own status writes do not trigger a reconcile).
+fn sealed_triggers(
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<SealedSecret>>> + Send + 'static,
+) -> impl futures::Stream<Item = watcher::Result<SealedSecret>> + Send + 'static {
+    events
+        .scan(
+            HashMap::<ObjectRef<SealedSecret>, u64>::new(),
+            |seen, event| {
+                let out = match event {
+                    Ok(watcher::Event::Init) => {
+                        seen.clear();
+                        None
+                    }
+                    Ok(watcher::Event::InitApply(ss)) => {
+                        seen.insert(ObjectRef::from_obj(&ss), relevant_fields(&ss));
+                        Some(Ok(ss))
+                    }
+                    Ok(watcher::Event::Apply(ss)) => {
+                        let hash = relevant_fields(&ss);
+                        let before = seen.insert(ObjectRef::from_obj(&ss), hash);
+                        (before != Some(hash)).then_some(Ok(ss))
+                    }
+                    Ok(watcher::Event::Delete(ss)) => {
+                        seen.remove(&ObjectRef::from_obj(&ss));
+                        None
+                    }
+                    Ok(watcher::Event::InitDone) => None,
+                    Err(e) => Some(Err(e)),
+                };
+                futures::future::ready(Some(out))
+            },
+        )
+        .filter_map(futures::future::ready)
+}
+
+/// SealedSecrets to reconcile from the Secret watch: [`secret_trigger`] for each change, and
+/// every SealedSecret after a re-list (a Secret deleted while the watch was down shows up as
+/// nothing at all).
+fn secret_triggers(
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<Secret>>>>
+    + Send
+    + 'static,
+    ctx: Arc<Context>,
+    store: Store<SealedSecret>,
+) -> impl futures::Stream<Item = ObjectRef<SealedSecret>> + Send + 'static {
+    events
+        .scan(false, move |listed_before, event| {
+            let refs: Vec<ObjectRef<SealedSecret>> = match event {
+                Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => {
+                    secret_trigger(&ctx, &s).into_iter().collect()
+                }
+                Ok(watcher::Event::InitDone) => {
+                    let relist = std::mem::replace(listed_before, true);
+                    if relist {
+                        store
+                            .state()
+                            .iter()
+                            .map(|ss| ObjectRef::from_obj(&**ss))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    }
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching Secrets failed; retrying");
+                    Vec::new()
+                }
+            };
+            futures::future::ready(Some(futures::stream::iter(refs)))
+        })
+        .flatten()
+}
+
+/// What a SealedSecret change must touch to trigger a reconcile: identity, spec (through the
+/// generation), labels, annotations (scope) and deletion. Status-only updates do not.
+fn relevant_fields(ss: &SealedSecret) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let m = &ss.metadata;
+    std::hash::Hash::hash(&(&m.uid, m.generation, &m.labels, &m.annotations), &mut h);
+    std::hash::Hash::hash(&m.deletion_timestamp.is_some(), &mut h);
+    h.finish()
 }
 
 /// Emits once per change of the key ring.
@@ -1093,14 +1189,16 @@ pub async fn run(
                 Api::namespaced(client.clone(), ns),
             ),
         };
-        let mut c = Controller::new(sealed, wc.clone())
+        let (store, writer) = reflector::store();
+        let sealed_events = watcher(sealed, wc.clone())
+            .default_backoff()
+            .reflect(writer);
+        let mut c = Controller::for_stream(sealed_triggers(sealed_events), store.clone())
             .with_config(controller::Config::default().concurrency(config.concurrency));
-        let store = c.store();
         stores.push(store.clone());
         if !config.skip_recreate {
-            c = c.watches(secrets, wc.clone(), move |s: PartialObjectMeta<Secret>| {
-                secret_trigger(&store, &s)
-            });
+            let secret_events = watcher(secrets, wc.clone()).default_backoff();
+            c = c.reconcile_on(secret_triggers(secret_events, ctx.clone(), store.clone()));
         }
         let c = c
             .reconcile_all_on(ring_changes(&state))
