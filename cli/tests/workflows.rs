@@ -1430,3 +1430,43 @@ fn reseal_asks_the_controller_when_told_to() {
     let run = kseal(&["reseal", "s.yaml"], None, dir.path());
     snap!("err_reseal_needs_keys_or_controller", run);
 }
+
+#[test]
+fn validate_and_unseal_render_template_data() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let key = f.join("keys/tls.key");
+    let golden = std::fs::read_to_string(f.join("sealed-secret.strict.golden.yaml")).unwrap();
+    let with = |template: &str| {
+        golden.replace(
+            "    type: Opaque",
+            &format!("    type: Opaque\n    data:\n      url: '{template}'"),
+        )
+    };
+    std::fs::write(
+        dir.path().join("good.yaml"),
+        with("https://{{ .username }}:{{ .password }}@example.com"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("bad.yaml"), with("{{ .password ")).unwrap();
+    let run = kseal(
+        &["validate", "--key", s(&key), "good.yaml", "bad.yaml"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    assert!(!run.stdout.contains("golden-password") && !run.stderr.contains("golden-password"));
+    snap!("validate_templates", run);
+    let run = kseal(
+        &["unseal", "--key", s(&key), "-f", "good.yaml", "-o", "json"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let secret: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    use base64::Engine as _;
+    let url = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["url"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(url, b"https://git:golden-password@example.com");
+}

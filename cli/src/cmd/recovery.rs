@@ -70,6 +70,28 @@ fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened> {
     Ok(opened)
 }
 
+/// Renders `spec.template.data` against the opened items, as the controller will; returns
+/// how many templates there are.
+fn render_templates(sealed: &SealedSecret, opened: &Opened) -> Result<usize> {
+    let Some(templates) = sealed
+        .spec
+        .template
+        .as_ref()
+        .and_then(|t| t.data.as_ref())
+        .filter(|d| !d.is_empty())
+    else {
+        return Ok(0);
+    };
+    // Copies of the plaintext for the renderer, dropped at the end of this function.
+    let items = opened
+        .items
+        .iter()
+        .map(|(k, v)| (k.clone(), k8s_openapi::ByteString(v.expose().to_vec())))
+        .collect();
+    kseal_api::render_template_data(templates, &items)?;
+    Ok(templates.len())
+}
+
 fn inputs(files: &[PathBuf]) -> Result<Vec<Input>> {
     if files.is_empty() {
         return Ok(vec![Input::read(None)?]);
@@ -103,14 +125,12 @@ impl Checker {
                     let mut keys: Vec<&str> = o.keys.values().map(KeyId::as_str).collect();
                     keys.sort_unstable();
                     keys.dedup();
-                    let templates = s
-                        .spec
-                        .template
-                        .as_ref()
-                        .and_then(|t| t.data.as_ref())
-                        .filter(|d| !d.is_empty())
-                        .map(|d| format!("; {} template items not rendered", d.len()))
-                        .unwrap_or_default();
+                    let templates = match render_templates(s, &o) {
+                        Ok(0) => String::new(),
+                        Ok(1) => "; its template renders".to_owned(),
+                        Ok(n) => format!("; its {n} templates render"),
+                        Err(e) => return Ok(Err(format!("{e:#}"))),
+                    };
                     Ok(format!(
                         "{} items open with {}{templates}",
                         o.items.len(),
