@@ -1215,6 +1215,11 @@ fn bad_inputs_fail_cleanly() {
     std::fs::write(dir.path().join("garbage.crt"), "hello\n").unwrap();
     let run = kseal(&["seal", "--cert", "garbage.crt"], Some(SECRET), dir.path());
     snap!("err_cert_garbage", run);
+    // An ECDSA certificate cannot seal.
+    let ec = rcgen::generate_simple_self_signed(vec!["ec.example".to_owned()]).unwrap();
+    std::fs::write(dir.path().join("ec.crt"), ec.cert.pem()).unwrap();
+    let run = kseal(&["seal", "--cert", "ec.crt"], Some(SECRET), dir.path());
+    snap!("err_cert_not_rsa", run);
     // Unseal input that is a Secret, not a SealedSecret.
     let run = kseal(
         &["unseal", "--key", s(&f.join("keys/tls.key"))],
