@@ -1120,3 +1120,54 @@ async fn many_sealed_secrets_sync_and_restart_without_rsa_work() {
     assert!(server.requests().iter().all(|r| r.method == "GET"));
     second.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deprecated_whole_secret_data_is_accepted_unless_disabled() {
+    let (server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let v1 = |name: &str| {
+        let mut plain = secret(&ns, name, &[("token", "t0k3n")]);
+        plain.type_ = Some("example.com/v1".into());
+        let json = serde_json::to_vec(&plain).unwrap();
+        let label = kseal_keys::Scope::Strict.label(&ns, name);
+        let blob = kseal_keys::seal_base64(key(0).public_key(), &label, &json).unwrap();
+        let mut ss = SealedSecret::new(name, kseal_api::SealedSecretSpec::default());
+        ss.metadata.namespace = Some(ns.clone());
+        ss.spec.data = Some(blob);
+        ss
+    };
+    let first = Running::start(&client, cl.config()).await;
+    create_ss(&client, &v1("old")).await;
+    let s = wait_secret(&client, &ns, "old", "v1 secret", |_| true).await;
+    assert_eq!(data_of(&s), map(&[("token", "t0k3n")]));
+    assert_eq!(s.type_.as_deref(), Some("example.com/v1"));
+    wait_synced(&client, &ns, "old", "True", "Unsealed").await;
+    first.stop().await;
+
+    // Restart: the deprecated format is skipped without RSA work too.
+    server.clear_requests();
+    let second = Running::start(&client, cl.config()).await;
+    eventually("re-checked", DEADLINE, || async {
+        Ok((second.reconciles("unchanged") >= 1).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(second.rsa_operations(), 0);
+    second.stop().await;
+
+    let mut strict = cl.config();
+    strict.accept_deprecated_v1_data = false;
+    let third = Running::start(&client, strict).await;
+    create_ss(&client, &v1("refused")).await;
+    let failed = wait_synced(&client, &ns, "refused", "False", "UnsealFailed").await;
+    assert!(
+        failed
+            .synced_condition()
+            .unwrap()
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("deprecated")
+    );
+    third.stop().await;
+}
