@@ -30,6 +30,10 @@ pub struct SealOptions {
     /// Seal a Secret with neither `data` nor `stringData` instead of failing
     /// (`kubeseal --allow-empty-data`).
     pub allow_empty_data: bool,
+    /// The implementation that seals each value (same format either way): AWS-LC by
+    /// default; the pure-Rust backend avoids AWS-LC's one-off RNG seeding in short-lived
+    /// processes that seal a few values.
+    pub backend: kseal_keys::Backend,
 }
 
 /// Server-populated metadata that must not travel into a template (or out of one).
@@ -136,11 +140,13 @@ pub fn seal_secret(
     // stringData comes last, so it overwrites data on a key clash (as the API server does).
     for (item, plaintext) in data_items.chain(string_items) {
         let sealed =
-            kseal_keys::seal_base64(key, &label, plaintext).map_err(|source| Error::Seal {
-                item: item.clone(),
-                source,
+            kseal_keys::seal_with(options.backend, key, &label, plaintext).map_err(|source| {
+                Error::Seal {
+                    item: item.clone(),
+                    source,
+                }
             })?;
-        encrypted_data.insert(item.clone(), sealed);
+        encrypted_data.insert(item.clone(), kseal_keys::envelope::encode_base64(&sealed));
     }
 
     let mut top_annotations = BTreeMap::new();

@@ -37,6 +37,12 @@ impl Backend {
     ];
 }
 
+impl Default for Backend {
+    fn default() -> Self {
+        Backend::DEFAULT
+    }
+}
+
 /// Seals `plaintext` for `key` under `label` with the default backend and returns the raw
 /// envelope (see [`crate::envelope`]). Sealing is randomized: the same input never gives the
 /// same bytes twice.

@@ -65,51 +65,18 @@ fn value_count(secret: &Secret) -> usize {
     secret.data.as_ref().map_or(0, |d| d.len()) + secret.string_data.as_ref().map_or(0, |d| d.len())
 }
 
-/// [`kseal_api::seal_secret`] with a chosen backend: the library shapes the SealedSecret
-/// (name, namespace, scope, template, annotations) from the Secret without its values, then
-/// each value is sealed with the object's label, `stringData` last so it wins on a clash.
+/// [`kseal_api::seal_secret`] with a chosen backend.
 pub(crate) fn seal_secret_with(
     backend: Backend,
     secret: &Secret,
     key: &kseal_keys::PublicKey,
     options: &SealOptions,
 ) -> Result<SealedSecret> {
-    if backend == Backend::DEFAULT || value_count(secret) == 0 {
-        return Ok(kseal_api::seal_secret(secret, key, options)?);
-    }
-    let bare = Secret {
-        data: None,
-        string_data: None,
-        ..secret.clone()
-    };
-    let shape = SealOptions {
-        allow_empty_data: true,
+    let options = SealOptions {
+        backend,
         ..options.clone()
     };
-    let mut sealed = kseal_api::seal_secret(&bare, key, &shape)?;
-    let label = sealed.scope().label(
-        sealed.metadata.namespace.as_deref().unwrap_or_default(),
-        sealed.metadata.name.as_deref().unwrap_or_default(),
-    );
-    let data = secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k, v.0.as_slice()));
-    let string_data = secret
-        .string_data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k, v.as_bytes()));
-    for (item, plaintext) in data.chain(string_data) {
-        let envelope = kseal_keys::seal_with(backend, key, &label, plaintext)
-            .with_context(|| format!("failed to seal item `{item}`"))?;
-        sealed
-            .spec
-            .encrypted_data
-            .insert(item.clone(), kseal_keys::envelope::encode_base64(&envelope));
-    }
-    Ok(sealed)
+    Ok(kseal_api::seal_secret(secret, key, &options)?)
 }
 
 /// Seals every Secret of `input` and renders the SealedSecrets.
@@ -217,6 +184,7 @@ impl SealRequest {
             default_namespace: Some(self.default_namespace.clone()),
             scope: self.scope.unwrap_or(Scope::Strict),
             allow_empty_data: self.allow_empty_data,
+            ..SealOptions::default()
         }
     }
 }
@@ -352,6 +320,7 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
             default_namespace: None,
             scope: file_scope,
             allow_empty_data: request.allow_empty_data,
+            ..SealOptions::default()
         };
         let sealed = seal_secret_with(backend, &secret, cert.public_key(), &options)
             .with_context(|| format!("failed to seal {}", what()))?;
