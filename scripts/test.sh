@@ -47,4 +47,11 @@ log "deploy manifests"
 bash deploy/check.sh
 
 log "cargo test"
-cargo test --workspace --all-features --locked
+test_log=$(mktemp)
+status=0
+cargo test --workspace --all-features --locked 2>&1 | tee "$test_log" || status=$?
+# One closing line for the whole run (cargo prints one result line per test binary).
+awk '/^test result:/ { p += $4; f += $6; s += $8 }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$test_log"
+rm -f "$test_log"
+exit "$status"
