@@ -158,6 +158,9 @@ pub struct Context {
     keys_loaded: KeysLoaded,
     mac_keys: Mutex<MacKeys>,
     objects: Mutex<HashMap<ObjectRef<SealedSecret>, ObjectState>>,
+    /// Bounds RSA work to `--concurrency` unseals at a time across every watched namespace
+    /// (each namespace runs its own controller).
+    rsa_slots: tokio::sync::Semaphore,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -168,6 +171,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Context {
     /// A context for `run` (public for tests that drive `reconcile` directly).
     pub fn new(client: Client, config: Arc<Config>, state: State, keys_loaded: KeysLoaded) -> Self {
+        let slots = usize::from(config.concurrency.max(1));
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -183,6 +187,7 @@ impl Context {
             keys_loaded,
             mac_keys: Mutex::default(),
             objects: Mutex::default(),
+            rsa_slots: tokio::sync::Semaphore::new(slots),
         }
     }
 
@@ -502,6 +507,8 @@ async fn unseal(
         ..UnsealOptions::default()
     };
     let (sealed, keys) = (ss.clone(), ring.clone());
+    // The semaphore is never closed, so acquiring fails only if it were.
+    let _slot = ctx.rsa_slots.acquire().await.map_err(|_| Error::Task)?;
     // RSA work runs on the blocking pool, off the async worker threads.
     let (result, stats) = tokio::task::spawn_blocking(move || {
         let mut stats = OpenStats::default();
