@@ -50,6 +50,9 @@ log "cargo test"
 test_log=$(mktemp)
 status=0
 cargo test --workspace --all-features --locked 2>&1 | tee "$test_log" || status=$?
+# Stop the reference apiserver now, so the totals are the last lines printed.
+cleanup
+refapi_state=""
 # One closing line for the whole run (cargo prints one result line per test binary).
 awk '/^test result:/ { p += $4; f += $6; s += $8 }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$test_log"
