@@ -133,6 +133,11 @@ impl LabelSelector {
             .map(Self)
     }
 
+    /// Whether the selector is empty (matches everything).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub(crate) fn matches(&self, obj: &Value) -> bool {
         let labels = &obj["metadata"]["labels"];
         self.0
@@ -175,6 +180,11 @@ impl FieldSelector {
             }));
         }
         Ok(())
+    }
+
+    /// Whether the selector is empty (matches everything).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     pub(crate) fn matches(&self, obj: &Value) -> bool {

@@ -562,14 +562,19 @@ fn list(
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
+    // Skip the earlier pages by key first, and render (a deep copy) only to evaluate a
+    // selector: each page of a paged list of N objects must not copy all N of them.
     let all: Vec<&Value> = st
         .list(&rt.key(), ns)
         .into_iter()
+        .filter(|o| start.as_ref().is_none_or(|s| &obj_key(o) > s))
         .filter(|o| {
+            if label.is_empty() && field.is_empty() {
+                return true;
+            }
             let shown = render(rt, version, o);
             label.matches(&shown) && field.matches(&shown)
         })
-        .filter(|o| start.as_ref().is_none_or(|s| &obj_key(o) > s))
         .collect();
     let mut items: Vec<Value> = Vec::new();
     for o in all.iter().take(limit) {
