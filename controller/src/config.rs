@@ -66,7 +66,8 @@ pub struct Args {
     /// Re-check every SealedSecret this often (with jitter; 0 disables)
     #[arg(long, env = env::KSEAL_RESYNC_PERIOD, default_value = "10m", value_parser = parse_duration)]
     pub resync_period: Duration,
-    /// SealedSecrets reconciled in parallel
+    /// SealedSecrets unsealed (RSA work) in parallel; up to 4 times as many reconciles run at
+    /// once, so that API round trips overlap the RSA work
     #[arg(long, env = env::KSEAL_CONCURRENCY, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: u16,
     /// /v1/verify and /v1/rotate sustained requests per second
@@ -154,7 +155,7 @@ pub struct Config {
     pub drift_correction: bool,
     /// Periodic resync (None: off).
     pub resync_period: Option<Duration>,
-    /// Parallel reconciles.
+    /// Parallel unseals (RSA work); reconciles run up to 4 times as many.
     pub concurrency: u16,
     /// verify/rotate rate limit (per second) and burst.
     pub rate_limit: (f64, u32),
