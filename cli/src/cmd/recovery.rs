@@ -12,7 +12,7 @@ use kseal_api::SealedSecret;
 use kseal_api::constants::SEALING_KEY_ANNOTATION;
 use kseal_keys::{Certificate, KeyId, KeyRing, Label, Plaintext, Scope};
 
-use crate::args::{ResealArgs, ValidateArgs};
+use crate::args::{ControllerArgs, ResealArgs, ValidateArgs};
 use crate::certs::{CertRequest, Controller, ControllerTarget};
 use crate::cmd::unseal::load_ring;
 use crate::manifest::{Input, SealedFile, mapping_at};
@@ -160,19 +160,35 @@ impl Checker {
     }
 }
 
+/// What `validate` and `reseal` work with: local private keys or the cluster's controller.
+enum Backing {
+    Keys(KeyRing),
+    Controller(Controller),
+}
+
+fn keys_or_controller(
+    use_controller: bool,
+    controller: &ControllerArgs,
+    keys: &[PathBuf],
+) -> Result<Backing> {
+    if use_controller {
+        return Ok(Backing::Controller(Controller::connect(
+            &ControllerTarget::from_args(controller),
+        )?));
+    }
+    if keys.is_empty() {
+        bail!(
+            "pass --key FILE (local private keys) or --controller (ask the controller in the \
+             cluster)"
+        );
+    }
+    Ok(Backing::Keys(load_ring(keys)?))
+}
+
 pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
-    let checker = if args.use_controller {
-        Checker::Controller(Controller::connect(&ControllerTarget::from_args(
-            &args.controller,
-        ))?)
-    } else {
-        if args.keys.is_empty() {
-            bail!(
-                "pass --key FILE (local private keys) or --controller (ask the controller in \
-                 the cluster)"
-            );
-        }
-        Checker::Keys(load_ring(&args.keys)?)
+    let checker = match keys_or_controller(args.use_controller, &args.controller, &args.keys)? {
+        Backing::Keys(ring) => Checker::Keys(ring),
+        Backing::Controller(controller) => Checker::Controller(controller),
     };
     let mut report = String::new();
     let (mut total, mut bad) = (0usize, 0usize);
@@ -301,20 +317,12 @@ fn reseal_file(input: &Input, resealer: &Resealer) -> Result<(SealedFile, usize)
 }
 
 pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
-    let resealer = if args.use_controller {
-        Resealer::Controller(Controller::connect(&ControllerTarget::from_args(
-            &args.controller,
-        ))?)
-    } else {
-        if args.keys.is_empty() {
-            bail!(
-                "pass --key FILE (local private keys) or --controller (ask the controller in \
-                 the cluster)"
-            );
+    let resealer = match keys_or_controller(args.use_controller, &args.controller, &args.keys)? {
+        Backing::Keys(ring) => {
+            let cert = target_certificate(&args, &ring)?;
+            Resealer::Local { ring, cert }
         }
-        let ring = load_ring(&args.keys)?;
-        let cert = target_certificate(&args, &ring)?;
-        Resealer::Local { ring, cert }
+        Backing::Controller(controller) => Resealer::Controller(controller),
     };
     if args.in_place && (args.files.is_empty() || args.files.iter().any(|f| f == Path::new("-"))) {
         bail!("--in-place needs FILE arguments (not standard input)");
