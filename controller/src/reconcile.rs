@@ -1208,7 +1208,7 @@ async fn until_true(mut rx: watch::Receiver<bool>) {
 /// Runs the controller until `shutdown` turns true (then finishes running reconciles).
 ///
 /// With [`Namespaces::Only`], one controller runs per namespace (each with its own watches
-/// and [`reconcile_concurrency`] reconciles at a time), sharing the keys, this context and its
+/// and four reconciles per unseal slot running at a time), sharing the keys, this context and its
 /// `--concurrency` unseal slots.
 pub async fn run(
     client: Client,
