@@ -32,6 +32,17 @@ pub(crate) struct Client {
     agent: ureq::Agent,
 }
 
+/// The certificates of a PEM text (other blocks, such as keys, are skipped).
+fn pem_certificates(pem: &[u8]) -> Result<Vec<ureq::tls::Certificate<'static>>, ureq::Error> {
+    ureq::tls::parse_pem(pem)
+        .filter_map(|item| match item {
+            Ok(PemItem::Certificate(c)) => Some(Ok(c)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect()
+}
+
 impl Client {
     pub(crate) fn new(tls: &Tls, https_only: bool) -> Result<Self> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -41,13 +52,7 @@ impl Client {
             .disable_verification(tls.insecure);
         builder = match &tls.ca_pem {
             Some(pem) => {
-                let certs = ureq::tls::parse_pem(pem)
-                    .filter_map(|item| match item {
-                        Ok(PemItem::Certificate(c)) => Some(Ok(c)),
-                        Ok(_) => None,
-                        Err(e) => Some(Err(e)),
-                    })
-                    .collect::<Result<Vec<_>, _>>()
+                let certs = pem_certificates(pem)
                     .context("failed to parse the certificate authority bundle")?;
                 if certs.is_empty() {
                     bail!("the certificate authority bundle holds no PEM certificate");
@@ -57,14 +62,8 @@ impl Client {
             None => builder.root_certs(RootCerts::PlatformVerifier),
         };
         if let Some((cert_pem, key_pem)) = &tls.client {
-            let chain = ureq::tls::parse_pem(cert_pem)
-                .filter_map(|item| match item {
-                    Ok(PemItem::Certificate(c)) => Some(Ok(c)),
-                    Ok(_) => None,
-                    Err(e) => Some(Err(e)),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .context("failed to parse the client certificate")?;
+            let chain =
+                pem_certificates(cert_pem).context("failed to parse the client certificate")?;
             let key = ureq::tls::PrivateKey::from_pem(key_pem)
                 .context("failed to parse the client key")?;
             builder = builder.client_cert(Some(ClientCert::new_with_certs(&chain, key)));

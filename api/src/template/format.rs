@@ -547,11 +547,8 @@ fn exp_suffix(exp: i32, upper: bool) -> String {
 }
 
 /// `%e` with `prec` digits after the point.
-pub(crate) fn format_e(f: f64, prec: usize, upper: bool) -> String {
-    if let Some(s) = special(f) {
-        return s;
-    }
-    let (neg, digits, exp) = sci_parts(&format!("{:.*e}", prec, f));
+/// The sign and `d.ddd` mantissa of scientific notation from its significant digits.
+fn mantissa(neg: bool, digits: &str) -> String {
     let mut s = String::new();
     if neg {
         s.push('-');
@@ -561,6 +558,15 @@ pub(crate) fn format_e(f: f64, prec: usize, upper: bool) -> String {
         s.push('.');
         s.push_str(&digits[1..]);
     }
+    s
+}
+
+pub(crate) fn format_e(f: f64, prec: usize, upper: bool) -> String {
+    if let Some(s) = special(f) {
+        return s;
+    }
+    let (neg, digits, exp) = sci_parts(&format!("{:.*e}", prec, f));
+    let mut s = mantissa(neg, &digits);
     s.push_str(&exp_suffix(exp, upper));
     s
 }
@@ -646,15 +652,7 @@ pub(crate) fn format_json_float(f: f64) -> String {
     let abs = f.abs();
     if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
         let (neg, digits, exp) = sci_parts(&format!("{:e}", f));
-        let mut s = String::new();
-        if neg {
-            s.push('-');
-        }
-        s.push_str(&digits[..1]);
-        if digits.len() > 1 {
-            s.push('.');
-            s.push_str(&digits[1..]);
-        }
+        let mut s = mantissa(neg, &digits);
         if exp < 0 {
             s.push_str(&format!("e-{}", exp.unsigned_abs()));
         } else {
