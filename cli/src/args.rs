@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 use crate::env;
 
@@ -272,20 +272,29 @@ pub(crate) struct OutArgs {
 }
 
 #[derive(Debug, Subcommand)]
+// Boxed: the credential helpers have many flags, the other commands few (clippy
+// large_enum_variant).
 pub(crate) enum CreateCommand {
     /// Git credentials for Flux (GitRepository secretRef) or Argo CD (repository secret)
     #[command(after_help = GIT_EXAMPLES)]
-    GitCredentials(GitArgs),
+    GitCredentials(Box<GitArgs>),
     /// AWS credentials for Crossplane's ProviderConfig or External Secrets Operator
     #[command(after_help = AWS_EXAMPLES)]
-    AwsCredentials(AwsArgs),
+    AwsCredentials(Box<AwsArgs>),
 }
 
 const GIT_EXAMPLES: &str = "\
-Defaults: Flux reads `identity`, `identity.pub`, `known_hosts` (SSH) or `username`/`password`
-or `bearerToken` (HTTPS) from Secret flux-system/flux-system (the bootstrap GitRepository's
-secretRef). Argo CD reads labelled Secrets in namespace argocd: `type`, `url`, and
-`sshPrivateKey` or `username`/`password`; the name defaults to one derived from the URL.
+Defaults: Flux reads `identity`, `identity.pub`, `known_hosts` and, for a protected key,
+`password` (SSH), or `username`/`password` or `bearerToken`, plus optional `ca.crt` and
+`tls.crt`/`tls.key` (HTTPS), or `githubAppID`, `githubAppInstallationID`,
+`githubAppPrivateKey`, `githubAppBaseURL` (GitHub App, with `.spec.provider: github`) from
+Secret flux-system/flux-system (the bootstrap GitRepository's secretRef). Argo CD reads
+labelled Secrets in namespace argocd: `type` (always `git`), `url`, and `sshPrivateKey`,
+`username`/`password`, `bearerToken` or `githubAppID`/`githubAppInstallationID`/
+`githubAppPrivateKey`/`githubAppEnterpriseBaseUrl`, plus optional `tlsClientCertData`/
+`tlsClientCertKey`, `project`, `name`, `insecure` and `enableLfs`; the Secret's name defaults to
+one derived from the URL. Argo CD takes CA certificates from the argocd-tls-certs-cm ConfigMap
+and SSH host keys from argocd-ssh-known-hosts-cm, never from repository Secrets.
 Plaintext never touches the disk: a generated key exists only in memory and in the sealed
 output; its public half is printed on stderr (and saved with --public-key-out) so you can
 register it as a deploy key.
@@ -296,16 +305,43 @@ Examples:
   kseal create git-credentials --cert fleet.crt --generate-key --known-hosts-file known_hosts \\
     --public-key-out deploy-key.pub -w clusters/prod/flux-system/git-credentials.yaml
 
+  # Flux over SSH with an existing passphrase-protected key (passphrase prompted, not echoed)
+  kseal create git-credentials --cert fleet.crt --identity-file ~/.ssh/flux_ed25519 \\
+    --ssh-key-passphrase-prompt --known-hosts-file known_hosts
+
   # Flux over HTTPS with a token (prompted, not echoed)
   kseal create git-credentials --cert fleet.crt --username git --password-prompt
+
+  # Flux over HTTPS to a server with a private CA, with a mutual TLS client certificate
+  kseal create git-credentials --cert fleet.crt --url https://git.internal/acme/fleet.git \\
+    --ca-file internal-ca.pem --client-cert client.crt --client-key client.key \\
+    --username flux --password-stdin < token.txt
+
+  # Flux with a GitHub App (the GitRepository needs `provider: github`)
+  kseal create git-credentials --cert fleet.crt --github-app-id 123456 \\
+    --github-app-installation-id 7890123 --github-app-private-key app.private-key.pem
 
   # Argo CD repository over SSH with an existing key
   kseal create git-credentials --cert fleet.crt --for argocd \\
     --url git@github.com:acme/fleet.git --identity-file ~/.ssh/argocd_ed25519
 
+  # Argo CD repository in project `platform`, with a display name and Git LFS
+  kseal create git-credentials --cert fleet.crt --for argocd --project platform \\
+    --repo-name fleet --enable-lfs --url https://github.com/acme/fleet.git \\
+    --username x-access-token --password-prompt
+
+  # Argo CD repository on a test server whose certificate cannot be verified
+  kseal create git-credentials --cert fleet.crt --for argocd --insecure \\
+    --url https://git.test.internal/acme/fleet.git --username argocd --password-prompt
+
   # Argo CD credential template for every repository under a prefix
   kseal create git-credentials --cert fleet.crt --for argocd --argocd-type repo-creds \\
-    --url https://github.com/acme --username x-access-token --password-stdin < token.txt";
+    --url https://github.com/acme --username x-access-token --password-stdin < token.txt
+
+  # Argo CD credential template with a GitHub App on GitHub Enterprise Server
+  kseal create git-credentials --cert fleet.crt --for argocd --argocd-type repo-creds \\
+    --url https://ghe.example.com/acme --github-app-id 42 --github-app-installation-id 7 \\
+    --github-app-private-key app.pem --github-app-enterprise-base-url https://ghe.example.com/api/v3";
 
 const AWS_EXAMPLES: &str = "\
 Defaults: Crossplane's AWS ProviderConfig (credentials.source: Secret) reads key `credentials`
@@ -340,6 +376,36 @@ pub(crate) enum ArgocdType {
 }
 
 #[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("github_app")
+        .args([
+            "github_app_id",
+            "github_app_installation_id",
+            "github_app_private_key",
+            "github_app_enterprise_base_url",
+        ])
+        .multiple(true)
+        .conflicts_with_all([
+            "identity_file",
+            "generate_key",
+            "username",
+            "password",
+            "password_prompt",
+            "password_stdin",
+            "bearer_token",
+        ])
+))]
+#[command(group(
+    ArgGroup::new("ssh_key_passphrase_source")
+        .args([
+            "ssh_key_passphrase",
+            "ssh_key_passphrase_prompt",
+            "ssh_key_passphrase_stdin",
+        ])
+        .multiple(false)
+        .requires("identity_file")
+        .conflicts_with("generate_key")
+))]
 pub(crate) struct GitArgs {
     #[command(flatten)]
     pub(crate) cert: CertArgs,
@@ -348,45 +414,168 @@ pub(crate) struct GitArgs {
     /// Who reads the Secret
     #[arg(long = "for", env = env::KSEAL_GIT_FOR, value_enum, default_value = "flux")]
     pub(crate) consumer: GitConsumer,
-    /// Argo CD Secret type
-    #[arg(long, env = env::KSEAL_ARGOCD_TYPE, value_enum, default_value = "repository")]
-    pub(crate) argocd_type: ArgocdType,
     /// Repository URL (required for Argo CD; for Flux it only checks the credential kind)
     #[arg(long, env = env::KSEAL_GIT_URL)]
     pub(crate) url: Option<String>,
-    /// SSH private key file (OpenSSH or PEM, without passphrase); `FILE.pub` is used for
-    /// `identity.pub` when present
-    #[arg(long, env = env::KSEAL_IDENTITY_FILE, value_name = "FILE", conflicts_with = "generate_key")]
+
+    /// SSH private key file (OpenSSH or PEM); `FILE.pub` is used for `identity.pub` when
+    /// present. Flux accepts a passphrase-protected key (see --ssh-key-passphrase-prompt)
+    #[arg(
+        long,
+        env = env::KSEAL_IDENTITY_FILE,
+        value_name = "FILE",
+        conflicts_with = "generate_key",
+        help_heading = "SSH"
+    )]
     pub(crate) identity_file: Option<PathBuf>,
-    /// Generate a new ed25519 SSH key in memory
-    #[arg(long, env = env::KSEAL_GENERATE_KEY)]
+    /// Generate a new ed25519 SSH key in memory (no passphrase)
+    #[arg(long, env = env::KSEAL_GENERATE_KEY, help_heading = "SSH")]
     pub(crate) generate_key: bool,
     /// Comment of the generated key
-    #[arg(long, env = env::KSEAL_KEY_COMMENT, default_value = "kseal-deploy-key")]
+    #[arg(
+        long,
+        env = env::KSEAL_KEY_COMMENT,
+        default_value = "kseal-deploy-key",
+        help_heading = "SSH"
+    )]
     pub(crate) key_comment: String,
     /// Write the public key (never the private one) to FILE
-    #[arg(long, env = env::KSEAL_PUBLIC_KEY_OUT, value_name = "FILE")]
+    #[arg(long, env = env::KSEAL_PUBLIC_KEY_OUT, value_name = "FILE", help_heading = "SSH")]
     pub(crate) public_key_out: Option<PathBuf>,
     /// known_hosts file (e.g. from `ssh-keyscan HOST`); required by Flux for SSH
-    #[arg(long, env = env::KSEAL_KNOWN_HOSTS_FILE, value_name = "FILE")]
+    #[arg(long, env = env::KSEAL_KNOWN_HOSTS_FILE, value_name = "FILE", help_heading = "SSH")]
     pub(crate) known_hosts_file: Option<PathBuf>,
+    /// Passphrase of a protected --identity-file, stored for Flux as item `password` (prefer
+    /// --ssh-key-passphrase-prompt or --ssh-key-passphrase-stdin: flags show up in `ps`)
+    #[arg(
+        long,
+        env = env::KSEAL_SSH_KEY_PASSPHRASE,
+        hide_env_values = true,
+        value_name = "PASSPHRASE",
+        help_heading = "SSH"
+    )]
+    pub(crate) ssh_key_passphrase: Option<String>,
+    /// Prompt for the passphrase of --identity-file (not echoed); also asked, without this
+    /// flag, when the key is protected and stdin is a terminal
+    #[arg(long, env = env::KSEAL_SSH_KEY_PASSPHRASE_PROMPT, help_heading = "SSH")]
+    pub(crate) ssh_key_passphrase_prompt: bool,
+    /// Read the passphrase of --identity-file from stdin
+    #[arg(long, env = env::KSEAL_SSH_KEY_PASSPHRASE_STDIN, help_heading = "SSH")]
+    pub(crate) ssh_key_passphrase_stdin: bool,
+
     /// HTTPS user name
-    #[arg(long, env = env::KSEAL_GIT_USERNAME)]
+    #[arg(long, env = env::KSEAL_GIT_USERNAME, help_heading = "HTTPS")]
     pub(crate) username: Option<String>,
     /// HTTPS password or token (prefer --password-prompt or --password-stdin: flags show up
     /// in `ps` and shell history)
-    #[arg(long, env = env::KSEAL_GIT_PASSWORD, hide_env_values = true)]
+    #[arg(
+        long,
+        env = env::KSEAL_GIT_PASSWORD,
+        hide_env_values = true,
+        help_heading = "HTTPS"
+    )]
     pub(crate) password: Option<String>,
     /// Prompt for the password (not echoed)
-    #[arg(long, env = env::KSEAL_PASSWORD_PROMPT)]
+    #[arg(long, env = env::KSEAL_PASSWORD_PROMPT, help_heading = "HTTPS")]
     pub(crate) password_prompt: bool,
     /// Read the password (or with --bearer-token, the token) from stdin
-    #[arg(long, env = env::KSEAL_PASSWORD_STDIN)]
+    #[arg(long, env = env::KSEAL_PASSWORD_STDIN, help_heading = "HTTPS")]
     pub(crate) password_stdin: bool,
     /// Use an HTTPS bearer token instead of user name and password (value from --password,
     /// --password-prompt or --password-stdin)
-    #[arg(long, env = env::KSEAL_BEARER_TOKEN)]
+    #[arg(long, env = env::KSEAL_BEARER_TOKEN, help_heading = "HTTPS")]
     pub(crate) bearer_token: bool,
+    /// PEM CA certificate(s) the Git server's TLS certificate chains to; Flux only, as item
+    /// `ca.crt` (Argo CD reads CAs from the argocd-tls-certs-cm ConfigMap)
+    #[arg(long, env = env::KSEAL_CA_FILE, value_name = "FILE", help_heading = "HTTPS")]
+    pub(crate) ca_file: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (Flux `tls.crt`, Argo CD `tlsClientCertData`)
+    #[arg(
+        long,
+        env = env::KSEAL_CLIENT_CERT,
+        value_name = "FILE",
+        requires = "client_key",
+        help_heading = "HTTPS"
+    )]
+    pub(crate) client_cert: Option<PathBuf>,
+    /// PEM private key of --client-cert, unencrypted (Flux `tls.key`, Argo CD
+    /// `tlsClientCertKey`)
+    #[arg(
+        long,
+        env = env::KSEAL_CLIENT_KEY,
+        value_name = "FILE",
+        requires = "client_cert",
+        help_heading = "HTTPS"
+    )]
+    pub(crate) client_key: Option<PathBuf>,
+
+    /// GitHub App id
+    #[arg(
+        long,
+        env = env::KSEAL_GITHUB_APP_ID,
+        value_name = "ID",
+        value_parser = clap::value_parser!(u64).range(1..),
+        requires_all = ["github_app_installation_id", "github_app_private_key"],
+        help_heading = "GitHub App (HTTPS)"
+    )]
+    pub(crate) github_app_id: Option<u64>,
+    /// Installation id of the GitHub App in the organisation or account
+    #[arg(
+        long,
+        env = env::KSEAL_GITHUB_APP_INSTALLATION_ID,
+        value_name = "ID",
+        value_parser = clap::value_parser!(u64).range(1..),
+        requires = "github_app_id",
+        help_heading = "GitHub App (HTTPS)"
+    )]
+    pub(crate) github_app_installation_id: Option<u64>,
+    /// The GitHub App's private key (PEM, as downloaded from GitHub)
+    #[arg(
+        long,
+        env = env::KSEAL_GITHUB_APP_PRIVATE_KEY,
+        value_name = "FILE",
+        requires = "github_app_id",
+        help_heading = "GitHub App (HTTPS)"
+    )]
+    pub(crate) github_app_private_key: Option<PathBuf>,
+    /// API URL of GitHub Enterprise Server (e.g. https://ghe.example.com/api/v3); default:
+    /// github.com
+    #[arg(
+        long,
+        env = env::KSEAL_GITHUB_APP_ENTERPRISE_BASE_URL,
+        value_name = "URL",
+        requires = "github_app_id",
+        help_heading = "GitHub App (HTTPS)"
+    )]
+    pub(crate) github_app_enterprise_base_url: Option<String>,
+
+    /// Argo CD Secret type
+    #[arg(
+        long,
+        env = env::KSEAL_ARGOCD_TYPE,
+        value_enum,
+        default_value = "repository",
+        help_heading = "Argo CD"
+    )]
+    pub(crate) argocd_type: ArgocdType,
+    /// Argo CD project the repository belongs to (item `project`)
+    #[arg(long, env = env::KSEAL_ARGOCD_PROJECT, value_name = "NAME", help_heading = "Argo CD")]
+    pub(crate) project: Option<String>,
+    /// Display name of the repository in Argo CD (item `name`; not the Secret's --name)
+    #[arg(
+        long,
+        env = env::KSEAL_ARGOCD_REPO_NAME,
+        value_name = "NAME",
+        help_heading = "Argo CD"
+    )]
+    pub(crate) repo_name: Option<String>,
+    /// Skip the server's TLS certificate check (HTTPS) or host key check (SSH): item
+    /// `insecure: "true"`. Anyone on the network path can then impersonate the server
+    #[arg(long, env = env::KSEAL_ARGOCD_INSECURE, help_heading = "Argo CD")]
+    pub(crate) insecure: bool,
+    /// Fetch Git LFS objects (item `enableLfs: "true"`)
+    #[arg(long, env = env::KSEAL_ARGOCD_ENABLE_LFS, help_heading = "Argo CD")]
+    pub(crate) enable_lfs: bool,
 }
 
 /// Who consumes the AWS credentials.

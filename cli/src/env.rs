@@ -82,6 +82,35 @@ pub(crate) const KSEAL_PASSWORD_PROMPT: &str = "KSEAL_PASSWORD_PROMPT";
 pub(crate) const KSEAL_PASSWORD_STDIN: &str = "KSEAL_PASSWORD_STDIN";
 /// Use a bearer token (`--bearer-token`).
 pub(crate) const KSEAL_BEARER_TOKEN: &str = "KSEAL_BEARER_TOKEN";
+/// Passphrase of the SSH private key, for Flux (`--ssh-key-passphrase`).
+pub(crate) const KSEAL_SSH_KEY_PASSPHRASE: &str = "KSEAL_SSH_KEY_PASSPHRASE";
+/// Prompt for the SSH key passphrase (`--ssh-key-passphrase-prompt`).
+pub(crate) const KSEAL_SSH_KEY_PASSPHRASE_PROMPT: &str = "KSEAL_SSH_KEY_PASSPHRASE_PROMPT";
+/// Read the SSH key passphrase from stdin (`--ssh-key-passphrase-stdin`).
+pub(crate) const KSEAL_SSH_KEY_PASSPHRASE_STDIN: &str = "KSEAL_SSH_KEY_PASSPHRASE_STDIN";
+/// CA certificate for HTTPS, for Flux (`--ca-file`).
+pub(crate) const KSEAL_CA_FILE: &str = "KSEAL_CA_FILE";
+/// TLS client certificate (`--client-cert`).
+pub(crate) const KSEAL_CLIENT_CERT: &str = "KSEAL_CLIENT_CERT";
+/// TLS client key (`--client-key`).
+pub(crate) const KSEAL_CLIENT_KEY: &str = "KSEAL_CLIENT_KEY";
+/// GitHub App id (`--github-app-id`).
+pub(crate) const KSEAL_GITHUB_APP_ID: &str = "KSEAL_GITHUB_APP_ID";
+/// GitHub App installation id (`--github-app-installation-id`).
+pub(crate) const KSEAL_GITHUB_APP_INSTALLATION_ID: &str = "KSEAL_GITHUB_APP_INSTALLATION_ID";
+/// GitHub App private key file (`--github-app-private-key`).
+pub(crate) const KSEAL_GITHUB_APP_PRIVATE_KEY: &str = "KSEAL_GITHUB_APP_PRIVATE_KEY";
+/// GitHub Enterprise API URL for the GitHub App (`--github-app-enterprise-base-url`).
+pub(crate) const KSEAL_GITHUB_APP_ENTERPRISE_BASE_URL: &str =
+    "KSEAL_GITHUB_APP_ENTERPRISE_BASE_URL";
+/// Argo CD project of the repository (`--project`).
+pub(crate) const KSEAL_ARGOCD_PROJECT: &str = "KSEAL_ARGOCD_PROJECT";
+/// Argo CD display name of the repository (`--repo-name`).
+pub(crate) const KSEAL_ARGOCD_REPO_NAME: &str = "KSEAL_ARGOCD_REPO_NAME";
+/// Argo CD: skip host key / TLS verification (`--insecure`).
+pub(crate) const KSEAL_ARGOCD_INSECURE: &str = "KSEAL_ARGOCD_INSECURE";
+/// Argo CD: enable git-lfs (`--enable-lfs`).
+pub(crate) const KSEAL_ARGOCD_ENABLE_LFS: &str = "KSEAL_ARGOCD_ENABLE_LFS";
 /// Consumer of AWS credentials (`create aws-credentials --for`).
 pub(crate) const KSEAL_AWS_FOR: &str = "KSEAL_AWS_FOR";
 /// AWS profile to read (`--profile`).

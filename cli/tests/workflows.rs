@@ -769,7 +769,8 @@ fn flux_ssh_credentials_with_a_generated_key() {
         from_file["identity.pub"].split_whitespace().nth(1),
         public.split_whitespace().nth(1)
     );
-    // A passphrase-protected key is refused (ssh-keygen needed to make one).
+    // A passphrase-protected key is refused without its passphrase (ssh-keygen needed to make
+    // one).
     let protected = dir.path().join("protected");
     let made = std::process::Command::new("ssh-keygen")
         .args([
@@ -798,6 +799,49 @@ fn flux_ssh_credentials_with_a_generated_key() {
             dir.path(),
         );
         snap!("err_git_key_with_passphrase", run);
+        // With its passphrase, the key and the passphrase Flux needs are sealed together, and
+        // ssh-keygen opens the stored key with the stored passphrase.
+        let run = kseal(
+            &[
+                "create",
+                "git-credentials",
+                "--cert",
+                s(&cert),
+                "--identity-file",
+                "protected",
+                "--known-hosts-file",
+                "known_hosts",
+                "--ssh-key-passphrase-stdin",
+            ],
+            Some("pass phrase\n"),
+            dir.path(),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let items = open(&parse_sealed(&run.stdout)[0], &ring(&[&fixture_pair()]));
+        assert_eq!(items["password"], "pass phrase");
+        assert_eq!(
+            items["identity.pub"],
+            std::fs::read_to_string(dir.path().join("protected.pub")).unwrap()
+        );
+        let stored = dir.path().join("stored");
+        std::fs::write(&stored, &items["identity"]).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&stored, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let out = std::process::Command::new("ssh-keygen")
+            .args(["-y", "-P", &items["password"], "-f", s(&stored)])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::remove_file(&stored).unwrap();
+    } else {
+        eprintln!("ssh-keygen not installed: skipping the protected-key checks");
     }
     let run = kseal(
         &[
@@ -899,6 +943,612 @@ fn argocd_and_flux_https_credentials() {
         dir.path(),
     );
     snap!("err_argocd_needs_url", run);
+}
+
+/// Runs `kseal create git-credentials --cert <fixture cert> ARGS…` in `dir`.
+fn git_credentials(args: &[&str], stdin: Option<&str>, dir: &Path, envs: &[(&str, &str)]) -> Run {
+    let cert = fixtures().join("keys/tls.crt");
+    let mut all = vec!["create", "git-credentials", "--cert", s(&cert)];
+    all.extend_from_slice(args);
+    kseal_env(&all, stdin, dir, envs)
+}
+
+/// The items of the one SealedSecret a successful run printed, opened with the fixture key.
+fn opened_items(run: &Run) -> BTreeMap<String, String> {
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed.len(), 1);
+    open(&sealed[0], &ring(&[&fixture_pair()]))
+}
+
+fn keys_of(items: &BTreeMap<String, String>) -> Vec<&str> {
+    items.keys().map(String::as_str).collect()
+}
+
+/// The Argo CD secret-type label of the one SealedSecret a run printed.
+fn argocd_secret_type(run: &Run) -> String {
+    let sealed = parse_sealed(&run.stdout);
+    let template = sealed[0].spec.template.as_ref().unwrap();
+    let labels = template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+    labels["argocd.argoproj.io/secret-type"].clone()
+}
+
+/// An OpenSSH private key file whose header says it is encrypted (aes256-ctr, bcrypt). Only
+/// the header is real: kseal reads it, never decrypts, so the ciphertext can be filler.
+fn encrypted_openssh_key() -> String {
+    use base64::Engine as _;
+    fn string(out: &mut Vec<u8>, data: &[u8]) {
+        out.extend_from_slice(&u32::try_from(data.len()).unwrap().to_be_bytes());
+        out.extend_from_slice(data);
+    }
+    let mut public = Vec::new();
+    string(&mut public, b"ssh-ed25519");
+    string(&mut public, &[7; 32]);
+    let mut kdf_options = Vec::new();
+    string(&mut kdf_options, &[1; 16]);
+    kdf_options.extend_from_slice(&16u32.to_be_bytes());
+    let mut file = b"openssh-key-v1\0".to_vec();
+    string(&mut file, b"aes256-ctr");
+    string(&mut file, b"bcrypt");
+    string(&mut file, &kdf_options);
+    file.extend_from_slice(&1u32.to_be_bytes());
+    string(&mut file, &public);
+    string(&mut file, &[9; 144]);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&file);
+    let mut pem = String::from("-----BEGIN OPENSSH PRIVATE KEY-----\n");
+    for line in b64.as_bytes().chunks(70) {
+        pem.push_str(std::str::from_utf8(line).unwrap());
+        pem.push('\n');
+    }
+    pem.push_str("-----END OPENSSH PRIVATE KEY-----\n");
+    pem
+}
+
+const KNOWN_HOSTS: &str =
+    "github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n";
+
+#[test]
+fn flux_ssh_key_with_a_passphrase() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("known_hosts"), KNOWN_HOSTS).unwrap();
+    let protected = encrypted_openssh_key();
+    std::fs::write(d.join("protected"), &protected).unwrap();
+    let ssh = [
+        "--identity-file",
+        "protected",
+        "--known-hosts-file",
+        "known_hosts",
+    ];
+    // From stdin: the newline `echo` adds is dropped; the passphrase goes to item `password`.
+    let run = git_credentials(
+        &[&ssh[..], &["--ssh-key-passphrase-stdin"]].concat(),
+        Some("pass phrase\n"),
+        d,
+        &[],
+    );
+    assert!(!run.stdout.contains("pass phrase") && !run.stderr.contains("pass phrase"));
+    let items = opened_items(&run);
+    assert_eq!(
+        keys_of(&items),
+        ["identity", "identity.pub", "known_hosts", "password"]
+    );
+    assert_eq!(items["identity"], protected);
+    assert_eq!(items["password"], "pass phrase");
+    assert_eq!(items["known_hosts"], KNOWN_HOSTS);
+    // The public half comes from the key's unencrypted header.
+    assert!(
+        items["identity.pub"].starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcHBwcH"),
+        "{}",
+        items["identity.pub"]
+    );
+    // From the environment.
+    let run = git_credentials(&ssh, None, d, &[("KSEAL_SSH_KEY_PASSPHRASE", "from env")]);
+    assert_eq!(opened_items(&run)["password"], "from env");
+    // A PKCS #8 PEM key says it is encrypted in its label.
+    std::fs::write(
+        d.join("protected.pem"),
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBvTBXBgkqhkiG9w0BBQ0wSjApBgkqhkiG9w0BBQwwHAQI\n-----END ENCRYPTED PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let run = git_credentials(
+        &[
+            "--identity-file",
+            "protected.pem",
+            "--known-hosts-file",
+            "known_hosts",
+            "--ssh-key-passphrase-stdin",
+        ],
+        Some("pem pass"),
+        d,
+        &[],
+    );
+    let items = opened_items(&run);
+    assert_eq!(items["password"], "pem pass");
+    assert!(!items.contains_key("identity.pub"));
+
+    // Without a passphrase source (and stdin not a terminal), the error names the options.
+    let run = git_credentials(&ssh, None, d, &[]);
+    snap!("err_flux_protected_key_needs_passphrase", run);
+    let run = git_credentials(
+        &[&ssh[..], &["--ssh-key-passphrase-stdin"]].concat(),
+        Some("\n"),
+        d,
+        &[],
+    );
+    snap!("err_flux_empty_passphrase", run);
+    // A generated key has no passphrase; an unprotected key must not get one.
+    let run = git_credentials(
+        &[
+            "--generate-key",
+            "--known-hosts-file",
+            "known_hosts",
+            "--ssh-key-passphrase-prompt",
+        ],
+        None,
+        d,
+        &[],
+    );
+    snap!("err_passphrase_with_generated_key", run);
+    let run = git_credentials(
+        &["--generate-key", "--known-hosts-file", "known_hosts"],
+        None,
+        d,
+        &[],
+    );
+    let generated = opened_items(&run);
+    assert!(!generated.contains_key("password"));
+    std::fs::write(d.join("plain"), &generated["identity"]).unwrap();
+    let run = git_credentials(
+        &[
+            "--identity-file",
+            "plain",
+            "--known-hosts-file",
+            "known_hosts",
+        ],
+        None,
+        d,
+        &[("KSEAL_SSH_KEY_PASSPHRASE", "not needed")],
+    );
+    snap!("err_passphrase_for_unprotected_key", run);
+    // Argo CD has no passphrase item: protected keys are refused, with or without one.
+    let argocd = [
+        "--for",
+        "argocd",
+        "--url",
+        "git@github.com:acme/fleet.git",
+        "--identity-file",
+        "protected",
+    ];
+    let run = git_credentials(
+        &[&argocd[..], &["--ssh-key-passphrase-prompt"]].concat(),
+        None,
+        d,
+        &[],
+    );
+    snap!("err_argocd_key_passphrase", run);
+    let run = git_credentials(&argocd, None, d, &[]);
+    snap!("err_argocd_protected_key", run);
+}
+
+#[test]
+fn flux_https_with_a_private_ca_and_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    new_pair(d, "ca");
+    new_pair(d, "client");
+    let read = |name: &str| std::fs::read_to_string(d.join(name)).unwrap();
+    let run = git_credentials(
+        &[
+            "--url",
+            "https://git.internal/acme/fleet.git",
+            "--ca-file",
+            "ca.crt",
+            "--client-cert",
+            "client.crt",
+            "--client-key",
+            "client.key",
+            "--username",
+            "flux",
+            "--password-stdin",
+        ],
+        Some("t0ken\n"),
+        d,
+        &[],
+    );
+    let items = opened_items(&run);
+    assert_eq!(
+        keys_of(&items),
+        ["ca.crt", "password", "tls.crt", "tls.key", "username"]
+    );
+    assert_eq!(items["ca.crt"], read("ca.crt"));
+    assert_eq!(items["tls.crt"], read("client.crt"));
+    assert_eq!(items["tls.key"], read("client.key"));
+    assert_eq!(items["username"], "flux");
+    assert_eq!(items["password"], "t0ken");
+    // A CA alone is a valid Flux secretRef (a public repository on a private CA).
+    let run = git_credentials(&["--ca-file", "ca.crt"], None, d, &[]);
+    assert_eq!(keys_of(&opened_items(&run)), ["ca.crt"]);
+    // Client certificate only, for Argo CD: its own item names.
+    let run = git_credentials(
+        &[
+            "--for",
+            "argocd",
+            "--url",
+            "https://git.internal/acme/fleet.git",
+            "--client-cert",
+            "client.crt",
+            "--client-key",
+            "client.key",
+        ],
+        None,
+        d,
+        &[],
+    );
+    let items = opened_items(&run);
+    assert_eq!(
+        keys_of(&items),
+        ["tlsClientCertData", "tlsClientCertKey", "type", "url"]
+    );
+    assert_eq!(items["tlsClientCertData"], read("client.crt"));
+    assert_eq!(items["tlsClientCertKey"], read("client.key"));
+
+    // Argo CD takes CAs from a ConfigMap, never from a repository Secret.
+    let run = git_credentials(
+        &[
+            "--for",
+            "argocd",
+            "--url",
+            "https://git.internal/acme/fleet.git",
+            "--username",
+            "argocd",
+            "--password",
+            "pw",
+            "--ca-file",
+            "ca.crt",
+        ],
+        None,
+        d,
+        &[],
+    );
+    snap!("err_argocd_ca_file", run);
+    std::fs::write(d.join("junk.pem"), "not a certificate\n").unwrap();
+    std::fs::write(
+        d.join("encrypted.key"),
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBvTBXBgkqhkiG9w0BBQ0wSjApBgkqhkiG9w0BBQwwHAQI\n-----END ENCRYPTED PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    for (name, args) in [
+        ("err_ca_file_missing", &["--ca-file", "missing.pem"][..]),
+        ("err_ca_file_not_pem", &["--ca-file", "junk.pem"][..]),
+        ("err_ca_file_is_a_key", &["--ca-file", "ca.key"][..]),
+        (
+            "err_client_cert_without_key",
+            &["--client-cert", "client.crt"][..],
+        ),
+        (
+            "err_client_key_not_a_key",
+            &["--client-cert", "client.crt", "--client-key", "client.crt"][..],
+        ),
+        (
+            "err_client_key_encrypted",
+            &[
+                "--client-cert",
+                "client.crt",
+                "--client-key",
+                "encrypted.key",
+            ][..],
+        ),
+        (
+            "err_client_cert_not_a_certificate",
+            &["--client-cert", "junk.pem", "--client-key", "client.key"][..],
+        ),
+        (
+            "err_ca_file_with_ssh",
+            &[
+                "--generate-key",
+                "--known-hosts-file",
+                "ca.crt",
+                "--ca-file",
+                "ca.crt",
+            ][..],
+        ),
+        (
+            "err_ca_file_with_ssh_url",
+            &[
+                "--url",
+                "ssh://git@github.com/acme/fleet",
+                "--ca-file",
+                "ca.crt",
+            ][..],
+        ),
+    ] {
+        let run = git_credentials(args, None, d, &[]);
+        assert_ne!(run.code, 0, "{name}");
+        snap!(name, run);
+    }
+}
+
+#[test]
+fn argocd_repository_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = git_credentials(
+        &[
+            "--for",
+            "argocd",
+            "--url",
+            "https://git.test.internal/acme/fleet.git",
+            "--project",
+            "platform",
+            "--repo-name",
+            "fleet",
+            "--insecure",
+            "--enable-lfs",
+            "--username",
+            "argocd",
+            "--password-stdin",
+        ],
+        Some("s3cr3t"),
+        d,
+        &[],
+    );
+    let items = opened_items(&run);
+    assert_eq!(argocd_secret_type(&run), "repository");
+    assert_eq!(
+        items,
+        BTreeMap::from(
+            [
+                ("enableLfs", "true"),
+                ("insecure", "true"),
+                ("name", "fleet"),
+                ("password", "s3cr3t"),
+                ("project", "platform"),
+                ("type", "git"),
+                ("url", "https://git.test.internal/acme/fleet.git"),
+                ("username", "argocd"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        )
+    );
+    snap!(
+        "argocd_insecure_stderr",
+        Run {
+            stdout: String::new(),
+            ..run
+        }
+    );
+    // The same settings from the environment, over SSH.
+    std::fs::write(d.join("known_hosts"), KNOWN_HOSTS).unwrap();
+    let run = git_credentials(
+        &[
+            "--for",
+            "argocd",
+            "--url",
+            "git@github.com:acme/fleet.git",
+            "--generate-key",
+        ],
+        None,
+        d,
+        &[
+            ("KSEAL_ARGOCD_PROJECT", "apps"),
+            ("KSEAL_ARGOCD_ENABLE_LFS", "true"),
+        ],
+    );
+    let items = opened_items(&run);
+    assert_eq!(
+        keys_of(&items),
+        ["enableLfs", "project", "sshPrivateKey", "type", "url"]
+    );
+    assert_eq!(items["project"], "apps");
+
+    let run = git_credentials(
+        &[
+            "--project",
+            "platform",
+            "--insecure",
+            "--username",
+            "git",
+            "--password",
+            "pw",
+        ],
+        None,
+        d,
+        &[],
+    );
+    snap!("err_flux_argocd_only_flags", run);
+    let run = git_credentials(
+        &[
+            "--for",
+            "argocd",
+            "--argocd-type",
+            "repo-creds",
+            "--url",
+            "https://github.com/acme",
+            "--repo-name",
+            "acme",
+            "--username",
+            "git",
+            "--password",
+            "pw",
+        ],
+        None,
+        d,
+        &[],
+    );
+    snap!("err_repo_creds_repository_only_flags", run);
+}
+
+#[test]
+fn github_app_credentials_for_argocd_and_flux() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    new_pair(d, "app");
+    let app_key = std::fs::read_to_string(d.join("app.key")).unwrap();
+    let app = [
+        "--github-app-id",
+        "42",
+        "--github-app-installation-id",
+        "7",
+        "--github-app-private-key",
+        "app.key",
+    ];
+    let run = git_credentials(
+        &[
+            &[
+                "--for",
+                "argocd",
+                "--argocd-type",
+                "repo-creds",
+                "--url",
+                "https://ghe.example.com/acme",
+                "--github-app-enterprise-base-url",
+                "https://ghe.example.com/api/v3",
+            ][..],
+            &app,
+        ]
+        .concat(),
+        None,
+        d,
+        &[],
+    );
+    assert_eq!(argocd_secret_type(&run), "repo-creds");
+    let items = opened_items(&run);
+    assert_eq!(
+        items,
+        BTreeMap::from(
+            [
+                (
+                    "githubAppEnterpriseBaseUrl",
+                    "https://ghe.example.com/api/v3"
+                ),
+                ("githubAppID", "42"),
+                ("githubAppInstallationID", "7"),
+                ("githubAppPrivateKey", app_key.as_str()),
+                ("type", "git"),
+                ("url", "https://ghe.example.com/acme"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        )
+    );
+    assert!(!run.stdout.contains("PRIVATE KEY") && !run.stderr.contains("PRIVATE KEY"));
+    // Flux: its own name for the Enterprise URL, and a note about `provider: github`.
+    let run = git_credentials(
+        &[
+            &app[..],
+            &[
+                "--github-app-enterprise-base-url",
+                "https://ghe.example.com/api/v3",
+            ],
+        ]
+        .concat(),
+        None,
+        d,
+        &[],
+    );
+    let items = opened_items(&run);
+    assert_eq!(
+        keys_of(&items),
+        [
+            "githubAppBaseURL",
+            "githubAppID",
+            "githubAppInstallationID",
+            "githubAppPrivateKey"
+        ]
+    );
+    assert_eq!(items["githubAppPrivateKey"], app_key);
+    snap!(
+        "flux_github_app_stderr",
+        Run {
+            stdout: String::new(),
+            ..run
+        }
+    );
+
+    std::fs::write(d.join("known_hosts"), KNOWN_HOSTS).unwrap();
+    let argocd = [
+        "--for",
+        "argocd",
+        "--url",
+        "https://github.com/acme/fleet.git",
+    ];
+    for (name, args) in [
+        (
+            "err_github_app_with_password",
+            [
+                &argocd[..],
+                &app,
+                &["--username", "git", "--password-prompt"],
+            ]
+            .concat(),
+        ),
+        (
+            "err_github_app_with_ssh",
+            [
+                &app[..],
+                &["--generate-key", "--known-hosts-file", "known_hosts"],
+            ]
+            .concat(),
+        ),
+        (
+            "err_github_app_incomplete",
+            [&argocd[..], &["--github-app-id", "42"]].concat(),
+        ),
+        (
+            "err_github_app_id_not_a_number",
+            [
+                &argocd[..],
+                &[
+                    "--github-app-id",
+                    "app",
+                    "--github-app-installation-id",
+                    "7",
+                    "--github-app-private-key",
+                    "app.key",
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            "err_github_app_key_not_a_key",
+            [
+                &argocd[..],
+                &[
+                    "--github-app-id",
+                    "42",
+                    "--github-app-installation-id",
+                    "7",
+                    "--github-app-private-key",
+                    "app.crt",
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            "err_github_app_ssh_url",
+            [
+                &["--for", "argocd", "--url", "git@github.com:acme/fleet.git"][..],
+                &app,
+            ]
+            .concat(),
+        ),
+        (
+            "err_github_app_base_url",
+            [
+                &argocd[..],
+                &app,
+                &[
+                    "--github-app-enterprise-base-url",
+                    "http://ghe.example.com/api/v3",
+                ],
+            ]
+            .concat(),
+        ),
+    ] {
+        let run = git_credentials(&args, None, d, &[]);
+        assert_ne!(run.code, 0, "{name}");
+        snap!(name, run);
+    }
 }
 
 #[test]

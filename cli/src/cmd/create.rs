@@ -153,28 +153,52 @@ fn read_ssh_string<'a>(data: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
     Some(out)
 }
 
+/// The decoded body of the first PEM block whose label is one of `labels`, and that label.
+/// The base64 text and the decoded bytes stay in zeroizing buffers.
+fn pem_block<'l>(text: &str, labels: &[&'l str]) -> Option<(&'l str, Plaintext)> {
+    let mut lines = text.lines().map(str::trim);
+    let label = loop {
+        let line = lines.next()?;
+        if let Some(label) = line
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+            .and_then(|l| labels.iter().find(|want| **want == l))
+        {
+            break *label;
+        }
+    };
+    let end = format!("-----END {label}-----");
+    let mut body = Plaintext::new(Vec::new()).into_zeroizing();
+    loop {
+        let line = lines.next()?;
+        if line == end {
+            break;
+        }
+        body.extend(line.bytes().filter(|b| !b.is_ascii_whitespace()));
+    }
+    let der = Plaintext::new(
+        base64::engine::general_purpose::STANDARD
+            .decode(&*body)
+            .ok()?,
+    );
+    (!der.is_empty()).then_some((label, der))
+}
+
 /// For an OpenSSH private key file: whether it is encrypted, and its public key line
 /// (the public half is stored unencrypted in the header).
 fn openssh_public(text: &str) -> Option<(bool, String)> {
-    let body: String = text
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .map(str::trim)
-        .collect();
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(body)
-        .ok()?;
-    let rest = der.strip_prefix(b"openssh-key-v1\0")?;
+    let (_, der) = pem_block(text, &["OPENSSH PRIVATE KEY"])?;
+    let rest = der.expose().strip_prefix(b"openssh-key-v1\0")?;
     let mut pos = 0;
     let cipher = read_ssh_string(rest, &mut pos)?;
-    read_ssh_string(rest, &mut pos)?; // kdf name
+    let kdf = read_ssh_string(rest, &mut pos)?;
     read_ssh_string(rest, &mut pos)?; // kdf options
     pos += 4; // number of keys
     let blob = read_ssh_string(rest, &mut pos)?;
     let mut p = 0;
     let kind = std::str::from_utf8(read_ssh_string(blob, &mut p)?).ok()?;
     Some((
-        cipher != b"none",
+        cipher != b"none" || kdf != b"none",
         format!(
             "{kind} {}",
             base64::engine::general_purpose::STANDARD.encode(blob)
@@ -182,11 +206,32 @@ fn openssh_public(text: &str) -> Option<(bool, String)> {
     ))
 }
 
-/// The SSH identity: private key file content and public key line (if known).
-fn ssh_identity(args: &GitArgs) -> Result<(Plaintext, Option<String>)> {
+/// Whether a PEM private key is encrypted: PKCS #8 says so in its label, PKCS #1 in a
+/// `Proc-Type: 4,ENCRYPTED` header.
+fn pem_is_encrypted(text: &str) -> bool {
+    text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+        || text.contains("Proc-Type: 4,ENCRYPTED")
+}
+
+/// An SSH private key for the Secret.
+struct SshIdentity {
+    /// The key file's content.
+    private: Plaintext,
+    /// The `ssh-… AAAA… comment` line, when known.
+    public: Option<String>,
+    /// Whether the key is protected by a passphrase.
+    encrypted: bool,
+}
+
+/// The SSH identity: generated, or read from --identity-file.
+fn ssh_identity(args: &GitArgs) -> Result<SshIdentity> {
     if args.generate_key {
         let (private, public) = generate_ed25519(&args.key_comment)?;
-        return Ok((private, Some(public)));
+        return Ok(SshIdentity {
+            private,
+            public: Some(public),
+            encrypted: false,
+        });
     }
     let Some(path) = &args.identity_file else {
         bail!("no SSH key: pass --identity-file FILE or --generate-key");
@@ -201,16 +246,7 @@ fn ssh_identity(args: &GitArgs) -> Result<(Plaintext, Option<String>)> {
         );
     }
     let from_header = openssh_public(as_text);
-    if let Some((true, _)) = from_header {
-        bail!(
-            "`{}` is protected by a passphrase: Flux and Argo CD need an unencrypted key (the \
-             sealed Secret protects it); export one with `ssh-keygen -p -N '' -f COPY`",
-            path.display()
-        );
-    }
-    if as_text.contains("ENCRYPTED") {
-        bail!("`{}` is protected by a passphrase", path.display());
-    }
+    let encrypted = from_header.as_ref().is_some_and(|(e, _)| *e) || pem_is_encrypted(as_text);
     let pub_path = PathBuf::from(format!("{}.pub", path.display()));
     let public = if pub_path.exists() {
         Some(
@@ -225,32 +261,162 @@ fn ssh_identity(args: &GitArgs) -> Result<(Plaintext, Option<String>)> {
     if args.public_key_out.is_some() {
         eprintln!("note: --public-key-out is only used with --generate-key");
     }
-    Ok((text, public))
+    Ok(SshIdentity {
+        private: text,
+        public,
+        encrypted,
+    })
+}
+
+/// Reads a hidden value: from a flag or variable, from stdin, or from a prompt (asked when
+/// `prompt` is set or stdin is a terminal). `None` when no source applies.
+fn read_hidden(
+    value: Option<&String>,
+    from_stdin: bool,
+    prompt: bool,
+    what: &str,
+) -> Result<Option<Plaintext>> {
+    use std::io::{IsTerminal as _, Read as _};
+    if let Some(v) = value {
+        return Ok(Some(Plaintext::new(v.clone().into_bytes())));
+    }
+    if from_stdin {
+        let mut bytes = Plaintext::new(Vec::new()).into_zeroizing();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("failed to read the {what} from standard input"))?;
+        // A secret never ends in a newline; `echo` adds one.
+        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            bytes.pop();
+        }
+        return Ok(Some(Plaintext::new(std::mem::take(&mut *bytes))));
+    }
+    if prompt || std::io::stdin().is_terminal() {
+        let value = rpassword::prompt_password(format!("{what} (not echoed): "))
+            .with_context(|| format!("failed to read the {what} from the terminal"))?;
+        return Ok(Some(Plaintext::new(value.into_bytes())));
+    }
+    Ok(None)
 }
 
 /// Reads the password or token: flag/env, stdin, or a hidden prompt.
 fn read_secret_value(args: &GitArgs, what: &str) -> Result<Plaintext> {
-    use std::io::{IsTerminal as _, Read as _};
-    if let Some(p) = &args.password {
-        return Ok(Plaintext::new(p.clone().into_bytes()));
-    }
-    if args.password_stdin {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .with_context(|| format!("failed to read the {what} from standard input"))?;
-        // A password never ends in a newline; `echo` adds one.
-        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-            bytes.pop();
+    read_hidden(
+        args.password.as_ref(),
+        args.password_stdin,
+        args.password_prompt,
+        what,
+    )?
+    .with_context(|| {
+        format!("no {what}: pass --password-prompt, --password-stdin or KSEAL_GIT_PASSWORD")
+    })
+}
+
+/// The passphrase Flux needs next to a protected key (item `password`), or `None` for an
+/// unprotected key.
+fn ssh_key_passphrase(args: &GitArgs, path: &Path, encrypted: bool) -> Result<Option<Plaintext>> {
+    let given = args.ssh_key_passphrase.is_some()
+        || args.ssh_key_passphrase_prompt
+        || args.ssh_key_passphrase_stdin;
+    if !encrypted {
+        if given {
+            bail!(
+                "`{}` is not protected by a passphrase: drop --ssh-key-passphrase… (and \
+                 KSEAL_SSH_KEY_PASSPHRASE); Flux fails to load an unprotected key with one",
+                path.display()
+            );
         }
-        return Ok(Plaintext::new(bytes));
+        return Ok(None);
     }
-    if args.password_prompt || std::io::stdin().is_terminal() {
-        let value = rpassword::prompt_password(format!("{what} (not echoed): "))
-            .with_context(|| format!("failed to read the {what} from the terminal"))?;
-        return Ok(Plaintext::new(value.into_bytes()));
+    let passphrase = read_hidden(
+        args.ssh_key_passphrase.as_ref(),
+        args.ssh_key_passphrase_stdin,
+        args.ssh_key_passphrase_prompt,
+        "SSH key passphrase",
+    )?
+    .with_context(|| {
+        format!(
+            "`{}` is protected by a passphrase: pass --ssh-key-passphrase-prompt, \
+             --ssh-key-passphrase-stdin or KSEAL_SSH_KEY_PASSPHRASE (Flux reads it from item \
+             `password`), or export an unprotected copy with `ssh-keygen -p -N '' -f COPY`",
+            path.display()
+        )
+    })?;
+    if passphrase.is_empty() {
+        bail!("the passphrase of `{}` is empty", path.display());
     }
-    bail!("no {what}: pass --password-prompt, --password-stdin or KSEAL_GIT_PASSWORD")
+    Ok(Some(passphrase))
+}
+
+/// Reads a PEM file of certificates (a CA bundle or a client certificate chain).
+fn read_pem_certificates(path: &Path, what: &str) -> Result<Plaintext> {
+    use ureq::tls::PemItem;
+    let bytes =
+        Plaintext::new(fs_err::read(path).with_context(|| format!("failed to read {what}"))?);
+    let text = std::str::from_utf8(bytes.expose()).with_context(|| {
+        format!(
+            "`{}` is not a PEM file (expected {what}: -----BEGIN CERTIFICATE-----)",
+            path.display()
+        )
+    })?;
+    // Checked before parsing, so a key is never decoded outside a zeroizing buffer.
+    if text.contains("PRIVATE KEY-----") {
+        bail!(
+            "`{}` holds a private key, but {what} must hold only certificates",
+            path.display()
+        );
+    }
+    let mut certificates = 0;
+    for item in ureq::tls::parse_pem(bytes.expose()) {
+        match item {
+            Ok(PemItem::Certificate(_)) => certificates += 1,
+            Ok(_) => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "`{}` is not a valid PEM file (expected {what})",
+                    path.display()
+                )));
+            }
+        }
+    }
+    if certificates == 0 {
+        bail!(
+            "`{}` holds no PEM certificate (expected {what}: -----BEGIN CERTIFICATE-----)",
+            path.display()
+        );
+    }
+    Ok(bytes)
+}
+
+/// Reads an unencrypted PEM private key whose label is one of `labels`.
+fn read_pem_private_key(path: &Path, what: &str, labels: &[&str]) -> Result<Plaintext> {
+    let bytes =
+        Plaintext::new(fs_err::read(path).with_context(|| format!("failed to read {what}"))?);
+    let expected = labels
+        .iter()
+        .map(|l| format!("-----BEGIN {l}-----"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let text = std::str::from_utf8(bytes.expose()).with_context(|| {
+        format!(
+            "`{}` is not a PEM file (expected {what}: {expected})",
+            path.display()
+        )
+    })?;
+    if pem_is_encrypted(text) {
+        bail!(
+            "`{}` is an encrypted private key: {what} must be unencrypted (the sealed Secret \
+             protects it); export one with `openssl pkey -in FILE -out COPY`",
+            path.display()
+        );
+    }
+    if pem_block(text, labels).is_none() {
+        bail!(
+            "`{}` is not a PEM private key (expected {what}: {expected})",
+            path.display()
+        );
+    }
+    Ok(bytes)
 }
 
 fn is_ssh_url(url: &str) -> bool {
@@ -275,23 +441,71 @@ pub(crate) fn name_from_url(prefix: &str, url: &str) -> String {
     name.trim_end_matches('-').to_owned()
 }
 
-pub(crate) fn git(args: GitArgs) -> Result<()> {
-    let cert = CertRequest::from_args(&args.cert)?;
-    if args.consumer == GitConsumer::Flux
-        && (args.identity_file.is_some() || args.generate_key)
-        && args.known_hosts_file.is_none()
-    {
+/// The Argo CD repository settings that are set, as a phrase ("--project and --insecure
+/// only apply") for error messages; `None` when there are none.
+fn argocd_only_flags(args: &GitArgs) -> Option<String> {
+    let flags: Vec<&str> = [
+        (args.project.is_some(), "--project"),
+        (args.repo_name.is_some(), "--repo-name"),
+        (args.insecure, "--insecure"),
+        (args.enable_lfs, "--enable-lfs"),
+    ]
+    .into_iter()
+    .filter_map(|(set, flag)| set.then_some(flag))
+    .collect();
+    match flags.as_slice() {
+        [] => None,
+        [one] => Some(format!("{one} only applies")),
+        [init @ .., last] => Some(format!("{} and {last} only apply", init.join(", "))),
+    }
+}
+
+/// Checks the combination of flags, before anything is read or generated.
+fn check_git_args(args: &GitArgs, ssh: bool, https: bool) -> Result<()> {
+    let argocd_only = argocd_only_flags(args);
+    let passphrase_given = args.ssh_key_passphrase.is_some()
+        || args.ssh_key_passphrase_prompt
+        || args.ssh_key_passphrase_stdin;
+    match args.consumer {
+        GitConsumer::Flux => {
+            if let Some(flags) = argocd_only {
+                bail!(
+                    "{flags} to Argo CD (--for argocd): Flux's Git credentials have no such \
+                     items"
+                );
+            }
+        }
+        GitConsumer::Argocd => {
+            if args.ca_file.is_some() {
+                bail!(
+                    "Argo CD does not read a CA certificate from repository Secrets: add it to \
+                     the argocd-tls-certs-cm ConfigMap in namespace argocd, under the \
+                     repository's host name (`argocd cert add-tls HOST --from FILE` does this), \
+                     and drop --ca-file"
+                );
+            }
+            if passphrase_given {
+                bail!(
+                    "Argo CD cannot use a passphrase-protected SSH key (its repository Secrets \
+                     have no passphrase item): export an unprotected copy with `ssh-keygen -p \
+                     -N '' -f COPY` (the sealed Secret protects it) and drop \
+                     --ssh-key-passphrase…"
+                );
+            }
+            if let (ArgocdType::RepoCreds, Some(flags)) = (args.argocd_type, argocd_only) {
+                bail!(
+                    "{flags} to Argo CD repository Secrets: credential templates \
+                     (--argocd-type repo-creds) carry only credentials"
+                );
+            }
+        }
+    }
+    if ssh && (args.ca_file.is_some() || args.client_cert.is_some()) {
         bail!(
-            "Flux verifies the SSH host: pass --known-hosts-file FILE (e.g. from \
-             `ssh-keyscan github.com > known_hosts`)"
+            "--ca-file, --client-cert and --client-key are for HTTPS: over SSH the server is \
+             checked against known hosts and the client signs in with its SSH key"
         );
     }
-    let ssh = args.identity_file.is_some() || args.generate_key;
-    let https = args.username.is_some()
-        || args.password.is_some()
-        || args.password_prompt
-        || args.password_stdin
-        || args.bearer_token;
     if ssh && https {
         bail!(
             "choose SSH (--identity-file/--generate-key) or HTTPS (--username/--password…), not both"
@@ -300,7 +514,8 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
     if !ssh && !https {
         bail!(
             "no credentials: for SSH pass --identity-file FILE or --generate-key; for HTTPS pass \
-             --username with --password-prompt/--password-stdin, or --bearer-token"
+             --username with --password-prompt/--password-stdin, --bearer-token, \
+             --client-cert/--client-key or --github-app-id"
         );
     }
     if let Some(url) = &args.url {
@@ -313,11 +528,48 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
             bail!("`{url}` is an SSH URL but HTTPS credentials were given");
         }
     }
+    if let Some(base) = &args.github_app_enterprise_base_url
+        && !base
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+    {
+        bail!(
+            "--github-app-enterprise-base-url `{base}` is not an https:// URL (GitHub Enterprise \
+             Server's API, e.g. https://ghe.example.com/api/v3)"
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn git(args: GitArgs) -> Result<()> {
+    let cert = CertRequest::from_args(&args.cert)?;
+    if args.consumer == GitConsumer::Flux
+        && (args.identity_file.is_some() || args.generate_key)
+        && args.known_hosts_file.is_none()
+    {
+        bail!(
+            "Flux verifies the SSH host: pass --known-hosts-file FILE (e.g. from \
+             `ssh-keyscan github.com > known_hosts`)"
+        );
+    }
+    let ssh = args.identity_file.is_some() || args.generate_key;
+    let github_app = args.github_app_id.is_some();
+    let tls_client = args.client_cert.is_some();
+    let https = args.username.is_some()
+        || args.password.is_some()
+        || args.password_prompt
+        || args.password_stdin
+        || args.bearer_token
+        || github_app
+        || tls_client
+        || args.ca_file.is_some();
+    check_git_args(&args, ssh, https)?;
     // Certificate first: a key must never be generated for a Secret that cannot be sealed.
     let certificate = cert.load_one()?;
     let mut items = Items::new();
     let mut labels = BTreeMap::new();
     let mut generated_public = None;
+    let text = |value: &str| Plaintext::new(value.as_bytes().to_vec());
     let (default_name, default_namespace) = match args.consumer {
         GitConsumer::Flux => ("flux-system".to_owned(), "flux-system"),
         GitConsumer::Argocd => {
@@ -333,15 +585,31 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
                 "argocd.argoproj.io/secret-type".to_owned(),
                 label.to_owned(),
             );
-            items.insert("type".to_owned(), Plaintext::new(b"git".to_vec()));
-            items.insert("url".to_owned(), Plaintext::new(url.as_bytes().to_vec()));
+            items.insert("type".to_owned(), text("git"));
+            items.insert("url".to_owned(), text(url));
+            if let Some(project) = &args.project {
+                items.insert("project".to_owned(), text(project));
+            }
+            if let Some(name) = &args.repo_name {
+                items.insert("name".to_owned(), text(name));
+            }
+            if args.insecure {
+                items.insert("insecure".to_owned(), text("true"));
+                eprintln!(
+                    "warning: --insecure: Argo CD will not verify the server of `{url}` (TLS \
+                     certificate or SSH host key); anyone on the network path can impersonate it"
+                );
+            }
+            if args.enable_lfs {
+                items.insert("enableLfs".to_owned(), text("true"));
+            }
             (name_from_url(prefix, url), "argocd")
         }
     };
     if ssh {
-        let (private, public) = ssh_identity(&args)?;
+        let identity = ssh_identity(&args)?;
         if args.generate_key {
-            generated_public.clone_from(&public);
+            generated_public.clone_from(&identity.public);
         }
         match args.consumer {
             GitConsumer::Flux => {
@@ -349,17 +617,21 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
                     .known_hosts_file
                     .as_deref()
                     .context("Flux needs --known-hosts-file for SSH")?;
+                let passphrase = match &args.identity_file {
+                    Some(path) => ssh_key_passphrase(&args, path, identity.encrypted)?,
+                    None => None,
+                };
                 let known = fs_err::read(known_hosts).context("failed to read known_hosts")?;
                 if known.iter().all(u8::is_ascii_whitespace) {
                     bail!("`{}` is empty", known_hosts.display());
                 }
-                items.insert("identity".to_owned(), private);
-                match public {
+                items.insert("identity".to_owned(), identity.private);
+                if let Some(passphrase) = passphrase {
+                    items.insert("password".to_owned(), passphrase);
+                }
+                match identity.public {
                     Some(line) => {
-                        items.insert(
-                            "identity.pub".to_owned(),
-                            Plaintext::new(format!("{line}\n").into_bytes()),
-                        );
+                        items.insert("identity.pub".to_owned(), text(&format!("{line}\n")));
                     }
                     None => eprintln!(
                         "note: no public key found (no `.pub` file next to the key): \
@@ -369,19 +641,60 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
                 items.insert("known_hosts".to_owned(), Plaintext::new(known));
             }
             GitConsumer::Argocd => {
+                if let (true, Some(path)) = (identity.encrypted, &args.identity_file) {
+                    bail!(
+                        "`{}` is protected by a passphrase: Argo CD needs an unencrypted key \
+                         (the sealed Secret protects it); export one with `ssh-keygen -p -N '' \
+                         -f COPY`",
+                        path.display()
+                    );
+                }
                 if args.known_hosts_file.is_some() {
                     eprintln!(
                         "note: Argo CD reads SSH known hosts from the argocd-ssh-known-hosts-cm \
                          ConfigMap, not from repository Secrets: --known-hosts-file is ignored"
                     );
                 }
-                items.insert("sshPrivateKey".to_owned(), private);
+                items.insert("sshPrivateKey".to_owned(), identity.private);
             }
+        }
+    } else if let (Some(app_id), Some(installation_id), Some(key_path)) = (
+        args.github_app_id,
+        args.github_app_installation_id,
+        &args.github_app_private_key,
+    ) {
+        let key = read_pem_private_key(
+            key_path,
+            "the GitHub App's private key",
+            &["RSA PRIVATE KEY", "PRIVATE KEY"],
+        )?;
+        items.insert("githubAppID".to_owned(), text(&app_id.to_string()));
+        items.insert(
+            "githubAppInstallationID".to_owned(),
+            text(&installation_id.to_string()),
+        );
+        items.insert("githubAppPrivateKey".to_owned(), key);
+        if let Some(base) = &args.github_app_enterprise_base_url {
+            let key = match args.consumer {
+                GitConsumer::Flux => "githubAppBaseURL",
+                GitConsumer::Argocd => "githubAppEnterpriseBaseUrl",
+            };
+            items.insert(key.to_owned(), text(base));
+        }
+        if args.consumer == GitConsumer::Flux {
+            eprintln!(
+                "note: Flux uses GitHub App credentials only for a GitRepository with \
+                 `.spec.provider: github`"
+            );
         }
     } else if args.bearer_token {
         let token = read_secret_value(&args, "bearer token")?;
         items.insert("bearerToken".to_owned(), token);
-    } else {
+    } else if args.username.is_some()
+        || args.password.is_some()
+        || args.password_prompt
+        || args.password_stdin
+    {
         let username = args
             .username
             .as_deref()
@@ -390,11 +703,27 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
         if password.is_empty() {
             bail!("the password is empty");
         }
-        items.insert(
-            "username".to_owned(),
-            Plaintext::new(username.as_bytes().to_vec()),
-        );
+        items.insert("username".to_owned(), text(username));
         items.insert("password".to_owned(), password);
+    }
+    if let (Some(cert_path), Some(key_path)) = (&args.client_cert, &args.client_key) {
+        let client_cert = read_pem_certificates(cert_path, "the TLS client certificate")?;
+        let client_key = read_pem_private_key(
+            key_path,
+            "the TLS client key",
+            &["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"],
+        )?;
+        let (cert_item, key_item) = match args.consumer {
+            GitConsumer::Flux => ("tls.crt", "tls.key"),
+            GitConsumer::Argocd => ("tlsClientCertData", "tlsClientCertKey"),
+        };
+        items.insert(cert_item.to_owned(), client_cert);
+        items.insert(key_item.to_owned(), client_key);
+    }
+    if let Some(ca_path) = &args.ca_file {
+        // Argo CD was refused in `check_git_args`: it reads CAs from a ConfigMap.
+        let ca = read_pem_certificates(ca_path, "a CA certificate")?;
+        items.insert("ca.crt".to_owned(), ca);
     }
     seal_and_emit(
         &certificate,
@@ -601,6 +930,35 @@ mod tests {
         assert!(public.starts_with(&line));
         assert!(public.starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"));
         assert!(public.ends_with(" test"));
+    }
+
+    #[test]
+    fn pem_blocks_need_a_wanted_label_a_matching_end_and_base64() {
+        let key =
+            "junk\n-----BEGIN RSA PRIVATE KEY-----\nAAEC\nAw==\n-----END RSA PRIVATE KEY-----\n";
+        let (label, der) = pem_block(key, &["PRIVATE KEY", "RSA PRIVATE KEY"]).unwrap();
+        assert_eq!(label, "RSA PRIVATE KEY");
+        assert_eq!(der.expose(), [0, 1, 2, 3]);
+        assert!(pem_block(key, &["PRIVATE KEY"]).is_none());
+        let unterminated = "-----BEGIN PRIVATE KEY-----\nAAEC\n";
+        assert!(pem_block(unterminated, &["PRIVATE KEY"]).is_none());
+        let not_base64 = "-----BEGIN PRIVATE KEY-----\n#!?\n-----END PRIVATE KEY-----\n";
+        assert!(pem_block(not_base64, &["PRIVATE KEY"]).is_none());
+        let empty = "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n";
+        assert!(pem_block(empty, &["PRIVATE KEY"]).is_none());
+    }
+
+    #[test]
+    fn encrypted_pem_keys_are_recognised_by_label_or_header() {
+        assert!(pem_is_encrypted(
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAA==\n-----END ENCRYPTED PRIVATE KEY-----\n"
+        ));
+        assert!(pem_is_encrypted(
+            "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00\n"
+        ));
+        assert!(!pem_is_encrypted(
+            "-----BEGIN RSA PRIVATE KEY-----\nENCRYPTEDAAAA\n-----END RSA PRIVATE KEY-----\n"
+        ));
     }
 
     #[test]
