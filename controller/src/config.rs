@@ -5,11 +5,12 @@
 //! environment variable ([`crate::env`]); a flag on the command line wins.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::{ArgAction, Parser, ValueEnum};
 
 use crate::env;
+use crate::renewal::{self, Renewal};
 
 /// Command-line arguments of `kseal-controller`.
 #[derive(Debug, Clone, Parser)]
@@ -38,10 +39,22 @@ pub struct Args {
     /// Which time orders keys (the newest seals)
     #[arg(long, env = env::KSEAL_KEY_ORDER_PRIORITY, value_enum, default_value = "CertNotBefore")]
     pub key_order_priority: KeyOrder,
-    /// Generate a key in-cluster when no key Secret exists (off by default: keys come from the
-    /// fleet's key ring)
+    /// Generate keys in-cluster (leader only): one when no key Secret exists, then renewals per
+    /// --key-renew-period, --key-cutoff-time and SIGUSR1. Off by default: keys come from the
+    /// fleet's key ring
     #[arg(long, env = env::KSEAL_GENERATE_KEY_IF_MISSING, action = ArgAction::Set, default_value_t = false)]
     pub generate_key_if_missing: bool,
+    /// Generate a new sealing key when the newest is this old (Go duration; 0 disables)
+    /// [default: 720h]. Older keys stay active for unsealing. Needs
+    /// --generate-key-if-missing=true
+    #[arg(long, alias = "rotate-period", env = env::KSEAL_KEY_RENEW_PERIOD, value_name = "DURATION", value_parser = parse_duration)]
+    pub key_renew_period: Option<Duration>,
+    /// Generate a new sealing key at startup if the newest is older than this time, e.g. after
+    /// a suspected compromise: RFC 1123 with a numeric zone, as `date -R` prints it ("Mon, 14
+    /// Oct 2024 21:45:30 +0200"). Needs --generate-key-if-missing=true. Bitnami's
+    /// SEALED_SECRETS_KEY_CUTOFF_TIME is read too
+    #[arg(long, env = env::KSEAL_KEY_CUTOFF_TIME, value_name = "TIME")]
+    pub key_cutoff_time: Option<String>,
     /// Accept the deprecated whole-Secret `spec.data` format
     #[arg(long, env = env::KSEAL_ACCEPT_DEPRECATED_V1_DATA, action = ArgAction::Set, default_value_t = true)]
     pub accept_deprecated_v1_data: bool,
@@ -139,8 +152,10 @@ pub struct Config {
     pub my_cn: String,
     /// Key ordering.
     pub key_order: KeyOrder,
-    /// Generate a key when none exists.
+    /// Generate keys in-cluster: when none exists, and renewals per `key_renewal`.
     pub generate_key_if_missing: bool,
+    /// Key renewal; in effect only with `generate_key_if_missing`.
+    pub key_renewal: Renewal,
     /// Accept `spec.data`.
     pub accept_deprecated_v1_data: bool,
     /// Watched namespaces.
@@ -167,6 +182,8 @@ pub struct Config {
     pub leader_election_lease: Option<String>,
     /// This replica's identity (pod name or hostname).
     pub identity: String,
+    /// Settings that are valid but will not do what they seem to (logged at startup).
+    pub warnings: Vec<String>,
 }
 
 /// Why a configuration is invalid.
@@ -185,6 +202,16 @@ pub enum ConfigError {
     /// Empty namespace name in a list.
     #[error("invalid --additional-namespaces: empty namespace name")]
     EmptyNamespace,
+    /// Unparseable cutoff time.
+    #[error(
+        "invalid {origin} {value:?}: use RFC 1123 with a numeric zone, as `date -R` prints it, e.g. \"Mon, 14 Oct 2024 21:45:30 +0200\""
+    )]
+    KeyCutoffTime {
+        /// Where the value came from: the flag (or its `KSEAL_` variable) or Bitnami's variable.
+        origin: &'static str,
+        /// The value.
+        value: String,
+    },
 }
 
 impl Config {
@@ -234,6 +261,13 @@ impl Config {
         } else {
             Namespaces::Only(vec![controller_namespace.clone()])
         };
+        let (key_renewal, warnings) = key_renewal(
+            args.key_renew_period,
+            args.key_cutoff_time,
+            std::env::var(env::SEALED_SECRETS_KEY_CUTOFF_TIME).ok(),
+            args.generate_key_if_missing,
+            SystemTime::now(),
+        )?;
         let identity = std::env::var(env::POD_NAME)
             .ok()
             .filter(|n| !n.is_empty())
@@ -246,6 +280,7 @@ impl Config {
             my_cn: args.my_cn,
             key_order: args.key_order_priority,
             generate_key_if_missing: args.generate_key_if_missing,
+            key_renewal,
             accept_deprecated_v1_data: args.accept_deprecated_v1_data,
             namespaces,
             label_selector: args.label_selector.filter(|s| !s.trim().is_empty()),
@@ -259,8 +294,73 @@ impl Config {
             listen_metrics_addr: args.listen_metrics_addr,
             leader_election_lease: args.leader_elect.then_some(args.leader_election_lease),
             identity,
+            warnings,
         })
     }
+}
+
+/// The renewal policy from `--key-renew-period` (`None`: not given), `--key-cutoff-time`
+/// and Bitnami's cutoff variable (read only when the flag is unset or empty), plus a warning
+/// when renewal was asked for but generation is off, or the cutoff lies in the future.
+fn key_renewal(
+    period: Option<Duration>,
+    cutoff_flag: Option<String>,
+    cutoff_bitnami: Option<String>,
+    generate: bool,
+    now: SystemTime,
+) -> Result<(Renewal, Vec<String>), ConfigError> {
+    let nonempty = |v: Option<String>| v.filter(|t| !t.trim().is_empty());
+    let cutoff_text = match (nonempty(cutoff_flag), nonempty(cutoff_bitnami)) {
+        (Some(text), _) => Some(("--key-cutoff-time", text)),
+        (None, Some(text)) => Some((env::SEALED_SECRETS_KEY_CUTOFF_TIME, text)),
+        (None, None) => None,
+    };
+    let cutoff = match cutoff_text {
+        Some((origin, value)) => {
+            Some(parse_cutoff_time(&value).ok_or(ConfigError::KeyCutoffTime { origin, value })?)
+        }
+        None => None,
+    };
+    let explicit_period = period.is_some_and(|p| !p.is_zero());
+    let period = period.unwrap_or(renewal::DEFAULT_PERIOD);
+    let renewal = Renewal {
+        period: (!period.is_zero()).then_some(period),
+        cutoff,
+    };
+    let mut warnings = Vec::new();
+    if !generate {
+        let ignored: Vec<&str> = [
+            explicit_period.then_some("--key-renew-period"),
+            cutoff.is_some().then_some("--key-cutoff-time"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !ignored.is_empty() {
+            warnings.push(format!(
+                "{} ignored: key renewal needs --generate-key-if-missing=true (in-cluster key generation is off, so the controller never creates a key)",
+                ignored.join(" and ")
+            ));
+        }
+    } else if cutoff.is_some_and(|c| c > now) {
+        warnings.push(
+            "--key-cutoff-time is in the future: every controller start generates one new key until then"
+                .to_owned(),
+        );
+    }
+    Ok((renewal, warnings))
+}
+
+/// Parses a `--key-cutoff-time`: RFC 1123 with a numeric zone (Go's `RFC1123Z`, the format
+/// of `date -R`); RFC 2822's other forms are accepted too. As in Go, the weekday must be a
+/// weekday name but need not match the date.
+pub fn parse_cutoff_time(text: &str) -> Option<SystemTime> {
+    static PARSER: jiff::fmt::rfc2822::DateTimeParser =
+        jiff::fmt::rfc2822::DateTimeParser::new().relaxed_weekday(true);
+    PARSER
+        .parse_timestamp(text.trim())
+        .ok()
+        .map(SystemTime::from)
 }
 
 /// The leader-election identity without `POD_NAME`: the host name plus a random suffix, so
@@ -383,6 +483,139 @@ mod tests {
         let e = Config::from_args(args(&["--rate-limit", "0"]), None).unwrap_err();
         assert!(e.to_string().starts_with("invalid --rate-limit"));
         assert!(Args::try_parse_from(["kseal-controller", "--key-ttl", "10d"]).is_err());
+    }
+
+    #[test]
+    fn renewal_defaults_to_bitnamis_period_and_no_cutoff() {
+        let c = Config::from_args(args(&[]), None).unwrap();
+        assert_eq!(
+            c.key_renewal,
+            Renewal {
+                period: Some(Duration::from_secs(720 * 3600)),
+                cutoff: None,
+            }
+        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = Config::from_args(args(&["--key-renew-period", "0"]), None).unwrap();
+        assert_eq!(c.key_renewal.period, None);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn rotate_period_is_a_hidden_alias_of_key_renew_period() {
+        let c = Config::from_args(
+            args(&["--generate-key-if-missing=true", "--rotate-period", "1h"]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.key_renewal.period, Some(Duration::from_secs(3600)));
+        let mut command = <Args as clap::CommandFactory>::command();
+        let help = command.render_long_help().to_string();
+        assert!(help.contains("--key-renew-period"));
+        assert!(!help.contains("rotate-period"));
+    }
+
+    #[test]
+    fn cutoff_time_reads_date_r_output() {
+        let expected = SystemTime::UNIX_EPOCH + Duration::from_secs(1_728_935_130);
+        assert_eq!(
+            parse_cutoff_time("Mon, 14 Oct 2024 21:45:30 +0200"),
+            Some(expected)
+        );
+        // Go does not check the weekday against the date.
+        assert_eq!(
+            parse_cutoff_time("Tue, 14 Oct 2024 21:45:30 +0200"),
+            Some(expected)
+        );
+        assert_eq!(parse_cutoff_time("2024-10-14T19:45:30Z"), None);
+        assert_eq!(parse_cutoff_time("yesterday"), None);
+        let c = Config::from_args(
+            args(&[
+                "--generate-key-if-missing=true",
+                "--key-cutoff-time",
+                "Mon, 14 Oct 2024 21:45:30 +0200",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.key_renewal.cutoff, Some(expected));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn an_invalid_cutoff_time_names_the_flag_and_the_format() {
+        let e = Config::from_args(args(&["--key-cutoff-time", "2024-10-14"]), None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --key-cutoff-time \"2024-10-14\": use RFC 1123 with a numeric zone, as `date -R` prints it, e.g. \"Mon, 14 Oct 2024 21:45:30 +0200\""
+        );
+        let e = key_renewal(None, None, Some("soon".into()), true, SystemTime::now()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid SEALED_SECRETS_KEY_CUTOFF_TIME \"soon\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bitnamis_cutoff_variable_is_a_fallback() {
+        let now = SystemTime::now();
+        let bitnami = Some("Mon, 14 Oct 2024 21:45:30 +0200".to_owned());
+        let (r, _) = key_renewal(None, None, bitnami.clone(), true, now).unwrap();
+        assert_eq!(
+            r.cutoff,
+            parse_cutoff_time("Mon, 14 Oct 2024 21:45:30 +0200")
+        );
+        let ours = Some("Tue, 15 Oct 2024 00:00:00 +0000".to_owned());
+        let (r, _) = key_renewal(None, ours, bitnami.clone(), true, now).unwrap();
+        assert_eq!(
+            r.cutoff,
+            parse_cutoff_time("Tue, 15 Oct 2024 00:00:00 +0000")
+        );
+        let (r, _) = key_renewal(None, Some(String::new()), bitnami, true, now).unwrap();
+        assert_eq!(
+            r.cutoff,
+            parse_cutoff_time("Mon, 14 Oct 2024 21:45:30 +0200")
+        );
+    }
+
+    #[test]
+    fn renewal_without_generation_warns_once_and_does_not_fail() {
+        let c = Config::from_args(
+            args(&[
+                "--key-renew-period",
+                "24h",
+                "--key-cutoff-time",
+                "Mon, 14 Oct 2024 21:45:30 +0200",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].starts_with(
+                "--key-renew-period and --key-cutoff-time ignored: key renewal needs --generate-key-if-missing=true"
+            ),
+            "{:?}",
+            c.warnings
+        );
+        let c = Config::from_args(args(&["--rotate-period", "24h"]), None).unwrap();
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn a_future_cutoff_warns() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        let (_, warnings) = key_renewal(
+            None,
+            Some("Mon, 14 Oct 2024 21:45:30 +0200".into()),
+            None,
+            true,
+            now,
+        )
+        .unwrap();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("in the future"));
     }
 
     #[test]

@@ -19,6 +19,13 @@ pub const KSEAL_MY_CN: &str = "KSEAL_MY_CN";
 pub const KSEAL_KEY_ORDER_PRIORITY: &str = "KSEAL_KEY_ORDER_PRIORITY";
 /// `--generate-key-if-missing`.
 pub const KSEAL_GENERATE_KEY_IF_MISSING: &str = "KSEAL_GENERATE_KEY_IF_MISSING";
+/// `--key-renew-period` (alias `--rotate-period`).
+pub const KSEAL_KEY_RENEW_PERIOD: &str = "KSEAL_KEY_RENEW_PERIOD";
+/// `--key-cutoff-time`.
+pub const KSEAL_KEY_CUTOFF_TIME: &str = "KSEAL_KEY_CUTOFF_TIME";
+/// Bitnami's name for `--key-cutoff-time`, read when neither the flag nor
+/// [`KSEAL_KEY_CUTOFF_TIME`] is set.
+pub const SEALED_SECRETS_KEY_CUTOFF_TIME: &str = "SEALED_SECRETS_KEY_CUTOFF_TIME";
 /// `--accept-deprecated-v1-data`.
 pub const KSEAL_ACCEPT_DEPRECATED_V1_DATA: &str = "KSEAL_ACCEPT_DEPRECATED_V1_DATA";
 /// `--all-namespaces`.

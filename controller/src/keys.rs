@@ -1,4 +1,4 @@
-//! Loading the key ring, hot reload, and optional in-cluster key generation.
+//! Loading the key ring, hot reload, and optional in-cluster key generation and renewal.
 //!
 //! Keys come from a [`KeySource`]. The one implemented here, [`SecretKeySource`], reads them
 //! exactly as Bitnami stores them, so an existing Bitnami install's keys work unchanged:
@@ -13,6 +13,13 @@
 //! Secret that cannot be used (bad PEM, not RSA, certificate and key that do not belong
 //! together) is skipped with a warning, a `kseal_key_load_errors_total{reason}` count and a
 //! Warning event on the Secret; it never stops the controller.
+//!
+//! With `--generate-key-if-missing=true` the leader also generates keys: one when the ring is
+//! empty, then renewals as [`crate::renewal`] decides from the ring it sees
+//! (`--key-renew-period`, `--key-cutoff-time`), and one per [`KeyRequester::request`]
+//! (SIGUSR1). A new key only adds to the ring: older keys are never deleted or deactivated,
+//! so everything sealed with them still unseals, and `/v1/cert.pem` serves the new key as
+//! soon as the watch delivers it.
 //!
 //! The [`KeySource`] trait is the seam for other stores (e.g. AWS Secrets Manager): a source
 //! yields snapshots of candidate keys and can store a generated key; parsing, ordering,
@@ -29,16 +36,17 @@ use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
-use kseal_keys::{CertificateOptions, KeyPair, KeyRing};
+use kseal_keys::{CertificateOptions, KeyId, KeyPair, KeyRing};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Client, Resource as _, ResourceExt as _};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use zeroize::Zeroizing;
 
 use crate::config::{Config, KeyOrder};
+use crate::renewal::{self, Due, Reason};
 use crate::state::State;
 
 /// `tls.key`: the PEM private key in a key Secret.
@@ -52,7 +60,8 @@ pub const REPORTER: &str = "kseal-controller";
 
 /// How often the loader re-checks generation and refreshes the key-age gauge.
 const TICK: Duration = Duration::from_secs(2);
-/// How long to wait for a generated key to show up before generating again.
+/// How long to wait for a generated key to show up in the ring before generating again (and
+/// how long to wait after a failed generation before retrying).
 const GENERATION_GRACE: Duration = Duration::from_secs(60);
 
 /// One candidate key as a source holds it, before parsing.
@@ -493,22 +502,61 @@ fn refresh_age(state: &State) {
     state.metrics.sealing_key_age_seconds.set(age);
 }
 
+/// Asks the key loader for a new key now, whatever the schedule (what SIGUSR1 does). Requests
+/// that arrive while one is waiting are merged.
+#[derive(Clone, Debug)]
+pub struct KeyRequester(mpsc::Sender<()>);
+
+impl KeyRequester {
+    /// Requests one key generation (best effort: nothing happens once the loader is gone).
+    pub fn request(&self) {
+        // Full: a request is already waiting, and this one merges into it.
+        let _ = self.0.try_send(());
+    }
+}
+
+/// The key loader's end of [`KeyRequester`].
+#[derive(Debug)]
+pub struct KeyRequests(mpsc::Receiver<()>);
+
+impl KeyRequests {
+    /// A pair: the requester for whoever asks (the SIGUSR1 handler), the requests for
+    /// [`run`].
+    pub fn channel() -> (KeyRequester, Self) {
+        let (tx, rx) = mpsc::channel(1);
+        (KeyRequester(tx), Self(rx))
+    }
+}
+
+/// A key this replica generated, until it shows up in the ring (or the grace period ends).
+struct Pending {
+    /// The key's fingerprint; `None` when generating or storing it failed.
+    id: Option<KeyId>,
+    since: tokio::time::Instant,
+}
+
 /// Runs the key loader until `shutdown` turns true: publishes every snapshot of `source` into
-/// `state`, reports rejected keys, and (when configured, and only on the leader) generates a
-/// key when none exists. `loaded` turns true after the first snapshot.
+/// `state`, reports rejected keys, and (when `config.generate_key_if_missing`, and only on the
+/// leader) generates a key when none exists, when [`renewal::due`] says so, and on each of
+/// `requests`. `loaded` turns true after the first snapshot.
 pub async fn run(
     mut source: impl KeySource,
     state: State,
     config: Arc<Config>,
     loaded: watch::Sender<bool>,
+    mut requests: KeyRequests,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut snapshots = source.snapshots();
     let mut cache = ParseCache::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut generated_at: Option<tokio::time::Instant> = None;
+    let mut policy = config.key_renewal.for_process(SystemTime::now());
+    let mut pending: Option<Pending> = None;
+    let mut requests_open = true;
     loop {
+        let mut requested = false;
+        let mut ring_changed = false;
         tokio::select! {
             snapshot = snapshots.next() => {
                 let Some(materials) = snapshot else { break };
@@ -532,9 +580,13 @@ pub async fn run(
                         source.report(material, rejection).await;
                     }
                 }
-                publish(&state, built.ring);
+                ring_changed = publish(&state, built.ring);
                 loaded.send_replace(true);
             }
+            request = requests.0.recv(), if requests_open => match request {
+                Some(()) => requested = true,
+                None => requests_open = false,
+            },
             _ = tick.tick() => refresh_age(&state),
             _ = shutdown.changed() => {
                 if *shutdown.borrow() {
@@ -542,29 +594,108 @@ pub async fn run(
                 }
             }
         }
-        let wants_key = config.generate_key_if_missing
-            && *loaded.borrow()
-            && state.keys.ring().is_empty()
-            && state.is_leader()
-            && generated_at.is_none_or(|t| t.elapsed() > GENERATION_GRACE);
-        if wants_key {
-            generated_at = Some(tokio::time::Instant::now());
-            match generate(&config).await {
-                Ok(pair) => match source.store(&pair).await {
-                    Ok(at) => tracing::info!(
-                        key = %at,
-                        fingerprint = %pair.id(),
-                        certificate = %pair.certificate().to_pem(),
-                        "generated a new sealing key"
-                    ),
-                    Err(e) => {
-                        tracing::error!(error = %crate::error_chain(&e), "failed to store the generated key");
-                    }
-                },
-                Err(e) => {
-                    tracing::error!(error = %crate::error_chain(&e), "failed to generate a key")
-                }
+        if !config.generate_key_if_missing {
+            if requested {
+                tracing::warn!(
+                    "key generation requested (SIGUSR1) but not done: in-cluster key generation is off; start the controller with --generate-key-if-missing=true"
+                );
             }
+            continue;
+        }
+        let ring = state.keys.ring();
+        if pending
+            .as_ref()
+            .and_then(|p| p.id.as_ref())
+            .is_some_and(|id| ring.get(id).is_some())
+        {
+            pending = None;
+        }
+        let newest = ring.sealing_key().map(KeyPair::order_time);
+        let now = SystemTime::now();
+        let scheduled = renewal::due(newest, &policy, now);
+        if ring_changed
+            && let Due::In(left) = scheduled
+            && let Some(due) = now
+                .checked_add(left)
+                .and_then(|t| jiff::Timestamp::try_from(t).ok())
+        {
+            tracing::info!(%due, "next key renewal scheduled");
+        }
+        let reason = if requested {
+            if state.is_leader() {
+                Some(Reason::Requested)
+            } else {
+                tracing::warn!(
+                    "key generation requested (SIGUSR1) but not done: this replica is not the leader; signal the pod that holds the leader Lease"
+                );
+                None
+            }
+        } else {
+            match scheduled {
+                Due::Now(reason)
+                    if *loaded.borrow()
+                        && state.is_leader()
+                        && pending
+                            .as_ref()
+                            .is_none_or(|p| p.since.elapsed() > GENERATION_GRACE) =>
+                {
+                    Some(reason)
+                }
+                _ => None,
+            }
+        };
+        if let Some(reason) = reason {
+            let id = generate_and_store(&source, &state, &config, reason).await;
+            if reason == Reason::Cutoff && id.is_some() {
+                // One key per process for the cutoff, whatever the clocks say: with
+                // --key-order-priority=SecretCreationTimestamp the new key's time comes
+                // from the API server's clock.
+                policy.cutoff = None;
+            }
+            pending = Some(Pending {
+                id,
+                since: tokio::time::Instant::now(),
+            });
+        }
+    }
+}
+
+/// Generates a key and stores it through `source` unless this replica lost the lead
+/// meanwhile. Returns the new key's fingerprint once stored. Logs the outcome (fingerprint,
+/// where it was stored and the public certificate, never the private key).
+async fn generate_and_store(
+    source: &impl KeySource,
+    state: &State,
+    config: &Config,
+    reason: Reason,
+) -> Option<KeyId> {
+    tracing::info!(reason = reason.as_str(), "generating a new sealing key");
+    let pair = match generate(config).await {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::error!(error = %crate::error_chain(&e), "failed to generate a key");
+            return None;
+        }
+    };
+    if !state.is_leader() {
+        tracing::warn!("no longer the leader: the generated key is discarded");
+        return None;
+    }
+    match source.store(&pair).await {
+        Ok(at) => {
+            state.metrics.count_generated_key(reason);
+            tracing::info!(
+                key = %at,
+                fingerprint = %pair.id(),
+                reason = reason.as_str(),
+                certificate = %pair.certificate().to_pem(),
+                "generated a new sealing key"
+            );
+            Some(pair.id().clone())
+        }
+        Err(e) => {
+            tracing::error!(error = %crate::error_chain(&e), "failed to store the generated key");
+            None
         }
     }
 }

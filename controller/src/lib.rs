@@ -3,7 +3,9 @@
 //! Modules:
 //! - [`config`]: flags (Bitnami's names where the meaning is the same) → validated [`Config`];
 //! - [`state`]: what the reconciler, the HTTP server and the key loader share;
-//! - [`keys`]: loading the key ring from labelled key Secrets, hot reload, optional generation;
+//! - [`keys`]: loading the key ring from labelled key Secrets, hot reload, optional generation
+//!   and renewal;
+//! - [`renewal`]: when a new key is due (Bitnami's `--key-renew-period`, `--key-cutoff-time`);
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
 //! - [`metrics`]: Prometheus metrics (Bitnami's names plus kseal's);
@@ -16,6 +18,7 @@ pub mod keys;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
+pub mod renewal;
 pub mod state;
 
 pub use config::Config;

@@ -1,5 +1,5 @@
 //! `kseal-controller` binary: flags → [`Config`], logging, then the key loader, the
-//! reconciler and the HTTP servers until SIGTERM or SIGINT.
+//! reconciler and the HTTP servers until SIGTERM or SIGINT. SIGUSR1 asks for a new key.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser as _;
 use kseal_controller::config::{Args, LogFormat};
-use kseal_controller::keys::{self, KeysLoaded, SecretKeySource};
+use kseal_controller::keys::{self, KeyRequests, KeysLoaded, SecretKeySource};
 use kseal_controller::leader::{self, LeaderConfig};
 use kseal_controller::{Config, State, http, reconcile};
 use tokio::sync::watch;
@@ -86,14 +86,43 @@ async fn signalled() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Forwards SIGUSR1 to the key loader as a request for a new key, as Bitnami's controller
+/// does. Without the handler the signal's default action would kill the process.
+#[cfg(unix)]
+fn forward_sigusr1(requester: keys::KeyRequester) {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::user_defined1()) {
+        Ok(mut usr1) => {
+            tokio::spawn(async move {
+                while usr1.recv().await.is_some() {
+                    tracing::info!("SIGUSR1: a new key is requested");
+                    requester.request();
+                }
+            });
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot handle SIGUSR1: on-demand key generation is unavailable");
+        }
+    }
+}
+
 async fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
+    let (requester, requests) = KeyRequests::channel();
+    #[cfg(unix)]
+    forward_sigusr1(requester);
+    #[cfg(not(unix))]
+    drop(requester);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         namespace = %config.controller_namespace,
         identity = %config.identity,
+        generate_keys = config.generate_key_if_missing,
         "starting kseal-controller"
     );
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     let client = kube::Client::try_default()
         .await
         .context("failed to configure the Kubernetes client (in-cluster or KUBECONFIG)")?;
@@ -117,6 +146,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         state.clone(),
         config.clone(),
         loaded_tx,
+        requests,
         shutdown_rx.clone(),
     ));
     let mut reconciler = tokio::spawn(reconcile::run(

@@ -58,6 +58,13 @@ pub struct KeyErrorLabels {
     pub reason: String,
 }
 
+/// Labels of the key generation counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyGenerationLabels {
+    /// [`crate::renewal::Reason::as_str`]: `missing`, `cutoff`, `period` or `requested`.
+    pub reason: String,
+}
+
 /// Labels of the reconcile outcome counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -96,6 +103,8 @@ pub struct Metrics {
     pub sealing_key_age_seconds: Gauge,
     /// `kseal_key_load_errors_total{reason}`: key Secrets skipped.
     pub key_load_errors: Family<KeyErrorLabels, Counter>,
+    /// `kseal_keys_generated_total{reason}`: keys generated and stored in-cluster.
+    pub keys_generated: Family<KeyGenerationLabels, Counter>,
     /// `kseal_rsa_operations_total`: RSA private-key operations.
     pub rsa_operations: Counter,
     /// `kseal_reconcile_duration_seconds`.
@@ -122,6 +131,7 @@ impl Metrics {
             keys_loaded: Gauge::default(),
             sealing_key_age_seconds: Gauge::default(),
             key_load_errors: Family::default(),
+            keys_generated: Family::default(),
             rsa_operations: Counter::default(),
             reconcile_duration: latency_histogram(),
             reconciles: Family::default(),
@@ -173,6 +183,11 @@ impl Metrics {
                 m.key_load_errors.clone(),
             );
             r.register(
+                "keys_generated",
+                "Keys generated and stored in-cluster, by reason (missing, cutoff, period, requested)",
+                m.keys_generated.clone(),
+            );
+            r.register(
                 "rsa_operations",
                 "RSA private-key operations performed",
                 m.rsa_operations.clone(),
@@ -195,6 +210,15 @@ impl Metrics {
             );
         }
         Self { registry, ..m }
+    }
+
+    /// Counts a key generated and stored for `reason`.
+    pub fn count_generated_key(&self, reason: crate::renewal::Reason) {
+        self.keys_generated
+            .get_or_create(&KeyGenerationLabels {
+                reason: reason.as_str().to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a failed reconcile.
@@ -230,6 +254,7 @@ mod tests {
     fn bitnami_metric_names_are_exported() {
         let m = Metrics::new();
         m.unseal_requests.inc();
+        m.count_generated_key(crate::renewal::Reason::Period);
         m.count_error(&crate::Error::NoKeys, "prod");
         m.http_requests
             .get_or_create(&HttpLabels {
@@ -246,6 +271,7 @@ mod tests {
             "sealed_secrets_controller_http_requests_total{path=\"/v1/cert.pem\",code=\"200\",method=\"GET\"} 1",
             "kseal_keys_loaded 0",
             "kseal_rsa_operations_total 0",
+            "kseal_keys_generated_total{reason=\"period\"} 1",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -45,6 +45,17 @@ fn invalid_flags_fail_with_a_message() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unsupported --key-size 1024"));
+    let out = controller_command()
+        .args(["--key-cutoff-time", "yesterday"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("invalid --key-cutoff-time \"yesterday\": use RFC 1123 with a numeric zone"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,5 +138,158 @@ async fn binary_is_elected_unseals_over_a_kubeconfig_and_releases_the_lease_on_s
         spec.holder_identity
     );
     assert!(spec.lease_transitions.is_some() || spec.acquire_time.is_some());
+    drop(served);
+}
+
+/// Starts the binary as the only replica for `cluster`, logging to `log`, with `extra` flags.
+fn spawn_controller(
+    kubeconfig: &std::path::Path,
+    cluster: &Cluster,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> std::process::Child {
+    controller_command()
+        .env("KUBECONFIG", kubeconfig)
+        .env("POD_NAME", "kseal-controller-test-0")
+        .args([
+            "--controller-namespace",
+            &cluster.ctrl,
+            "--additional-namespaces",
+            &cluster.app,
+            "--listen-addr",
+            "127.0.0.1:0",
+            "--listen-metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &std::process::Child, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Sends SIGTERM and asserts a clean exit; returns the log.
+async fn terminate(mut child: std::process::Child, log: &std::path::Path) -> String {
+    signal(&child, "TERM");
+    let exit = eventually("controller exits", Duration::from_secs(30), || {
+        let r = child.try_wait().map_err(anyhow::Error::from);
+        async move { r }
+    })
+    .await
+    .unwrap_or_else(|e| {
+        let _ = child.kill();
+        panic!("{e}");
+    });
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(exit.success(), "exit {exit:?}; log:\n{log}");
+    assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+    log
+}
+
+async fn key_secret_count(client: &kube::Client, ns: &str) -> usize {
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "{}=active",
+            kseal_api::constants::SEALING_KEY_LABEL
+        )))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_makes_the_leader_generate_a_key() {
+    let server = TestApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let client = served.client().unwrap();
+    let cluster = Cluster::new(client.clone()).await;
+    let log = dir.path().join("controller.log");
+    let child = spawn_controller(
+        &kubeconfig,
+        &cluster,
+        &log,
+        &[
+            "--generate-key-if-missing=true",
+            "--key-size",
+            "2048",
+            "--key-renew-period",
+            "0",
+        ],
+    );
+    // Unsealing proves the replica leads (and has installed its signal handlers).
+    create_ss(
+        &client,
+        &seal(&secret(&cluster.app, "s", &[("a", "1")]), key(0)),
+    )
+    .await;
+    wait_synced(&client, &cluster.app, "s", "True", "Unsealed").await;
+    assert_eq!(key_secret_count(&client, &cluster.ctrl).await, 1);
+    signal(&child, "USR1");
+    eventually(
+        "a key generated on SIGUSR1",
+        Duration::from_secs(30),
+        || async { Ok((key_secret_count(&client, &cluster.ctrl).await == 2).then_some(())) },
+    )
+    .await
+    .unwrap();
+    let log = terminate(child, &log).await;
+    assert!(log.contains("generated a new sealing key"), "{log}");
+    drop(served);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_without_generation_warns_and_changes_nothing() {
+    let server = TestApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let client = served.client().unwrap();
+    let cluster = Cluster::new(client.clone()).await;
+    let log_path = dir.path().join("controller.log");
+    let mut child = spawn_controller(
+        &kubeconfig,
+        &cluster,
+        &log_path,
+        &["--key-renew-period", "1s"],
+    );
+    create_ss(
+        &client,
+        &seal(&secret(&cluster.app, "s", &[("a", "1")]), key(0)),
+    )
+    .await;
+    wait_synced(&client, &cluster.app, "s", "True", "Unsealed").await;
+    signal(&child, "USR1");
+    eventually("the warning about SIGUSR1", Duration::from_secs(30), || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        async move {
+            Ok(log
+                .contains("in-cluster key generation is off")
+                .then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    assert_eq!(key_secret_count(&client, &cluster.ctrl).await, 1);
+    let log = terminate(child, &log_path).await;
+    assert!(
+        log.contains(
+            "--key-renew-period ignored: key renewal needs --generate-key-if-missing=true"
+        ),
+        "{log}"
+    );
     drop(served);
 }

@@ -13,7 +13,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kseal_api::{SealOptions, SealedSecret, seal_secret};
 use kseal_controller::config::{Args, Namespaces};
-use kseal_controller::keys::{self, KeysLoaded, SecretKeySource};
+use kseal_controller::keys::{self, KeyRequester, KeyRequests, KeysLoaded, SecretKeySource};
 use kseal_controller::{Config, State, reconcile};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 use kseal_testkit::scenarios::{eventually, unique};
@@ -167,25 +167,35 @@ pub fn config(ctrl: &str, watched: &[&str]) -> Config {
 /// A controller (key loader + reconciler) running in this process.
 pub struct Running {
     pub state: State,
+    /// What SIGUSR1 does in the binary.
+    pub requester: KeyRequester,
     stop: watch::Sender<bool>,
     reconciler: tokio::task::JoinHandle<()>,
     keys: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
+    /// Starts as the leader.
     pub async fn start(client: &Client, config: Config) -> Self {
+        Self::start_as(client, config, true).await
+    }
+
+    /// Starts as the leader or not; flip `state.leader` later to change it.
+    pub async fn start_as(client: &Client, config: Config, leader: bool) -> Self {
         let state = State::new();
         state
             .leader
-            .store(true, std::sync::atomic::Ordering::Release);
+            .store(leader, std::sync::atomic::Ordering::Release);
         let config = Arc::new(config);
         let (stop, stop_rx) = watch::channel(false);
         let (loaded_tx, loaded) = KeysLoaded::channel();
+        let (requester, requests) = KeyRequests::channel();
         let keys = tokio::spawn(keys::run(
             SecretKeySource::new(client.clone(), &config),
             state.clone(),
             config.clone(),
             loaded_tx,
+            requests,
             stop_rx.clone(),
         ));
         let reconciler = tokio::spawn(reconcile::run(
@@ -197,6 +207,7 @@ impl Running {
         ));
         Self {
             state,
+            requester,
             stop,
             reconciler,
             keys,
