@@ -538,7 +538,7 @@ pub(crate) struct GitArgs {
         help_heading = "GitHub App (HTTPS)"
     )]
     pub(crate) github_app_private_key: Option<PathBuf>,
-    /// API URL of GitHub Enterprise Server (e.g. https://ghe.example.com/api/v3); default:
+    /// API URL of GitHub Enterprise Server (e.g. `https://ghe.example.com/api/v3`); default:
     /// github.com
     #[arg(
         long,
