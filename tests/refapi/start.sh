@@ -5,8 +5,14 @@
 # Usage: eval "$(tests/refapi/start.sh)"
 #
 # Prints `export` lines on stdout (everything else goes to stderr):
-#   KSEAL_REFAPI_STATE       state dir: certs, tokens, kubeconfig, logs, pids
+#   KSEAL_REFAPI_STATE       state dir: certs, tokens, kubeconfigs, logs, pids
 #   KSEAL_REFAPI_KUBECONFIG  admin kubeconfig (token user in system:masters)
+#   KSEAL_REFAPI_KUBECONFIG_CERT
+#                            admin kubeconfig with an inline client certificate
+#                            (CN=kseal-cert-admin, O=system:masters)
+#   KSEAL_REFAPI_KUBECONFIG_CERT_FILES
+#                            the same client certificate, as files named relative
+#                            to the kubeconfig (client-certificate, client-key)
 #   KSEAL_REFAPI_KUBECTL     kubectl 1.20.2 built alongside the server
 #   KSEAL_REFAPI_SERVER      https://127.0.0.1:<port>
 #   KSEAL_REFAPI_PIDS        etcd, kube-apiserver, kube-controller-manager
@@ -150,34 +156,70 @@ openssl x509 -req -sha256 -days 3650 -in "${PKI}/apiserver.csr" \
 openssl genrsa -out "${PKI}/sa.key" 2048 2>/dev/null
 openssl rsa -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub" 2>/dev/null
 
+# A second admin that authenticates with a client certificate: with
+# --client-ca-file the apiserver takes the user from CN and the groups from O.
+log "generating an admin client certificate (CN=kseal-cert-admin, O=system:masters)"
+openssl req -newkey rsa:2048 -nodes -sha256 \
+  -subj "/O=system:masters/CN=kseal-cert-admin" \
+  -keyout "${PKI}/client.key" -out "${PKI}/client.csr" 2>/dev/null
+printf '%s\n' \
+  "extendedKeyUsage=clientAuth" \
+  "keyUsage=critical,digitalSignature,keyEncipherment" >"${PKI}/client.ext"
+openssl x509 -req -sha256 -days 3650 -in "${PKI}/client.csr" \
+  -CA "${PKI}/ca.crt" -CAkey "${PKI}/ca.key" -CAcreateserial \
+  -extfile "${PKI}/client.ext" -out "${PKI}/client.crt" 2>/dev/null
+
 ADMIN_TOKEN="$(openssl rand -hex 24)"
 # token,user,uid,"groups": the admin is in system:masters, which bypasses RBAC.
 printf '%s,kseal-admin,kseal-admin,"system:masters"\n' "${ADMIN_TOKEN}" >"${PKI}/tokens.csv"
 chmod 600 "${PKI}"/*.key "${PKI}/tokens.csv"
 
-KUBECONFIG_FILE="${STATE}/kubeconfig"
+# write_kubeconfig FILE USER CA_LINE USER_LINE...: one cluster, one user and one
+# context (kseal-refapi, namespace default); CA_LINE and each USER_LINE are
+# `key: value` lines of the cluster and the user. The file is chmod 600.
+write_kubeconfig() {
+  local file="$1" user="$2" ca_line="$3"
+  shift 3
+  {
+    printf '%s\n' \
+      "apiVersion: v1" \
+      "kind: Config" \
+      "clusters:" \
+      "- name: kseal-refapi" \
+      "  cluster:" \
+      "    server: ${SERVER}" \
+      "    ${ca_line}" \
+      "users:" \
+      "- name: ${user}" \
+      "  user:"
+    printf '    %s\n' "$@"
+    printf '%s\n' \
+      "contexts:" \
+      "- name: kseal-refapi" \
+      "  context:" \
+      "    cluster: kseal-refapi" \
+      "    user: ${user}" \
+      "    namespace: default" \
+      "current-context: kseal-refapi"
+  } >"${file}"
+  chmod 600 "${file}"
+}
 CA_DATA="$(base64 -w0 <"${PKI}/ca.crt")"
-cat >"${KUBECONFIG_FILE}" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: kseal-refapi
-  cluster:
-    server: ${SERVER}
-    certificate-authority-data: ${CA_DATA}
-users:
-- name: kseal-admin
-  user:
-    token: ${ADMIN_TOKEN}
-contexts:
-- name: kseal-refapi
-  context:
-    cluster: kseal-refapi
-    user: kseal-admin
-    namespace: default
-current-context: kseal-refapi
-EOF
-chmod 600 "${KUBECONFIG_FILE}"
+KUBECONFIG_FILE="${STATE}/kubeconfig"
+write_kubeconfig "${KUBECONFIG_FILE}" kseal-admin \
+  "certificate-authority-data: ${CA_DATA}" \
+  "token: ${ADMIN_TOKEN}"
+KUBECONFIG_CERT_FILE="${STATE}/kubeconfig-cert"
+write_kubeconfig "${KUBECONFIG_CERT_FILE}" kseal-cert-admin \
+  "certificate-authority-data: ${CA_DATA}" \
+  "client-certificate-data: $(base64 -w0 <"${PKI}/client.crt")" \
+  "client-key-data: $(base64 -w0 <"${PKI}/client.key")"
+# Relative paths in a kubeconfig are relative to its directory, as in kubectl.
+KUBECONFIG_CERT_FILES_FILE="${STATE}/kubeconfig-cert-files"
+write_kubeconfig "${KUBECONFIG_CERT_FILES_FILE}" kseal-cert-admin \
+  "certificate-authority: pki/ca.crt" \
+  "client-certificate: pki/client.crt" \
+  "client-key: pki/client.key"
 KUBECTL=("${BIN}/kubectl" --kubeconfig="${KUBECONFIG_FILE}")
 
 # --- processes -------------------------------------------------------------------
@@ -236,6 +278,7 @@ start kube-apiserver "${BIN}/kube-apiserver" \
   --tls-private-key-file="${PKI}/apiserver.key" \
   --cert-dir="${STATE}/apiserver-certs" \
   --anonymous-auth=false \
+  --client-ca-file="${PKI}/ca.crt" \
   --token-auth-file="${PKI}/tokens.csv" \
   --authorization-mode=RBAC \
   --service-account-key-file="${PKI}/sa.pub" \
@@ -246,6 +289,12 @@ start kube-apiserver "${BIN}/kube-apiserver" \
   --profiling=false \
   --v=1
 wait_until "kube-apiserver /readyz" "${KUBECTL[@]}" get --raw=/readyz
+# Listing namespaces needs the certificate's user authenticated and in system:masters.
+for kc in "${KUBECONFIG_CERT_FILE}" "${KUBECONFIG_CERT_FILES_FILE}"; do
+  "${BIN}/kubectl" --kubeconfig="${kc}" get --raw='/api/v1/namespaces?limit=1' >/dev/null ||
+    die "the apiserver does not accept the admin client certificate of ${kc##*/}"
+done
+log "client-certificate kubeconfigs: ok"
 
 start kube-controller-manager "${BIN}/kube-controller-manager" \
   --kubeconfig="${KUBECONFIG_FILE}" \
@@ -269,6 +318,8 @@ wait_until "kube-controller-manager (default service account created)" \
 {
   printf 'export KSEAL_REFAPI_STATE=%q\n' "${STATE}"
   printf 'export KSEAL_REFAPI_KUBECONFIG=%q\n' "${KUBECONFIG_FILE}"
+  printf 'export KSEAL_REFAPI_KUBECONFIG_CERT=%q\n' "${KUBECONFIG_CERT_FILE}"
+  printf 'export KSEAL_REFAPI_KUBECONFIG_CERT_FILES=%q\n' "${KUBECONFIG_CERT_FILES_FILE}"
   printf 'export KSEAL_REFAPI_KUBECTL=%q\n' "${BIN}/kubectl"
   printf 'export KSEAL_REFAPI_SERVER=%q\n' "${SERVER}"
   printf 'export KSEAL_REFAPI_PIDS=%q\n' "${PIDS[*]}"
