@@ -1,6 +1,7 @@
 //! End-to-end runs of the `kseal` binary: seal parity (-w, formats, --merge-into, --raw,
-//! several --cert), set, cert sources (file, URL, controller via a fake API server and, in
-//! `real_apiserver`, via the reference kube-apiserver), the credential helpers, and the offline
+//! several --cert), set, cert sources (file, URL, controller via a fake API server; in
+//! `real_apiserver`, kubeconfig authentication against the reference kube-apiserver), the
+//! credential helpers, and the offline
 //! recovery commands. Outputs are opened in-process with `kseal-api`, so every round trip is
 //! CLI-seal → library-unseal.
 
@@ -484,15 +485,7 @@ fn serve_with(
     routes: Vec<(&'static str, u16, String)>,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> FakeServer {
-    serve_on(TcpListener::bind("127.0.0.1:0").unwrap(), routes, tls)
-}
-
-/// [`serve_with`] on a given listener.
-fn serve_on(
-    listener: TcpListener,
-    routes: Vec<(&'static str, u16, String)>,
-    tls: Option<Arc<rustls::ServerConfig>>,
-) -> FakeServer {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let requests = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&requests);
