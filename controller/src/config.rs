@@ -4,10 +4,13 @@
 //! manifests and Helm values translate directly. Every flag can also be set from a `KSEAL_*`
 //! environment variable ([`crate::env`]); a flag on the command line wins.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use clap::{ArgAction, Parser, ValueEnum};
+
+use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 
 use crate::env;
 use crate::renewal::{self, Renewal};
@@ -36,6 +39,13 @@ pub struct Args {
     /// Common name of generated certificates
     #[arg(long, env = env::KSEAL_MY_CN, default_value = "")]
     pub my_cn: String,
+    /// Extra labels on generated key Secrets, as `k1=v1,k2=v2` (the key label itself is
+    /// always `active` and cannot be set here)
+    #[arg(long, env = env::KSEAL_PRIVATEKEY_LABELS, value_name = "K=V,...", default_value = "")]
+    pub privatekey_labels: String,
+    /// Extra annotations on generated key Secrets, as `k1=v1,k2=v2`
+    #[arg(long, env = env::KSEAL_PRIVATEKEY_ANNOTATIONS, value_name = "K=V,...", default_value = "")]
+    pub privatekey_annotations: String,
     /// Which time orders keys (the newest seals)
     #[arg(long, env = env::KSEAL_KEY_ORDER_PRIORITY, value_enum, default_value = "CertNotBefore")]
     pub key_order_priority: KeyOrder,
@@ -150,6 +160,10 @@ pub struct Config {
     pub key_ttl: Duration,
     /// Common name of generated certificates.
     pub my_cn: String,
+    /// Extra labels on generated key Secrets (never the key label itself).
+    pub key_labels: BTreeMap<String, String>,
+    /// Extra annotations on generated key Secrets.
+    pub key_annotations: BTreeMap<String, String>,
     /// Key ordering.
     pub key_order: KeyOrder,
     /// Generate keys in-cluster: when none exists, and renewals per `key_renewal`.
@@ -212,6 +226,16 @@ pub enum ConfigError {
         /// The value.
         value: String,
     },
+    /// A bad `key=value` item in `--privatekey-labels` or `--privatekey-annotations`.
+    #[error("invalid {flag} item {item:?}: {problem}")]
+    KeyMetadata {
+        /// The flag.
+        flag: &'static str,
+        /// The offending item.
+        item: String,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl Config {
@@ -261,12 +285,29 @@ impl Config {
         } else {
             Namespaces::Only(vec![controller_namespace.clone()])
         };
-        let (key_renewal, warnings) = key_renewal(
+        let (key_renewal, mut warnings) = key_renewal(
             args.key_renew_period,
             args.key_cutoff_time,
             std::env::var(env::SEALED_SECRETS_KEY_CUTOFF_TIME).ok(),
             args.generate_key_if_missing,
             SystemTime::now(),
+        )?;
+        let key_labels = parse_key_metadata("--privatekey-labels", &args.privatekey_labels, true)?
+            .into_iter()
+            .filter(|(k, _)| {
+                let reserved = k == SEALING_KEY_LABEL;
+                if reserved {
+                    warnings.push(format!(
+                        "--privatekey-labels: {SEALING_KEY_LABEL} is ignored: generated keys are always labelled {SEALING_KEY_LABEL_ACTIVE}"
+                    ));
+                }
+                !reserved
+            })
+            .collect();
+        let key_annotations = parse_key_metadata(
+            "--privatekey-annotations",
+            &args.privatekey_annotations,
+            false,
         )?;
         let identity = std::env::var(env::POD_NAME)
             .ok()
@@ -278,6 +319,8 @@ impl Config {
             key_size,
             key_ttl: args.key_ttl,
             my_cn: args.my_cn,
+            key_labels,
+            key_annotations,
             key_order: args.key_order_priority,
             generate_key_if_missing: args.generate_key_if_missing,
             key_renewal,
@@ -296,6 +339,94 @@ impl Config {
             identity,
             warnings,
         })
+    }
+}
+
+/// Parses `k1=v1,k2=v2` (Bitnami's format; empty items are skipped) into a map, checking keys
+/// as Kubernetes qualified names and, for labels, values as label values.
+fn parse_key_metadata(
+    flag: &'static str,
+    text: &str,
+    label: bool,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut map = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let bad = |problem: String| ConfigError::KeyMetadata {
+            flag,
+            item: item.to_owned(),
+            problem,
+        };
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| bad("expected key=value".to_owned()))?;
+        let (key, value) = (key.trim(), value.trim());
+        check_qualified_name(key).map_err(|p| bad(format!("key {p}")))?;
+        if label {
+            check_label_value(value).map_err(|p| bad(format!("value {p}")))?;
+        }
+        if map.insert(key.to_owned(), value.to_owned()).is_some() {
+            return Err(bad(format!("{key} is given twice")));
+        }
+    }
+    Ok(map)
+}
+
+/// A name segment of a label or annotation key, or a label value: at most 63 characters of
+/// alphanumerics, '-', '_' and '.', starting and ending alphanumeric.
+fn check_segment(segment: &str) -> Result<(), String> {
+    let bytes = segment.as_bytes();
+    if bytes.len() > 63 {
+        return Err("is longer than 63 characters".to_owned());
+    }
+    let inner_ok = bytes
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    let ends_ok = bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric);
+    if inner_ok && ends_ok {
+        Ok(())
+    } else {
+        Err(
+            "must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+                .to_owned(),
+        )
+    }
+}
+
+/// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
+fn check_qualified_name(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("is empty".to_owned());
+    }
+    let name = match key.split_once('/') {
+        Some((prefix, name)) => {
+            let prefix_ok = !prefix.is_empty()
+                && prefix.len() <= 253
+                && prefix.split('.').all(|part| {
+                    let b = part.as_bytes();
+                    !b.is_empty()
+                        && b.len() <= 63
+                        && b.iter()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+                        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+                });
+            if !prefix_ok {
+                return Err(format!("prefix {prefix:?} is not a DNS subdomain"));
+            }
+            name
+        }
+        None => key,
+    };
+    check_segment(name).map_err(|p| format!("name {name:?} {p}"))
+}
+
+/// A label value: empty, or a valid segment.
+fn check_label_value(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        Ok(())
+    } else {
+        check_segment(value)
     }
 }
 
@@ -616,6 +747,102 @@ mod tests {
         .unwrap();
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("in the future"));
+    }
+
+    #[test]
+    fn private_key_labels_and_annotations_parse_bitnamis_format() {
+        let c = Config::from_args(
+            args(&[
+                "--privatekey-labels",
+                "team=platform, example.com/tier=keys,,",
+                "--privatekey-annotations",
+                "owner=Platform team <platform@example.com>,example.com/ticket=SEC-1",
+            ]),
+            None,
+        )
+        .unwrap();
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(
+            c.key_labels,
+            map(&[("team", "platform"), ("example.com/tier", "keys")])
+        );
+        assert_eq!(
+            c.key_annotations,
+            map(&[
+                ("owner", "Platform team <platform@example.com>"),
+                ("example.com/ticket", "SEC-1")
+            ])
+        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = Config::from_args(args(&[]), None).unwrap();
+        assert!(c.key_labels.is_empty() && c.key_annotations.is_empty());
+    }
+
+    #[test]
+    fn the_key_label_cannot_be_overridden() {
+        let c = Config::from_args(
+            args(&[
+                "--privatekey-labels",
+                "sealedsecrets.bitnami.com/sealed-secrets-key=compromised,a=b",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.key_labels.len(), 1);
+        assert_eq!(c.key_labels["a"], "b");
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("is ignored"), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn bad_private_key_metadata_is_named_not_a_crash() {
+        // Bitnami's controller crashes on an item without '=' (its issue #1386).
+        let cases = [
+            (
+                "--privatekey-labels",
+                "team",
+                "invalid --privatekey-labels item \"team\": expected key=value",
+            ),
+            (
+                "--privatekey-labels",
+                "team=a b",
+                "invalid --privatekey-labels item \"team=a b\": value must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric",
+            ),
+            (
+                "--privatekey-labels",
+                "=x",
+                "invalid --privatekey-labels item \"=x\": key is empty",
+            ),
+            (
+                "--privatekey-annotations",
+                "Bad_Prefix.com/x=1",
+                "invalid --privatekey-annotations item \"Bad_Prefix.com/x=1\": key prefix \"Bad_Prefix.com\" is not a DNS subdomain",
+            ),
+            (
+                "--privatekey-annotations",
+                "a=1,a=2",
+                "invalid --privatekey-annotations item \"a=2\": a is given twice",
+            ),
+        ];
+        for (flag, value, message) in cases {
+            let e = Config::from_args(args(&[flag, value]), None).unwrap_err();
+            assert_eq!(e.to_string(), message);
+        }
+        let long = format!("k={}", "v".repeat(64));
+        let e = Config::from_args(args(&["--privatekey-labels", &long]), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("value is longer than 63 characters"),
+            "{e}"
+        );
+        // Annotation values are free text.
+        let long = format!("k={}", "v ".repeat(100));
+        assert!(Config::from_args(args(&["--privatekey-annotations", &long]), None).is_ok());
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub const KSEAL_KEY_SIZE: &str = "KSEAL_KEY_SIZE";
 pub const KSEAL_KEY_TTL: &str = "KSEAL_KEY_TTL";
 /// `--my-cn`.
 pub const KSEAL_MY_CN: &str = "KSEAL_MY_CN";
+/// `--privatekey-labels`.
+pub const KSEAL_PRIVATEKEY_LABELS: &str = "KSEAL_PRIVATEKEY_LABELS";
+/// `--privatekey-annotations`.
+pub const KSEAL_PRIVATEKEY_ANNOTATIONS: &str = "KSEAL_PRIVATEKEY_ANNOTATIONS";
 /// `--key-order-priority`.
 pub const KSEAL_KEY_ORDER_PRIORITY: &str = "KSEAL_KEY_ORDER_PRIORITY";
 /// `--generate-key-if-missing`.

@@ -148,6 +148,9 @@ pub struct SecretKeySource {
     client: Client,
     namespace: String,
     prefix: String,
+    /// Extra labels and annotations on generated key Secrets.
+    extra_labels: BTreeMap<String, String>,
+    extra_annotations: BTreeMap<String, String>,
     recorder: Recorder,
 }
 
@@ -166,6 +169,8 @@ impl SecretKeySource {
             client,
             namespace: config.controller_namespace.clone(),
             prefix: config.key_prefix.clone(),
+            extra_labels: config.key_labels.clone(),
+            extra_annotations: config.key_annotations.clone(),
             recorder,
         }
     }
@@ -308,7 +313,8 @@ impl KeySource for SecretKeySource {
     }
 
     fn store(&self, pair: &KeyPair) -> BoxFuture<'static, Result<String, crate::Error>> {
-        let secret = key_secret(&self.prefix, &self.namespace, pair);
+        let secret = key_secret(&self.prefix, &self.namespace, pair)
+            .map(|s| with_metadata(s, &self.extra_labels, &self.extra_annotations));
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         async move {
             let secret = secret?;
@@ -378,6 +384,28 @@ pub fn key_secret(prefix: &str, namespace: &str, pair: &KeyPair) -> Result<Secre
         data: Some(data),
         ..Secret::default()
     })
+}
+
+/// `secret` with `labels` and `annotations` added (`--privatekey-labels`,
+/// `--privatekey-annotations`). The key label keeps its value whatever `labels` says.
+pub fn with_metadata(
+    mut secret: Secret,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Secret {
+    let meta = &mut secret.metadata;
+    if !labels.is_empty() {
+        let all = meta.labels.get_or_insert_with(BTreeMap::new);
+        for (k, v) in labels {
+            all.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    if !annotations.is_empty() {
+        meta.annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    secret
 }
 
 /// Parsed keys, cached per `(origin, version)` so unchanged Secrets are not parsed again.
@@ -803,6 +831,28 @@ mod tests {
             "compromised".to_owned(),
         )]));
         assert!(!is_active_or_unlabelled(&secret));
+    }
+
+    #[test]
+    fn extra_metadata_is_added_but_never_replaces_the_key_label() {
+        let s = key_secret("p", "ks", &pair()).unwrap();
+        let labels = BTreeMap::from([
+            ("team".to_owned(), "platform".to_owned()),
+            (SEALING_KEY_LABEL.to_owned(), "compromised".to_owned()),
+        ]);
+        let annotations = BTreeMap::from([("owner".to_owned(), "platform team".to_owned())]);
+        let s = with_metadata(s, &labels, &annotations);
+        let got = s.metadata.labels.unwrap();
+        assert_eq!(got[SEALING_KEY_LABEL], SEALING_KEY_LABEL_ACTIVE);
+        assert_eq!(got["team"], "platform");
+        assert_eq!(s.metadata.annotations.unwrap()["owner"], "platform team");
+        let plain = with_metadata(
+            key_secret("p", "ks", &pair()).unwrap(),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        );
+        assert_eq!(plain.metadata.labels.unwrap().len(), 1);
+        assert!(plain.metadata.annotations.is_none());
     }
 
     #[test]

@@ -371,3 +371,40 @@ async fn a_request_generates_a_key_even_without_a_period() {
     assert_eq!(served_cert(&running.state).await.id(), sealing.id());
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_keys_carry_the_configured_labels_and_annotations() {
+    let (_server, client, ctrl) = setup("kseal-keymeta").await;
+    let mut config = generating(
+        &ctrl,
+        Renewal {
+            period: None,
+            cutoff: cutoff_in(HOUR, false),
+        },
+    );
+    config.key_labels = [
+        ("team".to_owned(), "platform".to_owned()),
+        (SEALING_KEY_LABEL.to_owned(), "compromised".to_owned()),
+    ]
+    .into();
+    config.key_annotations = [("example.com/owner".to_owned(), "platform team".to_owned())].into();
+    let running = Running::start(&client, config).await;
+    let keys = wait_key_secrets(&client, &ctrl, 2).await;
+    let new = keys
+        .iter()
+        .find(|s| s.name_any() != "sealed-secrets-key-old")
+        .expect("the generated key");
+    let labels = new.labels();
+    assert_eq!(labels[SEALING_KEY_LABEL], SEALING_KEY_LABEL_ACTIVE);
+    assert_eq!(labels["team"], "platform");
+    assert_eq!(new.annotations()["example.com/owner"], "platform team");
+    let old = keys
+        .iter()
+        .find(|s| s.name_any() == "sealed-secrets-key-old")
+        .expect("the old key");
+    assert!(
+        !old.labels().contains_key("team"),
+        "existing keys are left as they are"
+    );
+    running.stop().await;
+}

@@ -51,3 +51,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [events]
   verbs: [create, patch]
 {{- end -}}
+
+{{/* A map as the controller's `k1=v1,k2=v2` flag format, keys sorted. */}}
+{{- define "kseal.keyValueList" -}}
+{{- $items := list -}}
+{{- range $k, $v := . -}}
+{{- if contains "," (toString $v) -}}
+{{- fail (printf "keys.privateKey*: the value of %s may not contain a comma" $k) -}}
+{{- end -}}
+{{- $items = append $items (printf "%s=%v" $k $v) -}}
+{{- end -}}
+{{- join "," $items -}}
+{{- end -}}
