@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod constants;
+pub mod duration;
 mod error;
 mod resource;
 mod scope;

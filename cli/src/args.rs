@@ -134,6 +134,66 @@ Examples:
   # A key Secret for the controller, straight into the cluster (the key never hits the disk)
   kseal keys generate | kubectl apply -f -";
 
+const PUSH_EXAMPLES: &str = "\
+Examples:
+  # Seed a new fleet ring in AWS Secrets Manager: generates an RSA-4096 key, which seals at once
+  kseal keys push --ring kseal/fleet --region eu-west-1
+
+  # Add a key made elsewhere (kseal keys generate --out-dir, or openssl) without activating it
+  kseal keys push --ring kseal/fleet --from keys/
+
+  # Air-gapped: a ring in a directory, shipped to clusters as files
+  kseal keys push --ring dir:///srv/kseal/ring";
+
+const ACTIVATE_EXAMPLES: &str = "\
+Examples:
+  # Seal with a pushed key once it has been in the ring for the activation delay
+  kseal keys activate --ring kseal/fleet 3f2a9c1b0d4e
+
+  # Wait for the delay instead of failing
+  kseal keys activate --ring kseal/fleet --wait 3f2a9c1b0d4e";
+
+const ROTATE_EXAMPLES: &str = "\
+Examples:
+  # New key now, sealing in about an hour (every controller fetches it first)
+  kseal keys rotate --ring kseal/fleet
+
+  # Push now, activate later from CI
+  kseal keys rotate --ring kseal/fleet --no-wait
+  kseal keys activate --ring kseal/fleet <kid printed by rotate>";
+
+const LIST_EXAMPLES: &str = "\
+Examples:
+  kseal keys list --ring kseal/fleet
+  kseal keys list --ring secretsmanager://kseal/fleet?region=eu-west-1 -o json";
+
+const EXPORT_CERT_EXAMPLES: &str = "\
+Examples:
+  # Commit the fleet certificate next to the GitOps repository
+  kseal keys export-cert --ring kseal/fleet -w fleet.crt
+
+  # Or seal straight from the ring's index (reads no private key)
+  kseal seal --cert secretsmanager://kseal/fleet -f secret.yaml";
+
+const IMPORT_EXAMPLES: &str = "\
+Examples:
+  # Migrate a Bitnami install's keys (the newest keeps sealing)
+  kubectl get secret -n kube-system -l sealedsecrets.bitnami.com/sealed-secrets-key -o yaml \\
+    > keys-backup.yaml
+  kseal keys import --ring kseal/fleet keys-backup.yaml
+
+  # The reference sample's single secret, kept in step for clusters still on ESO + Bitnami
+  kseal keys import --ring kseal/fleet secretsmanager://sealed-secrets \\
+    --mirror-current-to sealed-secrets";
+
+const RETIRE_EXAMPLES: &str = "\
+Examples:
+  # Remove an old key once nothing in the GitOps repositories needs it
+  kseal keys retire --ring kseal/fleet 3f2a9c1b0d4e --check ~/git/fleet --check ~/git/apps
+
+The key is first removed from the index (controllers drop their copy after their
+--key-source-retire-grace), then its secret is scheduled for deletion with a recovery window.";
+
 const COMPLETIONS_EXAMPLES: &str = "\
 Examples:
   kseal completions bash > ~/.local/share/bash-completion/completions/kseal
@@ -679,6 +739,205 @@ pub(crate) enum KeysCommand {
     Generate(GenerateArgs),
     /// Show fingerprint, validity, size and subject of certificates, keys or key Secrets
     Inspect(InspectArgs),
+    /// Add a key to the fleet key ring (generated, or from files); the first key of a new ring
+    /// seals at once, later ones after `activate`
+    #[command(after_help = PUSH_EXAMPLES)]
+    Push(PushArgs),
+    /// Make a key of the ring the sealing key, once every controller has had time to fetch it
+    #[command(after_help = ACTIVATE_EXAMPLES)]
+    Activate(ActivateArgs),
+    /// Generate and push a new key, then activate it after the safety delay
+    #[command(after_help = ROTATE_EXAMPLES)]
+    Rotate(RotateArgs),
+    /// List the ring's keys: kid, fingerprint, validity and which key seals
+    #[command(after_help = LIST_EXAMPLES)]
+    List(ListArgs),
+    /// Write the ring's sealing certificate (public) for offline sealing
+    #[command(after_help = EXPORT_CERT_EXAMPLES)]
+    ExportCert(ExportCertArgs),
+    /// Import existing keys into the ring (Bitnami key backups, PEM files, the reference
+    /// sample's single Secrets Manager secret), so a fleet migrates without re-sealing
+    #[command(after_help = IMPORT_EXAMPLES)]
+    Import(ImportArgs),
+    /// Remove a key from the ring, after proving that no SealedSecret needs it
+    #[command(after_help = RETIRE_EXAMPLES)]
+    Retire(RetireArgs),
+}
+
+/// Where the fleet key ring lives and how to reach it.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Key ring")]
+pub(crate) struct RingArgs {
+    /// The key ring: a Secrets Manager prefix (`kseal/fleet`, or
+    /// `secretsmanager://kseal/fleet?region=eu-west-1`) or a directory (`dir:///path/to/ring`)
+    #[arg(long, env = env::KSEAL_RING, default_value = kseal_keystore::DEFAULT_RING, value_name = "RING")]
+    pub(crate) ring: String,
+    /// AWS region; default: the ring URL's `?region=`, then AWS_REGION, then the profile's
+    #[arg(long, env = env::KSEAL_AWS_REGION)]
+    pub(crate) region: Option<String>,
+    /// AWS profile of ~/.aws/config (SSO and credential_process profiles work)
+    #[arg(long = "aws-profile", env = env::AWS_PROFILE, value_name = "PROFILE")]
+    pub(crate) aws_profile: Option<String>,
+    /// Secrets Manager endpoint URL (e.g. a local emulator); default:
+    /// AWS_ENDPOINT_URL_SECRETS_MANAGER, then AWS_ENDPOINT_URL
+    #[arg(long, env = env::KSEAL_AWS_ENDPOINT_URL, value_name = "URL")]
+    pub(crate) endpoint_url: Option<String>,
+    /// IAM role to assume with the credentials found (e.g. the fleet's seeder role)
+    #[arg(long, env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
+    pub(crate) assume_role: Option<String>,
+}
+
+/// Options of commands that write to the ring.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Writing")]
+pub(crate) struct RingWriteArgs {
+    /// Customer-managed KMS key for secrets kseal creates (default: the account's aws/secretsmanager key)
+    #[arg(long, env = env::KSEAL_AWS_KMS_KEY_ID, value_name = "KEY_ID")]
+    pub(crate) kms_key_id: Option<String>,
+    /// Replicate secrets kseal creates to these regions (each region's clusters read their
+    /// replica); repeat or separate with commas
+    #[arg(long = "replica-region", env = env::KSEAL_AWS_REPLICA_REGIONS, value_delimiter = ',', value_name = "REGION")]
+    pub(crate) replica_regions: Vec<String>,
+    /// Also write the active key to this single secret in the reference sample's format
+    /// (`{"crt","key"}`), for clusters still on External Secrets Operator and Bitnami
+    #[arg(long, env = env::KSEAL_MIRROR_CURRENT_TO, value_name = "NAME")]
+    pub(crate) mirror_current_to: Option<String>,
+    /// Ask nothing (the default when standard input is not a terminal)
+    #[arg(short = 'y', long, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
+}
+
+/// Size, subject and validity of generated keys.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "New keys")]
+pub(crate) struct KeySpecArgs {
+    /// RSA key size in bits
+    #[arg(long, env = env::KSEAL_KEY_SIZE, default_value_t = 4096, value_parser = parse_key_size)]
+    pub(crate) key_size: u32,
+    /// Certificate common name
+    #[arg(long, env = env::KSEAL_COMMON_NAME, default_value = "sealed-secret")]
+    pub(crate) common_name: String,
+    /// Certificate validity in days
+    #[arg(long, env = env::KSEAL_VALIDITY_DAYS, default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..=36500))]
+    pub(crate) validity_days: u32,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PushArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    /// Push these keys instead of generating one: key directories (`tls.key` + `tls.crt`, as
+    /// `kseal keys generate --out-dir` writes), PEM files, or key Secret manifests
+    #[arg(long, env = env::KSEAL_FROM, value_delimiter = ',', value_name = "PATH")]
+    pub(crate) from: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) spec: KeySpecArgs,
+}
+
+/// When a pushed key may seal.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Activation")]
+pub(crate) struct DelayArgs {
+    /// Activate without waiting: only when every controller already has the key (e.g. after
+    /// `kseal keys list` on each cluster, or a brand-new fleet)
+    #[arg(long, env = env::KSEAL_NOW)]
+    pub(crate) now: bool,
+    /// How long a key must have been in the ring before it may seal: at least the
+    /// controllers' --key-source-interval plus its 10 % jitter
+    #[arg(long, env = env::KSEAL_ACTIVATION_DELAY, default_value = "66m", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) delay: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ActivateArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) delay: DelayArgs,
+    /// Wait until the key may be activated instead of failing
+    #[arg(long, env = env::KSEAL_WAIT)]
+    pub(crate) wait: bool,
+    /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint
+    #[arg(value_name = "KID")]
+    pub(crate) key: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RotateArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) delay: DelayArgs,
+    /// Push the new key and stop; activate it later with `kseal keys activate`
+    #[arg(long, env = env::KSEAL_NO_WAIT, conflicts_with = "now")]
+    pub(crate) no_wait: bool,
+    #[command(flatten)]
+    pub(crate) spec: KeySpecArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    /// Output: a table, or the index as JSON (public data only)
+    #[arg(short = 'o', long = "output", env = env::KSEAL_LIST_OUTPUT, value_enum, default_value = "table")]
+    pub(crate) output: ListOutput,
+}
+
+/// `keys list` output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ListOutput {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportCertArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    /// Which key's certificate; default: the sealing key's
+    #[arg(long = "kid", env = env::KSEAL_KID, value_name = "KID")]
+    pub(crate) key: Option<String>,
+    /// Write to this file (atomically) instead of stdout
+    #[arg(short = 'w', long = "write", env = env::KSEAL_WRITE, value_name = "FILE")]
+    pub(crate) write: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    /// Where the keys are: key Secret backups (`kubectl get secret -l
+    /// sealedsecrets.bitnami.com/sealed-secrets-key -o yaml`), PEM files, key directories, or
+    /// `secretsmanager://NAME[?region=…]` (the reference sample's single `{"crt","key"}` secret)
+    #[arg(value_name = "SOURCE", required = true)]
+    pub(crate) sources: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RetireArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint
+    #[arg(value_name = "KID")]
+    pub(crate) key: String,
+    /// Directories or files of SealedSecrets (your GitOps repositories): the key is retired
+    /// only if every item there opens without it
+    #[arg(long, env = env::KSEAL_CHECK, value_delimiter = ',', required = true, value_name = "PATH")]
+    pub(crate) check: Vec<PathBuf>,
+    /// Days Secrets Manager keeps the deleted key secret recoverable (7 to 30)
+    #[arg(long, env = env::KSEAL_RECOVERY_DAYS, default_value_t = 30, value_parser = clap::value_parser!(u32).range(7..=30))]
+    pub(crate) recovery_days: u32,
 }
 
 #[derive(Debug, Args)]
@@ -691,18 +950,11 @@ pub(crate) struct GenerateArgs {
     /// Namespace of the printed key Secret (without --out-dir)
     #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE, default_value = "kseal-system")]
     pub(crate) namespace: String,
-    /// RSA key size in bits
-    #[arg(long, env = env::KSEAL_KEY_SIZE, default_value_t = 4096, value_parser = parse_key_size)]
-    pub(crate) key_size: u32,
-    /// Certificate common name
-    #[arg(long, env = env::KSEAL_COMMON_NAME, default_value = "sealed-secret")]
-    pub(crate) common_name: String,
-    /// Certificate validity in days
-    #[arg(long, env = env::KSEAL_VALIDITY_DAYS, default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..=36500))]
-    pub(crate) validity_days: u32,
     /// Overwrite an existing key in the directory
     #[arg(long, env = env::KSEAL_FORCE)]
     pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) spec: KeySpecArgs,
 }
 
 #[derive(Debug, Args)]
@@ -738,6 +990,10 @@ pub(crate) enum Format {
 fn parse_scope(text: &str) -> Result<kseal_api::Scope, String> {
     text.parse()
         .map_err(|e: kseal_keys::ParseScopeError| e.to_string())
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    kseal_api::duration::parse(text)
 }
 
 fn parse_key_size(text: &str) -> Result<u32, String> {

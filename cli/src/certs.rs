@@ -18,6 +18,8 @@ pub(crate) enum Source {
     File(PathBuf),
     Url(String),
     Controller,
+    /// A fleet key ring's index (`secretsmanager://R`, `dir:///path`): its sealing key.
+    Ring(String),
 }
 
 /// A source with the name used to tell its outputs apart (`--cert NAME=SOURCE`).
@@ -77,7 +79,9 @@ pub(crate) fn parse_spec(text: &str) -> Result<Spec> {
     if source_text.is_empty() {
         bail!("empty --cert value");
     }
-    let source = if http::is_http_url(source_text) {
+    let source = if is_ring_url(source_text) {
+        Source::Ring(source_text.to_owned())
+    } else if http::is_http_url(source_text) {
         Source::Url(source_text.to_owned())
     } else if let Some(path) = http::file_url_path(source_text) {
         Source::File(PathBuf::from(path))
@@ -91,8 +95,21 @@ pub(crate) fn parse_spec(text: &str) -> Result<Spec> {
     Ok(Spec { name, source })
 }
 
+/// `secretsmanager://…` or `dir://…`: a key ring rather than a file.
+fn is_ring_url(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.starts_with("secretsmanager://") || lower.starts_with("dir://")
+}
+
 fn default_name(source: &Source) -> String {
     match source {
+        Source::Ring(location) => {
+            let rest = location
+                .split_once("://")
+                .map_or(location.as_str(), |(_, r)| r);
+            let rest = rest.split('?').next().unwrap_or(rest).trim_end_matches('/');
+            sanitize(rest.rsplit('/').next().unwrap_or("ring"))
+        }
         Source::File(path) => {
             let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("cert");
             // `kseal keys generate --out-dir prod` makes `prod/tls.crt`: name it `prod`.
@@ -165,6 +182,7 @@ impl CertRequest {
                 "the controller `{}/{}`",
                 self.controller.namespace, self.controller.name
             ),
+            Source::Ring(location) => format!("the sealing key of key ring `{location}`"),
         }
     }
 
@@ -177,6 +195,8 @@ impl CertRequest {
             }
             Source::Url(url) => self.fetch_url(url),
             Source::Controller => self.fetch_from_controller(),
+            Source::Ring(location) => crate::cmd::ring::active_certificate_pem(location)
+                .with_context(|| format!("failed to read the sealing certificate of `{location}`")),
         }
     }
 

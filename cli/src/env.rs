@@ -125,5 +125,39 @@ pub(crate) const AWS_SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
 pub(crate) const AWS_PROFILE: &str = "AWS_PROFILE";
 /// AWS shared credentials file, as the AWS CLI reads it.
 pub(crate) const AWS_SHARED_CREDENTIALS_FILE: &str = "AWS_SHARED_CREDENTIALS_FILE";
+/// The fleet key ring (`--ring`).
+pub(crate) const KSEAL_RING: &str = "KSEAL_RING";
+/// AWS region for the ring (`--region`).
+pub(crate) const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
+/// Secrets Manager endpoint URL (`--endpoint-url`).
+pub(crate) const KSEAL_AWS_ENDPOINT_URL: &str = "KSEAL_AWS_ENDPOINT_URL";
+/// IAM role to assume (`--assume-role`).
+pub(crate) const KSEAL_AWS_ASSUME_ROLE: &str = "KSEAL_AWS_ASSUME_ROLE";
+/// KMS key for created secrets (`--kms-key-id`).
+pub(crate) const KSEAL_AWS_KMS_KEY_ID: &str = "KSEAL_AWS_KMS_KEY_ID";
+/// Replica regions for created secrets (`--replica-region`), separated by commas.
+pub(crate) const KSEAL_AWS_REPLICA_REGIONS: &str = "KSEAL_AWS_REPLICA_REGIONS";
+/// Single secret kept in step with the active key (`--mirror-current-to`).
+pub(crate) const KSEAL_MIRROR_CURRENT_TO: &str = "KSEAL_MIRROR_CURRENT_TO";
+/// Ask nothing (`--yes`).
+pub(crate) const KSEAL_YES: &str = "KSEAL_YES";
+/// Keys to push (`keys push --from`), separated by commas.
+pub(crate) const KSEAL_FROM: &str = "KSEAL_FROM";
+/// Activate without the safety delay (`--now`).
+pub(crate) const KSEAL_NOW: &str = "KSEAL_NOW";
+/// Safety delay before activation (`--delay`).
+pub(crate) const KSEAL_ACTIVATION_DELAY: &str = "KSEAL_ACTIVATION_DELAY";
+/// Wait for the safety delay (`keys activate --wait`).
+pub(crate) const KSEAL_WAIT: &str = "KSEAL_WAIT";
+/// Do not wait to activate (`keys rotate --no-wait`).
+pub(crate) const KSEAL_NO_WAIT: &str = "KSEAL_NO_WAIT";
+/// Output of `keys list` (`-o/--output`).
+pub(crate) const KSEAL_LIST_OUTPUT: &str = "KSEAL_LIST_OUTPUT";
+/// Key of `keys export-cert` (`--kid`).
+pub(crate) const KSEAL_KID: &str = "KSEAL_KID";
+/// SealedSecrets to check before retiring (`keys retire --check`), separated by commas.
+pub(crate) const KSEAL_CHECK: &str = "KSEAL_CHECK";
+/// Recovery window of retired key secrets (`--recovery-days`).
+pub(crate) const KSEAL_RECOVERY_DAYS: &str = "KSEAL_RECOVERY_DAYS";
 /// Kubeconfig path list, as kubectl reads it.
 pub(crate) const KUBECONFIG: &str = "KUBECONFIG";

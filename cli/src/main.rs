@@ -28,6 +28,13 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::recovery::validate(args),
         Command::Keys(KeysCommand::Generate(args)) => cmd::keys::run(args),
         Command::Keys(KeysCommand::Inspect(args)) => cmd::keys::inspect(args),
+        Command::Keys(KeysCommand::Push(args)) => cmd::ring::push(args),
+        Command::Keys(KeysCommand::Activate(args)) => cmd::ring::activate(args),
+        Command::Keys(KeysCommand::Rotate(args)) => cmd::ring::rotate(args),
+        Command::Keys(KeysCommand::List(args)) => cmd::ring::list(args),
+        Command::Keys(KeysCommand::ExportCert(args)) => cmd::ring::export_cert(args),
+        Command::Keys(KeysCommand::Import(args)) => cmd::ring::import(args),
+        Command::Keys(KeysCommand::Retire(args)) => cmd::ring::retire(args),
         Command::Quickstart(args) => cmd::quickstart::run(args),
         Command::Completions(args) => cmd::completions::run(args),
     };

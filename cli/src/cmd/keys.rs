@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context as _, Result, bail};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 
-use crate::args::{GenerateArgs, InspectArgs};
+use crate::args::{GenerateArgs, InspectArgs, KeySpecArgs};
 use crate::manifest::write_atomic;
 
 /// File names inside a key directory, as in a `kubernetes.io/tls` Secret.
@@ -24,19 +24,28 @@ pub(crate) struct GenerateRequest {
 
 impl GenerateRequest {
     pub(crate) fn from_args(args: GenerateArgs, out_dir: PathBuf) -> Result<Self> {
-        let size = KeySize::from_bits(args.key_size as usize)
-            .with_context(|| format!("unsupported key size {}", args.key_size))?;
+        let (size, certificate) = key_spec(&args.spec)?;
         Ok(Self {
             out_dir,
             size,
-            certificate: CertificateOptions {
-                common_name: args.common_name,
-                not_before: SystemTime::now(),
-                validity: Duration::from_secs(u64::from(args.validity_days) * 86_400),
-            },
+            certificate,
             force: args.force,
         })
     }
+}
+
+/// The key size and certificate options of `--key-size`, `--common-name`, `--validity-days`.
+pub(crate) fn key_spec(spec: &KeySpecArgs) -> Result<(KeySize, CertificateOptions)> {
+    let size = KeySize::from_bits(spec.key_size as usize)
+        .with_context(|| format!("unsupported key size {}", spec.key_size))?;
+    Ok((
+        size,
+        CertificateOptions {
+            common_name: spec.common_name.clone(),
+            not_before: SystemTime::now(),
+            validity: Duration::from_secs(u64::from(spec.validity_days) * 86_400),
+        },
+    ))
 }
 
 pub(crate) fn run(args: GenerateArgs) -> Result<()> {

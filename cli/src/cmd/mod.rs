@@ -6,6 +6,7 @@ pub(crate) mod create;
 pub(crate) mod keys;
 pub(crate) mod quickstart;
 pub(crate) mod recovery;
+pub(crate) mod ring;
 pub(crate) mod seal;
 pub(crate) mod set;
 pub(crate) mod unseal;

@@ -41,13 +41,13 @@ fn object_name(sealed: &SealedSecret) -> String {
 }
 
 /// What opening the items of one SealedSecret gave.
-struct Opened {
-    items: BTreeMap<String, Plaintext>,
-    keys: BTreeMap<String, KeyId>,
-    failed: Vec<String>,
+pub(crate) struct Opened {
+    pub(crate) items: BTreeMap<String, Plaintext>,
+    pub(crate) keys: BTreeMap<String, KeyId>,
+    pub(crate) failed: Vec<String>,
 }
 
-fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened> {
+pub(crate) fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened> {
     if sealed.spec.data.as_deref().is_some_and(|d| !d.is_empty()) {
         bail!("it uses the deprecated v1 `spec.data` field, which this command does not handle");
     }

@@ -1,0 +1,683 @@
+//! `kseal keys push|activate|rotate|list|export-cert|import|retire`: the fleet key ring in AWS
+//! Secrets Manager (or a directory), through `kseal-keystore`.
+//!
+//! Writes print what they did on stderr; `list` and `export-cert` print data on stdout. No
+//! command prints a private key. Questions are asked only on a terminal without `--yes`.
+
+use std::future::Future;
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, Result, bail};
+use kseal_api::SealedSecret;
+use kseal_keys::{KeyPair, KeyRing};
+use kseal_keystore::{
+    ActivateOutcome, AwsOptions, Index, IndexEntry, KeyEntry, Location, PushOutcome, Put, Ring,
+    Store,
+};
+
+use crate::args::{
+    ActivateArgs, ExportCertArgs, ImportArgs, ListArgs, ListOutput, PushArgs, RetireArgs, RingArgs,
+    RingWriteArgs, RotateArgs,
+};
+use crate::cmd::keys::key_spec;
+use crate::cmd::recovery::open_items;
+use crate::cmd::unseal::read_key_pairs;
+use crate::manifest::write_atomic;
+use crate::output;
+
+/// Runs `future` on a single-threaded runtime (only ring commands start one, so sealing with
+/// a local certificate pays nothing for it).
+pub(crate) fn block_on<F: Future>(future: F) -> Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
+    Ok(runtime.block_on(future))
+}
+
+fn aws_options(args: &RingArgs, write: Option<&RingWriteArgs>) -> AwsOptions {
+    AwsOptions {
+        region: args.region.clone(),
+        profile: args.aws_profile.clone(),
+        endpoint_url: args.endpoint_url.clone(),
+        assume_role: args.assume_role.clone(),
+        kms_key_id: write.and_then(|w| w.kms_key_id.clone()),
+        replica_regions: write.map(|w| w.replica_regions.clone()).unwrap_or_default(),
+    }
+}
+
+/// Opens the ring `args` names.
+pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Result<Ring> {
+    let location = Location::parse(&args.ring)?;
+    Ring::open(&location, &aws_options(args, write))
+        .await
+        .with_context(|| format!("failed to open key ring `{location}`"))
+}
+
+fn ring_label(ring: &Ring) -> String {
+    format!("`{}` in {}", ring.name(), ring.store().describe())
+}
+
+fn when(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t)
+        .map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn ts(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+fn minutes(d: Duration) -> String {
+    let m = d.as_secs().div_ceil(60);
+    match m {
+        1 => "1 minute".into(),
+        m if m < 120 => format!("{m} minutes"),
+        m => format!("{} hours {} minutes", m / 60, m % 60),
+    }
+}
+
+/// Asks `question` on a terminal unless `yes`; non-interactive runs never ask.
+fn confirm(question: &str, yes: bool) -> Result<()> {
+    if yes || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return Ok(());
+    }
+    eprint!("{question} [y/N] ");
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("failed to read the answer")?;
+    if matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+        Ok(())
+    } else {
+        bail!("aborted: nothing was changed")
+    }
+}
+
+fn generate(spec: &crate::args::KeySpecArgs) -> Result<KeyPair> {
+    let (size, options) = key_spec(spec)?;
+    eprintln!(
+        "generating an RSA-{} key pair (a second or two)…",
+        size.bits()
+    );
+    KeyPair::generate(size, &options).context("failed to generate a key pair")
+}
+
+fn report_push(ring: &Ring, outcome: &PushOutcome) {
+    let stored = match outcome.stored {
+        Put::Created => format!("stored {}", ring.key_name(&outcome.kid)),
+        Put::Existed => format!("{} already held it", ring.key_name(&outcome.kid)),
+    };
+    let indexed = if outcome.indexed {
+        "added to the index"
+    } else {
+        "already in the index"
+    };
+    eprintln!(
+        "key {} ({}): {stored}; {indexed}",
+        outcome.kid.short(),
+        outcome.fingerprint
+    );
+    if outcome.activated {
+        eprintln!(
+            "key {} is the ring's first key: it seals from now on",
+            outcome.kid.short()
+        );
+    }
+}
+
+async fn mirror(ring: &Ring, write: &RingWriteArgs) -> Result<()> {
+    if let Some(name) = &write.mirror_current_to {
+        let kid = ring
+            .mirror_active_to(name)
+            .await
+            .with_context(|| format!("failed to keep `{name}` in step with the active key"))?;
+        eprintln!(
+            "`{name}` holds the active key {} (reference sample format)",
+            kid.short()
+        );
+    }
+    Ok(())
+}
+
+/// Key pairs of a file or a key directory (`tls.key` + `tls.crt`).
+fn read_pairs(path: &Path) -> Result<Vec<KeyPair>> {
+    let pairs = if path.is_dir() {
+        let key = path.join("tls.key");
+        if !key.is_file() {
+            bail!(
+                "`{}` has no tls.key (expected a directory as `kseal keys generate --out-dir` writes)",
+                path.display()
+            );
+        }
+        read_key_pairs(&key)?
+    } else {
+        read_key_pairs(path)?
+    };
+    for pair in &pairs {
+        if pair.certificate().common_name() == Some("kseal-recovery") {
+            bail!(
+                "`{}` holds a private key without its certificate: put the certificate after the \
+                 key in the same file, or beside it as tls.crt",
+                path.display()
+            );
+        }
+    }
+    Ok(pairs)
+}
+
+/// Pushes `pairs`, newest first, so the newest becomes active when the ring was empty (as it
+/// sealed in the cluster it came from).
+async fn push_all(ring: &Ring, mut pairs: Vec<KeyPair>) -> Result<Vec<PushOutcome>> {
+    pairs.sort_by_key(|p| std::cmp::Reverse(p.order_time()));
+    let mut outcomes: Vec<PushOutcome> = Vec::new();
+    for pair in &pairs {
+        if outcomes.iter().any(|o| o.fingerprint == pair.id().as_str()) {
+            continue;
+        }
+        let outcome = ring
+            .push(pair)
+            .await
+            .with_context(|| format!("failed to push key {}", pair.id()))?;
+        report_push(ring, &outcome);
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+fn hint_activation(ring: &Ring, outcomes: &[PushOutcome], delay: Duration) {
+    let pending: Vec<&PushOutcome> = outcomes
+        .iter()
+        .filter(|o| o.indexed && !o.activated)
+        .collect();
+    if let Some(last) = pending.last() {
+        eprintln!(
+            "not sealing yet: once every controller has fetched it (their interval, {} by \
+             default), run `kseal keys activate --ring {} {}`",
+            minutes(delay),
+            ring.name(),
+            last.kid.short()
+        );
+    }
+}
+
+pub(crate) fn push(args: PushArgs) -> Result<()> {
+    let pairs = if args.from.is_empty() {
+        vec![generate(&args.spec)?]
+    } else {
+        let mut all = Vec::new();
+        for path in &args.from {
+            all.extend(read_pairs(path)?);
+        }
+        all
+    };
+    block_on(async {
+        let ring = open(&args.ring, Some(&args.write)).await?;
+        eprintln!("pushing to key ring {}", ring_label(&ring));
+        let outcomes = push_all(&ring, pairs).await?;
+        hint_activation(&ring, &outcomes, kseal_keystore::DEFAULT_ACTIVATION_DELAY);
+        mirror(&ring, &args.write).await
+    })?
+}
+
+/// Activates `key`, waiting for the delay when `wait`; prints what happened.
+async fn activate_key(ring: &Ring, key: &str, delay: Duration, wait: bool) -> Result<()> {
+    loop {
+        let outcome = ring
+            .activate(key, delay)
+            .await
+            .with_context(|| format!("failed to activate key {key}"))?;
+        match outcome {
+            ActivateOutcome::Activated { kid, previous } => {
+                match previous {
+                    Some(p) => eprintln!(
+                        "key {} seals from now on (was {}); controllers serve its certificate \
+                         after their next poll, and SealedSecrets sealed with older keys keep opening",
+                        kid.short(),
+                        p.short()
+                    ),
+                    None => eprintln!("key {} seals from now on", kid.short()),
+                }
+                return Ok(());
+            }
+            ActivateOutcome::AlreadyActive(kid) => {
+                eprintln!("key {} already seals: nothing to do", kid.short());
+                return Ok(());
+            }
+            ActivateOutcome::TooYoung { kid, ready_at } => {
+                let left = ready_at
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default();
+                if !wait {
+                    bail!(
+                        "key {} entered the ring less than {} ago, so some controllers may not \
+                         have it yet: activate it after {} (in {}), pass --wait to wait, or \
+                         --now if every cluster already has it",
+                        kid.short(),
+                        minutes(delay),
+                        when(ready_at),
+                        minutes(left)
+                    );
+                }
+                eprintln!(
+                    "waiting {} (until {}) so every controller fetches key {} before it seals; \
+                     interrupting is safe: run `kseal keys activate --ring {} {}` later",
+                    minutes(left),
+                    when(ready_at),
+                    kid.short(),
+                    ring.name(),
+                    kid.short()
+                );
+                tokio::time::sleep(left.min(Duration::from_secs(300)) + Duration::from_secs(1))
+                    .await;
+            }
+        }
+    }
+}
+
+pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
+    let delay = if args.delay.now {
+        Duration::ZERO
+    } else {
+        args.delay.delay
+    };
+    block_on(async {
+        let ring = open(&args.ring, Some(&args.write)).await?;
+        confirm(
+            &format!(
+                "Seal with key {} in key ring {} from now on?",
+                args.key,
+                ring_label(&ring)
+            ),
+            args.write.yes,
+        )?;
+        activate_key(&ring, &args.key, delay, args.wait).await?;
+        mirror(&ring, &args.write).await
+    })?
+}
+
+pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
+    let delay = if args.delay.now {
+        Duration::ZERO
+    } else {
+        args.delay.delay
+    };
+    block_on(async {
+        let ring = open(&args.ring, Some(&args.write)).await?;
+        confirm(
+            &format!(
+                "Generate a new sealing key for key ring {}?",
+                ring_label(&ring)
+            ),
+            args.write.yes,
+        )?;
+        let pair = generate(&args.spec)?;
+        let outcomes = push_all(&ring, vec![pair]).await?;
+        let Some(outcome) = outcomes.first() else {
+            bail!("nothing was pushed");
+        };
+        if !outcome.activated {
+            if args.no_wait {
+                hint_activation(&ring, &outcomes, delay);
+                return Ok(());
+            }
+            activate_key(&ring, outcome.kid.as_str(), delay, true).await?;
+        }
+        mirror(&ring, &args.write).await
+    })?
+}
+
+fn status(index: &Index, entry: &IndexEntry, now: SystemTime) -> String {
+    if index.active.as_ref() == Some(&entry.kid) {
+        return if entry.is_expired_at(now) {
+            "sealing (EXPIRED: rotate)".into()
+        } else {
+            "sealing".into()
+        };
+    }
+    if entry.is_expired_at(now) {
+        return "expired (opens only)".into();
+    }
+    let ready = SystemTime::from(entry.added) + kseal_keystore::DEFAULT_ACTIVATION_DELAY;
+    if ready > now {
+        format!("new: can seal after {}", when(ready))
+    } else {
+        "can seal".into()
+    }
+}
+
+pub(crate) fn list(args: ListArgs) -> Result<()> {
+    let snapshot = block_on(async {
+        let ring = open(&args.ring, None).await?;
+        ring.require_snapshot().await.map_err(anyhow::Error::from)
+    })??;
+    let index = snapshot.index;
+    if args.output == ListOutput::Json {
+        return output::stdout(&index.to_json());
+    }
+    let now = SystemTime::now();
+    let mut out = format!(
+        "{:<13} {:<51} {:>5}  {:<10}  {:<20}  {}\n",
+        "KID", "FINGERPRINT", "BITS", "EXPIRES", "ADDED", "STATUS"
+    );
+    for entry in index.keys.iter().rev() {
+        out.push_str(&format!(
+            "{:<13} {:<51} {:>5}  {:<10}  {:<20}  {}\n",
+            entry.kid.short(),
+            entry.fingerprint,
+            entry.bits,
+            entry.not_after.strftime("%Y-%m-%d").to_string(),
+            ts(entry.added),
+            status(&index, entry, now)
+        ));
+    }
+    output::stdout(&out)
+}
+
+pub(crate) fn export_cert(args: ExportCertArgs) -> Result<()> {
+    let (pem, kid, expired) = block_on(async {
+        let ring = open(&args.ring, None).await?;
+        let snapshot = ring.require_snapshot().await?;
+        let entry = match &args.key {
+            Some(key) => snapshot.index.resolve(key)?.clone(),
+            None => snapshot
+                .index
+                .active_entry()
+                .cloned()
+                .context("the ring has no active key: push one first")?,
+        };
+        let expired = entry.is_expired_at(SystemTime::now());
+        anyhow::Ok((entry.crt, entry.kid, expired))
+    })??;
+    if expired {
+        eprintln!(
+            "warning: the certificate of key {} has expired: kseal seal refuses it",
+            kid.short()
+        );
+    }
+    match &args.write {
+        Some(path) => {
+            write_atomic(path, pem.as_bytes(), false)?;
+            eprintln!(
+                "wrote the certificate of key {} to {}",
+                kid.short(),
+                path.display()
+            );
+            Ok(())
+        }
+        None => output::stdout(&pem),
+    }
+}
+
+/// Reads `secretsmanager://NAME[?region=…]`, a single `{"crt","key"}` secret.
+async fn read_single_secret(text: &str, args: &RingArgs) -> Result<KeyPair> {
+    let location = Location::parse(text)?;
+    let Location::SecretsManager { prefix: name, .. } = &location else {
+        bail!("`{text}` is not a Secrets Manager secret");
+    };
+    let store = Store::open(&location, &aws_options(args, None)).await?;
+    let (value, _) = store
+        .read(name, None)
+        .await
+        .with_context(|| format!("failed to read `{name}`"))?
+        .with_context(|| format!("`{name}` does not exist in {}", store.describe()))?;
+    let entry = KeyEntry::parse(&value, name)?;
+    Ok(entry.to_pair(name)?)
+}
+
+pub(crate) fn import(args: ImportArgs) -> Result<()> {
+    block_on(async {
+        let mut pairs = Vec::new();
+        for source in &args.sources {
+            if source.starts_with("secretsmanager://") || source.starts_with("asm://") {
+                pairs.push(read_single_secret(source, &args.ring).await?);
+            } else {
+                pairs.extend(read_pairs(Path::new(source))?);
+            }
+        }
+        if pairs.is_empty() {
+            bail!("no key found in the sources");
+        }
+        let ring = open(&args.ring, Some(&args.write)).await?;
+        eprintln!(
+            "importing {} key{} into key ring {}",
+            pairs.len(),
+            if pairs.len() == 1 { "" } else { "s" },
+            ring_label(&ring)
+        );
+        let outcomes = push_all(&ring, pairs).await?;
+        hint_activation(&ring, &outcomes, kseal_keystore::DEFAULT_ACTIVATION_DELAY);
+        mirror(&ring, &args.write).await
+    })?
+}
+
+/// Every file under `paths` that may hold SealedSecrets (`.yaml`, `.yml`, `.json`), skipping
+/// hidden directories such as `.git`.
+fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = paths.to_vec();
+    while let Some(path) = stack.pop() {
+        let meta = fs_err::metadata(&path).context("failed to read a --check path")?;
+        if meta.is_dir() {
+            for entry in fs_err::read_dir(&path)? {
+                let entry = entry?;
+                let name = entry.file_name();
+                if name.to_string_lossy().starts_with('.') {
+                    continue;
+                }
+                stack.push(entry.path());
+            }
+        } else if paths.contains(&path)
+            || path
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+        {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The SealedSecrets of one file (other kinds are skipped).
+fn sealed_secrets_in(path: &Path) -> Result<Vec<SealedSecret>> {
+    use serde::Deserialize as _;
+    let text = fs_err::read_to_string(path)?;
+    if !text.contains("SealedSecret") {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let value = serde_yaml::Value::deserialize(document).with_context(|| {
+            format!(
+                "failed to parse document {} of `{}`, so it cannot be checked",
+                i + 1,
+                path.display()
+            )
+        })?;
+        let mut values = vec![value];
+        if values[0].get("kind").and_then(|k| k.as_str()) == Some("List") {
+            values = values[0]
+                .get("items")
+                .and_then(|i| i.as_sequence())
+                .cloned()
+                .unwrap_or_default();
+        }
+        for value in values {
+            if value.get("kind").and_then(|k| k.as_str()) == Some("SealedSecret") {
+                out.push(serde_yaml::from_value(value).with_context(|| {
+                    format!(
+                        "document {} of `{}` is not a valid SealedSecret",
+                        i + 1,
+                        path.display()
+                    )
+                })?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What scanning the `--check` paths found.
+#[derive(Debug, Default)]
+struct Dependence {
+    objects: usize,
+    files: usize,
+    /// `file: namespace/name (items)` that open only with the retiring key.
+    needs: Vec<String>,
+    /// Objects with items no key of the ring opens (not blocking, but worth a look).
+    broken: Vec<String>,
+}
+
+fn check_dependence(paths: &[PathBuf], without: &KeyRing, only: &KeyRing) -> Result<Dependence> {
+    let mut found = Dependence::default();
+    for file in manifest_files(paths)? {
+        let sealed = sealed_secrets_in(&file)?;
+        if sealed.is_empty() {
+            continue;
+        }
+        found.files += 1;
+        for s in &sealed {
+            found.objects += 1;
+            let name = format!(
+                "{}: {}/{}",
+                file.display(),
+                s.metadata.namespace.as_deref().unwrap_or("-"),
+                s.metadata.name.as_deref().unwrap_or("-")
+            );
+            let opened = open_items(s, without).with_context(|| format!("cannot check {name}"))?;
+            if opened.failed.is_empty() {
+                continue;
+            }
+            let mut needs = Vec::new();
+            let mut broken = Vec::new();
+            let by_retiring =
+                open_items(s, only).with_context(|| format!("cannot check {name}"))?;
+            for item in &opened.failed {
+                if by_retiring.items.contains_key(item) {
+                    needs.push(item.clone());
+                } else {
+                    broken.push(item.clone());
+                }
+            }
+            if !needs.is_empty() {
+                found.needs.push(format!("{name} ({})", needs.join(", ")));
+            }
+            if !broken.is_empty() {
+                found.broken.push(format!("{name} ({})", broken.join(", ")));
+            }
+        }
+    }
+    Ok(found)
+}
+
+pub(crate) fn retire(args: RetireArgs) -> Result<()> {
+    block_on(async {
+        let ring = open(&args.ring, Some(&args.write)).await?;
+        let snapshot = ring.require_snapshot().await?;
+        let target = snapshot.index.resolve(&args.key)?.kid.clone();
+        if snapshot.index.active.as_ref() == Some(&target) {
+            bail!(
+                "key {} is the active sealing key: rotate (or activate another key) first",
+                target.short()
+            );
+        }
+        eprintln!(
+            "reading the {} keys of key ring {} to check what still needs key {}…",
+            snapshot.index.keys.len(),
+            ring_label(&ring),
+            target.short()
+        );
+        let mut without = KeyRing::new();
+        let mut only = KeyRing::new();
+        for entry in &snapshot.index.keys {
+            let pair = ring.read_key(&entry.kid).await?;
+            if entry.kid == target {
+                only.insert(pair);
+            } else {
+                without.insert(pair);
+            }
+        }
+        let found = check_dependence(&args.check, &without, &only)?;
+        for b in &found.broken {
+            eprintln!("warning: no key of the ring opens {b}");
+        }
+        if !found.needs.is_empty() {
+            let shown: Vec<&str> = found.needs.iter().take(20).map(String::as_str).collect();
+            bail!(
+                "key {} is still needed: {} SealedSecret{} open only with it:\n  {}{}\n\
+                 re-seal them with the active key (e.g. `kseal reseal --controller --in-place \
+                 FILE`), commit, and retire again",
+                target.short(),
+                found.needs.len(),
+                if found.needs.len() == 1 { "" } else { "s" },
+                shown.join("\n  "),
+                if found.needs.len() > shown.len() {
+                    format!("\n  … and {} more", found.needs.len() - shown.len())
+                } else {
+                    String::new()
+                }
+            );
+        }
+        eprintln!(
+            "checked {} SealedSecret{} in {} file{}: none needs key {}",
+            found.objects,
+            if found.objects == 1 { "" } else { "s" },
+            found.files,
+            if found.files == 1 { "" } else { "s" },
+            target.short()
+        );
+        confirm(
+            &format!(
+                "Retire key {} from key ring {}? Its secret is deleted after {} days",
+                target.short(),
+                ring_label(&ring),
+                args.recovery_days
+            ),
+            args.write.yes,
+        )?;
+        let outcome = ring
+            .retire(target.as_str(), args.recovery_days)
+            .await
+            .with_context(|| format!("failed to retire key {}", target.short()))?;
+        eprintln!(
+            "key {} removed from the index; controllers drop their copy after their retire grace{}",
+            outcome.kid.short(),
+            if outcome.deletion_scheduled {
+                format!(
+                    "; {} is deleted in {} days unless restored",
+                    ring.key_name(&outcome.kid),
+                    args.recovery_days
+                )
+            } else {
+                String::new()
+            }
+        );
+        mirror(&ring, &args.write).await
+    })?
+}
+
+/// The sealing certificate of a ring, for `kseal seal --cert secretsmanager://R` (reads the
+/// index only: no private key is touched, so a cert-only IAM policy suffices).
+pub(crate) fn active_certificate_pem(location: &str) -> Result<String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let args = RingArgs {
+        ring: location.to_owned(),
+        region: var(crate::env::KSEAL_AWS_REGION),
+        aws_profile: None,
+        endpoint_url: var(crate::env::KSEAL_AWS_ENDPOINT_URL),
+        assume_role: var(crate::env::KSEAL_AWS_ASSUME_ROLE),
+    };
+    block_on(async {
+        let ring = open(&args, None).await?;
+        let snapshot = ring.require_snapshot().await?;
+        let entry = snapshot
+            .index
+            .active_entry()
+            .with_context(|| format!("key ring {} has no active key", ring_label(&ring)))?;
+        anyhow::Ok(entry.crt.clone())
+    })?
+}

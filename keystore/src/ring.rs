@@ -1,0 +1,372 @@
+//! Ring operations on a [`Store`]: the contract's invariants live here.
+//!
+//! - A key secret is written before its index entry, so a reader never finds an index entry
+//!   whose key secret does not exist yet.
+//! - The index is only ever replaced by compare-and-swap against the version that was read;
+//!   on a conflict the change is re-applied to the fresh index, so concurrent pushes and
+//!   rotations all land.
+//! - The active key changes only to a key that has been in the index for at least the
+//!   activation delay (one controller poll interval), unless the caller says otherwise.
+
+use std::time::{Duration, SystemTime};
+
+use kseal_keys::KeyPair;
+
+use crate::contract::{Index, IndexEntry, KeyEntry, Kid};
+use crate::location::{DEFAULT_RING, Location};
+use crate::{AwsOptions, Error, Put, Result, Store, Version};
+
+/// How long a pushed key waits before it may seal: the controller's default poll interval
+/// (1 h) plus its largest jitter (10 %), so every cluster has fetched the key first.
+pub const DEFAULT_ACTIVATION_DELAY: Duration = Duration::from_secs(66 * 60);
+
+/// How many times an index change is re-applied after losing a compare-and-swap.
+const CAS_ATTEMPTS: u32 = 8;
+
+/// A ring: its store and its name.
+#[derive(Debug)]
+pub struct Ring {
+    store: Store,
+    name: String,
+    /// Secrets Manager names carry the prefix; a directory is the ring itself.
+    prefixed: bool,
+}
+
+/// The index as read, with its version.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The index.
+    pub index: Index,
+    /// Its version (for a later compare-and-swap or change detection).
+    pub version: Version,
+}
+
+/// What `push` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushOutcome {
+    /// The key's id.
+    pub kid: Kid,
+    /// Bitnami's fingerprint of the key.
+    pub fingerprint: String,
+    /// Whether the key secret was created or already there.
+    pub stored: Put,
+    /// Whether an index entry was added (false: the key was already in the index).
+    pub indexed: bool,
+    /// Whether the key became the active (sealing) key: only the first key of a ring does.
+    pub activated: bool,
+}
+
+/// What `activate` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActivateOutcome {
+    /// The key now seals; `previous` sealed before.
+    Activated {
+        /// The key that seals now.
+        kid: Kid,
+        /// The key that sealed before.
+        previous: Option<Kid>,
+    },
+    /// The key already sealed; nothing was written.
+    AlreadyActive(Kid),
+    /// The key is too new: controllers may not have fetched it yet. Nothing was written.
+    TooYoung {
+        /// The key.
+        kid: Kid,
+        /// When it may be activated.
+        ready_at: SystemTime,
+    },
+}
+
+/// What `retire` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetireOutcome {
+    /// The key removed from the index.
+    pub kid: Kid,
+    /// Whether its key secret was scheduled for deletion (false: it was already gone).
+    pub deletion_scheduled: bool,
+}
+
+impl Ring {
+    /// Opens the ring at `location`.
+    pub async fn open(location: &Location, aws: &AwsOptions) -> Result<Self> {
+        let store = Store::open(location, aws).await?;
+        Ok(Self::new(store, location))
+    }
+
+    /// The ring at `location` in an already opened `store`.
+    pub fn new(store: Store, location: &Location) -> Self {
+        match location {
+            Location::SecretsManager { prefix, .. } => Self {
+                store,
+                name: prefix.clone(),
+                prefixed: true,
+            },
+            Location::Directory { .. } => Self {
+                store,
+                name: DEFAULT_RING.to_owned(),
+                prefixed: false,
+            },
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The ring's name (its Secrets Manager prefix).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The index secret's name (`R/index`) or file (`index.json`).
+    pub fn index_name(&self) -> String {
+        if self.prefixed {
+            format!("{}/index", self.name)
+        } else {
+            "index.json".to_owned()
+        }
+    }
+
+    /// A key secret's name (`R/keys/<kid>`) or directory (`keys/<kid>`).
+    pub fn key_name(&self, kid: &Kid) -> String {
+        if self.prefixed {
+            format!("{}/keys/{kid}", self.name)
+        } else {
+            format!("keys/{kid}")
+        }
+    }
+
+    fn parse_index(&self, text: &str) -> Result<Index> {
+        let what = self.index_name();
+        if self.prefixed {
+            Index::parse(text, &self.name, &what)
+        } else {
+            // A directory may hold a copy of any ring (e.g. mounted by the CSI driver).
+            let ring = serde_json::from_str::<serde_json::Value>(text)
+                .ok()
+                .and_then(|v| v.get("ring").and_then(|r| r.as_str()).map(str::to_owned))
+                .unwrap_or_else(|| self.name.clone());
+            Index::parse(text, &ring, &what)
+        }
+    }
+
+    /// The index's current version (one metadata call); `None` for a ring with no index yet.
+    pub async fn index_version(&self) -> Result<Option<Version>> {
+        self.store.current_version(&self.index_name()).await
+    }
+
+    /// Reads the index at `version` (current when `None`); `None` for a ring with no index.
+    pub async fn snapshot(&self, version: Option<&Version>) -> Result<Option<Snapshot>> {
+        let Some((text, version)) = self.store.read(&self.index_name(), version).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Snapshot {
+            index: self.parse_index(&text)?,
+            version,
+        }))
+    }
+
+    /// Reads the index, failing with a clear message when the ring does not exist.
+    pub async fn require_snapshot(&self) -> Result<Snapshot> {
+        self.snapshot(None).await?.ok_or_else(|| Error::NotFound {
+            what: format!("ring {:?} (no {})", self.name, self.index_name()),
+            store: self.store.describe(),
+        })
+    }
+
+    /// Reads and checks one key: it parses, the certificate belongs to the private key, the
+    /// key is RSA of at least 2048 bits, and its kid is `entry.kid`.
+    pub async fn read_key(&self, kid: &Kid) -> Result<KeyPair> {
+        let name = self.key_name(kid);
+        let Some((text, _)) = self.store.read(&name, None).await? else {
+            return Err(Error::NotFound {
+                what: name,
+                store: self.store.describe(),
+            });
+        };
+        let pair = KeyEntry::parse(&text, &name)?.to_pair(&name)?;
+        if &Kid::of(pair.public_key()) != kid {
+            return Err(Error::BadKey {
+                what: name,
+                reason: "it holds another key than its name says".into(),
+            });
+        }
+        Ok(pair)
+    }
+
+    /// Applies `change` to the current index and writes it by compare-and-swap, re-applying it
+    /// to the fresh index after a conflict. `change` returns whether it changed anything (no
+    /// write otherwise) and its result.
+    async fn update<T>(
+        &self,
+        mut change: impl FnMut(&mut Index) -> Result<(bool, T)>,
+    ) -> Result<T> {
+        let name = self.index_name();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let current = self.snapshot(None).await?;
+            let (mut index, expected) = match current {
+                Some(s) => (s.index, Some(s.version)),
+                None => (Index::empty(&self.name, SystemTime::now()), None),
+            };
+            let (changed, result) = change(&mut index)?;
+            if !changed {
+                return Ok(result);
+            }
+            index.updated = jiff::Timestamp::now();
+            let ring = self.name.clone();
+            let tags = [
+                ("kseal.dev/ring", ring.as_str()),
+                ("kseal.dev/part", "index"),
+            ];
+            match self
+                .store
+                .compare_and_swap(&name, &index.to_json(), expected.as_ref(), &tags)
+                .await
+            {
+                Ok(_) => return Ok(result),
+                Err(Error::Conflict { .. }) if attempt < CAS_ATTEMPTS => {
+                    // Another writer won; back off a little (randomised) and re-apply.
+                    let mut b = [0u8; 1];
+                    let _ = getrandom::fill(&mut b);
+                    let wait = 50 * u64::from(attempt) + u64::from(b[0]);
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Adds `pair` to the ring: its key secret (a no-op if the same key is there), then its
+    /// index entry. The first key of a ring becomes active at once; later keys only through
+    /// [`Ring::activate`].
+    pub async fn push(&self, pair: &KeyPair) -> Result<PushOutcome> {
+        let kid = Kid::of(pair.public_key());
+        let entry = KeyEntry::from_pair(pair)?;
+        let name = self.key_name(&kid);
+        let same = |existing: &str| {
+            KeyEntry::parse(existing, &name)
+                .and_then(|e| e.to_pair(&name))
+                .is_ok_and(|p| Kid::of(p.public_key()) == kid)
+        };
+        let tags = [
+            ("kseal.dev/ring", self.name.as_str()),
+            ("kseal.dev/kid", kid.as_str()),
+            ("kseal.dev/part", "key"),
+        ];
+        // The kid is 64 characters: a valid ClientRequestToken, and the same for the same key.
+        let stored = self
+            .store
+            .create_immutable(&name, &entry.to_json(), kid.as_str(), &tags, &same)
+            .await?;
+        drop(entry);
+        let (indexed, activated) = self
+            .update(|index| {
+                if index.entry(&kid).is_some() {
+                    return Ok((false, (false, false)));
+                }
+                index
+                    .keys
+                    .push(IndexEntry::new(pair.certificate(), SystemTime::now())?);
+                let activate = index.active.is_none();
+                if activate {
+                    index.active = Some(kid.clone());
+                }
+                Ok((true, (true, activate)))
+            })
+            .await?;
+        Ok(PushOutcome {
+            fingerprint: pair.id().to_string(),
+            kid,
+            stored,
+            indexed,
+            activated,
+        })
+    }
+
+    /// Makes the key named by `key` (a kid, a unique kid prefix, or a fingerprint) the sealing
+    /// key, once it has been in the index for `delay`. An expired certificate is refused.
+    pub async fn activate(&self, key: &str, delay: Duration) -> Result<ActivateOutcome> {
+        self.update(|index| {
+            let entry = index.resolve(key)?;
+            let kid = entry.kid.clone();
+            if index.active.as_ref() == Some(&kid) {
+                return Ok((false, ActivateOutcome::AlreadyActive(kid)));
+            }
+            let now = SystemTime::now();
+            if entry.is_expired_at(now) {
+                return Err(Error::Refused(format!(
+                    "key {} expired on {}: an expired key still opens but never seals; push a new key",
+                    kid.short(),
+                    entry.not_after
+                )));
+            }
+            let added = SystemTime::from(entry.added);
+            let ready_at = added + delay;
+            if now < ready_at {
+                return Ok((false, ActivateOutcome::TooYoung { kid, ready_at }));
+            }
+            let previous = index.active.replace(kid.clone());
+            Ok((true, ActivateOutcome::Activated { kid, previous }))
+        })
+        .await
+    }
+
+    /// Removes the key named by `key` from the index and schedules its key secret's deletion
+    /// after `recovery_days`. Refuses the active key and the last key. Proving that nothing
+    /// still needs the key is the caller's job (`kseal keys retire --check`).
+    pub async fn retire(&self, key: &str, recovery_days: u32) -> Result<RetireOutcome> {
+        let kid = self
+            .update(|index| {
+                let kid = index.resolve(key)?.kid.clone();
+                if index.active.as_ref() == Some(&kid) {
+                    return Err(Error::Refused(format!(
+                        "key {} is the active sealing key: activate another key first",
+                        kid.short()
+                    )));
+                }
+                if index.keys.len() <= 1 {
+                    return Err(Error::Refused(format!(
+                        "key {} is the last key of the ring",
+                        kid.short()
+                    )));
+                }
+                index.keys.retain(|e| e.kid != kid);
+                Ok((true, kid))
+            })
+            .await?;
+        let deletion_scheduled = match self
+            .store
+            .schedule_deletion(&self.key_name(&kid), recovery_days)
+            .await
+        {
+            Ok(()) => true,
+            Err(Error::NotFound { .. }) => false,
+            Err(e) => return Err(e),
+        };
+        Ok(RetireOutcome {
+            kid,
+            deletion_scheduled,
+        })
+    }
+
+    /// Writes the active key to the single secret `name` in the same store, in the reference
+    /// sample's `{"crt","key"}` format, for clusters still on External Secrets Operator and
+    /// Bitnami. Returns the active kid.
+    pub async fn mirror_active_to(&self, name: &str) -> Result<Kid> {
+        let snapshot = self.require_snapshot().await?;
+        let Some(kid) = snapshot.index.active.clone() else {
+            return Err(Error::Refused("the ring has no active key".into()));
+        };
+        let pair = self.read_key(&kid).await?;
+        let entry = KeyEntry::from_pair(&pair)?;
+        let tags = [
+            ("kseal.dev/ring", self.name.as_str()),
+            ("kseal.dev/part", "mirror"),
+        ];
+        self.store.put(name, &entry.to_json(), &tags).await?;
+        Ok(kid)
+    }
+}
