@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The kseal test suite: installs what the tests need, starts the reference Kubernetes API
-# server (built from Debian's source package and cached), then runs every cargo test.
+# server (built from Debian's source package and cached) and the AWS Secrets Manager emulator
+# (moto, installed from PyPI into a cached virtualenv), then runs every cargo test.
 #
 #   bash scripts/test.sh            # everything
 #   KSEAL_SKIP_REFAPI=1 bash scripts/test.sh   # without the real apiserver (not allowed in CI)
+#   KSEAL_SKIP_MOTO=1 bash scripts/test.sh     # without the Secrets Manager emulator (not allowed in CI)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,17 +24,23 @@ if ((${#need_apt[@]})); then
 fi
 
 refapi_state=""
+moto_state=""
 cleanup() {
   if [[ -n "$refapi_state" ]]; then
     bash tests/refapi/stop.sh "$refapi_state" || true
   fi
+  if [[ -n "$moto_state" ]]; then
+    bash tests/moto/stop.sh "$moto_state" || true
+  fi
 }
 trap cleanup EXIT
 
-if [[ "${KSEAL_SKIP_REFAPI:-}" == 1 && "${CI:-}" == true ]]; then
-  echo "error: KSEAL_SKIP_REFAPI=1 is not allowed under CI=true" >&2
-  exit 1
-fi
+for skip in KSEAL_SKIP_REFAPI KSEAL_SKIP_MOTO; do
+  if [[ "${!skip:-}" == 1 && "${CI:-}" == true ]]; then
+    echo "error: $skip=1 is not allowed under CI=true" >&2
+    exit 1
+  fi
+done
 if [[ "${KSEAL_SKIP_REFAPI:-}" != 1 && -f tests/refapi/build.sh ]]; then
   log "reference kube-apiserver: build (cached after the first run)"
   bash tests/refapi/build.sh
@@ -43,16 +51,45 @@ if [[ "${KSEAL_SKIP_REFAPI:-}" != 1 && -f tests/refapi/build.sh ]]; then
   export KSEAL_REFAPI_KUBECONFIG KSEAL_REFAPI_KUBECTL
 fi
 
+# The Secrets Manager emulator. Its endpoint and dummy AWS credentials go to `cargo test` only
+# (sm_env below), not to the other steps.
+sm_endpoint=""
+if [[ "${KSEAL_SKIP_MOTO:-}" != 1 ]]; then
+  log "Secrets Manager emulator (moto): install (cached after the first run) and start"
+  env_lines=$(bash tests/moto/start.sh)
+  eval "$env_lines"
+  moto_state=${KSEAL_MOTO_STATE:-}
+  sm_endpoint=${KSEAL_TEST_SM_ENDPOINT:-}
+  unset KSEAL_MOTO_STATE KSEAL_TEST_SM_ENDPOINT
+fi
+# Whatever a test does, it cannot reach real AWS with real credentials: dummy static keys win
+# over every other credential source, and the credential variables of the caller's shell
+# (profiles, session tokens, web identity, container credentials) are removed. Without the
+# emulator, tests that need it skip (or fail under CI=true).
+sm_env=(
+  -u AWS_PROFILE -u AWS_DEFAULT_PROFILE -u AWS_SESSION_TOKEN -u AWS_SECURITY_TOKEN
+  -u AWS_ROLE_ARN -u AWS_ROLE_SESSION_NAME -u AWS_WEB_IDENTITY_TOKEN_FILE
+  -u AWS_CONTAINER_CREDENTIALS_FULL_URI -u AWS_CONTAINER_CREDENTIALS_RELATIVE_URI
+  -u AWS_CONTAINER_AUTHORIZATION_TOKEN -u AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE
+  -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_SECRETS_MANAGER -u KSEAL_TEST_SM_ENDPOINT
+  AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+  AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+)
+if [[ -n "$sm_endpoint" ]]; then
+  sm_env+=("KSEAL_TEST_SM_ENDPOINT=$sm_endpoint")
+fi
+
 log "deploy manifests"
 bash deploy/check.sh
 
 log "cargo test"
 test_log=$(mktemp)
 status=0
-cargo test --workspace --all-features --locked 2>&1 | tee "$test_log" || status=$?
-# Stop the reference apiserver now, so the totals are the last lines printed.
+env "${sm_env[@]}" cargo test --workspace --all-features --locked 2>&1 | tee "$test_log" || status=$?
+# Stop the reference apiserver and the emulator now, so the totals are the last lines printed.
 cleanup
 refapi_state=""
+moto_state=""
 # One closing line for the whole run (cargo prints one result line per test binary).
 awk '/^test result:/ { p += $4; f += $6; s += $8 }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$test_log"

@@ -11,6 +11,10 @@
 //! the Service proxy subresource ([`TestApiServer::set_service_proxy`], how the CLI reaches the
 //! controller's `/v1/cert.pem`). [`Faults`] injects failures.
 //!
+//! [`sm`] supports tests against AWS Secrets Manager: the emulator's endpoint (moto, started by
+//! `tests/moto/start.sh`), per-test secret names, and [`sm::FaultProxy`] for throttling, server
+//! errors, access denials and outages.
+//!
 //! [`scenarios`] holds behaviour checks generic over a [`kube::Client`], run against this server
 //! and against a real kube-apiserver to keep the fake honest.
 //!
@@ -52,6 +56,7 @@ mod registry;
 pub mod scenarios;
 mod selector;
 mod server;
+pub mod sm;
 mod store;
 
 use std::net::SocketAddr;
