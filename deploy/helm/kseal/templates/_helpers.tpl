@@ -63,3 +63,26 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- join "," $items -}}
 {{- end -}}
+
+{{/* Refuses values that cannot work together; included by the Deployment. */}}
+{{- define "kseal.validate" -}}
+{{- with .Values.keySource.url -}}
+{{- if not (or (hasPrefix "secretsmanager://" .) (hasPrefix "dir://" .)) -}}
+{{- fail (printf "keySource.url %q: expected secretsmanager://<ring>[?region=...] or dir:///<path>" .) -}}
+{{- end -}}
+{{- $generate := $.Values.keys.generateIfMissing -}}
+{{- range $.Values.extraArgs -}}
+{{- if and (hasPrefix "--generate-key-if-missing" (toString .)) (ne (toString .) "--generate-key-if-missing=false") -}}
+{{- $generate = true -}}
+{{- end -}}
+{{- end -}}
+{{- range $.Values.extraEnv -}}
+{{- if and (eq (toString .name) "KSEAL_GENERATE_KEY_IF_MISSING") (ne (toString .value) "false") -}}
+{{- $generate = true -}}
+{{- end -}}
+{{- end -}}
+{{- if $generate -}}
+{{- fail "keySource.url is set, so the keys come from the key ring: in-cluster key generation (keys.generateIfMissing, or --generate-key-if-missing / KSEAL_GENERATE_KEY_IF_MISSING in extraArgs / extraEnv) must stay off" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Checks the IAM documents in deploy/iam (run by deploy/check.sh, so by scripts/test.sh and CI):
+#
+#   1. every *.json parses (python3 -m json.tool), and the six expected documents exist;
+#   2. lint_policies.py substitutes the placeholders (${AWS_REGION}, ${ACCOUNT_ID}, ${RING},
+#      ${KMS_KEY_ARN}, ${OIDC_PROVIDER}) with sample values and runs parliament on each
+#      document (core and community auditors, every severity): any finding fails, except
+#      those accepted, with a reason, in parliament.yaml (which must still occur); then
+#      kseal's own rules (exact actions per policy, no ListSecrets, no wildcard actions or
+#      resources, KMS only via Secrets Manager, what the ARN patterns match and do not match,
+#      the trust policies' service account).
+#
+# parliament comes from PyPI, pinned with its dependencies in requirements-parliament.txt,
+# installed into a venv cached in ${KSEAL_TOOLS_CACHE:-${XDG_CACHE_HOME:-~/.cache}/kseal-tools}
+# (one venv per version of that file; about 10 s the first time). Needs python3 with venv
+# and pip. If parliament cannot be installed: a failure under CI=true, otherwise only step 1
+# and kseal's own rules run and the parliament step is reported as SKIPPED.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+
+log() { printf 'deploy/iam/check: %s\n' "$*" >&2; }
+fail() {
+  printf 'deploy/iam/check: FAIL: %s\n' "$*" >&2
+  exit 1
+}
+
+IAM=deploy/iam
+REQ=$IAM/requirements-parliament.txt
+CONFIG=$IAM/parliament.yaml
+command -v python3 >/dev/null 2>&1 || fail "python3 is required"
+
+# --- 1. the documents parse --------------------------------------------------------------
+for want in seeder-policy controller-policy sealer-policy controller-trust-irsa controller-trust-pod-identity seeder-trust-irsa; do
+  [[ -f "$IAM/$want.json" ]] || fail "$IAM/$want.json is missing"
+done
+mapfile -t docs < <(find "$IAM" -maxdepth 1 -name '*.json' | sort)
+for doc in "${docs[@]}"; do
+  err=$(python3 -m json.tool "$doc" 2>&1 >/dev/null) || fail "$doc is not valid JSON: $err"
+done
+log "ok: ${#docs[@]} JSON documents parse"
+
+# --- 2. parliament -----------------------------------------------------------------------
+want_version=$(sed -n 's/^parliament==//p' "$REQ")
+[[ -n "$want_version" ]] || fail "$REQ pins no parliament version"
+cache=${KSEAL_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kseal-tools}
+venv=$cache/parliament-$want_version-$(sha256sum "$REQ" | cut -c1-12)
+
+install_parliament() { # into $venv, once per version of $REQ; prints nothing on stdout
+  [[ -f "$venv/.kseal-complete" ]] && return 0
+  mkdir -p "$cache"
+  # One installer at a time (parallel CI jobs on one machine share the cache).
+  exec 9>"$cache/parliament.lock"
+  if command -v flock >/dev/null 2>&1; then flock 9; fi
+  if [[ -f "$venv/.kseal-complete" ]]; then
+    exec 9>&-
+    return 0
+  fi
+  log "installing parliament $want_version from PyPI into $venv"
+  rm -rf "$venv"
+  local pip=("$venv/bin/python" -m pip)
+  if ! python3 -m venv "$venv" >&2; then
+    # Debian/Ubuntu without python3-venv: a venv without pip, filled by the host's pip.
+    rm -rf "$venv"
+    python3 -m venv --without-pip "$venv" >&2 || return 1
+    pip=(python3 -m pip --python "$venv/bin/python")
+  fi
+  # Exactly the pinned set: --no-deps, wheels only (no build step), then pip check.
+  "${pip[@]}" install --quiet --disable-pip-version-check --no-input --no-deps \
+    --only-binary :all: -r "$REQ" >&2 || return 1
+  "${pip[@]}" check --disable-pip-version-check >&2 || return 1
+  local got
+  got=$("${pip[@]}" show --disable-pip-version-check parliament 2>/dev/null | sed -n 's/^Version: //p')
+  [[ "$got" == "$want_version" ]] || {
+    log "pip reports parliament '$got', expected $want_version"
+    return 1
+  }
+  touch "$venv/.kseal-complete"
+  exec 9>&-
+}
+
+if install_parliament; then
+  "$venv/bin/python" "$IAM/lint_policies.py" "$CONFIG" "${docs[@]}" >&2 ||
+    fail "the IAM documents have findings (above)"
+  log "ok: parliament $want_version (core + community auditors, all severities) and kseal's rules: ${#docs[@]} documents"
+else
+  rm -rf "$venv"
+  if [[ "${CI:-}" == true ]]; then
+    fail "could not install parliament $want_version from PyPI (see above)"
+  fi
+  python3 "$IAM/lint_policies.py" --no-parliament "$CONFIG" "${docs[@]}" >&2 ||
+    fail "the IAM documents break kseal's rules (above)"
+  log "ok: kseal's rules on ${#docs[@]} documents; SKIPPED parliament (could not install it; required under CI=true)"
+fi
