@@ -65,6 +65,31 @@ pub struct Args {
     /// SEALED_SECRETS_KEY_CUTOFF_TIME is read too
     #[arg(long, env = env::KSEAL_KEY_CUTOFF_TIME, value_name = "TIME")]
     pub key_cutoff_time: Option<String>,
+    /// Fleet key ring to mirror into this cluster: `secretsmanager://PREFIX[?region=REGION]`
+    /// (AWS Secrets Manager through the default credential chain: IRSA, EKS Pod Identity,
+    /// environment, profile, IMDS) or `dir:///PATH` (a directory, e.g. mounted by the Secrets
+    /// Store CSI driver). Its keys are mirrored into labelled key Secrets in the controller
+    /// namespace; in-cluster key generation is then refused
+    #[arg(long, env = env::KSEAL_KEY_SOURCE, value_name = "URL")]
+    pub key_source: Option<String>,
+    /// How often to check the key ring for changes (one DescribeSecret of the index; ±10 %
+    /// jitter). SIGUSR1 or POST /v1/refresh checks at once
+    #[arg(long, env = env::KSEAL_KEY_SOURCE_INTERVAL, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub key_source_interval: Duration,
+    /// How long a mirrored key stays after it disappeared from the ring (the last key always
+    /// stays)
+    #[arg(long, env = env::KSEAL_KEY_SOURCE_RETIRE_GRACE, default_value = "168h", value_parser = parse_duration, value_name = "DURATION")]
+    pub key_source_retire_grace: Duration,
+    /// AWS region of the key ring (default: the URL's ?region=, then AWS_REGION)
+    #[arg(long, env = env::KSEAL_AWS_REGION, value_name = "REGION")]
+    pub aws_region: Option<String>,
+    /// Secrets Manager endpoint URL (default: AWS_ENDPOINT_URL_SECRETS_MANAGER, then
+    /// AWS_ENDPOINT_URL, then AWS's)
+    #[arg(long, env = env::KSEAL_AWS_ENDPOINT_URL, value_name = "URL")]
+    pub aws_endpoint_url: Option<String>,
+    /// IAM role to assume for reading the key ring
+    #[arg(long, env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
+    pub aws_assume_role: Option<String>,
     /// Accept the deprecated whole-Secret `spec.data` format
     #[arg(long, env = env::KSEAL_ACCEPT_DEPRECATED_V1_DATA, action = ArgAction::Set, default_value_t = true)]
     pub accept_deprecated_v1_data: bool,
@@ -170,6 +195,8 @@ pub struct Config {
     pub generate_key_if_missing: bool,
     /// Key renewal; in effect only with `generate_key_if_missing`.
     pub key_renewal: Renewal,
+    /// The fleet key ring to mirror, if any.
+    pub key_source: Option<KeySourceConfig>,
     /// Accept `spec.data`.
     pub accept_deprecated_v1_data: bool,
     /// Watched namespaces.
@@ -200,6 +227,19 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
+/// A remote key ring (`--key-source`).
+#[derive(Debug, Clone)]
+pub struct KeySourceConfig {
+    /// Where the ring is.
+    pub location: kseal_keystore::Location,
+    /// Poll interval (before jitter).
+    pub interval: Duration,
+    /// How long a mirrored key outlives its removal from the ring.
+    pub retire_grace: Duration,
+    /// How to reach AWS.
+    pub aws: kseal_keystore::AwsOptions,
+}
+
 /// Why a configuration is invalid.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
@@ -226,6 +266,17 @@ pub enum ConfigError {
         /// The value.
         value: String,
     },
+    /// `--key-source` cannot be parsed.
+    #[error("invalid --key-source: {0}")]
+    KeySource(String),
+    /// `--key-source` with in-cluster key generation.
+    #[error(
+        "--key-source and --generate-key-if-missing=true exclude each other: with a fleet key ring every key comes from the ring (rotate with `kseal keys rotate`)"
+    )]
+    KeySourceWithGeneration,
+    /// A zero poll interval.
+    #[error("invalid --key-source-interval: must be at least 1s")]
+    KeySourceInterval,
     /// A bad `key=value` item in `--privatekey-labels` or `--privatekey-annotations`.
     #[error("invalid {flag} item {item:?}: {problem}")]
     KeyMetadata {
@@ -309,6 +360,30 @@ impl Config {
             &args.privatekey_annotations,
             false,
         )?;
+        let key_source = match args.key_source.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => {
+                if args.generate_key_if_missing {
+                    return Err(ConfigError::KeySourceWithGeneration);
+                }
+                if args.key_source_interval < Duration::from_secs(1) {
+                    return Err(ConfigError::KeySourceInterval);
+                }
+                let location = kseal_keystore::Location::parse(url)
+                    .map_err(|e| ConfigError::KeySource(e.to_string()))?;
+                Some(KeySourceConfig {
+                    location,
+                    interval: args.key_source_interval,
+                    retire_grace: args.key_source_retire_grace,
+                    aws: kseal_keystore::AwsOptions {
+                        region: args.aws_region.filter(|r| !r.is_empty()),
+                        endpoint_url: args.aws_endpoint_url.filter(|u| !u.is_empty()),
+                        assume_role: args.aws_assume_role.filter(|r| !r.is_empty()),
+                        ..kseal_keystore::AwsOptions::default()
+                    },
+                })
+            }
+        };
         let identity = std::env::var(env::POD_NAME)
             .ok()
             .filter(|n| !n.is_empty())
@@ -324,6 +399,7 @@ impl Config {
             key_order: args.key_order_priority,
             generate_key_if_missing: args.generate_key_if_missing,
             key_renewal,
+            key_source,
             accept_deprecated_v1_data: args.accept_deprecated_v1_data,
             namespaces,
             label_selector: args.label_selector.filter(|s| !s.trim().is_empty()),

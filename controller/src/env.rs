@@ -23,6 +23,18 @@ pub const KSEAL_PRIVATEKEY_ANNOTATIONS: &str = "KSEAL_PRIVATEKEY_ANNOTATIONS";
 pub const KSEAL_KEY_ORDER_PRIORITY: &str = "KSEAL_KEY_ORDER_PRIORITY";
 /// `--generate-key-if-missing`.
 pub const KSEAL_GENERATE_KEY_IF_MISSING: &str = "KSEAL_GENERATE_KEY_IF_MISSING";
+/// `--key-source`.
+pub const KSEAL_KEY_SOURCE: &str = "KSEAL_KEY_SOURCE";
+/// `--key-source-interval`.
+pub const KSEAL_KEY_SOURCE_INTERVAL: &str = "KSEAL_KEY_SOURCE_INTERVAL";
+/// `--key-source-retire-grace`.
+pub const KSEAL_KEY_SOURCE_RETIRE_GRACE: &str = "KSEAL_KEY_SOURCE_RETIRE_GRACE";
+/// `--aws-region`.
+pub const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
+/// `--aws-endpoint-url`.
+pub const KSEAL_AWS_ENDPOINT_URL: &str = "KSEAL_AWS_ENDPOINT_URL";
+/// `--aws-assume-role`.
+pub const KSEAL_AWS_ASSUME_ROLE: &str = "KSEAL_AWS_ASSUME_ROLE";
 /// `--key-renew-period` (alias `--rotate-period`).
 pub const KSEAL_KEY_RENEW_PERIOD: &str = "KSEAL_KEY_RENEW_PERIOD";
 /// `--key-cutoff-time`.

@@ -7,7 +7,8 @@
 //! - `GET /v1/cert.pem`: the sealing key's certificate (`application/x-pem-file`);
 //! - `GET /v1/certs`: every public certificate with its fingerprint (JSON);
 //! - `POST /v1/verify`: whether every item of one SealedSecret opens with the key ring;
-//! - `POST /v1/rotate`: the same SealedSecret re-sealed with the sealing key.
+//! - `POST /v1/rotate`: the same SealedSecret re-sealed with the sealing key;
+//! - `POST /v1/refresh`: check the fleet key ring now (with `--key-source`).
 //!
 //! The metrics server (`--listen-metrics-addr`) serves `GET /metrics`.
 //!
@@ -136,6 +137,7 @@ pub fn api_router(state: State, options: ApiOptions) -> Router {
     let limited = Router::new()
         .route("/v1/verify", post(verify))
         .route("/v1/rotate", post(rotate))
+        .route("/v1/refresh", post(refresh))
         .route_layer(middleware::from_fn_with_state(app.clone(), rate_limit));
     let v1 = Router::new()
         .route("/v1/cert.pem", get(cert_pem))
@@ -423,15 +425,34 @@ async fn readyz(AxumState(app): AxumState<App>) -> Response {
     }
     let mut reasons = Vec::new();
     if !readiness.keys_loaded.load(Ordering::Acquire) {
-        reasons.push("no keys loaded");
+        reasons.push("no keys loaded".to_owned());
     }
     if !readiness.caches_synced.load(Ordering::Acquire) {
-        reasons.push("caches not synced");
+        reasons.push("caches not synced".to_owned());
+    }
+    if let Some(source) = readiness.key_source().filter(|s| !s.usable) {
+        reasons.push(match source.problem {
+            Some(problem) => format!("key source not read yet: {problem}"),
+            None => "key source not read yet".to_owned(),
+        });
     }
     text(
         StatusCode::SERVICE_UNAVAILABLE,
         format!("not ready: {}\n", reasons.join(", ")),
     )
+}
+
+/// `POST /v1/refresh`: check the fleet key ring now (rate-limited like verify and rotate;
+/// requests close together are merged).
+async fn refresh(AxumState(app): AxumState<App>) -> Response {
+    if app.state.readiness.key_source().is_none() {
+        return text(
+            StatusCode::NOT_FOUND,
+            "no key source configured (--key-source)\n",
+        );
+    }
+    app.state.refresh.request();
+    text(StatusCode::ACCEPTED, "refresh requested\n")
 }
 
 async fn cert_pem(AxumState(app): AxumState<App>) -> Response {

@@ -77,6 +77,10 @@ pub struct KeyMaterial {
     pub created: Option<SystemTime>,
     /// The PEM texts, or why they could not be read.
     pub pem: Result<KeyPem, Rejection>,
+    /// A copy of a fleet ring key, made by this controller's key-source mirror.
+    pub mirror: bool,
+    /// The fleet ring names this key as its active (sealing) key.
+    pub sealing: bool,
 }
 
 impl fmt::Debug for KeyMaterial {
@@ -246,7 +250,18 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
             "the Secret lacks tls.key or tls.crt",
         )),
     };
+    let mirror = secret
+        .labels()
+        .get(crate::remote::MIRROR_LABEL)
+        .is_some_and(|v| v == "true");
+    let sealing = mirror
+        && secret
+            .annotations()
+            .get(crate::remote::ACTIVE_ANNOTATION)
+            .is_some_and(|v| v == "true");
     KeyMaterial {
+        mirror,
+        sealing,
         origin,
         version: meta.resource_version.clone().unwrap_or_default(),
         reference: Some(secret.object_ref(&())),
@@ -421,6 +436,8 @@ pub struct Built {
     pub ring: KeyRing,
     /// Keys rejected for the first time (not reported before), with why.
     pub newly_rejected: Vec<(usize, Rejection)>,
+    /// Usable keys that are copies of a fleet ring's keys.
+    pub mirrored: usize,
 }
 
 /// Parses `materials` into a ring ordered per `order`. Rejected keys are skipped.
@@ -456,9 +473,48 @@ pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseC
         seen.insert(key, parsed);
     }
     cache.entries = seen;
+    // A fleet ring names its sealing key; an expired certificate never seals (it still opens).
+    let now = SystemTime::now();
+    let mut sealing_key = None;
+    let mut mirrored = 0;
+    for (material, parsed) in materials.iter().map(|m| {
+        let key = (m.origin.clone(), m.version.clone());
+        (m, cache.entries.get(&key))
+    }) {
+        let Some(Ok(pair)) = parsed else { continue };
+        if material.mirror {
+            mirrored += 1;
+        }
+        if material.sealing {
+            if pair.certificate().is_expired_at(now) {
+                tracing::warn!(
+                    key = %material.origin,
+                    fingerprint = %pair.id(),
+                    "the fleet ring's active key has an expired certificate: it still opens, but the newest unexpired key seals; rotate the ring (kseal keys rotate)"
+                );
+            } else {
+                sealing_key = Some(pair.id().clone());
+            }
+        }
+    }
+    match sealing_key {
+        Some(id) => {
+            ring.set_sealing_key(&id);
+        }
+        None => {
+            let unexpired = ring
+                .keys()
+                .find(|k| !k.certificate().is_expired_at(now))
+                .map(|k| k.id().clone());
+            if let Some(id) = unexpired {
+                ring.set_sealing_key(&id);
+            }
+        }
+    }
     Built {
         ring,
         newly_rejected,
+        mirrored,
     }
 }
 
@@ -607,6 +663,10 @@ pub async fn run(
                     if state.is_leader() {
                         source.report(material, rejection).await;
                     }
+                }
+                if built.mirrored > 0 {
+                    // A valid mirror lets a restart during a key-source outage serve at once.
+                    state.readiness.key_source_mirror_found();
                 }
                 ring_changed = publish(&state, built.ring);
                 loaded.send_replace(true);

@@ -5,6 +5,8 @@
 //! - [`state`]: what the reconciler, the HTTP server and the key loader share;
 //! - [`keys`]: loading the key ring from labelled key Secrets, hot reload, optional generation
 //!   and renewal;
+//! - [`remote`]: the fleet key ring as a key source (`--key-source`), mirrored into key
+//!   Secrets;
 //! - [`renewal`]: when a new key is due (Bitnami's `--key-renew-period`, `--key-cutoff-time`);
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
@@ -18,6 +20,7 @@ pub mod keys;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
+pub mod remote;
 pub mod renewal;
 pub mod state;
 

@@ -87,16 +87,28 @@ async fn signalled() -> anyhow::Result<()> {
 }
 
 /// Forwards SIGUSR1 to the key loader as a request for a new key, as Bitnami's controller
-/// does. Without the handler the signal's default action would kill the process.
+/// does, or, with a key source, as a request to check the fleet ring now. Without the handler
+/// the signal's default action would kill the process.
 #[cfg(unix)]
-fn forward_sigusr1(requester: keys::KeyRequester) {
+fn forward_sigusr1(
+    requester: keys::KeyRequester,
+    refresh: Option<kseal_controller::remote::Refresh>,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::user_defined1()) {
         Ok(mut usr1) => {
             tokio::spawn(async move {
                 while usr1.recv().await.is_some() {
-                    tracing::info!("SIGUSR1: a new key is requested");
-                    requester.request();
+                    match &refresh {
+                        Some(refresh) => {
+                            tracing::info!("SIGUSR1: checking the fleet key ring now");
+                            refresh.request();
+                        }
+                        None => {
+                            tracing::info!("SIGUSR1: a new key is requested");
+                            requester.request();
+                        }
+                    }
                 }
             });
         }
@@ -108,9 +120,13 @@ fn forward_sigusr1(requester: keys::KeyRequester) {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     let config = Arc::new(config);
+    let state = State::new();
     let (requester, requests) = KeyRequests::channel();
     #[cfg(unix)]
-    forward_sigusr1(requester);
+    forward_sigusr1(
+        requester,
+        config.key_source.as_ref().map(|_| state.refresh.clone()),
+    );
     #[cfg(not(unix))]
     drop(requester);
     tracing::info!(
@@ -118,6 +134,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         namespace = %config.controller_namespace,
         identity = %config.identity,
         generate_keys = config.generate_key_if_missing,
+        key_source = config.key_source.as_ref().map(|s| s.location.to_string()),
         "starting kseal-controller"
     );
     for warning in &config.warnings {
@@ -126,7 +143,6 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("failed to configure the Kubernetes client (in-cluster or KUBECONFIG)")?;
-    let state = State::new();
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // The Lease is released only after the reconciler stopped writing.
@@ -149,6 +165,17 @@ async fn run(config: Config) -> anyhow::Result<()> {
         requests,
         shutdown_rx.clone(),
     ));
+    let remote_task = config.key_source.clone().map(|source| {
+        tokio::spawn(kseal_controller::remote::run(
+            source,
+            client.clone(),
+            config.controller_namespace.clone(),
+            config.identity.clone(),
+            state.clone(),
+            state.refresh.clone(),
+            shutdown_rx.clone(),
+        ))
+    });
     let mut reconciler = tokio::spawn(reconcile::run(
         client.clone(),
         config.clone(),
@@ -203,6 +230,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
         http_task.abort();
     }
     key_task.abort();
+    if let Some(task) = remote_task {
+        task.abort();
+    }
     release_tx.send_replace(true);
     match tokio::time::timeout(std::time::Duration::from_secs(10), leader_task).await {
         Ok(Ok(Err(e))) => {

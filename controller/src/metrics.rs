@@ -113,6 +113,31 @@ pub struct Metrics {
     pub reconciles: Family<OutcomeLabels, Counter>,
     /// `kseal_is_leader`: 1 while this replica holds the Lease.
     pub is_leader: Gauge,
+    /// `kseal_key_source_requests_total{operation,outcome}`: key-source calls
+    /// (`describe_index`, `get_index`, `get_key`) and syncs (`sync`), by outcome.
+    pub key_source_requests: Family<KeySourceLabels, Counter>,
+    /// `kseal_key_source_last_success_timestamp_seconds`: Unix time of the last good sync.
+    pub key_source_last_success: Gauge,
+    /// `kseal_key_source_ring_keys`: keys in the ring's index.
+    pub key_source_ring_keys: Gauge,
+    /// `kseal_key_source_key_age_seconds{kid}`: time since each key entered the ring.
+    pub key_source_key_age_seconds: Family<KidLabels, Gauge>,
+}
+
+/// Labels of `kseal_key_source_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeySourceLabels {
+    /// `describe_index`, `get_index`, `get_key` or `sync`.
+    pub operation: String,
+    /// `ok` or a failure reason (`not_found`, `access_denied`, `network`, …).
+    pub outcome: String,
+}
+
+/// Labels of per-key gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KidLabels {
+    /// The first 12 characters of the kid.
+    pub kid: String,
 }
 
 impl Metrics {
@@ -136,6 +161,10 @@ impl Metrics {
             reconcile_duration: latency_histogram(),
             reconciles: Family::default(),
             is_leader: Gauge::default(),
+            key_source_requests: Family::default(),
+            key_source_last_success: Gauge::default(),
+            key_source_ring_keys: Gauge::default(),
+            key_source_key_age_seconds: Family::default(),
             registry: Registry::default(),
         };
         {
@@ -207,6 +236,28 @@ impl Metrics {
                 "is_leader",
                 "1 while this replica holds the leader Lease",
                 m.is_leader.clone(),
+            );
+            r.register(
+                "key_source_requests",
+                "Key-source calls (describe_index, get_index, get_key) and syncs, by outcome",
+                m.key_source_requests.clone(),
+            );
+            r.register_with_unit(
+                "key_source_last_success_timestamp",
+                "Unix time of the last successful key-source sync",
+                Unit::Seconds,
+                m.key_source_last_success.clone(),
+            );
+            r.register(
+                "key_source_ring_keys",
+                "Keys in the fleet key ring's index",
+                m.key_source_ring_keys.clone(),
+            );
+            r.register_with_unit(
+                "key_source_key_age",
+                "Time since each key of the fleet ring entered it",
+                Unit::Seconds,
+                m.key_source_key_age_seconds.clone(),
             );
         }
         Self { registry, ..m }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use kseal_keys::KeyRing;
 use tokio::sync::watch;
@@ -27,9 +28,13 @@ impl Keys {
         self.tx.borrow().clone()
     }
 
-    /// Replaces the ring; returns whether the set of keys changed.
+    /// Replaces the ring; returns whether the set of keys or the sealing key changed.
     pub fn replace(&self, ring: KeyRing) -> bool {
-        let ids = |r: &KeyRing| r.keys().map(|k| k.id().clone()).collect::<Vec<_>>();
+        let ids = |r: &KeyRing| {
+            let mut ids: Vec<_> = r.keys().map(|k| k.id().clone()).collect();
+            ids.extend(r.sealing_key().map(|k| k.id().clone()));
+            ids
+        };
         let new_ids = ids(&ring);
         self.tx.send_if_modified(|current| {
             let changed = ids(current) != new_ids;
@@ -65,12 +70,71 @@ pub struct Readiness {
     pub keys_loaded: AtomicBool,
     /// The reconciler's watch caches have synced.
     pub caches_synced: AtomicBool,
+    /// With a key source: whether it was fetched once or a mirror of it was found, and the
+    /// last problem reading it (public text, for `/readyz`).
+    key_source: Mutex<Option<KeySourceStatus>>,
+}
+
+/// The key source's part of readiness.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeySourceStatus {
+    /// Fetched once, or a valid mirror was found: keys can be served.
+    pub usable: bool,
+    /// The last error, e.g. `access_denied: access denied: GetSecretValue on kseal/fleet/index`.
+    pub problem: Option<String>,
 }
 
 impl Readiness {
     /// Whether the replica can serve and reconcile.
     pub fn is_ready(&self) -> bool {
-        self.keys_loaded.load(Ordering::Acquire) && self.caches_synced.load(Ordering::Acquire)
+        self.keys_loaded.load(Ordering::Acquire)
+            && self.caches_synced.load(Ordering::Acquire)
+            && self.key_source().is_none_or(|s| s.usable)
+    }
+
+    /// The key source's status (`None` without a key source).
+    pub fn key_source(&self) -> Option<KeySourceStatus> {
+        self.key_source
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn update_key_source(&self, f: impl FnOnce(&mut KeySourceStatus)) {
+        let mut guard = self
+            .key_source
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f(guard.get_or_insert_with(KeySourceStatus::default));
+    }
+
+    /// A key source is configured: not ready until it is fetched or mirrored.
+    pub fn key_source_configured(&self) {
+        self.update_key_source(|_| {});
+    }
+
+    /// The key source was read successfully.
+    pub fn key_source_ok(&self) {
+        self.update_key_source(|s| {
+            s.usable = true;
+            s.problem = None;
+        });
+    }
+
+    /// Reading the key source failed (readiness stays as it was: a mirror keeps serving).
+    pub fn key_source_failed(&self, problem: String) {
+        self.update_key_source(|s| s.problem = Some(problem));
+    }
+
+    /// The key loader found a valid mirror of the key source (no-op without a key source).
+    pub fn key_source_mirror_found(&self) {
+        let mut guard = self
+            .key_source
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = guard.as_mut() {
+            s.usable = true;
+        }
     }
 }
 
@@ -85,6 +149,8 @@ pub struct State {
     pub readiness: Arc<Readiness>,
     /// Whether this replica currently holds the leader Lease (always true without election).
     pub leader: Arc<AtomicBool>,
+    /// Asks the key-source loop to check the ring now.
+    pub refresh: crate::remote::Refresh,
 }
 
 impl State {
@@ -95,6 +161,7 @@ impl State {
             metrics: Arc::new(Metrics::new()),
             readiness: Arc::new(Readiness::default()),
             leader: Arc::new(AtomicBool::new(false)),
+            refresh: crate::remote::Refresh::default(),
         }
     }
 

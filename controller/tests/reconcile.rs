@@ -147,29 +147,6 @@ pub async fn core_scenario(client: Client) {
     cluster.cleanup().await;
 }
 
-/// A client for the reference kube-apiserver (`KSEAL_REFAPI_KUBECONFIG`, set by
-/// scripts/test.sh), or `None` (skip loudly; fail under `CI=true`).
-async fn real_client(test: &str) -> Option<Client> {
-    let path = match std::env::var("KSEAL_REFAPI_KUBECONFIG") {
-        Ok(p) if !p.is_empty() => p,
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "KSEAL_REFAPI_KUBECONFIG is not set, but CI=true: the controller must be tested against the reference kube-apiserver"
-            );
-            eprintln!(
-                "SKIPPED: {test} against a real kube-apiserver needs KSEAL_REFAPI_KUBECONFIG (scripts/test.sh sets it)"
-            );
-            return None;
-        }
-    };
-    let kc = kube::config::Kubeconfig::read_from(path).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Some(Client::try_from(cfg).unwrap())
-}
-
 /// Runs a scenario against the in-process test server and against the reference
 /// kube-apiserver.
 macro_rules! on_both {

@@ -149,6 +149,8 @@ pub struct OpenStats {
 #[derive(Clone, Default, Debug)]
 pub struct KeyRing {
     keys: Vec<KeyPair>,
+    /// The key chosen to seal instead of the newest (a fleet ring's active key).
+    preferred: Option<KeyId>,
 }
 
 impl KeyRing {
@@ -179,7 +181,21 @@ impl KeyRing {
     /// Removes the key with this fingerprint.
     pub fn remove(&mut self, id: &KeyId) -> Option<KeyPair> {
         let at = self.keys.iter().position(|k| k.id() == id)?;
+        if self.preferred.as_ref() == Some(id) {
+            self.preferred = None;
+        }
         Some(self.keys.remove(at))
+    }
+
+    /// Makes the key with this fingerprint the sealing key whatever its age (a fleet key
+    /// ring names its active key explicitly). Returns `false`, changing nothing, when the ring
+    /// has no such key.
+    pub fn set_sealing_key(&mut self, id: &KeyId) -> bool {
+        if self.get(id).is_none() {
+            return false;
+        }
+        self.preferred = Some(id.clone());
+        true
     }
 
     /// The key with this fingerprint.
@@ -187,9 +203,13 @@ impl KeyRing {
         self.keys.iter().find(|k| k.id() == id)
     }
 
-    /// The key that seals new values: the newest.
+    /// The key that seals new values: the one chosen with [`KeyRing::set_sealing_key`], else
+    /// the newest.
     pub fn sealing_key(&self) -> Option<&KeyPair> {
-        self.keys.first()
+        self.preferred
+            .as_ref()
+            .and_then(|id| self.get(id))
+            .or_else(|| self.keys.first())
     }
 
     /// All keys, newest first.
@@ -230,10 +250,14 @@ impl KeyRing {
         if self.keys.is_empty() {
             return Err(Error::EmptyKeyRing);
         }
-        let hinted = hint.and_then(|id| self.keys.iter().position(|k| k.id() == id));
-        let order = hinted
+        let position = |id: &KeyId| self.keys.iter().position(|k| k.id() == id);
+        let hinted = hint.and_then(position);
+        let sealing = self.preferred.as_ref().and_then(position).or(Some(0));
+        let first = [hinted, sealing.filter(|s| Some(*s) != hinted)];
+        let order = first
             .into_iter()
-            .chain((0..self.keys.len()).filter(|&i| Some(i) != hinted));
+            .flatten()
+            .chain((0..self.keys.len()).filter(|i| Some(*i) != hinted && Some(*i) != sealing));
         let rsa_len = envelope.rsa_ciphertext().len();
         let mut rsa_operations = 0u32;
         for index in order {

@@ -267,3 +267,26 @@ fn sealing_is_randomized() {
         seal(key, &label, b"same").unwrap()
     );
 }
+
+#[test]
+fn a_chosen_sealing_key_seals_whatever_its_age_and_others_still_open() {
+    let older = other_pair().clone().with_order_time(SystemTime::UNIX_EPOCH);
+    let newer = test_pair().clone().with_order_time(SystemTime::now());
+    let mut ring: KeyRing = [older.clone(), newer.clone()].into_iter().collect();
+    assert_eq!(ring.sealing_key().unwrap().id(), newer.id());
+    assert!(ring.set_sealing_key(older.id()));
+    assert_eq!(ring.sealing_key().unwrap().id(), older.id());
+    let label = Scope::Strict.label("ns", "name");
+    let sealed = seal(newer.public_key(), &label, b"v").unwrap();
+    let opened = ring.open(&label, &sealed, None).unwrap();
+    assert_eq!(opened.key, *newer.id());
+    assert_eq!(
+        opened.rsa_operations, 2,
+        "the chosen sealing key is tried first"
+    );
+    let mut without = ring.clone();
+    without.remove(older.id());
+    assert!(!without.set_sealing_key(older.id()));
+    ring.remove(older.id());
+    assert_eq!(ring.sealing_key().unwrap().id(), newer.id());
+}

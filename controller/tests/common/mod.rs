@@ -172,6 +172,7 @@ pub struct Running {
     stop: watch::Sender<bool>,
     reconciler: tokio::task::JoinHandle<()>,
     keys: tokio::task::JoinHandle<()>,
+    remote: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
@@ -198,6 +199,17 @@ impl Running {
             requests,
             stop_rx.clone(),
         ));
+        let remote = config.key_source.clone().map(|source| {
+            tokio::spawn(kseal_controller::remote::run(
+                source,
+                client.clone(),
+                config.controller_namespace.clone(),
+                config.identity.clone(),
+                state.clone(),
+                state.refresh.clone(),
+                stop_rx.clone(),
+            ))
+        });
         let reconciler = tokio::spawn(reconcile::run(
             client.clone(),
             config,
@@ -211,6 +223,7 @@ impl Running {
             stop,
             reconciler,
             keys,
+            remote,
         }
     }
 
@@ -219,6 +232,9 @@ impl Running {
         self.stop.send_replace(true);
         let _ = tokio::time::timeout(DEADLINE, self.reconciler).await;
         let _ = tokio::time::timeout(DEADLINE, self.keys).await;
+        if let Some(remote) = self.remote {
+            let _ = tokio::time::timeout(DEADLINE, remote).await;
+        }
     }
 
     pub fn rsa_operations(&self) -> u64 {
@@ -368,4 +384,27 @@ impl Cluster {
         delete_namespace(&self.client, &self.app).await;
         delete_namespace(&self.client, &self.ctrl).await;
     }
+}
+
+/// A client for the reference kube-apiserver (`KSEAL_REFAPI_KUBECONFIG`, set by
+/// scripts/test.sh), or `None` (skip loudly; fail under `CI=true`).
+pub async fn real_client(test: &str) -> Option<Client> {
+    let path = match std::env::var("KSEAL_REFAPI_KUBECONFIG") {
+        Ok(p) if !p.is_empty() => p,
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "KSEAL_REFAPI_KUBECONFIG is not set, but CI=true: the controller must be tested against the reference kube-apiserver"
+            );
+            eprintln!(
+                "SKIPPED: {test} against a real kube-apiserver needs KSEAL_REFAPI_KUBECONFIG (scripts/test.sh sets it)"
+            );
+            return None;
+        }
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Some(Client::try_from(cfg).unwrap())
 }
