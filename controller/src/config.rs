@@ -599,6 +599,54 @@ mod tests {
     }
 
     #[test]
+    fn key_source_excludes_generation_and_must_parse() {
+        let err = Config::from_args(
+            args(&[
+                "--key-source",
+                "secretsmanager://kseal/fleet",
+                "--generate-key-if-missing",
+                "true",
+            ]),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err, ConfigError::KeySourceWithGeneration);
+        let err = Config::from_args(args(&["--key-source", "s3://bucket"]), None).unwrap_err();
+        assert!(err.to_string().contains("unknown scheme"), "{err}");
+        let err = Config::from_args(
+            args(&["--key-source", "kseal/fleet", "--key-source-interval", "0"]),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err, ConfigError::KeySourceInterval);
+        let c = Config::from_args(
+            args(&[
+                "--key-source",
+                "secretsmanager://kseal/fleet?region=eu-west-1",
+                "--key-source-interval",
+                "30m",
+                "--aws-assume-role",
+                "arn:aws:iam::111122223333:role/kseal",
+            ]),
+            None,
+        )
+        .unwrap();
+        let source = c.key_source.unwrap();
+        assert_eq!(source.interval, Duration::from_secs(1800));
+        assert_eq!(source.retire_grace, Duration::from_secs(168 * 3600));
+        assert_eq!(
+            source.location.to_string(),
+            "secretsmanager://kseal/fleet?region=eu-west-1"
+        );
+        assert_eq!(
+            source.aws.assume_role.as_deref(),
+            Some("arn:aws:iam::111122223333:role/kseal")
+        );
+        let none = Config::from_args(args(&["--key-source", ""]), None).unwrap();
+        assert!(none.key_source.is_none());
+    }
+
+    #[test]
     fn defaults_match_bitnami_where_meaning_is_shared() {
         let c = Config::from_args(args(&[]), Some("sealed".into())).unwrap();
         assert_eq!(c.controller_namespace, "sealed");

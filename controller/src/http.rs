@@ -430,7 +430,7 @@ async fn readyz(AxumState(app): AxumState<App>) -> Response {
     if !readiness.caches_synced.load(Ordering::Acquire) {
         reasons.push("caches not synced".to_owned());
     }
-    if let Some(source) = readiness.key_source().filter(|s| !s.usable) {
+    if let Some(source) = readiness.key_source_blocking() {
         reasons.push(match source.problem {
             Some(problem) => format!("key source not read yet: {problem}"),
             None => "key source not read yet".to_owned(),

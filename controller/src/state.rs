@@ -73,6 +73,9 @@ pub struct Readiness {
     /// With a key source: whether it was fetched once or a mirror of it was found, and the
     /// last problem reading it (public text, for `/readyz`).
     key_source: Mutex<Option<KeySourceStatus>>,
+    /// The key loader found a valid mirror of a fleet ring (kept apart from `key_source`, so
+    /// the order in which the loader and the key-source loop start does not matter).
+    mirror_found: AtomicBool,
 }
 
 /// The key source's part of readiness.
@@ -89,7 +92,8 @@ impl Readiness {
     pub fn is_ready(&self) -> bool {
         self.keys_loaded.load(Ordering::Acquire)
             && self.caches_synced.load(Ordering::Acquire)
-            && self.key_source().is_none_or(|s| s.usable)
+            && (self.mirror_found.load(Ordering::Acquire)
+                || self.key_source().is_none_or(|s| s.usable))
     }
 
     /// The key source's status (`None` without a key source).
@@ -126,15 +130,18 @@ impl Readiness {
         self.update_key_source(|s| s.problem = Some(problem));
     }
 
-    /// The key loader found a valid mirror of the key source (no-op without a key source).
-    pub fn key_source_mirror_found(&self) {
-        let mut guard = self
-            .key_source
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = guard.as_mut() {
-            s.usable = true;
+    /// The key source's status while it keeps the replica unready (never read, no mirror).
+    pub fn key_source_blocking(&self) -> Option<KeySourceStatus> {
+        if self.mirror_found.load(Ordering::Acquire) {
+            return None;
         }
+        self.key_source().filter(|s| !s.usable)
+    }
+
+    /// The key loader found a valid mirror of a fleet ring: keys can be served even while the
+    /// ring cannot be read.
+    pub fn key_source_mirror_found(&self) {
+        self.mirror_found.store(true, Ordering::Release);
     }
 }
 
