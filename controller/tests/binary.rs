@@ -56,6 +56,93 @@ fn invalid_flags_fail_with_a_message() {
             .contains("invalid --key-cutoff-time \"yesterday\": use RFC 1123 with a numeric zone"),
         "{stderr}"
     );
+    let out = controller_command()
+        .args(["--key-source", "s3://bucket/ring"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "invalid --key-source: invalid ring location \"s3://bucket/ring\": unknown scheme"
+        ),
+        "{stderr}"
+    );
+    let out = controller_command()
+        .args([
+            "--key-source",
+            "secretsmanager://kseal/fleet",
+            "--generate-key-if-missing=true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("exclude each other"), "{stderr}");
+}
+
+/// The binary with `--key-source dir://…` (a directory ring, as the Secrets Store CSI driver
+/// mounts one): keys come from the ring, and SIGUSR1 checks the ring instead of generating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_reads_a_directory_ring_and_sigusr1_refreshes_it() {
+    use kseal_keystore::{AwsOptions, Location, Ring};
+    let server = TestApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let client = served.client().unwrap();
+    let cluster = Cluster::new(client.clone()).await;
+    let ring_dir = dir.path().join("ring");
+    let location = Location::parse(&format!("dir://{}", ring_dir.display())).unwrap();
+    let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
+    ring.push(key(1)).await.unwrap();
+    let log = dir.path().join("controller.log");
+    let child = spawn_controller(
+        &kubeconfig,
+        &cluster,
+        &log,
+        &["--key-source", &location.to_string()],
+    );
+    create_ss(
+        &client,
+        &seal(&secret(&cluster.app, "s", &[("a", "1")]), key(1)),
+    )
+    .await;
+    wait_synced(&client, &cluster.app, "s", "True", "Unsealed").await;
+
+    ring.push(key(2)).await.unwrap();
+    ring.activate(
+        kseal_keystore::Kid::of(key(2).public_key()).as_str(),
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    signal(&child, "USR1");
+    let mirrors = |client: kube::Client, ns: String| async move {
+        kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, &ns)
+            .list(&kube::api::ListParams::default().labels("kseal.dev/mirror=true"))
+            .await
+            .map(|l| l.items.len())
+    };
+    eventually(
+        "the pushed key mirrored after SIGUSR1",
+        Duration::from_secs(30),
+        || {
+            let (client, ns) = (client.clone(), cluster.ctrl.clone());
+            async move { Ok((mirrors(client, ns).await? == 2).then_some(())) }
+        },
+    )
+    .await
+    .unwrap();
+    let log = terminate(child, &log).await;
+    assert!(
+        log.contains("SIGUSR1: checking the fleet key ring now"),
+        "{log}"
+    );
+    assert!(log.contains("mirrored a key of the fleet ring"), "{log}");
+    assert!(!log.contains("PRIVATE KEY"), "{log}");
+    drop(served);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
