@@ -49,6 +49,7 @@ SEEDER_RING_ACTIONS = {
     "secretsmanager:DeleteSecret",
     "secretsmanager:RestoreSecret",
     "secretsmanager:ReplicateSecretToRegions",
+    "secretsmanager:RemoveRegionsFromReplication",
 }
 READ = {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
 

@@ -133,6 +133,9 @@ impl AsmStore {
         let out = match request.send().await {
             Ok(out) => out,
             Err(e) if is_code(&e, "ResourceNotFoundException") => return Ok(None),
+            // Scheduled for deletion (retired, or deleted by hand): as good as gone for a
+            // reader; a retry would never succeed.
+            Err(e) if is_scheduled_for_deletion(&e) => return Ok(None),
             Err(e) => return Err(classify("GetSecretValue", name, e)),
         };
         let version = Version(out.version_id().unwrap_or_default().to_owned());
@@ -265,28 +268,49 @@ impl AsmStore {
         tags: &[(&str, &str)],
         same: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Put> {
+        // Look first: a CreateSecret repeated with the same token and value succeeds again
+        // (that is what the token is for), so its answer cannot tell "created" from "already
+        // there"; and a secret scheduled for deletion must be restored, not re-indexed.
+        match self.presence(name).await? {
+            Presence::Absent => {}
+            Presence::Deleted => return Err(scheduled_for_deletion(name)),
+            Presence::Present => return self.existing(name, same).await,
+        }
         match self.create(name, text, token, tags).await {
             Ok(_) => Ok(Put::Created),
-            Err(e) if is_code(&e, "ResourceExistsException") => {
-                match self.read(name, None).await? {
-                    Some((existing, _)) if same(&existing) => Ok(Put::Existed),
-                    Some(_) => Err(Error::Refused(format!(
-                        "{name} already exists and holds another key; kseal never overwrites a key secret"
-                    ))),
-                    None => Err(Error::Conflict {
-                        what: name.to_owned(),
-                    }),
-                }
-            }
+            // Another writer created it since we looked.
+            Err(e) if is_code(&e, "ResourceExistsException") => self.existing(name, same).await,
             Err(e)
                 if is_code(&e, "InvalidRequestException")
                     && e.message().is_some_and(|m| m.contains("delet")) =>
             {
-                Err(Error::Refused(format!(
-                    "{name} is scheduled for deletion: restore it first (aws secretsmanager restore-secret --secret-id {name})"
-                )))
+                Err(scheduled_for_deletion(name))
             }
             Err(e) => Err(classify("CreateSecret", name, e)),
+        }
+    }
+
+    /// Whether `name` exists, and whether it is scheduled for deletion (one metadata call).
+    async fn presence(&self, name: &str) -> Result<Presence> {
+        match self.client.describe_secret().secret_id(name).send().await {
+            Ok(out) if out.deleted_date().is_some() => Ok(Presence::Deleted),
+            Ok(_) => Ok(Presence::Present),
+            Err(e) if is_code(&e, "ResourceNotFoundException") => Ok(Presence::Absent),
+            Err(e) => Err(classify("DescribeSecret", name, e)),
+        }
+    }
+
+    /// The answer for an immutable secret that already exists: [`Put::Existed`] when it holds
+    /// the same thing, refused otherwise.
+    async fn existing(&self, name: &str, same: &(dyn Fn(&str) -> bool + Sync)) -> Result<Put> {
+        match self.read(name, None).await? {
+            Some((existing, _)) if same(&existing) => Ok(Put::Existed),
+            Some(_) => Err(Error::Refused(format!(
+                "{name} already exists and holds another key; kseal never overwrites a key secret"
+            ))),
+            None => Err(Error::Conflict {
+                what: name.to_owned(),
+            }),
         }
     }
 
@@ -312,6 +336,33 @@ impl AsmStore {
     }
 
     pub(crate) async fn schedule_deletion(&self, name: &str, recovery_days: u32) -> Result<()> {
+        let described = self
+            .client
+            .describe_secret()
+            .secret_id(name)
+            .send()
+            .await
+            .map_err(|e| classify("DescribeSecret", name, e))?;
+        if described.deleted_date().is_some() {
+            // Already scheduled (an earlier retire that failed later, say).
+            return Ok(());
+        }
+        // Secrets Manager refuses to delete a primary secret that still has replicas. Removing
+        // them deletes the replicas at once; the primary stays recoverable for the window.
+        let replicas: Vec<String> = described
+            .replication_status()
+            .iter()
+            .filter_map(|r| r.region().map(str::to_owned))
+            .collect();
+        if !replicas.is_empty() {
+            self.client
+                .remove_regions_from_replication()
+                .secret_id(name)
+                .set_remove_replica_regions(Some(replicas))
+                .send()
+                .await
+                .map_err(|e| classify("RemoveRegionsFromReplication", name, e))?;
+        }
         self.client
             .delete_secret()
             .secret_id(name)
@@ -323,17 +374,30 @@ impl AsmStore {
     }
 }
 
-/// A fresh `ClientRequestToken` (UUID v4 text, as the SDK itself makes).
+/// What [`AsmStore::presence`] found.
+enum Presence {
+    Absent,
+    Deleted,
+    Present,
+}
+
+fn scheduled_for_deletion(name: &str) -> Error {
+    Error::Refused(format!(
+        "{name} is scheduled for deletion: restore it first (aws secretsmanager restore-secret --secret-id {name})"
+    ))
+}
+
+/// A fresh `ClientRequestToken` (UUID v4 text, as the SDK itself makes). Only uniqueness
+/// matters (it names a new version); should the OS RNG fail, the clock and process id still
+/// make it unique.
 fn random_token() -> String {
     let mut b = [0u8; 16];
-    // The OS RNG failing is not recoverable in any useful way; a zero token would still be
-    // unique per content on Secrets Manager's side only by chance, so refuse to go on.
     if getrandom::fill(&mut b).is_err() {
-        b = std::process::id()
-            .to_be_bytes()
-            .repeat(4)
-            .try_into()
-            .unwrap_or([7; 16]);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        b[..12].copy_from_slice(&nanos.to_be_bytes()[4..]);
+        b[12..].copy_from_slice(&std::process::id().to_be_bytes());
     }
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
@@ -346,6 +410,16 @@ fn random_token() -> String {
         &hex[16..20],
         &hex[20..]
     )
+}
+
+/// `InvalidRequestException` for a secret marked for deletion (AWS: "marked for deletion";
+/// the emulator: "currently marked deleted").
+fn is_scheduled_for_deletion<E: ProvideErrorMetadata>(
+    e: &SdkError<E, impl std::fmt::Debug>,
+) -> bool {
+    is_code(e, "InvalidRequestException")
+        && e.message()
+            .is_some_and(|m| m.to_ascii_lowercase().contains("deleted") || m.contains("deletion"))
 }
 
 fn is_code<E: ProvideErrorMetadata>(e: &SdkError<E, impl std::fmt::Debug>, code: &str) -> bool {

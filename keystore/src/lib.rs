@@ -272,9 +272,10 @@ impl Store {
         }
     }
 
-    /// Creates the immutable secret `name` holding `text`. Creating it again with the same
-    /// `token` is a no-op ([`Put::Existed`]); `same` decides whether an existing secret holds
-    /// the same thing when the store cannot tell by token.
+    /// Creates the immutable secret `name` holding `text` (`token`: Secrets Manager's
+    /// `ClientRequestToken`). When it exists already, `same` decides whether it holds the same
+    /// thing ([`Put::Existed`], a no-op) or not ([`Error::Refused`]); a secret scheduled for
+    /// deletion is refused too.
     pub async fn create_immutable(
         &self,
         name: &str,
@@ -299,7 +300,10 @@ impl Store {
     }
 
     /// Schedules the deletion of the secret `name` after `recovery_days` (Secrets Manager's
-    /// recovery window, 7 to 30 days; a directory store moves it under `retired/`).
+    /// recovery window, 7 to 30 days; a directory store moves it under `retired/`). On Secrets
+    /// Manager the secret's replicas in other regions are removed first (Secrets Manager does
+    /// not delete a replicated secret; replicas go at once, the primary stays recoverable), and
+    /// a secret already scheduled for deletion is left as it is.
     pub async fn schedule_deletion(&self, name: &str, recovery_days: u32) -> Result<()> {
         match self {
             Store::SecretsManager(s) => s.schedule_deletion(name, recovery_days).await,

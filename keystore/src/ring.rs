@@ -20,6 +20,10 @@ use crate::{AwsOptions, Error, Put, Result, Store, Version};
 /// (1 h) plus its largest jitter (10 %), so every cluster has fetched the key first.
 pub const DEFAULT_ACTIVATION_DELAY: Duration = Duration::from_secs(66 * 60);
 
+/// Secrets Manager's limit for one value. An RSA-4096 index entry is about 2.2 KB, so an
+/// index holds about 29 keys: rings retire old keys long before that.
+const MAX_INDEX_BYTES: usize = 65_536;
+
 /// How many times an index change is re-applied after losing a compare-and-swap.
 const CAS_ATTEMPTS: u32 = 8;
 
@@ -216,6 +220,15 @@ impl Ring {
                 return Ok(result);
             }
             index.updated = jiff::Timestamp::now();
+            let text = index.to_json();
+            if text.len() > MAX_INDEX_BYTES {
+                return Err(Error::Refused(format!(
+                    "the index would hold {} bytes for {} keys, over Secrets Manager's 64 KiB \
+                     limit for a value: retire old keys first (`kseal keys retire`)",
+                    text.len(),
+                    index.keys.len()
+                )));
+            }
             let ring = self.name.clone();
             let tags = [
                 ("kseal.dev/ring", ring.as_str()),
@@ -223,7 +236,7 @@ impl Ring {
             ];
             match self
                 .store
-                .compare_and_swap(&name, &index.to_json(), expected.as_ref(), &tags)
+                .compare_and_swap(&name, &text, expected.as_ref(), &tags)
                 .await
             {
                 Ok(_) => return Ok(result),

@@ -1,0 +1,297 @@
+//! The ring contract on a directory store: the same operations as on Secrets Manager, on a
+//! temporary directory, plus the Secrets Store CSI driver's one-file-per-key layout.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use kseal_keys::{CertificateOptions, KeyPair, KeySize};
+use kseal_keystore::{
+    ActivateOutcome, AwsOptions, Error, Index, IndexEntry, KeyEntry, Kid, Location, Put, Ring,
+    Store,
+};
+
+/// A fresh RSA key pair. Test-only 2048-bit keys, do not copy: kseal generates 4096-bit keys.
+fn pair() -> KeyPair {
+    KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).expect("generate a key")
+}
+
+fn kid(p: &KeyPair) -> Kid {
+    Kid::of(p.public_key())
+}
+
+fn location(dir: &Path) -> Location {
+    Location::Directory {
+        path: dir.to_owned(),
+    }
+}
+
+async fn ring_in(dir: &Path) -> Ring {
+    Ring::open(&location(dir), &AwsOptions::default())
+        .await
+        .expect("open the ring")
+}
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn push_writes_the_documented_layout_with_a_private_key_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = ring_in(dir.path()).await;
+    assert!(matches!(ring.store(), Store::Directory(_)));
+    assert_eq!(ring.index_name(), "index.json");
+    assert_eq!(ring.index_version().await.unwrap(), None);
+
+    let p = pair();
+    let out = ring.push(&p).await.unwrap();
+    assert_eq!(out.stored, Put::Created);
+    assert!(out.indexed && out.activated);
+
+    let key_dir = dir.path().join("keys").join(out.kid.as_str());
+    let crt = std::fs::read_to_string(key_dir.join("tls.crt")).unwrap();
+    let key = std::fs::read_to_string(key_dir.join("tls.key")).unwrap();
+    assert_eq!(crt, p.certificate().to_pem());
+    assert!(key.starts_with("-----BEGIN RSA PRIVATE KEY-----"));
+    #[cfg(unix)]
+    {
+        assert_eq!(mode(&key_dir.join("tls.key")), 0o600);
+        assert_eq!(mode(&key_dir), 0o700);
+    }
+
+    let text = std::fs::read_to_string(dir.path().join("index.json")).unwrap();
+    assert!(!text.contains("PRIVATE KEY"));
+    let index = Index::parse(&text, "kseal/fleet", "index.json").unwrap();
+    assert_eq!(index.active, Some(out.kid.clone()));
+    assert_eq!(index.keys.len(), 1);
+    // No temporary files left behind.
+    let leftovers: Vec<_> = walk(dir.path())
+        .into_iter()
+        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    assert_eq!(ring.read_key(&out.kid).await.unwrap().id(), p.id());
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read the directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
+}
+
+#[tokio::test]
+async fn push_twice_then_activate_then_retire_on_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = ring_in(dir.path()).await;
+    let (a, b) = (pair(), pair());
+    let (ka, kb) = (kid(&a), kid(&b));
+    ring.push(&a).await.unwrap();
+    let v1 = ring.index_version().await.unwrap();
+
+    let again = ring.push(&a).await.unwrap();
+    assert_eq!(again.stored, Put::Existed);
+    assert!(!again.indexed);
+    assert_eq!(ring.index_version().await.unwrap(), v1, "no index write");
+
+    let pushed = ring.push(&b).await.unwrap();
+    assert!(pushed.indexed && !pushed.activated);
+    let v2 = ring.index_version().await.unwrap();
+    assert_ne!(v2, v1);
+
+    match ring
+        .activate(kb.as_str(), Duration::from_secs(3600))
+        .await
+        .unwrap()
+    {
+        ActivateOutcome::TooYoung { kid, ready_at } => {
+            assert_eq!(kid, kb);
+            assert!(ready_at > SystemTime::now() + Duration::from_secs(3500));
+        }
+        other => panic!("expected TooYoung, got {other:?}"),
+    }
+    assert_eq!(ring.index_version().await.unwrap(), v2);
+    assert_eq!(
+        ring.activate(&kb.as_str()[..8], Duration::ZERO)
+            .await
+            .unwrap(),
+        ActivateOutcome::Activated {
+            kid: kb.clone(),
+            previous: Some(ka.clone())
+        }
+    );
+    assert_eq!(
+        ring.activate(b.id().as_str(), Duration::ZERO)
+            .await
+            .unwrap(),
+        ActivateOutcome::AlreadyActive(kb.clone())
+    );
+
+    let err = ring.retire(kb.as_str(), 7).await.unwrap_err();
+    assert!(
+        err.to_string().contains("is the active sealing key"),
+        "{err}"
+    );
+    let out = ring.retire(ka.as_str(), 7).await.unwrap();
+    assert_eq!(out.kid, ka);
+    assert!(out.deletion_scheduled);
+
+    let snap = ring.snapshot(None).await.unwrap().unwrap();
+    assert_eq!(snap.index.keys.len(), 1);
+    assert_eq!(snap.index.active, Some(kb.clone()));
+    assert!(!dir.path().join("keys").join(ka.as_str()).exists());
+    let retired: Vec<String> = std::fs::read_dir(dir.path().join("retired"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(retired.len(), 1);
+    assert!(
+        retired[0].starts_with(&format!("{ka}-")),
+        "retired/<kid>-<time>: {retired:?}"
+    );
+    let err = ring.read_key(&ka).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+
+    let err = ring.retire(kb.as_str(), 7).await.unwrap_err();
+    assert!(matches!(err, Error::Refused(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn directory_compare_and_swap_with_a_stale_version_is_a_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = ring_in(dir.path()).await;
+    let store = ring.store();
+
+    let v1 = store
+        .compare_and_swap("doc.json", "one", None, &[])
+        .await
+        .unwrap();
+    let err = store
+        .compare_and_swap("doc.json", "again", None, &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
+    let v2 = store
+        .compare_and_swap("doc.json", "two", Some(&v1), &[])
+        .await
+        .unwrap();
+    let err = store
+        .compare_and_swap("doc.json", "stale", Some(&v1), &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
+    let (text, version) = store.read("doc.json", None).await.unwrap().unwrap();
+    assert_eq!((text.as_str(), version), ("two", v2));
+
+    // Names never leave the ring directory.
+    let err = store
+        .compare_and_swap("../escape", "x", None, &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Refused(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn csi_driver_layout_with_one_json_file_per_key_is_read() {
+    // The Secrets Store CSI driver mounts each Secrets Manager secret as one file: R/index as
+    // `index.json` and R/keys/<kid> as `keys/<kid>` holding {"crt","key"}.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (pair(), pair());
+    let mut index = Index::empty("acme/fleet", SystemTime::now());
+    for p in [&a, &b] {
+        index
+            .keys
+            .push(IndexEntry::new(p.certificate(), SystemTime::now()).unwrap());
+    }
+    index.active = Some(kid(&a));
+    std::fs::create_dir_all(dir.path().join("keys")).unwrap();
+    std::fs::write(dir.path().join("index.json"), index.to_json()).unwrap();
+    // One strict file, one in the reference sample's raw-newline form with a PKCS #8 key.
+    std::fs::write(
+        dir.path().join("keys").join(kid(&a).as_str()),
+        KeyEntry::from_pair(&a).unwrap().to_json().as_bytes(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("keys").join(kid(&b).as_str()),
+        format!(
+            "{{\n  \"crt\": \"{}\",\n  \"key\": \"{}\"\n}}\n",
+            b.certificate().to_pem().trim_end(),
+            b.private_key().to_pkcs8_pem().trim_end()
+        ),
+    )
+    .unwrap();
+
+    let ring = ring_in(dir.path()).await;
+    let snap = ring.snapshot(None).await.unwrap().unwrap();
+    assert_eq!(snap.index.ring, "acme/fleet", "a copy of any ring is read");
+    assert_eq!(snap.index.active, Some(kid(&a)));
+    assert_eq!(ring.read_key(&kid(&a)).await.unwrap().id(), a.id());
+    assert_eq!(ring.read_key(&kid(&b)).await.unwrap().id(), b.id());
+}
+
+#[test]
+fn concurrent_pushes_from_two_threads_keep_both_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = Vec::new();
+    for round in 0..5 {
+        let (a, b) = (pair(), pair());
+        // Two writers, each with its own ring handle and runtime, racing on index.json.
+        let barrier = std::sync::Barrier::new(2);
+        let push = |p: &KeyPair| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let ring = ring_in(dir.path()).await;
+                barrier.wait();
+                ring.push(p).await.unwrap()
+            })
+        };
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| push(&a));
+            let tb = s.spawn(|| push(&b));
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        assert!(ra.indexed && rb.indexed, "round {round}");
+        expected.extend([kid(&a), kid(&b)]);
+
+        let text = std::fs::read_to_string(dir.path().join("index.json")).unwrap();
+        let index = Index::parse(&text, "kseal/fleet", "index.json").unwrap();
+        for k in &expected {
+            assert!(index.entry(k).is_some(), "round {round}: key {k} was lost");
+        }
+        assert_eq!(index.keys.len(), expected.len());
+        assert!(index.active.is_some());
+    }
+}
+
+#[tokio::test]
+async fn an_index_past_the_64_kib_value_limit_is_refused_with_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ring = ring_in(tmp.path()).await;
+    let mut pushed = 0;
+    let err = loop {
+        match ring.push(&pair()).await {
+            Ok(_) => pushed += 1,
+            Err(e) => break e,
+        }
+        assert!(pushed < 200, "the index never hit the limit");
+    };
+    assert!(pushed >= 29, "only {pushed} keys fit");
+    let text = err.to_string();
+    assert!(text.contains("64 KiB"), "{text}");
+    assert!(text.contains("kseal keys retire"), "{text}");
+    // The index that is there still parses and lists every key that was accepted.
+    let snapshot = ring.require_snapshot().await.unwrap();
+    assert_eq!(snapshot.index.keys.len(), pushed);
+}
