@@ -99,8 +99,8 @@ pub struct SyncReport {
 struct Cache {
     version: Option<Version>,
     index: Option<Index>,
-    /// Keys read and checked, by kid. Rejected keys are remembered so they are not re-read
-    /// until the index changes.
+    /// Keys read and checked, by kid. Key secrets are immutable, so a verdict (usable or
+    /// rejected) holds while the key stays in the index; keys not found are not cached.
     keys: HashMap<Kid, Result<KeyPair, String>>,
 }
 
@@ -250,50 +250,6 @@ impl Mirror {
             report.index_read = true;
             let index = snapshot.index;
             self.cache.keys.retain(|kid, _| index.entry(kid).is_some());
-            for entry in &index.keys {
-                if self.cache.keys.contains_key(&entry.kid) {
-                    continue;
-                }
-                let read = self.ring.read_key(&entry.kid).await;
-                count(&self.state, "get_key", outcome(&read));
-                report.keys_read += 1;
-                match read {
-                    Ok(pair) => {
-                        self.cache.keys.insert(entry.kid.clone(), Ok(pair));
-                    }
-                    Err(
-                        e @ (kseal_keystore::Error::BadKey { .. }
-                        | kseal_keystore::Error::Malformed { .. }),
-                    ) => {
-                        tracing::warn!(
-                            kid = %entry.kid.short(),
-                            reason = e.reason(),
-                            "skipping a key of the ring: {}",
-                            crate::error_chain(&e)
-                        );
-                        self.state
-                            .metrics
-                            .key_load_errors
-                            .get_or_create(&crate::metrics::KeyErrorLabels {
-                                reason: "remote_invalid".to_owned(),
-                            })
-                            .inc();
-                        self.cache
-                            .keys
-                            .insert(entry.kid.clone(), Err(e.to_string()));
-                    }
-                    // Listed but not (yet) readable, e.g. a replica region lagging: try again
-                    // at the next poll without failing the others.
-                    Err(e @ kseal_keystore::Error::NotFound { .. }) => {
-                        tracing::warn!(
-                            kid = %entry.kid.short(),
-                            "a key of the ring's index is missing: {}",
-                            crate::error_chain(&e)
-                        );
-                    }
-                    Err(e) => return Err(self.store_err(e)),
-                }
-            }
             if index.active != self.cache.index.as_ref().and_then(|i| i.active.clone())
                 && let Some(active) = &index.active
             {
@@ -302,9 +258,64 @@ impl Mirror {
             self.cache.index = Some(index);
             self.cache.version = Some(version);
         }
+        self.read_new_keys(&mut report).await?;
         self.reconcile_mirror(&mut report).await?;
         self.publish_gauges();
         Ok(report)
+    }
+
+    /// Reads the keys of the index that are not cached yet: new ones, and ones listed but not
+    /// readable at the last poll (e.g. a replica region lagging), which are retried at every
+    /// poll without re-reading the index.
+    async fn read_new_keys(&mut self, report: &mut SyncReport) -> Result<(), SyncError> {
+        let Some(index) = self.cache.index.clone() else {
+            return Ok(());
+        };
+        for entry in &index.keys {
+            if self.cache.keys.contains_key(&entry.kid) {
+                continue;
+            }
+            let read = self.ring.read_key(&entry.kid).await;
+            count(&self.state, "get_key", outcome(&read));
+            report.keys_read += 1;
+            match read {
+                Ok(pair) => {
+                    self.cache.keys.insert(entry.kid.clone(), Ok(pair));
+                }
+                Err(
+                    e @ (kseal_keystore::Error::BadKey { .. }
+                    | kseal_keystore::Error::Malformed { .. }),
+                ) => {
+                    tracing::warn!(
+                        kid = %entry.kid.short(),
+                        reason = e.reason(),
+                        "skipping a key of the ring: {}",
+                        crate::error_chain(&e)
+                    );
+                    self.state
+                        .metrics
+                        .key_load_errors
+                        .get_or_create(&crate::metrics::KeyErrorLabels {
+                            reason: "remote_invalid".to_owned(),
+                        })
+                        .inc();
+                    self.cache
+                        .keys
+                        .insert(entry.kid.clone(), Err(e.to_string()));
+                }
+                // Listed but not readable (yet): not cached, so the next poll tries again,
+                // without failing the other keys.
+                Err(e @ kseal_keystore::Error::NotFound { .. }) => {
+                    tracing::warn!(
+                        kid = %entry.kid.short(),
+                        "a key of the ring's index is missing; retrying at the next poll: {}",
+                        crate::error_chain(&e)
+                    );
+                }
+                Err(e) => return Err(self.store_err(e)),
+            }
+        }
+        Ok(())
     }
 
     fn publish_gauges(&self) {
@@ -418,6 +429,22 @@ impl Mirror {
                         Ok(created) => {
                             mirrored_in_index += 1;
                             report.created.push(created.name_any());
+                            if active && !ours.is_empty() {
+                                // Mirrored and activated in one poll (`rotate --now`).
+                                report.activated = Some(created.name_any());
+                                self.event(
+                                    &created,
+                                    EventType::Normal,
+                                    "SealingKeyActivated",
+                                    format!(
+                                        "key {} ({}) of ring {} seals from now on",
+                                        entry.kid.short(),
+                                        entry.fingerprint,
+                                        self.ring.name()
+                                    ),
+                                )
+                                .await;
+                            }
                             tracing::info!(
                                 secret = %created.name_any(),
                                 kid = %entry.kid.short(),

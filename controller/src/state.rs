@@ -92,16 +92,21 @@ impl Readiness {
     pub fn is_ready(&self) -> bool {
         self.keys_loaded.load(Ordering::Acquire)
             && self.caches_synced.load(Ordering::Acquire)
-            && (self.mirror_found.load(Ordering::Acquire)
-                || self.key_source().is_none_or(|s| s.usable))
+            && self.key_source().is_none_or(|s| s.usable)
     }
 
-    /// The key source's status (`None` without a key source).
+    /// The key source's status (`None` without a key source); a mirror found by the key
+    /// loader makes it usable.
     pub fn key_source(&self) -> Option<KeySourceStatus> {
+        let mirror = self.mirror_found.load(Ordering::Acquire);
         self.key_source
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+            .map(|mut s| {
+                s.usable |= mirror;
+                s
+            })
     }
 
     fn update_key_source(&self, f: impl FnOnce(&mut KeySourceStatus)) {
@@ -132,9 +137,6 @@ impl Readiness {
 
     /// The key source's status while it keeps the replica unready (never read, no mirror).
     pub fn key_source_blocking(&self) -> Option<KeySourceStatus> {
-        if self.mirror_found.load(Ordering::Acquire) {
-            return None;
-        }
         self.key_source().filter(|s| !s.usable)
     }
 

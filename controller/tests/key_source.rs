@@ -664,3 +664,48 @@ async fn refresh_and_readiness_speak_for_the_key_source() {
     let (status, _) = call(&state, "GET", "/readyz").await;
     assert_eq!(status, http::StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_key_not_readable_yet_is_retried_at_every_poll() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let prefix = sm::unique_prefix("lagging-key");
+    let ring = seed(&endpoint, &prefix, &[key(0)]).await;
+    // Key 1 is in the index, its secret not there yet (a lagging replica region).
+    let snapshot = ring.require_snapshot().await.unwrap();
+    let mut index = snapshot.index.clone();
+    index
+        .keys
+        .push(IndexEntry::new(key(1).certificate(), SystemTime::now()).unwrap());
+    ring.store()
+        .compare_and_swap(
+            &ring.index_name(),
+            &index.to_json(),
+            Some(&snapshot.version),
+            &[],
+        )
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(&endpoint).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    let ns = namespace(&client, "kseal-ctrl").await;
+    let (mut mirror, _state) = mirror_through(&proxy, &prefix, &client, &ns, PATIENCE).await;
+    let first = mirror.sync().await.unwrap();
+    assert_eq!(first.created, [mirror_name(&kid(key(0)))]);
+
+    let entry = KeyEntry::from_pair(key(1)).unwrap();
+    ring.store()
+        .put(&ring.key_name(&kid(key(1))), &entry.to_json(), &[])
+        .await
+        .unwrap();
+    let second = mirror.sync().await.unwrap();
+    assert!(!second.index_read, "the index did not change");
+    assert_eq!(second.keys_read, 1, "only the missing key is read again");
+    assert_eq!(second.created, [mirror_name(&kid(key(1)))]);
+    proxy.reset_counts();
+    let third = mirror.sync().await.unwrap();
+    assert_eq!(third.keys_read, 0);
+    assert_eq!(proxy.count("GetSecretValue"), 0);
+}

@@ -149,6 +149,7 @@ trap 'exit 130' INT TERM
 # if stop.sh is never run; it forwards SIGTERM to moto. The server must not hold our stdout,
 # or `eval "$(start.sh)"` would never end.
 start_at="$(now)"
+: >"${LOG}" # exists before the readiness loop reads it
 timeout "${MAX_SECONDS}" "${VENV}/bin/moto_server" -H 127.0.0.1 -p 0 </dev/null >"${LOG}" 2>&1 &
 PID=$!
 echo "${PID}" >"${STATE}/moto.pid"
