@@ -139,6 +139,9 @@ Examples:
   # Seed a new fleet ring in AWS Secrets Manager: generates an RSA-4096 key, which seals at once
   kseal keys push --ring kseal/fleet --region eu-west-1
 
+  # The same, safe to run again (a seeding Job): does nothing once the ring has a key
+  kseal keys push --ring kseal/fleet --if-empty --yes
+
   # Add a key made elsewhere (kseal keys generate --out-dir, or openssl) without activating it
   kseal keys push --ring kseal/fleet --from keys/
 
@@ -165,7 +168,7 @@ Examples:
 const LIST_EXAMPLES: &str = "\
 Examples:
   kseal keys list --ring kseal/fleet
-  kseal keys list --ring secretsmanager://kseal/fleet?region=eu-west-1 -o json";
+  kseal keys list --ring 'secretsmanager://kseal/fleet?region=eu-west-1' -o json";
 
 const EXPORT_CERT_EXAMPLES: &str = "\
 Examples:
@@ -822,16 +825,22 @@ pub(crate) struct KeySpecArgs {
     pub(crate) validity_days: u32,
 }
 
+// Own arguments come before the flattened groups: a group's help heading applies to every
+// argument after it.
 #[derive(Debug, Args)]
 pub(crate) struct PushArgs {
-    #[command(flatten)]
-    pub(crate) ring: RingArgs,
-    #[command(flatten)]
-    pub(crate) write: RingWriteArgs,
     /// Push these keys instead of generating one: key directories (`tls.key` + `tls.crt`, as
     /// `kseal keys generate --out-dir` writes), PEM files, or key Secret manifests
     #[arg(long, env = env::KSEAL_FROM, value_delimiter = ',', value_name = "PATH")]
     pub(crate) from: Vec<PathBuf>,
+    /// Generate and push a key only when the ring has none yet; otherwise change nothing and
+    /// succeed (for seeding Jobs that may run more than once)
+    #[arg(long, env = env::KSEAL_IF_EMPTY, conflicts_with = "from")]
+    pub(crate) if_empty: bool,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
     #[command(flatten)]
     pub(crate) spec: KeySpecArgs,
 }
@@ -852,6 +861,9 @@ pub(crate) struct DelayArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ActivateArgs {
+    /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint
+    #[arg(value_name = "KID")]
+    pub(crate) key: String,
     #[command(flatten)]
     pub(crate) ring: RingArgs,
     #[command(flatten)]
@@ -861,9 +873,6 @@ pub(crate) struct ActivateArgs {
     /// Wait until the key may be activated instead of failing
     #[arg(long, env = env::KSEAL_WAIT)]
     pub(crate) wait: bool,
-    /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint
-    #[arg(value_name = "KID")]
-    pub(crate) key: String,
 }
 
 #[derive(Debug, Args)]
@@ -883,11 +892,11 @@ pub(crate) struct RotateArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
-    #[command(flatten)]
-    pub(crate) ring: RingArgs,
     /// Output: a table, or the index as JSON (public data only)
     #[arg(short = 'o', long = "output", env = env::KSEAL_LIST_OUTPUT, value_enum, default_value = "table")]
     pub(crate) output: ListOutput,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
 }
 
 /// `keys list` output formats.
@@ -899,35 +908,31 @@ pub(crate) enum ListOutput {
 
 #[derive(Debug, Args)]
 pub(crate) struct ExportCertArgs {
-    #[command(flatten)]
-    pub(crate) ring: RingArgs,
     /// Which key's certificate; default: the sealing key's
     #[arg(long = "kid", env = env::KSEAL_KID, value_name = "KID")]
     pub(crate) key: Option<String>,
     /// Write to this file (atomically) instead of stdout
     #[arg(short = 'w', long = "write", env = env::KSEAL_WRITE, value_name = "FILE")]
     pub(crate) write: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct ImportArgs {
-    #[command(flatten)]
-    pub(crate) ring: RingArgs,
-    #[command(flatten)]
-    pub(crate) write: RingWriteArgs,
     /// Where the keys are: key Secret backups (`kubectl get secret -l
     /// sealedsecrets.bitnami.com/sealed-secrets-key -o yaml`), PEM files, key directories, or
     /// `secretsmanager://NAME[?region=…]` (the reference sample's single `{"crt","key"}` secret)
     #[arg(value_name = "SOURCE", required = true)]
     pub(crate) sources: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct RetireArgs {
     #[command(flatten)]
     pub(crate) ring: RingArgs,
     #[command(flatten)]
     pub(crate) write: RingWriteArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RetireArgs {
     /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint
     #[arg(value_name = "KID")]
     pub(crate) key: String,
@@ -938,6 +943,10 @@ pub(crate) struct RetireArgs {
     /// Days Secrets Manager keeps the deleted key secret recoverable (7 to 30)
     #[arg(long, env = env::KSEAL_RECOVERY_DAYS, default_value_t = 30, value_parser = clap::value_parser!(u32).range(7..=30))]
     pub(crate) recovery_days: u32,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
 }
 
 #[derive(Debug, Args)]

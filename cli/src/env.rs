@@ -143,6 +143,8 @@ pub(crate) const KSEAL_MIRROR_CURRENT_TO: &str = "KSEAL_MIRROR_CURRENT_TO";
 pub(crate) const KSEAL_YES: &str = "KSEAL_YES";
 /// Keys to push (`keys push --from`), separated by commas.
 pub(crate) const KSEAL_FROM: &str = "KSEAL_FROM";
+/// Push only into a ring without keys (`keys push --if-empty`).
+pub(crate) const KSEAL_IF_EMPTY: &str = "KSEAL_IF_EMPTY";
 /// Activate without the safety delay (`--now`).
 pub(crate) const KSEAL_NOW: &str = "KSEAL_NOW";
 /// Safety delay before activation (`--delay`).

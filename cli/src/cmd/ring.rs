@@ -14,7 +14,7 @@ use kseal_api::SealedSecret;
 use kseal_keys::{KeyPair, KeyRing};
 use kseal_keystore::{
     ActivateOutcome, AwsOptions, Index, IndexEntry, KeyEntry, Location, PushOutcome, Put, Ring,
-    Store,
+    Snapshot, Store,
 };
 
 use crate::args::{
@@ -57,7 +57,52 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
 }
 
 fn ring_label(ring: &Ring) -> String {
-    format!("`{}` in {}", ring.name(), ring.store().describe())
+    match ring.store() {
+        // A directory ring is named by its directory, whatever its index calls it.
+        Store::Directory(_) => format!("in {}", ring.store().describe()),
+        Store::SecretsManager(_) => format!("`{}` in {}", ring.name(), ring.store().describe()),
+    }
+}
+
+/// `--ring` as the user gave it, quoted for a POSIX shell when needed (`?` of `?region=` is a
+/// glob character), for the commands that messages suggest.
+fn ring_arg(args: &RingArgs) -> String {
+    let text = args.ring.as_str();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/_+=.@:,-".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Reads the ring's index, with messages that name the ring: a ring that does not exist (a
+/// wrong name or region, more often than not) and a store that cannot be read.
+async fn read_index(ring: &Ring) -> Result<Snapshot> {
+    match ring.snapshot(None).await {
+        Ok(Some(snapshot)) => Ok(snapshot),
+        Ok(None) => bail!(
+            "key ring {} does not exist: there is no {} (a wrong {}? `kseal keys push` creates \
+             a ring)",
+            ring_label(ring),
+            ring.index_name(),
+            match ring.store() {
+                Store::Directory(_) => "directory",
+                Store::SecretsManager(_) => "name or region",
+            }
+        ),
+        Err(e) => {
+            Err(anyhow::Error::from(e)
+                .context(format!("failed to read key ring {}", ring_label(ring))))
+        }
+    }
 }
 
 fn when(t: SystemTime) -> String {
@@ -142,6 +187,36 @@ async fn mirror(ring: &Ring, write: &RingWriteArgs) -> Result<()> {
     Ok(())
 }
 
+/// The key of a `{"crt","key"}` JSON file: the reference sample's secret as `aws
+/// secretsmanager get-secret-value --query SecretString --output text` prints it (raw newlines
+/// inside the strings accepted), or the JSON string `--output json` prints. `None` when the
+/// file is something else, e.g. a key Secret as `kubectl get secret -o json` prints it.
+fn read_json_pair(path: &Path) -> Result<Option<KeyPair>> {
+    let text = zeroize::Zeroizing::new(
+        fs_err::read_to_string(path).context("failed to read a private key file")?,
+    );
+    let mut object = zeroize::Zeroizing::new(text.trim().to_owned());
+    if object.starts_with('"') {
+        match serde_json::from_str::<String>(&object) {
+            Ok(inner) => {
+                let inner = zeroize::Zeroizing::new(inner);
+                object = zeroize::Zeroizing::new(inner.trim().to_owned());
+            }
+            Err(_) => return Ok(None),
+        }
+    }
+    if !object.starts_with('{') {
+        return Ok(None);
+    }
+    let what = format!("`{}`", path.display());
+    match KeyEntry::parse(&object, &what) {
+        Ok(entry) => Ok(Some(entry.to_pair(&what)?)),
+        // A manifest (`"kind"`) or other JSON: read as key Secrets, which explains itself.
+        Err(_) if object.contains("\"kind\"") || !object.contains("crt\"") => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Key pairs of a file or a key directory (`tls.key` + `tls.crt`).
 fn read_pairs(path: &Path) -> Result<Vec<KeyPair>> {
     let pairs = if path.is_dir() {
@@ -153,6 +228,8 @@ fn read_pairs(path: &Path) -> Result<Vec<KeyPair>> {
             );
         }
         read_key_pairs(&key)?
+    } else if let Some(pair) = read_json_pair(path)? {
+        vec![pair]
     } else {
         read_key_pairs(path)?
     };
@@ -187,43 +264,67 @@ async fn push_all(ring: &Ring, mut pairs: Vec<KeyPair>) -> Result<Vec<PushOutcom
     Ok(outcomes)
 }
 
-fn hint_activation(ring: &Ring, outcomes: &[PushOutcome], delay: Duration) {
-    let pending: Vec<&PushOutcome> = outcomes
-        .iter()
-        .filter(|o| o.indexed && !o.activated)
-        .collect();
-    if let Some(last) = pending.last() {
+/// Says how to activate the newest key just pushed (`outcomes` are newest first), when it does
+/// not seal yet. Older keys pushed with it only open what they sealed: no hint for them.
+fn hint_activation(ring: &str, outcomes: &[PushOutcome], delay: Duration) {
+    if let Some(newest) = outcomes.first().filter(|o| o.indexed && !o.activated) {
         eprintln!(
             "not sealing yet: once every controller has fetched it (their interval, {} by \
-             default), run `kseal keys activate --ring {} {}`",
+             default), run `kseal keys activate --ring {ring} {}`",
             minutes(delay),
-            ring.name(),
-            last.kid.short()
+            newest.kid.short()
         );
     }
 }
 
 pub(crate) fn push(args: PushArgs) -> Result<()> {
-    let pairs = if args.from.is_empty() {
-        vec![generate(&args.spec)?]
-    } else {
-        let mut all = Vec::new();
-        for path in &args.from {
-            all.extend(read_pairs(path)?);
-        }
-        all
-    };
+    // Files are read before anything is written, so a bad one changes nothing.
+    let mut from = Vec::new();
+    for path in &args.from {
+        from.extend(read_pairs(path)?);
+    }
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
+        if args.if_empty {
+            // Checked before generating: a seeding Job that runs again does no work at all.
+            let keys = ring
+                .snapshot(None)
+                .await
+                .with_context(|| format!("failed to read key ring {}", ring_label(&ring)))?
+                .map_or(0, |s| s.index.keys.len());
+            if keys > 0 {
+                eprintln!(
+                    "key ring {} already has {}: nothing to do (--if-empty)",
+                    ring_label(&ring),
+                    plural(keys, "key", "keys")
+                );
+                return mirror(&ring, &args.write).await;
+            }
+        }
         eprintln!("pushing to key ring {}", ring_label(&ring));
+        let pairs = if args.from.is_empty() {
+            vec![generate(&args.spec)?]
+        } else {
+            from
+        };
         let outcomes = push_all(&ring, pairs).await?;
-        hint_activation(&ring, &outcomes, kseal_keystore::DEFAULT_ACTIVATION_DELAY);
+        hint_activation(
+            &ring_arg(&args.ring),
+            &outcomes,
+            kseal_keystore::DEFAULT_ACTIVATION_DELAY,
+        );
         mirror(&ring, &args.write).await
     })?
 }
 
 /// Activates `key`, waiting for the delay when `wait`; prints what happened.
-async fn activate_key(ring: &Ring, key: &str, delay: Duration, wait: bool) -> Result<()> {
+async fn activate_key(
+    ring: &Ring,
+    ring_text: &str,
+    key: &str,
+    delay: Duration,
+    wait: bool,
+) -> Result<()> {
     loop {
         let outcome = ring
             .activate(key, delay)
@@ -263,11 +364,10 @@ async fn activate_key(ring: &Ring, key: &str, delay: Duration, wait: bool) -> Re
                 }
                 eprintln!(
                     "waiting {} (until {}) so every controller fetches key {} before it seals; \
-                     interrupting is safe: run `kseal keys activate --ring {} {}` later",
+                     interrupting is safe: run `kseal keys activate --ring {ring_text} {}` later",
                     minutes(left),
                     when(ready_at),
                     kid.short(),
-                    ring.name(),
                     kid.short()
                 );
                 tokio::time::sleep(left.min(Duration::from_secs(300)) + Duration::from_secs(1))
@@ -285,6 +385,8 @@ pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
     };
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
+        // A clear message for a ring that does not exist (rather than "no key … in the ring").
+        read_index(&ring).await?;
         confirm(
             &format!(
                 "Seal with key {} in key ring {} from now on?",
@@ -293,7 +395,7 @@ pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
             ),
             args.write.yes,
         )?;
-        activate_key(&ring, &args.key, delay, args.wait).await?;
+        activate_key(&ring, &ring_arg(&args.ring), &args.key, delay, args.wait).await?;
         mirror(&ring, &args.write).await
     })?
 }
@@ -306,6 +408,8 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
     };
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
+        // Rotating a ring that does not exist is a mistyped name, not a new ring.
+        read_index(&ring).await?;
         confirm(
             &format!(
                 "Generate a new sealing key for key ring {}?",
@@ -320,10 +424,17 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
         };
         if !outcome.activated {
             if args.no_wait {
-                hint_activation(&ring, &outcomes, delay);
-                return Ok(());
+                hint_activation(&ring_arg(&args.ring), &outcomes, delay);
+                return mirror(&ring, &args.write).await;
             }
-            activate_key(&ring, outcome.kid.as_str(), delay, true).await?;
+            activate_key(
+                &ring,
+                &ring_arg(&args.ring),
+                outcome.kid.as_str(),
+                delay,
+                true,
+            )
+            .await?;
         }
         mirror(&ring, &args.write).await
     })?
@@ -351,7 +462,7 @@ fn status(index: &Index, entry: &IndexEntry, now: SystemTime) -> String {
 pub(crate) fn list(args: ListArgs) -> Result<()> {
     let snapshot = block_on(async {
         let ring = open(&args.ring, None).await?;
-        ring.require_snapshot().await.map_err(anyhow::Error::from)
+        read_index(&ring).await
     })??;
     let index = snapshot.index;
     if args.output == ListOutput::Json {
@@ -379,7 +490,7 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
 pub(crate) fn export_cert(args: ExportCertArgs) -> Result<()> {
     let (pem, kid, expired) = block_on(async {
         let ring = open(&args.ring, None).await?;
-        let snapshot = ring.require_snapshot().await?;
+        let snapshot = read_index(&ring).await?;
         let entry = match &args.key {
             Some(key) => snapshot.index.resolve(key)?.clone(),
             None => snapshot
@@ -437,6 +548,9 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
                 pairs.extend(read_pairs(Path::new(source))?);
             }
         }
+        // The same key from two sources (a backup and a mirror, say) is one key.
+        let mut seen = std::collections::HashSet::new();
+        pairs.retain(|p| seen.insert(p.id().to_string()));
         if pairs.is_empty() {
             bail!("no key found in the sources");
         }
@@ -448,7 +562,11 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
             ring_label(&ring)
         );
         let outcomes = push_all(&ring, pairs).await?;
-        hint_activation(&ring, &outcomes, kseal_keystore::DEFAULT_ACTIVATION_DELAY);
+        hint_activation(
+            &ring_arg(&args.ring),
+            &outcomes,
+            kseal_keystore::DEFAULT_ACTIVATION_DELAY,
+        );
         mirror(&ring, &args.write).await
     })?
 }
@@ -467,7 +585,13 @@ fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                 if name.to_string_lossy().starts_with('.') {
                     continue;
                 }
-                stack.push(entry.path());
+                let child = entry.path();
+                // A link to a directory may point back up the tree (and would loop): only
+                // real directories are walked.
+                if entry.file_type().is_ok_and(|t| t.is_symlink()) && child.is_dir() {
+                    continue;
+                }
+                stack.push(child);
             }
         } else if paths.contains(&path)
             || path
@@ -577,8 +701,16 @@ fn check_dependence(paths: &[PathBuf], without: &KeyRing, only: &KeyRing) -> Res
 pub(crate) fn retire(args: RetireArgs) -> Result<()> {
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
-        let snapshot = ring.require_snapshot().await?;
+        let snapshot = read_index(&ring).await?;
         let target = snapshot.index.resolve(&args.key)?.kid.clone();
+        if snapshot.index.keys.len() <= 1 {
+            bail!(
+                "key {} is the last key of key ring {}: a ring always keeps a key to seal \
+                 with; rotate first",
+                target.short(),
+                ring_label(&ring)
+            );
+        }
         if snapshot.index.active.as_ref() == Some(&target) {
             bail!(
                 "key {} is the active sealing key: rotate (or activate another key) first",
@@ -586,15 +718,18 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
             );
         }
         eprintln!(
-            "reading the {} keys of key ring {} to check what still needs key {}…",
-            snapshot.index.keys.len(),
+            "reading the {} of key ring {} to check what still needs key {}…",
+            plural(snapshot.index.keys.len(), "key", "keys"),
             ring_label(&ring),
             target.short()
         );
         let mut without = KeyRing::new();
         let mut only = KeyRing::new();
         for entry in &snapshot.index.keys {
-            let pair = ring.read_key(&entry.kid).await?;
+            let pair = ring
+                .read_key(&entry.kid)
+                .await
+                .with_context(|| format!("failed to read key {}", entry.kid.short()))?;
             if entry.kid == target {
                 only.insert(pair);
             } else {
@@ -673,11 +808,40 @@ pub(crate) fn active_certificate_pem(location: &str) -> Result<String> {
     };
     block_on(async {
         let ring = open(&args, None).await?;
-        let snapshot = ring.require_snapshot().await?;
+        let snapshot = read_index(&ring).await?;
         let entry = snapshot
             .index
             .active_entry()
             .with_context(|| format!("key ring {} has no active key", ring_label(&ring)))?;
         anyhow::Ok(entry.crt.clone())
     })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(text: &str) -> RingArgs {
+        RingArgs {
+            ring: text.to_owned(),
+            region: None,
+            aws_profile: None,
+            endpoint_url: None,
+            assume_role: None,
+        }
+    }
+
+    #[test]
+    fn suggested_ring_arguments_survive_a_shell() {
+        assert_eq!(ring_arg(&ring("kseal/fleet")), "kseal/fleet");
+        assert_eq!(
+            ring_arg(&ring("dir:///srv/kseal/ring")),
+            "dir:///srv/kseal/ring"
+        );
+        assert_eq!(
+            ring_arg(&ring("secretsmanager://kseal/fleet?region=eu-west-1")),
+            "'secretsmanager://kseal/fleet?region=eu-west-1'"
+        );
+        assert_eq!(ring_arg(&ring("dir:///it's")), r"'dir:///it'\''s'");
+    }
 }

@@ -1,0 +1,747 @@
+//! End-to-end runs of the `kseal keys` ring commands (push, activate, rotate, list,
+//! export-cert, import, retire) and of `kseal seal --cert secretsmanager://R`, against the
+//! Secrets Manager emulator (moto, `tests/moto/start.sh`; see `kseal_testkit::sm`).
+//!
+//! Every test that needs the emulator asks `sm::endpoint()` first and returns when it is not
+//! running (it fails under CI=true), and keeps its secrets under its own `unique_prefix`.
+//! Every run is checked never to print a private key.
+
+// A test binary: helpers outside `#[test]` functions may unwrap too.
+#![allow(clippy::unwrap_used)]
+
+#[macro_use]
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use kseal_api::SealedSecret;
+use kseal_testkit::sm;
+
+const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n  namespace: prod\nstringData:\n  password: s3cr3t\n";
+
+/// Snapshots a run with the ring's variable parts filtered: ring prefixes, kids, fingerprints,
+/// dates, the emulator's port and the test's directory.
+macro_rules! ring_snap {
+    ($name:expr, $run:expr, $dir:expr) => {{
+        let dir_re = regex_escape(&$dir.display().to_string());
+        insta::with_settings!({filters => vec![
+            (dir_re.as_str(), "[DIR]"),
+            (r"kseal-test/[A-Za-z0-9_+=.@-]+?-[0-9a-f]{16}", "[RING]"),
+            (r"\b[0-9a-f]{64}\b", "[KID]"),
+            (r"\b[0-9a-f]{12}\b", "[KID12]"),
+            (r"SHA256:[A-Za-z0-9+/]{43}", "SHA256:[FINGERPRINT]"),
+            (r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "[TIME]"),
+            (r"\d{4}-\d\d-\d\d", "[DATE]"),
+            (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
+            (r"\(in \d+ minutes?\)", "(in [N] minutes)"),
+        ]}, {
+            insta::assert_snapshot!($name, $run.snapshot());
+        });
+    }};
+}
+
+/// The child's environment: dummy credentials for the emulator (moto checks none), a region,
+/// no instance metadata, and empty AWS config files so nothing of the user's leaks in.
+#[derive(Clone)]
+struct Aws {
+    vars: Vec<(String, String)>,
+    _config: std::rc::Rc<tempfile::TempDir>,
+}
+
+impl Aws {
+    fn new() -> Self {
+        let config = tempfile::tempdir().unwrap();
+        let empty = |name: &str| {
+            let path = config.path().join(name);
+            std::fs::write(&path, "").unwrap();
+            path.display().to_string()
+        };
+        let vars = vec![
+            ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
+            ("AWS_REGION".into(), "us-east-1".into()),
+            ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+            ("AWS_CONFIG_FILE".into(), empty("config")),
+            ("AWS_SHARED_CREDENTIALS_FILE".into(), empty("credentials")),
+        ];
+        Self {
+            vars,
+            _config: std::rc::Rc::new(config),
+        }
+    }
+
+    fn with(mut self, name: &str, value: &str) -> Self {
+        self.vars.retain(|(n, _)| n != name);
+        self.vars.push((name.into(), value.into()));
+        self
+    }
+
+    fn without(mut self, name: &str) -> Self {
+        self.vars.retain(|(n, _)| n != name);
+        self
+    }
+
+    /// Runs `kseal args` in `cwd`; no output may hold a private key.
+    fn run(&self, cwd: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+        let envs: Vec<(&str, &str)> = self
+            .vars
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let run = kseal_env(args, stdin, cwd, &envs);
+        for text in [&run.stdout, &run.stderr] {
+            assert!(
+                !text.contains("PRIVATE KEY"),
+                "`kseal {}` printed a private key",
+                args.join(" ")
+            );
+        }
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+        run
+    }
+}
+
+/// One ring of the emulator: `--ring PREFIX --endpoint-url URL` appended to every command.
+struct Ring {
+    aws: Aws,
+    endpoint: String,
+    prefix: String,
+}
+
+impl Ring {
+    fn new(endpoint: &str, prefix: &str) -> Self {
+        Self {
+            aws: Aws::new(),
+            endpoint: endpoint.to_owned(),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    fn keys(&self, cwd: &Path, args: &[&str]) -> Run {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &self.prefix, "--endpoint-url", &self.endpoint]);
+        self.aws.run(cwd, &all, None)
+    }
+
+    /// Like `keys`, and it must succeed.
+    fn ok(&self, cwd: &Path, args: &[&str]) -> Run {
+        let run = self.keys(cwd, args);
+        assert_eq!(run.code, 0, "kseal keys {}: {}", args.join(" "), run.stderr);
+        run
+    }
+
+    /// A command that reads the ring through KSEAL_AWS_ENDPOINT_URL (`seal`, `reseal`).
+    fn env_run(&self, cwd: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+        self.aws
+            .clone()
+            .with("KSEAL_AWS_ENDPOINT_URL", &self.endpoint)
+            .run(cwd, args, stdin)
+    }
+
+    fn cert_url(&self) -> String {
+        format!("secretsmanager://{}", self.prefix)
+    }
+
+    /// The index as `keys list -o json` prints it.
+    fn index(&self, cwd: &Path) -> serde_json::Value {
+        let run = self.ok(cwd, &["list", "-o", "json"]);
+        serde_json::from_str(&run.stdout).unwrap()
+    }
+
+    fn kids(&self, cwd: &Path) -> Vec<String> {
+        self.index(cwd)["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["kid"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn active(&self, cwd: &Path) -> String {
+        self.index(cwd)["active"].as_str().unwrap().to_owned()
+    }
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// `kseal keys generate --out-dir DIR --key-size 2048` (test-only size); returns the directory.
+fn generate_dir(cwd: &Path, name: &str) -> PathBuf {
+    let run = kseal(
+        &["keys", "generate", "--out-dir", name, "--key-size", "2048"],
+        None,
+        cwd,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    cwd.join(name)
+}
+
+/// The kid (hex SHA-256 of the SubjectPublicKeyInfo) and fingerprint of a PEM certificate.
+fn kid_and_fingerprint(cert_pem: &str) -> (String, String) {
+    let cert = kseal_keys::Certificate::from_pem(cert_pem).unwrap();
+    let kid = kseal_keystore::Kid::of(cert.public_key()).to_string();
+    (kid, cert.id().to_string())
+}
+
+fn parse_sealed(text: &str) -> SealedSecret {
+    use serde::Deserialize as _;
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(text)
+        .map(serde_yaml::Value::deserialize)
+        .map(Result::unwrap)
+        .filter(|v| !v.is_null())
+        .collect();
+    assert_eq!(docs.len(), 1, "{text}");
+    serde_yaml::from_value(docs[0].clone()).unwrap()
+}
+
+/// `kseal unseal --key KEY` of `sealed`: the Secret's decoded `password`.
+fn unsealed_password(cwd: &Path, key: &Path, sealed: &str) -> String {
+    use base64::Engine as _;
+    let run = kseal(
+        &["unseal", "--key", s(key), "-o", "json"],
+        Some(sealed),
+        cwd,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let secret: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["password"].as_str().unwrap())
+        .unwrap();
+    String::from_utf8(value).unwrap()
+}
+
+#[test]
+fn help_texts_of_the_ring_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("help_keys_push", &["keys", "push", "--help"][..]),
+        ("help_keys_rotate", &["keys", "rotate", "--help"][..]),
+        ("help_keys_retire", &["keys", "retire", "--help"][..]),
+        ("help_keys_list", &["keys", "list", "--help"][..]),
+    ] {
+        let run = kseal(args, None, dir.path());
+        assert_eq!(run.code, 0, "{name}");
+        snap!(name, run);
+    }
+}
+
+#[test]
+fn push_activate_rotate_and_list() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = Ring::new(&endpoint, &sm::unique_prefix("cli_push_activate_rotate"));
+
+    // A new ring: its first key seals at once.
+    let first = ring.ok(d, &["push", "--key-size", "2048"]);
+    ring_snap!("push_new_ring", first, d);
+    let list = ring.ok(d, &["list"]);
+    assert_eq!(list.stderr, "");
+    ring_snap!("list_one_key", list, d);
+    let kids = ring.kids(d);
+    assert_eq!(kids.len(), 1);
+    assert_eq!(ring.active(d), kids[0]);
+
+    // --if-empty: the ring has a key, so nothing happens (a seeding Job running again).
+    let again = ring.ok(d, &["push", "--if-empty", "--yes", "--key-size", "2048"]);
+    ring_snap!("push_if_empty_noop", again, d);
+    assert_eq!(ring.kids(d), kids);
+    let second = ring.ok(d, &["push", "--key-size", "2048"]);
+    assert!(
+        !second.stderr.contains("nothing to do"),
+        "{}",
+        second.stderr
+    );
+    let kids = ring.kids(d);
+    assert_eq!(kids.len(), 2, "a push without --if-empty adds a key");
+    let env_run = Aws::new().with("KSEAL_IF_EMPTY", "true").run(
+        d,
+        &[
+            "keys",
+            "push",
+            "--ring",
+            &ring.prefix,
+            "--endpoint-url",
+            &endpoint,
+        ],
+        None,
+    );
+    assert_eq!(env_run.code, 0, "{}", env_run.stderr);
+    assert!(
+        env_run.stderr.contains("already has 2 keys: nothing to do"),
+        "{}",
+        env_run.stderr
+    );
+
+    // The second key waits for the activation delay.
+    assert_eq!(ring.active(d), kids[0]);
+    assert!(
+        second.stderr.contains(&format!(
+            "kseal keys activate --ring {} {}",
+            ring.prefix,
+            &kids[1][..12]
+        )),
+        "{}",
+        second.stderr
+    );
+    let too_young = ring.keys(d, &["activate", &kids[1][..8]]);
+    assert_eq!(too_young.code, 1);
+    assert!(too_young.stderr.contains("entered the ring less than"));
+    ring_snap!("err_activate_too_young", too_young, d);
+    assert_eq!(
+        ring.active(d),
+        kids[0],
+        "a refused activation changes nothing"
+    );
+
+    let now = ring.ok(d, &["activate", "--now", &kids[1][..8]]);
+    ring_snap!("activate_now", now, d);
+    assert_eq!(ring.active(d), kids[1]);
+    let again = ring.ok(d, &["activate", "--now", &kids[1]]);
+    assert!(again.stderr.contains("already seals: nothing to do"));
+
+    // rotate --now: a third key, sealing at once.
+    let rotated = ring.ok(d, &["rotate", "--now", "--key-size", "2048"]);
+    let kids = ring.kids(d);
+    assert_eq!(kids.len(), 3);
+    assert_eq!(ring.active(d), kids[2]);
+    assert!(
+        rotated
+            .stderr
+            .contains(&format!("key {} seals from now on", &kids[2][..12])),
+        "{}",
+        rotated.stderr
+    );
+
+    // rotate --no-wait: pushed, not active.
+    let pushed = ring.ok(d, &["rotate", "--no-wait", "--key-size", "2048"]);
+    let kids = ring.kids(d);
+    assert_eq!(kids.len(), 4);
+    assert_eq!(ring.active(d), kids[2]);
+    assert!(
+        pushed.stderr.contains("not sealing yet"),
+        "{}",
+        pushed.stderr
+    );
+
+    let list = ring.ok(d, &["list"]);
+    ring_snap!("list_four_keys", list, d);
+    // Newest first: the key rotate --no-wait pushed, then the sealing one.
+    let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4);
+    assert!(rows[0].starts_with(&kids[3][..12]), "{}", list.stdout);
+    assert!(rows[0].contains("new: can seal after"), "{}", list.stdout);
+    assert!(rows[1].starts_with(&kids[2][..12]), "{}", list.stdout);
+    assert!(rows[1].ends_with("  sealing"), "{}", list.stdout);
+    let index = ring.index(d);
+    assert_eq!(index["schema"], 1);
+    assert_eq!(index["ring"], ring.prefix.as_str());
+}
+
+#[test]
+fn seal_with_the_ring_certificate_round_trips() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = Ring::new(&endpoint, &sm::unique_prefix("cli_seal_with_ring"));
+    let keys = generate_dir(d, "keys");
+    let cert_pem = std::fs::read_to_string(keys.join("tls.crt")).unwrap();
+    let (kid, fingerprint) = kid_and_fingerprint(&cert_pem);
+
+    let pushed = ring.ok(d, &["push", "--from", s(&keys)]);
+    assert!(pushed.stderr.contains("is the ring's first key"));
+    assert_eq!(ring.active(d), kid);
+
+    // Sealing reads the index only; unsealing with the pushed key proves the round trip.
+    let sealed = ring.env_run(d, &["seal", "--cert", &ring.cert_url()], Some(SECRET));
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+    assert!(!sealed.stdout.contains("s3cr3t"));
+    let object = parse_sealed(&sealed.stdout);
+    assert_eq!(
+        object.metadata.annotations.as_ref().unwrap()["kseal.dev/sealing-key"],
+        fingerprint
+    );
+    assert_eq!(
+        unsealed_password(d, &keys.join("tls.key"), &sealed.stdout),
+        "s3cr3t"
+    );
+
+    // export-cert writes the active certificate, as generated.
+    let exported = ring.ok(d, &["export-cert", "-w", "fleet.crt"]);
+    assert_eq!(exported.stdout, "");
+    assert!(exported.stderr.contains(&format!(
+        "wrote the certificate of key {} to fleet.crt",
+        &kid[..12]
+    )));
+    assert_eq!(
+        std::fs::read_to_string(d.join("fleet.crt")).unwrap(),
+        cert_pem
+    );
+    let to_stdout = ring.ok(d, &["export-cert"]);
+    assert_eq!(to_stdout.stdout, cert_pem);
+    let by_kid = ring.ok(d, &["export-cert", "--kid", &kid[..10]]);
+    assert_eq!(by_kid.stdout, cert_pem);
+
+    // Sealing with the exported file gives the same annotation.
+    let offline = kseal(&["seal", "--cert", "fleet.crt"], Some(SECRET), d);
+    assert_eq!(offline.code, 0, "{}", offline.stderr);
+    assert_eq!(
+        parse_sealed(&offline.stdout).metadata.annotations.unwrap()["kseal.dev/sealing-key"],
+        fingerprint
+    );
+
+    // A ring without an index cannot seal.
+    let missing = Ring::new(&endpoint, &format!("{}-missing", ring.prefix));
+    let run = missing.env_run(d, &["seal", "--cert", &missing.cert_url()], Some(SECRET));
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stdout, "");
+    ring_snap!("err_seal_with_missing_ring", run, d);
+}
+
+/// `kubectl get secret -l sealedsecrets.bitnami.com/sealed-secrets-key -o yaml` of two key
+/// Secrets made by `kseal keys generate`: the first one made is the newer by creationTimestamp
+/// (Bitnami's order), so the import has to follow the timestamps, not the certificates.
+/// Returns the kids, newest first.
+fn bitnami_backup(cwd: &Path, file: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut kids = Vec::new();
+    for created in ["2025-06-01T00:00:00Z", "2024-06-01T00:00:00Z"] {
+        let run = kseal(
+            &[
+                "keys",
+                "generate",
+                "--key-size",
+                "2048",
+                "-n",
+                "kube-system",
+            ],
+            None,
+            cwd,
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let mut secret: serde_yaml::Value = serde_yaml::from_str(&run.stdout).unwrap();
+        secret["metadata"]["creationTimestamp"] = created.into();
+        secret["metadata"]["resourceVersion"] = "1234".into();
+        secret["metadata"]["uid"] = "8e1c1a7e-0000-4000-8000-000000000000".into();
+        use base64::Engine as _;
+        let crt = base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["tls.crt"].as_str().unwrap())
+            .unwrap();
+        kids.push(kid_and_fingerprint(std::str::from_utf8(&crt).unwrap()).0);
+        items.push(secret);
+    }
+    let list = serde_yaml::to_string(&serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+        "items": items,
+    }))
+    .unwrap();
+    std::fs::write(cwd.join(file), list).unwrap();
+    kids
+}
+
+#[test]
+fn import_bitnami_backups_reference_secrets_and_json_files() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = sm::unique_prefix("cli_import");
+
+    // A Bitnami backup of two keys: the newest seals in the new ring.
+    let kids = bitnami_backup(d, "keys-backup.yaml");
+    let bitnami = Ring::new(&endpoint, &format!("{base}/bitnami"));
+    let run = bitnami.ok(d, &["import", "keys-backup.yaml"]);
+    // The older key only opens what it sealed: no hint to activate it.
+    assert!(!run.stderr.contains("activate"), "{}", run.stderr);
+    ring_snap!("import_bitnami_backup", run, d);
+    let mut got = bitnami.kids(d);
+    got.sort();
+    let mut want = kids.clone();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(bitnami.active(d), kids[0]);
+    // Importing again changes nothing.
+    let again = bitnami.ok(d, &["import", "keys-backup.yaml"]);
+    assert!(
+        again.stderr.contains("already in the index"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(bitnami.active(d), kids[0]);
+
+    // A PEM file (key, then certificate), mirrored to a single secret in the reference
+    // sample's format; that secret imported into another ring.
+    let keys = generate_dir(d, "pem");
+    let cert_pem = std::fs::read_to_string(keys.join("tls.crt")).unwrap();
+    let key_pem = std::fs::read_to_string(keys.join("tls.key")).unwrap();
+    std::fs::write(d.join("pair.pem"), format!("{key_pem}{cert_pem}")).unwrap();
+    let (kid, _) = kid_and_fingerprint(&cert_pem);
+    let mirror_name = format!("{base}/sealed-secrets");
+    let pem = Ring::new(&endpoint, &format!("{base}/pem"));
+    let run = pem.ok(
+        d,
+        &["import", "pair.pem", "--mirror-current-to", &mirror_name],
+    );
+    assert!(
+        run.stderr
+            .contains(&format!("holds the active key {}", &kid[..12])),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(pem.active(d), kid);
+    let copy = Ring::new(&endpoint, &format!("{base}/copy"));
+    let run = copy.ok(d, &["import", &format!("secretsmanager://{mirror_name}")]);
+    ring_snap!("import_reference_secret", run, d);
+    assert_eq!(copy.kids(d), vec![kid.clone()]);
+    assert_eq!(copy.active(d), kid);
+
+    // The reference sample's JSON with raw newlines inside the strings, as `aws secretsmanager
+    // get-secret-value --query SecretString --output text` prints it, and the quoted string
+    // `--output json` prints.
+    let raw = format!("{{\n  \"crt\": \"{cert_pem}\",\n  \"key\": \"{key_pem}\"\n}}\n");
+    assert!(raw.contains("-----\nMII"));
+    std::fs::write(d.join("raw.json"), &raw).unwrap();
+    let strict = serde_json::json!({"crt": cert_pem, "key": key_pem}).to_string();
+    std::fs::write(
+        d.join("quoted.json"),
+        serde_json::to_string(&strict).unwrap(),
+    )
+    .unwrap();
+    for file in ["raw.json", "quoted.json"] {
+        let json = Ring::new(&endpoint, &format!("{base}/{}", file.replace('.', "-")));
+        json.ok(d, &["import", file]);
+        assert_eq!(json.kids(d), vec![kid.clone()], "{file}");
+        assert_eq!(json.active(d), kid, "{file}");
+    }
+    // Broken JSON names the file, never its content.
+    std::fs::write(
+        d.join("broken.json"),
+        format!(
+            "{{\"crt\": \"{}\", \"key\": 42}}",
+            cert_pem.replace('\n', "\\n")
+        ),
+    )
+    .unwrap();
+    let broken = Ring::new(&endpoint, &format!("{base}/broken"));
+    let run = broken.keys(d, &["import", "broken.json"]);
+    assert_eq!(run.code, 1);
+    assert!(!run.stderr.contains("MII"), "{}", run.stderr);
+    ring_snap!("err_import_broken_json", run, d);
+}
+
+#[test]
+fn retire_refuses_keys_that_sealed_secrets_still_need() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = Ring::new(&endpoint, &sm::unique_prefix("cli_retire"));
+    let old = generate_dir(d, "old");
+    let new = generate_dir(d, "new");
+    let (old_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(old.join("tls.crt")).unwrap());
+    let (new_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(new.join("tls.crt")).unwrap());
+
+    ring.ok(d, &["push", "--from", s(&old)]);
+    // A GitOps repository with one SealedSecret sealed with the old (active) key, a file of
+    // another kind, and a hidden directory that is not looked at.
+    let repo = d.join("repo");
+    std::fs::create_dir_all(repo.join("apps/db")).unwrap();
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    let sealed = ring.env_run(d, &["seal", "--cert", &ring.cert_url()], Some(SECRET));
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+    std::fs::write(repo.join("apps/db/sealed-secret.yaml"), &sealed.stdout).unwrap();
+    std::fs::write(repo.join(".git/old.yaml"), &sealed.stdout).unwrap();
+    std::fs::write(
+        repo.join("apps/db/deployment.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n",
+    )
+    .unwrap();
+    // A link back up the tree is not followed (it would loop).
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&repo, repo.join("apps/loop")).unwrap();
+
+    ring.ok(d, &["push", "--from", s(&new)]);
+    ring.ok(d, &["activate", "--now", &new_kid[..12]]);
+
+    // The active key is refused, whatever the repository holds.
+    let run = ring.keys(d, &["retire", &new_kid[..12], "--check", "repo", "--yes"]);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_retire_active_key", run, d);
+
+    // The old key still opens a SealedSecret of the repository.
+    let run = ring.keys(d, &["retire", &old_kid[..12], "--check", "repo", "--yes"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("apps/db/sealed-secret.yaml: prod/db (password)")
+    );
+    assert!(!run.stderr.contains(".git"));
+    ring_snap!("err_retire_still_needed", run, d);
+    assert_eq!(ring.kids(d).len(), 2, "a refused retire changes nothing");
+
+    // Re-sealed to the ring's active key, it no longer needs the old one.
+    let run = ring.env_run(
+        d,
+        &[
+            "reseal",
+            "--key",
+            s(&old.join("tls.key")),
+            "--cert",
+            &ring.cert_url(),
+            "--in-place",
+            "repo/apps/db/sealed-secret.yaml",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let resealed = std::fs::read_to_string(repo.join("apps/db/sealed-secret.yaml")).unwrap();
+    assert_eq!(
+        unsealed_password(d, &new.join("tls.key"), &resealed),
+        "s3cr3t"
+    );
+    let run = ring.ok(d, &["retire", &old_kid[..12], "--check", "repo", "--yes"]);
+    ring_snap!("retire_old_key", run, d);
+    assert_eq!(ring.kids(d), vec![new_kid.clone()]);
+    let list = ring.ok(d, &["list"]);
+    assert!(!list.stdout.contains(&old_kid[..12]), "{}", list.stdout);
+    assert!(list.stdout.contains(&new_kid[..12]), "{}", list.stdout);
+
+    // The last key is refused too.
+    let run = ring.keys(d, &["retire", &new_kid[..12], "--check", "repo", "--yes"]);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_retire_last_key", run, d);
+    assert_eq!(ring.kids(d), vec![new_kid]);
+}
+
+#[test]
+fn a_ring_in_a_directory_needs_no_aws() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let push = |extra: &[&str]| {
+        let mut args = vec!["keys", "push", "--ring", &url, "--key-size", "2048"];
+        args.extend_from_slice(extra);
+        let run = aws.run(d, &args, None);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run
+    };
+    let first = push(&["--if-empty"]);
+    assert!(
+        first.stderr.contains("is the ring's first key"),
+        "{}",
+        first.stderr
+    );
+    let again = push(&["--if-empty"]);
+    ring_snap!("dir_push_if_empty_noop", again, d);
+    let second = push(&[]);
+    // The suggested command names the directory ring, not a Secrets Manager prefix.
+    assert!(
+        second
+            .stderr
+            .contains(&format!("run `kseal keys activate --ring {url} ")),
+        "{}",
+        second.stderr
+    );
+    let list = aws.run(d, &["keys", "list", "--ring", &url, "-o", "json"], None);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let index: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(index["keys"].as_array().unwrap().len(), 2);
+    let missing = format!("dir://{}", d.join("nothing-here").display());
+    let run = aws.run(d, &["keys", "list", "--ring", &missing], None);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_dir_ring_missing", run, d);
+}
+
+#[test]
+fn error_messages_of_the_ring_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+
+    // No emulator needed: nothing answers on port 1.
+    let run = Aws::new().run(
+        d,
+        &[
+            "keys",
+            "list",
+            "--ring",
+            "kseal/fleet",
+            "--endpoint-url",
+            "http://127.0.0.1:1",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stdout, "");
+    ring_snap!("err_endpoint_unreachable", run, d);
+
+    // No credentials anywhere (and no instance metadata to ask).
+    let run = Aws::new()
+        .without("AWS_ACCESS_KEY_ID")
+        .without("AWS_SECRET_ACCESS_KEY")
+        .run(
+            d,
+            &[
+                "keys",
+                "list",
+                "--ring",
+                "kseal/fleet",
+                "--endpoint-url",
+                "http://127.0.0.1:1",
+            ],
+            None,
+        );
+    assert_eq!(run.code, 1);
+    ring_snap!("err_no_credentials", run, d);
+
+    // Not a ring location.
+    let run = Aws::new().run(d, &["keys", "list", "--ring", "s3://x"], None);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_invalid_ring_location", run, d);
+
+    // --if-empty generates: it makes no sense with --from.
+    let run = Aws::new().run(
+        d,
+        &[
+            "keys",
+            "push",
+            "--if-empty",
+            "--from",
+            "keys",
+            "--ring",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2);
+    ring_snap!("err_if_empty_with_from", run, d);
+
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let missing = Ring::new(&endpoint, &sm::unique_prefix("cli_missing_ring"));
+    let run = missing.keys(d, &["list"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stdout, "");
+    ring_snap!("err_unknown_ring", run, d);
+    let run = missing.keys(d, &["activate", "--now", "0123456789ab"]);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_activate_in_unknown_ring", run, d);
+    // rotate does not create a ring (a mistyped name would get one).
+    let run = missing.keys(d, &["rotate", "--now", "--key-size", "2048"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
+    assert!(!run.stderr.contains("generating"), "{}", run.stderr);
+    assert_eq!(missing.keys(d, &["list"]).code, 1, "nothing was created");
+}
