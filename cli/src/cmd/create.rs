@@ -842,9 +842,21 @@ fn aws_keys(args: &AwsArgs) -> Result<AwsKeys> {
     read_profile(&file, &profile)
 }
 
+/// Long-term (`AKIA…`) keys never take a session token: one found beside them is a leftover
+/// of another login (e.g. `AWS_SESSION_TOKEN` in the shell) and would break the credentials.
+fn drop_stray_session_token(keys: &mut AwsKeys) -> bool {
+    keys.access_key_id.starts_with("AKIA") && keys.session_token.take().is_some()
+}
+
 pub(crate) fn aws(args: AwsArgs) -> Result<()> {
     let cert = CertRequest::from_args(&args.cert)?;
-    let keys = aws_keys(&args)?;
+    let mut keys = aws_keys(&args)?;
+    if drop_stray_session_token(&mut keys) {
+        eprintln!(
+            "warning: ignoring the session token (--session-token or AWS_SESSION_TOKEN): \
+             AKIA… keys are long-term keys and take none"
+        );
+    }
     let text_ok = |v: &[u8]| !v.is_empty() && v.iter().all(|b| b.is_ascii_graphic());
     if !text_ok(keys.access_key_id.as_bytes())
         || !text_ok(keys.secret_access_key.expose())
@@ -989,5 +1001,21 @@ mod tests {
         assert_eq!(ci.session_token.unwrap().expose(), b"t2");
         let err = read_profile(&path, "nope").err().unwrap().to_string();
         assert!(err.starts_with("profile `nope`"), "{err}");
+    }
+
+    #[test]
+    fn a_session_token_beside_a_long_term_key_is_dropped() {
+        let keys = |id: &str| AwsKeys {
+            access_key_id: id.to_owned(),
+            secret_access_key: Plaintext::new(b"s".to_vec()),
+            session_token: Some(Plaintext::new(b"t".to_vec())),
+            origin: "test".to_owned(),
+        };
+        let mut long_term = keys("AKIAIOSFODNN7EXAMPLE");
+        assert!(drop_stray_session_token(&mut long_term));
+        assert!(long_term.session_token.is_none());
+        let mut temporary = keys("ASIAIOSFODNN7EXAMPLE");
+        assert!(!drop_stray_session_token(&mut temporary));
+        assert!(temporary.session_token.is_some());
     }
 }
