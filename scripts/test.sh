@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The kseal test suite: installs what the tests need, starts the reference Kubernetes API
 # server (built from Debian's source package and cached) and the AWS Secrets Manager emulator
-# (moto, installed from PyPI into a cached virtualenv), then runs every cargo test.
+# (moto, installed from PyPI into a cached virtualenv), then runs every cargo test and then the
+# IAM policies against the kseal binary on a moto that enforces IAM (tests/moto/iam_policies.sh).
 #
 #   bash scripts/test.sh            # everything
 #   KSEAL_SKIP_REFAPI=1 bash scripts/test.sh   # without the real apiserver (not allowed in CI)
@@ -90,6 +91,23 @@ env "${sm_env[@]}" cargo test --workspace --all-features --locked 2>&1 | tee "$t
 cleanup
 refapi_state=""
 moto_state=""
+# The IAM policies of deploy/iam run against the kseal binary that `cargo test` has just built
+# (kseal-cli's integration tests build target/debug/kseal), on a moto of their own that
+# enforces IAM (tests/moto/iam_policies.sh: per action only). Skipped with the emulator (so
+# never under CI=true), and after a failed `cargo test` (the binary may be stale). Its table
+# comes before the totals; a failed expectation fails the run.
+if [[ "${KSEAL_SKIP_MOTO:-}" != 1 ]]; then
+  if [[ "$status" == 0 ]]; then
+    log "IAM policies against kseal on moto with IAM enforcement (action level)"
+    iam_status=0
+    bash tests/moto/iam_policies.sh || iam_status=$?
+    if [[ "$iam_status" != 0 ]]; then
+      status=$iam_status
+    fi
+  else
+    log "IAM policies: not checked, cargo test failed (target/debug/kseal may be stale)"
+  fi
+fi
 # One closing line for the whole run (cargo prints one result line per test binary).
 awk '/^test result:/ { p += $4; f += $6; s += $8 }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$test_log"

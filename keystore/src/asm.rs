@@ -436,7 +436,13 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     let what = what.to_owned();
-    let code = error.code().map(str::to_owned);
+    // A denial with a body the JSON protocol cannot read (an HTTP 401/403 from a proxy or an
+    // emulator's XML) has no error code; its status still says what it is.
+    let status = error.raw_response().map(|r| r.status().as_u16());
+    let code = error
+        .code()
+        .map(str::to_owned)
+        .or_else(|| matches!(status, Some(401 | 403)).then(|| "AccessDenied".to_owned()));
     let chain = DisplayErrorContext(&error).to_string().to_ascii_lowercase();
     let source: crate::BoxError = Box::new(error);
     match (code.as_deref(), chain.contains("credential")) {

@@ -904,6 +904,18 @@ async fn access_denied_is_reported_and_not_retried() {
     assert_eq!(err.reason(), "access_denied");
     assert!(!err.is_transient());
     assert_eq!(proxy.count("GetSecretValue"), 1);
+
+    // A bare HTTP 403 with an XML body (a proxy, or the emulator's IAM enforcement) carries no
+    // error code: it is still an access denial, not a retryable service error.
+    proxy.reset_counts();
+    proxy.inject("DescribeSecret", Fault::Forbidden, 1);
+    let err = ring.index_version().await.unwrap_err();
+    assert_eq!(err.reason(), "access_denied", "{err:?}");
+    assert!(
+        err.to_string().contains("access denied: DescribeSecret"),
+        "{err}"
+    );
+    assert!(!err.is_transient());
 }
 
 // ---------------------------------------------------------------------------------------

@@ -102,6 +102,9 @@ pub enum Fault {
     ServerError,
     /// HTTP 400 `{"__type":"AccessDeniedException",...}`: not retried.
     AccessDenied,
+    /// HTTP 403 with an XML body and no error type, as a proxy or the emulator's IAM
+    /// enforcement answers a denied call: not parseable by the JSON protocol.
+    Forbidden,
     /// The connection is closed after the request is read, without any response, as when the
     /// service is unreachable or a connection breaks. The Rust SDK classifies this as a
     /// transient I/O failure, retries it, and finally reports `SdkError::DispatchFailure`, the
@@ -110,7 +113,7 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// Status and JSON body of the error response (`None` for [`Fault::Down`]).
+    /// Status and body of the error response (`None` for [`Fault::Down`]).
     fn response(self, operation: &str) -> Option<(StatusCode, String)> {
         let (status, body) = match self {
             Self::Throttle => (
@@ -132,9 +135,25 @@ impl Fault {
                     ),
                 }),
             ),
+            Self::Forbidden => {
+                return Some((
+                    StatusCode::FORBIDDEN,
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ErrorResponse><Error>\
+                     <Code>AccessDenied</Code><Message>injected</Message></Error>\
+                     </ErrorResponse>"
+                        .to_owned(),
+                ));
+            }
             Self::Down => return None,
         };
         Some((status, body.to_string()))
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Self::Forbidden => "text/html; charset=utf-8",
+            _ => "application/x-amz-json-1.1",
+        }
     }
 }
 
@@ -386,7 +405,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         let h = resp.headers_mut();
         h.insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/x-amz-json-1.1"),
+            HeaderValue::from_static(fault.content_type()),
         );
         if let Ok(id) = HeaderValue::from_str(&crate::store::new_uid()) {
             h.insert("x-amzn-requestid", id);

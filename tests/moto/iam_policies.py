@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Helper of tests/moto/iam_policies.sh: the IAM side of the action-level policy check.
+
+    iam_policies.py plan
+        Print how many unauthenticated calls `setup` makes: the value of moto's
+        INITIAL_NO_AUTH_ACTION_COUNT, after which moto checks every call against IAM.
+    iam_policies.py setup ENDPOINT IAM_DIR RING OUT_DIR
+        Load seeder-, controller- and sealer-policy.json from IAM_DIR, substitute the
+        placeholders, rewrite them into what moto can evaluate (below; every change is printed),
+        create one IAM user per role with that policy and an access key, write the key to
+        OUT_DIR/<role>.env (shell assignments) and the policy moto got to
+        OUT_DIR/<role>-policy.moto.json, then prove that moto now enforces IAM.
+    iam_policies.py call ENDPOINT CREDS_FILE ACTION [SECRET_ID]
+        One Secrets Manager call (ListSecrets, GetSecretValue, DescribeSecret, CreateSecret)
+        with the credentials of CREDS_FILE. Prints `allowed`, `denied <code>: <message>` or
+        `error <what>`; exits 0 (allowed), 3 (denied) or 1 (anything else).
+
+What moto 5.2.5 can evaluate, and so what the rewrite does (moto/iam/access_control.py):
+
+- Resources: moto checks every Secrets Manager call against resource "*", so a statement
+  scoped to an ARN never matches (and `?` in a pattern is handed to Python's `re`:
+  `-??????` makes moto answer HTTP 500). Every Resource becomes "*": the check is per action
+  only. The resource scoping (the sealer's `R/index-??????` above all) is checked by
+  deploy/iam/check.sh's linter, not here.
+- Conditions: moto passes no request context for Secrets Manager calls and evaluates only
+  StringEquals, so it treats every condition as met. A Deny statement with a condition
+  therefore becomes an unconditional Deny (narrower than the real policy: sound for proving
+  that something is allowed); an Allow statement with a condition would become an
+  unconditional Allow (wider), so it is dropped instead (none of the Secrets Manager
+  statements has one today).
+- KMS statements are dropped: moto's Secrets Manager uses no KMS key, and kms:ViaService /
+  kms:EncryptionContext cannot be evaluated.
+
+Only the Python standard library and boto3 (in moto's venv) are used; `plan` needs neither.
+"""
+
+import json
+import os
+import re
+import sys
+
+ROLES = ("seeder", "controller", "sealer")
+SETUP_CALLS_PER_ROLE = 3  # CreateUser, PutUserPolicy, CreateAccessKey
+REGION = "us-east-1"
+ACCOUNT_ID = "123456789012"  # moto's default account
+KMS_KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT_ID}:key/00000000-0000-4000-8000-000000000000"
+TIMEOUT = 20  # seconds per HTTP call (connect and read)
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def substitute(path, text, ring):
+    values = {"AWS_REGION": REGION, "ACCOUNT_ID": ACCOUNT_ID, "RING": ring, "KMS_KEY_ARN": KMS_KEY_ARN}
+
+    def repl(match):
+        name = match.group(1)
+        if name not in values:
+            sys.exit(f"iam_policies.py: {path}: unknown placeholder ${{{name}}}")
+        return values[name]
+
+    out = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", repl, text)
+    if "$" in out:
+        sys.exit(f"iam_policies.py: {path}: a '$' is left after substituting the placeholders")
+    return out
+
+
+def for_moto(role, doc):
+    """The policy as moto can evaluate it, and one line per change."""
+    notes, statements = [], []
+    for st in as_list(doc["Statement"]):
+        sid = st.get("Sid", "?")
+        for unsupported in ("NotAction", "NotResource", "Principal", "NotPrincipal"):
+            if unsupported in st:
+                sys.exit(f"iam_policies.py: {role}: {sid}: {unsupported} is not handled by this check")
+        actions = as_list(st["Action"])
+        if any(a.lower().startswith("kms:") for a in actions):
+            if not all(a.lower().startswith("kms:") for a in actions):
+                sys.exit(f"iam_policies.py: {role}: {sid}: mixes KMS and other actions")
+            notes.append(f"{role}: {sid}: dropped (KMS; moto's Secrets Manager uses no KMS key, "
+                         "kms:ViaService and kms:EncryptionContext cannot be evaluated)")
+            continue
+        new = {"Sid": sid, "Effect": st["Effect"], "Action": st["Action"], "Resource": "*"}
+        resources = as_list(st["Resource"])
+        if resources != ["*"]:
+            notes.append(f"{role}: {sid}: Resource {' '.join(resources)} -> * (moto checks actions only)")
+        if "Condition" in st:
+            cond = json.dumps(st["Condition"], separators=(",", ":"))
+            if st["Effect"] == "Deny":
+                notes.append(f"{role}: {sid}: Condition {cond} dropped: moto ignores it, so this is now an "
+                             "unconditional Deny (narrower than the real policy)")
+            else:
+                notes.append(f"{role}: {sid}: dropped: its Condition {cond} cannot be evaluated by moto, "
+                             "and an unconditional Allow would be wider than the real policy")
+                continue
+        statements.append(new)
+    return {"Version": doc["Version"], "Statement": statements}, notes
+
+
+def clients(endpoint, key_id, secret):
+    import boto3
+    from botocore.config import Config
+
+    config = Config(connect_timeout=TIMEOUT, read_timeout=TIMEOUT, retries={"max_attempts": 1, "mode": "standard"})
+    session = boto3.session.Session(aws_access_key_id=key_id, aws_secret_access_key=secret, region_name=REGION)
+    return lambda service: session.client(service, endpoint_url=endpoint, config=config)
+
+
+def denial(error):
+    """(code, message) if a botocore ClientError is an access denial, else None.
+
+    moto answers a denial with HTTP 403 and an XML body (`<Code>AccessDenied</Code>`), which
+    botocore's JSON parser leaves as Code "403" with the XML as the message; real Secrets
+    Manager answers HTTP 400 with JSON `AccessDeniedException`. Both count.
+    """
+    err = error.response.get("Error", {})
+    code, message = str(err.get("Code", "")), str(err.get("Message", ""))
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code in ("AccessDenied", "AccessDeniedException"):
+        return code, message
+    found = re.search(r"<Code>([^<]*)</Code>", message)
+    if status == 403 and found and found.group(1) == "AccessDenied":
+        text = re.search(r"<Message>([^<]*)</Message>", message)
+        return "AccessDenied (HTTP 403, XML)", text.group(1) if text else message
+    return None
+
+
+def cmd_plan():
+    print(len(ROLES) * SETUP_CALLS_PER_ROLE)
+
+
+def cmd_setup(endpoint, iam_dir, ring, out_dir):
+    from botocore.exceptions import ClientError
+
+    docs = {}
+    for role in ROLES:
+        path = os.path.join(iam_dir, f"{role}-policy.json")
+        with open(path, encoding="utf-8") as f:
+            doc = json.loads(substitute(path, f.read(), ring))
+        moto_doc, notes = for_moto(role, doc)
+        for note in notes:
+            print(f"rewrite: {note}")
+        actions = sorted({a for st in moto_doc["Statement"] for a in as_list(st["Action"])})
+        effects = ", ".join(f"{st['Effect']} {','.join(as_list(st['Action']))}" for st in moto_doc["Statement"])
+        print(f"policy:  {role}: {effects}")
+        if not actions:
+            sys.exit(f"iam_policies.py: {role}: nothing left of the policy after the rewrite")
+        docs[role] = moto_doc
+        with open(os.path.join(out_dir, f"{role}-policy.moto.json"), "w", encoding="utf-8") as f:
+            json.dump(moto_doc, f, indent=2)
+
+    # Exactly SETUP_CALLS_PER_ROLE calls per role (see `plan`): moto counts them.
+    iam = clients(endpoint, "setup", "setup")("iam")
+    for role, doc in docs.items():
+        user = f"kseal-iam-{role}"
+        iam.create_user(UserName=user)
+        iam.put_user_policy(UserName=user, PolicyName=f"kseal-{role}", PolicyDocument=json.dumps(doc))
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        path = os.path.join(out_dir, f"{role}.env")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(f"AWS_ACCESS_KEY_ID={key['AccessKeyId']}\nAWS_SECRET_ACCESS_KEY={key['SecretAccessKey']}\n")
+
+    # From now on moto must check every call: the setup's own (unknown) key is refused.
+    try:
+        iam.list_users()
+    except ClientError as e:
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        print(f"enforce: after {len(docs) * SETUP_CALLS_PER_ROLE} setup calls moto refuses an unknown key (HTTP {status})")
+        return
+    sys.exit("iam_policies.py: moto still accepts unauthenticated calls after the setup: "
+             "INITIAL_NO_AUTH_ACTION_COUNT did not reach moto_server, or the count is wrong")
+
+
+def read_creds(path):
+    creds = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            name, _, value = line.strip().partition("=")
+            creds[name] = value
+    return creds["AWS_ACCESS_KEY_ID"], creds["AWS_SECRET_ACCESS_KEY"]
+
+
+def cmd_call(endpoint, creds_path, action, secret_id=None):
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    sm = clients(endpoint, *read_creds(creds_path))("secretsmanager")
+    calls = {
+        "ListSecrets": lambda: sm.list_secrets(MaxResults=1),
+        "GetSecretValue": lambda: sm.get_secret_value(SecretId=secret_id),
+        "DescribeSecret": lambda: sm.describe_secret(SecretId=secret_id),
+        # A name no check relies on; on a denial nothing is created.
+        "CreateSecret": lambda: sm.create_secret(Name=secret_id, SecretString="{}"),
+    }
+    if action not in calls or (action != "ListSecrets" and not secret_id):
+        sys.exit(f"iam_policies.py: call: unknown action {action} or missing secret id")
+    try:
+        calls[action]()
+    except ClientError as e:
+        found = denial(e)
+        if found:
+            print(f"denied {found[0]}: {found[1]}")
+            return 3
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        print(f"error HTTP {status} {e.response.get('Error')}")
+        return 1
+    except BotoCoreError as e:
+        print(f"error {type(e).__name__}: {e}")
+        return 1
+    print("allowed")
+    return 0
+
+
+def main(argv):
+    if argv[:1] == ["plan"] and len(argv) == 1:
+        cmd_plan()
+        return 0
+    if argv[:1] == ["setup"] and len(argv) == 5:
+        cmd_setup(*argv[1:])
+        return 0
+    if argv[:1] == ["call"] and len(argv) in (4, 5):
+        return cmd_call(*argv[1:])
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

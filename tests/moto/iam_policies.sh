@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# Runs the IAM policies of deploy/iam against the kseal binary, at the action level, on a
+# dedicated moto instance that enforces IAM (run by scripts/test.sh after `cargo test`).
+#
+#   bash tests/moto/iam_policies.sh
+#
+# 1. tests/moto/iam_policies.py loads seeder-, controller- and sealer-policy.json, substitutes
+#    the placeholders (region us-east-1, moto's account 123456789012, ring kseal-iam/fleet) and
+#    rewrites them into what moto 5.2.5 can evaluate: every Resource becomes "*" (moto checks
+#    Secrets Manager calls against "*" only: an ARN never matches, and `-??????` makes it answer
+#    HTTP 500), KMS statements are dropped (no KMS behind moto's Secrets Manager; kms:ViaService
+#    cannot be evaluated), and conditions are dropped: moto treats every condition as met, so
+#    the seeder's force-delete Deny becomes an unconditional Deny of DeleteSecret (no command
+#    here calls it), and an Allow with a condition would be dropped whole (none has one). Each
+#    change is printed. It creates one IAM user per role with that policy and an access key.
+# 2. moto starts with INITIAL_NO_AUTH_ACTION_COUNT = the number of setup calls (start.sh passes
+#    the variable through to moto_server): every later call is checked against the caller's
+#    policies, and the helper proves it (an unknown key is refused).
+# 3. The real CLI, with each user's access key: the seeder seeds the ring and rotates it; the
+#    controller lists it and reads a key secret but cannot push, rotate or ListSecrets; the
+#    sealer seals with the ring's certificate but cannot push, rotate or ListSecrets; the
+#    refused writes leave the ring unchanged. Prints a table; exits 1 on a failed expectation.
+#
+# What this cannot prove: resource scoping. Above all, the sealer's GetSecretValue is limited
+# to R/index-?????? on real AWS, so it cannot read a private key (R/keys/<kid>); moto allows
+# the action on every secret. That is checked by deploy/iam/check.sh's linter (what each ARN
+# pattern matches). The table shows this as an informational row (–).
+#
+# moto answers a denial with HTTP 403 and an XML body (`<Code>AccessDenied</Code>`; real
+# Secrets Manager: HTTP 400, JSON AccessDeniedException). The AWS SDK for Rust cannot parse it
+# as JSON, so kseal reports a generic service error rather than "access denied". A denied
+# command passes when it exits 1, moto answered 403, and kseal names the refused write
+# operation; if its message does not say "access denied" but is exactly that known parse
+# failure, the row is marked `!` (known gap, not a failure) and the text is printed.
+# KSEAL_IAM_STRICT_DENIAL_TEXT=1 makes `!` a failure.
+#
+# Environment:
+#   KSEAL_BIN                      the kseal binary (default: ${CARGO_TARGET_DIR:-target}/debug/kseal,
+#                                  as `cargo test` builds it; this script builds nothing)
+#   KSEAL_IAM_STRICT_DENIAL_TEXT   1: require "access denied" in kseal's error (default: 1)
+#   KSEAL_IAM_POLICY_DIR           where the policies are (default: deploy/iam; for trying a change)
+#   KSEAL_MOTO_CACHE, KSEAL_MOTO_PYTHON, KSEAL_MOTO_START_TIMEOUT: as for start.sh
+#
+# Exit status: 0 when every expectation holds, 1 otherwise, 2 on a setup problem.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if [[ -n "${KSEAL_BIN:-}" ]]; then
+  KSEAL_BIN=$(realpath -m -- "$KSEAL_BIN") # relative to the caller's directory
+fi
+cd "$root"
+
+RING=kseal-iam/fleet
+REGION=us-east-1
+KSEAL_BIN=${KSEAL_BIN:-$(realpath -m -- "${CARGO_TARGET_DIR:-target}/debug/kseal")}
+STRICT=${KSEAL_IAM_STRICT_DENIAL_TEXT:-1}
+CMD_TIMEOUT=120 # seconds per kseal command
+HELPER=tests/moto/iam_policies.py
+IAM_DIR=${KSEAL_IAM_POLICY_DIR:-deploy/iam}
+VENV_PY="${KSEAL_MOTO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kseal-moto}/venv/bin/python"
+
+log() { printf 'iam-policies: %s\n' "$*" >&2; }
+die() {
+  printf 'iam-policies: ERROR: %s\n' "$*" >&2
+  exit 2
+}
+
+[[ -x "$KSEAL_BIN" ]] || die "$KSEAL_BIN is missing: build it first (cargo build -p kseal-cli --locked), or set KSEAL_BIN"
+command -v timeout >/dev/null || die "timeout (coreutils) is required"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kseal-iam.XXXXXX")
+moto_state=""
+cleanup() {
+  if [[ -n "$moto_state" ]]; then
+    bash tests/moto/stop.sh "$moto_state" >/dev/null 2>&1 || log "could not stop moto ($moto_state)"
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+mkdir -m 700 "$work/home" "$work/out"
+
+# --- moto with IAM enforcement -----------------------------------------------------------
+setup_calls=$("${KSEAL_MOTO_PYTHON:-python3}" "$HELPER" plan)
+[[ "$setup_calls" =~ ^[0-9]+$ ]] || die "$HELPER plan printed '$setup_calls'"
+log "starting a dedicated moto with INITIAL_NO_AUTH_ACTION_COUNT=$setup_calls"
+env_lines=$(INITIAL_NO_AUTH_ACTION_COUNT="$setup_calls" KSEAL_MOTO_STATE="" \
+  KSEAL_MOTO_MAX_SECONDS=900 bash tests/moto/start.sh) || die "moto did not start"
+eval "$env_lines"
+moto_state=$KSEAL_MOTO_STATE
+endpoint=$KSEAL_TEST_SM_ENDPOINT
+unset KSEAL_MOTO_STATE KSEAL_TEST_SM_ENDPOINT
+[[ -x "$VENV_PY" ]] || die "no Python in moto's venv ($VENV_PY)"
+
+# The helper and kseal see only these variables: no credentials, profiles or endpoints of
+# the caller's shell.
+clean_env=(env -i "PATH=$PATH" "HOME=$work/home" "LANG=C.UTF-8")
+helper() { "${clean_env[@]}" timeout 120 "$VENV_PY" "$HELPER" "$@"; }
+
+helper setup "$endpoint" "$IAM_DIR" "$RING" "$work/out" >"$work/setup.txt" 2>&1 || {
+  cat "$work/setup.txt" >&2
+  die "creating the IAM users failed"
+}
+sed 's/^/iam-policies: /' "$work/setup.txt" >&2
+
+# --- checks ------------------------------------------------------------------------------
+rows=()     # "symbol|role|check|detail"
+failed=0
+gaps=0
+row() { # symbol role check [detail]
+  rows+=("$1|$2|$3|${4:-}")
+  case $1 in
+    ✗) failed=$((failed + 1)) ;;
+    !) gaps=$((gaps + 1)) ;;
+  esac
+}
+
+rc=0
+extra_env=() # more variables for the next kseal_as
+kseal_as() { # role name args...: runs kseal as that role; output in $work/<name>.{out,err}, status in rc
+  local role=$1 name=$2
+  shift 2
+  local creds
+  mapfile -t creds <"$work/out/$role.env"
+  rc=0
+  "${clean_env[@]}" "${creds[@]}" "${extra_env[@]}" AWS_REGION=$REGION AWS_EC2_METADATA_DISABLED=true \
+    timeout "$CMD_TIMEOUT" "$KSEAL_BIN" "$@" </dev/null >"$work/$name.out" 2>"$work/$name.err" || rc=$?
+}
+call_as() { # role action [secret-id]: one boto3 call; its one-line answer in $answer, status in rc
+  rc=0
+  answer=$(helper call "$endpoint" "$work/out/$1.env" "${@:2}" 2>&1) || rc=$?
+}
+last_err() { grep -v '^\s*$' "$work/$1.err" | tail -n 1 || true; }
+count_403() { grep -c '" 403 ' "$moto_state/moto.log" || true; }
+saw_403_since() { # n: whether moto logged a 403 since the count was n (Werkzeug logs just after answering)
+  local deadline=$((SECONDS + 3))
+  while (($(count_403) <= $1)); do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+# A write the role must not make: exit 1, moto answered 403, and kseal names the refused call.
+expect_denied_write() { # role name label kseal-args...
+  local role=$1 name=$2 label=$3
+  shift 3
+  local before
+  before=$(count_403)
+  kseal_as "$role" "$name" "$@"
+  local err
+  err=$(last_err "$name")
+  if [[ $rc != 1 ]]; then
+    row ✗ "$role" "$label: refused" "exit $rc (want 1): $err"
+  elif ! saw_403_since "$before"; then
+    row ✗ "$role" "$label: refused" "exit 1, but moto logged no 403 (not an IAM denial): $err"
+  elif ! grep -Eq '(CreateSecret|PutSecretValue|UpdateSecretVersionStage) on ' "$work/$name.err"; then
+    row ✗ "$role" "$label: refused" "exit 1 and a 403, but kseal names no write operation: $err"
+  elif grep -qi 'access denied' "$work/$name.err"; then
+    row ✓ "$role" "$label: refused, 'access denied'"
+  elif grep -q "unexpected token '<'" "$work/$name.err"; then
+    if [[ $STRICT == 1 ]]; then
+      row ✗ "$role" "$label: refused, but not reported as access denied" "$err"
+    else
+      row ! "$role" "$label: refused (exit 1, HTTP 403), but reported as a service error" "$err"
+    fi
+  else
+    row ✗ "$role" "$label: refused, with an unexpected message" "$err"
+  fi
+}
+
+expect_list_secrets_denied() { # role
+  call_as "$1" ListSecrets
+  if [[ $rc == 3 ]]; then
+    row ✓ "$1" "ListSecrets (boto3): denied" "${answer%%:*}"
+  else
+    row ✗ "$1" "ListSecrets (boto3): denied" "$answer"
+  fi
+}
+
+ring_keys() { # role name: the kids in the ring's index (kseal keys list -o json) into $work/<name>.kids
+  : >"$work/$2.kids"
+  kseal_as "$1" "$2" keys list --ring "$RING" --endpoint-url "$endpoint" -o json
+  [[ $rc == 0 ]] || return 0
+  "$VENV_PY" -c '
+import json, sys
+for k in json.load(open(sys.argv[1]))["keys"]:
+    print(k["kid"])
+' "$work/$2.out" >"$work/$2.kids" 2>&1 || echo "(unparsable: $(head -c 200 "$work/$2.out"))" >"$work/$2.kids"
+}
+
+# seeder: seeds the ring (CreateSecret of a key and of the index), then rotates (a second key,
+# and the index's compare-and-swap: PutSecretValue, UpdateSecretVersionStage)
+kseal_as seeder seed keys push --ring "$RING" --endpoint-url "$endpoint" --key-size 2048 --yes
+if [[ $rc == 0 ]]; then
+  row ✓ seeder "kseal keys push: seeds $RING"
+else
+  row ✗ seeder "kseal keys push: seeds $RING" "exit $rc: $(last_err seed)"
+fi
+kseal_as seeder rotate-seeder keys rotate --ring "$RING" --endpoint-url "$endpoint" --key-size 2048 --now --yes
+if [[ $rc == 0 ]]; then
+  row ✓ seeder "kseal keys rotate --now: adds and activates a second key"
+else
+  row ✗ seeder "kseal keys rotate --now: adds and activates a second key" "exit $rc: $(last_err rotate-seeder)"
+fi
+
+kid=""
+# controller: reads the ring
+ring_keys controller list-controller
+mapfile -t kids <"$work/list-controller.kids"
+if [[ $rc == 0 && ${#kids[@]} == 2 && ${kids[0]} =~ ^[0-9a-f]{64}$ ]]; then
+  kid=${kids[0]}
+  row ✓ controller "kseal keys list: reads the index (2 keys)"
+else
+  row ✗ controller "kseal keys list: reads the index" "exit $rc, keys: ${kids[*]:-none}: $(last_err list-controller)"
+fi
+if [[ -n "$kid" ]]; then
+  call_as controller GetSecretValue "$RING/keys/$kid"
+  if [[ $rc == 0 ]]; then
+    row ✓ controller "GetSecretValue $RING/keys/<kid> (boto3): allowed"
+  else
+    row ✗ controller "GetSecretValue $RING/keys/<kid> (boto3): allowed" "$answer"
+  fi
+fi
+expect_denied_write controller push-controller "kseal keys push" \
+  keys push --ring "$RING" --endpoint-url "$endpoint" --key-size 2048 --yes
+expect_denied_write controller rotate-controller "kseal keys rotate --now" \
+  keys rotate --ring "$RING" --endpoint-url "$endpoint" --key-size 2048 --now --yes
+call_as controller CreateSecret "$RING/keys/denied-probe"
+if [[ $rc == 3 ]]; then
+  row ✓ controller "CreateSecret (boto3): denied" "${answer%%:*}"
+else
+  row ✗ controller "CreateSecret (boto3): denied" "$answer"
+fi
+expect_list_secrets_denied controller
+
+# sealer: seals with the ring's certificate
+cat >"$work/secret.yaml" <<'EOF'
+apiVersion: v1
+kind: Secret
+metadata:
+  name: iam-check
+  namespace: default
+type: Opaque
+stringData:
+  password: not-a-real-password
+EOF
+extra_env=("KSEAL_AWS_ENDPOINT_URL=$endpoint")
+kseal_as sealer seal seal --cert "secretsmanager://$RING" -f "$work/secret.yaml" -o yaml
+extra_env=()
+if [[ $rc == 0 ]] && grep -q '^kind: SealedSecret' "$work/seal.out" &&
+  grep -Eq '^ +password: [A-Za-z0-9+/=]{100,}$' "$work/seal.out"; then
+  row ✓ sealer "kseal seal --cert secretsmanager://$RING: seals"
+else
+  row ✗ sealer "kseal seal --cert secretsmanager://$RING: seals" "exit $rc: $(last_err seal)"
+fi
+expect_denied_write sealer push-sealer "kseal keys push" \
+  keys push --ring "$RING" --endpoint-url "$endpoint" --key-size 2048 --yes
+expect_denied_write sealer rotate-sealer "kseal keys rotate --now" \
+  keys rotate --ring "$RING" --endpoint-url "$endpoint" --key-size 2048 --now --yes
+expect_list_secrets_denied sealer
+if [[ -n "$kid" ]]; then
+  # Not provable here: on AWS the sealer's GetSecretValue is limited to R/index-??????.
+  call_as sealer GetSecretValue "$RING/keys/$kid"
+  row – sealer "GetSecretValue $RING/keys/<kid>: not provable on moto (answer: ${answer%%:*})" \
+    "moto checks actions only; on AWS the sealer's policy allows only $RING/index-?????? (deploy/iam/check.sh lints what that pattern matches)"
+fi
+
+# seeder: nothing else may list, and the refused writes left the ring as it was
+expect_list_secrets_denied seeder
+ring_keys seeder list-seeder
+mapfile -t kids_after <"$work/list-seeder.kids"
+if [[ $rc == 0 && -n "$kid" && "${kids_after[*]}" == "${kids[*]}" ]]; then
+  row ✓ seeder "the refused writes left the ring unchanged (2 keys)"
+else
+  row ✗ seeder "the refused writes left the ring unchanged (2 keys)" "exit $rc, keys before: ${kids[*]:-none}, after: ${kids_after[*]:-none}"
+fi
+
+# --- report ------------------------------------------------------------------------------
+echo
+echo "IAM policies at the action level (moto $endpoint, ring $RING, $KSEAL_BIN):"
+for r in "${rows[@]}"; do
+  IFS='|' read -r symbol role check detail <<<"$r"
+  printf '  %s %-10s %s\n' "$symbol" "$role" "$check"
+  if [[ -n "$detail" && $symbol != ✓ ]]; then
+    printf '      %s\n' "$detail"
+  fi
+done
+echo "  (✓ holds, ✗ failed, ! known gap: refused as expected but not reported as access denied, – not provable on moto)"
+if ((gaps > 0)); then
+  echo "  known gap: moto answers a denial with HTTP 403 and an XML body; kseal (keystore/src/asm.rs classify) does not"
+  echo "  recognise it and reports a generic, retryable service error. KSEAL_IAM_STRICT_DENIAL_TEXT=1 makes this a failure."
+fi
+echo "  not checked here: resource scoping (every Resource was rewritten to *), KMS, conditions (see deploy/iam/check.sh)"
+total=${#rows[@]}
+if ((failed > 0)); then
+  echo "iam policies: $failed of $total checks FAILED"
+  exit 1
+fi
+echo "iam policies: ok ($total checks, $gaps known gaps)"
