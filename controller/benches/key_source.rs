@@ -249,7 +249,7 @@ impl Controller {
             retire_grace: Duration::from_secs(168 * 3600),
             aws: aws(endpoint),
         };
-        config.key_source = Some(source.clone());
+        config.key_source = Some(source);
         let config = Arc::new(config);
         let state = State::new();
         state
@@ -269,12 +269,9 @@ impl Controller {
                 stop_rx.clone(),
             )),
             tokio::spawn(remote::run(
-                source,
                 client.clone(),
-                namespace.to_owned(),
-                config.identity.clone(),
+                config.clone(),
                 state.clone(),
-                state.refresh.clone(),
                 stop_rx.clone(),
             )),
             tokio::spawn(reconcile::run(

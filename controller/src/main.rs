@@ -165,14 +165,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
         requests,
         shutdown_rx.clone(),
     ));
-    let remote_task = config.key_source.clone().map(|source| {
+    let remote_task = config.key_source.is_some().then(|| {
         tokio::spawn(kseal_controller::remote::run(
-            source,
             client.clone(),
-            config.controller_namespace.clone(),
-            config.identity.clone(),
+            config.clone(),
             state.clone(),
-            state.refresh.clone(),
             shutdown_rx.clone(),
         ))
     });

@@ -24,7 +24,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 use kseal_keys::KeyPair;
-use kseal_keystore::{Index, KeyEntry, Kid, Ring, Version};
+use kseal_keystore::{Index, IndexEntry, KeyEntry, Kid, Ring, Version};
 use kube::api::{
     Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -32,7 +32,6 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource as _, ResourceExt as _};
 use tokio::sync::{Notify, watch};
 
-use crate::config::KeySourceConfig;
 use crate::keys::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
 use crate::metrics::KeySourceLabels;
 use crate::state::State;
@@ -393,6 +392,17 @@ impl Mirror {
         }
     }
 
+    async fn activated_event(&self, secret: &Secret, entry: &IndexEntry) {
+        let note = format!(
+            "key {} ({}) of ring {} seals from now on",
+            entry.kid.short(),
+            entry.fingerprint,
+            self.ring.name()
+        );
+        self.event(secret, EventType::Normal, "SealingKeyActivated", note)
+            .await;
+    }
+
     async fn reconcile_mirror(&mut self, report: &mut SyncReport) -> Result<(), SyncError> {
         let Some(index) = self.cache.index.clone() else {
             return Ok(());
@@ -432,18 +442,7 @@ impl Mirror {
                             if active && !ours.is_empty() {
                                 // Mirrored and activated in one poll (`rotate --now`).
                                 report.activated = Some(created.name_any());
-                                self.event(
-                                    &created,
-                                    EventType::Normal,
-                                    "SealingKeyActivated",
-                                    format!(
-                                        "key {} ({}) of ring {} seals from now on",
-                                        entry.kid.short(),
-                                        entry.fingerprint,
-                                        self.ring.name()
-                                    ),
-                                )
-                                .await;
+                                self.activated_event(&created, entry).await;
                             }
                             tracing::info!(
                                 secret = %created.name_any(),
@@ -507,18 +506,7 @@ impl Mirror {
                                 "the fleet ring's sealing key changed: new SealedSecrets are sealed with {}",
                                 entry.kid.short()
                             );
-                            self.event(
-                                &patched,
-                                EventType::Normal,
-                                "SealingKeyActivated",
-                                format!(
-                                    "key {} ({}) of ring {} seals from now on",
-                                    entry.kid.short(),
-                                    entry.fingerprint,
-                                    self.ring.name()
-                                ),
-                            )
-                            .await;
+                            self.activated_event(&patched, entry).await;
                         }
                     }
                 }
@@ -611,17 +599,24 @@ fn jittered(interval: Duration) -> Duration {
     interval.mul_f64(0.9 + 0.2 * unit)
 }
 
-/// Runs the key-source loop until `shutdown` turns true. Only the leader polls and mirrors;
-/// followers see the mirror through the key loader's watch.
+/// Runs the key-source loop of `config.key_source` until `shutdown` turns true (returns at
+/// once without a key source). Only the leader polls and mirrors; followers see the mirror
+/// through the key loader's watch. `state.refresh` asks for a check now.
 pub async fn run(
-    config: KeySourceConfig,
     client: Client,
-    namespace: String,
-    identity: String,
+    config: Arc<crate::Config>,
     state: State,
-    refresh: Refresh,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Some(config_source) = config.key_source.clone() else {
+        return;
+    };
+    let (namespace, identity, refresh) = (
+        config.controller_namespace.clone(),
+        config.identity.clone(),
+        state.refresh.clone(),
+    );
+    let config = config_source;
     state.readiness.key_source_configured();
     let source = config.location.to_string();
     let mut backoff = BACKOFF_MIN;

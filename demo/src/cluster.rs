@@ -108,10 +108,10 @@ impl Cluster {
         ])
         .context("invalid controller flags")?;
         let config = Arc::new(Config::from_args(args, None).context("invalid controller flags")?);
-        let key_source = config
-            .key_source
-            .clone()
-            .context("the controller has no key source")?;
+        anyhow::ensure!(
+            config.key_source.is_some(),
+            "the controller has no key source"
+        );
         let state = State::new();
         // No election with one replica: this one writes (what `--leader-elect false` does).
         state.leader.store(true, Ordering::Release);
@@ -122,12 +122,9 @@ impl Cluster {
             (
                 "key-source mirror",
                 tokio::spawn(remote::run(
-                    key_source,
                     client.clone(),
-                    config.controller_namespace.clone(),
-                    config.identity.clone(),
+                    config.clone(),
                     state.clone(),
-                    state.refresh.clone(),
                     stop_rx.clone(),
                 )),
             ),

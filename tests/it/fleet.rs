@@ -357,7 +357,7 @@ impl Controller {
             retire_grace: Duration::from_secs(168 * 3600),
             aws: aws_options(endpoint),
         };
-        config.key_source = Some(source.clone());
+        config.key_source = Some(source);
         assert!(
             !config.generate_key_if_missing,
             "keys come from the ring only"
@@ -380,12 +380,9 @@ impl Controller {
                 stop_rx.clone(),
             )),
             tokio::spawn(remote::run(
-                source,
                 client.clone(),
-                config.controller_namespace.clone(),
-                config.identity.clone(),
+                config.clone(),
                 state.clone(),
-                state.refresh.clone(),
                 stop_rx.clone(),
             )),
             tokio::spawn(reconcile::run(

@@ -199,14 +199,11 @@ impl Running {
             requests,
             stop_rx.clone(),
         ));
-        let remote = config.key_source.clone().map(|source| {
+        let remote = config.key_source.is_some().then(|| {
             tokio::spawn(kseal_controller::remote::run(
-                source,
                 client.clone(),
-                config.controller_namespace.clone(),
-                config.identity.clone(),
+                config.clone(),
                 state.clone(),
-                state.refresh.clone(),
                 stop_rx.clone(),
             ))
         });
