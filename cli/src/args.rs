@@ -859,6 +859,17 @@ pub(crate) struct DelayArgs {
     pub(crate) delay: std::time::Duration,
 }
 
+impl DelayArgs {
+    /// The delay to wait before a key may seal: none with `--now`.
+    pub(crate) fn effective(&self) -> std::time::Duration {
+        if self.now {
+            std::time::Duration::ZERO
+        } else {
+            self.delay
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct ActivateArgs {
     /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint

@@ -378,11 +378,7 @@ async fn activate_key(
 }
 
 pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
-    let delay = if args.delay.now {
-        Duration::ZERO
-    } else {
-        args.delay.delay
-    };
+    let delay = args.delay.effective();
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
         // A clear message for a ring that does not exist (rather than "no key … in the ring").
@@ -401,11 +397,7 @@ pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
 }
 
 pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
-    let delay = if args.delay.now {
-        Duration::ZERO
-    } else {
-        args.delay.delay
-    };
+    let delay = args.delay.effective();
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
         // Rotating a ring that does not exist is a mistyped name, not a new ring.
