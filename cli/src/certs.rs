@@ -12,6 +12,16 @@ use crate::args::{CertArgs, ControllerArgs};
 use crate::http;
 use crate::kubeconfig::{self, Auth};
 
+/// Reads a key ring's sealing certificate. Set by the full CLI ([`crate::run`]); `kseal`
+/// itself hands every key-ring source to `kseal-ring` before any certificate is read, so the
+/// key-ring code (and the AWS SDK) is not linked into it.
+static RING_READER: std::sync::OnceLock<fn(&str) -> Result<String>> = std::sync::OnceLock::new();
+
+/// Installs the key-ring certificate reader.
+pub(crate) fn read_rings_with(reader: fn(&str) -> Result<String>) {
+    let _ = RING_READER.set(reader);
+}
+
 /// One certificate source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Source {
@@ -195,8 +205,15 @@ impl CertRequest {
             }
             Source::Url(url) => self.fetch_url(url),
             Source::Controller => self.fetch_from_controller(),
-            Source::Ring(location) => crate::cmd::ring::active_certificate_pem(location)
-                .with_context(|| format!("failed to read the sealing certificate of `{location}`")),
+            Source::Ring(location) => match RING_READER.get() {
+                Some(read) => read(location).with_context(|| {
+                    format!("failed to read the sealing certificate of `{location}`")
+                }),
+                None => bail!(
+                    "reading key ring `{location}` is `kseal-ring`'s job, and this program does \
+                     not include it"
+                ),
+            },
         }
     }
 

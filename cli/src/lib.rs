@@ -20,27 +20,84 @@ use clap::Parser as _;
 
 use crate::args::{Cli, Command, CreateCommand, KeysCommand};
 
+/// The executable that does key-ring work for `kseal`, installed beside it.
+pub const RING_BINARY: &str = "kseal-ring";
+
 /// Runs `kseal` with `args` (the first one is the program name, as in `std::env::args_os`):
 /// parses them, runs the command and prints errors on stderr (`error: …`, or clap's usage
 /// message). Returns the exit code `kseal` would exit with; never exits the process.
 ///
-/// Commands that talk to a key ring start their own single-threaded Tokio runtime, so call
-/// this outside any runtime (e.g. from `tokio::task::spawn_blocking`).
+/// This is the whole CLI, key-ring commands included (what `kseal-ring` and the
+/// `kseal-demo` walkthrough run). Commands that talk to a key ring start their own
+/// single-threaded Tokio runtime, so call this outside any runtime (e.g. from
+/// `tokio::task::spawn_blocking`).
 pub fn run<I, T>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    certs::read_rings_with(cmd::ring::active_certificate_pem);
+    let cli = match parse(args) {
         Ok(cli) => cli,
-        Err(e) => {
-            // What `Cli::parse` does, without exiting: help and version go to stdout with
-            // code 0, usage errors to stderr with code 2. A closed pipe is not an error.
-            let _ = e.print();
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
-        }
+        Err(code) => return code,
     };
-    let result = match cli.command {
+    let result = match local(cli.command) {
+        Ok(result) => result,
+        Err(command) => ring(*command),
+    };
+    finish(result)
+}
+
+/// What the `kseal` executable runs: every command that needs no key ring runs here; key-ring
+/// commands (`kseal keys push|activate|rotate|list|export-cert|import|retire`, and any
+/// `--cert secretsmanager://…` or `dir://…`) are handed to [`RING_BINARY`] beside it. The AWS
+/// SDK is then linked only into that executable, so sealing with a local certificate does not
+/// pay for loading it at every start.
+pub fn run_local<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match parse(args.iter().cloned()) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    if names_a_ring(&args) {
+        return hand_over(&args);
+    }
+    match local(cli.command) {
+        Ok(result) => finish(result),
+        Err(_) => hand_over(&args),
+    }
+}
+
+fn parse<I, T>(args: I) -> Result<Cli, ExitCode>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    Cli::try_parse_from(args).map_err(|e| {
+        // What `Cli::parse` does, without exiting: help and version go to stdout with code
+        // 0, usage errors to stderr with code 2. A closed pipe is not an error.
+        let _ = e.print();
+        ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+    })
+}
+
+fn finish(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs a command that needs no key ring; gives key-ring commands back.
+fn local(command: Command) -> Result<anyhow::Result<()>, Box<Command>> {
+    Ok(match command {
         Command::Seal(args) => cmd::seal::run(args),
         Command::Set(args) => cmd::set::run(args),
         Command::Cert(args) => cmd::cert::run(args),
@@ -51,6 +108,23 @@ where
         Command::Validate(args) => cmd::recovery::validate(args),
         Command::Keys(KeysCommand::Generate(args)) => cmd::keys::run(args),
         Command::Keys(KeysCommand::Inspect(args)) => cmd::keys::inspect(args),
+        Command::Quickstart(args) => cmd::quickstart::run(args),
+        Command::Completions(args) => cmd::completions::run(args),
+        ring @ Command::Keys(
+            KeysCommand::Push(_)
+            | KeysCommand::Activate(_)
+            | KeysCommand::Rotate(_)
+            | KeysCommand::List(_)
+            | KeysCommand::ExportCert(_)
+            | KeysCommand::Import(_)
+            | KeysCommand::Retire(_),
+        ) => return Err(Box::new(ring)),
+    })
+}
+
+/// Runs a key-ring command.
+fn ring(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Keys(KeysCommand::Push(args)) => cmd::ring::push(args),
         Command::Keys(KeysCommand::Activate(args)) => cmd::ring::activate(args),
         Command::Keys(KeysCommand::Rotate(args)) => cmd::ring::rotate(args),
@@ -58,14 +132,50 @@ where
         Command::Keys(KeysCommand::ExportCert(args)) => cmd::ring::export_cert(args),
         Command::Keys(KeysCommand::Import(args)) => cmd::ring::import(args),
         Command::Keys(KeysCommand::Retire(args)) => cmd::ring::retire(args),
-        Command::Quickstart(args) => cmd::quickstart::run(args),
-        Command::Completions(args) => cmd::completions::run(args),
+        // `local` gives back key-ring commands only; anything else runs there.
+        other => local(other).unwrap_or_else(|_| Err(anyhow::anyhow!("not a key-ring command"))),
+    }
+}
+
+/// Whether an argument (or `KSEAL_CERT`) names a key ring as a certificate source.
+fn names_a_ring(args: &[OsString]) -> bool {
+    let ring = |text: &str| {
+        let lower = text.to_ascii_lowercase();
+        lower.contains("secretsmanager://") || lower.contains("dir://")
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+    args.iter().skip(1).any(|a| a.to_str().is_some_and(ring))
+        || std::env::var(env::KSEAL_CERT).is_ok_and(|v| ring(&v))
+}
+
+/// Runs [`RING_BINARY`] (beside this executable, else from `PATH`) with the same arguments.
+fn hand_over(args: &[OsString]) -> ExitCode {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(RING_BINARY)))
+        .filter(|path| path.is_file());
+    let program = beside
+        .clone()
+        .map_or_else(|| OsString::from(RING_BINARY), OsString::from);
+    let mut command = std::process::Command::new(&program);
+    command.args(args.iter().skip(1));
+    let missing = |e: std::io::Error| {
+        eprintln!(
+            "error: this command reads or writes a fleet key ring, which `{RING_BINARY}` does; \
+             it is installed beside `kseal` (cargo install and the release archives ship both), \
+             but it could not be run: {e}"
+        );
+        ExitCode::FAILURE
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt as _;
+        // Replaces this process: stdin, stdout, stderr and the exit code are the ring
+        // command's own.
+        missing(command.arg0("kseal").exec())
+    }
+    #[cfg(not(unix))]
+    match command.status() {
+        Ok(status) => ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1)),
+        Err(e) => missing(e),
     }
 }

@@ -745,3 +745,57 @@ fn error_messages_of_the_ring_commands() {
     assert!(!run.stderr.contains("generating"), "{}", run.stderr);
     assert_eq!(missing.keys(d, &["list"]).code, 1, "nothing was created");
 }
+
+/// `kseal` hands key-ring work to `kseal-ring` beside it (so that it does not link the AWS
+/// SDK); without it, the command fails with a message that says what is missing.
+#[test]
+fn kseal_hands_ring_work_to_kseal_ring_and_names_it_when_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let lonely = d.join("bin");
+    std::fs::create_dir(&lonely).unwrap();
+    let kseal = lonely.join("kseal");
+    std::fs::copy(env!("CARGO_BIN_EXE_kseal"), &kseal).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(&kseal)
+            .args(args)
+            .env("PATH", &lonely)
+            .current_dir(d)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["keys", "push", "--ring", &url, "--key-size", "2048"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("which `kseal-ring` does; it is installed beside `kseal`"),
+        "{stderr}"
+    );
+    assert!(!d.join("ring").exists(), "nothing was written");
+    // Commands without a ring still run in `kseal` alone.
+    let out = run(&["keys", "generate", "--out-dir", "k", "--key-size", "2048"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["seal", "--cert", &url, "-f", "-"]);
+    assert_eq!(out.status.code(), Some(1));
+
+    // Beside `kseal-ring`, the same commands work, with the ring command's exit code.
+    std::fs::copy(env!("CARGO_BIN_EXE_kseal-ring"), lonely.join("kseal-ring")).unwrap();
+    let out = run(&["keys", "push", "--ring", &url, "--key-size", "2048"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["keys", "list", "--ring", &url]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sealing"));
+    let out = run(&["keys", "activate", "--ring", &url, "ffffffffffff"]);
+    assert_eq!(out.status.code(), Some(1));
+}
