@@ -92,6 +92,8 @@ pub struct SyncReport {
     pub activated: Option<String>,
     /// Mirror Secrets deleted after the retire grace.
     pub retired: Vec<String>,
+    /// Mirror Secrets whose key material no longer matched their kid, restored.
+    pub repaired: Vec<String>,
 }
 
 /// The loop's memory between polls.
@@ -101,6 +103,9 @@ struct Cache {
     /// Keys read and checked, by kid. Key secrets are immutable, so a verdict (usable or
     /// rejected) holds while the key stays in the index; keys not found are not cached.
     keys: HashMap<Kid, Result<KeyPair, String>>,
+    /// Whether the keys of this controller's own mirror were taken into `keys` (once, at the
+    /// first sync: a restart or a new leader then reads only the index, not every key).
+    seeded: bool,
 }
 
 /// The key-source mirror: the ring, where to mirror it, and what it remembers.
@@ -207,6 +212,7 @@ impl Mirror {
                 version: None,
                 index: None,
                 keys: HashMap::new(),
+                seeded: false,
             },
         }
     }
@@ -228,6 +234,9 @@ impl Mirror {
     /// One poll: check the index version, read what changed, reconcile the mirror.
     pub async fn sync(&mut self) -> Result<SyncReport, SyncError> {
         let mut report = SyncReport::default();
+        if !self.cache.seeded {
+            self.seed_from_mirror().await?;
+        }
         let version = self.ring.index_version().await;
         count(&self.state, "describe_index", outcome(&version));
         let Some(version) = version.map_err(|e| self.store_err(e))? else {
@@ -261,6 +270,39 @@ impl Mirror {
         self.reconcile_mirror(&mut report).await?;
         self.publish_gauges();
         Ok(report)
+    }
+
+    /// Takes the keys this controller mirrored earlier (same ring) into the cache, so that a
+    /// restart or a new leader does not read every key secret again. A mirror is trusted only
+    /// as far as it checks out: the certificate must belong to the private key and the key's
+    /// hash must be the kid it is filed under; anything else is left to be read from the ring.
+    async fn seed_from_mirror(&mut self) -> Result<(), SyncError> {
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{MIRROR_LABEL}=true")))
+            .await
+            .map_err(|e| self.kube_err(e))?;
+        for secret in &listed.items {
+            let annotations = secret.annotations();
+            if annotations.get(RING_ANNOTATION).map(String::as_str) != Some(self.ring.name()) {
+                continue;
+            }
+            let Some(kid) = annotations
+                .get(KID_ANNOTATION)
+                .and_then(|k| Kid::parse(k).ok())
+            else {
+                continue;
+            };
+            let material = crate::keys::material_from_secret(secret);
+            let Ok(pem) = &material.pem else { continue };
+            if let Ok(pair) = KeyPair::from_pem(&pem.private_key, &pem.certificate)
+                && Kid::of(pair.public_key()) == kid
+            {
+                self.cache.keys.insert(kid, Ok(pair));
+            }
+        }
+        self.cache.seeded = true;
+        Ok(())
     }
 
     /// Reads the keys of the index that are not cached yet: new ones, and ones listed but not
@@ -392,6 +434,53 @@ impl Mirror {
         }
     }
 
+    /// Restores the key material of a mirror Secret that no longer holds its kid's key
+    /// (edited by hand or by another tool): replaced from the ring's copy, only if the Secret
+    /// has not changed since it was listed.
+    async fn repair(
+        &self,
+        secret: &Secret,
+        kid: &Kid,
+        pair: &KeyPair,
+        active: bool,
+        report: &mut SyncReport,
+    ) -> Result<(), SyncError> {
+        let Some(mut desired) = self.desired_secret(kid, pair, active) else {
+            return Ok(());
+        };
+        desired.metadata = secret.metadata.clone();
+        desired.type_.clone_from(&secret.type_);
+        match self
+            .api
+            .replace(&secret.name_any(), &PostParams::default(), &desired)
+            .await
+        {
+            Ok(repaired) => {
+                tracing::warn!(
+                    secret = %repaired.name_any(),
+                    kid = %kid.short(),
+                    "a mirrored key Secret no longer held its key; restored from the ring"
+                );
+                self.event(
+                    &repaired,
+                    EventType::Warning,
+                    "MirrorRepaired",
+                    format!(
+                        "the key material did not match key {} of ring {}; restored from the ring",
+                        kid.short(),
+                        self.ring.name()
+                    ),
+                )
+                .await;
+                report.repaired.push(repaired.name_any());
+                Ok(())
+            }
+            // Changed meanwhile: the next poll looks again.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(e) => Err(self.kube_err(e)),
+        }
+    }
+
     async fn activated_event(&self, secret: &Secret, entry: &IndexEntry) {
         let note = format!(
             "key {} ({}) of ring {} seals from now on",
@@ -480,6 +569,10 @@ impl Mirror {
                 }
                 Some(secret) => {
                     mirrored_in_index += 1;
+                    if !holds_key(secret, &entry.kid) {
+                        self.repair(secret, &entry.kid, pair, active, report)
+                            .await?;
+                    }
                     let annotations = secret.annotations();
                     let active_now =
                         annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true");
@@ -589,6 +682,15 @@ impl Mirror {
         }
         Ok(())
     }
+}
+
+/// Whether a mirror Secret holds a usable key whose hash is `kid`.
+fn holds_key(secret: &Secret, kid: &Kid) -> bool {
+    let material = crate::keys::material_from_secret(secret);
+    material.pem.is_ok_and(|pem| {
+        KeyPair::from_pem(&pem.private_key, &pem.certificate)
+            .is_ok_and(|pair| &Kid::of(pair.public_key()) == kid)
+    })
 }
 
 /// The interval with ±10 % jitter.

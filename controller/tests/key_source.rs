@@ -709,3 +709,66 @@ async fn a_listed_key_not_readable_yet_is_retried_at_every_poll() {
     assert_eq!(third.keys_read, 0);
     assert_eq!(proxy.count("GetSecretValue"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_over_its_mirror_reads_only_the_index() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let prefix = sm::unique_prefix("restart-cost");
+    seed(&endpoint, &prefix, &[key(0), key(1)]).await;
+    let proxy = FaultProxy::start(&endpoint).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    let ns = namespace(&client, "kseal-ctrl").await;
+    let (mut first, _state) = mirror_through(&proxy, &prefix, &client, &ns, PATIENCE).await;
+    assert_eq!(first.sync().await.unwrap().created.len(), 2);
+
+    // A tampered mirror: key 1's Secret now holds key 2, still filed under key 1's kid.
+    let api = Api::<Secret>::namespaced(client.clone(), &ns);
+    let name = mirror_name(&kid(key(1)));
+    let mut tampered = api.get(&name).await.unwrap();
+    let data = tampered.data.as_mut().unwrap();
+    data.insert(
+        "tls.key".into(),
+        k8s_openapi::ByteString(
+            key(2)
+                .private_key()
+                .to_pkcs1_pem()
+                .unwrap()
+                .as_bytes()
+                .to_vec(),
+        ),
+    );
+    data.insert(
+        "tls.crt".into(),
+        k8s_openapi::ByteString(key(2).certificate().to_pem().into_bytes()),
+    );
+    api.replace(&name, &PostParams::default(), &tampered)
+        .await
+        .unwrap();
+
+    // A new process (restart or new leader): the index, and only the key it cannot trust.
+    let (mut restarted, _state) = mirror_through(&proxy, &prefix, &client, &ns, PATIENCE).await;
+    proxy.reset_counts();
+    let report = restarted.sync().await.unwrap();
+    assert!(report.index_read);
+    assert_eq!(
+        report.keys_read, 1,
+        "key 0 came from the mirror, key 1 did not check out"
+    );
+    assert_eq!(proxy.count("DescribeSecret"), 1);
+    assert_eq!(proxy.count("GetSecretValue"), 2, "the index and key 1");
+    // The mirror restored key 1's Secret from the ring.
+    assert_eq!(report.repaired, std::slice::from_ref(&name));
+    let restored = api.get(&name).await.unwrap();
+    let crt = &restored.data.as_ref().unwrap()["tls.crt"].0;
+    assert_eq!(
+        kseal_keys::Certificate::from_pem(std::str::from_utf8(crt).unwrap())
+            .unwrap()
+            .id(),
+        key(1).id()
+    );
+    wait_event(&client, &ns, &name, "MirrorRepaired").await;
+    assert!(restarted.sync().await.unwrap().repaired.is_empty());
+}
