@@ -445,6 +445,10 @@ pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseC
     let mut ring = KeyRing::new();
     let mut newly_rejected = Vec::new();
     let mut seen = HashMap::with_capacity(materials.len());
+    // A fleet ring names its sealing key; an expired certificate never seals (it still opens).
+    let now = SystemTime::now();
+    let mut sealing_key = None;
+    let mut mirrored = 0;
     for (index, material) in materials.iter().enumerate() {
         let key = (material.origin.clone(), material.version.clone());
         let parsed = match cache.entries.remove(&key) {
@@ -462,6 +466,20 @@ pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseC
             }
         };
         if let Ok(pair) = &parsed {
+            if material.mirror {
+                mirrored += 1;
+            }
+            if material.sealing {
+                if pair.certificate().is_expired_at(now) {
+                    tracing::warn!(
+                        key = %material.origin,
+                        fingerprint = %pair.id(),
+                        "the fleet ring's active key has an expired certificate: it still opens, but the newest unexpired key seals; rotate the ring (kseal keys rotate)"
+                    );
+                } else {
+                    sealing_key = Some(pair.id().clone());
+                }
+            }
             let pair = match (order, material.created) {
                 (KeyOrder::SecretCreationTimestamp, Some(created)) => {
                     pair.clone().with_order_time(created)
@@ -473,30 +491,6 @@ pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseC
         seen.insert(key, parsed);
     }
     cache.entries = seen;
-    // A fleet ring names its sealing key; an expired certificate never seals (it still opens).
-    let now = SystemTime::now();
-    let mut sealing_key = None;
-    let mut mirrored = 0;
-    for (material, parsed) in materials.iter().map(|m| {
-        let key = (m.origin.clone(), m.version.clone());
-        (m, cache.entries.get(&key))
-    }) {
-        let Some(Ok(pair)) = parsed else { continue };
-        if material.mirror {
-            mirrored += 1;
-        }
-        if material.sealing {
-            if pair.certificate().is_expired_at(now) {
-                tracing::warn!(
-                    key = %material.origin,
-                    fingerprint = %pair.id(),
-                    "the fleet ring's active key has an expired certificate: it still opens, but the newest unexpired key seals; rotate the ring (kseal keys rotate)"
-                );
-            } else {
-                sealing_key = Some(pair.id().clone());
-            }
-        }
-    }
     match sealing_key {
         Some(id) => {
             ring.set_sealing_key(&id);

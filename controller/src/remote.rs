@@ -293,11 +293,7 @@ impl Mirror {
             else {
                 continue;
             };
-            let material = crate::keys::material_from_secret(secret);
-            let Ok(pem) = &material.pem else { continue };
-            if let Ok(pair) = KeyPair::from_pem(&pem.private_key, &pem.certificate)
-                && Kid::of(pair.public_key()) == kid
-            {
+            if let Some(pair) = mirrored_pair(secret, &kid) {
                 self.cache.keys.insert(kid, Ok(pair));
             }
         }
@@ -569,7 +565,7 @@ impl Mirror {
                 }
                 Some(secret) => {
                     mirrored_in_index += 1;
-                    if !holds_key(secret, &entry.kid) {
+                    if mirrored_pair(secret, &entry.kid).is_none() {
                         self.repair(secret, &entry.kid, pair, active, report)
                             .await?;
                     }
@@ -684,13 +680,13 @@ impl Mirror {
     }
 }
 
-/// Whether a mirror Secret holds a usable key whose hash is `kid`.
-fn holds_key(secret: &Secret, kid: &Kid) -> bool {
-    let material = crate::keys::material_from_secret(secret);
-    material.pem.is_ok_and(|pem| {
-        KeyPair::from_pem(&pem.private_key, &pem.certificate)
-            .is_ok_and(|pair| &Kid::of(pair.public_key()) == kid)
-    })
+/// The key a mirror Secret holds, if it is usable (certificate matching the private key) and
+/// its hash is `kid`.
+fn mirrored_pair(secret: &Secret, kid: &Kid) -> Option<KeyPair> {
+    let pem = crate::keys::material_from_secret(secret).pem.ok()?;
+    KeyPair::from_pem(&pem.private_key, &pem.certificate)
+        .ok()
+        .filter(|pair| &Kid::of(pair.public_key()) == kid)
 }
 
 /// The interval with ±10 % jitter.
