@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::Parser as _;
 use kseal_controller::config::{Args, KeySourceConfig, Namespaces};
-use kseal_controller::keys::{self, KeyRequests, KeysLoaded, SecretKeySource};
-use kseal_controller::remote::{self, Mirror, SyncReport};
-use kseal_controller::{Config, State, reconcile};
+use kseal_controller::keys::KeyRequests;
+use kseal_controller::remote::{Mirror, SyncReport};
+use kseal_controller::{Config, State};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 use kseal_keystore::{AwsOptions, Kid, Location, Ring};
 use kseal_testkit::TestApiServer;
@@ -256,32 +256,10 @@ impl Controller {
             .leader
             .store(true, std::sync::atomic::Ordering::Release);
         let (stop, stop_rx) = watch::channel(false);
-        let (loaded_tx, loaded) = KeysLoaded::channel();
         // Dropping the requester closes the loader's request channel: no key generation here.
         let (_, requests) = KeyRequests::channel();
-        let tasks = vec![
-            tokio::spawn(keys::run(
-                SecretKeySource::new(client.clone(), &config),
-                state.clone(),
-                config.clone(),
-                loaded_tx,
-                requests,
-                stop_rx.clone(),
-            )),
-            tokio::spawn(remote::run(
-                client.clone(),
-                config.clone(),
-                state.clone(),
-                stop_rx.clone(),
-            )),
-            tokio::spawn(reconcile::run(
-                client.clone(),
-                config,
-                state.clone(),
-                loaded,
-                stop_rx,
-            )),
-        ];
+        let spawned = kseal_controller::spawn(client, &config, &state, requests, &stop_rx);
+        let tasks = vec![spawned.keys, spawned.remote, spawned.reconciler];
         Self { state, stop, tasks }
     }
 

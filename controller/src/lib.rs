@@ -136,5 +136,52 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// The controller's loops, started together as the binary starts them.
+#[derive(Debug)]
+pub struct Tasks {
+    /// The key loader: key Secrets, hot reload, optional generation ([`keys::run`]).
+    pub keys: tokio::task::JoinHandle<()>,
+    /// The key-source loop ([`remote::run`]; ends at once without `--key-source`).
+    pub remote: tokio::task::JoinHandle<()>,
+    /// The reconciler ([`reconcile::run`]).
+    pub reconciler: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the key loader (with `requests`, what SIGUSR1 asks for), the key-source loop and the
+/// reconciler, until `shutdown` turns true. Leader election and the HTTP servers are the
+/// caller's.
+pub fn spawn(
+    client: &kube::Client,
+    config: &std::sync::Arc<Config>,
+    state: &State,
+    requests: keys::KeyRequests,
+    shutdown: &tokio::sync::watch::Receiver<bool>,
+) -> Tasks {
+    let (loaded_tx, loaded) = keys::KeysLoaded::channel();
+    Tasks {
+        keys: tokio::spawn(keys::run(
+            keys::SecretKeySource::new(client.clone(), config),
+            state.clone(),
+            config.clone(),
+            loaded_tx,
+            requests,
+            shutdown.clone(),
+        )),
+        remote: tokio::spawn(remote::run(
+            client.clone(),
+            config.clone(),
+            state.clone(),
+            shutdown.clone(),
+        )),
+        reconciler: tokio::spawn(reconcile::run(
+            client.clone(),
+            config.clone(),
+            state.clone(),
+            loaded,
+            shutdown.clone(),
+        )),
+    }
+}
+
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

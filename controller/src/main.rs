@@ -7,9 +7,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Parser as _;
 use kseal_controller::config::{Args, LogFormat};
-use kseal_controller::keys::{self, KeyRequests, KeysLoaded, SecretKeySource};
+use kseal_controller::keys::{self, KeyRequests};
 use kseal_controller::leader::{self, LeaderConfig};
-use kseal_controller::{Config, State, http, reconcile};
+use kseal_controller::{Config, State, http};
 use tokio::sync::watch;
 
 /// The service account's namespace, mounted into every pod.
@@ -155,31 +155,11 @@ async fn run(config: Config) -> anyhow::Result<()> {
             let _ = release_rx.wait_for(|stop| *stop).await;
         },
     ));
-    let (loaded_tx, loaded) = KeysLoaded::channel();
-
-    let key_task = tokio::spawn(keys::run(
-        SecretKeySource::new(client.clone(), &config),
-        state.clone(),
-        config.clone(),
-        loaded_tx,
-        requests,
-        shutdown_rx.clone(),
-    ));
-    let remote_task = config.key_source.is_some().then(|| {
-        tokio::spawn(kseal_controller::remote::run(
-            client.clone(),
-            config.clone(),
-            state.clone(),
-            shutdown_rx.clone(),
-        ))
-    });
-    let mut reconciler = tokio::spawn(reconcile::run(
-        client.clone(),
-        config.clone(),
-        state.clone(),
-        loaded,
-        shutdown_rx.clone(),
-    ));
+    let kseal_controller::Tasks {
+        keys: key_task,
+        remote: remote_task,
+        mut reconciler,
+    } = kseal_controller::spawn(&client, &config, &state, requests, &shutdown_rx);
     let mut http_shutdown = shutdown_rx.clone();
     let mut http_task = {
         let state = state.clone();
@@ -227,9 +207,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         http_task.abort();
     }
     key_task.abort();
-    if let Some(task) = remote_task {
-        task.abort();
-    }
+    remote_task.abort();
     release_tx.send_replace(true);
     match tokio::time::timeout(std::time::Duration::from_secs(10), leader_task).await {
         Ok(Ok(Err(e))) => {

@@ -17,8 +17,8 @@ use kseal_api::SealedSecret;
 use kseal_api::constants::CONDITION_SYNCED;
 use kseal_controller::config::Args;
 use kseal_controller::http::{ApiOptions, api_router};
-use kseal_controller::keys::{self, KeyRequester, KeyRequests, KeysLoaded, SecretKeySource};
-use kseal_controller::{Config, State, reconcile, remote};
+use kseal_controller::keys::{KeyRequester, KeyRequests};
+use kseal_controller::{Config, State, remote};
 use kseal_keys::Certificate;
 use kseal_testkit::TestApiServer;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
@@ -116,39 +116,12 @@ impl Cluster {
         // No election with one replica: this one writes (what `--leader-elect false` does).
         state.leader.store(true, Ordering::Release);
         let (stop, stop_rx) = watch::channel(false);
-        let (loaded_tx, loaded) = KeysLoaded::channel();
         let (requester, requests) = KeyRequests::channel();
+        let spawned = kseal_controller::spawn(&client, &config, &state, requests, &stop_rx);
         let tasks = vec![
-            (
-                "key-source mirror",
-                tokio::spawn(remote::run(
-                    client.clone(),
-                    config.clone(),
-                    state.clone(),
-                    stop_rx.clone(),
-                )),
-            ),
-            (
-                "key loader",
-                tokio::spawn(keys::run(
-                    SecretKeySource::new(client.clone(), &config),
-                    state.clone(),
-                    config.clone(),
-                    loaded_tx,
-                    requests,
-                    stop_rx.clone(),
-                )),
-            ),
-            (
-                "reconciler",
-                tokio::spawn(reconcile::run(
-                    client.clone(),
-                    config,
-                    state.clone(),
-                    loaded,
-                    stop_rx,
-                )),
-            ),
+            ("key-source mirror", spawned.remote),
+            ("key loader", spawned.keys),
+            ("reconciler", spawned.reconciler),
         ];
         Ok(Self {
             name,

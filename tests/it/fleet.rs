@@ -38,8 +38,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kseal_api::SealedSecret;
 use kseal_api::constants::SEALING_KEY_ANNOTATION;
 use kseal_controller::config::{Args, KeySourceConfig, Namespaces};
-use kseal_controller::keys::{self, KeyRequester, KeyRequests, KeysLoaded, SecretKeySource};
-use kseal_controller::{Config, State, reconcile, remote};
+use kseal_controller::keys::{KeyRequester, KeyRequests};
+use kseal_controller::{Config, State, remote};
 use kseal_keystore::{AwsOptions, IndexEntry, Location, Ring};
 use kseal_testkit::TestApiServer;
 use kseal_testkit::scenarios::{eventually, unique};
@@ -368,31 +368,9 @@ impl Controller {
             .store(true, std::sync::atomic::Ordering::Release);
         let config = Arc::new(config);
         let (stop, stop_rx) = watch::channel(false);
-        let (loaded_tx, loaded) = KeysLoaded::channel();
         let (requester, requests) = KeyRequests::channel();
-        let tasks = vec![
-            tokio::spawn(keys::run(
-                SecretKeySource::new(client.clone(), &config),
-                state.clone(),
-                config.clone(),
-                loaded_tx,
-                requests,
-                stop_rx.clone(),
-            )),
-            tokio::spawn(remote::run(
-                client.clone(),
-                config.clone(),
-                state.clone(),
-                stop_rx.clone(),
-            )),
-            tokio::spawn(reconcile::run(
-                client.clone(),
-                config,
-                state.clone(),
-                loaded,
-                stop_rx,
-            )),
-        ];
+        let spawned = kseal_controller::spawn(client, &config, &state, requests, &stop_rx);
+        let tasks = vec![spawned.keys, spawned.remote, spawned.reconciler];
         Self {
             name,
             state,

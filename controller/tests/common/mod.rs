@@ -13,8 +13,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kseal_api::{SealOptions, SealedSecret, seal_secret};
 use kseal_controller::config::{Args, Namespaces};
-use kseal_controller::keys::{self, KeyRequester, KeyRequests, KeysLoaded, SecretKeySource};
-use kseal_controller::{Config, State, reconcile};
+use kseal_controller::keys::{self, KeyRequester, KeyRequests};
+use kseal_controller::{Config, State};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 use kseal_testkit::scenarios::{eventually, unique};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -170,9 +170,7 @@ pub struct Running {
     /// What SIGUSR1 does in the binary.
     pub requester: KeyRequester,
     stop: watch::Sender<bool>,
-    reconciler: tokio::task::JoinHandle<()>,
-    keys: tokio::task::JoinHandle<()>,
-    remote: Option<tokio::task::JoinHandle<()>>,
+    tasks: kseal_controller::Tasks,
 }
 
 impl Running {
@@ -189,49 +187,22 @@ impl Running {
             .store(leader, std::sync::atomic::Ordering::Release);
         let config = Arc::new(config);
         let (stop, stop_rx) = watch::channel(false);
-        let (loaded_tx, loaded) = KeysLoaded::channel();
         let (requester, requests) = KeyRequests::channel();
-        let keys = tokio::spawn(keys::run(
-            SecretKeySource::new(client.clone(), &config),
-            state.clone(),
-            config.clone(),
-            loaded_tx,
-            requests,
-            stop_rx.clone(),
-        ));
-        let remote = config.key_source.is_some().then(|| {
-            tokio::spawn(kseal_controller::remote::run(
-                client.clone(),
-                config.clone(),
-                state.clone(),
-                stop_rx.clone(),
-            ))
-        });
-        let reconciler = tokio::spawn(reconcile::run(
-            client.clone(),
-            config,
-            state.clone(),
-            loaded,
-            stop_rx,
-        ));
+        let tasks = kseal_controller::spawn(client, &config, &state, requests, &stop_rx);
         Self {
             state,
             requester,
             stop,
-            reconciler,
-            keys,
-            remote,
+            tasks,
         }
     }
 
     /// Stops and waits for running reconciles to finish.
     pub async fn stop(self) {
         self.stop.send_replace(true);
-        let _ = tokio::time::timeout(DEADLINE, self.reconciler).await;
-        let _ = tokio::time::timeout(DEADLINE, self.keys).await;
-        if let Some(remote) = self.remote {
-            let _ = tokio::time::timeout(DEADLINE, remote).await;
-        }
+        let _ = tokio::time::timeout(DEADLINE, self.tasks.reconciler).await;
+        let _ = tokio::time::timeout(DEADLINE, self.tasks.keys).await;
+        let _ = tokio::time::timeout(DEADLINE, self.tasks.remote).await;
     }
 
     pub fn rsa_operations(&self) -> u64 {
