@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the IAM documents in deploy/iam (run by deploy/check.sh, so by scripts/test.sh and CI):
 #
-#   1. every *.json parses (python3 -m json.tool), and the six expected documents exist;
+#   1. every *.json parses (python3 -m json.tool), and the eight expected documents exist;
 #   2. lint_policies.py substitutes the placeholders (${AWS_REGION}, ${ACCOUNT_ID}, ${RING},
 #      ${KMS_KEY_ARN}, ${OIDC_PROVIDER}) with sample values and runs parliament on each
 #      document (core and community auditors, every severity): any finding fails, except
@@ -32,7 +32,8 @@ CONFIG=$IAM/parliament.yaml
 command -v python3 >/dev/null 2>&1 || fail "python3 is required"
 
 # --- 1. the documents parse --------------------------------------------------------------
-for want in seeder-policy controller-policy sealer-policy controller-trust-irsa controller-trust-pod-identity seeder-trust-irsa; do
+for want in seeder-policy controller-policy sealer-policy controller-trust-irsa controller-trust-pod-identity seeder-trust-irsa \
+  eso-mirror-policy eso-trust-irsa; do
   [[ -f "$IAM/$want.json" ]] || fail "$IAM/$want.json is missing"
 done
 mapfile -t docs < <(find "$IAM" -maxdepth 1 -name '*.json' | sort)

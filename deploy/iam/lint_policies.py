@@ -141,6 +141,13 @@ def policy_rules(name, path, doc):
             error(path, f"the sealer may only read the index: got {sorted(sm)} on {sorted(sm_resources)}")
         if kms != {"kms:Decrypt"}:
             error(path, f"the sealer needs kms:Decrypt only, got {sorted(kms)}")
+    elif name == "eso-mirror-policy.json":
+        # External Secrets Operator reading the active-key mirror (`--mirror-current-to
+        # sealed-secrets`): that one secret, never the ring's key secrets or its index.
+        if sm != READ or sm_resources != {LEGACY_ARN}:
+            error(path, f"the mirror reader may only read {LEGACY_ARN}: got {sorted(sm)} on {sorted(sm_resources)}")
+        if kms != {"kms:Decrypt"}:
+            error(path, f"the mirror reader needs kms:Decrypt only, got {sorted(kms)}")
     elif name == "seeder-policy.json":
         by_sid = {st["Sid"]: st for st in doc["Statement"]}
         ring = [st for st in doc["Statement"] if st["Effect"] == "Allow" and as_list(st["Resource"]) == [RING_ARN]]
@@ -186,9 +193,11 @@ def policy_rules(name, path, doc):
         ]:
             if matches(RING_ARN, arn) != want:
                 error(path, f"{RING_ARN} {'should' if want else 'must not'} match {arn}")
-    if name == "seeder-policy.json":
+    if name in ("seeder-policy.json", "eso-mirror-policy.json"):
         for arn, want in [
             (SECRET + "sealed-secrets-Ab12Cd", True),
+            (index, False),
+            (key, False),
             (SECRET + "sealed-secrets-key-Ab12Cd", False),
             (SECRET + "sealed-secrets-prod-Ab12Cd", False),
         ]:
@@ -207,6 +216,8 @@ def trust_rules(name, path, doc):
         account = {
             "controller-trust-irsa.json": "system:serviceaccount:kseal-system:kseal-controller",
             "seeder-trust-irsa.json": "system:serviceaccount:kseal-seed:kseal-seeder",  # deploy/examples/seed-job
+            # deploy/examples/fleet/flux-eso: External Secrets Operator's SecretStore
+            "eso-trust-irsa.json": "system:serviceaccount:kseal-system:kseal-ring-reader",
         }[name]
         want_principal = {"Federated": f"arn:aws:iam::{SAMPLE['ACCOUNT_ID']}:oidc-provider/{oidc}"}
         want_cond = {f"{oidc}:aud": "sts.amazonaws.com", f"{oidc}:sub": account}
