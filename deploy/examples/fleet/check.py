@@ -52,6 +52,9 @@ import tempfile
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.dont_write_bytecode = True  # no __pycache__ in the repository
+sys.path.insert(0, os.path.join(ROOT, "deploy", "iam"))
+import lint_policies  # noqa: E402 (the IAM linter's ARN pattern semantics: `*`, `?`)
 FLEET = os.path.join(ROOT, "deploy", "examples", "fleet")
 KUBECTL = None
 errors = []
@@ -454,10 +457,6 @@ def check_iam(path, docs, trust, policy, values=None):
             error(f"{rel(path)}: {d['kind']} {d['metadata']['name']} does not use ProviderConfig default")
 
 
-def arn_matches(pattern, arn):
-    return re.fullmatch("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), arn)
-
-
 # --- 6. Kyverno -----------------------------------------------------------------------------
 class KyvernoError(Exception):
     pass
@@ -617,6 +616,7 @@ def main(argv):
     if len(argv) != 2:
         sys.exit(__doc__)
     KUBECTL, outdir = argv
+    os.makedirs(outdir, exist_ok=True)
     files = check_files()
     dry = []  # (where, object) for the server-side dry run
 
@@ -705,7 +705,7 @@ def main(argv):
             for k, _, v in got.values():
                 stages.add(v)
                 arn = f"arn:aws:secretsmanager:{values['AWS_REGION']}:{values['ACCOUNT_ID']}:secret:{k}-Ab12Cd"
-                if not arn_matches(mirror_arn, arn):
+                if not lint_policies.matches(mirror_arn, arn):
                     error(f"flux-eso: ExternalSecret {n} reads {k}, which deploy/iam/eso-mirror-policy.json does not allow")
         if stages != {"AWSCURRENT", "AWSPREVIOUS"}:
             error(f"flux-eso: the ExternalSecrets read {sorted(stages)}, expected AWSCURRENT and AWSPREVIOUS")
