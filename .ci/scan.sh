@@ -219,7 +219,7 @@ export BC_SKIP_MAPPING=TRUE
 "$checkov" --config-file deploy/checkov.yaml --directory "$out" --framework "${frameworks[@]}" \
   --skip-download --quiet --compact --output cli >"$work/checkov.out" 2>"$work/checkov.err" || {
   cat "$work/checkov.out" "$work/checkov.err" >&2
-  fail "checkov found problems in deploy/ (above): fix them, or skip the check in deploy/checkov.yaml with a one-line reason"
+  fail "checkov found problems in the manifests or the Dockerfile (above): fix them, or skip the check in deploy/checkov.yaml with a one-line reason"
 }
 summary=$(grep -E '^Passed checks' "$work/checkov.out" | awk -F'[:,]' '{p += $2; f += $4; s += $6} END {printf "%d passed, %d failed, %d skipped", p, f, s}')
 skipped=$(grep -c '^  - CKV' deploy/checkov.yaml)
