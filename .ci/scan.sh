@@ -4,7 +4,7 @@
 #   1. the GitHub workflows (.github/workflows): actionlint, and shellcheck on every `run:`
 #      block (.ci/shellcheck_workflows.py, the way actionlint runs it);
 #   2. the manifests: checkov on the rendering of every kustomization under deploy/kustomize
-#      (kubectl kustomize), on the Helm chart rendered with its default values and with each
+#      and deploy/examples (kubectl kustomize; the seed Job), on the Helm chart rendered with its default values and with each
 #      optional feature (helm template), and on the Dockerfile when there is one. Accepted
 #      findings are skipped in deploy/checkov.yaml, one line of justification per check.
 #
@@ -183,7 +183,7 @@ fi
 
 out=$work/manifests
 mkdir -p "$out"
-mapfile -t kustomizations < <(find deploy/kustomize -name kustomization.yaml -printf '%h\n' | sort)
+mapfile -t kustomizations < <(find deploy/kustomize deploy/examples -name kustomization.yaml -printf '%h\n' | sort)
 for dir in "${kustomizations[@]}"; do
   name=${dir#deploy/}
   "$kubectl" kustomize "$dir" >"$out/${name//\//-}.yaml" 2>"$work/err" || fail "kubectl kustomize $dir: $(cat "$work/err")"
