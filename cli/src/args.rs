@@ -14,7 +14,7 @@ use crate::env;
 #[derive(Debug, Parser)]
 #[command(
     name = "kseal",
-    version,
+    version = crate::VERSION,
     propagate_version = true,
     max_term_width = 100
 )]

@@ -23,6 +23,15 @@ use crate::args::{Cli, Command, CreateCommand, KeysCommand};
 /// The executable that does key-ring work for `kseal`, installed beside it.
 pub const RING_BINARY: &str = "kseal-ring";
 
+/// What `kseal --version` prints after the name: the package version, then the commit, the
+/// release date (only with `SOURCE_DATE_EPOCH`) and the target (see `build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("KSEAL_BUILD_INFO"),
+    ")"
+);
+
 /// Runs `kseal` with `args` (the first one is the program name, as in `std::env::args_os`):
 /// parses them, runs the command and prints errors on stderr (`error: …`, or clap's usage
 /// message). Returns the exit code `kseal` would exit with; never exits the process.

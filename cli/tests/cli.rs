@@ -244,3 +244,33 @@ fn quickstart_runs_the_whole_flow_and_can_run_again() {
     assert_eq!(second.code, 0, "{}", second.stderr);
     assert!(second.stderr.contains("reusing the existing key"));
 }
+
+#[test]
+fn version_names_the_commit_and_both_binaries_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = kseal(&["--version"], None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, format!("kseal {}\n", kseal_cli::VERSION));
+    let prefix = format!("kseal {} (commit ", env!("CARGO_PKG_VERSION"));
+    let rest = run
+        .stdout
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("`{}` does not start with `{prefix}`", run.stdout));
+    let commit = rest.split(',').next().unwrap();
+    assert!(
+        commit == "unknown" || (commit.len() >= 7 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "not a commit id: `{commit}`"
+    );
+    // A subcommand's --version gives the same version (propagate_version).
+    assert_eq!(
+        kseal(&["seal", "--version"], None, dir.path()).stdout,
+        format!("kseal-seal {}\n", kseal_cli::VERSION)
+    );
+    // kseal-ring is built from the same commit and says so.
+    let ring = std::process::Command::new(env!("CARGO_BIN_EXE_kseal-ring"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(ring.status.success());
+    assert_eq!(String::from_utf8_lossy(&ring.stdout), run.stdout);
+}

@@ -19,7 +19,7 @@ use crate::renewal::{self, Renewal};
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "kseal-controller",
-    version,
+    version = crate::VERSION,
     about = "Unseals SealedSecrets into Secrets"
 )]
 pub struct Args {

@@ -27,6 +27,18 @@ pub mod state;
 pub use config::Config;
 pub use state::State;
 
+/// What `kseal-controller --version` prints after the name: the package version, then the
+/// commit, the release date (only with `SOURCE_DATE_EPOCH`) and the target (see `build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("KSEAL_BUILD_INFO"),
+    ")"
+);
+
+/// The git commit the binary was built from (`unknown` without git or `KSEAL_GIT_COMMIT`).
+pub const COMMIT: &str = env!("KSEAL_BUILD_COMMIT");
+
 /// Errors of the controller. Each variant names the step that failed; messages never hold
 /// secret material (plaintext, private keys).
 #[derive(Debug, thiserror::Error)]

@@ -131,6 +131,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     drop(requester);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        commit = kseal_controller::COMMIT,
         namespace = %config.controller_namespace,
         identity = %config.identity,
         generate_keys = config.generate_key_if_missing,

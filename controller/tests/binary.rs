@@ -28,12 +28,24 @@ fn controller_command() -> Command {
 }
 
 #[test]
-fn version_flag_prints_the_version() {
+fn version_flag_prints_the_version_and_commit() {
     let out = controller_command().arg("--version").output().unwrap();
     assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.trim();
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("kseal-controller {}", env!("CARGO_PKG_VERSION"))
+        line,
+        format!("kseal-controller {}", kseal_controller::VERSION)
+    );
+    let prefix = format!("kseal-controller {} (commit ", env!("CARGO_PKG_VERSION"));
+    let rest = line
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("`{line}` does not start with `{prefix}`"));
+    let commit = rest.split(',').next().unwrap();
+    assert_eq!(commit, kseal_controller::COMMIT);
+    assert!(
+        commit == "unknown" || (commit.len() >= 7 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "not a commit id: `{commit}`"
     );
 }
 

@@ -66,6 +66,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Refuses values that cannot work together; included by the Deployment. */}}
 {{- define "kseal.validate" -}}
+{{- with .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" (toString .)) -}}
+{{- fail (printf "image.digest %q: expected sha256: and 64 lowercase hex digits" .) -}}
+{{- end -}}
+{{- end -}}
 {{- with .Values.keySource.url -}}
 {{- if not (or (hasPrefix "secretsmanager://" .) (hasPrefix "dir://" .)) -}}
 {{- fail (printf "keySource.url %q: expected secretsmanager://<ring>[?region=...] or dir:///<path>" .) -}}
