@@ -33,8 +33,10 @@
 #   bash tests/refapi/stop.sh "$KSEAL_REFAPI_STATE"
 #
 # Settings: KSEAL_INCLUSTER_VARIANTS (default "base single-namespace helm helm-namespaced"),
-# KSEAL_INCLUSTER_JOBS (cases at once, default 12), KSEAL_INCLUSTER_TIMEOUT (seconds per
-# step, default 15), KSEAL_INCLUSTER_KEEP=1 (keep the namespaces and logs), KSEAL_HELM.
+# KSEAL_INCLUSTER_ONLY (a regex on the case line "VARIANT ID TARGET KIND NAME NS RULE VERB",
+# e.g. 'full' or 'ClusterRole.* watch$'), KSEAL_INCLUSTER_JOBS (cases at once, default 12),
+# KSEAL_INCLUSTER_TIMEOUT (seconds per step, default 15), KSEAL_INCLUSTER_KEEP=1 (keep the
+# namespaces and logs), KSEAL_HELM.
 # Without the reference apiserver (or without root) it fails under CI=true and otherwise
 # says why and exits 0.
 set -euo pipefail
@@ -443,7 +445,11 @@ run_case() {
   c=$(basename "$dir")
   {
     wait_for "$dir" "keys loaded (/v1/cert.pem)" cert_served "$port" &&
-      awk '/^Uid:/ { print $2 }' "/proc/$(<"$work/pids/$c")/status" >"$dir/uid" &&
+      {
+        # Who it runs as, and its root as it sees it (mountinfo: mount point, options).
+        awk '/^Uid:/ { printf "UID %s", $2 }' "/proc/$(<"$work/pids/$c")/status"
+        awk '$5 == "/" { split($6, o, ","); r = o[1] } END { printf ", root %s", r }' "/proc/$(<"$work/pids/$c")/mountinfo"
+      } >"$dir/uid" &&
       wait_for "$dir" "Lease acquired" lease_holder_is "$own" "$lease" "$pod" &&
       renew=$(kj -n "$own" get lease "$lease" | jq -r '.spec.renewTime') &&
       { sealed app "$where" "$c" GOOD | k apply -f - >/dev/null; } &&
@@ -499,8 +505,11 @@ for c in "${cases[@]}"; do
     if [[ "$result" == ok ]] && grep -qiE 'forbidden|\b403\b' "$dir/controller.log"; then
       result="a request was refused: $(grep -iE -m1 'forbidden|\b403\b' "$dir/controller.log" | cut -c1-160)"
     fi
+    if [[ "$result" == ok && -n "$IMAGE_ROOTFS" && "$(cat "$dir/uid")" != "UID 65532, root ro" ]]; then
+      result="in the image root filesystem the controller ran with $(cat "$dir/uid"), not UID 65532 with a read-only root"
+    fi
     if [[ "$result" == ok ]]; then
-      line="every part works, as UID $(cat "$dir/uid"): $(paste -sd, "$dir/passed" | sed 's/,/, /g')"
+      line="every part works ($(cat "$dir/uid")): $(paste -sd, "$dir/passed" | sed 's/,/, /g')"
     else
       line="BROKEN: $result"
       failures+=("$variant: with the full RBAC: $result")
@@ -540,4 +549,5 @@ if ((${#failures[@]})); then
   for f in "${failures[@]}"; do log "FAIL: $f"; done
   exit 1
 fi
+if [[ -n "${KSEAL_INCLUSTER_ONLY:-}" ]]; then log "only the cases matching KSEAL_INCLUSTER_ONLY=$KSEAL_INCLUSTER_ONLY ran"; fi
 log "PASS: with the full RBAC the controller does its whole job in-cluster; removing any one verb of any rule breaks part of it"
