@@ -98,7 +98,8 @@ env "${sm_env[@]}" cargo test --workspace --all-features --locked 2>&1 | tee "$t
 # reference apiserver; skipped after a failed `cargo test` (the binary may be stale).
 if [[ "$status" == 0 ]]; then
   log "in-cluster identity and least-privilege RBAC (tests/incluster)"
-  KSEAL_CONTROLLER_BIN=target/debug/kseal-controller bash tests/incluster/run.sh || status=$?
+  KSEAL_CONTROLLER_BIN=target/debug/kseal-controller KSEAL_CLI_BIN=target/debug/kseal \
+    bash tests/incluster/run.sh || status=$?
 else
   log "in-cluster RBAC: not checked, cargo test failed (target/debug/kseal-controller may be stale)"
 fi

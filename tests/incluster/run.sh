@@ -2,8 +2,9 @@
 # The controller as a Pod runs it, under exactly the RBAC that deploy/ installs, against the
 # reference kube-apiserver (tests/refapi), and least privilege shown by behaviour:
 #
-#   1. render the RBAC of each install (kustomize base and overlays/single-namespace, and the
-#      Helm chart with default values and with watch.allNamespaces=false) with the real tools;
+#   1. render the RBAC of each install (kustomize base, overlays/single-namespace and
+#      overlays/aws-secrets-manager, and the Helm chart with default values and with
+#      watch.allNamespaces=false) with the real tools;
 #   2. for each case, apply that RBAC in a namespace of its own (the rendered objects with
 #      kseal-system renamed, and the cluster-scoped names suffixed; rules untouched), import
 #      the test key, mint a ServiceAccount token with TokenRequest, and start the controller
@@ -14,17 +15,21 @@
 #      Deployment;
 #   3. drive its whole job and check each part (keys loaded, Lease acquired, Secret written,
 #      status, Normal event, Secret updated, deleted Secret re-created, Lease renewed, Warning
-#      event, repeated Warning event as a series);
+#      event, repeated Warning event as a series; with a key source, a directory ring instead
+#      of Secrets Manager: its key mirrored, a second key mirrored, then retired from the ring:
+#      its mirror marked missing and deleted);
 #   4. case "full": every part works and the controller logs no refused request; every other
 #      case removes ONE verb of ONE rule of ONE rendered Role/ClusterRole and must break a
 #      part, which the table names. A verb whose removal breaks nothing fails the test,
-#      unless UNPROVEN below justifies it in one line.
+#      unless UNPROVEN below justifies it in one line. For aws-secrets-manager only the verbs
+#      of its own Role kseal-key-mirror are removed (the rest is the base's, proven there).
 #
 # Optional: KSEAL_IMAGE_ROOTFS=<dir> (an unpacked image root filesystem) runs
 # $KSEAL_IMAGE_CONTROLLER (default /usr/local/bin/kseal-controller) chrooted in it, read-only,
 # as UID/GID 65532, with the token at the standard path inside it; otherwise the binary
 # $KSEAL_CONTROLLER_BIN (default: target/debug/kseal-controller, built with cargo if absent)
-# runs as UID 65532 when it can read it (else as the caller), in a mount namespace.
+# runs as UID 65532 when it can read it (else as the caller), in a mount namespace. The ring
+# of aws-secrets-manager is written with $KSEAL_CLI_BIN (default target/debug/kseal).
 #
 # Usage (scripts/test.sh runs it while the reference apiserver is up; needs root, jq, curl):
 #
@@ -32,7 +37,8 @@
 #   bash tests/incluster/run.sh
 #   bash tests/refapi/stop.sh "$KSEAL_REFAPI_STATE"
 #
-# Settings: KSEAL_INCLUSTER_VARIANTS (default "base single-namespace helm helm-namespaced"),
+# Settings: KSEAL_INCLUSTER_VARIANTS (default "base single-namespace helm helm-namespaced
+# aws-secrets-manager"),
 # KSEAL_INCLUSTER_ONLY (a regex on the case line "VARIANT ID TARGET KIND NAME NS RULE VERB",
 # e.g. 'full' or 'ClusterRole.* watch$'), KSEAL_INCLUSTER_JOBS (cases at once, default 12),
 # KSEAL_INCLUSTER_TIMEOUT (seconds per step, default 15), KSEAL_INCLUSTER_KEEP=1 (keep the
@@ -72,7 +78,7 @@ server=$(k config view --raw --minify -o 'jsonpath={.clusters[0].cluster.server}
 [[ "$server" =~ ^https://127\.0\.0\.1:([0-9]+)/?$ ]] || fail "the reference apiserver is not at https://127.0.0.1:<port>: $server"
 api_port=${BASH_REMATCH[1]}
 
-VARIANTS=${KSEAL_INCLUSTER_VARIANTS:-base single-namespace helm helm-namespaced}
+VARIANTS=${KSEAL_INCLUSTER_VARIANTS:-base single-namespace helm helm-namespaced aws-secrets-manager}
 JOBS=${KSEAL_INCLUSTER_JOBS:-12}
 TIMEOUT=${KSEAL_INCLUSTER_TIMEOUT:-15}
 IMAGE_ROOTFS=${KSEAL_IMAGE_ROOTFS:-}
@@ -153,7 +159,9 @@ find_helm() {
     return 1
   fi
 }
-declare -A app_ns=() # per variant: where its SealedSecrets live (before renaming)
+declare -A app_ns=()    # per variant: where its SealedSecrets live (before renaming)
+declare -A only_role=() # per variant: only this Role's verbs are removed (the others are base's)
+declare -A key_source=() # per variant: 1 if its Deployment has --key-source
 for variant in $VARIANTS; do
   case "$variant" in
   base)
@@ -163,6 +171,13 @@ for variant in $VARIANTS; do
   single-namespace)
     k kustomize deploy/kustomize/overlays/single-namespace >"$work/$variant.yaml"
     app_ns[$variant]=$NS
+    ;;
+  aws-secrets-manager)
+    # The base plus components/key-source-rbac (the Role kseal-key-mirror); its Secrets
+    # Manager key source is replaced by a directory ring (the same mirroring code).
+    k kustomize deploy/kustomize/overlays/aws-secrets-manager >"$work/$variant.yaml"
+    app_ns[$variant]=$APPS
+    only_role[$variant]=kseal-key-mirror
     ;;
   helm | helm-namespaced)
     helm=$(find_helm) || unavailable "helm is missing (KSEAL_HELM; deploy/check.sh installs it)"
@@ -177,6 +192,20 @@ for variant in $VARIANTS; do
   esac
   to_json "$work/$variant.yaml" >"$work/$variant.json"
   jq -e 'any(.[]; .kind == "Deployment")' "$work/$variant.json" >/dev/null || fail "$variant renders no Deployment"
+  key_source[$variant]=0
+  if jq -e 'any(.[]; .kind == "Deployment" and any(.spec.template.spec.containers[0].args[]?; startswith("--key-source=")))' \
+    "$work/$variant.json" >/dev/null; then
+    key_source[$variant]=1
+    if [[ -z "${cli:-}" ]]; then
+      cli=${KSEAL_CLI_BIN:-}
+      if [[ -z "$cli" ]]; then
+        cli=target/debug/kseal
+        log "building kseal (cargo build --locked -p kseal-cli --bin kseal), for the key ring of $variant"
+        cargo build --locked -q -p kseal-cli --bin kseal
+      fi
+      [[ -x "$cli" ]] || fail "no kseal binary at $cli (KSEAL_CLI_BIN)"
+    fi
+  fi
 done
 
 # The CRD, once (deploy/check.sh may have created it already).
@@ -202,7 +231,8 @@ for variant in $VARIANTS; do
     target=${app_ns[$variant]}
     if [[ "$unsealer" == true && "$ns" != - ]]; then target=$ns; fi
     cases+=("$variant v$((${#cases[@]})) $target $kind $name $ns $rule $verb")
-  done < <(jq -r '.[] | select(.kind == "Role" or .kind == "ClusterRole")
+  done < <(jq -r --arg only "${only_role[$variant]:-}" '.[] | select(.kind == "Role" or .kind == "ClusterRole")
+      | select($only == "" or .metadata.name == $only)
       | . as $o | ($o.rules | any(.resources | index("sealedsecrets"))) as $u
       | .rules | to_entries[] | .key as $i | .value.verbs[]
       | [$o.kind, $o.metadata.name, ($o.metadata.namespace // "-"), $i, ., $u] | @tsv' "$work/$variant.json")
@@ -273,8 +303,8 @@ SA_DIR=/var/run/secrets/kubernetes.io/serviceaccount
 # of the image root filesystem, entered with chroot as UID 65532.
 cat >"$work/pod.sh" <<'POD'
 set -euo pipefail
-files=$1 newroot=$2 sa_rel=$3 missing=$4
-shift 4
+files=$1 newroot=$2 sa_rel=$3 missing=$4 ring=$5
+shift 5
 if [[ "$newroot" != / ]]; then
   mount --bind "$KSEAL_ROOTFS" "$newroot"
   mount -o remount,bind,ro "$newroot"
@@ -291,6 +321,10 @@ base=${newroot%/}$sa_rel
 mount -t tmpfs -o mode=755,nosuid,nodev,size=1m tmpfs "$base"
 mkdir -p "$base$missing"
 install -m 0644 "$files/token" "$files/ca.crt" "$files/namespace" "$base$missing/"
+if [[ "$ring" != - ]]; then # a key ring directory (--key-source=dir://), next to it
+  mkdir "$base/kseal-ring"
+  mount --bind "$ring" "$base/kseal-ring"
+fi
 exec "$@"
 POD
 
@@ -303,31 +337,6 @@ start_controller() {
     return 1
   fi
   echo "$port" >"$dir/port"
-  # The rendered Deployment's args and env (fieldRefs resolved as the kubelet would).
-  local -a args env=()
-  mapfile -t args < <(jq -r '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0].args[]?' "$work/$variant.json" |
-    sed -e "s/$NS/$own/g" -e "s/$APPS/$app/g")
-  while IFS=$'\x1f' read -r name value field; do
-    case "$field" in
-    metadata.namespace) [[ "$ns_from_file" == 1 ]] && continue || value=$own ;;
-    metadata.name) value=$pod ;;
-    "") ;;
-    *) fail "$variant: the Deployment's env $name comes from $field, which this test does not provide" ;;
-    esac
-    env+=("$name=$value")
-  done < <(jq -r '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0].env[]?
-      | [.name, (.value // ""), (.valueFrom.fieldRef.fieldPath // "")] | join("\u001f")' "$work/$variant.json")
-  args+=(
-    "--listen-addr=127.0.0.1:$port" "--listen-metrics-addr=127.0.0.1:$mport"
-    # Parallel cases (and kept runs) share the apiserver: each controller sees only its own
-    # SealedSecrets.
-    "--label-selector=kseal.dev/incluster-case=$RUN-$(basename "$dir")"
-  )
-  # In-cluster configuration only: no kubeconfig, no HOME with one.
-  env+=(
-    "KUBERNETES_SERVICE_HOST=127.0.0.1" "KUBERNETES_SERVICE_PORT=$api_port" "KUBERNETES_SERVICE_PORT_HTTPS=$api_port"
-    "HOME=/nonexistent" "PATH=/usr/local/bin:/usr/bin:/bin"
-  )
   local newroot=/ rootfs=/ cmd
   if [[ -n "$IMAGE_ROOTFS" ]]; then
     newroot=$dir/root
@@ -345,8 +354,44 @@ start_controller() {
   missing=${sa#"$existing"}
   [[ "$existing" == / ]] && fail "the service-account path would cover the whole root of $rootfs"
   echo "$SA_DIR -> tmpfs on $existing${missing:+ (creating $missing in it)}" >"$dir/mounts"
+  # The rendered Deployment's args and env (fieldRefs resolved as the kubelet would).
+  local -a args env=()
+  mapfile -t args < <(jq -r '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0].args[]?' "$work/$variant.json" |
+    sed -e "s/$NS/$own/g" -e "s/$APPS/$app/g")
+  while IFS=$'\x1f' read -r name value field; do
+    case "$field" in
+    metadata.namespace) [[ "$ns_from_file" == 1 ]] && continue || value=$own ;;
+    metadata.name) value=$pod ;;
+    "") ;;
+    *) fail "$variant: the Deployment's env $name comes from $field, which this test does not provide" ;;
+    esac
+    env+=("$name=$value")
+  done < <(jq -r '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0].env[]?
+      | [.name, (.value // ""), (.valueFrom.fieldRef.fieldPath // "")] | join("\u001f")' "$work/$variant.json")
+  local ring=-
+  if [[ -d "$dir/ring" ]]; then
+    # The rendered --key-source (Secrets Manager) becomes the case's ring directory, bound
+    # next to the service-account files; read every second, retired mirrors go after 1 s.
+    ring=$dir/ring
+    local i
+    for i in "${!args[@]}"; do
+      if [[ "${args[$i]}" == --key-source=* ]]; then args[i]="--key-source=dir://$existing/kseal-ring"; fi
+    done
+    args+=(--key-source-interval=1s --key-source-retire-grace=1s)
+  fi
+  args+=(
+    "--listen-addr=127.0.0.1:$port" "--listen-metrics-addr=127.0.0.1:$mport"
+    # Parallel cases (and kept runs) share the apiserver: each controller sees only its own
+    # SealedSecrets.
+    "--label-selector=kseal.dev/incluster-case=$RUN-$(basename "$dir")"
+  )
+  # In-cluster configuration only: no kubeconfig, no HOME with one.
+  env+=(
+    "KUBERNETES_SERVICE_HOST=127.0.0.1" "KUBERNETES_SERVICE_PORT=$api_port" "KUBERNETES_SERVICE_PORT_HTTPS=$api_port"
+    "HOME=/nonexistent" "PATH=/usr/local/bin:/usr/bin:/bin"
+  )
   env -i PATH="$PATH" KSEAL_ROOTFS="$rootfs" unshare -m --propagation private -- \
-    bash "$work/pod.sh" "$dir/sa" "$newroot" "$existing" "$missing" \
+    bash "$work/pod.sh" "$dir/sa" "$newroot" "$existing" "$missing" "$ring" \
     env -i "${env[@]}" "${cmd[@]}" "${args[@]}" >"$dir/controller.log" 2>&1 &
   echo $! >"$work/pids/$(basename "$dir")"
   disown $!
@@ -397,6 +442,17 @@ event_is() { # event_is NS NAME TYPE REASON MIN-COUNT: an events.k8s.io Event re
     any(.items[]; .regarding.name == $n and .regarding.kind == "SealedSecret" and .type == $t
       and .reason == $r and ((.series.count // 1) >= $c))' >/dev/null
 }
+mirrors_are() { kj -n "$1" get secrets -l kseal.dev/mirror=true | jq -e --argjson n "$2" '.items | length == $n' >/dev/null; }
+mirror_marked() { # a mirror marked missing, or already deleted (the grace is 1 s)
+  kj -n "$1" get secrets -l kseal.dev/mirror=true |
+    jq -e 'any(.items[]; .metadata.annotations["kseal.dev/missing-since"]) or (.items | length == 1)' >/dev/null
+}
+# ring_cli DIR COMMAND ARGS...: kseal keys COMMAND on the case's ring (DIR/ring), which the
+# controller (UID 65532) reads.
+ring_cli() {
+  "$cli" keys "$2" --ring "dir://$1/ring" "${@:3}" --yes >>"$1/setup.log" 2>&1 &&
+    chown -R 65532:65532 "$1/ring"
+}
 cert_served() { curl -fsS --max-time 2 "http://127.0.0.1:$1/v1/cert.pem" | grep -q 'BEGIN CERTIFICATE'; }
 
 # run_case VARIANT ID TARGET KIND NAME NS RULE VERB: one case, start to end; the outcome
@@ -416,8 +472,14 @@ run_case() {
     echo "setup: apply RBAC failed" >"$dir/result"
     return
   }
-  # The key, as an administrator imports it (deploy/README.md).
-  if ! k -n "$own" create secret tls sealed-secrets-key-test --cert=tests/fixtures/keys/tls.crt \
+  # The key: from the ring with a key source (the controller mirrors it), else imported as
+  # an administrator does (deploy/README.md).
+  if [[ "${key_source[$variant]}" == 1 ]]; then
+    if ! ring_cli "$dir" push --from tests/fixtures/keys; then
+      echo "setup: kseal keys push" >"$dir/result"
+      return
+    fi
+  elif ! k -n "$own" create secret tls sealed-secrets-key-test --cert=tests/fixtures/keys/tls.crt \
     --key=tests/fixtures/keys/tls.key >>"$dir/setup.log" 2>&1 ||
     ! k -n "$own" label secret sealed-secrets-key-test sealedsecrets.bitnami.com/sealed-secrets-key=active >>"$dir/setup.log" 2>&1; then
     echo "setup: key Secret" >"$dir/result"
@@ -436,7 +498,7 @@ run_case() {
   k config view --raw --minify -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$dir/sa/ca.crt"
   printf '%s' "$own" >"$dir/sa/namespace"
   start_controller "$dir" "$own" "$app" "$variant" "$pod" "$ns_from_file" || return
-  local port lease renew uid
+  local port lease renew uid kid
   port=$(<"$dir/port")
   lease=$(jq -r '.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0].args[]?' "$work/$variant.json" |
     sed -n 's/^--leader-election-lease=//p')
@@ -468,6 +530,17 @@ run_case() {
       wait_for "$dir" "repaired SealedSecret written" secret_step_is "$where" broken one &&
       { sealed broken "$where" "$c" BAD | k apply -f - >/dev/null; } &&
       wait_for "$dir" "repeated Warning event (series)" event_is "$where" broken Warning ErrUnsealFailed 2 &&
+      if [[ "${key_source[$variant]}" == 1 ]]; then
+        # A second key in the ring, then retired from it: its mirror is created, marked
+        # missing (a patch of its annotations) and deleted after the retire grace.
+        ring_cli "$dir" push --key-size 2048 &&
+          wait_for "$dir" "second ring key mirrored" mirrors_are "$own" 2 &&
+          kid=$(grep -o 'key [0-9a-f]\{12\} (' "$dir/setup.log" | tail -n 1 | cut -d' ' -f2) &&
+          mkdir -p "$dir/no-sealed-secrets" &&
+          ring_cli "$dir" retire --check "$dir/no-sealed-secrets" "$kid" &&
+          wait_for "$dir" "retired key's mirror marked missing (patch)" mirror_marked "$own" &&
+          wait_for "$dir" "retired key's mirror deleted" mirrors_are "$own" 1
+      fi &&
       echo ok >"$dir/result"
   } || true
   local pid
