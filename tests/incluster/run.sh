@@ -13,8 +13,8 @@
 #      namespace at /var/run/secrets/kubernetes.io/serviceaccount (a tmpfs in the mount
 #      namespace; the host's /var/run is not touched), with the args and env of the rendered
 #      Deployment;
-#   3. drive its whole job and check each part (keys loaded, Lease acquired, Secret written,
-#      status, Normal event, Secret updated, deleted Secret re-created, Lease renewed, Warning
+#   3. drive its whole job and check each part (keys loaded, Lease acquired, Lease renewed,
+#      Secret written, status, Normal event, Secret updated, deleted Secret re-created, Warning
 #      event, repeated Warning event as a series; with a key source, a directory ring instead
 #      of Secrets Manager: its key mirrored, a second key mirrored, then retired from the ring:
 #      its mirror marked missing and deleted);
@@ -514,6 +514,9 @@ run_case() {
       } >"$dir/uid" &&
       wait_for "$dir" "Lease acquired" lease_holder_is "$own" "$lease" "$pod" &&
       renew=$(kj -n "$own" get lease "$lease" | jq -r '.spec.renewTime') &&
+      # Renewed (every 5 s) before anything else, so that a failed renewal is named as such
+      # rather than by whatever the lost leadership breaks next.
+      wait_for "$dir" "Lease renewed" lease_renewed "$own" "$lease" "$renew" &&
       { sealed app "$where" "$c" GOOD | k apply -f - >/dev/null; } &&
       wait_for "$dir" "Secret written" secret_step_is "$where" app one &&
       wait_for "$dir" "status updated (Synced=True)" synced "$where" app &&
@@ -523,7 +526,6 @@ run_case() {
       uid=$(kj -n "$where" get secret app | jq -r .metadata.uid) &&
       k -n "$where" delete secret app >/dev/null &&
       wait_for "$dir" "deleted Secret re-created" secret_recreated "$where" app "$uid" &&
-      wait_for "$dir" "Lease renewed" lease_renewed "$own" "$lease" "$renew" &&
       { sealed broken "$where" "$c" BAD | k apply -f - >/dev/null; } &&
       wait_for "$dir" "Warning event (ErrUnsealFailed)" event_is "$where" broken Warning ErrUnsealFailed 1 &&
       { sealed broken "$where" "$c" GOOD | k apply -f - >/dev/null; } &&
@@ -566,7 +568,7 @@ elapsed=$((SECONDS - t0))
 
 # --- report ----------------------------------------------------------------------------------
 failures=()
-printf '\n%-16s %-48s %-7s %s\n' variant "rule (rendered)" verb "result: what broke" >&2
+printf '\n%-19s %-86s %-6s %s\n' variant "rule (rendered)" verb "result: what broke" >&2
 for c in "${cases[@]}"; do
   [[ -z "${KSEAL_INCLUSTER_ONLY:-}" || "$c" =~ $KSEAL_INCLUSTER_ONLY ]] || continue
   read -r variant id target kind name ns rule verb <<<"$c"
@@ -612,7 +614,7 @@ for c in "${cases[@]}"; do
       if [[ -n "$refused" ]]; then line+=" [log: $refused]"; fi
     fi
   fi
-  printf '%-16s %-48s %-7s %s\n' "$variant" "$what" "$verb" "$line" >&2
+  printf '%-19s %-86s %-6s %s\n' "$variant" "$what" "$verb" "$line" >&2
 done
 echo >&2
 log "$(cat "$work/cases/full-${VARIANTS%% *}/mounts" 2>/dev/null || true)${IMAGE_ROOTFS:+ (in the image root filesystem)}"
