@@ -424,7 +424,7 @@ user_can() { # user_can yes|no VERB RESOURCE [ARGS...] as any authenticated user
 }
 unseals_in() { # unseals_in yes|no NAMESPACE: the verbs of unsealing into NAMESPACE
   local verb
-  for verb in get list watch; do can "$1" "$verb" sealedsecrets.bitnami.com -n "$2"; done
+  for verb in list watch; do can "$1" "$verb" sealedsecrets.bitnami.com -n "$2"; done
   for verb in get patch; do can "$1" "$verb" sealedsecrets.bitnami.com --subresource=status -n "$2"; done
   for verb in get list watch create update; do can "$1" "$verb" secrets -n "$2"; done
   for verb in create patch; do can "$1" "$verb" events.events.k8s.io -n "$2"; done
@@ -457,7 +457,7 @@ never() { # never [key-mirror]: what the controller does not use, and must not h
       if [[ -n "$mirror" && "$ns" == "$NS" && "$verb" != deletecollection ]]; then continue; fi
       can no "$verb" secrets -n "$ns"
     done
-    for verb in create update patch delete; do can no "$verb" sealedsecrets.bitnami.com -n "$ns"; done
+    for verb in get create update patch delete; do can no "$verb" sealedsecrets.bitnami.com -n "$ns"; done
     can no update sealedsecrets.bitnami.com --subresource=status -n "$ns"
     can no create events -n "$ns" # core/v1 Events: the controller writes events.k8s.io only
     can no get pods -n "$ns"

@@ -40,7 +40,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "kseal.unsealerRules" -}}
 - apiGroups: [bitnami.com]
   resources: [sealedsecrets]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [bitnami.com]
   resources: [sealedsecrets/status]
   verbs: [get, patch]
