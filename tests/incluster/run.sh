@@ -143,22 +143,9 @@ to_json() {
     END { flush() }' "$1" >"$1.kept"
   k create --dry-run=client -o json -f "$1.kept" | jq 'if .kind == "List" then .items else [.] end'
 }
-find_helm() {
-  if [[ -n "${KSEAL_HELM:-}" ]]; then
-    echo "$KSEAL_HELM"
-  elif command -v helm >/dev/null 2>&1; then
-    command -v helm
-  else # the one deploy/check.sh installed (it runs first in scripts/test.sh)
-    local cached
-    for cached in "${KSEAL_HELM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kseal-helm}"/helm-*; do
-      if [[ -x "$cached" ]]; then
-        echo "$cached"
-        return 0
-      fi
-    done
-    return 1
-  fi
-}
+# find_helm: the same lookup as deploy/check.sh (which runs first and caches the pinned helm).
+# shellcheck source=deploy/find-helm.sh
+source deploy/find-helm.sh
 declare -A app_ns=()    # per variant: where its SealedSecrets live (before renaming)
 declare -A only_role=() # per variant: only this Role's verbs are removed (the others are base's)
 declare -A key_source=() # per variant: 1 if its Deployment has --key-source
