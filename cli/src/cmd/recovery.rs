@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
-use kseal_api::SealedSecret;
 use kseal_api::constants::SEALING_KEY_ANNOTATION;
+use kseal_api::{ScopeTarget, SealedSecret};
 use kseal_keys::{Certificate, KeyId, KeyRing, Label, Plaintext, Scope};
 
 use crate::args::{ControllerArgs, ResealArgs, ValidateArgs};
@@ -17,8 +17,9 @@ use crate::certs::{CertRequest, Controller, ControllerTarget};
 use crate::cmd::unseal::load_ring;
 use crate::manifest::{Input, SealedFile, mapping_at};
 
-/// The label a SealedSecret's items are sealed with, from its top-level metadata.
-fn label_of(sealed: &SealedSecret) -> Result<Label> {
+/// The label a SealedSecret's items are sealed with, from its top-level metadata, and the
+/// scope and label it stands for (for messages).
+fn label_of(sealed: &SealedSecret) -> Result<(Label, ScopeTarget)> {
     let scope = sealed.scope();
     let name = sealed.metadata.name.as_deref().unwrap_or_default();
     let namespace = sealed.metadata.namespace.as_deref().unwrap_or_default();
@@ -28,7 +29,10 @@ fn label_of(sealed: &SealedSecret) -> Result<Label> {
     if scope != Scope::Cluster && namespace.is_empty() {
         bail!("the SealedSecret has no namespace");
     }
-    Ok(scope.label(namespace, name))
+    Ok((
+        scope.label(namespace, name),
+        ScopeTarget::new(scope, namespace, name),
+    ))
 }
 
 /// `namespace/name` for messages.
@@ -45,18 +49,32 @@ pub(crate) struct Opened {
     pub(crate) items: BTreeMap<String, Plaintext>,
     pub(crate) keys: BTreeMap<String, KeyId>,
     pub(crate) failed: Vec<String>,
+    /// The scope and label tried.
+    pub(crate) tried: ScopeTarget,
+}
+
+impl Opened {
+    /// "no key opens `a`, `b` (tried strict scope "prod/db")".
+    fn failure(&self) -> String {
+        format!(
+            "no key opens {} (tried {})",
+            quoted(&self.failed),
+            self.tried
+        )
+    }
 }
 
 pub(crate) fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened> {
     if sealed.spec.data.as_deref().is_some_and(|d| !d.is_empty()) {
         bail!("it uses the deprecated v1 `spec.data` field, which this command does not handle");
     }
-    let label = label_of(sealed)?;
+    let (label, tried) = label_of(sealed)?;
     let hint = sealed.sealing_key_hint();
     let mut opened = Opened {
         items: BTreeMap::new(),
         keys: BTreeMap::new(),
         failed: Vec::new(),
+        tried,
     };
     for (item, value) in &sealed.spec.encrypted_data {
         match ring.open_base64(&label, value, hint.as_ref()) {
@@ -120,7 +138,7 @@ impl Checker {
         match self {
             Checker::Keys(ring) => Ok(match open_items(s, ring) {
                 Err(e) => Err(format!("{e:#}")),
-                Ok(o) if !o.failed.is_empty() => Err(format!("no key opens {}", quoted(&o.failed))),
+                Ok(o) if !o.failed.is_empty() => Err(o.failure()),
                 Ok(o) => {
                     let mut keys: Vec<&str> = o.keys.values().map(KeyId::as_str).collect();
                     keys.sort_unstable();
@@ -258,9 +276,9 @@ impl Resealer {
             Resealer::Local { ring, cert } => {
                 let opened = open_items(sealed, ring)?;
                 if !opened.failed.is_empty() {
-                    bail!("no key opens {}", quoted(&opened.failed));
+                    bail!("{}", opened.failure());
                 }
-                let label = label_of(sealed)?;
+                let (label, _) = label_of(sealed)?;
                 let mut resealed = Vec::new();
                 for (item, plaintext) in &opened.items {
                     let value =
