@@ -254,10 +254,12 @@ pub(crate) struct SealArgs {
     /// Output format; default: YAML for a .yaml/.yml -w file, else the input's format
     #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum, ignore_case = true)]
     pub(crate) format: Option<Format>,
-    /// Scope the Secrets are sealed for [default: strict, or the input's scope annotation]
+    /// Scope the Secrets are sealed for; given, it replaces any scope annotation of the input
+    /// [default: the input's scope annotation, else strict]
     #[arg(long, env = env::KSEAL_SCOPE, value_parser = parse_scope)]
     pub(crate) scope: Option<kseal_api::Scope>,
     /// Namespace for Secrets without one; a Secret declaring another one is an error
+    /// [default: the kubeconfig context's namespace, else `default`; not for cluster-wide]
     #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE)]
     pub(crate) namespace: Option<String>,
     /// Override the Secret's name (with --raw: the name the value is sealed for)

@@ -244,3 +244,201 @@ fn quickstart_runs_the_whole_flow_and_can_run_again() {
     assert_eq!(second.code, 0, "{}", second.stderr);
     assert!(second.stderr.contains("reusing the existing key"));
 }
+
+/// `seal -o json` of `input` with `args`; the parsed SealedSecrets and the run.
+fn seal_json(
+    args: &[&str],
+    input: &str,
+    dir: &std::path::Path,
+    envs: &[(&str, &str)],
+) -> (Vec<serde_json::Value>, Run) {
+    let cert = fixtures().join("keys/tls.crt");
+    let mut all = vec![
+        "seal",
+        "--cert",
+        cert.to_str().expect("utf-8 path"),
+        "-o",
+        "json",
+    ];
+    all.extend_from_slice(args);
+    let run = kseal_env(&all, Some(input), dir, envs);
+    assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+    let objects = serde_json::Deserializer::from_str(&run.stdout)
+        .into_iter::<serde_json::Value>()
+        .map(|o| o.expect("JSON objects"))
+        .collect();
+    (objects, run)
+}
+
+fn annotation<'a>(object: &'a serde_json::Value, key: &str) -> Option<&'a str> {
+    object["metadata"]["annotations"][key].as_str()
+}
+
+fn stderr_only(run: Run) -> Run {
+    Run {
+        stdout: String::new(),
+        ..run
+    }
+}
+
+const CLUSTER_WIDE: &str = "sealedsecrets.bitnami.com/cluster-wide";
+const NAMESPACE_WIDE: &str = "sealedsecrets.bitnami.com/namespace-wide";
+
+#[test]
+fn an_explicit_scope_wins_over_the_inputs_annotation_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let annotated = "kind: Secret\nmetadata:\n  name: db\n  namespace: prod\n  annotations:\n    \
+                     sealedsecrets.bitnami.com/cluster-wide: \"true\"\nstringData:\n  a: b\n";
+
+    // Without --scope the input's annotation stands, silently.
+    let (sealed, run) = seal_json(&[], annotated, dir.path(), &[]);
+    assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), Some("true"));
+    assert_eq!(run.stderr, "");
+
+    // --scope strict (the default value) still wins over the annotation, with a warning.
+    let (sealed, run) = seal_json(&["--scope", "strict"], annotated, dir.path(), &[]);
+    assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), None);
+    assert_eq!(annotation(&sealed[0], NAMESPACE_WIDE), None);
+    let template = &sealed[0]["spec"]["template"];
+    assert_eq!(annotation(template, CLUSTER_WIDE), None, "{template}");
+    snap!("seal_explicit_scope_replaces_annotation", stderr_only(run));
+
+    let (sealed, run) = seal_json(&["--scope", "namespace-wide"], annotated, dir.path(), &[]);
+    assert_eq!(annotation(&sealed[0], NAMESPACE_WIDE), Some("true"));
+    assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), None);
+    assert!(run.stderr.contains("warning:"), "{}", run.stderr);
+
+    // Asking for the scope the input already has is no news.
+    let (sealed, run) = seal_json(&["--scope", "cluster-wide"], annotated, dir.path(), &[]);
+    assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), Some("true"));
+    assert_eq!(run.stderr, "");
+
+    // The strict result opens as prod/db only.
+    let key = fixtures().join("keys/tls.key");
+    let (sealed, _) = seal_json(&["--scope", "strict"], annotated, dir.path(), &[]);
+    let text = serde_json::to_string(&sealed[0]).unwrap();
+    let run = kseal(
+        &["unseal", "--key", key.to_str().unwrap()],
+        Some(&text),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let moved = text.replace("\"namespace\":\"prod\"", "\"namespace\":\"dev\"");
+    let run = kseal(
+        &["unseal", "--key", key.to_str().unwrap()],
+        Some(&moved),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("tried strict scope \"dev/db\""),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn the_namespace_assumed_is_said_on_stderr_and_cluster_wide_needs_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let bare = "kind: Secret\nmetadata:\n  name: db\nstringData:\n  a: b\n";
+
+    // No -n, no namespace in the input, no kubeconfig: `default`, as kubeseal, and said so.
+    let (sealed, run) = seal_json(&[], bare, dir.path(), &[]);
+    assert_eq!(sealed[0]["metadata"]["namespace"], "default");
+    snap!("seal_namespace_assumed_default", stderr_only(run));
+
+    // The kubeconfig context's namespace, naming the context and the file.
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        "apiVersion: v1\nkind: Config\ncurrent-context: dev\ncontexts:\n- name: dev\n  \
+         context:\n    cluster: c\n    namespace: team\nclusters:\n- name: c\n  cluster:\n    \
+         server: https://127.0.0.1:1\n",
+    )
+    .unwrap();
+    let (sealed, run) = seal_json(&[], bare, dir.path(), &[("KUBECONFIG", "kubeconfig")]);
+    assert_eq!(sealed[0]["metadata"]["namespace"], "team");
+    snap!("seal_namespace_assumed_from_kubeconfig", stderr_only(run));
+
+    // -n or a namespace in the input: nothing to say.
+    let (sealed, run) = seal_json(&["-n", "prod"], bare, dir.path(), &[]);
+    assert_eq!(sealed[0]["metadata"]["namespace"], "prod");
+    assert_eq!(run.stderr, "");
+
+    // Cluster-wide without a namespace stays without one (as Bitnami: apply it anywhere).
+    for input in [
+        bare.to_owned(),
+        bare.replace(
+            "  name: db\n",
+            "  name: db\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\"\n",
+        ),
+    ] {
+        let args: &[&str] = if input == bare {
+            &["--scope", "cluster-wide"]
+        } else {
+            &[]
+        };
+        let (sealed, run) = seal_json(args, &input, dir.path(), &[]);
+        assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), Some("true"));
+        assert_eq!(
+            sealed[0]["metadata"].get("namespace"),
+            None,
+            "{}",
+            sealed[0]
+        );
+        assert_eq!(
+            sealed[0]["spec"]["template"]["metadata"].get("namespace"),
+            None,
+            "{}",
+            sealed[0]
+        );
+        assert_eq!(run.stderr, "");
+    }
+
+    // --raw takes the same default instead of refusing, and says so.
+    let cert = fixtures().join("keys/tls.crt");
+    let key = fixtures().join("keys/tls.key");
+    let raw = kseal(
+        &[
+            "seal",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--raw",
+            "--name",
+            "db",
+        ],
+        Some("s3cr3t"),
+        dir.path(),
+    );
+    assert_eq!(raw.code, 0, "{}", raw.stderr);
+    assert_eq!(
+        raw.stderr,
+        "note: sealing for namespace `default` (no -n; the default, as kubeseal: no kubeconfig \
+         context names a namespace)\n"
+    );
+    let sealed = format!(
+        "apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: db\n  \
+         namespace: default\nspec:\n  encryptedData:\n    a: {}\n",
+        raw.stdout
+    );
+    let run = kseal(
+        &["unseal", "--key", key.to_str().unwrap()],
+        Some(&sealed),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let raw = kseal_env(
+        &[
+            "seal",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--raw",
+            "--scope",
+            "namespace-wide",
+        ],
+        Some("s3cr3t"),
+        dir.path(),
+        &[("KUBECONFIG", "kubeconfig")],
+    );
+    assert_eq!(raw.code, 0, "{}", raw.stderr);
+    assert!(raw.stderr.contains("`team`"), "{}", raw.stderr);
+}

@@ -105,6 +105,17 @@ pub(crate) fn seal_input(
     render(&sealed, format)
 }
 
+/// "Secret `db` (document 1 of `secret.yaml`)", for messages.
+fn describe_secret(secret: &Secret, index: usize, source: &crate::manifest::Source) -> String {
+    let name = secret
+        .metadata
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("<unnamed>");
+    format!("Secret `{name}` (document {} of {source})", index + 1)
+}
+
 /// What `--raw` seals.
 struct RawRequest {
     from_file: Option<PathBuf>,
@@ -127,9 +138,39 @@ struct SealRequest {
     scope: Option<Scope>,
     name: Option<String>,
     namespace: Option<String>,
-    default_namespace: String,
+    default_namespace: DefaultNamespace,
     allow_empty_data: bool,
     mode: Mode,
+}
+
+/// The namespace assumed for a Secret without one when no `-n` is given, and where it
+/// comes from (as kubeseal: the kubeconfig context's namespace, else `default`).
+struct DefaultNamespace {
+    namespace: String,
+    origin: String,
+}
+
+impl DefaultNamespace {
+    fn find(controller: &crate::args::ControllerArgs) -> Self {
+        match crate::kubeconfig::context_namespace(
+            controller.kubeconfig.as_deref(),
+            controller.context.as_deref(),
+        ) {
+            Some(found) => Self {
+                namespace: found.namespace,
+                origin: format!(
+                    "the namespace of kubeconfig context `{}` in `{}`",
+                    found.context,
+                    found.file.display()
+                ),
+            },
+            None => Self {
+                namespace: "default".to_owned(),
+                origin: "the default, as kubeseal: no kubeconfig context names a namespace"
+                    .to_owned(),
+            },
+        }
+    }
 }
 
 impl SealRequest {
@@ -158,11 +199,7 @@ impl SealRequest {
                 certs.specs.len()
             );
         }
-        let default_namespace = crate::kubeconfig::context_namespace(
-            args.cert.controller.kubeconfig.as_deref(),
-            args.cert.controller.context.as_deref(),
-        )
-        .unwrap_or_else(|| "default".to_owned());
+        let default_namespace = DefaultNamespace::find(&args.cert.controller);
         Ok(Self {
             certs,
             input: args.file,
@@ -181,11 +218,58 @@ impl SealRequest {
         SealOptions {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
-            default_namespace: Some(self.default_namespace.clone()),
+            default_namespace: None,
             scope: self.scope.unwrap_or(Scope::Strict),
             allow_empty_data: self.allow_empty_data,
             ..SealOptions::default()
         }
+    }
+
+    /// The `-n` namespace, if one was given.
+    fn explicit_namespace(&self) -> Option<&str> {
+        self.namespace.as_deref().filter(|n| !n.is_empty())
+    }
+
+    /// Readies one input Secret for sealing, with the messages that tell what the user did
+    /// not ask for explicitly: an explicit `--scope` replaces the input's scope annotations
+    /// (with a warning when they asked for another scope), and a Secret that needs a
+    /// namespace and has none gets the default one (with a note naming it and where it
+    /// comes from).
+    fn prepare(&self, secret: &Secret, what: &str) -> (Secret, SealOptions, Vec<String>) {
+        let mut notes = Vec::new();
+        let mut secret = secret.clone();
+        let mut options = self.options();
+        let declared = kseal_api::scope_of(&secret.metadata);
+        if let Some(asked) = self.scope {
+            if declared != Scope::Strict && declared != asked {
+                notes.push(format!(
+                    "warning: {what} is annotated {declared}; sealing it {asked} as --scope asks \
+                     (the annotation is replaced)"
+                ));
+            }
+            let annotations = secret
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default);
+            kseal_api::set_scope_annotations(annotations, asked);
+            if annotations.is_empty() {
+                secret.metadata.annotations = None;
+            }
+        }
+        let scope = kseal_api::scope_of(&secret.metadata);
+        let has_namespace = secret
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|n| !n.is_empty());
+        if scope != Scope::Cluster && !has_namespace && self.explicit_namespace().is_none() {
+            notes.push(format!(
+                "note: {what} has no namespace: sealing it for `{}` (no -n; {})",
+                self.default_namespace.namespace, self.default_namespace.origin
+            ));
+            options.default_namespace = Some(self.default_namespace.namespace.clone());
+        }
+        (secret, options, notes)
     }
 }
 
@@ -221,12 +305,31 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
         .format
         .or_else(|| request.write.as_deref().and_then(format_for_path))
         .unwrap_or_else(|| input.format());
-    let options = request.options();
+    let secrets: Vec<Secret> = input.objects("Secret", "v1")?;
+    let mut notes = Vec::new();
+    let prepared: Vec<(Secret, SealOptions, String)> = secrets
+        .iter()
+        .enumerate()
+        .map(|(i, secret)| {
+            let what = describe_secret(secret, i, &input.source);
+            let (secret, options, mut more) = request.prepare(secret, &what);
+            notes.append(&mut more);
+            (secret, options, what)
+        })
+        .collect();
+    let backend = backend_for(secrets.iter().map(value_count).sum());
     // Seal everything before writing anything: a failure leaves no output behind.
     let outputs = certs
         .iter()
         .map(|c| {
-            let text = seal_input(&input, &c.cert, &options, format);
+            let text = prepared
+                .iter()
+                .map(|(secret, options, what)| {
+                    seal_secret_with(backend, secret, c.cert.public_key(), options)
+                        .with_context(|| format!("failed to seal {what}"))
+                })
+                .collect::<Result<Vec<SealedSecret>>>()
+                .and_then(|sealed| render(&sealed, format));
             let text = if certs.len() > 1 {
                 text.with_context(|| format!("failed to seal for certificate `{}`", c.name))?
             } else {
@@ -235,6 +338,10 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
             Ok((c.name.as_str(), text))
         })
         .collect::<Result<Vec<_>>>()?;
+    // Said once everything sealed: with an error, the error is what matters.
+    for note in notes {
+        eprintln!("{note}");
+    }
     match &request.write {
         None => {
             let all: String = outputs.into_iter().map(|(_, text)| text).collect();
@@ -471,18 +578,26 @@ pub(crate) fn seal_value(
 
 fn seal_raw(request: &SealRequest, raw: &RawRequest) -> Result<()> {
     let scope = request.scope.unwrap_or(Scope::Strict);
-    let namespace = request.namespace.as_deref().filter(|n| !n.is_empty());
     let name = request.name.as_deref().filter(|n| !n.is_empty());
-    let (namespace, name) = match (scope, namespace, name) {
-        (Scope::Strict, Some(ns), Some(name)) => (ns, name),
-        (Scope::Strict, _, _) => {
-            bail!("--raw with strict scope needs the namespace (-n) and the name (--name)")
+    if scope == Scope::Strict && name.is_none() {
+        bail!("--raw with strict scope needs the name (--name)");
+    }
+    // As for whole Secrets (and kubeseal): without -n, the default namespace.
+    let namespace = match (scope, request.explicit_namespace()) {
+        (Scope::Cluster, _) => "",
+        (_, Some(ns)) => ns,
+        (_, None) => {
+            eprintln!(
+                "note: sealing for namespace `{}` (no -n; {})",
+                request.default_namespace.namespace, request.default_namespace.origin
+            );
+            &request.default_namespace.namespace
         }
-        (Scope::Namespace, Some(ns), _) => (ns, ""),
-        (Scope::Namespace, None, _) => {
-            bail!("--raw with namespace-wide scope needs the namespace (-n)")
-        }
-        (Scope::Cluster, _, _) => ("", ""),
+    };
+    let name = if scope == Scope::Strict {
+        name.unwrap_or_default()
+    } else {
+        ""
     };
     let cert = request.certs.load_one()?;
     let value = read_value(raw.from_file.as_deref(), raw.strip_newline, None)?;
