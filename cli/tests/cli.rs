@@ -442,3 +442,72 @@ fn the_namespace_assumed_is_said_on_stderr_and_cluster_wide_needs_none() {
     assert_eq!(raw.code, 0, "{}", raw.stderr);
     assert!(raw.stderr.contains("`team`"), "{}", raw.stderr);
 }
+
+#[test]
+fn a_stream_of_concatenated_json_objects_is_read_as_kubeseal_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str| {
+        format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{{\"name\":\"{name}\",\
+             \"namespace\":\"prod\"}},\"stringData\":{{\"a\":\"b\"}}}}"
+        )
+    };
+    for stream in [
+        format!("{}{}", secret("one"), secret("two")),
+        format!("{}\n{}\n", secret("one"), secret("two")),
+        format!("  {}\n\n  {}", secret("one"), secret("two")),
+    ] {
+        let (sealed, run) = seal_json(&[], &stream, dir.path(), &[]);
+        let names: Vec<&str> = sealed
+            .iter()
+            .map(|s| s["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["one", "two"], "{stream}");
+        assert_eq!(run.stderr, "");
+        // kseal's own JSON output (one indented object after another) reads back too.
+        let key = fixtures().join("keys/tls.key");
+        let run = kseal(
+            &["unseal", "--key", key.to_str().unwrap()],
+            Some(&run.stdout),
+            dir.path(),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(run.stdout.matches("\"kind\": \"Secret\"").count(), 2);
+    }
+    let cert = fixtures().join("keys/tls.crt");
+    let broken = format!("{}{{\"kind\": \"Secret\", ", secret("one"));
+    let run = kseal(
+        &["seal", "--cert", cert.to_str().unwrap()],
+        Some(&broken),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_json_stream_truncated", run);
+}
+
+#[test]
+fn non_utf8_input_names_the_document_and_the_item() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = fixtures().join("keys/tls.crt");
+    let mut bytes =
+        b"kind: Secret\nmetadata:\n  name: ok\n  namespace: prod\nstringData:\n  a: b\n---\n"
+            .to_vec();
+    bytes.extend_from_slice(
+        b"kind: Secret\nmetadata:\n  name: db\n  namespace: prod\nstringData:\n  user: admin\n  \
+          password: caf\xe9\n",
+    );
+    std::fs::write(dir.path().join("latin1.yaml"), &bytes).unwrap();
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            cert.to_str().unwrap(),
+            "-f",
+            "latin1.yaml",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_non_utf8_string_data", run);
+}
