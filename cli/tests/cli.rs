@@ -511,3 +511,49 @@ fn non_utf8_input_names_the_document_and_the_item() {
     assert_eq!(run.code, 1);
     snap!("err_non_utf8_string_data", run);
 }
+
+#[test]
+fn sealed_secrets_too_large_for_kubernetes_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |kib: usize| {
+        format!(
+            "kind: Secret\nmetadata:\n  name: big\n  namespace: prod\nstringData:\n  blob: {}\n",
+            "x".repeat(kib * 1024)
+        )
+    };
+    // 800 KiB of data seals to more than 1 MiB (base64 of the value plus its envelope).
+    let (sealed, run) = seal_json(&[], &secret(800), dir.path(), &[]);
+    assert!(serde_json::to_vec(&sealed[0]).unwrap().len() > 1024 * 1024);
+    snap!("seal_warns_over_one_mib", stderr_only(run));
+    // 300 KiB fits Kubernetes, but not kubectl's client-side last-applied annotation.
+    let (sealed, run) = seal_json(&[], &secret(300), dir.path(), &[]);
+    assert!(serde_json::to_vec(&sealed[0]).unwrap().len() > 256 * 1024);
+    snap!("seal_notes_over_256_kib", stderr_only(run));
+    // Small ones say nothing.
+    let (_, run) = seal_json(&[], &secret(100), dir.path(), &[]);
+    assert_eq!(run.stderr, "");
+
+    // Merging items into a file checks the merged result.
+    let (_, run) = seal_json(&[], &secret(100), dir.path(), &[]);
+    std::fs::write(dir.path().join("big.json"), &run.stdout).unwrap();
+    let cert = fixtures().join("keys/tls.crt");
+    let more = secret(700).replace("blob:", "more:");
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--merge-into",
+            "big.json",
+        ],
+        Some(&more),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warning: SealedSecret `prod/big` is 1."),
+        "{}",
+        run.stderr
+    );
+}

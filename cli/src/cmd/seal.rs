@@ -79,6 +79,65 @@ pub(crate) fn seal_secret_with(
     Ok(kseal_api::seal_secret(secret, key, &options)?)
 }
 
+/// Kubernetes' limit on an object, as a SealedSecret should respect it: the API server caps
+/// a Secret's `data` at 1 MiB (`MaxSecretSize`), and etcd takes at most 1.5 MiB per request
+/// (`--max-request-bytes`) for the stored object, which also carries its status and
+/// `managedFields`. A SealedSecret is always larger than the Secret it makes (each value is
+/// base64 of the value plus a 530-byte-or-more envelope, so 4/3 of it and more), so one over
+/// 1 MiB as JSON is close to or over both limits: the controller could not create its Secret
+/// even if the API server stored it.
+const OBJECT_LIMIT: usize = 1024 * 1024;
+
+/// The most `kubectl apply` (client-side, Argo CD's default) can store: it copies the whole
+/// object into the `last-applied-configuration` annotation, and an object's annotations
+/// total at most 256 KiB.
+const CLIENT_SIDE_APPLY_LIMIT: usize = 256 * 1024;
+
+/// "1.04 MiB" / "300.0 KiB".
+fn human_size(bytes: usize) -> String {
+    #[allow(clippy::cast_precision_loss)] // sizes far below 2^52
+    let b = bytes as f64;
+    if bytes >= 1024 * 1024 {
+        format!("{:.2} MiB", b / (1024.0 * 1024.0))
+    } else {
+        format!("{:.1} KiB", b / 1024.0)
+    }
+}
+
+/// The warning for a SealedSecret (any serializable form of it) too large for Kubernetes or
+/// for client-side `kubectl apply`, sized as the JSON the API server receives.
+pub(crate) fn size_warning(object: &impl serde::Serialize, name: &str) -> Option<String> {
+    let size = serde_json::to_vec(object).map_or(0, |json| json.len());
+    if size > OBJECT_LIMIT {
+        Some(format!(
+            "warning: SealedSecret `{name}` is {} as JSON, over Kubernetes' 1 MiB object size \
+             limit: the API server may refuse it (etcd takes at most 1.5 MiB per request, \
+             metadata included) and the Secret it makes must stay under 1 MiB of data; split \
+             its items into several Secrets",
+            human_size(size)
+        ))
+    } else if size > CLIENT_SIDE_APPLY_LIMIT {
+        Some(format!(
+            "note: SealedSecret `{name}` is {} as JSON, over the 256 KiB that client-side \
+             `kubectl apply` (and Argo CD's default sync) can copy into its last-applied \
+             annotation; apply it server-side (kubectl apply --server-side, Argo CD \
+             ServerSideApply=true)",
+            human_size(size)
+        ))
+    } else {
+        None
+    }
+}
+
+/// `namespace/name` of a SealedSecret, for messages.
+fn sealed_name(sealed: &SealedSecret) -> String {
+    format!(
+        "{}/{}",
+        sealed.metadata.namespace.as_deref().unwrap_or("-"),
+        sealed.metadata.name.as_deref().unwrap_or("-")
+    )
+}
+
 /// Seals every Secret of `input` and renders the SealedSecrets.
 pub(crate) fn seal_input(
     input: &Input,
@@ -329,7 +388,16 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
                         .with_context(|| format!("failed to seal {what}"))
                 })
                 .collect::<Result<Vec<SealedSecret>>>()
-                .and_then(|sealed| render(&sealed, format));
+                .and_then(|sealed| {
+                    for s in &sealed {
+                        let warning = size_warning(s, &sealed_name(s));
+                        // Once per object: every certificate gives about the same size.
+                        if let Some(w) = warning.filter(|w| !notes.contains(w)) {
+                            notes.push(w);
+                        }
+                    }
+                    render(&sealed, format)
+                });
             let text = if certs.len() > 1 {
                 text.with_context(|| format!("failed to seal for certificate `{}`", c.name))?
             } else {
@@ -441,6 +509,10 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         path.display(),
         describe_changes(&added, &replaced)
     );
+    let ns = namespace.as_deref().unwrap_or("-");
+    if let Some(warning) = size_warning(&target.values[0], &format!("{ns}/{name}")) {
+        eprintln!("{warning}");
+    }
     Ok(())
 }
 
