@@ -220,6 +220,26 @@ pub(crate) struct ControllerArgs {
     pub(crate) context: Option<String>,
 }
 
+/// The input files of a command, the same way for every command: `-f FILE` (repeatable) and
+/// FILE arguments, `-` for standard input; none reads standard input.
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct InputFiles {
+    /// Input file (YAML, multi-document, or JSON); repeat for several; `-` reads stdin
+    /// [default: stdin]
+    #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
+    pub(crate) file: Vec<PathBuf>,
+    /// Input files, the same as -f FILE
+    #[arg(value_name = "FILE")]
+    pub(crate) paths: Vec<PathBuf>,
+}
+
+impl InputFiles {
+    /// Every input file: the `-f` ones, then the arguments.
+    pub(crate) fn all(&self) -> Vec<PathBuf> {
+        self.file.iter().chain(&self.paths).cloned().collect()
+    }
+}
+
 /// Where the sealing certificate comes from.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct CertArgs {
@@ -245,9 +265,8 @@ pub(crate) struct CertArgs {
 pub(crate) struct SealArgs {
     #[command(flatten)]
     pub(crate) cert: CertArgs,
-    /// Input Secret manifest(s), YAML (multi-document) or JSON; `-` or absent reads stdin
-    #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
-    pub(crate) file: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
     /// Write to FILE (atomically, only on success) instead of stdout; `.yaml`/`.yml` means YAML
     #[arg(short = 'w', long = "write", env = env::KSEAL_WRITE, value_name = "FILE")]
     pub(crate) write: Option<PathBuf>,
@@ -689,9 +708,8 @@ pub(crate) struct KeyArgs {
 pub(crate) struct UnsealArgs {
     #[command(flatten)]
     pub(crate) keys: KeyArgs,
-    /// Input SealedSecret manifest(s); `-` or absent reads stdin
-    #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
-    pub(crate) file: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
     /// Output format; default: the input's format
     #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum, ignore_case = true)]
     pub(crate) format: Option<Format>,
@@ -714,9 +732,8 @@ pub(crate) struct ResealArgs {
     /// Allow a plain http certificate URL
     #[arg(long, env = env::KSEAL_ALLOW_HTTP)]
     pub(crate) allow_http: bool,
-    /// SealedSecret files; none or `-` reads stdin
-    #[arg(value_name = "FILE")]
-    pub(crate) files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
     /// Rewrite each file in place (atomically) instead of printing
     #[arg(long, env = env::KSEAL_IN_PLACE)]
     pub(crate) in_place: bool,
@@ -732,9 +749,8 @@ pub(crate) struct ValidateArgs {
     pub(crate) use_controller: bool,
     #[command(flatten)]
     pub(crate) controller: ControllerArgs,
-    /// SealedSecret files; none or `-` reads stdin
-    #[arg(value_name = "FILE")]
-    pub(crate) files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
 }
 
 #[derive(Debug, Subcommand)]

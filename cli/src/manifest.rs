@@ -56,6 +56,17 @@ impl Input {
         }
     }
 
+    /// Reads every file of `paths` (`-` is standard input, read once); none reads stdin.
+    pub(crate) fn read_all(paths: &[PathBuf]) -> Result<Vec<Self>> {
+        if paths.is_empty() {
+            return Ok(vec![Self::read(None)?]);
+        }
+        if paths.iter().filter(|p| *p == Path::new("-")).count() > 1 {
+            bail!("standard input (`-`) can be read only once");
+        }
+        paths.iter().map(|p| Self::read(Some(p))).collect()
+    }
+
     /// The format the input is written in: JSON if it starts with `{` or `[`.
     pub(crate) fn format(&self) -> Format {
         match self.text.trim_start().chars().next() {

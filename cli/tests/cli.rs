@@ -557,3 +557,98 @@ fn sealed_secrets_too_large_for_kubernetes_are_warned_about() {
         run.stderr
     );
 }
+
+#[test]
+fn every_command_takes_files_with_repeatable_f_or_as_arguments() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    let cert = cert.to_str().unwrap();
+    let key = f.join("keys/tls.key");
+    let key = key.to_str().unwrap();
+    let secret = f.join("secret.yaml");
+    let secret = secret.to_str().unwrap();
+    let strict = f.join("sealed-secret.strict.golden.yaml");
+    let strict = strict.to_str().unwrap();
+    let cluster = f.join("sealed-secret.cluster-wide.golden.json");
+    let cluster = cluster.to_str().unwrap();
+    let other = "kind: Secret\nmetadata:\n  name: other\n  namespace: prod\nstringData:\n  a: b\n";
+    std::fs::write(dir.path().join("other.yaml"), other).unwrap();
+    let count = |run: &Run, kind: &str| {
+        run.stdout.matches(&format!("kind: {kind}\n")).count()
+            + run.stdout.matches(&format!("\"kind\": \"{kind}\"")).count()
+    };
+
+    // seal: positional, repeated -f, `-f -` for stdin among files.
+    for args in [
+        vec!["seal", "--cert", cert, secret],
+        vec!["seal", "--cert", cert, "-f", secret, "-f", "other.yaml"],
+        vec!["seal", "--cert", cert, "-f", secret, "other.yaml"],
+        vec!["seal", "--cert", cert, "-f", "-", "-f", secret],
+    ] {
+        let stdin = args.contains(&"-").then_some(other);
+        let run = kseal(&args, stdin, dir.path());
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        let expected = if args.len() == 4 { 1 } else { 2 };
+        assert_eq!(count(&run, "SealedSecret"), expected, "{args:?}");
+    }
+
+    // unseal: the same forms.
+    for (args, expected) in [
+        (vec!["unseal", "--key", key, strict], 1),
+        (vec!["unseal", "--key", key, "-f", strict, "-f", cluster], 2),
+        (vec!["unseal", "--key", key, "-f", strict, cluster], 2),
+        (vec!["unseal", "--key", key, "-f", "-"], 1),
+    ] {
+        let stdin = args
+            .contains(&"-")
+            .then(|| std::fs::read_to_string(strict).unwrap());
+        let run = kseal(&args, stdin.as_deref(), dir.path());
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        assert_eq!(count(&run, "Secret"), expected, "{args:?}");
+    }
+
+    // validate and reseal: -f too.
+    let run = kseal(
+        &["validate", "--key", key, "-f", strict, "-f", cluster],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        2
+    );
+    let run = kseal(
+        &["validate", "--key", key, "-f", strict, cluster],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.lines().count(), 2);
+    let run = kseal(&["reseal", "--key", key, "-f", strict], None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(count(&run, "SealedSecret"), 1);
+
+    // Standard input is read once.
+    let run = kseal(
+        &["unseal", "--key", key, "-f", "-", "-"],
+        Some(""),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_stdin_twice", run);
+
+    // --raw seals a value, not manifests: a file argument is a mistake, not ignored.
+    let run = kseal(
+        &["seal", "--cert", cert, "--raw", "--name", "x", secret],
+        Some("v"),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("--raw seals one value"),
+        "{}",
+        run.stderr
+    );
+}

@@ -110,13 +110,6 @@ fn render_templates(sealed: &SealedSecret, opened: &Opened) -> Result<usize> {
     Ok(templates.len())
 }
 
-fn inputs(files: &[PathBuf]) -> Result<Vec<Input>> {
-    if files.is_empty() {
-        return Ok(vec![Input::read(None)?]);
-    }
-    files.iter().map(|f| Input::read(Some(f))).collect()
-}
-
 fn quoted(items: &[String]) -> String {
     items
         .iter()
@@ -210,7 +203,7 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
     };
     let mut report = String::new();
     let (mut total, mut bad) = (0usize, 0usize);
-    for input in inputs(&args.files)? {
+    for input in Input::read_all(&args.files.all())? {
         let sealed: Vec<SealedSecret> =
             input.objects("SealedSecret", kseal_api::constants::API_VERSION)?;
         for (i, s) in sealed.iter().enumerate() {
@@ -342,10 +335,11 @@ pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
         }
         Backing::Controller(controller) => Resealer::Controller(controller),
     };
-    if args.in_place && (args.files.is_empty() || args.files.iter().any(|f| f == Path::new("-"))) {
+    let paths = args.files.all();
+    if args.in_place && (paths.is_empty() || paths.iter().any(|f| f == Path::new("-"))) {
         bail!("--in-place needs FILE arguments (not standard input)");
     }
-    let inputs = inputs(&args.files)?;
+    let inputs = Input::read_all(&paths)?;
     // Everything is resealed in memory first: one bad object leaves every file untouched.
     let files = inputs
         .iter()
@@ -354,7 +348,7 @@ pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
     let mut out = String::new();
     for ((file, changed), path) in files
         .iter()
-        .zip(args.files.iter().map(Some).chain(std::iter::repeat(None)))
+        .zip(paths.iter().map(Some).chain(std::iter::repeat(None)))
     {
         let text = file.render()?;
         match path {

@@ -191,7 +191,7 @@ enum Mode {
 /// A validated `kseal seal` request.
 struct SealRequest {
     certs: CertRequest,
-    input: Option<PathBuf>,
+    inputs: Vec<PathBuf>,
     write: Option<PathBuf>,
     format: Option<Format>,
     scope: Option<Scope>,
@@ -235,6 +235,12 @@ impl DefaultNamespace {
 impl SealRequest {
     fn from_args(args: SealArgs) -> Result<Self> {
         let certs = CertRequest::from_args(&args.cert)?;
+        if args.raw && !args.files.all().is_empty() {
+            bail!(
+                "--raw seals one value, from --from-file or standard input; -f and FILE \
+                 arguments name Secret manifests"
+            );
+        }
         let mode = if let Some(path) = args.merge_into {
             Mode::Merge(path)
         } else if args.raw {
@@ -261,7 +267,7 @@ impl SealRequest {
         let default_namespace = DefaultNamespace::find(&args.cert.controller);
         Ok(Self {
             certs,
-            input: args.file,
+            inputs: args.files.all(),
             write: args.write,
             format: args.format,
             scope: args.scope,
@@ -359,24 +365,23 @@ pub(crate) fn path_for_cert(path: &Path, name: &str) -> PathBuf {
 
 fn seal_normal(request: &SealRequest) -> Result<()> {
     let certs = request.certs.load()?;
-    let input = Input::read(request.input.as_deref())?;
+    let inputs = Input::read_all(&request.inputs)?;
     let format = request
         .format
         .or_else(|| request.write.as_deref().and_then(format_for_path))
-        .unwrap_or_else(|| input.format());
-    let secrets: Vec<Secret> = input.objects("Secret", "v1")?;
+        .unwrap_or_else(|| inputs[0].format());
     let mut notes = Vec::new();
-    let prepared: Vec<(Secret, SealOptions, String)> = secrets
-        .iter()
-        .enumerate()
-        .map(|(i, secret)| {
+    let mut prepared: Vec<(Secret, SealOptions, String)> = Vec::new();
+    for input in &inputs {
+        let secrets: Vec<Secret> = input.objects("Secret", "v1")?;
+        for (i, secret) in secrets.iter().enumerate() {
             let what = describe_secret(secret, i, &input.source);
             let (secret, options, mut more) = request.prepare(secret, &what);
             notes.append(&mut more);
-            (secret, options, what)
-        })
-        .collect();
-    let backend = backend_for(secrets.iter().map(value_count).sum());
+            prepared.push((secret, options, what));
+        }
+    }
+    let backend = backend_for(prepared.iter().map(|(s, _, _)| value_count(s)).sum());
     // Seal everything before writing anything: a failure leaves no output behind.
     let outputs = certs
         .iter()
@@ -444,13 +449,21 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         .with_context(|| format!("the SealedSecret in `{}` has no name", path.display()))?;
     let namespace = existing.metadata.namespace.clone();
     let file_scope = existing.scope();
-    let input = Input::read(request.input.as_deref())?;
-    let secrets: Vec<Secret> = input.objects("Secret", "v1")?;
-    let backend = backend_for(secrets.iter().map(value_count).sum());
+    let mut secrets = Vec::new();
+    for input in Input::read_all(&request.inputs)? {
+        let objects: Vec<Secret> = input.objects("Secret", "v1")?;
+        secrets.extend(
+            objects
+                .into_iter()
+                .enumerate()
+                .map(|(i, secret)| (format!("document {} of {}", i + 1, input.source), secret)),
+        );
+    }
+    let backend = backend_for(secrets.iter().map(|(_, s)| value_count(s)).sum());
     let mut added = Vec::new();
     let mut replaced = Vec::new();
-    for (i, secret) in secrets.iter().enumerate() {
-        let what = || format!("document {} of {}", i + 1, input.source);
+    for (place, secret) in &secrets {
+        let what = || place.clone();
         let input_scope = kseal_api::scope_of(&secret.metadata);
         let asked = request
             .scope
