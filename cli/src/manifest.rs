@@ -224,9 +224,9 @@ impl SealedFile {
         let file = Self::parse(&input)?;
         if file.values.len() != 1 {
             bail!(
-                "`{}` holds {} SealedSecrets; exactly one is needed here",
+                "`{}` holds {}; exactly one is needed here",
                 path.display(),
-                file.values.len()
+                crate::text::count(file.values.len(), "SealedSecret")
             );
         }
         Ok(file)

@@ -652,3 +652,43 @@ fn every_command_takes_files_with_repeatable_f_or_as_arguments() {
         run.stderr
     );
 }
+
+#[test]
+fn counts_in_messages_agree_with_their_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = fixtures().join("keys/tls.crt");
+    let key = fixtures().join("keys/tls.key");
+    let key = key.to_str().unwrap();
+    let one = "kind: Secret\nmetadata:\n  name: one\n  namespace: prod\nstringData:\n  a: b\n";
+    let sealed = kseal(
+        &["seal", "--cert", cert.to_str().unwrap()],
+        Some(one),
+        dir.path(),
+    );
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+    std::fs::write(dir.path().join("one.yaml"), &sealed.stdout).unwrap();
+    let run = kseal(&["validate", "--key", key, "one.yaml"], None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(": 1 item opens with "),
+        "{}",
+        run.stdout
+    );
+    let run = kseal(
+        &["reseal", "--key", key, "--in-place", "one.yaml"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with("resealed 1 SealedSecret in"),
+        "{}",
+        run.stderr
+    );
+
+    let truncated = "apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: one\n  \
+                     namespace: prod\nspec:\n  encryptedData:\n    a: AA==\n";
+    let run = kseal(&["validate", "--key", key], Some(truncated), dir.path());
+    assert_eq!(run.code, 1);
+    snap!("err_validate_one_truncated_item", run);
+}

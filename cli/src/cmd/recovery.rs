@@ -16,6 +16,7 @@ use crate::args::{ControllerArgs, ResealArgs, ValidateArgs};
 use crate::certs::{CertRequest, Controller, ControllerTarget};
 use crate::cmd::unseal::load_ring;
 use crate::manifest::{Input, SealedFile, mapping_at};
+use crate::text::count;
 
 /// The label a SealedSecret's items are sealed with, from its top-level metadata, and the
 /// scope and label it stands for (for messages).
@@ -82,7 +83,9 @@ pub(crate) fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened
                 opened.keys.insert(item.clone(), o.key);
                 opened.items.insert(item.clone(), o.plaintext);
             }
-            Err(_) => opened.failed.push(item.clone()),
+            Err(kseal_keys::Error::Open) => opened.failed.push(item.clone()),
+            // Structural errors describe public bytes only (base64, length).
+            Err(e) => bail!("encryptedData item `{item}` is not a valid sealed value: {e}"),
         }
     }
     Ok(opened)
@@ -142,9 +145,10 @@ impl Checker {
                         Ok(n) => format!("; its {n} templates render"),
                         Err(e) => return Ok(Err(format!("{e:#}"))),
                     };
+                    let verb = if o.items.len() == 1 { "opens" } else { "open" };
                     Ok(format!(
-                        "{} items open with {}{templates}",
-                        o.items.len(),
+                        "{} {verb} with {}{templates}",
+                        count(o.items.len(), "item"),
                         keys.join(", ")
                     ))
                 }
@@ -223,7 +227,10 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
     }
     crate::output::stdout(&report)?;
     if bad > 0 {
-        bail!("{bad} of {total} SealedSecrets failed to validate");
+        bail!(
+            "{bad} of {} failed to validate",
+            count(total, "SealedSecret")
+        );
     }
     Ok(())
 }
@@ -355,7 +362,8 @@ pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
             Some(path) if args.in_place => {
                 crate::manifest::write_atomic(path, text.as_bytes(), false)?;
                 eprintln!(
-                    "resealed {changed} SealedSecrets in `{}` {}",
+                    "resealed {} in `{}` {}",
+                    count(*changed, "SealedSecret"),
                     path.display(),
                     resealer.describe()
                 );
