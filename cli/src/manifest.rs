@@ -80,8 +80,9 @@ impl Input {
     /// Input that starts like JSON but is not (YAML's flow style, `{a: b}`) is read as YAML.
     pub(crate) fn documents(&self) -> Result<Vec<(usize, serde_yaml::Value)>> {
         if self.format() == Format::Json {
+            // Straight into YAML values: their mappings keep the file's key order.
             let mut stream =
-                serde_json::Deserializer::from_str(&self.text).into_iter::<serde_json::Value>();
+                serde_json::Deserializer::from_str(&self.text).into_iter::<serde_yaml::Value>();
             if let Some(Ok(first)) = stream.next() {
                 let mut values = vec![(0, first)];
                 for (index, value) in stream.enumerate() {
@@ -94,11 +95,8 @@ impl Input {
                     })?;
                     values.push((index + 1, value));
                 }
-                return values
-                    .into_iter()
-                    .filter(|(_, v)| !v.is_null())
-                    .map(|(index, v)| Ok((index, serde_yaml::to_value(v)?)))
-                    .collect();
+                values.retain(|(_, v)| !v.is_null());
+                return Ok(values);
             }
         }
         let mut values = Vec::new();
@@ -476,6 +474,16 @@ mod tests {
             .map(|(i, _)| i)
             .collect();
         assert_eq!(indexes, [0, 2]);
+        // Key order is the file's (set, --merge-into and reseal rewrite files in place).
+        let input = Input {
+            source: Source::Stdin,
+            text: "{\"z\": 1, \"a\": 2}{\"m\": 3}".to_owned(),
+        };
+        let docs = input.documents().unwrap();
+        assert_eq!(
+            render(&[&docs[0].1], Format::Json).unwrap(),
+            "{\n  \"z\": 1,\n  \"a\": 2\n}\n"
+        );
         // YAML flow style that is not JSON is still YAML.
         let input = Input {
             source: Source::Stdin,
