@@ -224,8 +224,7 @@ pub(crate) struct ControllerArgs {
 /// FILE arguments, `-` for standard input; none reads standard input.
 #[derive(Debug, Args, Clone, Default)]
 pub(crate) struct InputFiles {
-    /// Input file (YAML, multi-document, or JSON); repeat for several; `-` reads stdin
-    /// [default: stdin]
+    /// Input file; repeat for several; `-` reads stdin [default: stdin]
     #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
     pub(crate) file: Vec<PathBuf>,
     /// Input files, the same as -f FILE
@@ -758,7 +757,8 @@ pub(crate) enum KeysCommand {
     /// Generate an RSA key pair and a self-signed certificate (as Bitnami's controller does)
     #[command(after_help = GENERATE_EXAMPLES)]
     Generate(GenerateArgs),
-    /// Show fingerprint, validity, size and subject of certificates, keys or key Secrets
+    /// Show fingerprint, validity, size and subject of certificates, keys or key Secrets (PEM,
+    /// key Secret manifests or `v1 List`s of them)
     Inspect(InspectArgs),
     /// Add a key to the fleet key ring (generated, or from files); the first key of a new ring
     /// seals at once, later ones after `activate`
@@ -997,9 +997,9 @@ pub(crate) struct GenerateArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
-    /// PEM certificates or keys, key Secret manifests, or `v1 List`s of key Secrets
-    #[arg(value_name = "FILE", required = true)]
-    pub(crate) files: Vec<PathBuf>,
+    // PEM certificates or keys, key Secret manifests, or `v1 List`s of key Secrets.
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
 }
 
 #[derive(Debug, Args)]

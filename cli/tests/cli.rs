@@ -692,3 +692,29 @@ fn counts_in_messages_agree_with_their_number() {
     assert_eq!(run.code, 1);
     snap!("err_validate_one_truncated_item", run);
 }
+
+#[test]
+fn keys_inspect_takes_f_and_standard_input_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let crt = fixtures().join("keys/tls.crt");
+    let crt_path = crt.to_str().unwrap();
+    let pem = std::fs::read_to_string(&crt).unwrap();
+    let positional = kseal(&["keys", "inspect", crt_path], None, dir.path());
+    assert_eq!(positional.code, 0, "{}", positional.stderr);
+    let with_f = kseal(&["keys", "inspect", "-f", crt_path], None, dir.path());
+    assert_eq!(with_f.stdout, positional.stdout);
+    let body = positional.stdout.split_once(":\n").unwrap().1;
+    let stdin = kseal(&["keys", "inspect"], Some(&pem), dir.path());
+    assert_eq!(stdin.code, 0, "{}", stdin.stderr);
+    assert_eq!(stdin.stdout, format!("standard input:\n{body}"));
+    let both = kseal(
+        &["keys", "inspect", "-f", "-", crt_path],
+        Some(&pem),
+        dir.path(),
+    );
+    assert_eq!(both.code, 0, "{}", both.stderr);
+    assert_eq!(
+        both.stdout,
+        format!("standard input:\n{body}{}", positional.stdout)
+    );
+}
