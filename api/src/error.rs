@@ -53,10 +53,12 @@ pub enum Error {
     },
     /// No key could open these items (wrong key, wrong name, namespace or scope, or
     /// tampering; deliberately not told apart).
-    #[error("failed to decrypt items {}", list(.items))]
+    #[error("failed to decrypt items {} (tried {tried})", list(.items))]
     Decrypt {
         /// The item keys that failed, sorted.
         items: Vec<String>,
+        /// The scope and label that were tried (public metadata).
+        tried: crate::ScopeTarget,
         /// Always the opaque [`kseal_keys::Error::Open`].
         #[source]
         source: kseal_keys::Error,
@@ -80,8 +82,10 @@ pub enum Error {
         source: kseal_keys::Error,
     },
     /// No key could open the deprecated `spec.data`.
-    #[error("failed to decrypt deprecated field 'data'")]
+    #[error("failed to decrypt deprecated field 'data' (tried {tried})")]
     DecryptDeprecatedData {
+        /// The scope and label that were tried (public metadata).
+        tried: crate::ScopeTarget,
         /// Always the opaque [`kseal_keys::Error::Open`].
         #[source]
         source: kseal_keys::Error,
@@ -119,9 +123,13 @@ mod tests {
     fn lists_are_quoted_and_comma_separated() {
         let err = Error::Decrypt {
             items: vec!["a".into(), "b".into()],
+            tried: crate::ScopeTarget::new(kseal_keys::Scope::Strict, "prod", "db"),
             source: kseal_keys::Error::Open,
         };
-        assert_eq!(err.to_string(), "failed to decrypt items `a`, `b`");
+        assert_eq!(
+            err.to_string(),
+            "failed to decrypt items `a`, `b` (tried strict scope \"prod/db\")"
+        );
         let source = std::error::Error::source(&err).map(ToString::to_string);
         assert_eq!(source.as_deref(), Some("no key could decrypt secret"));
     }

@@ -14,7 +14,7 @@ pub use error::{Error, Result};
 pub use resource::{
     SealedSecret, SealedSecretCondition, SealedSecretSpec, SealedSecretStatus, SecretTemplateSpec,
 };
-pub use scope::{scope_from_annotations, scope_of, set_scope_annotations};
+pub use scope::{ScopeTarget, scope_from_annotations, scope_of, set_scope_annotations};
 pub use seal::{SealOptions, seal_secret};
 pub use template::{TemplateError, render_template_data};
 pub use unseal::{UnsealOptions, Unsealed, unseal, unseal_counted, unseal_with};

@@ -34,6 +34,42 @@ pub fn scope_of(metadata: &ObjectMeta) -> Scope {
     scope_from_annotations(metadata.annotations.as_ref())
 }
 
+/// The scope and the public part of the label an unseal tried: what a decrypt error names.
+///
+/// It is public metadata (the SealedSecret's own scope, namespace and name), never a secret:
+/// it answers the usual "no key could decrypt" question (a renamed or moved SealedSecret)
+/// without saying anything about the keys or the ciphertext. Displays as
+/// `strict scope "prod/db"`, `namespace-wide scope "prod"` or `cluster-wide scope`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeTarget {
+    /// The scope read from the object's top-level annotations.
+    pub scope: Scope,
+    /// The label as text: `namespace/name` (strict), `namespace` (namespace-wide) or empty
+    /// (cluster-wide).
+    pub label: String,
+}
+
+impl ScopeTarget {
+    /// The target of `scope` for an object `namespace/name`.
+    pub fn new(scope: Scope, namespace: &str, name: &str) -> Self {
+        let label = match scope {
+            Scope::Strict => format!("{namespace}/{name}"),
+            Scope::Namespace => namespace.to_owned(),
+            Scope::Cluster => String::new(),
+        };
+        Self { scope, label }
+    }
+}
+
+impl std::fmt::Display for ScopeTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.scope {
+            Scope::Cluster => f.write_str("cluster-wide scope"),
+            scope => write!(f, "{scope} scope {:?}", self.label),
+        }
+    }
+}
+
 /// Rewrites the scope annotations so that they select `scope`: both are removed, then the
 /// one `scope` needs (if any) is set to `"true"` (Bitnami's `UpdateScopeAnnotations`).
 pub fn set_scope_annotations(annotations: &mut BTreeMap<String, String>, scope: Scope) {

@@ -12,7 +12,7 @@ use kseal_keys::{KeyId, KeyRing, Label, OpenStats, Plaintext, Scope};
 use crate::constants::{API_VERSION, KIND, SKIP_SET_OWNER_REFERENCES_ANNOTATION, TRUE};
 use crate::seal::strip_server_fields;
 use crate::template::render_template_data;
-use crate::{Error, Result, SealedSecret};
+use crate::{Error, Result, ScopeTarget, SealedSecret};
 
 /// How to unseal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +135,7 @@ pub fn unseal_counted(
         });
     }
     let label = scope.label(namespace.unwrap_or_default(), name);
+    let tried = ScopeTarget::new(scope, namespace.unwrap_or_default(), name);
 
     let spec = &sealed.spec;
     let template = spec.template.as_ref();
@@ -161,7 +162,7 @@ pub fn unseal_counted(
 
     let start = stats.rsa_operations;
     let mut unsealed = if let Some(blob) = deprecated {
-        let (secret, key) = open_deprecated(blob, &label, ring, object_hint, stats)?;
+        let (secret, key) = open_deprecated(blob, (&label, &tried), ring, object_hint, stats)?;
         Unsealed {
             secret,
             rsa_operations: 0,
@@ -169,7 +170,8 @@ pub fn unseal_counted(
             deprecated_data_key: Some(key),
         }
     } else {
-        let (mut data, keys) = open_items(sealed, &label, ring, options, object_hint, stats)?;
+        let (mut data, keys) =
+            open_items(sealed, (&label, &tried), ring, options, object_hint, stats)?;
         if let Some(templates) = template
             .and_then(|t| t.data.as_ref())
             .filter(|_| options.render_template_data)
@@ -232,7 +234,7 @@ fn decode_envelope(text: &str) -> kseal_keys::Result<Vec<u8>> {
 
 fn open_items(
     sealed: &SealedSecret,
-    label: &Label,
+    (label, tried): (&Label, &ScopeTarget),
     ring: &KeyRing,
     options: &UnsealOptions,
     object_hint: Option<&KeyId>,
@@ -273,6 +275,7 @@ fn open_items(
         // `opened` is dropped here, zeroizing the items that did open.
         return Err(Error::Decrypt {
             items: failed,
+            tried: tried.clone(),
             source,
         });
     }
@@ -290,7 +293,7 @@ fn open_items(
 
 fn open_deprecated(
     blob: &str,
-    label: &Label,
+    (label, tried): (&Label, &ScopeTarget),
     ring: &KeyRing,
     hint: Option<&KeyId>,
     stats: &mut OpenStats,
@@ -302,7 +305,10 @@ fn open_deprecated(
     }
     let opened = ring
         .open_counted(label, &bytes, hint, stats)
-        .map_err(|source| Error::DecryptDeprecatedData { source })?;
+        .map_err(|source| Error::DecryptDeprecatedData {
+            tried: tried.clone(),
+            source,
+        })?;
     // The parse error is dropped: serde's messages can quote the input.
     let mut secret: Secret = serde_json::from_slice(opened.plaintext.expose())
         .map_err(|_| Error::DeprecatedDataNotASecret)?;

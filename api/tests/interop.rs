@@ -74,7 +74,7 @@ fn bitnami_negative_vectors_fail_to_unseal() {
     for vector in vectors.iter().filter(|v| v["expect"] == "error") {
         let id = vector["id"].as_str().expect("id");
         match unseal(&sealed_secret_for(vector), &ring) {
-            Err(Error::Decrypt { items, source }) => {
+            Err(Error::Decrypt { items, source, .. }) => {
                 assert_eq!(items, ["value"], "{id}");
                 assert_eq!(source, kseal_keys::Error::Open, "{id}");
             }

@@ -37,7 +37,7 @@ fn moved(sealed: &SealedSecret, namespace: &str, name: &str) -> SealedSecret {
 
 fn decrypt_failure(result: Result<Secret, Error>) -> Vec<String> {
     match result {
-        Err(Error::Decrypt { items, source }) => {
+        Err(Error::Decrypt { items, source, .. }) => {
             assert_eq!(source, kseal_keys::Error::Open);
             items
         }
@@ -531,6 +531,7 @@ fn failing_items_are_all_named_sorted_without_secret_material() {
         err,
         Error::Decrypt {
             items: vec!["a-bad".into(), "c-bad".into()],
+            tried: kseal_api::ScopeTarget::new(Scope::Strict, "prod", "db"),
             source: kseal_keys::Error::Open
         }
     );
@@ -539,7 +540,48 @@ fn failing_items_are_all_named_sorted_without_secret_material() {
         !shown.contains("TOPSECRET") && !shown.contains("fine"),
         "{shown}"
     );
-    assert_eq!(err.to_string(), "failed to decrypt items `a-bad`, `c-bad`");
+    assert_eq!(
+        err.to_string(),
+        "failed to decrypt items `a-bad`, `c-bad` (tried strict scope \"prod/db\")"
+    );
+}
+
+#[test]
+fn decrypt_failures_name_the_scope_and_label_tried() {
+    let sealed = seal(
+        &secret(Some("prod"), "db", &[("a", b"TOPSECRET")]),
+        &SealOptions::default(),
+    );
+    let err = unseal(&moved(&sealed, "prod", "renamed"), &ring()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "failed to decrypt items `a` (tried strict scope \"prod/renamed\")"
+    );
+    let wide = seal(
+        &secret(Some("prod"), "db", &[("a", b"TOPSECRET")]),
+        &scoped(Scope::Namespace),
+    );
+    let err = unseal(&moved(&wide, "dev", "db"), &ring()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "failed to decrypt items `a` (tried namespace-wide scope \"dev\")"
+    );
+    let cluster = seal(
+        &secret(Some("prod"), "db", &[("a", b"TOPSECRET")]),
+        &scoped(Scope::Cluster),
+    );
+    let other: KeyRing = [other_pair().clone()].into_iter().collect();
+    let err = unseal(&cluster, &other).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "failed to decrypt items `a` (tried cluster-wide scope)"
+    );
+    let deprecated = deprecated_v1("prod", "db");
+    let err = unseal(&moved(&deprecated, "prod", "other"), &ring()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "failed to decrypt deprecated field 'data' (tried strict scope \"prod/other\")"
+    );
 }
 
 #[test]
@@ -730,7 +772,8 @@ fn deprecated_v1_data_is_accepted_by_default() {
     assert!(matches!(
         unseal(&moved(&sealed, "prod", "other"), &ring()),
         Err(Error::DecryptDeprecatedData {
-            source: kseal_keys::Error::Open
+            source: kseal_keys::Error::Open,
+            ..
         })
     ));
 }

@@ -220,6 +220,25 @@ pub(crate) struct ControllerArgs {
     pub(crate) context: Option<String>,
 }
 
+/// The input files of a command, the same way for every command: `-f FILE` (repeatable) and
+/// FILE arguments, `-` for standard input; none reads standard input.
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct InputFiles {
+    /// Input file; repeat for several; `-` reads stdin [default: stdin]
+    #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
+    pub(crate) file: Vec<PathBuf>,
+    /// Input files, the same as -f FILE
+    #[arg(value_name = "FILE")]
+    pub(crate) paths: Vec<PathBuf>,
+}
+
+impl InputFiles {
+    /// Every input file: the `-f` ones, then the arguments.
+    pub(crate) fn all(&self) -> Vec<PathBuf> {
+        self.file.iter().chain(&self.paths).cloned().collect()
+    }
+}
+
 /// Where the sealing certificate comes from.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct CertArgs {
@@ -245,19 +264,20 @@ pub(crate) struct CertArgs {
 pub(crate) struct SealArgs {
     #[command(flatten)]
     pub(crate) cert: CertArgs,
-    /// Input Secret manifest(s), YAML (multi-document) or JSON; `-` or absent reads stdin
-    #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
-    pub(crate) file: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
     /// Write to FILE (atomically, only on success) instead of stdout; `.yaml`/`.yml` means YAML
     #[arg(short = 'w', long = "write", env = env::KSEAL_WRITE, value_name = "FILE")]
     pub(crate) write: Option<PathBuf>,
     /// Output format; default: YAML for a .yaml/.yml -w file, else the input's format
     #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum, ignore_case = true)]
     pub(crate) format: Option<Format>,
-    /// Scope the Secrets are sealed for [default: strict, or the input's scope annotation]
+    /// Scope the Secrets are sealed for; given, it replaces any scope annotation of the input
+    /// [default: the input's scope annotation, else strict]
     #[arg(long, env = env::KSEAL_SCOPE, value_parser = parse_scope)]
     pub(crate) scope: Option<kseal_api::Scope>,
     /// Namespace for Secrets without one; a Secret declaring another one is an error
+    /// [default: the kubeconfig context's namespace, else `default`; not for cluster-wide]
     #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE)]
     pub(crate) namespace: Option<String>,
     /// Override the Secret's name (with --raw: the name the value is sealed for)
@@ -687,9 +707,8 @@ pub(crate) struct KeyArgs {
 pub(crate) struct UnsealArgs {
     #[command(flatten)]
     pub(crate) keys: KeyArgs,
-    /// Input SealedSecret manifest(s); `-` or absent reads stdin
-    #[arg(short = 'f', long = "file", env = env::KSEAL_FILE, value_name = "FILE")]
-    pub(crate) file: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
     /// Output format; default: the input's format
     #[arg(short = 'o', long, env = env::KSEAL_FORMAT, value_enum, ignore_case = true)]
     pub(crate) format: Option<Format>,
@@ -712,9 +731,8 @@ pub(crate) struct ResealArgs {
     /// Allow a plain http certificate URL
     #[arg(long, env = env::KSEAL_ALLOW_HTTP)]
     pub(crate) allow_http: bool,
-    /// SealedSecret files; none or `-` reads stdin
-    #[arg(value_name = "FILE")]
-    pub(crate) files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
     /// Rewrite each file in place (atomically) instead of printing
     #[arg(long, env = env::KSEAL_IN_PLACE)]
     pub(crate) in_place: bool,
@@ -730,9 +748,8 @@ pub(crate) struct ValidateArgs {
     pub(crate) use_controller: bool,
     #[command(flatten)]
     pub(crate) controller: ControllerArgs,
-    /// SealedSecret files; none or `-` reads stdin
-    #[arg(value_name = "FILE")]
-    pub(crate) files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
 }
 
 #[derive(Debug, Subcommand)]
@@ -740,7 +757,8 @@ pub(crate) enum KeysCommand {
     /// Generate an RSA key pair and a self-signed certificate (as Bitnami's controller does)
     #[command(after_help = GENERATE_EXAMPLES)]
     Generate(GenerateArgs),
-    /// Show fingerprint, validity, size and subject of certificates, keys or key Secrets
+    /// Show fingerprint, validity, size and subject of certificates, keys or key Secrets (PEM,
+    /// key Secret manifests or `v1 List`s of them)
     Inspect(InspectArgs),
     /// Add a key to the fleet key ring (generated, or from files); the first key of a new ring
     /// seals at once, later ones after `activate`
@@ -979,9 +997,9 @@ pub(crate) struct GenerateArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
-    /// PEM certificates or keys, key Secret manifests, or `v1 List`s of key Secrets
-    #[arg(value_name = "FILE", required = true)]
-    pub(crate) files: Vec<PathBuf>,
+    // PEM certificates or keys, key Secret manifests, or `v1 List`s of key Secrets.
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,7 @@ pub(crate) struct Connection {
 struct Entry {
     value: Value,
     dir: PathBuf,
+    file: PathBuf,
 }
 
 #[derive(Default)]
@@ -96,6 +97,7 @@ fn load(explicit: Option<&Path>) -> Result<Merged> {
                 map.entry(name.to_owned()).or_insert_with(|| Entry {
                     value: value.clone(),
                     dir: dir.clone(),
+                    file: path.clone(),
                 });
             }
         }
@@ -134,15 +136,31 @@ fn bytes(entry: &Entry, data_key: &str, file_key: &str, what: &str) -> Result<Op
     Ok(None)
 }
 
+/// A kubeconfig context's namespace, and where it was found (for messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ContextNamespace {
+    pub(crate) namespace: String,
+    pub(crate) context: String,
+    pub(crate) file: PathBuf,
+}
+
 /// The namespace of the current (or named) context, if any kubeconfig can be read. Never
 /// fails: sealing offline must not depend on a kubeconfig.
-pub(crate) fn context_namespace(explicit: Option<&Path>, context: Option<&str>) -> Option<String> {
+pub(crate) fn context_namespace(
+    explicit: Option<&Path>,
+    context: Option<&str>,
+) -> Option<ContextNamespace> {
     let merged = load(explicit).ok()?;
     let name = context
         .map(str::to_owned)
         .or(merged.current_context.clone())?;
     let entry = merged.contexts.get(&name)?;
-    string(&entry.value, "namespace").map(str::to_owned)
+    let namespace = string(&entry.value, "namespace")?.to_owned();
+    Some(ContextNamespace {
+        namespace,
+        context: name,
+        file: entry.file.clone(),
+    })
 }
 
 /// Resolves the connection for `context` (or the current context).
@@ -330,8 +348,12 @@ mod tests {
         assert_eq!(conn.tls.ca_pem.as_deref(), Some(b"CA".as_slice()));
         assert!(matches!(conn.auth, Auth::Bearer(ref t) if t == "abc"));
         assert_eq!(
-            context_namespace(Some(&config), None).as_deref(),
-            Some("team-a")
+            context_namespace(Some(&config), None),
+            Some(ContextNamespace {
+                namespace: "team-a".into(),
+                context: "dev".into(),
+                file: config.clone(),
+            })
         );
         let err = connect(Some(&config), Some("prod")).err().unwrap();
         assert_eq!(

@@ -12,6 +12,7 @@ mod http;
 mod kubeconfig;
 mod manifest;
 mod output;
+mod text;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

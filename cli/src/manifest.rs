@@ -32,32 +32,39 @@ pub(crate) struct Input {
 }
 
 impl Input {
-    /// Reads `path`, or stdin when it is absent or `-`.
+    /// Reads `path`, or stdin when it is absent or `-`. Text that is not UTF-8 is refused
+    /// with an error naming the document and the field that holds the bad bytes.
     pub(crate) fn read(path: Option<&Path>) -> Result<Self> {
-        match path {
-            Some(p) if p != Path::new("-") => {
-                let text = fs_err::read_to_string(p)?;
-                Ok(Self {
-                    source: Source::File(p.to_owned()),
-                    text,
-                })
-            }
+        let (source, bytes) = match path {
+            Some(p) if p != Path::new("-") => (Source::File(p.to_owned()), fs_err::read(p)?),
             _ => {
                 if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
                     eprintln!(
                         "(reading the manifest from standard input; use -f FILE to name a file)"
                     );
                 }
-                let mut text = String::new();
+                let mut bytes = Vec::new();
                 std::io::stdin()
-                    .read_to_string(&mut text)
-                    .context("failed to read standard input as UTF-8 text")?;
-                Ok(Self {
-                    source: Source::Stdin,
-                    text,
-                })
+                    .read_to_end(&mut bytes)
+                    .context("failed to read standard input")?;
+                (Source::Stdin, bytes)
             }
+        };
+        match String::from_utf8(bytes) {
+            Ok(text) => Ok(Self { source, text }),
+            Err(e) => Err(not_utf8(e.as_bytes(), e.utf8_error(), source)),
         }
+    }
+
+    /// Reads every file of `paths` (`-` is standard input, read once); none reads stdin.
+    pub(crate) fn read_all(paths: &[PathBuf]) -> Result<Vec<Self>> {
+        if paths.is_empty() {
+            return Ok(vec![Self::read(None)?]);
+        }
+        if paths.iter().filter(|p| *p == Path::new("-")).count() > 1 {
+            bail!("standard input (`-`) can be read only once");
+        }
+        paths.iter().map(|p| Self::read(Some(p))).collect()
     }
 
     /// The format the input is written in: JSON if it starts with `{` or `[`.
@@ -68,13 +75,30 @@ impl Input {
         }
     }
 
-    /// Parses every non-empty document as a `kind` object (`Secret`, `SealedSecret`).
-    /// A `v1 List` is flattened into its items.
-    pub(crate) fn objects<T: DeserializeOwned>(
-        &self,
-        kind: &str,
-        api_version: &str,
-    ) -> Result<Vec<T>> {
+    /// Every non-empty document with its index: a YAML multi-document stream, or a stream of
+    /// JSON values one after the other (`{…}{…}` or one per line), as kubeseal reads them.
+    /// Input that starts like JSON but is not (YAML's flow style, `{a: b}`) is read as YAML.
+    pub(crate) fn documents(&self) -> Result<Vec<(usize, serde_yaml::Value)>> {
+        if self.format() == Format::Json {
+            // Straight into YAML values: their mappings keep the file's key order.
+            let mut stream =
+                serde_json::Deserializer::from_str(&self.text).into_iter::<serde_yaml::Value>();
+            if let Some(Ok(first)) = stream.next() {
+                let mut values = vec![(0, first)];
+                for (index, value) in stream.enumerate() {
+                    let value = value.with_context(|| {
+                        format!(
+                            "failed to parse document {} of {} as JSON",
+                            index + 2,
+                            self.source
+                        )
+                    })?;
+                    values.push((index + 1, value));
+                }
+                values.retain(|(_, v)| !v.is_null());
+                return Ok(values);
+            }
+        }
         let mut values = Vec::new();
         for (index, document) in serde_yaml::Deserializer::from_str(&self.text).enumerate() {
             let value = serde_yaml::Value::deserialize(document).with_context(|| {
@@ -84,9 +108,22 @@ impl Input {
                     self.source
                 )
             })?;
-            if value.is_null() {
-                continue;
+            if !value.is_null() {
+                values.push((index, value));
             }
+        }
+        Ok(values)
+    }
+
+    /// Parses every non-empty document as a `kind` object (`Secret`, `SealedSecret`).
+    /// A `v1 List` is flattened into its items.
+    pub(crate) fn objects<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        api_version: &str,
+    ) -> Result<Vec<T>> {
+        let mut values = Vec::new();
+        for (index, value) in self.documents()? {
             if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
                 let items = value
                     .get("items")
@@ -158,17 +195,7 @@ impl SealedFile {
     /// Parses every document of `input` (no `v1 List`: items could not be written back).
     pub(crate) fn parse(input: &Input) -> Result<Self> {
         let mut values = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(&input.text).enumerate() {
-            let value = serde_yaml::Value::deserialize(document).with_context(|| {
-                format!(
-                    "failed to parse document {} of {} as YAML or JSON",
-                    index + 1,
-                    input.source
-                )
-            })?;
-            if value.is_null() {
-                continue;
-            }
+        for (_, value) in input.documents()? {
             if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
                 bail!(
                     "{} is a v1 List: split it into SealedSecret documents first",
@@ -195,9 +222,9 @@ impl SealedFile {
         let file = Self::parse(&input)?;
         if file.values.len() != 1 {
             bail!(
-                "`{}` holds {} SealedSecrets; exactly one is needed here",
+                "`{}` holds {}; exactly one is needed here",
                 path.display(),
-                file.values.len()
+                crate::text::count(file.values.len(), "SealedSecret")
             );
         }
         Ok(file)
@@ -230,6 +257,105 @@ pub(crate) fn mapping_at<'a>(
     current
         .as_mapping_mut()
         .with_context(|| format!("`{}` is not an object", path.join(".")))
+}
+
+/// The error for input that is not UTF-8: names the document and the field holding the first
+/// bad bytes (found by parsing a copy where each bad sequence is replaced by a marker
+/// character the text does not otherwise contain), and the line.
+fn not_utf8(bytes: &[u8], error: std::str::Utf8Error, source: Source) -> anyhow::Error {
+    let line = bytes[..error.valid_up_to()]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1;
+    let lossy = String::from_utf8_lossy(bytes);
+    // Private-use characters: a manifest that holds all of them is not worth a better message.
+    let marker = ['\u{F8FF}', '\u{E000}', '\u{F0000}', '\u{10FFFD}']
+        .into_iter()
+        .find(|m| !lossy.contains(*m));
+    let located = marker.and_then(|marker| {
+        let mut text = String::with_capacity(bytes.len());
+        for chunk in bytes.utf8_chunks() {
+            text.push_str(chunk.valid());
+            if !chunk.invalid().is_empty() {
+                text.push(marker);
+            }
+        }
+        let input = Input {
+            source: source.clone(),
+            text,
+        };
+        input
+            .documents()
+            .ok()?
+            .into_iter()
+            .find_map(|(index, value)| {
+                let mut path = Vec::new();
+                find_marker(&value, marker, &mut path).then(|| (index, describe_field(&path)))
+            })
+    });
+    match located {
+        Some((index, field)) => {
+            let hint = if field.starts_with("stringData") {
+                "stringData takes text only: put binary values base64-encoded under data, or \
+                 convert the file to UTF-8"
+            } else {
+                "convert the file to UTF-8"
+            };
+            anyhow::anyhow!(
+                "document {} of {source} is not valid UTF-8 text: {field} (line {line}) holds \
+                 bytes that are not UTF-8; {hint}",
+                index + 1
+            )
+        }
+        None => anyhow::anyhow!(
+            "{source} is not valid UTF-8 text (line {line}, byte {})",
+            error.valid_up_to() + 1
+        ),
+    }
+}
+
+/// Whether `marker` occurs in `value` (keys included); `path` is then where.
+fn find_marker(value: &serde_yaml::Value, marker: char, path: &mut Vec<String>) -> bool {
+    match value {
+        serde_yaml::Value::String(s) => s.contains(marker),
+        serde_yaml::Value::Sequence(items) => items.iter().enumerate().any(|(i, item)| {
+            path.push(format!("[{i}]"));
+            let found = find_marker(item, marker, path);
+            if !found {
+                path.pop();
+            }
+            found
+        }),
+        serde_yaml::Value::Mapping(map) => map.iter().any(|(k, v)| {
+            let key = k.as_str().unwrap_or("?");
+            path.push(key.replace(marker, "\u{FFFD}"));
+            let found = key.contains(marker) || find_marker(v, marker, path);
+            if !found {
+                path.pop();
+            }
+            found
+        }),
+        serde_yaml::Value::Tagged(tagged) => find_marker(&tagged.value, marker, path),
+        _ => false,
+    }
+}
+
+/// "stringData item `password`", or "field `metadata.name`".
+fn describe_field(path: &[String]) -> String {
+    match path {
+        [map, item] if map == "stringData" || map == "data" => format!("{map} item `{item}`"),
+        _ => {
+            let mut text = String::new();
+            for segment in path {
+                if !text.is_empty() && !segment.starts_with('[') {
+                    text.push('.');
+                }
+                text.push_str(segment);
+            }
+            format!("field `{text}`")
+        }
+    }
 }
 
 /// Names the item of a Secret's `data` that is not base64 (serde's own error cannot).
@@ -305,4 +431,64 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8], private: bool) -> Resul
     tmp.persist(path)
         .with_context(|| format!("failed to write `{}`", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_for(bytes: &[u8]) -> String {
+        let e = String::from_utf8(bytes.to_vec()).unwrap_err();
+        not_utf8(e.as_bytes(), e.utf8_error(), Source::Stdin).to_string()
+    }
+
+    #[test]
+    fn non_utf8_bytes_outside_string_data_name_the_field() {
+        let err = error_for(
+            b"kind: Secret\nmetadata:\n  name: x\n  annotations:\n    note: caf\xe9\nstringData:\n  a: b\n",
+        );
+        assert_eq!(
+            err,
+            "document 1 of standard input is not valid UTF-8 text: field \
+             `metadata.annotations.note` (line 5) holds bytes that are not UTF-8; convert the \
+             file to UTF-8"
+        );
+        // Unparseable once repaired: the line and byte still point at it.
+        let err = error_for(b"kind: [\xff\n");
+        assert_eq!(
+            err,
+            "standard input is not valid UTF-8 text (line 1, byte 8)"
+        );
+    }
+
+    #[test]
+    fn a_json_stream_keeps_document_numbers() {
+        let input = Input {
+            source: Source::Stdin,
+            text: "{\"a\": 1} null {\"b\": 2}".to_owned(),
+        };
+        let indexes: Vec<usize> = input
+            .documents()
+            .unwrap()
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(indexes, [0, 2]);
+        // Key order is the file's (set, --merge-into and reseal rewrite files in place).
+        let input = Input {
+            source: Source::Stdin,
+            text: "{\"z\": 1, \"a\": 2}{\"m\": 3}".to_owned(),
+        };
+        let docs = input.documents().unwrap();
+        assert_eq!(
+            render(&[&docs[0].1], Format::Json).unwrap(),
+            "{\n  \"z\": 1,\n  \"a\": 2\n}\n"
+        );
+        // YAML flow style that is not JSON is still YAML.
+        let input = Input {
+            source: Source::Stdin,
+            text: "{a: 1}".to_owned(),
+        };
+        assert_eq!(input.documents().unwrap().len(), 1);
+    }
 }

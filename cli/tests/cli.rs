@@ -274,3 +274,477 @@ fn version_names_the_commit_and_both_binaries_agree() {
     assert!(ring.status.success());
     assert_eq!(String::from_utf8_lossy(&ring.stdout), run.stdout);
 }
+
+/// `seal -o json` of `input` with `args`; the parsed SealedSecrets and the run.
+fn seal_json(
+    args: &[&str],
+    input: &str,
+    dir: &std::path::Path,
+    envs: &[(&str, &str)],
+) -> (Vec<serde_json::Value>, Run) {
+    let cert = fixtures().join("keys/tls.crt");
+    let mut all = vec![
+        "seal",
+        "--cert",
+        cert.to_str().expect("utf-8 path"),
+        "-o",
+        "json",
+    ];
+    all.extend_from_slice(args);
+    let run = kseal_env(&all, Some(input), dir, envs);
+    assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+    let objects = serde_json::Deserializer::from_str(&run.stdout)
+        .into_iter::<serde_json::Value>()
+        .map(|o| o.expect("JSON objects"))
+        .collect();
+    (objects, run)
+}
+
+fn annotation<'a>(object: &'a serde_json::Value, key: &str) -> Option<&'a str> {
+    object["metadata"]["annotations"][key].as_str()
+}
+
+fn stderr_only(run: Run) -> Run {
+    Run {
+        stdout: String::new(),
+        ..run
+    }
+}
+
+const CLUSTER_WIDE: &str = "sealedsecrets.bitnami.com/cluster-wide";
+const NAMESPACE_WIDE: &str = "sealedsecrets.bitnami.com/namespace-wide";
+
+#[test]
+fn an_explicit_scope_wins_over_the_inputs_annotation_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let annotated = "kind: Secret\nmetadata:\n  name: db\n  namespace: prod\n  annotations:\n    \
+                     sealedsecrets.bitnami.com/cluster-wide: \"true\"\nstringData:\n  a: b\n";
+
+    // Without --scope the input's annotation stands, silently.
+    let (sealed, run) = seal_json(&[], annotated, dir.path(), &[]);
+    assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), Some("true"));
+    assert_eq!(run.stderr, "");
+
+    // --scope strict (the default value) still wins over the annotation, with a warning.
+    let (sealed, run) = seal_json(&["--scope", "strict"], annotated, dir.path(), &[]);
+    assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), None);
+    assert_eq!(annotation(&sealed[0], NAMESPACE_WIDE), None);
+    let template = &sealed[0]["spec"]["template"];
+    assert_eq!(annotation(template, CLUSTER_WIDE), None, "{template}");
+    snap!("seal_explicit_scope_replaces_annotation", stderr_only(run));
+
+    let (sealed, run) = seal_json(&["--scope", "namespace-wide"], annotated, dir.path(), &[]);
+    assert_eq!(annotation(&sealed[0], NAMESPACE_WIDE), Some("true"));
+    assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), None);
+    assert!(run.stderr.contains("warning:"), "{}", run.stderr);
+
+    // Asking for the scope the input already has is no news.
+    let (sealed, run) = seal_json(&["--scope", "cluster-wide"], annotated, dir.path(), &[]);
+    assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), Some("true"));
+    assert_eq!(run.stderr, "");
+
+    // The strict result opens as prod/db only.
+    let key = fixtures().join("keys/tls.key");
+    let (sealed, _) = seal_json(&["--scope", "strict"], annotated, dir.path(), &[]);
+    let text = serde_json::to_string(&sealed[0]).unwrap();
+    let run = kseal(
+        &["unseal", "--key", key.to_str().unwrap()],
+        Some(&text),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let moved = text.replace("\"namespace\":\"prod\"", "\"namespace\":\"dev\"");
+    let run = kseal(
+        &["unseal", "--key", key.to_str().unwrap()],
+        Some(&moved),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("tried strict scope \"dev/db\""),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn the_namespace_assumed_is_said_on_stderr_and_cluster_wide_needs_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let bare = "kind: Secret\nmetadata:\n  name: db\nstringData:\n  a: b\n";
+
+    // No -n, no namespace in the input, no kubeconfig: `default`, as kubeseal, and said so.
+    let (sealed, run) = seal_json(&[], bare, dir.path(), &[]);
+    assert_eq!(sealed[0]["metadata"]["namespace"], "default");
+    snap!("seal_namespace_assumed_default", stderr_only(run));
+
+    // The kubeconfig context's namespace, naming the context and the file.
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        "apiVersion: v1\nkind: Config\ncurrent-context: dev\ncontexts:\n- name: dev\n  \
+         context:\n    cluster: c\n    namespace: team\nclusters:\n- name: c\n  cluster:\n    \
+         server: https://127.0.0.1:1\n",
+    )
+    .unwrap();
+    let (sealed, run) = seal_json(&[], bare, dir.path(), &[("KUBECONFIG", "kubeconfig")]);
+    assert_eq!(sealed[0]["metadata"]["namespace"], "team");
+    snap!("seal_namespace_assumed_from_kubeconfig", stderr_only(run));
+
+    // -n or a namespace in the input: nothing to say.
+    let (sealed, run) = seal_json(&["-n", "prod"], bare, dir.path(), &[]);
+    assert_eq!(sealed[0]["metadata"]["namespace"], "prod");
+    assert_eq!(run.stderr, "");
+
+    // Cluster-wide without a namespace stays without one (as Bitnami: apply it anywhere).
+    for input in [
+        bare.to_owned(),
+        bare.replace(
+            "  name: db\n",
+            "  name: db\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\"\n",
+        ),
+    ] {
+        let args: &[&str] = if input == bare {
+            &["--scope", "cluster-wide"]
+        } else {
+            &[]
+        };
+        let (sealed, run) = seal_json(args, &input, dir.path(), &[]);
+        assert_eq!(annotation(&sealed[0], CLUSTER_WIDE), Some("true"));
+        assert_eq!(
+            sealed[0]["metadata"].get("namespace"),
+            None,
+            "{}",
+            sealed[0]
+        );
+        assert_eq!(
+            sealed[0]["spec"]["template"]["metadata"].get("namespace"),
+            None,
+            "{}",
+            sealed[0]
+        );
+        assert_eq!(run.stderr, "");
+    }
+
+    // --raw takes the same default instead of refusing, and says so.
+    let cert = fixtures().join("keys/tls.crt");
+    let key = fixtures().join("keys/tls.key");
+    let raw = kseal(
+        &[
+            "seal",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--raw",
+            "--name",
+            "db",
+        ],
+        Some("s3cr3t"),
+        dir.path(),
+    );
+    assert_eq!(raw.code, 0, "{}", raw.stderr);
+    assert_eq!(
+        raw.stderr,
+        "note: sealing for namespace `default` (no -n; the default, as kubeseal: no kubeconfig \
+         context names a namespace)\n"
+    );
+    let sealed = format!(
+        "apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: db\n  \
+         namespace: default\nspec:\n  encryptedData:\n    a: {}\n",
+        raw.stdout
+    );
+    let run = kseal(
+        &["unseal", "--key", key.to_str().unwrap()],
+        Some(&sealed),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let raw = kseal_env(
+        &[
+            "seal",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--raw",
+            "--scope",
+            "namespace-wide",
+        ],
+        Some("s3cr3t"),
+        dir.path(),
+        &[("KUBECONFIG", "kubeconfig")],
+    );
+    assert_eq!(raw.code, 0, "{}", raw.stderr);
+    assert!(raw.stderr.contains("`team`"), "{}", raw.stderr);
+}
+
+#[test]
+fn a_stream_of_concatenated_json_objects_is_read_as_kubeseal_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |name: &str| {
+        format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{{\"name\":\"{name}\",\
+             \"namespace\":\"prod\"}},\"stringData\":{{\"a\":\"b\"}}}}"
+        )
+    };
+    for stream in [
+        format!("{}{}", secret("one"), secret("two")),
+        format!("{}\n{}\n", secret("one"), secret("two")),
+        format!("  {}\n\n  {}", secret("one"), secret("two")),
+    ] {
+        let (sealed, run) = seal_json(&[], &stream, dir.path(), &[]);
+        let names: Vec<&str> = sealed
+            .iter()
+            .map(|s| s["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["one", "two"], "{stream}");
+        assert_eq!(run.stderr, "");
+        // kseal's own JSON output (one indented object after another) reads back too.
+        let key = fixtures().join("keys/tls.key");
+        let run = kseal(
+            &["unseal", "--key", key.to_str().unwrap()],
+            Some(&run.stdout),
+            dir.path(),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(run.stdout.matches("\"kind\": \"Secret\"").count(), 2);
+    }
+    let cert = fixtures().join("keys/tls.crt");
+    let broken = format!("{}{{\"kind\": \"Secret\", ", secret("one"));
+    let run = kseal(
+        &["seal", "--cert", cert.to_str().unwrap()],
+        Some(&broken),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_json_stream_truncated", run);
+}
+
+#[test]
+fn non_utf8_input_names_the_document_and_the_item() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = fixtures().join("keys/tls.crt");
+    let mut bytes =
+        b"kind: Secret\nmetadata:\n  name: ok\n  namespace: prod\nstringData:\n  a: b\n---\n"
+            .to_vec();
+    bytes.extend_from_slice(
+        b"kind: Secret\nmetadata:\n  name: db\n  namespace: prod\nstringData:\n  user: admin\n  \
+          password: caf\xe9\n",
+    );
+    std::fs::write(dir.path().join("latin1.yaml"), &bytes).unwrap();
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            cert.to_str().unwrap(),
+            "-f",
+            "latin1.yaml",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_non_utf8_string_data", run);
+}
+
+#[test]
+fn sealed_secrets_too_large_for_kubernetes_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = |kib: usize| {
+        format!(
+            "kind: Secret\nmetadata:\n  name: big\n  namespace: prod\nstringData:\n  blob: {}\n",
+            "x".repeat(kib * 1024)
+        )
+    };
+    // 800 KiB of data seals to more than 1 MiB (base64 of the value plus its envelope).
+    let (sealed, run) = seal_json(&[], &secret(800), dir.path(), &[]);
+    assert!(serde_json::to_vec(&sealed[0]).unwrap().len() > 1024 * 1024);
+    snap!("seal_warns_over_one_mib", stderr_only(run));
+    // 300 KiB fits Kubernetes, but not kubectl's client-side last-applied annotation.
+    let (sealed, run) = seal_json(&[], &secret(300), dir.path(), &[]);
+    assert!(serde_json::to_vec(&sealed[0]).unwrap().len() > 256 * 1024);
+    snap!("seal_notes_over_256_kib", stderr_only(run));
+    // Small ones say nothing.
+    let (_, run) = seal_json(&[], &secret(100), dir.path(), &[]);
+    assert_eq!(run.stderr, "");
+
+    // Merging items into a file checks the merged result.
+    let (_, run) = seal_json(&[], &secret(100), dir.path(), &[]);
+    std::fs::write(dir.path().join("big.json"), &run.stdout).unwrap();
+    let cert = fixtures().join("keys/tls.crt");
+    let more = secret(700).replace("blob:", "more:");
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            cert.to_str().unwrap(),
+            "--merge-into",
+            "big.json",
+        ],
+        Some(&more),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warning: SealedSecret `prod/big` is 1."),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn every_command_takes_files_with_repeatable_f_or_as_arguments() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    let cert = cert.to_str().unwrap();
+    let key = f.join("keys/tls.key");
+    let key = key.to_str().unwrap();
+    let secret = f.join("secret.yaml");
+    let secret = secret.to_str().unwrap();
+    let strict = f.join("sealed-secret.strict.golden.yaml");
+    let strict = strict.to_str().unwrap();
+    let cluster = f.join("sealed-secret.cluster-wide.golden.json");
+    let cluster = cluster.to_str().unwrap();
+    let other = "kind: Secret\nmetadata:\n  name: other\n  namespace: prod\nstringData:\n  a: b\n";
+    std::fs::write(dir.path().join("other.yaml"), other).unwrap();
+    let count = |run: &Run, kind: &str| {
+        run.stdout.matches(&format!("kind: {kind}\n")).count()
+            + run.stdout.matches(&format!("\"kind\": \"{kind}\"")).count()
+    };
+
+    // seal: positional, repeated -f, `-f -` for stdin among files.
+    for args in [
+        vec!["seal", "--cert", cert, secret],
+        vec!["seal", "--cert", cert, "-f", secret, "-f", "other.yaml"],
+        vec!["seal", "--cert", cert, "-f", secret, "other.yaml"],
+        vec!["seal", "--cert", cert, "-f", "-", "-f", secret],
+    ] {
+        let stdin = args.contains(&"-").then_some(other);
+        let run = kseal(&args, stdin, dir.path());
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        let expected = if args.len() == 4 { 1 } else { 2 };
+        assert_eq!(count(&run, "SealedSecret"), expected, "{args:?}");
+    }
+
+    // unseal: the same forms.
+    for (args, expected) in [
+        (vec!["unseal", "--key", key, strict], 1),
+        (vec!["unseal", "--key", key, "-f", strict, "-f", cluster], 2),
+        (vec!["unseal", "--key", key, "-f", strict, cluster], 2),
+        (vec!["unseal", "--key", key, "-f", "-"], 1),
+    ] {
+        let stdin = args
+            .contains(&"-")
+            .then(|| std::fs::read_to_string(strict).unwrap());
+        let run = kseal(&args, stdin.as_deref(), dir.path());
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        assert_eq!(count(&run, "Secret"), expected, "{args:?}");
+    }
+
+    // validate and reseal: -f too.
+    let run = kseal(
+        &["validate", "--key", key, "-f", strict, "-f", cluster],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        2
+    );
+    let run = kseal(
+        &["validate", "--key", key, "-f", strict, cluster],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.lines().count(), 2);
+    let run = kseal(&["reseal", "--key", key, "-f", strict], None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(count(&run, "SealedSecret"), 1);
+
+    // Standard input is read once.
+    let run = kseal(
+        &["unseal", "--key", key, "-f", "-", "-"],
+        Some(""),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    snap!("err_stdin_twice", run);
+
+    // --raw seals a value, not manifests: a file argument is a mistake, not ignored.
+    let run = kseal(
+        &["seal", "--cert", cert, "--raw", "--name", "x", secret],
+        Some("v"),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("--raw seals one value"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn counts_in_messages_agree_with_their_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = fixtures().join("keys/tls.crt");
+    let key = fixtures().join("keys/tls.key");
+    let key = key.to_str().unwrap();
+    let one = "kind: Secret\nmetadata:\n  name: one\n  namespace: prod\nstringData:\n  a: b\n";
+    let sealed = kseal(
+        &["seal", "--cert", cert.to_str().unwrap()],
+        Some(one),
+        dir.path(),
+    );
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+    std::fs::write(dir.path().join("one.yaml"), &sealed.stdout).unwrap();
+    let run = kseal(&["validate", "--key", key, "one.yaml"], None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(": 1 item opens with "),
+        "{}",
+        run.stdout
+    );
+    let run = kseal(
+        &["reseal", "--key", key, "--in-place", "one.yaml"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with("resealed 1 SealedSecret in"),
+        "{}",
+        run.stderr
+    );
+
+    let truncated = "apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: one\n  \
+                     namespace: prod\nspec:\n  encryptedData:\n    a: AA==\n";
+    let run = kseal(&["validate", "--key", key], Some(truncated), dir.path());
+    assert_eq!(run.code, 1);
+    snap!("err_validate_one_truncated_item", run);
+}
+
+#[test]
+fn keys_inspect_takes_f_and_standard_input_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let crt = fixtures().join("keys/tls.crt");
+    let crt_path = crt.to_str().unwrap();
+    let pem = std::fs::read_to_string(&crt).unwrap();
+    let positional = kseal(&["keys", "inspect", crt_path], None, dir.path());
+    assert_eq!(positional.code, 0, "{}", positional.stderr);
+    let with_f = kseal(&["keys", "inspect", "-f", crt_path], None, dir.path());
+    assert_eq!(with_f.stdout, positional.stdout);
+    let body = positional.stdout.split_once(":\n").unwrap().1;
+    let stdin = kseal(&["keys", "inspect"], Some(&pem), dir.path());
+    assert_eq!(stdin.code, 0, "{}", stdin.stderr);
+    assert_eq!(stdin.stdout, format!("standard input:\n{body}"));
+    let both = kseal(
+        &["keys", "inspect", "-f", "-", crt_path],
+        Some(&pem),
+        dir.path(),
+    );
+    assert_eq!(both.code, 0, "{}", both.stderr);
+    assert_eq!(
+        both.stdout,
+        format!("standard input:\n{body}{}", positional.stdout)
+    );
+}

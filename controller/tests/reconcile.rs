@@ -315,6 +315,11 @@ async fn wrong_key_fails_with_a_warning_and_recovers_when_the_key_is_added(clien
     let failed = wait_synced(&client, &ns, "late", "False", "UnsealFailed").await;
     let message = failed.synced_condition().unwrap().message.clone().unwrap();
     assert!(message.contains("failed to decrypt"), "{message}");
+    // The status names the scope and label tried (public metadata), never a value.
+    assert!(
+        message.contains(&format!("(tried strict scope \"{ns}/late\")")),
+        "{message}"
+    );
     wait_event(&client, &ns, "late", "ErrUnsealFailed").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     assert!(secrets.get_opt("late").await.unwrap().is_none());

@@ -13,7 +13,10 @@ pub enum Error {
     #[error("no key could decrypt secret")]
     Open,
     /// The sealed value is shorter than its own length prefix says, or has no room for a tag.
-    #[error("sealed value is truncated: {len} bytes, expected at least {expected}")]
+    #[error(
+        "sealed value is truncated: {len} byte{}, expected at least {expected}",
+        if *len == 1 { "" } else { "s" }
+    )]
     Truncated {
         /// Length of the input.
         len: usize,

@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, bail};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 
 use crate::args::{GenerateArgs, InspectArgs, KeySpecArgs};
-use crate::manifest::write_atomic;
+use crate::manifest::{Input, Source, write_atomic};
 
 /// File names inside a key directory, as in a `kubernetes.io/tls` Secret.
 pub(crate) const KEY_FILE: &str = "tls.key";
@@ -216,11 +216,21 @@ fn describe_pem(out: &mut String, key_pem: Option<&str>, cert_pem: Option<&str>)
 
 pub(crate) fn inspect(args: InspectArgs) -> Result<()> {
     let mut out = String::new();
-    for path in &args.files {
-        let text = fs_err::read_to_string(path).context("failed to read a key file")?;
-        let what = || format!("failed to inspect `{}`", path.display());
-        if crate::cmd::unseal::is_pem(&text) {
-            out.push_str(&format!("{}:\n", path.display()));
+    for input in Input::read_all(&args.files.all())? {
+        let (label, what) = match &input.source {
+            Source::File(path) => (
+                path.display().to_string(),
+                format!("failed to inspect `{}`", path.display()),
+            ),
+            Source::Stdin => (
+                "standard input".to_owned(),
+                "failed to inspect standard input".to_owned(),
+            ),
+        };
+        let what = || what.clone();
+        let text = &input.text;
+        if crate::cmd::unseal::is_pem(text) {
+            out.push_str(&format!("{label}:\n"));
             let key = text.contains("PRIVATE KEY-----").then_some(text.as_str());
             let cert = text
                 .contains("-----BEGIN CERTIFICATE-----")
@@ -231,13 +241,16 @@ pub(crate) fn inspect(args: InspectArgs) -> Result<()> {
             describe_pem(&mut out, key, cert).with_context(what)?;
             continue;
         }
-        for secret in crate::cmd::unseal::key_secrets(path, text)? {
+        let secrets: Vec<k8s_openapi::api::core::v1::Secret> = input
+            .objects("Secret", "v1")
+            .with_context(|| format!("{} is neither PEM nor key Secret manifests", input.source))?;
+        for secret in secrets {
             let name = format!(
                 "{}/{}",
                 secret.metadata.namespace.as_deref().unwrap_or("-"),
                 secret.metadata.name.as_deref().unwrap_or("-")
             );
-            out.push_str(&format!("{} Secret {name}:\n", path.display()));
+            out.push_str(&format!("{label} Secret {name}:\n"));
             let key = crate::cmd::unseal::secret_item(&secret, "tls.key");
             let cert = crate::cmd::unseal::secret_item(&secret, "tls.crt");
             if key.is_none() && cert.is_none() {

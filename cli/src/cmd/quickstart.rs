@@ -92,9 +92,9 @@ pub(crate) fn run(args: QuickstartArgs) -> Result<()> {
         "the round trip changed the data"
     );
     eprintln!(
-        "      wrote `{}`: {} items, identical to the input",
+        "      wrote `{}`: {}, identical to the input",
         unsealed_path.display(),
-        data.len()
+        crate::text::count(data.len(), "item")
     );
     eprintln!("done. The SealedSecret:");
     crate::output::stdout(&sealed)

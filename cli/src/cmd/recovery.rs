@@ -8,17 +8,19 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
-use kseal_api::SealedSecret;
 use kseal_api::constants::SEALING_KEY_ANNOTATION;
+use kseal_api::{ScopeTarget, SealedSecret};
 use kseal_keys::{Certificate, KeyId, KeyRing, Label, Plaintext, Scope};
 
 use crate::args::{ControllerArgs, ResealArgs, ValidateArgs};
 use crate::certs::{CertRequest, Controller, ControllerTarget};
 use crate::cmd::unseal::load_ring;
 use crate::manifest::{Input, SealedFile, mapping_at};
+use crate::text::count;
 
-/// The label a SealedSecret's items are sealed with, from its top-level metadata.
-fn label_of(sealed: &SealedSecret) -> Result<Label> {
+/// The label a SealedSecret's items are sealed with, from its top-level metadata, and the
+/// scope and label it stands for (for messages).
+fn label_of(sealed: &SealedSecret) -> Result<(Label, ScopeTarget)> {
     let scope = sealed.scope();
     let name = sealed.metadata.name.as_deref().unwrap_or_default();
     let namespace = sealed.metadata.namespace.as_deref().unwrap_or_default();
@@ -28,7 +30,10 @@ fn label_of(sealed: &SealedSecret) -> Result<Label> {
     if scope != Scope::Cluster && namespace.is_empty() {
         bail!("the SealedSecret has no namespace");
     }
-    Ok(scope.label(namespace, name))
+    Ok((
+        scope.label(namespace, name),
+        ScopeTarget::new(scope, namespace, name),
+    ))
 }
 
 /// `namespace/name` for messages.
@@ -45,18 +50,32 @@ pub(crate) struct Opened {
     pub(crate) items: BTreeMap<String, Plaintext>,
     pub(crate) keys: BTreeMap<String, KeyId>,
     pub(crate) failed: Vec<String>,
+    /// The scope and label tried.
+    pub(crate) tried: ScopeTarget,
+}
+
+impl Opened {
+    /// "no key opens `a`, `b` (tried strict scope "prod/db")".
+    fn failure(&self) -> String {
+        format!(
+            "no key opens {} (tried {})",
+            quoted(&self.failed),
+            self.tried
+        )
+    }
 }
 
 pub(crate) fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened> {
     if sealed.spec.data.as_deref().is_some_and(|d| !d.is_empty()) {
         bail!("it uses the deprecated v1 `spec.data` field, which this command does not handle");
     }
-    let label = label_of(sealed)?;
+    let (label, tried) = label_of(sealed)?;
     let hint = sealed.sealing_key_hint();
     let mut opened = Opened {
         items: BTreeMap::new(),
         keys: BTreeMap::new(),
         failed: Vec::new(),
+        tried,
     };
     for (item, value) in &sealed.spec.encrypted_data {
         match ring.open_base64(&label, value, hint.as_ref()) {
@@ -64,7 +83,9 @@ pub(crate) fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened
                 opened.keys.insert(item.clone(), o.key);
                 opened.items.insert(item.clone(), o.plaintext);
             }
-            Err(_) => opened.failed.push(item.clone()),
+            Err(kseal_keys::Error::Open) => opened.failed.push(item.clone()),
+            // Structural errors describe public bytes only (base64, length).
+            Err(e) => bail!("encryptedData item `{item}` is not a valid sealed value: {e}"),
         }
     }
     Ok(opened)
@@ -92,13 +113,6 @@ fn render_templates(sealed: &SealedSecret, opened: &Opened) -> Result<usize> {
     Ok(templates.len())
 }
 
-fn inputs(files: &[PathBuf]) -> Result<Vec<Input>> {
-    if files.is_empty() {
-        return Ok(vec![Input::read(None)?]);
-    }
-    files.iter().map(|f| Input::read(Some(f))).collect()
-}
-
 fn quoted(items: &[String]) -> String {
     items
         .iter()
@@ -120,7 +134,7 @@ impl Checker {
         match self {
             Checker::Keys(ring) => Ok(match open_items(s, ring) {
                 Err(e) => Err(format!("{e:#}")),
-                Ok(o) if !o.failed.is_empty() => Err(format!("no key opens {}", quoted(&o.failed))),
+                Ok(o) if !o.failed.is_empty() => Err(o.failure()),
                 Ok(o) => {
                     let mut keys: Vec<&str> = o.keys.values().map(KeyId::as_str).collect();
                     keys.sort_unstable();
@@ -131,9 +145,10 @@ impl Checker {
                         Ok(n) => format!("; its {n} templates render"),
                         Err(e) => return Ok(Err(format!("{e:#}"))),
                     };
+                    let verb = if o.items.len() == 1 { "opens" } else { "open" };
                     Ok(format!(
-                        "{} items open with {}{templates}",
-                        o.items.len(),
+                        "{} {verb} with {}{templates}",
+                        count(o.items.len(), "item"),
                         keys.join(", ")
                     ))
                 }
@@ -192,7 +207,7 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
     };
     let mut report = String::new();
     let (mut total, mut bad) = (0usize, 0usize);
-    for input in inputs(&args.files)? {
+    for input in Input::read_all(&args.files.all())? {
         let sealed: Vec<SealedSecret> =
             input.objects("SealedSecret", kseal_api::constants::API_VERSION)?;
         for (i, s) in sealed.iter().enumerate() {
@@ -212,7 +227,10 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
     }
     crate::output::stdout(&report)?;
     if bad > 0 {
-        bail!("{bad} of {total} SealedSecrets failed to validate");
+        bail!(
+            "{bad} of {} failed to validate",
+            count(total, "SealedSecret")
+        );
     }
     Ok(())
 }
@@ -258,9 +276,9 @@ impl Resealer {
             Resealer::Local { ring, cert } => {
                 let opened = open_items(sealed, ring)?;
                 if !opened.failed.is_empty() {
-                    bail!("no key opens {}", quoted(&opened.failed));
+                    bail!("{}", opened.failure());
                 }
-                let label = label_of(sealed)?;
+                let (label, _) = label_of(sealed)?;
                 let mut resealed = Vec::new();
                 for (item, plaintext) in &opened.items {
                     let value =
@@ -324,10 +342,11 @@ pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
         }
         Backing::Controller(controller) => Resealer::Controller(controller),
     };
-    if args.in_place && (args.files.is_empty() || args.files.iter().any(|f| f == Path::new("-"))) {
+    let paths = args.files.all();
+    if args.in_place && (paths.is_empty() || paths.iter().any(|f| f == Path::new("-"))) {
         bail!("--in-place needs FILE arguments (not standard input)");
     }
-    let inputs = inputs(&args.files)?;
+    let inputs = Input::read_all(&paths)?;
     // Everything is resealed in memory first: one bad object leaves every file untouched.
     let files = inputs
         .iter()
@@ -336,14 +355,15 @@ pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
     let mut out = String::new();
     for ((file, changed), path) in files
         .iter()
-        .zip(args.files.iter().map(Some).chain(std::iter::repeat(None)))
+        .zip(paths.iter().map(Some).chain(std::iter::repeat(None)))
     {
         let text = file.render()?;
         match path {
             Some(path) if args.in_place => {
                 crate::manifest::write_atomic(path, text.as_bytes(), false)?;
                 eprintln!(
-                    "resealed {changed} SealedSecrets in `{}` {}",
+                    "resealed {} in `{}` {}",
+                    count(*changed, "SealedSecret"),
                     path.display(),
                     resealer.describe()
                 );

@@ -26,6 +26,7 @@ use crate::cmd::recovery::open_items;
 use crate::cmd::unseal::read_key_pairs;
 use crate::manifest::write_atomic;
 use crate::output;
+use crate::text::count;
 
 /// Runs `future` on a single-threaded runtime (only ring commands start one, so sealing with
 /// a local certificate pays nothing for it).
@@ -79,10 +80,6 @@ fn ring_arg(args: &RingArgs) -> String {
     }
 }
 
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 /// Reads the ring's index, with messages that name the ring: a ring that does not exist (a
 /// wrong name or region, more often than not) and a store that cannot be read.
 async fn read_index(ring: &Ring) -> Result<Snapshot> {
@@ -118,9 +115,8 @@ fn ts(t: jiff::Timestamp) -> String {
 fn minutes(d: Duration) -> String {
     let m = d.as_secs().div_ceil(60);
     match m {
-        1 => "1 minute".into(),
-        m if m < 120 => format!("{m} minutes"),
-        m => format!("{} hours {} minutes", m / 60, m % 60),
+        m if m < 120 => count(m, "minute"),
+        m => format!("{} {}", count(m / 60, "hour"), count(m % 60, "minute")),
     }
 }
 
@@ -296,7 +292,7 @@ pub(crate) fn push(args: PushArgs) -> Result<()> {
                 eprintln!(
                     "key ring {} already has {}: nothing to do (--if-empty)",
                     ring_label(&ring),
-                    plural(keys, "key", "keys")
+                    count(keys, "key")
                 );
                 return mirror(&ring, &args.write).await;
             }
@@ -548,9 +544,8 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
         }
         let ring = open(&args.ring, Some(&args.write)).await?;
         eprintln!(
-            "importing {} key{} into key ring {}",
-            pairs.len(),
-            if pairs.len() == 1 { "" } else { "s" },
+            "importing {} into key ring {}",
+            count(pairs.len(), "key"),
             ring_label(&ring)
         );
         let outcomes = push_all(&ring, pairs).await?;
@@ -711,7 +706,7 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
         }
         eprintln!(
             "reading the {} of key ring {} to check what still needs key {}…",
-            plural(snapshot.index.keys.len(), "key", "keys"),
+            count(snapshot.index.keys.len(), "key"),
             ring_label(&ring),
             target.short()
         );
@@ -735,12 +730,11 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
         if !found.needs.is_empty() {
             let shown: Vec<&str> = found.needs.iter().take(20).map(String::as_str).collect();
             bail!(
-                "key {} is still needed: {} SealedSecret{} open only with it:\n  {}{}\n\
+                "key {} is still needed: {} open only with it:\n  {}{}\n\
                  re-seal them with the active key (e.g. `kseal reseal --controller --in-place \
                  FILE`), commit, and retire again",
                 target.short(),
-                found.needs.len(),
-                if found.needs.len() == 1 { "" } else { "s" },
+                count(found.needs.len(), "SealedSecret"),
                 shown.join("\n  "),
                 if found.needs.len() > shown.len() {
                     format!("\n  … and {} more", found.needs.len() - shown.len())
@@ -750,19 +744,17 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
             );
         }
         eprintln!(
-            "checked {} SealedSecret{} in {} file{}: none needs key {}",
-            found.objects,
-            if found.objects == 1 { "" } else { "s" },
-            found.files,
-            if found.files == 1 { "" } else { "s" },
+            "checked {} in {}: none needs key {}",
+            count(found.objects, "SealedSecret"),
+            count(found.files, "file"),
             target.short()
         );
         confirm(
             &format!(
-                "Retire key {} from key ring {}? Its secret is deleted after {} days",
+                "Retire key {} from key ring {}? Its secret is deleted after {}",
                 target.short(),
                 ring_label(&ring),
-                args.recovery_days
+                count(args.recovery_days, "day")
             ),
             args.write.yes,
         )?;
@@ -775,9 +767,9 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
             outcome.kid.short(),
             if outcome.deletion_scheduled {
                 format!(
-                    "; {} is deleted in {} days unless restored",
+                    "; {} is deleted in {} unless restored",
                     ring.key_name(&outcome.kid),
-                    args.recovery_days
+                    count(args.recovery_days, "day")
                 )
             } else {
                 String::new()

@@ -79,6 +79,65 @@ pub(crate) fn seal_secret_with(
     Ok(kseal_api::seal_secret(secret, key, &options)?)
 }
 
+/// Kubernetes' limit on an object, as a SealedSecret should respect it: the API server caps
+/// a Secret's `data` at 1 MiB (`MaxSecretSize`), and etcd takes at most 1.5 MiB per request
+/// (`--max-request-bytes`) for the stored object, which also carries its status and
+/// `managedFields`. A SealedSecret is always larger than the Secret it makes (each value is
+/// base64 of the value plus a 530-byte-or-more envelope, so 4/3 of it and more), so one over
+/// 1 MiB as JSON is close to or over both limits: the controller could not create its Secret
+/// even if the API server stored it.
+const OBJECT_LIMIT: usize = 1024 * 1024;
+
+/// The most `kubectl apply` (client-side, Argo CD's default) can store: it copies the whole
+/// object into the `last-applied-configuration` annotation, and an object's annotations
+/// total at most 256 KiB.
+const CLIENT_SIDE_APPLY_LIMIT: usize = 256 * 1024;
+
+/// "1.04 MiB" / "300.0 KiB".
+fn human_size(bytes: usize) -> String {
+    #[allow(clippy::cast_precision_loss)] // sizes far below 2^52
+    let b = bytes as f64;
+    if bytes >= 1024 * 1024 {
+        format!("{:.2} MiB", b / (1024.0 * 1024.0))
+    } else {
+        format!("{:.1} KiB", b / 1024.0)
+    }
+}
+
+/// The warning for a SealedSecret (any serializable form of it) too large for Kubernetes or
+/// for client-side `kubectl apply`, sized as the JSON the API server receives.
+pub(crate) fn size_warning(object: &impl serde::Serialize, name: &str) -> Option<String> {
+    let size = serde_json::to_vec(object).map_or(0, |json| json.len());
+    if size > OBJECT_LIMIT {
+        Some(format!(
+            "warning: SealedSecret `{name}` is {} as JSON, over Kubernetes' 1 MiB object size \
+             limit: the API server may refuse it (etcd takes at most 1.5 MiB per request, \
+             metadata included) and the Secret it makes must stay under 1 MiB of data; split \
+             its items into several Secrets",
+            human_size(size)
+        ))
+    } else if size > CLIENT_SIDE_APPLY_LIMIT {
+        Some(format!(
+            "note: SealedSecret `{name}` is {} as JSON, over the 256 KiB that client-side \
+             `kubectl apply` (and Argo CD's default sync) can copy into its last-applied \
+             annotation; apply it server-side (kubectl apply --server-side, Argo CD \
+             ServerSideApply=true)",
+            human_size(size)
+        ))
+    } else {
+        None
+    }
+}
+
+/// `namespace/name` of a SealedSecret, for messages.
+fn sealed_name(sealed: &SealedSecret) -> String {
+    format!(
+        "{}/{}",
+        sealed.metadata.namespace.as_deref().unwrap_or("-"),
+        sealed.metadata.name.as_deref().unwrap_or("-")
+    )
+}
+
 /// Seals every Secret of `input` and renders the SealedSecrets.
 pub(crate) fn seal_input(
     input: &Input,
@@ -105,6 +164,17 @@ pub(crate) fn seal_input(
     render(&sealed, format)
 }
 
+/// "Secret `db` (document 1 of `secret.yaml`)", for messages.
+fn describe_secret(secret: &Secret, index: usize, source: &crate::manifest::Source) -> String {
+    let name = secret
+        .metadata
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("<unnamed>");
+    format!("Secret `{name}` (document {} of {source})", index + 1)
+}
+
 /// What `--raw` seals.
 struct RawRequest {
     from_file: Option<PathBuf>,
@@ -121,20 +191,56 @@ enum Mode {
 /// A validated `kseal seal` request.
 struct SealRequest {
     certs: CertRequest,
-    input: Option<PathBuf>,
+    inputs: Vec<PathBuf>,
     write: Option<PathBuf>,
     format: Option<Format>,
     scope: Option<Scope>,
     name: Option<String>,
     namespace: Option<String>,
-    default_namespace: String,
+    default_namespace: DefaultNamespace,
     allow_empty_data: bool,
     mode: Mode,
+}
+
+/// The namespace assumed for a Secret without one when no `-n` is given, and where it
+/// comes from (as kubeseal: the kubeconfig context's namespace, else `default`).
+struct DefaultNamespace {
+    namespace: String,
+    origin: String,
+}
+
+impl DefaultNamespace {
+    fn find(controller: &crate::args::ControllerArgs) -> Self {
+        match crate::kubeconfig::context_namespace(
+            controller.kubeconfig.as_deref(),
+            controller.context.as_deref(),
+        ) {
+            Some(found) => Self {
+                namespace: found.namespace,
+                origin: format!(
+                    "the namespace of kubeconfig context `{}` in `{}`",
+                    found.context,
+                    found.file.display()
+                ),
+            },
+            None => Self {
+                namespace: "default".to_owned(),
+                origin: "the default, as kubeseal: no kubeconfig context names a namespace"
+                    .to_owned(),
+            },
+        }
+    }
 }
 
 impl SealRequest {
     fn from_args(args: SealArgs) -> Result<Self> {
         let certs = CertRequest::from_args(&args.cert)?;
+        if args.raw && !args.files.all().is_empty() {
+            bail!(
+                "--raw seals one value, from --from-file or standard input; -f and FILE \
+                 arguments name Secret manifests"
+            );
+        }
         let mode = if let Some(path) = args.merge_into {
             Mode::Merge(path)
         } else if args.raw {
@@ -158,14 +264,10 @@ impl SealRequest {
                 certs.specs.len()
             );
         }
-        let default_namespace = crate::kubeconfig::context_namespace(
-            args.cert.controller.kubeconfig.as_deref(),
-            args.cert.controller.context.as_deref(),
-        )
-        .unwrap_or_else(|| "default".to_owned());
+        let default_namespace = DefaultNamespace::find(&args.cert.controller);
         Ok(Self {
             certs,
-            input: args.file,
+            inputs: args.files.all(),
             write: args.write,
             format: args.format,
             scope: args.scope,
@@ -181,11 +283,58 @@ impl SealRequest {
         SealOptions {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
-            default_namespace: Some(self.default_namespace.clone()),
+            default_namespace: None,
             scope: self.scope.unwrap_or(Scope::Strict),
             allow_empty_data: self.allow_empty_data,
             ..SealOptions::default()
         }
+    }
+
+    /// The `-n` namespace, if one was given.
+    fn explicit_namespace(&self) -> Option<&str> {
+        self.namespace.as_deref().filter(|n| !n.is_empty())
+    }
+
+    /// Readies one input Secret for sealing, with the messages that tell what the user did
+    /// not ask for explicitly: an explicit `--scope` replaces the input's scope annotations
+    /// (with a warning when they asked for another scope), and a Secret that needs a
+    /// namespace and has none gets the default one (with a note naming it and where it
+    /// comes from).
+    fn prepare(&self, secret: &Secret, what: &str) -> (Secret, SealOptions, Vec<String>) {
+        let mut notes = Vec::new();
+        let mut secret = secret.clone();
+        let mut options = self.options();
+        let declared = kseal_api::scope_of(&secret.metadata);
+        if let Some(asked) = self.scope {
+            if declared != Scope::Strict && declared != asked {
+                notes.push(format!(
+                    "warning: {what} is annotated {declared}; sealing it {asked} as --scope asks \
+                     (the annotation is replaced)"
+                ));
+            }
+            let annotations = secret
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default);
+            kseal_api::set_scope_annotations(annotations, asked);
+            if annotations.is_empty() {
+                secret.metadata.annotations = None;
+            }
+        }
+        let scope = kseal_api::scope_of(&secret.metadata);
+        let has_namespace = secret
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|n| !n.is_empty());
+        if scope != Scope::Cluster && !has_namespace && self.explicit_namespace().is_none() {
+            notes.push(format!(
+                "note: {what} has no namespace: sealing it for `{}` (no -n; {})",
+                self.default_namespace.namespace, self.default_namespace.origin
+            ));
+            options.default_namespace = Some(self.default_namespace.namespace.clone());
+        }
+        (secret, options, notes)
     }
 }
 
@@ -216,17 +365,44 @@ pub(crate) fn path_for_cert(path: &Path, name: &str) -> PathBuf {
 
 fn seal_normal(request: &SealRequest) -> Result<()> {
     let certs = request.certs.load()?;
-    let input = Input::read(request.input.as_deref())?;
+    let inputs = Input::read_all(&request.inputs)?;
     let format = request
         .format
         .or_else(|| request.write.as_deref().and_then(format_for_path))
-        .unwrap_or_else(|| input.format());
-    let options = request.options();
+        .unwrap_or_else(|| inputs[0].format());
+    let mut notes = Vec::new();
+    let mut prepared: Vec<(Secret, SealOptions, String)> = Vec::new();
+    for input in &inputs {
+        let secrets: Vec<Secret> = input.objects("Secret", "v1")?;
+        for (i, secret) in secrets.iter().enumerate() {
+            let what = describe_secret(secret, i, &input.source);
+            let (secret, options, mut more) = request.prepare(secret, &what);
+            notes.append(&mut more);
+            prepared.push((secret, options, what));
+        }
+    }
+    let backend = backend_for(prepared.iter().map(|(s, _, _)| value_count(s)).sum());
     // Seal everything before writing anything: a failure leaves no output behind.
     let outputs = certs
         .iter()
         .map(|c| {
-            let text = seal_input(&input, &c.cert, &options, format);
+            let text = prepared
+                .iter()
+                .map(|(secret, options, what)| {
+                    seal_secret_with(backend, secret, c.cert.public_key(), options)
+                        .with_context(|| format!("failed to seal {what}"))
+                })
+                .collect::<Result<Vec<SealedSecret>>>()
+                .and_then(|sealed| {
+                    for s in &sealed {
+                        let warning = size_warning(s, &sealed_name(s));
+                        // Once per object: every certificate gives about the same size.
+                        if let Some(w) = warning.filter(|w| !notes.contains(w)) {
+                            notes.push(w);
+                        }
+                    }
+                    render(&sealed, format)
+                });
             let text = if certs.len() > 1 {
                 text.with_context(|| format!("failed to seal for certificate `{}`", c.name))?
             } else {
@@ -235,6 +411,10 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
             Ok((c.name.as_str(), text))
         })
         .collect::<Result<Vec<_>>>()?;
+    // Said once everything sealed: with an error, the error is what matters.
+    for note in notes {
+        eprintln!("{note}");
+    }
     match &request.write {
         None => {
             let all: String = outputs.into_iter().map(|(_, text)| text).collect();
@@ -269,13 +449,21 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         .with_context(|| format!("the SealedSecret in `{}` has no name", path.display()))?;
     let namespace = existing.metadata.namespace.clone();
     let file_scope = existing.scope();
-    let input = Input::read(request.input.as_deref())?;
-    let secrets: Vec<Secret> = input.objects("Secret", "v1")?;
-    let backend = backend_for(secrets.iter().map(value_count).sum());
+    let mut secrets = Vec::new();
+    for input in Input::read_all(&request.inputs)? {
+        let objects: Vec<Secret> = input.objects("Secret", "v1")?;
+        secrets.extend(
+            objects
+                .into_iter()
+                .enumerate()
+                .map(|(i, secret)| (format!("document {} of {}", i + 1, input.source), secret)),
+        );
+    }
+    let backend = backend_for(secrets.iter().map(|(_, s)| value_count(s)).sum());
     let mut added = Vec::new();
     let mut replaced = Vec::new();
-    for (i, secret) in secrets.iter().enumerate() {
-        let what = || format!("document {} of {}", i + 1, input.source);
+    for (place, secret) in &secrets {
+        let what = || place.clone();
         let input_scope = kseal_api::scope_of(&secret.metadata);
         let asked = request
             .scope
@@ -334,6 +522,10 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         path.display(),
         describe_changes(&added, &replaced)
     );
+    let ns = namespace.as_deref().unwrap_or("-");
+    if let Some(warning) = size_warning(&target.values[0], &format!("{ns}/{name}")) {
+        eprintln!("{warning}");
+    }
     Ok(())
 }
 
@@ -471,18 +663,26 @@ pub(crate) fn seal_value(
 
 fn seal_raw(request: &SealRequest, raw: &RawRequest) -> Result<()> {
     let scope = request.scope.unwrap_or(Scope::Strict);
-    let namespace = request.namespace.as_deref().filter(|n| !n.is_empty());
     let name = request.name.as_deref().filter(|n| !n.is_empty());
-    let (namespace, name) = match (scope, namespace, name) {
-        (Scope::Strict, Some(ns), Some(name)) => (ns, name),
-        (Scope::Strict, _, _) => {
-            bail!("--raw with strict scope needs the namespace (-n) and the name (--name)")
+    if scope == Scope::Strict && name.is_none() {
+        bail!("--raw with strict scope needs the name (--name)");
+    }
+    // As for whole Secrets (and kubeseal): without -n, the default namespace.
+    let namespace = match (scope, request.explicit_namespace()) {
+        (Scope::Cluster, _) => "",
+        (_, Some(ns)) => ns,
+        (_, None) => {
+            eprintln!(
+                "note: sealing for namespace `{}` (no -n; {})",
+                request.default_namespace.namespace, request.default_namespace.origin
+            );
+            &request.default_namespace.namespace
         }
-        (Scope::Namespace, Some(ns), _) => (ns, ""),
-        (Scope::Namespace, None, _) => {
-            bail!("--raw with namespace-wide scope needs the namespace (-n)")
-        }
-        (Scope::Cluster, _, _) => ("", ""),
+    };
+    let name = if scope == Scope::Strict {
+        name.unwrap_or_default()
+    } else {
+        ""
     };
     let cert = request.certs.load_one()?;
     let value = read_value(raw.from_file.as_deref(), raw.strip_newline, None)?;

@@ -64,5 +64,16 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
         args.file.display(),
         describe_changes(&added, &replaced)
     );
+    let shown = format!(
+        "{}/{name}",
+        if namespace.is_empty() {
+            "-"
+        } else {
+            &namespace
+        }
+    );
+    if let Some(warning) = crate::cmd::seal::size_warning(&file.values[0], &shown) {
+        eprintln!("{warning}");
+    }
     Ok(())
 }

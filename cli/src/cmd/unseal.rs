@@ -142,8 +142,12 @@ pub(crate) fn unseal_input(input: &Input, ring: &KeyRing, format: Format) -> Res
 
 pub(crate) fn run(args: UnsealArgs) -> Result<()> {
     let ring = load_ring(&args.keys.keys)?;
-    let input = Input::read(args.file.as_deref())?;
-    let format = args.format.unwrap_or_else(|| input.format());
-    let out = unseal_input(&input, &ring, format)?;
+    let inputs = Input::read_all(&args.files.all())?;
+    let format = args.format.unwrap_or_else(|| inputs[0].format());
+    // Everything is unsealed before anything is printed.
+    let out = inputs
+        .iter()
+        .map(|input| unseal_input(input, &ring, format))
+        .collect::<Result<String>>()?;
     crate::output::stdout(&out)
 }
