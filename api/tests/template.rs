@@ -524,6 +524,15 @@ fn sprig_encoding_hashes_and_conversions() {
             "{{ sha1sum \"hello\" }}",
             Ok("aaf4c61ddcc5e8a2dabede0f3b482cd9aea9434d"),
         ),
+        // FIPS 180-4 examples, and input that spans two blocks.
+        (
+            "{{ sha1sum \"\" }}|{{ sha1sum \"abc\" }}",
+            Ok("da39a3ee5e6b4b0d3255bfef95601890afd80709|a9993e364706816aba3e25717850c26c9cd0d89d"),
+        ),
+        (
+            "{{ sha1sum \"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq\" }}",
+            Ok("84983e441c3bd26ebaae4aa1f95129e5e54670f1"),
+        ),
         ("{{ adler32sum \"hello\" }}", Ok("103547413")),
         (
             "{{ atoi \"42\" }} {{ atoi \"x\" }} {{ atoi .n }} {{ atoi \"-7\" }}",

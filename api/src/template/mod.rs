@@ -101,7 +101,6 @@ mod funcs;
 mod json;
 mod lex;
 mod parse;
-mod sha1;
 mod text;
 mod value;
 
