@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use clap::{ArgAction, Parser, ValueEnum};
 
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
+use kseal_api::validation;
 
 use crate::env;
 use crate::renewal::{self, Renewal};
@@ -419,7 +420,8 @@ impl Config {
 }
 
 /// Parses `k1=v1,k2=v2` (Bitnami's format; empty items are skipped) into a map, checking keys
-/// as Kubernetes qualified names and, for labels, values as label values.
+/// as Kubernetes qualified names and, for labels, values as label values
+/// (`kseal_api::validation`, apimachinery's rules and messages).
 fn parse_key_metadata(
     flag: &'static str,
     text: &str,
@@ -436,74 +438,16 @@ fn parse_key_metadata(
             .split_once('=')
             .ok_or_else(|| bad("expected key=value".to_owned()))?;
         let (key, value) = (key.trim(), value.trim());
-        check_qualified_name(key).map_err(|p| bad(format!("key {p}")))?;
+        validation::is_qualified_name(key).map_err(|e| bad(format!("key {key:?}: {e}")))?;
         if label {
-            check_label_value(value).map_err(|p| bad(format!("value {p}")))?;
+            validation::is_valid_label_value(value)
+                .map_err(|e| bad(format!("value {value:?}: {e}")))?;
         }
         if map.insert(key.to_owned(), value.to_owned()).is_some() {
             return Err(bad(format!("{key} is given twice")));
         }
     }
     Ok(map)
-}
-
-/// A name segment of a label or annotation key, or a label value: at most 63 characters of
-/// alphanumerics, '-', '_' and '.', starting and ending alphanumeric.
-fn check_segment(segment: &str) -> Result<(), String> {
-    let bytes = segment.as_bytes();
-    if bytes.len() > 63 {
-        return Err("is longer than 63 characters".to_owned());
-    }
-    let inner_ok = bytes
-        .iter()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    let ends_ok = bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric);
-    if inner_ok && ends_ok {
-        Ok(())
-    } else {
-        Err(
-            "must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-                .to_owned(),
-        )
-    }
-}
-
-/// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
-fn check_qualified_name(key: &str) -> Result<(), String> {
-    if key.is_empty() {
-        return Err("is empty".to_owned());
-    }
-    let name = match key.split_once('/') {
-        Some((prefix, name)) => {
-            let prefix_ok = !prefix.is_empty()
-                && prefix.len() <= 253
-                && prefix.split('.').all(|part| {
-                    let b = part.as_bytes();
-                    !b.is_empty()
-                        && b.len() <= 63
-                        && b.iter()
-                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-                        && b.last().is_some_and(u8::is_ascii_alphanumeric)
-                });
-            if !prefix_ok {
-                return Err(format!("prefix {prefix:?} is not a DNS subdomain"));
-            }
-            name
-        }
-        None => key,
-    };
-    check_segment(name).map_err(|p| format!("name {name:?} {p}"))
-}
-
-/// A label value: empty, or a valid segment.
-fn check_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        Ok(())
-    } else {
-        check_segment(value)
-    }
 }
 
 /// The renewal policy from `--key-renew-period` (`None`: not given), `--key-cutoff-time`
@@ -878,6 +822,31 @@ mod tests {
     }
 
     #[test]
+    fn private_key_metadata_keys_follow_apimachinery_not_a_stricter_rule() {
+        // apimachinery limits a key's prefix to 253 characters in all, not each of its
+        // dot-separated parts to 63: the apiserver takes this key, so the flag must too.
+        let key = format!("{}.example.com/tier", "p".repeat(70));
+        for flag in ["--privatekey-labels", "--privatekey-annotations"] {
+            let c = Config::from_args(args(&[flag, &format!("{key}=keys")]), None).unwrap();
+            let map = if flag == "--privatekey-labels" {
+                &c.key_labels
+            } else {
+                &c.key_annotations
+            };
+            assert_eq!(map[&key], "keys", "{flag}");
+        }
+        // ... and a prefix over 253 characters is refused with apimachinery's words.
+        let key = format!("{}/tier", "p".repeat(254));
+        let e = Config::from_args(args(&["--privatekey-labels", &format!("{key}=a")]), None)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with(": prefix part must be no more than 253 characters"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_private_key_metadata_is_named_not_a_crash() {
         // Bitnami's controller crashes on an item without '=' (its issue #1386).
         let cases = [
@@ -889,17 +858,22 @@ mod tests {
             (
                 "--privatekey-labels",
                 "team=a b",
-                "invalid --privatekey-labels item \"team=a b\": value must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric",
+                "invalid --privatekey-labels item \"team=a b\": value \"a b\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
             ),
             (
                 "--privatekey-labels",
                 "=x",
-                "invalid --privatekey-labels item \"=x\": key is empty",
+                "invalid --privatekey-labels item \"=x\": key \"\": name part must be non-empty; name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
             ),
             (
                 "--privatekey-annotations",
                 "Bad_Prefix.com/x=1",
-                "invalid --privatekey-annotations item \"Bad_Prefix.com/x=1\": key prefix \"Bad_Prefix.com\" is not a DNS subdomain",
+                "invalid --privatekey-annotations item \"Bad_Prefix.com/x=1\": key \"Bad_Prefix.com/x\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            ),
+            (
+                "--privatekey-annotations",
+                "a/b/c=1",
+                "invalid --privatekey-annotations item \"a/b/c=1\": key \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
             ),
             (
                 "--privatekey-annotations",
@@ -915,7 +889,7 @@ mod tests {
         let e = Config::from_args(args(&["--privatekey-labels", &long]), None).unwrap_err();
         assert!(
             e.to_string()
-                .ends_with("value is longer than 63 characters"),
+                .ends_with("value \"vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv\": must be no more than 63 characters"),
             "{e}"
         );
         // Annotation values are free text.
