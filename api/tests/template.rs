@@ -254,6 +254,15 @@ fn define_template_and_block() {
              {{ else }}{{ template \"t\" (list 1 2 3) }}{{ end }}",
             Ok("123"),
         ),
+        // A `define` of the template's own name is one more definition of it, as in Go:
+        // an error when both bodies have content, else the one with content runs.
+        (
+            "{{ define \"t\" }}a{{ end }}{{ template \"t\" }}",
+            Err("multiple definition of template \"t\""),
+        ),
+        ("{{ define \"t\" }}defined{{ end }}", Ok("defined")),
+        (" \n{{ define \"t\" }}[{{ .a }}]{{ end }}\n", Ok("[A]")),
+        ("own{{ define \"t\" }} {{ end }}", Ok("own")),
         ("{{ template \"nope\" }}", Err("no such template \"nope\"")),
         (
             "{{ template .a }}",

@@ -209,7 +209,7 @@ impl Template {
     /// non-deterministic functions and undefined variables are parse errors, as in Go.
     pub fn parse(key: &str, source: &str) -> Result<Self, TemplateError> {
         let tree = lex::lex(source)
-            .and_then(|toks| parse::parse(&toks, source.len()))
+            .and_then(|toks| parse::parse_named(&toks, source.len(), key))
             .map_err(|f| TemplateError::new(key, source, f))?;
         Ok(Template {
             key: key.to_owned(),
