@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`is_dns1123_label`] | `IsDNS1123Label` | namespace names ([`validate_namespace_name`]) |
 //! | [`is_dns1123_subdomain`] | `IsDNS1123Subdomain` | Secret and SealedSecret names ([`validate_secret_name`]) |
-//! | [`is_qualified_name`] | `IsQualifiedName` | label and annotation keys |
+//! | [`is_qualified_name`] | `IsQualifiedName` | label keys, annotation keys lower-cased ([`validate_annotation_key`]) |
 //! | [`is_valid_label_value`] | `IsValidLabelValue` | label values |
 //! | [`is_config_map_key`] | `IsConfigMapKey` | keys of a Secret's `data` |
 //!
@@ -260,6 +260,13 @@ pub fn is_config_map_key(value: &str) -> Result<(), InvalidName> {
         problems.push("must not start with '..'".to_owned());
     }
     verdict(problems)
+}
+
+/// An annotation key: a qualified name once lower-cased, as apimachinery's
+/// `ValidateAnnotations` checks it (`Example.com/Owner` is a valid annotation key, not a
+/// valid label key).
+pub fn validate_annotation_key(key: &str) -> Result<(), InvalidName> {
+    is_qualified_name(&key.to_lowercase())
 }
 
 /// The name of a namespace: a DNS-1123 label (apimachinery's `ValidateNamespaceName`).

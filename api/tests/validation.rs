@@ -4,7 +4,7 @@
 
 use kseal_api::validation::{
     is_config_map_key, is_dns1123_label, is_dns1123_subdomain, is_qualified_name,
-    is_valid_label_value, validate_namespace_name, validate_secret_name,
+    is_valid_label_value, validate_annotation_key, validate_namespace_name, validate_secret_name,
 };
 
 const LABEL_REGEX_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
@@ -395,5 +395,15 @@ fn namespaces_are_labels_and_secret_names_are_subdomains() {
     assert_eq!(
         err.to_string(),
         format!("must be no more than 63 characters; {LABEL_REGEX_MSG}")
+    );
+}
+
+#[test]
+fn annotation_keys_are_checked_lower_cased_as_the_apiserver_does() {
+    assert_eq!(validate_annotation_key("Example.COM/Owner"), Ok(()));
+    assert!(is_qualified_name("Example.COM/Owner").is_err());
+    assert_eq!(
+        problems(validate_annotation_key("Example_com/x")),
+        [format!("prefix part {SUBDOMAIN_REGEX_MSG}")]
     );
 }

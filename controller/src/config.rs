@@ -438,7 +438,12 @@ fn parse_key_metadata(
             .split_once('=')
             .ok_or_else(|| bad("expected key=value".to_owned()))?;
         let (key, value) = (key.trim(), value.trim());
-        validation::is_qualified_name(key).map_err(|e| bad(format!("key {key:?}: {e}")))?;
+        let key_check = if label {
+            validation::is_qualified_name(key)
+        } else {
+            validation::validate_annotation_key(key)
+        };
+        key_check.map_err(|e| bad(format!("key {key:?}: {e}")))?;
         if label {
             validation::is_valid_label_value(value)
                 .map_err(|e| bad(format!("value {value:?}: {e}")))?;
@@ -835,6 +840,16 @@ mod tests {
             };
             assert_eq!(map[&key], "keys", "{flag}");
         }
+        // Annotation keys are checked lower-cased, label keys as they are.
+        let c = Config::from_args(
+            args(&["--privatekey-annotations", "Example.com/Ticket=SEC-1"]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.key_annotations["Example.com/Ticket"], "SEC-1");
+        assert!(
+            Config::from_args(args(&["--privatekey-labels", "Example.com/team=a"]), None).is_err()
+        );
         // ... and a prefix over 253 characters is refused with apimachinery's words.
         let key = format!("{}/tier", "p".repeat(254));
         let e = Config::from_args(args(&["--privatekey-labels", &format!("{key}=a")]), None)
