@@ -2,6 +2,7 @@
 
 mod fleet;
 mod golden;
+mod names;
 mod round_trip;
 
 use std::path::PathBuf;
