@@ -144,6 +144,18 @@ async fn the_apiserver_accepts_exactly_the_names_kseal_accepts_and_says_why_in_t
     let Some(client) = real_client().await else {
         return;
     };
+    check_names(client).await;
+}
+
+/// The in-process test API server checks names with `kseal_api::validation`: the same
+/// table, so its answers stay those of the real apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_api_server_checks_names_as_the_apiserver_does() {
+    let server = kseal_testkit::TestApiServer::new();
+    check_names(server.client()).await;
+}
+
+async fn check_names(client: Client) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let secrets: Api<Secret> = Api::namespaced(client, "default");
     let mut failures = Vec::new();
