@@ -257,6 +257,16 @@ pub enum ConfigError {
     /// Empty namespace name in a list.
     #[error("invalid --additional-namespaces: empty namespace name")]
     EmptyNamespace,
+    /// A namespace name Kubernetes refuses.
+    #[error("invalid {flag} {name:?}: {problem}")]
+    Namespace {
+        /// The flag.
+        flag: &'static str,
+        /// The offending name.
+        name: String,
+        /// Why (apimachinery's words).
+        problem: validation::InvalidName,
+    },
     /// Unparseable cutoff time.
     #[error(
         "invalid {origin} {value:?}: use RFC 1123 with a numeric zone, as `date -R` prints it, e.g. \"Mon, 14 Oct 2024 21:45:30 +0200\""
@@ -324,6 +334,17 @@ impl Config {
             return Err(ConfigError::EmptyNamespace);
         }
         let extra: Vec<String> = extra.into_iter().filter(|n| !n.is_empty()).collect();
+        let check = |flag: &'static str, name: &str| {
+            validation::validate_namespace_name(name).map_err(|problem| ConfigError::Namespace {
+                flag,
+                name: name.to_owned(),
+                problem,
+            })
+        };
+        check("--controller-namespace", &controller_namespace)?;
+        for ns in &extra {
+            check("--additional-namespaces", ns)?;
+        }
         let namespaces = if !extra.is_empty() {
             let mut list = vec![controller_namespace.clone()];
             for ns in extra {
@@ -824,6 +845,28 @@ mod tests {
         assert_eq!(c.key_labels["a"], "b");
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
         assert!(c.warnings[0].contains("is ignored"), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn namespaces_kubernetes_refuses_are_named_at_startup() {
+        let e = Config::from_args(args(&["--additional-namespaces", "team-a,Team_B"]), None)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --additional-namespaces \"Team_B\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+        );
+        let e =
+            Config::from_args(args(&["--controller-namespace", "kseal.system"]), None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --controller-namespace \"kseal.system\": must not contain dots"
+        );
+        let c = Config::from_args(
+            args(&["--additional-namespaces", " team-a , team-b "]),
+            None,
+        )
+        .unwrap();
+        assert!(matches!(c.namespaces, Namespaces::Only(ref l) if l.len() == 3));
     }
 
     #[test]
