@@ -279,3 +279,13 @@ pub fn validate_namespace_name(name: &str) -> Result<(), InvalidName> {
 pub fn validate_secret_name(name: &str) -> Result<(), InvalidName> {
     is_dns1123_subdomain(name)
 }
+
+/// A `generateName` for Secrets: the apiserver appends five random alphanumerics, so a
+/// trailing `-` is fine; the rest must be a DNS-1123 subdomain (apimachinery's
+/// `NameIsDNSSubdomain` with `prefix`, which masks a trailing dash).
+pub fn validate_secret_generate_name(prefix: &str) -> Result<(), InvalidName> {
+    match prefix.strip_suffix('-') {
+        Some(base) if !base.is_empty() => is_dns1123_subdomain(&format!("{base}a")),
+        _ => is_dns1123_subdomain(prefix),
+    }
+}

@@ -4,7 +4,8 @@
 
 use kseal_api::validation::{
     is_config_map_key, is_dns1123_label, is_dns1123_subdomain, is_qualified_name,
-    is_valid_label_value, validate_annotation_key, validate_namespace_name, validate_secret_name,
+    is_valid_label_value, validate_annotation_key, validate_namespace_name,
+    validate_secret_generate_name, validate_secret_name,
 };
 
 const LABEL_REGEX_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
@@ -405,5 +406,24 @@ fn annotation_keys_are_checked_lower_cased_as_the_apiserver_does() {
     assert_eq!(
         problems(validate_annotation_key("Example_com/x")),
         [format!("prefix part {SUBDOMAIN_REGEX_MSG}")]
+    );
+}
+
+#[test]
+fn a_generate_name_may_end_with_a_dash_but_is_otherwise_a_subdomain() {
+    for ok in [
+        "sealed-secrets-key",
+        "sealed-secrets-key-",
+        "keys.example-",
+        "a",
+    ] {
+        assert_eq!(validate_secret_generate_name(ok), Ok(()), "{ok:?}");
+    }
+    for bad in ["", "-", "-keys", "Keys-", "keys--.", "keys_"] {
+        assert!(validate_secret_generate_name(bad).is_err(), "{bad:?}");
+    }
+    assert_eq!(
+        problems(validate_secret_generate_name("Keys-")),
+        [SUBDOMAIN_REGEX_MSG]
     );
 }

@@ -248,9 +248,14 @@ pub enum ConfigError {
     /// Unsupported RSA size.
     #[error("unsupported --key-size {0}: use 2048, 3072 or 4096")]
     KeySize(u32),
-    /// Bad key prefix.
-    #[error("invalid --key-prefix {0:?}: at most 245 characters of a-z, 0-9 and '-'")]
-    KeyPrefix(String),
+    /// A key prefix that is no Secret `generateName`.
+    #[error("invalid --key-prefix {prefix:?}: {problem}")]
+    KeyPrefix {
+        /// The prefix.
+        prefix: String,
+        /// Why (apimachinery's words).
+        problem: validation::InvalidName,
+    },
     /// Bad rate limit.
     #[error("invalid --rate-limit {0}: must be a positive number")]
     RateLimit(String),
@@ -305,14 +310,12 @@ impl Config {
     pub fn from_args(args: Args, default_namespace: Option<String>) -> Result<Self, ConfigError> {
         let key_size = kseal_keys::KeySize::from_bits(args.key_size as usize)
             .ok_or(ConfigError::KeySize(args.key_size))?;
-        let prefix_ok = !args.key_prefix.is_empty()
-            && args.key_prefix.len() <= 245
-            && args
-                .key_prefix
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !prefix_ok {
-            return Err(ConfigError::KeyPrefix(args.key_prefix));
+        // Generated keys are `generateName: <prefix>`; the legacy key is named the prefix.
+        if let Err(problem) = validation::validate_secret_generate_name(&args.key_prefix) {
+            return Err(ConfigError::KeyPrefix {
+                prefix: args.key_prefix,
+                problem,
+            });
         }
         if !(args.rate_limit.is_finite() && args.rate_limit > 0.0) || args.rate_limit_burst == 0 {
             return Err(ConfigError::RateLimit(format!(
@@ -659,6 +662,18 @@ mod tests {
         );
         let e = Config::from_args(args(&["--key-prefix", "Bad_Prefix"]), None).unwrap_err();
         assert!(e.to_string().starts_with("invalid --key-prefix"));
+        // The apiserver's generateName rule: a leading '-' never makes a Secret name, while
+        // dots and a trailing '-' do.
+        let e = Config::from_args(args(&["--key-prefix=-keys"]), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid --key-prefix \"-keys\": a lowercase RFC 1123 subdomain"),
+            "{e}"
+        );
+        for ok in ["keys.example-", "sealed-secrets-key-"] {
+            let c = Config::from_args(args(&["--key-prefix", ok]), None).unwrap();
+            assert_eq!(c.key_prefix, ok);
+        }
         let e = Config::from_args(args(&["--rate-limit", "0"]), None).unwrap_err();
         assert!(e.to_string().starts_with("invalid --rate-limit"));
         assert!(Args::try_parse_from(["kseal-controller", "--key-ttl", "10d"]).is_err());
