@@ -7,6 +7,7 @@
 #   bash scripts/test.sh            # everything
 #   KSEAL_SKIP_REFAPI=1 bash scripts/test.sh   # without the real apiserver (not allowed in CI)
 #   KSEAL_SKIP_MOTO=1 bash scripts/test.sh     # without the Secrets Manager emulator (not allowed in CI)
+#   KSEAL_SKIP_TEMPLATE_DIFF=1 bash scripts/test.sh   # without the Go/Sprig template check (not allowed in CI)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,6 +46,10 @@ for skip in KSEAL_SKIP_REFAPI KSEAL_SKIP_MOTO; do
     exit 1
   fi
 done
+if [[ "${KSEAL_SKIP_TEMPLATE_DIFF:-}" == 1 && "${CI:-}" == true ]]; then
+  echo "error: KSEAL_SKIP_TEMPLATE_DIFF=1 is not allowed under CI=true" >&2
+  exit 1
+fi
 if [[ "${KSEAL_SKIP_REFAPI:-}" != 1 && -f tests/refapi/build.sh ]]; then
   log "reference kube-apiserver: build (cached after the first run)"
   bash tests/refapi/build.sh
@@ -122,6 +127,20 @@ if [[ "${KSEAL_SKIP_MOTO:-}" != 1 ]]; then
     fi
   else
     log "IAM policies: not checked, cargo test failed (target/debug/kseal may be stale)"
+  fi
+fi
+# The template engine against Go's text/template with Sprig (api/tools/template-diff): every
+# case of cases.json through both, failing on any difference known.json does not list as
+# deliberate. run.sh installs Debian's golang-go and Sprig when missing (one-time) and caches
+# the Go build. KSEAL_SKIP_TEMPLATE_DIFF=1 skips it (not allowed under CI=true).
+if [[ "${KSEAL_SKIP_TEMPLATE_DIFF:-}" == 1 ]]; then
+  log "template-diff: skipped (KSEAL_SKIP_TEMPLATE_DIFF=1)"
+else
+  log "template engine against Go text/template + Sprig (api/tools/template-diff)"
+  diff_status=0
+  bash api/tools/template-diff/run.sh || diff_status=$?
+  if [[ "$diff_status" != 0 && "$status" == 0 ]]; then
+    status=$diff_status
   fi
 fi
 # One closing line for the whole run (cargo prints one result line per test binary).

@@ -9,6 +9,7 @@ mod scope;
 mod seal;
 pub mod template;
 mod unseal;
+pub mod validation;
 
 pub use error::{Error, Result};
 pub use resource::{

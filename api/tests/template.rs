@@ -254,6 +254,15 @@ fn define_template_and_block() {
              {{ else }}{{ template \"t\" (list 1 2 3) }}{{ end }}",
             Ok("123"),
         ),
+        // A `define` of the template's own name is one more definition of it, as in Go:
+        // an error when both bodies have content, else the one with content runs.
+        (
+            "{{ define \"t\" }}a{{ end }}{{ template \"t\" }}",
+            Err("multiple definition of template \"t\""),
+        ),
+        ("{{ define \"t\" }}defined{{ end }}", Ok("defined")),
+        (" \n{{ define \"t\" }}[{{ .a }}]{{ end }}\n", Ok("[A]")),
+        ("own{{ define \"t\" }} {{ end }}", Ok("own")),
         ("{{ template \"nope\" }}", Err("no such template \"nope\"")),
         (
             "{{ template .a }}",
@@ -523,6 +532,15 @@ fn sprig_encoding_hashes_and_conversions() {
         (
             "{{ sha1sum \"hello\" }}",
             Ok("aaf4c61ddcc5e8a2dabede0f3b482cd9aea9434d"),
+        ),
+        // FIPS 180-4 examples, and input that spans two blocks.
+        (
+            "{{ sha1sum \"\" }}|{{ sha1sum \"abc\" }}",
+            Ok("da39a3ee5e6b4b0d3255bfef95601890afd80709|a9993e364706816aba3e25717850c26c9cd0d89d"),
+        ),
+        (
+            "{{ sha1sum \"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq\" }}",
+            Ok("84983e441c3bd26ebaae4aa1f95129e5e54670f1"),
         ),
         ("{{ adler32sum \"hello\" }}", Ok("103547413")),
         (

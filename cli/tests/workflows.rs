@@ -415,6 +415,21 @@ fn set_adds_one_item_from_stdin() {
         dir.path(),
     );
     snap!("err_set_bad_key", run);
+    // A key the apiserver refuses ('.', '..', or starting with '..': mounted as a file name).
+    for bad in [".", "..", "..data"] {
+        let run = kseal(
+            &["set", "--cert", s(&cert), "s.yaml", bad],
+            Some("x"),
+            dir.path(),
+        );
+        assert_eq!(run.code, 1, "{bad}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .starts_with(&format!("error: `{bad}` is not a valid Secret key: ")),
+            "{}",
+            run.stderr
+        );
+    }
     let run = kseal(
         &["set", "--cert", s(&cert), "missing.yaml", "k"],
         Some("x"),
@@ -2046,6 +2061,19 @@ fn keys_generate_prints_a_key_secret_that_unseals() {
     );
     let run = kseal(&["keys", "generate", "-n", "Bad_NS"], None, dir.path());
     snap!("err_keys_generate_bad_namespace", run);
+    // Kubernetes' rule, not only its alphabet: a namespace cannot start or end with '-'.
+    for bad in ["-ns", "ns-", "team.a"] {
+        let flag = format!("--namespace={bad}");
+        let run = kseal(&["keys", "generate", &flag], None, dir.path());
+        assert_eq!(run.code, 1, "{bad}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .starts_with(&format!("error: `{bad}` is not a valid namespace name: ")),
+            "{}",
+            run.stderr
+        );
+        assert!(run.stdout.is_empty(), "{bad}: no key is printed");
+    }
 }
 
 #[test]

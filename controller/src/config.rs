@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use clap::{ArgAction, Parser, ValueEnum};
 
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
+use kseal_api::validation;
 
 use crate::env;
 use crate::renewal::{self, Renewal};
@@ -247,15 +248,30 @@ pub enum ConfigError {
     /// Unsupported RSA size.
     #[error("unsupported --key-size {0}: use 2048, 3072 or 4096")]
     KeySize(u32),
-    /// Bad key prefix.
-    #[error("invalid --key-prefix {0:?}: at most 245 characters of a-z, 0-9 and '-'")]
-    KeyPrefix(String),
+    /// A key prefix that is no Secret `generateName`.
+    #[error("invalid --key-prefix {prefix:?}: {problem}")]
+    KeyPrefix {
+        /// The prefix.
+        prefix: String,
+        /// Why (apimachinery's words).
+        problem: validation::InvalidName,
+    },
     /// Bad rate limit.
     #[error("invalid --rate-limit {0}: must be a positive number")]
     RateLimit(String),
     /// Empty namespace name in a list.
     #[error("invalid --additional-namespaces: empty namespace name")]
     EmptyNamespace,
+    /// A namespace name Kubernetes refuses.
+    #[error("invalid {flag} {name:?}: {problem}")]
+    Namespace {
+        /// The flag.
+        flag: &'static str,
+        /// The offending name.
+        name: String,
+        /// Why (apimachinery's words).
+        problem: validation::InvalidName,
+    },
     /// Unparseable cutoff time.
     #[error(
         "invalid {origin} {value:?}: use RFC 1123 with a numeric zone, as `date -R` prints it, e.g. \"Mon, 14 Oct 2024 21:45:30 +0200\""
@@ -294,14 +310,12 @@ impl Config {
     pub fn from_args(args: Args, default_namespace: Option<String>) -> Result<Self, ConfigError> {
         let key_size = kseal_keys::KeySize::from_bits(args.key_size as usize)
             .ok_or(ConfigError::KeySize(args.key_size))?;
-        let prefix_ok = !args.key_prefix.is_empty()
-            && args.key_prefix.len() <= 245
-            && args
-                .key_prefix
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !prefix_ok {
-            return Err(ConfigError::KeyPrefix(args.key_prefix));
+        // Generated keys are `generateName: <prefix>`; the legacy key is named the prefix.
+        if let Err(problem) = validation::validate_secret_generate_name(&args.key_prefix) {
+            return Err(ConfigError::KeyPrefix {
+                prefix: args.key_prefix,
+                problem,
+            });
         }
         if !(args.rate_limit.is_finite() && args.rate_limit > 0.0) || args.rate_limit_burst == 0 {
             return Err(ConfigError::RateLimit(format!(
@@ -323,6 +337,17 @@ impl Config {
             return Err(ConfigError::EmptyNamespace);
         }
         let extra: Vec<String> = extra.into_iter().filter(|n| !n.is_empty()).collect();
+        let check = |flag: &'static str, name: &str| {
+            validation::validate_namespace_name(name).map_err(|problem| ConfigError::Namespace {
+                flag,
+                name: name.to_owned(),
+                problem,
+            })
+        };
+        check("--controller-namespace", &controller_namespace)?;
+        for ns in &extra {
+            check("--additional-namespaces", ns)?;
+        }
         let namespaces = if !extra.is_empty() {
             let mut list = vec![controller_namespace.clone()];
             for ns in extra {
@@ -419,7 +444,8 @@ impl Config {
 }
 
 /// Parses `k1=v1,k2=v2` (Bitnami's format; empty items are skipped) into a map, checking keys
-/// as Kubernetes qualified names and, for labels, values as label values.
+/// as Kubernetes qualified names and, for labels, values as label values
+/// (`kseal_api::validation`, apimachinery's rules and messages).
 fn parse_key_metadata(
     flag: &'static str,
     text: &str,
@@ -436,74 +462,21 @@ fn parse_key_metadata(
             .split_once('=')
             .ok_or_else(|| bad("expected key=value".to_owned()))?;
         let (key, value) = (key.trim(), value.trim());
-        check_qualified_name(key).map_err(|p| bad(format!("key {p}")))?;
+        let key_check = if label {
+            validation::is_qualified_name(key)
+        } else {
+            validation::validate_annotation_key(key)
+        };
+        key_check.map_err(|e| bad(format!("key {key:?}: {e}")))?;
         if label {
-            check_label_value(value).map_err(|p| bad(format!("value {p}")))?;
+            validation::is_valid_label_value(value)
+                .map_err(|e| bad(format!("value {value:?}: {e}")))?;
         }
         if map.insert(key.to_owned(), value.to_owned()).is_some() {
             return Err(bad(format!("{key} is given twice")));
         }
     }
     Ok(map)
-}
-
-/// A name segment of a label or annotation key, or a label value: at most 63 characters of
-/// alphanumerics, '-', '_' and '.', starting and ending alphanumeric.
-fn check_segment(segment: &str) -> Result<(), String> {
-    let bytes = segment.as_bytes();
-    if bytes.len() > 63 {
-        return Err("is longer than 63 characters".to_owned());
-    }
-    let inner_ok = bytes
-        .iter()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    let ends_ok = bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric);
-    if inner_ok && ends_ok {
-        Ok(())
-    } else {
-        Err(
-            "must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-                .to_owned(),
-        )
-    }
-}
-
-/// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
-fn check_qualified_name(key: &str) -> Result<(), String> {
-    if key.is_empty() {
-        return Err("is empty".to_owned());
-    }
-    let name = match key.split_once('/') {
-        Some((prefix, name)) => {
-            let prefix_ok = !prefix.is_empty()
-                && prefix.len() <= 253
-                && prefix.split('.').all(|part| {
-                    let b = part.as_bytes();
-                    !b.is_empty()
-                        && b.len() <= 63
-                        && b.iter()
-                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-                        && b.last().is_some_and(u8::is_ascii_alphanumeric)
-                });
-            if !prefix_ok {
-                return Err(format!("prefix {prefix:?} is not a DNS subdomain"));
-            }
-            name
-        }
-        None => key,
-    };
-    check_segment(name).map_err(|p| format!("name {name:?} {p}"))
-}
-
-/// A label value: empty, or a valid segment.
-fn check_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        Ok(())
-    } else {
-        check_segment(value)
-    }
 }
 
 /// The renewal policy from `--key-renew-period` (`None`: not given), `--key-cutoff-time`
@@ -689,6 +662,18 @@ mod tests {
         );
         let e = Config::from_args(args(&["--key-prefix", "Bad_Prefix"]), None).unwrap_err();
         assert!(e.to_string().starts_with("invalid --key-prefix"));
+        // The apiserver's generateName rule: a leading '-' never makes a Secret name, while
+        // dots and a trailing '-' do.
+        let e = Config::from_args(args(&["--key-prefix=-keys"]), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid --key-prefix \"-keys\": a lowercase RFC 1123 subdomain"),
+            "{e}"
+        );
+        for ok in ["keys.example-", "sealed-secrets-key-"] {
+            let c = Config::from_args(args(&["--key-prefix", ok]), None).unwrap();
+            assert_eq!(c.key_prefix, ok);
+        }
         let e = Config::from_args(args(&["--rate-limit", "0"]), None).unwrap_err();
         assert!(e.to_string().starts_with("invalid --rate-limit"));
         assert!(Args::try_parse_from(["kseal-controller", "--key-ttl", "10d"]).is_err());
@@ -878,6 +863,63 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_kubernetes_refuses_are_named_at_startup() {
+        let e = Config::from_args(args(&["--additional-namespaces", "team-a,Team_B"]), None)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --additional-namespaces \"Team_B\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+        );
+        let e =
+            Config::from_args(args(&["--controller-namespace", "kseal.system"]), None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --controller-namespace \"kseal.system\": must not contain dots"
+        );
+        let c = Config::from_args(
+            args(&["--additional-namespaces", " team-a , team-b "]),
+            None,
+        )
+        .unwrap();
+        assert!(matches!(c.namespaces, Namespaces::Only(ref l) if l.len() == 3));
+    }
+
+    #[test]
+    fn private_key_metadata_keys_follow_apimachinery_not_a_stricter_rule() {
+        // apimachinery limits a key's prefix to 253 characters in all, not each of its
+        // dot-separated parts to 63: the apiserver takes this key, so the flag must too.
+        let key = format!("{}.example.com/tier", "p".repeat(70));
+        for flag in ["--privatekey-labels", "--privatekey-annotations"] {
+            let c = Config::from_args(args(&[flag, &format!("{key}=keys")]), None).unwrap();
+            let map = if flag == "--privatekey-labels" {
+                &c.key_labels
+            } else {
+                &c.key_annotations
+            };
+            assert_eq!(map[&key], "keys", "{flag}");
+        }
+        // Annotation keys are checked lower-cased, label keys as they are.
+        let c = Config::from_args(
+            args(&["--privatekey-annotations", "Example.com/Ticket=SEC-1"]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.key_annotations["Example.com/Ticket"], "SEC-1");
+        assert!(
+            Config::from_args(args(&["--privatekey-labels", "Example.com/team=a"]), None).is_err()
+        );
+        // ... and a prefix over 253 characters is refused with apimachinery's words.
+        let key = format!("{}/tier", "p".repeat(254));
+        let e = Config::from_args(args(&["--privatekey-labels", &format!("{key}=a")]), None)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with(": prefix part must be no more than 253 characters"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_private_key_metadata_is_named_not_a_crash() {
         // Bitnami's controller crashes on an item without '=' (its issue #1386).
         let cases = [
@@ -889,17 +931,22 @@ mod tests {
             (
                 "--privatekey-labels",
                 "team=a b",
-                "invalid --privatekey-labels item \"team=a b\": value must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric",
+                "invalid --privatekey-labels item \"team=a b\": value \"a b\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
             ),
             (
                 "--privatekey-labels",
                 "=x",
-                "invalid --privatekey-labels item \"=x\": key is empty",
+                "invalid --privatekey-labels item \"=x\": key \"\": name part must be non-empty; name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
             ),
             (
                 "--privatekey-annotations",
                 "Bad_Prefix.com/x=1",
-                "invalid --privatekey-annotations item \"Bad_Prefix.com/x=1\": key prefix \"Bad_Prefix.com\" is not a DNS subdomain",
+                "invalid --privatekey-annotations item \"Bad_Prefix.com/x=1\": key \"Bad_Prefix.com/x\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            ),
+            (
+                "--privatekey-annotations",
+                "a/b/c=1",
+                "invalid --privatekey-annotations item \"a/b/c=1\": key \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
             ),
             (
                 "--privatekey-annotations",
@@ -915,7 +962,7 @@ mod tests {
         let e = Config::from_args(args(&["--privatekey-labels", &long]), None).unwrap_err();
         assert!(
             e.to_string()
-                .ends_with("value is longer than 63 characters"),
+                .ends_with("value \"vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv\": must be no more than 63 characters"),
             "{e}"
         );
         // Annotation values are free text.

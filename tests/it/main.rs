@@ -3,6 +3,7 @@
 mod examples;
 mod fleet;
 mod golden;
+mod names;
 mod round_trip;
 
 use std::path::PathBuf;

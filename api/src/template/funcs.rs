@@ -1299,7 +1299,7 @@ fn sha256sum(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
 }
 
 fn sha1sum(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {
-    string(hex(&super::sha1::digest(s(a, 0)?)))
+    string(hex(&sha1::Sha1::digest(s(a, 0)?)))
 }
 
 fn adler32sum(_: &mut Ctx, a: &[Value]) -> Result<Value, String> {

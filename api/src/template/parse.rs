@@ -151,6 +151,35 @@ enum Term {
 }
 
 /// Parses a lexed template.
+/// Whether a body is empty for Go's redefinition rule: blank text only.
+fn blank(nodes: &[Node]) -> bool {
+    nodes.iter().all(|n| match n {
+        Node::Text(_, t) => t.iter().all(u8::is_ascii_whitespace),
+        _ => false,
+    })
+}
+
+/// Parses the template named `name`. Its own body is one more definition of `name`, added
+/// after the `define`s as Go adds it: a `define` of the same name is an error unless one
+/// of the two bodies is blank, and the non-blank one is what runs.
+pub(crate) fn parse_named(toks: &[Token], src_len: usize, name: &str) -> Result<Tree, Fail> {
+    let mut tree = parse(toks, src_len)?;
+    if let Some(defined) = tree.defs.remove(name) {
+        match (blank(&tree.root), blank(&defined)) {
+            (false, false) => {
+                return Err(Fail::at(
+                    src_len,
+                    format!("template: multiple definition of template \"{name}\""),
+                ));
+            }
+            (true, false) => tree.root = defined,
+            // The define is blank: the template's own body stands.
+            (_, true) => {}
+        }
+    }
+    Ok(tree)
+}
+
 pub(crate) fn parse(toks: &[Token], src_len: usize) -> Result<Tree, Fail> {
     let mut p = Parser {
         toks,
@@ -357,12 +386,6 @@ impl<'t> Parser<'t> {
     /// Records a definition. As in Go, a name may be defined again only if one of the
     /// two bodies is empty (blank text only).
     fn add_definition(&mut self, name: String, body: Vec<Node>, pos: usize) -> Result<(), Fail> {
-        let blank = |nodes: &[Node]| {
-            nodes.iter().all(|n| match n {
-                Node::Text(_, t) => t.iter().all(u8::is_ascii_whitespace),
-                _ => false,
-            })
-        };
         match self.defs.get(&name) {
             Some(existing) if !blank(existing) => {
                 if !blank(&body) {

@@ -75,13 +75,8 @@ fn generate_to_stdout(args: GenerateArgs) -> Result<()> {
         );
     }
     let namespace = args.namespace.clone();
-    let valid = !namespace.is_empty()
-        && namespace.len() <= 63
-        && namespace
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !valid {
-        bail!("`{namespace}` is not a valid namespace name");
+    if let Err(e) = kseal_api::validation::validate_namespace_name(&namespace) {
+        bail!("`{namespace}` is not a valid namespace name: {e}");
     }
     let request = GenerateRequest::from_args(args, PathBuf::new())?;
     eprintln!(

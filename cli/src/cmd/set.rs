@@ -7,21 +7,9 @@ use crate::certs::CertRequest;
 use crate::cmd::seal::{describe_changes, read_value, set_item};
 use crate::manifest::{SealedFile, mapping_at};
 
-/// Whether `key` is a valid Secret data key (`[-._a-zA-Z0-9]+`).
-pub(crate) fn valid_item_key(key: &str) -> bool {
-    !key.is_empty()
-        && key.len() <= 253
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
 pub(crate) fn run(args: SetArgs) -> Result<()> {
-    if !valid_item_key(&args.key) {
-        bail!(
-            "`{}` is not a valid Secret key: use letters, digits, `-`, `_` and `.`",
-            args.key
-        );
+    if let Err(e) = kseal_api::validation::is_config_map_key(&args.key) {
+        bail!("`{}` is not a valid Secret key: {e}", args.key);
     }
     let certs = CertRequest::from_args(&args.cert)?;
     let mut file =

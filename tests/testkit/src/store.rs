@@ -9,6 +9,8 @@ use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+use kseal_api::validation;
+
 use crate::error::{ApiError, ApiResult, FieldError};
 use crate::managed;
 use crate::merge;
@@ -160,42 +162,31 @@ fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// `a lowercase RFC 1123 subdomain` (or label, for namespaces).
-fn name_errors(name: &str, label: bool) -> Option<FieldError> {
-    let ok_chars = name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label && c == '.'));
-    let ends = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_ascii_alphanumeric());
-    let max = if label { 63 } else { 253 };
-    if ok_chars && ends && name.len() <= max {
-        return None;
+/// The field errors of `value` under `field`, one per problem of a `kseal_api::validation`
+/// check (apimachinery's rules and messages).
+fn field_errors(
+    field: &str,
+    value: &str,
+    check: Result<(), validation::InvalidName>,
+) -> Vec<FieldError> {
+    match check {
+        Ok(()) => Vec::new(),
+        Err(e) => e
+            .problems()
+            .iter()
+            .map(|p| FieldError::invalid(field, &format!("{value:?}"), p))
+            .collect(),
     }
-    let detail = if label {
-        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-    } else {
-        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-    };
-    Some(FieldError::invalid(
-        "metadata.name",
-        &format!("{name:?}"),
-        detail,
-    ))
 }
 
-fn valid_config_key(k: &str) -> bool {
-    !k.is_empty()
-        && k.len() <= 253
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
-        && k != "."
-        && k != ".."
+/// The errors of an object's name: a DNS-1123 label for namespaces, else a subdomain.
+fn name_errors(name: &str, label: bool) -> Vec<FieldError> {
+    let check = if label {
+        validation::validate_namespace_name(name)
+    } else {
+        validation::validate_secret_name(name)
+    };
+    field_errors("metadata.name", name, check)
 }
 
 /// Compares two objects the way the apiserver's no-op detection does: resourceVersion and
@@ -533,17 +524,13 @@ impl State {
                                 base64_error_offset(&e)
                             )));
                         }
-                        if !valid_config_key(k) {
-                            return Err(ApiError::invalid(
-                                "",
-                                "Secret",
-                                &name,
-                                &[FieldError::invalid(
-                                    &format!("data[{k}]"),
-                                    &format!("{k:?}"),
-                                    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
-                                )],
-                            ));
+                        let errs = field_errors(
+                            &format!("data[{k}]"),
+                            k,
+                            validation::is_config_map_key(k),
+                        );
+                        if !errs.is_empty() {
+                            return Err(ApiError::invalid("", "Secret", &name, &errs));
                         }
                     }
                 }
@@ -761,8 +748,9 @@ impl State {
                 ));
             }
         }
-        if let Some(e) = name_errors(&name, rt.plural == "namespaces") {
-            return Err(ApiError::invalid(&rt.group, &rt.kind, &name, &[e]));
+        let errs = name_errors(&name, rt.plural == "namespaces");
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(&rt.group, &rt.kind, &name, &errs));
         }
         if m.get("resourceVersion")
             .and_then(Value::as_str)
@@ -1632,57 +1620,32 @@ fn check_type_meta(rt: &ResourceType, version: &str, obj: &Value) -> ApiResult<(
     Ok(())
 }
 
-const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
-const NAME_PART_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
-fn qualified_name_part_ok(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
-}
-
-/// Errors of a label or annotation key (`[prefix/]name`).
-fn key_error(field: &str, key: &str) -> Option<FieldError> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if let Some(p) = prefix
-        && let Some(mut e) = name_errors(p, false)
-    {
-        e.field = field.into();
-        e.value = Some(format!("{key:?}"));
-        e.detail = format!("prefix part {}", e.detail);
-        return Some(e);
-    }
-    (!qualified_name_part_ok(name))
-        .then(|| FieldError::invalid(field, &format!("{key:?}"), NAME_PART_MSG))
-}
-
 /// Validation of labels, annotation keys and ownerReferences.
 fn metadata_errors(obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let m = meta(obj);
     if let Some(labels) = m["labels"].as_object() {
         for (k, v) in labels {
-            errs.extend(key_error("metadata.labels", k));
+            errs.extend(field_errors(
+                "metadata.labels",
+                k,
+                validation::is_qualified_name(k),
+            ));
             let v = v.as_str().unwrap_or_default();
-            if !v.is_empty() && !qualified_name_part_ok(v) {
-                errs.push(FieldError::invalid(
-                    "metadata.labels",
-                    &format!("{v:?}"),
-                    LABEL_VALUE_MSG,
-                ));
-            }
+            errs.extend(field_errors(
+                "metadata.labels",
+                v,
+                validation::is_valid_label_value(v),
+            ));
         }
     }
     if let Some(annotations) = m["annotations"].as_object() {
         for k in annotations.keys() {
-            errs.extend(key_error("metadata.annotations", k));
+            errs.extend(field_errors(
+                "metadata.annotations",
+                k,
+                validation::validate_annotation_key(k),
+            ));
         }
     }
     if let Some(refs) = m["ownerReferences"].as_array() {
