@@ -99,7 +99,8 @@ pub struct Args {
     /// Comma-separated namespaces to watch besides the controller's (implies not all)
     #[arg(long, env = env::KSEAL_ADDITIONAL_NAMESPACES, value_delimiter = ',')]
     pub additional_namespaces: Vec<String>,
-    /// Only handle SealedSecrets (and their Secrets) matching this label selector
+    /// Only handle SealedSecrets matching this label selector (their Secrets are watched
+    /// whatever their labels)
     #[arg(long, env = env::KSEAL_LABEL_SELECTOR)]
     pub label_selector: Option<String>,
     /// Write the SealedSecret status subresource
@@ -207,7 +208,8 @@ pub struct Config {
     pub accept_deprecated_v1_data: bool,
     /// Watched namespaces.
     pub namespaces: Namespaces,
-    /// Label selector on SealedSecrets and Secrets.
+    /// Label selector on SealedSecrets (the Secret watch is not filtered: a selected
+    /// SealedSecret's Secret need not carry its labels).
     pub label_selector: Option<String>,
     /// Write status.
     pub update_status: bool,

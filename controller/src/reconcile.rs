@@ -1306,7 +1306,11 @@ pub async fn run(
             .with_config(controller::Config::default().concurrency(reconcile_concurrency(&config)));
         stores.push(store.clone());
         if !config.skip_recreate {
-            let secret_events = watcher(secrets, wc.clone()).default_backoff();
+            // Not filtered by --label-selector: the Secrets a selected SealedSecret writes need
+            // not carry its labels, and their deletion must still re-create them at once.
+            // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
+            // not in the store, so nothing happens.
+            let secret_events = watcher(secrets, watcher::Config::default()).default_backoff();
             c = c.reconcile_on(secret_triggers(secret_events, ctx.clone(), store.clone()));
         }
         let c = c

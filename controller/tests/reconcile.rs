@@ -1298,3 +1298,31 @@ async fn refusing_deprecated_data_stops_an_already_synced_v1_sealed_secret() {
     assert_eq!(second.rsa_operations(), 0, "refused before any RSA work");
     second.stop().await;
 }
+
+/// With `--label-selector`, an owned Secret that does not carry the selected labels (its
+/// template sets none) is still watched: deleting it re-creates it at once (resync off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_label_selector_a_deleted_secret_is_recreated_by_the_watch() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let mut config = cl.config();
+    config.label_selector = Some("team=a".into());
+    config.resync_period = None;
+    let running = Running::start(&client, config).await;
+    let mut mine = seal(&secret(&ns, "mine", &[("a", "1")]), key(0));
+    mine.metadata.labels = Some(map(&[("team", "a")]));
+    create_ss(&client, &mine).await;
+    wait_synced(&client, &ns, "mine", "True", "Unsealed").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let before = secrets.get("mine").await.unwrap();
+    assert!(before.labels().get("team").is_none());
+    secrets
+        .delete("mine", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "mine", "re-created", |s| {
+        s.uid() != before.uid()
+    })
+    .await;
+    running.stop().await;
+}
