@@ -100,7 +100,8 @@ pub struct Args {
     /// Comma-separated namespaces to watch besides the controller's (implies not all)
     #[arg(long, env = env::KSEAL_ADDITIONAL_NAMESPACES, value_delimiter = ',')]
     pub additional_namespaces: Vec<String>,
-    /// Only handle SealedSecrets (and their Secrets) matching this label selector
+    /// Only handle SealedSecrets matching this label selector (their Secrets are watched
+    /// whatever their labels)
     #[arg(long, env = env::KSEAL_LABEL_SELECTOR)]
     pub label_selector: Option<String>,
     /// Write the SealedSecret status subresource
@@ -125,6 +126,12 @@ pub struct Args {
     /// /v1/verify and /v1/rotate burst
     #[arg(long, env = env::KSEAL_RATE_LIMIT_BURST, default_value_t = 2)]
     pub rate_limit_burst: u32,
+    /// Proxies whose X-Forwarded-For entries name the client for the rate limit: comma-separated
+    /// CIDRs or addresses, IPv4 and IPv6 (e.g. the API server's address, when clients reach the
+    /// controller through its service proxy as kubeseal does). Default: none, every client is
+    /// its peer address and forwarding headers are ignored
+    #[arg(long, env = env::KSEAL_TRUSTED_PROXIES, value_name = "CIDR,...", default_value = "")]
+    pub trusted_proxies: String,
     /// Address of the API server (certificate, verify, rotate, health)
     #[arg(long, env = env::KSEAL_LISTEN_ADDR, default_value = "0.0.0.0:8080")]
     pub listen_addr: SocketAddr,
@@ -202,7 +209,8 @@ pub struct Config {
     pub accept_deprecated_v1_data: bool,
     /// Watched namespaces.
     pub namespaces: Namespaces,
-    /// Label selector on SealedSecrets and Secrets.
+    /// Label selector on SealedSecrets (the Secret watch is not filtered: a selected
+    /// SealedSecret's Secret need not carry its labels).
     pub label_selector: Option<String>,
     /// Write status.
     pub update_status: bool,
@@ -216,6 +224,8 @@ pub struct Config {
     pub concurrency: u16,
     /// verify/rotate rate limit (per second) and burst.
     pub rate_limit: (f64, u32),
+    /// Proxies whose `X-Forwarded-For` entries the rate limiter believes.
+    pub trusted_proxies: crate::http::TrustedProxies,
     /// API listen address.
     pub listen_addr: SocketAddr,
     /// Metrics listen address.
@@ -293,6 +303,9 @@ pub enum ConfigError {
     /// A zero poll interval.
     #[error("invalid --key-source-interval: must be at least 1s")]
     KeySourceInterval,
+    /// A bad item in `--trusted-proxies`.
+    #[error("invalid --trusted-proxies item {0}")]
+    TrustedProxies(String),
     /// A bad `key=value` item in `--privatekey-labels` or `--privatekey-annotations`.
     #[error("invalid {flag} item {item:?}: {problem}")]
     KeyMetadata {
@@ -323,6 +336,8 @@ impl Config {
                 args.rate_limit, args.rate_limit_burst
             )));
         }
+        let trusted_proxies = crate::http::TrustedProxies::parse(&args.trusted_proxies)
+            .map_err(ConfigError::TrustedProxies)?;
         let controller_namespace = args
             .controller_namespace
             .filter(|n| !n.is_empty())
@@ -434,6 +449,7 @@ impl Config {
             resync_period: (!args.resync_period.is_zero()).then_some(args.resync_period),
             concurrency: args.concurrency,
             rate_limit: (args.rate_limit, args.rate_limit_burst),
+            trusted_proxies,
             listen_addr: args.listen_addr,
             listen_metrics_addr: args.listen_metrics_addr,
             leader_election_lease: args.leader_elect.then_some(args.leader_election_lease),
@@ -968,6 +984,25 @@ mod tests {
         // Annotation values are free text.
         let long = format!("k={}", "v ".repeat(100));
         assert!(Config::from_args(args(&["--privatekey-annotations", &long]), None).is_ok());
+    }
+
+    #[test]
+    fn trusted_proxies_default_to_none_and_bad_items_are_named() {
+        let c = Config::from_args(args(&[]), None).unwrap();
+        assert!(c.trusted_proxies.is_empty());
+        let c = Config::from_args(
+            args(&["--trusted-proxies", "10.0.0.0/8,fd00::/8,192.0.2.1"]),
+            None,
+        )
+        .unwrap();
+        assert!(c.trusted_proxies.contains("fd00::1".parse().unwrap()));
+        assert!(c.trusted_proxies.contains("192.0.2.1".parse().unwrap()));
+        let e = Config::from_args(args(&["--trusted-proxies", "10.0.0.0/8,fd00::/200"]), None)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --trusted-proxies item \"fd00::/200\": not a CIDR (an IPv4 or IPv6 address, '/', a prefix length of at most 32 or 128)"
+        );
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub const KSEAL_CONCURRENCY: &str = "KSEAL_CONCURRENCY";
 pub const KSEAL_RATE_LIMIT: &str = "KSEAL_RATE_LIMIT";
 /// `--rate-limit-burst`.
 pub const KSEAL_RATE_LIMIT_BURST: &str = "KSEAL_RATE_LIMIT_BURST";
+/// `--trusted-proxies`.
+pub const KSEAL_TRUSTED_PROXIES: &str = "KSEAL_TRUSTED_PROXIES";
 /// `--listen-addr`.
 pub const KSEAL_LISTEN_ADDR: &str = "KSEAL_LISTEN_ADDR";
 /// `--listen-metrics-addr`.

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -34,6 +34,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::FutureExt as _;
+use ipnet::IpNet;
 use kseal_api::SealedSecret;
 use kseal_api::constants::{API_VERSION, KIND, SEALING_KEY_ANNOTATION};
 use kseal_keys::{KeyRing, Label, OpenStats, Plaintext, Scope};
@@ -63,6 +64,50 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 const RATE_LIMIT_ENTRIES: usize = 65_536;
 const TEXT: &str = "text/plain; charset=utf-8";
 
+/// The proxies whose `X-Forwarded-For` entries the rate limiter believes
+/// (`--trusted-proxies`): CIDRs or single addresses, IPv4 and IPv6. Empty (the default): no
+/// forwarding header is believed, every client is its peer address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// Parses a comma-separated list of CIDRs (`10.0.0.0/8`, `fd00::/8`) and single addresses
+    /// (`192.0.2.1`); empty items are skipped. The error names the bad item.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let mut nets = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let net = if item.contains('/') {
+                item.parse::<IpNet>().map(|n| n.trunc()).map_err(|_| {
+                    format!(
+                        "{item:?}: not a CIDR (an IPv4 or IPv6 address, '/', a prefix length of at most 32 or 128)"
+                    )
+                })?
+            } else {
+                let ip = item
+                    .parse::<IpAddr>()
+                    .map_err(|_| format!("{item:?}: not an IP address or CIDR"))?;
+                IpNet::from(ip)
+            };
+            nets.push(net);
+        }
+        Ok(Self(nets))
+    }
+
+    /// Whether no proxy is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `ip` is a trusted proxy; an IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, how a
+    /// dual-stack socket reports an IPv4 peer) counts as its IPv4 address.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let canonical = ip.to_canonical();
+        self.0
+            .iter()
+            .any(|net| net.contains(&canonical) || net.contains(&ip))
+    }
+}
+
 /// Options of the API server, from [`Config`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiOptions {
@@ -79,6 +124,8 @@ pub struct ApiOptions {
     pub max_concurrent_rsa_jobs: usize,
     /// Connections idle for this long are closed ([`IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
+    /// Proxies whose `X-Forwarded-For` entries name the client (default: none).
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl ApiOptions {
@@ -92,6 +139,7 @@ impl ApiOptions {
             max_body_bytes: MAX_BODY_BYTES,
             max_concurrent_rsa_jobs: (cores / 2).max(1),
             idle_timeout: IDLE_TIMEOUT,
+            trusted_proxies: config.trusted_proxies.clone(),
         }
     }
 }
@@ -106,6 +154,7 @@ impl Default for ApiOptions {
             max_body_bytes: MAX_BODY_BYTES,
             max_concurrent_rsa_jobs: 1,
             idle_timeout: IDLE_TIMEOUT,
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -120,9 +169,10 @@ struct App {
 
 /// The API server's router (no socket; usable in-process with `tower::ServiceExt::oneshot`).
 ///
-/// The rate limiter keys on the peer address, which axum provides only when served with
-/// `into_make_service_with_connect_info::<SocketAddr>()` or `::<PeerAddr>()` (as [`serve`]
-/// does); without it, and without `X-Forwarded-For`, every caller shares one bucket.
+/// The rate limiter keys on the peer address (or, from a proxy in
+/// [`ApiOptions::trusted_proxies`], the client its `X-Forwarded-For` names), which axum
+/// provides only when served with `into_make_service_with_connect_info::<SocketAddr>()` or
+/// `::<PeerAddr>()` (as [`serve`] does); without it every caller shares one bucket.
 pub fn api_router(state: State, options: ApiOptions) -> Router {
     let app = App {
         limiter: Arc::new(RateLimiter::new(
@@ -590,25 +640,64 @@ impl RateLimiter {
     }
 }
 
-/// The client a request is counted against.
+/// The client a request is counted against: an IP address, or `unknown` without
+/// connection info.
 ///
-/// Reached through the API server's service proxy (how `kubeseal` calls the controller),
-/// the peer is always the API server, which appends the caller's address to
-/// `X-Forwarded-For`; earlier entries are whatever the caller sent, so only the last one is
-/// used. Without the header, the peer address.
-fn client_key(headers: &HeaderMap, peer: Option<SocketAddr>) -> String {
-    let forwarded = headers
+/// Forwarding headers are believed only from `trusted` proxies (`--trusted-proxies`;
+/// default none): from any other peer, and when the peer is unknown, the header is ignored
+/// and the peer address is the client, so a client that reaches the controller directly
+/// cannot choose its bucket. From a trusted proxy, `X-Forwarded-For` (every such header, in
+/// order, as one list) is walked from the right: each trusted address passes the question on
+/// to the entry on its left; the first untrusted address is the client. Entries a client
+/// wrote itself are left of the one its first proxy appended, so they are never reached. A
+/// malformed entry (`unknown`, a host name) stops the walk: the proxy that passed it on is
+/// the client. Only `X-Forwarded-For` is read (what the Kubernetes API server's service
+/// proxy, kubeseal's path to the controller, and common ingress controllers append); the
+/// RFC 7239 `Forwarded` header is ignored. IPv4-mapped IPv6 addresses count as their IPv4
+/// address, so a dual-stack listener keys an IPv4 client the same way.
+fn client_key(headers: &HeaderMap, peer: Option<SocketAddr>, trusted: &TrustedProxies) -> String {
+    let Some(peer) = peer else {
+        return "unknown".to_owned();
+    };
+    let mut client = peer.ip().to_canonical();
+    if trusted.is_empty() || !trusted.contains(client) {
+        return client.to_string();
+    }
+    let entries: Vec<&str> = headers
         .get_all("x-forwarded-for")
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(str::trim)
-        .rfind(|v| !v.is_empty());
-    match (forwarded, peer) {
-        (Some(f), _) => f.chars().take(64).collect(),
-        (None, Some(peer)) => peer.ip().to_string(),
-        (None, None) => "unknown".to_owned(),
+        .filter(|v| !v.is_empty())
+        .collect();
+    for entry in entries.iter().rev() {
+        if !trusted.contains(client) {
+            break;
+        }
+        match parse_forwarded_address(entry) {
+            Some(ip) => client = ip.to_canonical(),
+            None => break,
+        }
     }
+    client.to_string()
+}
+
+/// One `X-Forwarded-For` entry: an IP address, optionally with a port (`192.0.2.1:4711`,
+/// `[2001:db8::1]:4711`) or in brackets.
+fn parse_forwarded_address(entry: &str) -> Option<IpAddr> {
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Some(rest) = entry.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        let port_ok = after.is_empty()
+            || after
+                .strip_prefix(':')
+                .is_some_and(|p| p.parse::<u16>().is_ok());
+        return port_ok.then(|| inside.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6))?;
+    }
+    entry.parse::<SocketAddr>().ok().map(|a| a.ip())
 }
 
 async fn rate_limit(
@@ -622,7 +711,8 @@ async fn rate_limit(
         .get::<ConnectInfo<PeerAddr>>()
         .map(|c| c.0.0)
         .or_else(|| extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0));
-    let key = format!("{}|{}", path.as_str(), client_key(request.headers(), peer));
+    let client = client_key(request.headers(), peer, &app.options.trusted_proxies);
+    let key = format!("{}|{client}", path.as_str());
     match app.limiter.check(&key, Instant::now()) {
         Ok(()) => next.run(request).await,
         Err(wait) => {
@@ -1017,13 +1107,39 @@ mod tests {
     }
 
     #[test]
-    fn client_key_uses_the_last_forwarded_address() {
+    fn client_key_believes_forwarded_for_only_from_trusted_proxies() {
         let mut headers = HeaderMap::new();
+        let none = TrustedProxies::default();
+        let proxies = TrustedProxies::parse("10.0.0.0/8").unwrap();
         let peer: SocketAddr = "10.0.0.1:5555".parse().unwrap();
-        assert_eq!(client_key(&headers, Some(peer)), "10.0.0.1");
-        assert_eq!(client_key(&headers, None), "unknown");
+        assert_eq!(client_key(&headers, Some(peer), &none), "10.0.0.1");
+        assert_eq!(client_key(&headers, None, &proxies), "unknown");
         headers.insert("x-forwarded-for", "1.2.3.4, 5.6.7.8".parse().unwrap());
-        assert_eq!(client_key(&headers, Some(peer)), "5.6.7.8");
+        assert_eq!(client_key(&headers, Some(peer), &none), "10.0.0.1");
+        assert_eq!(client_key(&headers, None, &proxies), "unknown");
+        assert_eq!(client_key(&headers, Some(peer), &proxies), "5.6.7.8");
+        let outside: SocketAddr = "192.0.2.1:5555".parse().unwrap();
+        assert_eq!(client_key(&headers, Some(outside), &proxies), "192.0.2.1");
+    }
+
+    #[test]
+    fn forwarded_addresses_may_carry_ports_and_brackets() {
+        let ip = |s: &str| parse_forwarded_address(s).map(|a| a.to_string());
+        assert_eq!(ip("192.0.2.1").as_deref(), Some("192.0.2.1"));
+        assert_eq!(ip("192.0.2.1:80").as_deref(), Some("192.0.2.1"));
+        assert_eq!(ip("2001:db8::1").as_deref(), Some("2001:db8::1"));
+        assert_eq!(ip("[2001:db8::1]").as_deref(), Some("2001:db8::1"));
+        assert_eq!(ip("[2001:db8::1]:443").as_deref(), Some("2001:db8::1"));
+        for bad in [
+            "unknown",
+            "_hidden",
+            "[2001:db8::1]x",
+            "[192.0.2.1]",
+            "192.0.2.1:x",
+            "",
+        ] {
+            assert_eq!(ip(bad), None, "{bad}");
+        }
     }
 
     #[test]

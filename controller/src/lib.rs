@@ -88,6 +88,13 @@ pub enum Error {
     /// A background task (RSA work on the blocking pool) panicked or was cancelled.
     #[error("internal task failed")]
     Task,
+    /// The SealedSecret uses the deprecated whole-Secret `spec.data` and the controller runs
+    /// with `--accept-deprecated-v1-data=false`. Checked before anything else, so a v1
+    /// SealedSecret synced earlier stops too: its Secret is kept as it is, never updated.
+    #[error(
+        "the deprecated field 'data' is not accepted (--accept-deprecated-v1-data=false): an existing Secret is kept as it is but no longer updated; re-seal the Secret into spec.encryptedData"
+    )]
+    DeprecatedDataRejected,
     /// Binding or serving an HTTP listener failed.
     #[error("failed to serve HTTP on {addr}")]
     Serve {
@@ -110,7 +117,7 @@ impl Error {
             Error::GetSecret(_) => "fetch",
             Error::ApplySecret(_) => "update",
             Error::Unmanaged { .. } => "unmanaged",
-            Error::Unseal(_) | Error::NoKeys => "unseal",
+            Error::Unseal(_) | Error::NoKeys | Error::DeprecatedDataRejected => "unseal",
             Error::Status(_) => "status",
             Error::FetchKeys(_) => "keys",
             Error::MissingMetadata(_) => "invalid",

@@ -32,7 +32,17 @@
 //!   SealedSecret (drift correction, re-creation; not the watch event of the controller's own
 //!   write, recognised by its resourceVersion), of Secrets marked `managed`, and of a
 //!   Secret whose same-named SealedSecret is failing (deleting or marking a blocking Secret
-//!   takes effect at once). Deleting an unowned Secret does not re-create it, as in Bitnami.
+//!   takes effect at once). Deleting an unowned Secret does not re-create it, as in Bitnami
+//!   (the next resync does).
+//! - **A `managed` Secret stays managed.** Unlike Bitnami, taking over a Secret marked
+//!   `sealedsecrets.bitnami.com/managed` keeps the mark (Bitnami drops it with the other
+//!   annotations), and re-creating a deleted managed Secret sets it again: deleting it
+//!   re-creates it at once through the Secret watch, even when the template skips the owner
+//!   reference, not only at the next resync.
+//! - **`--accept-deprecated-v1-data=false`** stops every SealedSecret using `spec.data`,
+//!   including one synced before: `Synced=False` with reason `DeprecatedDataRejected`, one
+//!   Warning event, no RSA work. Its existing Secret is kept as it is (nothing is lost) but no
+//!   longer updated; re-sealing into `spec.encryptedData` brings it back.
 //! - Only the leader writes; other replicas requeue without touching anything.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -88,6 +98,9 @@ pub mod reason {
     pub const IMMUTABLE: &str = "Immutable";
     /// Reading or writing the Secret failed.
     pub const UPDATE_FAILED: &str = "UpdateFailed";
+    /// The SealedSecret uses the deprecated `spec.data` and the controller refuses it
+    /// (`--accept-deprecated-v1-data=false`); an existing Secret is kept, not updated.
+    pub const DEPRECATED_DATA_REJECTED: &str = "DeprecatedDataRejected";
 }
 
 /// First retry delay after a failure; doubles per consecutive failure.
@@ -159,6 +172,9 @@ struct ObjectState {
     /// The resourceVersion of the Secret as this controller last wrote it: the watch event
     /// of our own write triggers no reconcile (it would only confirm what was just written).
     written_version: Option<String>,
+    /// The Secret was deleted while marked `managed`: its re-creation carries the mark again,
+    /// so that deleting it once more brings it back too.
+    recreate_managed: bool,
 }
 
 /// MAC keys derived from the current ring, rebuilt when the ring changes.
@@ -598,8 +614,17 @@ fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Secret {
     let d = &desired.metadata;
     match mode {
         Mode::Replace => {
+            let managed = is_true(&existing.metadata, MANAGED_ANNOTATION);
             s.metadata.labels = d.labels.clone();
             s.metadata.annotations = d.annotations.clone();
+            if managed {
+                // Still managed: a deletion re-creates it at once (see `secret_trigger`),
+                // with or without an owner reference.
+                s.metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(MANAGED_ANNOTATION.to_owned(), TRUE.to_owned());
+            }
             s.metadata.owner_references = d.owner_references.clone();
             s.data = desired.data.clone();
         }
@@ -674,6 +699,13 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
         .uid
         .as_deref()
         .ok_or(Error::MissingMetadata("uid"))?;
+    if !ctx.config.accept_deprecated_v1_data
+        && ss.spec.data.as_deref().is_some_and(|d| !d.is_empty())
+    {
+        // Before the in-sync check: a v1 SealedSecret synced while the format was accepted
+        // must stop too, not stay `Synced=True` on the strength of its old Secret.
+        return Err(Error::DeprecatedDataRejected);
+    }
     let oref = ObjectRef::from_obj(&**ss);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let digest = spec_digest(ss);
@@ -693,12 +725,24 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
                     desired = Some(unseal(ctx, &oref, ss, &ring, &digest).await?);
                 }
                 let Some(d) = &desired else { continue };
-                secrets
-                    .create(&pp, &d.secret)
-                    .await
-                    .map(|s| (Outcome::Created, s.metadata.resource_version))
+                let managed = ctx.with_object(&oref, |o| o.recreate_managed);
+                let created = if managed {
+                    let mut s = d.secret.clone();
+                    s.metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(MANAGED_ANNOTATION.to_owned(), TRUE.to_owned());
+                    secrets.create(&pp, &s).await
+                } else {
+                    secrets.create(&pp, &d.secret).await
+                };
+                if created.is_ok() && managed {
+                    ctx.with_object(&oref, |o| o.recreate_managed = false);
+                }
+                created.map(|s| (Outcome::Created, s.metadata.resource_version))
             }
             Some(existing) => {
+                ctx.with_object(&oref, |o| o.recreate_managed = false);
                 let mode = mode_for(existing, ss, uid)?;
                 if desired.is_none() && in_sync(ctx, &ring, ss, existing, mode, &digest) {
                     return Ok(Outcome::Unchanged);
@@ -761,6 +805,7 @@ fn condition_for(result: &Result<Outcome>) -> DesiredCondition {
             status: CONDITION_FALSE,
             reason: match e {
                 Error::Unseal(_) | Error::NoKeys => reason::UNSEAL_FAILED,
+                Error::DeprecatedDataRejected => reason::DEPRECATED_DATA_REJECTED,
                 Error::Unmanaged { .. } => reason::UNMANAGED,
                 Error::Immutable { .. } => reason::IMMUTABLE,
                 _ => reason::UPDATE_FAILED,
@@ -964,7 +1009,7 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
             tracing::warn!(reason = want.reason, error = %message, "reconcile failed");
             metrics.count_error(e, &namespace);
             let event_reason = match want.reason {
-                reason::UNSEAL_FAILED => "ErrUnsealFailed",
+                reason::UNSEAL_FAILED | reason::DEPRECATED_DATA_REJECTED => "ErrUnsealFailed",
                 _ => "ErrUpdateFailed",
             };
             let already_shown = obj.synced_condition().is_some_and(|c| {
@@ -1026,11 +1071,13 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
         }
         // Only a change (of the Secret, the SealedSecret or the keys) can fix these; the
         // watches trigger on such changes, so no hot retry loop.
-        Err(Error::Unmanaged { .. } | Error::Immutable { .. }) => Ok(Action::requeue(
-            ctx.config
-                .resync_period
-                .map_or(PERMANENT_FAILURE_RECHECK, |p| jitter(p, 0.1)),
-        )),
+        Err(Error::Unmanaged { .. } | Error::Immutable { .. } | Error::DeprecatedDataRejected) => {
+            Ok(Action::requeue(
+                ctx.config
+                    .resync_period
+                    .map_or(PERMANENT_FAILURE_RECHECK, |p| jitter(p, 0.1)),
+            ))
+        }
         Err(e) => Err(e),
     }
 }
@@ -1055,10 +1102,14 @@ fn secret_trigger(
 ) -> Option<ObjectRef<SealedSecret>> {
     let meta = &secret.metadata;
     let namespace = meta.namespace.as_deref()?;
+    let managed = is_true(meta, MANAGED_ANNOTATION);
     if let Some(owner) = meta.owner_references.iter().flatten().find(|o| {
         o.controller == Some(true) && o.kind == KIND && o.api_version.starts_with("bitnami.com/")
     }) {
         let oref = ObjectRef::new(&owner.name).within(namespace);
+        if deleted && managed {
+            ctx.with_object(&oref, |o| o.recreate_managed = true);
+        }
         // Our own write coming back: nothing changed since (any other write changes the
         // resourceVersion; a deletion always triggers).
         let own_write = !deleted
@@ -1069,7 +1120,12 @@ fn secret_trigger(
         return (!own_write).then_some(oref);
     }
     let oref = ObjectRef::new(meta.name.as_deref()?).within(namespace);
-    if is_true(meta, MANAGED_ANNOTATION) {
+    if managed {
+        if deleted {
+            // Only the same-named SealedSecret's reconcile acts on this; without one, the
+            // entry is pruned like any other.
+            ctx.with_object(&oref, |o| o.recreate_managed = true);
+        }
         return Some(oref);
     }
     // Decided from in-process state set when a reconcile ends, never from a cache that may
@@ -1250,7 +1306,11 @@ pub async fn run(
             .with_config(controller::Config::default().concurrency(reconcile_concurrency(&config)));
         stores.push(store.clone());
         if !config.skip_recreate {
-            let secret_events = watcher(secrets, wc.clone()).default_backoff();
+            // Not filtered by --label-selector: the Secrets a selected SealedSecret writes need
+            // not carry its labels, and their deletion must still re-create them at once.
+            // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
+            // not in the store, so nothing happens.
+            let secret_events = watcher(secrets, watcher::Config::default()).default_backoff();
             c = c.reconcile_on(secret_triggers(secret_events, ctx.clone(), store.clone()));
         }
         let c = c

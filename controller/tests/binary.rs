@@ -91,6 +91,16 @@ fn invalid_flags_fail_with_a_message() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("exclude each other"), "{stderr}");
+    let out = controller_command()
+        .env("KSEAL_TRUSTED_PROXIES", "10.0.0.0/8,10.1.2.3/33")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid --trusted-proxies item \"10.1.2.3/33\""),
+        "{stderr}"
+    );
 }
 
 /// The binary with `--key-source dir://…` (a directory ring, as the Secrets Store CSI driver

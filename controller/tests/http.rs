@@ -14,7 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kseal_api::constants::{CLUSTER_WIDE_ANNOTATION, SEALING_KEY_ANNOTATION};
 use kseal_api::{SealOptions, SealedSecret, seal_secret};
 use kseal_controller::State;
-use kseal_controller::http::{ApiOptions, api_router, metrics_router, serve_listeners};
+use kseal_controller::http::{
+    ApiOptions, TrustedProxies, api_router, metrics_router, serve_listeners,
+};
 use kseal_keys::{CertificateOptions, KeyPair, KeyRing, KeySize, Scope};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
@@ -490,14 +492,8 @@ async fn verify_and_rotate_are_rate_limited_per_client() {
         },
     );
     let body = to_json(&sealed_for(new_key(), &[])).to_string();
-    let from = |client: &str, path: &str| {
-        Request::builder()
-            .method("POST")
-            .uri(path)
-            .header("x-forwarded-for", client)
-            .body(Body::from(body.clone()))
-            .expect("request")
-    };
+    // Each client's own connection: the peer address is the client.
+    let from = |client: &str, path: &str| post_from(&format!("{client}:40000"), None, path, &body);
     for _ in 0..2 {
         let response = app
             .clone()
@@ -518,10 +514,15 @@ async fn verify_and_rotate_are_rate_limited_per_client() {
         .parse()
         .expect("seconds");
     assert!(retry >= 1);
-    // A caller-supplied first entry does not escape the limit: the proxy's last entry counts.
+    // A forwarding header the client sends itself does not escape the limit.
     let response = app
         .clone()
-        .oneshot(from("1.2.3.4, 10.1.1.1", "/v1/verify"))
+        .oneshot(post_from(
+            "10.1.1.1:40001",
+            Some("10.2.2.2"),
+            "/v1/verify",
+            &body,
+        ))
         .await
         .expect("ok");
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -550,6 +551,211 @@ async fn verify_and_rotate_are_rate_limited_per_client() {
         ),
         "{metrics}"
     );
+}
+
+/// A POST from the peer `peer` (as the server's connection info gives it), with an
+/// `X-Forwarded-For` header when `forwarded` is set.
+fn post_from(peer: &str, forwarded: Option<&str>, path: &str, body: &str) -> Request<Body> {
+    let peer: std::net::SocketAddr = peer.parse().expect("socket address");
+    let mut request = Request::builder()
+        .method("POST")
+        .uri(path)
+        .extension(axum::extract::ConnectInfo(peer));
+    if let Some(forwarded) = forwarded {
+        request = request.header("x-forwarded-for", forwarded);
+    }
+    request.body(Body::from(body.to_owned())).expect("request")
+}
+
+/// Sends `requests` in order and returns their status codes.
+async fn statuses(app: &axum::Router, requests: Vec<Request<Body>>) -> Vec<u16> {
+    let mut out = Vec::new();
+    for request in requests {
+        let response = app.clone().oneshot(request).await.expect("ok");
+        out.push(response.status().as_u16());
+    }
+    out
+}
+
+fn limited(burst: u32, trusted: &[&str]) -> ApiOptions {
+    ApiOptions {
+        rate_limit: 0.01,
+        rate_limit_burst: burst,
+        trusted_proxies: TrustedProxies::parse(&trusted.join(",")).expect("valid CIDRs"),
+        ..ApiOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn a_spoofed_forwarded_for_from_an_untrusted_peer_counts_against_the_peer() {
+    let body = to_json(&sealed_for(new_key(), &[])).to_string();
+    // Default: no proxy is trusted, whatever the header says.
+    let app = api_router(state_with(ring_of(&[new_key()])), limited(2, &[]));
+    let spoofed = [
+        "203.0.113.1",
+        "203.0.113.2",
+        "203.0.113.3, 198.51.100.9",
+        "::1",
+    ];
+    let requests = spoofed
+        .iter()
+        .map(|xff| post_from("192.0.2.10:50000", Some(xff), "/v1/verify", &body))
+        .collect();
+    assert_eq!(statuses(&app, requests).await, [200, 200, 429, 429]);
+    // The same peer as an IPv4-mapped IPv6 address is the same client.
+    let mapped = post_from("[::ffff:192.0.2.10]:50001", None, "/v1/verify", &body);
+    assert_eq!(statuses(&app, vec![mapped]).await, [429]);
+    // Another peer has its own bucket.
+    let other = post_from("192.0.2.11:50000", Some("203.0.113.1"), "/v1/verify", &body);
+    assert_eq!(statuses(&app, vec![other]).await, [200]);
+
+    // Trusting some proxies does not make other peers' headers believed.
+    let app = api_router(
+        state_with(ring_of(&[new_key()])),
+        limited(1, &["10.0.0.0/8"]),
+    );
+    let requests = ["203.0.113.1", "203.0.113.2"]
+        .iter()
+        .map(|xff| post_from("192.0.2.10:50000", Some(xff), "/v1/verify", &body))
+        .collect();
+    assert_eq!(statuses(&app, requests).await, [200, 429]);
+    // Without connection info the peer is unknown: headers are not believed either.
+    let app = api_router(
+        state_with(ring_of(&[new_key()])),
+        limited(1, &["0.0.0.0/0"]),
+    );
+    let requests = ["203.0.113.1", "203.0.113.2"]
+        .iter()
+        .map(|xff| {
+            Request::builder()
+                .method("POST")
+                .uri("/v1/verify")
+                .header("x-forwarded-for", *xff)
+                .body(Body::from(body.clone()))
+                .expect("request")
+        })
+        .collect();
+    assert_eq!(statuses(&app, requests).await, [200, 429]);
+}
+
+#[tokio::test]
+async fn behind_trusted_proxies_each_forwarded_client_has_its_own_bucket() {
+    let body = to_json(&sealed_for(new_key(), &[])).to_string();
+    let app = api_router(
+        state_with(ring_of(&[new_key()])),
+        limited(1, &["10.0.0.0/8", "fd00::/8", "192.0.2.1"]),
+    );
+    let via = |peer: &str, xff: &str| post_from(peer, Some(xff), "/v1/verify", &body);
+    // Distinct clients behind one proxy: distinct buckets; each is limited.
+    assert_eq!(
+        statuses(
+            &app,
+            vec![
+                via("10.0.0.5:1000", "203.0.113.7"),
+                via("10.0.0.5:1001", "203.0.113.8"),
+                via("10.0.0.5:1002", "203.0.113.7"),
+            ]
+        )
+        .await,
+        [200, 200, 429]
+    );
+    // Chains: entries are walked from the right, skipping trusted proxies; what the client
+    // put on the left is never reached.
+    assert_eq!(
+        statuses(
+            &app,
+            vec![
+                via("10.0.0.5:1003", "198.51.100.1, 203.0.113.7, 10.9.9.9"),
+                via("10.0.0.5:1004", "203.0.113.7,10.9.9.9, 10.0.0.6"),
+                via("192.0.2.1:1005", "198.51.100.2, 203.0.113.7"),
+            ]
+        )
+        .await,
+        [429, 429, 429]
+    );
+    // Repeated headers are one list, in order.
+    let two_headers = Request::builder()
+        .method("POST")
+        .uri("/v1/verify")
+        .extension(axum::extract::ConnectInfo(
+            "10.0.0.5:1006"
+                .parse::<std::net::SocketAddr>()
+                .expect("addr"),
+        ))
+        .header("x-forwarded-for", "198.51.100.3")
+        .header("x-forwarded-for", "203.0.113.7")
+        .body(Body::from(body.clone()))
+        .expect("request");
+    assert_eq!(statuses(&app, vec![two_headers]).await, [429]);
+    // IPv6, an IPv4-mapped proxy address, ports and brackets.
+    assert_eq!(
+        statuses(
+            &app,
+            vec![
+                via("[fd00::1]:1000", "2001:db8::1"),
+                via("[fd00::2]:1000", "[2001:db8::1]:4711"),
+                via("[::ffff:10.0.0.5]:1000", "203.0.113.9"),
+                via("10.0.0.5:1000", "203.0.113.9:4711"),
+            ]
+        )
+        .await,
+        [200, 429, 200, 429]
+    );
+    // Only trusted proxies in the header: the leftmost one is the client. A malformed
+    // entry stops the walk: the proxy that passed it on is the client.
+    assert_eq!(
+        statuses(
+            &app,
+            vec![
+                via("10.0.0.5:1000", "10.3.3.3"),
+                via("10.0.0.7:1000", "not-an-address, 10.3.3.3"),
+                via("10.0.0.8:1000", "203.0.113.10, unknown"),
+                via("10.0.0.8:1000", "203.0.113.11, unknown"),
+            ]
+        )
+        .await,
+        [200, 429, 200, 429]
+    );
+    // A trusted proxy without the header: the proxy itself.
+    assert_eq!(
+        statuses(
+            &app,
+            vec![
+                post_from("10.0.0.9:1000", None, "/v1/verify", &body),
+                post_from("10.0.0.9:1001", None, "/v1/verify", &body),
+            ]
+        )
+        .await,
+        [200, 429]
+    );
+}
+
+#[test]
+fn trusted_proxies_parse_cidrs_and_addresses_and_name_bad_items() {
+    let t = TrustedProxies::parse(" 10.0.0.0/8, fd00::/8,192.0.2.1 ,,2001:db8::1").expect("ok");
+    for ip in [
+        "10.1.2.3",
+        "fd00::5",
+        "192.0.2.1",
+        "2001:db8::1",
+        "::ffff:10.0.0.1",
+    ] {
+        assert!(t.contains(ip.parse().expect("ip")), "{ip}");
+    }
+    for ip in ["11.0.0.1", "192.0.2.2", "2001:db8::2", "::ffff:192.0.2.2"] {
+        assert!(!t.contains(ip.parse().expect("ip")), "{ip}");
+    }
+    assert!(TrustedProxies::parse("").expect("empty").is_empty());
+    for bad in [
+        "10.0.0.0/33",
+        "10.0.0/8",
+        "fd00::/129",
+        "example.com",
+        "10.0.0.0/8/1",
+    ] {
+        let e = TrustedProxies::parse(&format!("10.0.0.0/8,{bad}")).unwrap_err();
+        assert!(e.starts_with(&format!("{bad:?}")), "{bad}: {e}");
+    }
 }
 
 #[tokio::test]
@@ -681,15 +887,17 @@ async fn over_tcp_the_rate_limit_keys_on_the_peer_address() {
     })
     .await;
     let body = to_json(&sealed_for(new_key(), &[])).to_string();
-    let post = || {
+    // A client that reaches the controller directly cannot pick its bucket with a forwarding
+    // header: each request claims another address.
+    let post = |forwarded: &str| {
         format!(
-            "POST /v1/verify HTTP/1.1\r\nHost: kseal\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST /v1/verify HTTP/1.1\r\nHost: kseal\r\nX-Forwarded-For: {forwarded}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         )
     };
-    let first = raw_request(addr, post()).await;
+    let first = raw_request(addr, post("203.0.113.1")).await;
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
-    let second = raw_request(addr, post()).await;
+    let second = raw_request(addr, post("203.0.113.2")).await;
     assert!(second.starts_with("HTTP/1.1 429"), "{second}");
     assert!(
         second.to_ascii_lowercase().contains("retry-after:"),

@@ -1141,7 +1141,7 @@ async fn deprecated_whole_secret_data_is_accepted_unless_disabled() {
     strict.accept_deprecated_v1_data = false;
     let third = Running::start(&client, strict).await;
     create_ss(&client, &v1("refused")).await;
-    let failed = wait_synced(&client, &ns, "refused", "False", "UnsealFailed").await;
+    let failed = wait_synced(&client, &ns, "refused", "False", "DeprecatedDataRejected").await;
     assert!(
         failed
             .synced_condition()
@@ -1152,4 +1152,182 @@ async fn deprecated_whole_secret_data_is_accepted_unless_disabled() {
             .contains("deprecated")
     );
     third.stop().await;
+}
+
+/// A deleted `managed` Secret comes back from the Secret watch, not from a resync: the
+/// controller runs with resync off, so only the watch can bring it back. Covers a Secret
+/// that was marked `managed` before its SealedSecret existed (taken over, with and without an
+/// owner reference) and one whose template marks it `managed`. A Secret the controller
+/// does not own stays deleted, and one it never wrote is never touched.
+async fn deleted_managed_secrets_are_recreated_by_the_watch_not_the_resync(client: Client) {
+    let cl = Cluster::new(client).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let marked = |name: &str| {
+        let mut s = secret(&ns, name, &[("old", "x")]);
+        s.metadata.annotations = Some(map(&[(MANAGED_ANNOTATION, "true")]));
+        s
+    };
+    // Marked managed before the SealedSecrets exist: taken over.
+    for name in ["taken", "taken-no-owner"] {
+        secrets
+            .create(&PostParams::default(), &marked(name))
+            .await
+            .unwrap();
+    }
+    // Marked managed, but no SealedSecret of that name: never touched.
+    let bystander = secrets
+        .create(&PostParams::default(), &marked("bystander"))
+        .await
+        .unwrap();
+    let mut config = cl.config();
+    config.resync_period = None;
+    let running = Running::start(&client, config).await;
+    let skip = &[(SKIP_SET_OWNER_REFERENCES_ANNOTATION, "true")];
+    let objects = [
+        seal(&secret(&ns, "taken", &[("a", "1")]), key(0)),
+        template_annotations(
+            seal(&secret(&ns, "taken-no-owner", &[("a", "1")]), key(0)),
+            skip,
+        ),
+        template_annotations(
+            seal(&secret(&ns, "template-managed", &[("a", "1")]), key(0)),
+            &[
+                (SKIP_SET_OWNER_REFERENCES_ANNOTATION, "true"),
+                (MANAGED_ANNOTATION, "true"),
+            ],
+        ),
+        template_annotations(seal(&secret(&ns, "unowned", &[("a", "1")]), key(0)), skip),
+    ];
+    for ss in &objects {
+        create_ss(&client, ss).await;
+    }
+    let names = ["taken", "taken-no-owner", "template-managed", "unowned"];
+    let mut uids = BTreeMap::new();
+    for name in names {
+        wait_synced(&client, &ns, name, "True", "Unsealed").await;
+        let s = wait_secret(&client, &ns, name, "written", |s| {
+            data_of(s) == map(&[("a", "1")])
+        })
+        .await;
+        uids.insert(name, s.uid());
+    }
+    // The one that must stay deleted first: once the others are back, the controller has
+    // seen its deletion too.
+    for name in ["unowned", "taken", "taken-no-owner", "template-managed"] {
+        secrets
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for name in ["taken", "taken-no-owner", "template-managed"] {
+        let s = wait_secret(&client, &ns, name, &format!("{name} re-created"), |s| {
+            s.uid() != uids[name]
+        })
+        .await;
+        assert_eq!(data_of(&s), map(&[("a", "1")]), "{name}");
+        assert_eq!(
+            s.annotations().get(MANAGED_ANNOTATION).map(String::as_str),
+            Some("true"),
+            "{name}: still marked managed"
+        );
+        uids.insert(name, s.uid());
+    }
+    // Still managed after the re-creation: a second deletion brings it back too.
+    secrets
+        .delete("taken-no-owner", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "taken-no-owner", "re-created again", |s| {
+        s.uid() != uids["taken-no-owner"]
+    })
+    .await;
+    assert!(secrets.get_opt("unowned").await.unwrap().is_none());
+    let now = secrets.get("bystander").await.unwrap();
+    assert_eq!(now.resource_version(), bystander.resource_version());
+    running.stop().await;
+    cl.cleanup().await;
+}
+
+on_both!(deleted_managed_secrets_are_recreated_by_the_watch_not_the_resync);
+
+/// `--accept-deprecated-v1-data=false` also stops a v1 SealedSecret that was synced before:
+/// its status says why, and its Secret is kept as it is (nothing lost) but no longer
+/// updated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusing_deprecated_data_stops_an_already_synced_v1_sealed_secret() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let v1 = |name: &str, token: &str| {
+        let plain = secret(&ns, name, &[("token", token)]);
+        let json = serde_json::to_vec(&plain).unwrap();
+        let label = kseal_keys::Scope::Strict.label(&ns, name);
+        kseal_keys::seal_base64(key(0).public_key(), &label, &json).unwrap()
+    };
+    let mut ss = SealedSecret::new("legacy", kseal_api::SealedSecretSpec::default());
+    ss.metadata.namespace = Some(ns.clone());
+    ss.spec.data = Some(v1("legacy", "t0k3n"));
+    let first = Running::start(&client, cl.config()).await;
+    create_ss(&client, &ss).await;
+    wait_synced(&client, &ns, "legacy", "True", "Unsealed").await;
+    let written = wait_secret(&client, &ns, "legacy", "v1 secret", |_| true).await;
+    first.stop().await;
+
+    let mut strict = cl.config();
+    strict.accept_deprecated_v1_data = false;
+    let second = Running::start(&client, strict).await;
+    let failed = wait_synced(&client, &ns, "legacy", "False", "DeprecatedDataRejected").await;
+    let message = failed.synced_condition().unwrap().message.clone().unwrap();
+    assert!(
+        message.contains("--accept-deprecated-v1-data") && message.contains("kept"),
+        "{message}"
+    );
+    assert!(!message.contains("t0k3n"));
+    wait_event(&client, &ns, "legacy", "ErrUnsealFailed").await;
+    // A new value is not applied; the existing Secret stays as it was.
+    let api: Api<SealedSecret> = Api::namespaced(client.clone(), &ns);
+    api.patch(
+        "legacy",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"data": v1("legacy", "n3w")}})),
+    )
+    .await
+    .unwrap();
+    wait_synced(&client, &ns, "legacy", "False", "DeprecatedDataRejected").await;
+    let now = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("legacy")
+        .await
+        .unwrap();
+    assert_eq!(now.resource_version(), written.resource_version());
+    assert_eq!(data_of(&now), map(&[("token", "t0k3n")]));
+    assert_eq!(second.rsa_operations(), 0, "refused before any RSA work");
+    second.stop().await;
+}
+
+/// With `--label-selector`, an owned Secret that does not carry the selected labels (its
+/// template sets none) is still watched: deleting it re-creates it at once (resync off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_label_selector_a_deleted_secret_is_recreated_by_the_watch() {
+    let (_server, cl) = fake().await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let mut config = cl.config();
+    config.label_selector = Some("team=a".into());
+    config.resync_period = None;
+    let running = Running::start(&client, config).await;
+    let mut mine = seal(&secret(&ns, "mine", &[("a", "1")]), key(0));
+    mine.metadata.labels = Some(map(&[("team", "a")]));
+    create_ss(&client, &mine).await;
+    wait_synced(&client, &ns, "mine", "True", "Unsealed").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let before = secrets.get("mine").await.unwrap();
+    assert!(before.labels().get("team").is_none());
+    secrets
+        .delete("mine", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_secret(&client, &ns, "mine", "re-created", |s| {
+        s.uid() != before.uid()
+    })
+    .await;
+    running.stop().await;
 }
