@@ -860,6 +860,8 @@ fn open_items(
         )));
     }
     let label = scope.label(namespace.unwrap_or_default(), name);
+    // Public metadata, named in failures: it answers "renamed or moved?" and nothing else.
+    let tried = kseal_api::ScopeTarget::new(scope, namespace.unwrap_or_default(), name);
     let spec = &sealed.spec;
     let deprecated = spec.data.as_deref().filter(|d| !d.is_empty());
     if deprecated.is_some() && !spec.encrypted_data.is_empty() {
@@ -911,7 +913,7 @@ fn open_items(
     if !failed.is_empty() {
         // `items` is dropped here, zeroizing what did open.
         return Err(conflict(format!(
-            "no key could decrypt items {} for the {scope} scope of this SealedSecret",
+            "no key could decrypt items {} (tried {tried})",
             failed.join(", ")
         )));
     }
@@ -921,7 +923,7 @@ fn open_items(
             ring.open_counted(&label, &bytes, hint.as_ref(), stats)
                 .map_err(|_| {
                     conflict(format!(
-                        "no key could decrypt the deprecated field 'data' for the {scope} scope of this SealedSecret"
+                        "no key could decrypt the deprecated field 'data' (tried {tried})"
                     ))
                 })?
                 .plaintext,

@@ -272,6 +272,17 @@ async fn verify_answers_409_when_an_item_does_not_decrypt() {
         text.contains("`password`") && text.contains("`user`"),
         "{text}"
     );
+    // The label tried is named (public metadata: answers "renamed or moved?").
+    assert!(text.contains(r#"(tried strict scope "prod/db")"#), "{text}");
+    // A SealedSecret moved to another namespace: the answer says which label was tried.
+    let mut moved = to_json(&sealed_for(new_key(), &[]));
+    moved["metadata"]["namespace"] = json!("staging");
+    let (status, text) = post_json(&app, "/v1/verify", &moved).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(
+        text.contains(r#"(tried strict scope "staging/db")"#),
+        "{text}"
+    );
 
     // An item swapped in from elsewhere, or garbage.
     let mut tampered = to_json(&sealed_for(new_key(), &[]));
