@@ -24,7 +24,8 @@ ARG TARGETARCH
 ARG BUILDARCH
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # A cross C toolchain when the target is not the build machine's architecture (aws-lc-sys
-# compiles C). Packages come from the image's Debian release; the lists are not kept.
+# compiles C). Packages come from the image's Debian release; the lists are not kept. Not
+# pinned to versions (DL3008): Debian 12 removes superseded versions from its mirror.
 # hadolint ignore=DL3008
 RUN if [[ "$TARGETARCH" != "$BUILDARCH" ]]; then \
       case "$TARGETARCH" in \
@@ -55,10 +56,8 @@ FROM scratch AS prebuilt
 ARG TARGETARCH
 COPY prebuilt/${TARGETARCH}/ /out/
 
-# hadolint ignore=DL3006
 FROM ${BINARIES} AS binaries
 
-# hadolint ignore=DL3006
 FROM ${RUNTIME_IMAGE}
 ARG RUNTIME_IMAGE
 ARG KSEAL_GIT_COMMIT

@@ -70,6 +70,10 @@ for p in "${packages[@]}"; do
   done
   cp -a "$staging/." "$rootfs/"
   rm -rf "$staging"
+  # The package's control record, where distroless puts it, so that image scanners (Trivy,
+  # Grype, Syft) see which Debian packages and versions the image holds.
+  mkdir -p "$rootfs/var/lib/dpkg/status.d"
+  dpkg-deb -f "$deb" >"$rootfs/var/lib/dpkg/status.d/$p"
   echo "$p $version" >>"$rootfs/.packages"
 done
 # What ca-certificates' postinst (update-ca-certificates) would write: the bundle of the
