@@ -84,6 +84,17 @@ ann = c.get("annotations", {})
 for label in ("title", "source", "licenses", "version", "revision", "description"):
     assert ann.get("org.opencontainers.image." + label), "label " + label + " missing"
 EOF
+# One version everywhere: the workspace, the Dockerfile's default label, the image's label
+# and the tag the manifests run (deploy/kustomize/core, `images:`).
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+dockerfile_version=$(sed -n 's/^ARG VERSION=//p' Dockerfile)
+label_version=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["annotations"]["org.opencontainers.image.version"])' "$bundle/config.json")
+manifest_tag=$(awk '/name: ghcr.io\/kseal-dev\/kseal-controller$/ { f = 1; next } f && /newTag:/ { print $2; exit }' \
+  deploy/kustomize/core/kustomization.yaml)
+for v in "$dockerfile_version" "$label_version" "$manifest_tag"; do
+  [[ "$v" == "$version" ]] ||
+    fail "versions differ: Cargo.toml $version, Dockerfile VERSION $dockerfile_version, image label $label_version, deploy/kustomize/core tag $manifest_tag"
+done
 for f in bin/sh bin/bash bin/dash usr/bin/apt usr/bin/apt-get usr/bin/dpkg usr/bin/busybox; do
   [[ ! -e "$rootfs/$f" && ! -L "$rootfs/$f" ]] || fail "the image has /$f"
 done
@@ -95,7 +106,7 @@ leftovers=$(find "$rootfs/var/lib/apt" "$rootfs/var/cache" -type f 2>/dev/null |
 if grep -rlIE -- '-----BEGIN ([A-Z]+ )?PRIVATE KEY-----' "$rootfs" 2>/dev/null | head -1 | grep -q .; then
   fail "the image holds a private key: $(grep -rlIE -- '-----BEGIN ([A-Z]+ )?PRIVATE KEY-----' "$rootfs" | head -3)"
 fi
-log "ok: entrypoint kseal-controller, user 65532:65532, OCI labels; no shell, package manager, caches or keys"
+log "ok: entrypoint kseal-controller, user 65532:65532, OCI labels, version $version as the manifests; no shell, package manager, caches or keys"
 
 # --- running the image --------------------------------------------------------------------------
 # spec NAME [--rw SRC:DST | --ro SRC:DST]... [--env K=V]... -- ARGS...: writes the runtime
