@@ -22,7 +22,7 @@ ARG BINARIES=build
 FROM --platform=$BUILDPLATFORM ${RUST_IMAGE} AS build
 ARG TARGETARCH
 ARG BUILDARCH
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+SHELL ["/bin/bash", "-e", "-o", "pipefail", "-c"]
 # A cross C toolchain when the target is not the build machine's architecture (aws-lc-sys
 # compiles C). Packages come from the image's Debian release; the lists are not kept. Not
 # pinned to versions (DL3008): Debian 12 removes superseded versions from its mirror.
