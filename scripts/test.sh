@@ -8,6 +8,7 @@
 #   KSEAL_SKIP_REFAPI=1 bash scripts/test.sh   # without the real apiserver (not allowed in CI)
 #   KSEAL_SKIP_MOTO=1 bash scripts/test.sh     # without the Secrets Manager emulator (not allowed in CI)
 #   KSEAL_SKIP_TEMPLATE_DIFF=1 bash scripts/test.sh   # without the Go/Sprig template check (not allowed in CI)
+#   KSEAL_SKIP_IMAGE=1 bash scripts/test.sh    # without the container image build and run (not allowed in CI)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -90,6 +91,43 @@ fi
 
 log "deploy manifests"
 bash deploy/check.sh
+
+# --- container image (deploy/image/) ---------------------------------------------------------
+# hadolint on the Dockerfile; then the image built from it without a registry (buildah, a
+# distroless stand-in from Debian packages, the release binaries), exported as an OCI archive,
+# unpacked, and run with runc against the reference apiserver (deploy/image/check.sh).
+# KSEAL_IMAGE_ROOTFS (the unpacked root file system) stays exported for the tests below.
+# KSEAL_SKIP_IMAGE=1 skips it all (not allowed under CI=true); needs root.
+if [[ "${KSEAL_SKIP_IMAGE:-}" == 1 ]]; then
+  if [[ "${CI:-}" == true ]]; then
+    echo "error: KSEAL_SKIP_IMAGE=1 is not allowed under CI=true" >&2
+    exit 1
+  fi
+  log "container image: skipped (KSEAL_SKIP_IMAGE=1)"
+else
+  log "container image: hadolint"
+  bash deploy/image/lint.sh
+  if [[ $(id -u) != 0 ]]; then
+    if [[ "${CI:-}" == true ]]; then
+      echo "error: building and running the image needs root (buildah, runc)" >&2
+      exit 1
+    fi
+    log "container image: not built (needs root; KSEAL_SKIP_IMAGE=1 to silence)"
+  else
+    log "container image: build (deploy/image/build.sh)"
+    image_env=$(bash deploy/image/build.sh)
+    eval "$image_env"
+    export KSEAL_IMAGE_ROOTFS
+    if [[ -n "$refapi_state" ]]; then
+      log "container image: run against the reference apiserver (deploy/image/check.sh)"
+      bash deploy/image/check.sh
+    else
+      log "container image: not run (no reference apiserver)"
+    fi
+    unset KSEAL_IMAGE_ARCHIVE KSEAL_IMAGE_REF KSEAL_IMAGE_BUNDLE
+  fi
+fi
+# --- end of container image ------------------------------------------------------------------
 
 log "cargo test"
 test_log=$(mktemp)
