@@ -19,6 +19,7 @@ ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 ARG BINARIES=build
 
+# checkov:skip=CKV_DOCKER_7: the tag is in RUST_IMAGE above (rust:1.95-bookworm); checkov does not expand ARGs
 FROM --platform=$BUILDPLATFORM ${RUST_IMAGE} AS build
 ARG TARGETARCH
 ARG BUILDARCH
