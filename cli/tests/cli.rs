@@ -748,3 +748,57 @@ fn keys_inspect_takes_f_and_standard_input_too() {
         format!("standard input:\n{body}{}", positional.stdout)
     );
 }
+
+#[test]
+fn seal_refuses_names_the_api_server_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let crt = fixtures().join("keys/tls.crt");
+    let crt = crt.to_str().unwrap();
+    let secret = |name: &str, namespace: &str, key: &str| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {namespace}\n\
+             stringData:\n  {key:?}: x\n"
+        )
+    };
+    // Valid names seal.
+    let ok = kseal(
+        &["seal", "--cert", crt],
+        Some(&secret("db.prod-1", "prod", "tls.crt")),
+        dir.path(),
+    );
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    for (input, expected) in [
+        (
+            secret("Db_1", "prod", "a"),
+            "`Db_1` is not a valid Secret name: a lowercase RFC 1123 subdomain",
+        ),
+        (
+            secret("db", "Bad_NS", "a"),
+            "`Bad_NS` is not a valid namespace name: a lowercase RFC 1123 label",
+        ),
+        (
+            secret("db", "prod", "a b"),
+            "item `a b` is not a valid Secret key: a valid config key",
+        ),
+    ] {
+        let run = kseal(&["seal", "--cert", crt], Some(&input), dir.path());
+        assert_eq!(run.code, 1, "{input}");
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+        assert!(run.stderr.contains(expected), "{}", run.stderr);
+    }
+    // --raw: the namespace and name it seals for.
+    let raw = kseal(
+        &[
+            "seal", "--raw", "--cert", crt, "-n", "Bad_NS", "--name", "db",
+        ],
+        Some("x"),
+        dir.path(),
+    );
+    assert_eq!(raw.code, 1);
+    assert!(
+        raw.stderr
+            .contains("`Bad_NS` is not a valid namespace name"),
+        "{}",
+        raw.stderr
+    );
+}

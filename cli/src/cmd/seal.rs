@@ -76,7 +76,38 @@ pub(crate) fn seal_secret_with(
         backend,
         ..options.clone()
     };
-    Ok(kseal_api::seal_secret(secret, key, &options)?)
+    let sealed = kseal_api::seal_secret(secret, key, &options)?;
+    check_names(
+        sealed.metadata.name.as_deref(),
+        sealed.metadata.namespace.as_deref(),
+        sealed.spec.encrypted_data.keys().map(String::as_str),
+    )?;
+    Ok(sealed)
+}
+
+/// Refuses what the API server would refuse at apply time, before a file is written: a
+/// Secret name that is not a DNS-1123 subdomain, a namespace that is not a DNS-1123 label,
+/// or an item key that is not a valid Secret key (apimachinery's rules and words). A value
+/// sealed for a name that cannot exist could never be opened.
+pub(crate) fn check_names<'a>(
+    name: Option<&str>,
+    namespace: Option<&str>,
+    keys: impl IntoIterator<Item = &'a str>,
+) -> Result<()> {
+    use kseal_api::validation;
+    if let Some(name) = name.filter(|n| !n.is_empty()) {
+        validation::validate_secret_name(name)
+            .map_err(|e| anyhow::anyhow!("`{name}` is not a valid Secret name: {e}"))?;
+    }
+    if let Some(namespace) = namespace.filter(|n| !n.is_empty()) {
+        validation::validate_namespace_name(namespace)
+            .map_err(|e| anyhow::anyhow!("`{namespace}` is not a valid namespace name: {e}"))?;
+    }
+    for key in keys {
+        validation::is_config_map_key(key)
+            .map_err(|e| anyhow::anyhow!("item `{key}` is not a valid Secret key: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Kubernetes' limit on an object, as a SealedSecret should respect it: the API server caps
@@ -684,6 +715,7 @@ fn seal_raw(request: &SealRequest, raw: &RawRequest) -> Result<()> {
     } else {
         ""
     };
+    check_names(Some(name), Some(namespace), [])?;
     let cert = request.certs.load_one()?;
     let value = read_value(raw.from_file.as_deref(), raw.strip_newline, None)?;
     let label = scope.label(namespace, name);
