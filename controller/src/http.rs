@@ -216,13 +216,7 @@ pub async fn serve(
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let bind = |addr: SocketAddr| async move {
-        TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::Serve { addr, source })
-    };
-    let api = bind(config.listen_addr).await?;
-    let metrics = bind(config.listen_metrics_addr).await?;
+    let (api, metrics) = bind(config).await?;
     serve_listeners(
         api,
         metrics,
@@ -231,6 +225,21 @@ pub async fn serve(
         shutdown,
     )
     .await
+}
+
+/// Binds the API (`--listen-addr`) and metrics (`--listen-metrics-addr`) listeners. The
+/// binary binds them before it starts anything else, so a port that is taken stops it at
+/// once, before it joins the leader election.
+pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener)> {
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Serve { addr, source })
+    };
+    Ok((
+        bind(config.listen_addr).await?,
+        bind(config.listen_metrics_addr).await?,
+    ))
 }
 
 /// [`serve`] on listeners the caller bound (tests bind port 0).

@@ -141,6 +141,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
+    // Listen first: a port that is taken ends the process now, not after it took the Lease.
+    let (api_listener, metrics_listener) =
+        http::bind(&config).await.context("HTTP server failed")?;
     let client = kube::Client::try_default()
         .await
         .context("failed to configure the Kubernetes client (in-cluster or KUBECONFIG)")?;
@@ -166,9 +169,15 @@ async fn run(config: Config) -> anyhow::Result<()> {
         let state = state.clone();
         let config = config.clone();
         tokio::spawn(async move {
-            http::serve(state, &config, async move {
-                let _ = http_shutdown.wait_for(|stop| *stop).await;
-            })
+            http::serve_listeners(
+                api_listener,
+                metrics_listener,
+                state,
+                http::ApiOptions::from_config(&config),
+                async move {
+                    let _ = http_shutdown.wait_for(|stop| *stop).await;
+                },
+            )
             .await
         })
     };

@@ -402,3 +402,62 @@ async fn sigusr1_without_generation_warns_and_changes_nothing() {
     );
     drop(served);
 }
+
+/// A listen address that is taken stops the binary before it does anything in the cluster:
+/// no Lease is taken (nothing to release or wait for), and the error names the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_port_stops_the_binary_before_it_joins_the_election() {
+    let server = TestApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let client = served.client().unwrap();
+    let cluster = Cluster::new(client.clone()).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let log = dir.path().join("controller.log");
+    let mut child = controller_command()
+        .env("KUBECONFIG", &kubeconfig)
+        .env("POD_NAME", "kseal-controller-test-0")
+        .args([
+            "--controller-namespace",
+            &cluster.ctrl,
+            "--additional-namespaces",
+            &cluster.app,
+            "--listen-addr",
+            &addr,
+            "--listen-metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Generous: the process has nothing to wait for, so it ends as soon as it starts.
+    let mut status = None;
+    for _ in 0..600 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("the controller kept running with its port taken");
+    };
+    assert!(!status.success());
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(stderr.contains(&addr), "{stderr}");
+    let leases = Api::<Lease>::namespaced(client.clone(), &cluster.ctrl)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        leases.items.is_empty(),
+        "a Lease was taken: {:?}",
+        leases.items
+    );
+    drop(taken);
+}
