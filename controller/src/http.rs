@@ -172,7 +172,7 @@ struct App {
 /// The rate limiter keys on the peer address (or, from a proxy in
 /// [`ApiOptions::trusted_proxies`], the client its `X-Forwarded-For` names), which axum
 /// provides only when served with `into_make_service_with_connect_info::<SocketAddr>()` or
-/// `::<PeerAddr>()` (as [`serve`] does); without it every caller shares one bucket.
+/// `::<PeerAddr>()` (as [`serve_listeners`] does); without it every caller shares one bucket.
 pub fn api_router(state: State, options: ApiOptions) -> Router {
     let app = App {
         limiter: Arc::new(RateLimiter::new(
@@ -209,24 +209,6 @@ pub fn metrics_router(state: State) -> Router {
         .with_state(state)
 }
 
-/// Binds `config.listen_addr` and `config.listen_metrics_addr` and serves both until
-/// `shutdown` completes; in-flight requests then finish (graceful shutdown).
-pub async fn serve(
-    state: State,
-    config: &Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
-    let (api, metrics) = bind(config).await?;
-    serve_listeners(
-        api,
-        metrics,
-        state,
-        ApiOptions::from_config(config),
-        shutdown,
-    )
-    .await
-}
-
 /// Binds the API (`--listen-addr`) and metrics (`--listen-metrics-addr`) listeners. The
 /// binary binds them before it starts anything else, so a port that is taken stops it at
 /// once, before it joins the leader election.
@@ -242,7 +224,8 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener)> {
     ))
 }
 
-/// [`serve`] on listeners the caller bound (tests bind port 0).
+/// Serves the API and metrics routers on listeners from [`bind`] (tests bind port 0) until
+/// `shutdown` completes; in-flight requests then finish (graceful shutdown).
 pub async fn serve_listeners(
     api: TcpListener,
     metrics: TcpListener,
@@ -315,7 +298,7 @@ impl axum::serve::Listener for TimedListener {
     }
 }
 
-/// The peer address of a connection accepted by [`serve`] (axum's `ConnectInfo`).
+/// The peer address of a connection accepted by [`serve_listeners`] (axum's `ConnectInfo`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
 
