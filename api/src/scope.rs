@@ -52,12 +52,12 @@ pub struct ScopeTarget {
 impl ScopeTarget {
     /// The target of `scope` for an object `namespace/name`.
     pub fn new(scope: Scope, namespace: &str, name: &str) -> Self {
-        let label = match scope {
-            Scope::Strict => format!("{namespace}/{name}"),
-            Scope::Namespace => namespace.to_owned(),
-            Scope::Cluster => String::new(),
-        };
-        Self { scope, label }
+        // The OAEP label itself, as text (it is made of the two `&str`s, so always UTF-8).
+        let label = scope.label(namespace, name);
+        Self {
+            scope,
+            label: String::from_utf8_lossy(label.as_bytes()).into_owned(),
+        }
     }
 }
 
