@@ -417,7 +417,7 @@ pub(crate) fn check(text: &str, what: &str) -> Result<Certificate> {
     if cert.is_expired_at(SystemTime::now()) {
         bail!(
             "certificate {what} expired on {}: refusing to seal with it",
-            crate::cmd::seal::httpdate(cert.not_after())
+            crate::cmd::seal::utc_time(cert.not_after())
         );
     }
     Ok(cert)

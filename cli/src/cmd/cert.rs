@@ -21,7 +21,7 @@ pub(crate) fn run(args: CertCmdArgs) -> Result<()> {
         cert.id(),
         cert.common_name().unwrap_or("-"),
         cert.public_key().bits(),
-        crate::cmd::seal::httpdate(cert.not_after())
+        crate::cmd::seal::utc_time(cert.not_after())
     );
     crate::output::emit(&text, args.write.as_deref())
 }

@@ -172,8 +172,8 @@ fn describe_certificate(out: &mut String, cert: &kseal_keys::Certificate) {
         "  certificate  {}\n  subject CN   {}\n  not before   {}\n  not after    {}{state}\n  key size     {} bits\n",
         cert.id(),
         cert.common_name().unwrap_or("-"),
-        crate::cmd::seal::httpdate(cert.not_before()),
-        crate::cmd::seal::httpdate(cert.not_after()),
+        crate::cmd::seal::utc_time(cert.not_before()),
+        crate::cmd::seal::utc_time(cert.not_after()),
         cert.public_key().bits()
     ));
 }

@@ -103,9 +103,7 @@ async fn read_index(ring: &Ring) -> Result<Snapshot> {
 }
 
 fn when(t: SystemTime) -> String {
-    jiff::Timestamp::try_from(t)
-        .map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
-        .unwrap_or_else(|_| "?".into())
+    crate::cmd::seal::utc_civil(t, "%Y-%m-%d %H:%M UTC")
 }
 
 fn ts(t: jiff::Timestamp) -> String {

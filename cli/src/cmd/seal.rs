@@ -19,30 +19,29 @@ pub(crate) fn read_certificate(path: &Path) -> Result<Certificate> {
     crate::certs::check(&text, &format!("`{}`", path.display()))
 }
 
-/// Formats a time as `YYYY-MM-DD HH:MM:SS UTC`.
-pub(crate) fn httpdate(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+/// Formats a time as `YYYY-MM-DD HH:MM:SS UTC` (a certificate's validity, for people).
+pub(crate) fn utc_time(t: SystemTime) -> String {
+    utc_civil(t, "%Y-%m-%d %H:%M:%S UTC")
+}
+
+/// Formats a time in UTC with a `strftime` pattern. Civil time, not `jiff::Timestamp`: a
+/// timestamp's range ends a day before 9999-12-31 23:59:59 UTC, the notAfter of certificates
+/// without a well-defined expiration (RFC 5280, 4.1.2.5).
+pub(crate) fn utc_civil(t: SystemTime, pattern: &str) -> String {
+    let since_epoch = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => jiff::SignedDuration::try_from(d).ok(),
+        Err(e) => jiff::SignedDuration::try_from(e.duration())
+            .ok()
+            .map(|d| -d),
+    };
+    since_epoch
+        .and_then(|d| {
+            jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0)
+                .checked_add(d)
+                .ok()
+        })
+        .map(|t| t.strftime(pattern).to_string())
+        .unwrap_or_else(|| "a date out of range".into())
 }
 
 /// Up to this many values a process seals with the pure-Rust backend. AWS-LC's first use of
@@ -777,7 +776,12 @@ mod tests {
     #[test]
     fn dates_render_in_utc() {
         let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_763_769_600);
-        assert_eq!(httpdate(t), "2025-11-22 00:00:00 UTC");
-        assert_eq!(httpdate(SystemTime::UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_time(t), "2025-11-22 00:00:00 UTC");
+        assert_eq!(utc_time(SystemTime::UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
+        // A certificate may start before 1970 or end at X.509's "no well-defined expiry".
+        let before = SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(1);
+        assert_eq!(utc_time(before), "1969-12-31 23:59:59 UTC");
+        let end = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(253_402_300_799);
+        assert_eq!(utc_time(end), "9999-12-31 23:59:59 UTC");
     }
 }
