@@ -50,24 +50,9 @@ pub(crate) fn list_type(path: &[String], builtin: bool, items: &[Value]) -> List
     }
 }
 
-/// RFC 7386 JSON merge patch.
+/// RFC 7386 JSON merge patch (`json_patch::merge`).
 pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    if let Value::Object(t) = target {
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
+    json_patch::merge(target, patch);
 }
 
 /// Merge used by strategic merge patch (`strategic == true`: honours `$patch` directives and
