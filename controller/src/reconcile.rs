@@ -254,21 +254,19 @@ impl Context {
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Derives the data-MAC key of `pair`: HMAC-SHA256 extract over the canonical PKCS #1
-/// encoding of the private key, then one expand step with a fixed label.
+/// Derives the data-MAC key of `pair`: HKDF-SHA256 (RFC 5869) of the canonical PKCS #1
+/// encoding of the private key, with a fixed salt and label. The MACs already written on
+/// Secrets depend on these bytes: never change them (a test pins the construction).
 fn derive_mac_key(pair: &KeyPair) -> Option<Zeroizing<[u8; 32]>> {
     let pem = pair.private_key().to_pkcs1_pem().ok()?;
-    let mut extract = HmacSha256::new_from_slice(b"kseal.dev/data-mac/v1").ok()?;
-    extract.update(pem.as_bytes());
-    let mut prk = Zeroizing::new([0u8; 32]);
-    prk.copy_from_slice(extract.finalize().into_bytes().as_slice());
-    let mut expand = HmacSha256::new_from_slice(&prk[..]).ok()?;
-    expand.update(b"kseal secret data mac\x01");
-    let okm = expand.finalize().into_bytes();
+    let hkdf = hkdf::Hkdf::<Sha256>::new(Some(MAC_KEY_SALT), pem.as_bytes());
     let mut key = Zeroizing::new([0u8; 32]);
-    key.copy_from_slice(okm.as_slice());
+    hkdf.expand(MAC_KEY_INFO, &mut key[..]).ok()?;
     Some(key)
 }
+
+const MAC_KEY_SALT: &[u8] = b"kseal.dev/data-mac/v1";
+const MAC_KEY_INFO: &[u8] = b"kseal secret data mac";
 
 fn put_field(mac: &mut HmacSha256, bytes: &[u8]) {
     mac.update(&(bytes.len() as u64).to_be_bytes());
@@ -1399,6 +1397,29 @@ mod tests {
         assert_eq!(parsed, id);
         assert_eq!(bytes, tag);
         assert!(parse_mac("v2:x:y").is_none());
+    }
+
+    /// The MAC key is HKDF-SHA256 written out: extract is HMAC(salt, PKCS #1 PEM), expand's
+    /// one block is HMAC(PRK, info || 0x01). Secrets written by earlier versions carry MACs
+    /// under keys derived this way, so the bytes must never change.
+    #[test]
+    fn mac_key_derivation_is_the_pinned_hkdf_construction() {
+        let pair = KeyPair::from_pem(
+            include_str!("../../tests/fixtures/keys/tls.key"),
+            include_str!("../../tests/fixtures/keys/tls.crt"),
+        )
+        .unwrap();
+        let pem = pair.private_key().to_pkcs1_pem().unwrap();
+        let mut extract = HmacSha256::new_from_slice(MAC_KEY_SALT).unwrap();
+        extract.update(pem.as_bytes());
+        let prk = extract.finalize().into_bytes();
+        let mut expand = HmacSha256::new_from_slice(prk.as_slice()).unwrap();
+        expand.update(MAC_KEY_INFO);
+        expand.update(&[1]);
+        let expected = expand.finalize().into_bytes();
+        assert_eq!(&derive_mac_key(&pair).unwrap()[..], expected.as_slice());
+        assert_eq!(MAC_KEY_SALT, b"kseal.dev/data-mac/v1");
+        assert_eq!(MAC_KEY_INFO, b"kseal secret data mac");
     }
 
     #[test]

@@ -26,12 +26,7 @@ pub struct Kid(String);
 impl Kid {
     /// The kid of `public`.
     pub fn of(public: &PublicKey) -> Self {
-        let digest = Sha256::digest(public.to_spki_der());
-        let mut text = String::with_capacity(64);
-        for byte in digest {
-            text.push_str(&format!("{byte:02x}"));
-        }
-        Self(text)
+        Self(hex::encode(Sha256::digest(public.to_spki_der())))
     }
 
     /// Parses 64 lowercase hex characters.

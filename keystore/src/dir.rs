@@ -43,8 +43,7 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 }
 
 fn hash(text: &str) -> Version {
-    let digest = Sha256::digest(text.as_bytes());
-    Version(digest.iter().map(|b| format!("{b:02x}")).collect())
+    Version(hex::encode(Sha256::digest(text.as_bytes())))
 }
 
 impl DirStore {
@@ -154,25 +153,33 @@ impl DirStore {
         let entry = KeyEntry::parse(text, name)?;
         let parent = path.parent().unwrap_or(&self.root);
         fs::create_dir_all(parent).map_err(io("create", parent))?;
-        let staging = parent.join(format!(
-            ".tmp-{}-{}",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("key"),
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&staging);
-        fs::create_dir(&staging).map_err(io("create", &staging))?;
-        set_mode(&staging, 0o700)?;
+        // A private (0700) directory of an unguessable name, filled, then renamed into place:
+        // readers see the key directory whole or not at all.
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".tmp-key-");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            builder.permissions(fs::Permissions::from_mode(0o700));
+        }
+        let staging = builder
+            .tempdir_in(parent)
+            .map_err(io("create a staging directory in", parent))?;
         write_atomic(
-            &staging.join(CERT_FILE),
+            &staging.path().join(CERT_FILE),
             entry.certificate_pem().as_bytes(),
             false,
         )?;
         write_atomic(
-            &staging.join(KEY_FILE),
+            &staging.path().join(KEY_FILE),
             entry.private_key_pem().as_bytes(),
             true,
         )?;
-        fs::rename(&staging, &path).map_err(io("rename into place", &path))?;
+        let staging = staging.keep();
+        if let Err(e) = fs::rename(&staging, &path) {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(io("rename into place", &path)(e));
+        }
         Ok(Put::Created)
     }
 
@@ -193,33 +200,30 @@ impl DirStore {
     }
 }
 
-/// Writes `bytes` to a temporary file beside `path` and renames it into place.
+/// Writes `bytes` to a new temporary file beside `path` and renames it into place. The file
+/// is created exclusively under an unguessable name, with its final mode from the start
+/// (0600 when `private`, else 0644), so a private key is never readable by others, not even
+/// for a moment, and no symbolic link planted beside it is followed.
 fn write_atomic(path: &Path, bytes: &[u8], private: bool) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io("create", dir))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".tmp-");
+    #[cfg(unix)]
     {
-        let mut file = fs::File::create(&tmp).map_err(io("create", &tmp))?;
-        if private {
-            set_mode(&tmp, 0o600)?;
-        }
-        file.write_all(bytes).map_err(io("write", &tmp))?;
-        file.sync_all().map_err(io("sync", &tmp))?;
+        use std::os::unix::fs::PermissionsExt as _;
+        builder.permissions(fs::Permissions::from_mode(if private {
+            0o600
+        } else {
+            0o644
+        }));
     }
-    fs::rename(&tmp, path).map_err(io("rename into place", path))
-}
-
-#[cfg(unix)]
-fn set_mode(path: &Path, mode: u32) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io("chmod", path))
-}
-
-#[cfg(not(unix))]
-fn set_mode(_path: &Path, _mode: u32) -> Result<()> {
+    let mut file = builder
+        .tempfile_in(dir)
+        .map_err(io("create a temporary file in", dir))?;
+    file.write_all(bytes).map_err(io("write", file.path()))?;
+    file.as_file().sync_all().map_err(io("sync", file.path()))?;
+    file.persist(path)
+        .map_err(|e| io("rename into place", path)(e.error))?;
     Ok(())
 }

@@ -54,45 +54,16 @@ pub(crate) fn rune_count(s: &[u8]) -> usize {
 }
 
 /// Every start offset of a non-overlapping occurrence of `needle` (non-empty) in `hay`,
-/// left to right, in linear time (Knuth–Morris–Pratt).
+/// left to right, at most `limit` of them (`memchr::memmem`, linear time).
 pub(crate) fn find_all(hay: &[u8], needle: &[u8], limit: usize) -> Vec<usize> {
-    let mut found = Vec::new();
-    if needle.is_empty() || needle.len() > hay.len() {
-        return found;
+    if needle.is_empty() {
+        return Vec::new();
     }
-    let mut fail = vec![0usize; needle.len()];
-    let mut k = 0;
-    for i in 1..needle.len() {
-        while k > 0 && needle[i] != needle[k] {
-            k = fail[k - 1];
-        }
-        if needle[i] == needle[k] {
-            k += 1;
-        }
-        fail[i] = k;
-    }
-    let mut k = 0;
-    for (i, &b) in hay.iter().enumerate() {
-        while k > 0 && b != needle[k] {
-            k = fail[k - 1];
-        }
-        if b == needle[k] {
-            k += 1;
-        }
-        if k == needle.len() {
-            found.push(i + 1 - needle.len());
-            if found.len() >= limit {
-                break;
-            }
-            // Non-overlapping: start afresh after this match.
-            k = 0;
-        }
-    }
-    found
+    memchr::memmem::find_iter(hay, needle).take(limit).collect()
 }
 
 pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || !find_all(hay, needle, 1).is_empty()
+    memchr::memmem::find(hay, needle).is_some()
 }
 
 /// Go's `unicode.IsSpace`.
