@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | [`is_dns1123_label`] | `IsDNS1123Label` | namespace names ([`validate_namespace_name`]) |
 //! | [`is_dns1123_subdomain`] | `IsDNS1123Subdomain` | Secret and SealedSecret names ([`validate_secret_name`]) |
+//! | [`is_dns1035_label`] | `IsDNS1035Label` | Service names ([`validate_service_name`]) |
 //! | [`is_qualified_name`] | `IsQualifiedName` | label keys, annotation keys lower-cased ([`validate_annotation_key`]) |
 //! | [`is_valid_label_value`] | `IsValidLabelValue` | label values |
 //! | [`is_config_map_key`] | `IsConfigMapKey` | keys of a Secret's `data` |
@@ -34,6 +35,9 @@ const DNS1123_SUBDOMAIN_FMT: &str =
     "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
     alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
+const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric \
+    characters or '-', start with an alphabetic character, and end with an alphanumeric character";
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
 const QUALIFIED_NAME_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and \
     must start and end with an alphanumeric character";
@@ -111,6 +115,11 @@ fn matches_dns1123_label(value: &str) -> bool {
         && b.iter().all(|c| alnum(c) || *c == b'-')
 }
 
+/// `[a-z]([-a-z0-9]*[a-z0-9])?`, any length.
+fn matches_dns1035_label(value: &str) -> bool {
+    value.as_bytes().first().is_some_and(u8::is_ascii_lowercase) && matches_dns1123_label(value)
+}
+
 /// Dot-separated `[a-z0-9]([-a-z0-9]*[a-z0-9])?` parts, any length.
 fn matches_dns1123_subdomain(value: &str) -> bool {
     value.split('.').all(matches_dns1123_label)
@@ -170,6 +179,23 @@ pub fn is_dns1123_label(value: &str) -> Result<(), InvalidName> {
 /// DNS-1123 label patterns.
 pub fn is_dns1123_subdomain(value: &str) -> Result<(), InvalidName> {
     verdict(dns1123_subdomain_problems(value))
+}
+
+/// A DNS-1035 label (`IsDNS1035Label`): at most 63 lower-case alphanumerics or `-`, starting
+/// with a letter and ending with an alphanumeric.
+pub fn is_dns1035_label(value: &str) -> Result<(), InvalidName> {
+    let mut problems = Vec::new();
+    if value.len() > DNS1123_LABEL_MAX_LENGTH {
+        problems.push(max_len_error(DNS1123_LABEL_MAX_LENGTH));
+    }
+    if !matches_dns1035_label(value) {
+        problems.push(regex_error(
+            DNS1035_LABEL_MSG,
+            DNS1035_LABEL_FMT,
+            &["my-name", "abc-123"],
+        ));
+    }
+    verdict(problems)
 }
 
 /// A qualified name (`IsQualifiedName`), the form of label and annotation keys: an optional
@@ -272,6 +298,11 @@ pub fn validate_annotation_key(key: &str) -> Result<(), InvalidName> {
 /// The name of a namespace: a DNS-1123 label (apimachinery's `ValidateNamespaceName`).
 pub fn validate_namespace_name(name: &str) -> Result<(), InvalidName> {
     is_dns1123_label(name)
+}
+
+/// The name of a Service: a DNS-1035 label (Kubernetes' `ValidateServiceName`).
+pub fn validate_service_name(name: &str) -> Result<(), InvalidName> {
+    is_dns1035_label(name)
 }
 
 /// The name of a Secret, or of the SealedSecret it comes from: a DNS-1123 subdomain

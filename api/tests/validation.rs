@@ -3,9 +3,9 @@
 //! and its exact messages.
 
 use kseal_api::validation::{
-    is_config_map_key, is_dns1123_label, is_dns1123_subdomain, is_qualified_name,
+    is_config_map_key, is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_qualified_name,
     is_valid_label_value, validate_annotation_key, validate_namespace_name,
-    validate_secret_generate_name, validate_secret_name,
+    validate_secret_generate_name, validate_secret_name, validate_service_name,
 };
 
 const LABEL_REGEX_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
@@ -76,6 +76,74 @@ fn dns1123_label_messages_match_apimachinery() {
     assert_eq!(
         problems(is_dns1123_label(&format!("-{}", a(70)))),
         ["must be no more than 63 characters", LABEL_REGEX_MSG]
+    );
+}
+
+#[test]
+fn dns1035_label_accepts_and_rejects_apimachinery_vectors() {
+    let good = ["a", "ab", "abc", "a1", "a-1", "a--1--2--b"];
+    for v in good.iter().map(|s| s.to_string()).chain([a(63)]) {
+        assert_eq!(is_dns1035_label(&v), Ok(()), "{v:?}");
+        assert_eq!(validate_service_name(&v), Ok(()), "{v:?}");
+    }
+    let bad = [
+        "0",
+        "01",
+        "012",
+        "1a",
+        "1-a",
+        "1--a--b--2",
+        "",
+        "A",
+        "ABC",
+        "aBc",
+        "A1",
+        "A-1",
+        "1-A",
+        "-",
+        "a-",
+        "-a",
+        "1-",
+        "-1",
+        "_",
+        "a_",
+        "_a",
+        "a_b",
+        "1_",
+        "_1",
+        "1_2",
+        ".",
+        "a.",
+        ".a",
+        "a.b",
+        "1.",
+        ".1",
+        "1.2",
+        " ",
+        "a ",
+        " a",
+        "a b",
+        "1 ",
+        " 1",
+        "1 2",
+        "é",
+    ];
+    for v in bad.iter().map(|s| s.to_string()).chain([a(64)]) {
+        assert!(is_dns1035_label(&v).is_err(), "{v:?}");
+    }
+}
+
+#[test]
+fn dns1035_label_messages_match_apimachinery() {
+    const MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+    assert_eq!(problems(is_dns1035_label("1abc")), [MSG]);
+    assert_eq!(
+        problems(is_dns1035_label(&a(64))),
+        ["must be no more than 63 characters"]
+    );
+    assert_eq!(
+        problems(is_dns1035_label(&format!("9{}", a(70)))),
+        ["must be no more than 63 characters", MSG]
     );
 }
 

@@ -11,6 +11,7 @@ use kseal_keys::Certificate;
 use crate::args::{CertArgs, ControllerArgs};
 use crate::http;
 use crate::kubeconfig::{self, Auth};
+use kseal_api::validation;
 
 /// Reads a key ring's sealing certificate. Set by the full CLI ([`crate::run`]); `kseal`
 /// itself hands every key-ring source to `kseal-ring` before any certificate is read, so the
@@ -299,6 +300,15 @@ impl Controller {
     /// Resolves the kubeconfig and the controller Service's port (its first port's name, as
     /// kubeseal does).
     pub(crate) fn connect(target: &ControllerTarget) -> Result<Self> {
+        let (ns, name) = (&target.namespace, &target.name);
+        // Both go into the request path: refuse what no Service could be called before
+        // anything is sent (a `/` or `?` would address another resource).
+        if let Err(e) = validation::validate_namespace_name(ns) {
+            bail!("--controller-namespace `{ns}` is not a valid namespace name: {e}");
+        }
+        if let Err(e) = validation::validate_service_name(name) {
+            bail!("--controller-name `{name}` is not a valid Service name: {e}");
+        }
         let conn = kubeconfig::connect(target.kubeconfig.as_deref(), target.context.as_deref())?;
         let client = http::Client::new(&conn.tls, false)?;
         let auth_header = match &conn.auth {
@@ -309,7 +319,6 @@ impl Controller {
                 base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
             )),
         };
-        let (ns, name) = (&target.namespace, &target.name);
         let mut controller = Self {
             client,
             auth_header,

@@ -687,6 +687,29 @@ fn the_controller_certificate_is_fetched_through_the_service_proxy() {
         &envs,
     );
     snap!("err_controller_service_not_found", run);
+    // A name no Service can have is refused before any request: it would change the path.
+    let before = server.requests.lock().unwrap().len();
+    let run = kseal_env(
+        &["cert", "--controller-name", "x/../../secrets/db"],
+        None,
+        dir.path(),
+        &envs,
+    );
+    snap!("err_controller_name_invalid", run);
+    let run = kseal_env(
+        &["cert", "--controller-namespace", "kube-system/x"],
+        None,
+        dir.path(),
+        &envs,
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("--controller-namespace `kube-system/x` is not a valid namespace name"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(server.requests.lock().unwrap().len(), before);
     let run = kseal_env(&["cert"], None, dir.path(), &[("KUBECONFIG", "missing")]);
     snap!("err_no_kubeconfig", run);
 }
