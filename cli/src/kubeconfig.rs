@@ -232,7 +232,7 @@ pub(crate) fn connect(explicit: Option<&Path>, context: Option<&str>) -> Result<
         ) {
             auth = Auth::Basic(u.to_owned(), p.to_owned());
         } else if let Some(exec) = user.value.get("exec") {
-            let (token, client) = run_exec(exec, user_name)?;
+            let (token, client) = run_exec(exec, user_name, &user.dir)?;
             if let Some(token) = token {
                 auth = Auth::Bearer(token);
             }
@@ -262,12 +262,20 @@ pub(crate) fn connect(explicit: Option<&Path>, context: Option<&str>) -> Result<
 
 type ClientPair = Option<(Vec<u8>, Vec<u8>)>;
 
-/// Runs a client-go credential plugin (`users[].user.exec`), e.g. `aws eks get-token`.
-fn run_exec(exec: &Value, user: &str) -> Result<(Option<String>, ClientPair)> {
+/// Runs a client-go credential plugin (`users[].user.exec`), e.g. `aws eks get-token`. A
+/// relative command with a path separator is relative to the directory of the kubeconfig file
+/// that defines the user, as client-go resolves it; a bare name is looked up in `PATH`.
+fn run_exec(exec: &Value, user: &str, dir: &Path) -> Result<(Option<String>, ClientPair)> {
     let command = string(exec, "command")
         .with_context(|| format!("user `{user}`: exec plugin has no command"))?;
     let api_version = string(exec, "apiVersion").unwrap_or("client.authentication.k8s.io/v1beta1");
-    let mut cmd = std::process::Command::new(command);
+    let program = if command.contains(std::path::MAIN_SEPARATOR) && Path::new(command).is_relative()
+    {
+        dir.join(command)
+    } else {
+        PathBuf::from(command)
+    };
+    let mut cmd = std::process::Command::new(program);
     for arg in exec
         .get("args")
         .and_then(Value::as_sequence)

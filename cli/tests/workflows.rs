@@ -583,6 +583,35 @@ fn https_sources_verify_the_server() {
     let run = kseal_env(&["cert"], None, dir.path(), &[("KUBECONFIG", "kubeconfig")]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout, pem);
+    // A relative plugin path is relative to the kubeconfig's directory, as in client-go.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let kube = dir.path().join("kube");
+        std::fs::create_dir(&kube).unwrap();
+        let plugin = kube.join("token.sh");
+        std::fs::write(
+            &plugin,
+            "#!/bin/sh\necho '{\"kind\":\"ExecCredential\",\"status\":{\"token\":\"ex3c\"}}'\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = std::fs::read_to_string(dir.path().join("kubeconfig"))
+            .unwrap()
+            .replace(
+                "command: sh\n      args: [",
+                "command: ./token.sh\n      unused: [",
+            );
+        std::fs::write(kube.join("config"), config).unwrap();
+        let run = kseal_env(
+            &["cert"],
+            None,
+            dir.path(),
+            &[("KUBECONFIG", "kube/config")],
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(run.stdout, pem);
+    }
     let requests = server.requests.lock().unwrap().clone();
     assert!(
         requests.iter().filter(|r| r.contains("/api/v1/")).all(|r| r
