@@ -625,6 +625,57 @@ fn retire_refuses_keys_that_sealed_secrets_still_need() {
 }
 
 #[test]
+fn racing_if_empty_seeders_leave_one_key_in_the_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let args = [
+        "keys",
+        "push",
+        "--ring",
+        &url,
+        "--key-size",
+        "2048",
+        "--if-empty",
+    ];
+    // Two seeding Jobs started at once (two processes, one ring).
+    let runs: Vec<Run> = std::thread::scope(|s| {
+        let seeders: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let envs: Vec<(&str, &str)> = aws
+                        .vars
+                        .iter()
+                        .map(|(n, v)| (n.as_str(), v.as_str()))
+                        .collect();
+                    kseal_env(&args, None, d, &envs)
+                })
+            })
+            .collect();
+        seeders.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for run in &runs {
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(!run.stderr.contains("PRIVATE KEY"), "{}", run.stderr);
+    }
+    let firsts = runs
+        .iter()
+        .filter(|r| r.stderr.contains("is the ring's first key"))
+        .count();
+    assert_eq!(
+        firsts,
+        1,
+        "{:?}",
+        runs.iter().map(|r| &r.stderr).collect::<Vec<_>>()
+    );
+    let list = aws.run(d, &["keys", "list", "--ring", &url, "-o", "json"], None);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let index: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(index["keys"].as_array().unwrap().len(), 1, "{index}");
+}
+
+#[test]
 fn a_ring_in_a_directory_needs_no_aws() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

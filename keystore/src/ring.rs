@@ -256,6 +256,52 @@ impl Ring {
     /// index entry. The first key of a ring becomes active at once; later keys only through
     /// [`Ring::activate`].
     pub async fn push(&self, pair: &KeyPair) -> Result<PushOutcome> {
+        let (stored, outcome) = self.push_where(pair, false).await?;
+        // Without the emptiness condition the key is always added or found in the index.
+        Ok(outcome.unwrap_or_else(|| PushOutcome {
+            kid: Kid::of(pair.public_key()),
+            fingerprint: pair.id().to_string(),
+            stored,
+            indexed: false,
+            activated: false,
+        }))
+    }
+
+    /// Adds `pair` only to a ring without keys, and atomically so: the emptiness check is part
+    /// of the index's compare-and-swap, so of several seeders starting at once exactly one
+    /// key enters the ring. `None` when the ring already had a key (then a key secret this
+    /// call created for nothing is scheduled for deletion, with `recovery_days`). Pushing the
+    /// key the ring already holds again is not refused: it returns its outcome, as
+    /// [`Ring::push`] does.
+    pub async fn push_if_empty(
+        &self,
+        pair: &KeyPair,
+        recovery_days: u32,
+    ) -> Result<Option<PushOutcome>> {
+        let (stored, outcome) = self.push_where(pair, true).await?;
+        // Only a key secret this call created: one that was there before (an earlier push
+        // that stopped before the index) is not ours to delete.
+        if outcome.is_none() && stored == Put::Created {
+            let kid = Kid::of(pair.public_key());
+            match self
+                .store
+                .schedule_deletion(&self.key_name(&kid), recovery_days)
+                .await
+            {
+                Ok(()) | Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Stores `pair`'s key secret, then adds its index entry unless `only_if_empty` and the
+    /// ring holds another key (then the outcome is `None`). Returns how the secret was stored.
+    async fn push_where(
+        &self,
+        pair: &KeyPair,
+        only_if_empty: bool,
+    ) -> Result<(Put, Option<PushOutcome>)> {
         let kid = Kid::of(pair.public_key());
         let entry = KeyEntry::from_pair(pair)?;
         let name = self.key_name(&kid);
@@ -275,10 +321,13 @@ impl Ring {
             .create_immutable(&name, &entry.to_json(), kid.as_str(), &tags, &same)
             .await?;
         drop(entry);
-        let (indexed, activated) = self
+        let added = self
             .update(|index| {
                 if index.entry(&kid).is_some() {
-                    return Ok((false, (false, false)));
+                    return Ok((false, Some((false, false))));
+                }
+                if only_if_empty && !index.keys.is_empty() {
+                    return Ok((false, None));
                 }
                 index
                     .keys
@@ -287,16 +336,17 @@ impl Ring {
                 if activate {
                     index.active = Some(kid.clone());
                 }
-                Ok((true, (true, activate)))
+                Ok((true, Some((true, activate))))
             })
             .await?;
-        Ok(PushOutcome {
+        let outcome = added.map(|(indexed, activated)| PushOutcome {
             fingerprint: pair.id().to_string(),
             kid,
             stored,
             indexed,
             activated,
-        })
+        });
+        Ok((stored, outcome))
     }
 
     /// Makes the key named by `key` (a kid, a unique kid prefix, or a fingerprint) the sealing

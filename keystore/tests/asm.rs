@@ -488,6 +488,48 @@ async fn concurrent_pushes_of_different_keys_both_land_in_the_index() {
     assert!(puts >= 2 * ROUNDS - 1);
 }
 
+#[tokio::test]
+async fn racing_if_empty_pushes_leave_exactly_one_key() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let prefix = sm::unique_prefix("if_empty_race");
+    let one = ring_at(&endpoint, &prefix).await;
+    let two = ring_at(&endpoint, &prefix).await;
+    let (a, b) = (pair(), pair());
+    // Two seeders start at once: both find the ring empty, both store their key secret, and
+    // the index's compare-and-swap lets one key in.
+    let (ra, rb) = tokio::join!(one.push_if_empty(&a, 7), two.push_if_empty(&b, 7));
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert!(
+        ra.is_some() ^ rb.is_some(),
+        "exactly one seeder adds its key"
+    );
+    let (winner, loser) = if ra.is_some() { (&a, &b) } else { (&b, &a) };
+    let won = ra.or(rb).unwrap();
+    assert!(won.indexed && won.activated);
+    let snap = one.snapshot(None).await.unwrap().unwrap();
+    let listed: Vec<&Kid> = snap.index.keys.iter().map(|e| &e.kid).collect();
+    assert_eq!(listed, vec![&kid(winner)]);
+    assert_eq!(snap.index.active, Some(kid(winner)));
+    // The loser's key secret, indexed nowhere, is scheduled for deletion; the winner's stays.
+    let loser_name = one.key_name(&kid(loser));
+    assert_eq!(
+        one.store().current_version(&loser_name).await.unwrap(),
+        None
+    );
+    assert_eq!(one.read_key(&kid(winner)).await.unwrap().id(), winner.id());
+
+    // Later: a ring with a key takes no other, and the same key again is a no-op.
+    let version = one.index_version().await.unwrap();
+    let c = pair();
+    assert!(one.push_if_empty(&c, 7).await.unwrap().is_none());
+    let again = one.push_if_empty(winner, 7).await.unwrap().unwrap();
+    assert_eq!((again.stored, again.indexed), (Put::Existed, false));
+    assert_eq!(one.index_version().await.unwrap(), version);
+    assert_eq!(one.read_key(&kid(winner)).await.unwrap().id(), winner.id());
+}
+
 // ---------------------------------------------------------------------------------------
 // retire
 

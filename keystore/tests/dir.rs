@@ -295,3 +295,34 @@ async fn an_index_past_the_64_kib_value_limit_is_refused_with_the_fix() {
     let snapshot = ring.require_snapshot().await.unwrap();
     assert_eq!(snapshot.index.keys.len(), pushed);
 }
+
+#[tokio::test]
+async fn push_if_empty_adds_only_the_first_key_and_retires_a_latecomer() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = ring_in(dir.path()).await;
+    let two = ring_in(dir.path()).await;
+    let (a, b) = (pair(), pair());
+    // Two writers racing on one directory: the index lock and the compare-and-swap let one in.
+    let (ra, rb) = tokio::join!(one.push_if_empty(&a, 7), two.push_if_empty(&b, 7));
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert!(
+        ra.is_some() ^ rb.is_some(),
+        "exactly one writer adds its key"
+    );
+    let (winner, loser) = if ra.is_some() { (&a, &b) } else { (&b, &a) };
+    let snap = one.snapshot(None).await.unwrap().unwrap();
+    assert_eq!(snap.index.keys.len(), 1);
+    assert_eq!(snap.index.active, Some(kid(winner)));
+    // The latecomer's key directory went to retired/, the winner's stays.
+    assert!(!dir.path().join("keys").join(kid(loser).as_str()).exists());
+    let retired: Vec<String> = std::fs::read_dir(dir.path().join("retired"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(retired.len(), 1, "{retired:?}");
+    assert!(retired[0].starts_with(kid(loser).as_str()), "{retired:?}");
+    assert_eq!(one.read_key(&kid(winner)).await.unwrap().id(), winner.id());
+    // The same key again: a no-op that reports it.
+    let again = one.push_if_empty(winner, 7).await.unwrap().unwrap();
+    assert_eq!((again.stored, again.indexed), (Put::Existed, false));
+}

@@ -271,6 +271,10 @@ fn hint_activation(ring: &str, outcomes: &[PushOutcome], delay: Duration) {
     }
 }
 
+/// The recovery window of a key secret that `push --if-empty` stored but lost the race to
+/// index: Secrets Manager's shortest.
+const ORPHAN_RECOVERY_DAYS: u32 = 7;
+
 pub(crate) fn push(args: PushArgs) -> Result<()> {
     // Files are read before anything is written, so a bad one changes nothing.
     let mut from = Vec::new();
@@ -296,6 +300,28 @@ pub(crate) fn push(args: PushArgs) -> Result<()> {
             }
         }
         eprintln!("pushing to key ring {}", ring_label(&ring));
+        if args.if_empty {
+            // Checked again atomically with the write: of several seeders racing, one key
+            // enters the ring and the others leave it as they found it.
+            let pair = generate(&args.spec)?;
+            let outcome = ring
+                .push_if_empty(&pair, ORPHAN_RECOVERY_DAYS)
+                .await
+                .with_context(|| format!("failed to push key {}", pair.id()))?;
+            match outcome {
+                Some(outcome) => report_push(&ring, &outcome),
+                None => eprintln!(
+                    "key ring {} received a key from another writer meanwhile: nothing to do \
+                     (--if-empty); the key generated here was never indexed, and {}",
+                    ring_label(&ring),
+                    match ring.store() {
+                        Store::Directory(_) => "its files moved to retired/",
+                        Store::SecretsManager(_) => "its secret is scheduled for deletion",
+                    }
+                ),
+            }
+            return mirror(&ring, &args.write).await;
+        }
         let pairs = if args.from.is_empty() {
             vec![generate(&args.spec)?]
         } else {
