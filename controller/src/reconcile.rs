@@ -927,7 +927,9 @@ async fn publish_event(
     }
 }
 
-fn jitter(d: Duration, fraction: f64) -> Duration {
+/// `d` scaled by a uniform random factor in `[1 - fraction, 1 + fraction)`, never negative:
+/// the one jitter of the controller's resyncs, backoffs and key-source polls.
+pub(crate) fn jitter(d: Duration, fraction: f64) -> Duration {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(d.as_nanos() as u64);
     // A uniform value in [-1, 1) from a randomly keyed hash.
@@ -1420,6 +1422,20 @@ mod tests {
         assert_eq!(&derive_mac_key(&pair).unwrap()[..], expected.as_slice());
         assert_eq!(MAC_KEY_SALT, b"kseal.dev/data-mac/v1");
         assert_eq!(MAC_KEY_INFO, b"kseal secret data mac");
+    }
+
+    #[test]
+    fn jitter_stays_within_its_fraction() {
+        let d = Duration::from_secs(3600);
+        let mut seen = BTreeSet::new();
+        for _ in 0..1000 {
+            let j = jitter(d, 0.1);
+            assert!(j >= d.mul_f64(0.9) && j <= d.mul_f64(1.1), "{j:?}");
+            seen.insert(j.as_secs() / 60);
+        }
+        // Spread over the window, not a constant.
+        assert!(seen.len() > 5, "{seen:?}");
+        assert_eq!(jitter(Duration::ZERO, 0.1), Duration::ZERO);
     }
 
     #[test]

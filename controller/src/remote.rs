@@ -689,14 +689,6 @@ fn mirrored_pair(secret: &Secret, kid: &Kid) -> Option<KeyPair> {
         .filter(|pair| &Kid::of(pair.public_key()) == kid)
 }
 
-/// The interval with ±10 % jitter.
-fn jittered(interval: Duration) -> Duration {
-    let mut b = [0u8; 2];
-    let _ = getrandom::fill(&mut b);
-    let unit = f64::from(u16::from_le_bytes(b)) / f64::from(u16::MAX);
-    interval.mul_f64(0.9 + 0.2 * unit)
-}
-
 /// Runs the key-source loop of `config.key_source` until `shutdown` turns true (returns at
 /// once without a key source). Only the leader polls and mirrors; followers see the mirror
 /// through the key loader's watch. `state.refresh` asks for a check now.
@@ -791,7 +783,7 @@ pub async fn run(
                 if report != SyncReport::default() {
                     tracing::debug!(?report, "key ring synced");
                 }
-                next = tokio::time::Instant::now() + jittered(config.interval);
+                next = tokio::time::Instant::now() + crate::reconcile::jitter(config.interval, 0.1);
             }
             Err(e) => {
                 let message = crate::error_chain(&e);
