@@ -28,31 +28,25 @@ fn a(n: usize) -> String {
     "a".repeat(n)
 }
 
+/// apimachinery's good DNS-1123 labels that start with a letter: good DNS-1035 labels too.
+const LETTER_FIRST_LABELS: &[&str] = &["a", "ab", "abc", "a1", "a-1", "a--1--2--b"];
+/// apimachinery's good DNS-1123 labels that start with a digit: bad DNS-1035 labels.
+const DIGIT_FIRST_LABELS: &[&str] = &["0", "01", "012", "1a", "1-a", "1--a--b--2"];
+/// apimachinery's bad DNS-1123 labels (bad DNS-1035 labels too), plus non-ASCII and NUL.
+#[rustfmt::skip]
+const BAD_LABELS: &[&str] = &[
+    "", "A", "ABC", "aBc", "A1", "A-1", "1-A", "-", "a-", "-a", "1-", "-1", "_", "a_", "_a",
+    "a_b", "1_", "_1", "1_2", ".", "a.", ".a", "a.b", "1.", ".1", "1.2", " ", "a ", " a",
+    "a b", "1 ", " 1", "1 2", "é", "a\u{0}",
+];
+
 #[test]
 fn dns1123_label_accepts_and_rejects_apimachinery_vectors() {
-    let good = [
-        "a",
-        "ab",
-        "abc",
-        "a1",
-        "a-1",
-        "a--1--2--b",
-        "0",
-        "01",
-        "012",
-        "1a",
-        "1-a",
-        "1--a--b--2",
-    ];
-    for v in good.iter().map(|s| s.to_string()).chain([a(63)]) {
+    let good = LETTER_FIRST_LABELS.iter().chain(DIGIT_FIRST_LABELS);
+    for v in good.map(|s| s.to_string()).chain([a(63)]) {
         assert_eq!(is_dns1123_label(&v), Ok(()), "{v:?}");
     }
-    let bad = [
-        "", "A", "ABC", "aBc", "A1", "A-1", "1-A", "-", "a-", "-a", "1-", "-1", "_", "a_", "_a",
-        "a_b", "1_", "_1", "1_2", ".", "a.", ".a", "a.b", "1.", ".1", "1.2", " ", "a ", " a",
-        "a b", "1 ", " 1", "1 2", "é", "a\u{0}",
-    ];
-    for v in bad.iter().map(|s| s.to_string()).chain([a(64)]) {
+    for v in BAD_LABELS.iter().map(|s| s.to_string()).chain([a(64)]) {
         assert!(is_dns1123_label(&v).is_err(), "{v:?}");
     }
 }
@@ -81,54 +75,16 @@ fn dns1123_label_messages_match_apimachinery() {
 
 #[test]
 fn dns1035_label_accepts_and_rejects_apimachinery_vectors() {
-    let good = ["a", "ab", "abc", "a1", "a-1", "a--1--2--b"];
-    for v in good.iter().map(|s| s.to_string()).chain([a(63)]) {
+    for v in LETTER_FIRST_LABELS
+        .iter()
+        .map(|s| s.to_string())
+        .chain([a(63)])
+    {
         assert_eq!(is_dns1035_label(&v), Ok(()), "{v:?}");
         assert_eq!(validate_service_name(&v), Ok(()), "{v:?}");
     }
-    let bad = [
-        "0",
-        "01",
-        "012",
-        "1a",
-        "1-a",
-        "1--a--b--2",
-        "",
-        "A",
-        "ABC",
-        "aBc",
-        "A1",
-        "A-1",
-        "1-A",
-        "-",
-        "a-",
-        "-a",
-        "1-",
-        "-1",
-        "_",
-        "a_",
-        "_a",
-        "a_b",
-        "1_",
-        "_1",
-        "1_2",
-        ".",
-        "a.",
-        ".a",
-        "a.b",
-        "1.",
-        ".1",
-        "1.2",
-        " ",
-        "a ",
-        " a",
-        "a b",
-        "1 ",
-        " 1",
-        "1 2",
-        "é",
-    ];
-    for v in bad.iter().map(|s| s.to_string()).chain([a(64)]) {
+    let bad = DIGIT_FIRST_LABELS.iter().chain(BAD_LABELS);
+    for v in bad.map(|s| s.to_string()).chain([a(64)]) {
         assert!(is_dns1035_label(&v).is_err(), "{v:?}");
     }
 }
