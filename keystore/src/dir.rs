@@ -155,14 +155,7 @@ impl DirStore {
         fs::create_dir_all(parent).map_err(io("create", parent))?;
         // A private (0700) directory of an unguessable name, filled, then renamed into place:
         // readers see the key directory whole or not at all.
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(".tmp-key-");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            builder.permissions(fs::Permissions::from_mode(0o700));
-        }
-        let staging = builder
+        let staging = temp_builder(".tmp-key-", 0o700)
             .tempdir_in(parent)
             .map_err(io("create a staging directory in", parent))?;
         write_atomic(
@@ -207,18 +200,7 @@ impl DirStore {
 fn write_atomic(path: &Path, bytes: &[u8], private: bool) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io("create", dir))?;
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".tmp-");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        builder.permissions(fs::Permissions::from_mode(if private {
-            0o600
-        } else {
-            0o644
-        }));
-    }
-    let mut file = builder
+    let mut file = temp_builder(".tmp-", if private { 0o600 } else { 0o644 })
         .tempfile_in(dir)
         .map_err(io("create a temporary file in", dir))?;
     file.write_all(bytes).map_err(io("write", file.path()))?;
@@ -226,4 +208,19 @@ fn write_atomic(path: &Path, bytes: &[u8], private: bool) -> Result<()> {
     file.persist(path)
         .map_err(|e| io("rename into place", path)(e.error))?;
     Ok(())
+}
+
+/// A temporary file or directory named `prefix` plus random characters, created exclusively
+/// with `mode` (on Unix; elsewhere the platform's default).
+fn temp_builder(prefix: &'static str, mode: u32) -> tempfile::Builder<'static, 'static> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(prefix);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        builder.permissions(fs::Permissions::from_mode(mode));
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    builder
 }

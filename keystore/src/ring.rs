@@ -256,15 +256,7 @@ impl Ring {
     /// index entry. The first key of a ring becomes active at once; later keys only through
     /// [`Ring::activate`].
     pub async fn push(&self, pair: &KeyPair) -> Result<PushOutcome> {
-        let (stored, outcome) = self.push_where(pair, false).await?;
-        // Without the emptiness condition the key is always added or found in the index.
-        Ok(outcome.unwrap_or_else(|| PushOutcome {
-            kid: Kid::of(pair.public_key()),
-            fingerprint: pair.id().to_string(),
-            stored,
-            indexed: false,
-            activated: false,
-        }))
+        Ok(self.push_where(pair, false).await?.0)
     }
 
     /// Adds `pair` only to a ring without keys, and atomically so: the emptiness check is part
@@ -278,30 +270,28 @@ impl Ring {
         pair: &KeyPair,
         recovery_days: u32,
     ) -> Result<Option<PushOutcome>> {
-        let (stored, outcome) = self.push_where(pair, true).await?;
+        let (outcome, another_key) = self.push_where(pair, true).await?;
+        if !another_key {
+            return Ok(Some(outcome));
+        }
         // Only a key secret this call created: one that was there before (an earlier push
         // that stopped before the index) is not ours to delete.
-        if outcome.is_none() && stored == Put::Created {
-            let kid = Kid::of(pair.public_key());
+        if outcome.stored == Put::Created {
             match self
                 .store
-                .schedule_deletion(&self.key_name(&kid), recovery_days)
+                .schedule_deletion(&self.key_name(&outcome.kid), recovery_days)
                 .await
             {
                 Ok(()) | Err(Error::NotFound { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(outcome)
+        Ok(None)
     }
 
-    /// Stores `pair`'s key secret, then adds its index entry unless `only_if_empty` and the
-    /// ring holds another key (then the outcome is `None`). Returns how the secret was stored.
-    async fn push_where(
-        &self,
-        pair: &KeyPair,
-        only_if_empty: bool,
-    ) -> Result<(Put, Option<PushOutcome>)> {
+    /// Stores `pair`'s key secret, then adds its index entry, unless `only_if_empty` and the
+    /// ring holds another key: then nothing is indexed and the returned flag is true.
+    async fn push_where(&self, pair: &KeyPair, only_if_empty: bool) -> Result<(PushOutcome, bool)> {
         let kid = Kid::of(pair.public_key());
         let entry = KeyEntry::from_pair(pair)?;
         let name = self.key_name(&kid);
@@ -321,13 +311,13 @@ impl Ring {
             .create_immutable(&name, &entry.to_json(), kid.as_str(), &tags, &same)
             .await?;
         drop(entry);
-        let added = self
+        let (indexed, activated, another_key) = self
             .update(|index| {
                 if index.entry(&kid).is_some() {
-                    return Ok((false, Some((false, false))));
+                    return Ok((false, (false, false, false)));
                 }
                 if only_if_empty && !index.keys.is_empty() {
-                    return Ok((false, None));
+                    return Ok((false, (false, false, true)));
                 }
                 index
                     .keys
@@ -336,17 +326,17 @@ impl Ring {
                 if activate {
                     index.active = Some(kid.clone());
                 }
-                Ok((true, Some((true, activate))))
+                Ok((true, (true, activate, false)))
             })
             .await?;
-        let outcome = added.map(|(indexed, activated)| PushOutcome {
+        let outcome = PushOutcome {
             fingerprint: pair.id().to_string(),
             kid,
             stored,
             indexed,
             activated,
-        });
-        Ok((stored, outcome))
+        };
+        Ok((outcome, another_key))
     }
 
     /// Makes the key named by `key` (a kid, a unique kid prefix, or a fingerprint) the sealing
