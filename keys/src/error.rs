@@ -58,6 +58,12 @@ pub enum Error {
     /// Encrypting failed (an RNG or backend failure; never caused by the plaintext).
     #[error("sealing failed in the crypto backend")]
     Seal,
+    /// Signing failed in the crypto backend.
+    #[error("signing failed in the crypto backend")]
+    Sign,
+    /// A signature does not verify with the key it names.
+    #[error("the signature does not verify")]
+    BadSignature,
     /// Generating a key or a certificate failed.
     #[error("key generation failed: {0}")]
     Generate(String),

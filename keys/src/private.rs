@@ -154,6 +154,23 @@ impl PrivateKey {
         crate::x509_gen::self_signed(&self.pkcs8, self, options)
     }
 
+    /// Signs `message` with RSASSA-PSS (SHA-256, MGF1-SHA-256, 32-byte salt), the signature
+    /// kseal uses for the fleet ring's signed index. The private operation runs in AWS-LC
+    /// (blinded). The result is as long as the modulus.
+    pub fn sign_pss_sha256(&self, message: &[u8]) -> Result<Vec<u8>> {
+        let pair = aws_lc_rs::rsa::KeyPair::from_pkcs8(&self.pkcs8)
+            .map_err(|_| Error::InvalidPrivateKey)?;
+        let mut signature = vec![0u8; pair.public_modulus_len()];
+        pair.sign(
+            &aws_lc_rs::signature::RSA_PSS_SHA256,
+            &aws_lc_rs::rand::SystemRandom::new(),
+            message,
+            &mut signature,
+        )
+        .map_err(|_| Error::Sign)?;
+        Ok(signature)
+    }
+
     /// RSA-OAEP-SHA256 decryption of a 32-byte session key. Any failure is `Error::Open`.
     pub(crate) fn unwrap_session_key(
         &self,

@@ -205,6 +205,20 @@ impl PublicKey {
     pub fn exponent(&self) -> &[u8] {
         &self.exponent
     }
+
+    /// Checks an RSASSA-PSS (SHA-256, MGF1-SHA-256) signature over `message` made with this
+    /// key's private half ([`crate::PrivateKey::sign_pss_sha256`]). A public operation: no
+    /// secret is involved, so timing does not matter here.
+    #[cfg(feature = "aws-lc")]
+    pub fn verify_pss_sha256(&self, message: &[u8], signature: &[u8]) -> Result<()> {
+        use aws_lc_rs::signature::{RSA_PSS_2048_8192_SHA256, RsaPublicKeyComponents};
+        RsaPublicKeyComponents {
+            n: &*self.modulus,
+            e: &*self.exponent,
+        }
+        .verify(&RSA_PSS_2048_8192_SHA256, message, signature)
+        .map_err(|_| Error::BadSignature)
+    }
 }
 
 impl PartialEq for PublicKey {

@@ -14,8 +14,11 @@ use zeroize::Zeroizing;
 
 use crate::{Error, Result};
 
-/// The index schema this build reads and writes.
-pub const INDEX_SCHEMA: u32 = 1;
+/// The index schema this build writes: a signed history (see [`crate::trust`]).
+pub const INDEX_SCHEMA: u32 = 2;
+/// The schema of indexes written before signing existed; read only where a caller allows an
+/// unsigned ring ([`crate::Trust::legacy`]).
+pub const UNSIGNED_INDEX_SCHEMA: u32 = 1;
 
 /// A key's identifier in a ring: the lowercase hex SHA-256 of its DER `SubjectPublicKeyInfo`
 /// (what `openssl pkey -pubin -outform DER | sha256sum` prints). Hex, so a secret name ending in
@@ -298,28 +301,51 @@ pub struct Index {
     pub schema: u32,
     /// The ring prefix it belongs to (a copy of the index under another name is refused).
     pub ring: String,
+    /// Grows by one on every write of a signed index; readers refuse to go back.
+    #[serde(default)]
+    pub version: u64,
     /// The key that seals, if any.
     pub active: Option<Kid>,
     /// When the index was last written.
     pub updated: jiff::Timestamp,
     /// Every key of the ring, oldest first.
     pub keys: Vec<IndexEntry>,
+    /// Keys that left the ring, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<crate::trust::RetiredEntry>,
+    /// The root chain, anchor first ([`crate::trust`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roots: Vec<crate::trust::RootRecord>,
+    /// The last root's signature over everything above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<crate::trust::Signature>,
 }
 
 impl Index {
-    /// An empty index for `ring`.
+    /// An empty, unsigned index for `ring` (a writer signs it before it is stored).
     pub fn empty(ring: &str, now: SystemTime) -> Self {
         Self {
-            schema: INDEX_SCHEMA,
+            schema: UNSIGNED_INDEX_SCHEMA,
             ring: ring.to_owned(),
+            version: 0,
             active: None,
             updated: jiff::Timestamp::try_from(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH),
             keys: Vec::new(),
+            retired: Vec::new(),
+            roots: Vec::new(),
+            signature: None,
         }
     }
 
+    /// Whether this index carries a signed history (schema 2).
+    pub fn is_signed(&self) -> bool {
+        self.schema == INDEX_SCHEMA
+    }
+
     /// Parses and checks an index: the schema is known, the ring matches, every kid is the
-    /// hash of its certificate's key, no kid twice, and the active kid is one of the keys.
+    /// hash of its certificate's key and every other field of an entry (fingerprint, bits,
+    /// validity) is what its certificate says, no kid twice, the active kid is one of the keys,
+    /// and no retired kid is still a key. Signatures are checked by [`crate::trust::verify`].
     pub fn parse(text: &str, expected_ring: &str, what: &str) -> Result<Self> {
         let malformed = |reason: String| Error::Malformed {
             what: what.to_owned(),
@@ -328,9 +354,11 @@ impl Index {
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| malformed(format!("not JSON ({e})")))?;
         let schema = value.get("schema").and_then(serde_json::Value::as_u64);
-        if schema != Some(u64::from(INDEX_SCHEMA)) {
+        if schema != Some(u64::from(INDEX_SCHEMA))
+            && schema != Some(u64::from(UNSIGNED_INDEX_SCHEMA))
+        {
             return Err(malformed(format!(
-                "schema {} is not supported by this kseal (it reads schema {INDEX_SCHEMA}); upgrade kseal",
+                "schema {} is not supported by this kseal (it reads schemas {UNSIGNED_INDEX_SCHEMA} and {INDEX_SCHEMA}); upgrade kseal",
                 schema.map_or_else(|| "(missing)".to_owned(), |s| s.to_string())
             )));
         }
@@ -354,6 +382,32 @@ impl Index {
                 return Err(malformed(format!(
                     "key {} does not match its certificate",
                     entry.kid.short()
+                )));
+            }
+            let expected = IndexEntry::new(&cert, SystemTime::from(entry.added))?;
+            let field = if expected.fingerprint != entry.fingerprint {
+                Some("fingerprint")
+            } else if expected.bits != entry.bits {
+                Some("bits")
+            } else if expected.not_before != entry.not_before {
+                Some("notBefore")
+            } else if expected.not_after != entry.not_after {
+                Some("notAfter")
+            } else {
+                None
+            };
+            if let Some(field) = field {
+                return Err(malformed(format!(
+                    "the {field} of key {} is not what its certificate says",
+                    entry.kid.short()
+                )));
+            }
+        }
+        for retired in &index.retired {
+            if seen.contains(&retired.kid) {
+                return Err(malformed(format!(
+                    "key {} is listed both as a key and as retired",
+                    retired.kid.short()
                 )));
             }
         }
@@ -501,7 +555,7 @@ mod tests {
         let err = Index::parse(&wrong.to_json(), "kseal/fleet", "i").unwrap_err();
         assert!(err.to_string().contains("does not match"), "{err}");
 
-        let future = text.replace("\"schema\": 1", "\"schema\": 2");
+        let future = text.replace("\"schema\": 1", "\"schema\": 3");
         let err = Index::parse(&future, "kseal/fleet", "i").unwrap_err();
         assert!(err.to_string().contains("upgrade kseal"), "{err}");
     }

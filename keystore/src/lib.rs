@@ -20,17 +20,20 @@ mod contract;
 mod dir;
 mod location;
 mod ring;
+pub mod trust;
 
 pub use asm::{AsmStore, AwsOptions};
-pub use contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid};
+pub use contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid, UNSIGNED_INDEX_SCHEMA};
 pub use dir::DirStore;
 pub use location::{DEFAULT_RING, Location};
 pub use ring::{
-    ActivateOutcome, DEFAULT_ACTIVATION_DELAY, PushOutcome, RetireOutcome, Ring, Snapshot,
+    ActivateOutcome, DEFAULT_ACTIVATION_DELAY, PushOutcome, RetireOutcome, Ring, SignOutcome,
+    Snapshot,
 };
+pub use trust::{Trust, Verified};
 
 /// The store behind a ring.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Store {
     /// AWS Secrets Manager.
     SecretsManager(AsmStore),
@@ -144,6 +147,15 @@ pub enum Error {
         /// Why (never quotes the content).
         reason: String,
     },
+    /// The index's history does not check out against what the reader trusts: a bad or
+    /// missing signature, a chain that does not start at the pinned anchor, a rollback.
+    #[error("{what} is not trusted: {reason}")]
+    Untrusted {
+        /// The index name.
+        what: String,
+        /// What failed (which signature, which entry).
+        reason: String,
+    },
     /// Not a kid.
     #[error("invalid key id {0:?}: expected 64 lowercase hex characters")]
     InvalidKid(String),
@@ -177,7 +189,7 @@ pub enum Error {
 impl Error {
     /// A short stable name of the failure, for metrics labels and readiness reasons:
     /// `not_found`, `access_denied`, `no_credentials`, `throttled`, `network`, `service`,
-    /// `conflict`, `malformed`, `bad_key`, `invalid`, `io`.
+    /// `conflict`, `malformed`, `bad_key`, `untrusted`, `invalid`, `io`.
     pub fn reason(&self) -> &'static str {
         match self {
             Error::NotFound { .. } => "not_found",
@@ -189,6 +201,7 @@ impl Error {
             Error::Conflict { .. } => "conflict",
             Error::Malformed { .. } => "malformed",
             Error::BadKey { .. } => "bad_key",
+            Error::Untrusted { .. } => "untrusted",
             Error::InvalidKid(_)
             | Error::UnknownKey(_)
             | Error::Refused(_)

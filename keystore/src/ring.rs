@@ -12,8 +12,11 @@ use std::time::{Duration, SystemTime};
 
 use kseal_keys::KeyPair;
 
-use crate::contract::{Index, IndexEntry, KeyEntry, Kid};
+use std::collections::HashMap;
+
+use crate::contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid};
 use crate::location::{DEFAULT_RING, Location};
+use crate::trust::{self, RetiredEntry, Trust, Verified};
 use crate::{AwsOptions, Error, Put, Result, Store, Version};
 
 /// How long a pushed key waits before it may seal: the controller's default poll interval
@@ -28,12 +31,14 @@ const MAX_INDEX_BYTES: usize = 65_536;
 const CAS_ATTEMPTS: u32 = 8;
 
 /// A ring: its store and its name.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Ring {
     store: Store,
     name: String,
     /// Secrets Manager names carry the prefix; a directory is the ring itself.
     prefixed: bool,
+    /// What an index must prove before it is used.
+    trust: Trust,
 }
 
 /// The index as read, with its version.
@@ -43,6 +48,33 @@ pub struct Snapshot {
     pub index: Index,
     /// Its version (for a later compare-and-swap or change detection).
     pub version: Version,
+    /// How it was found trustworthy.
+    pub verified: Verified,
+}
+
+/// What `sign` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignOutcome {
+    /// The unsigned index is now a signed history rooted at `anchor`; `dropped` lists entries
+    /// whose key secret did not hold their key (never usable by a controller), left out.
+    Signed {
+        /// The anchor readers pin.
+        anchor: Kid,
+        /// Index entries left out.
+        dropped: Vec<Kid>,
+    },
+    /// The index was signed already; nothing was written.
+    AlreadySigned(Kid),
+}
+
+/// Who signs an index change.
+enum Signer<'a> {
+    /// The ring's current root (read from the ring).
+    Root,
+    /// The key being pushed, which becomes the anchor of an empty ring.
+    Pushed(&'a KeyPair),
+    /// Signing an unsigned index: this key becomes the anchor.
+    Migrate(&'a Kid),
 }
 
 /// What `push` did.
@@ -104,13 +136,28 @@ impl Ring {
                 store,
                 name: prefix.clone(),
                 prefixed: true,
+                trust: Trust::legacy(),
             },
             Location::Directory { .. } => Self {
                 store,
                 name: DEFAULT_RING.to_owned(),
                 prefixed: false,
+                trust: Trust::legacy(),
             },
         }
+    }
+
+    /// What this ring's readers and writers accept ([`Trust::legacy`] unless set): every read
+    /// of the index checks it, and a writer refuses to build on an index that fails it.
+    #[must_use]
+    pub fn with_trust(mut self, trust: Trust) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// What this ring accepts.
+    pub fn trust(&self) -> &Trust {
+        &self.trust
     }
 
     /// The store.
@@ -165,9 +212,12 @@ impl Ring {
         let Some((text, version)) = self.store.read(&self.index_name(), version).await? else {
             return Ok(None);
         };
+        let index = self.parse_index(&text)?;
+        let verified = trust::verify(&index, &self.trust, &self.index_name())?;
         Ok(Some(Snapshot {
-            index: self.parse_index(&text)?,
+            index,
             version,
+            verified,
         }))
     }
 
@@ -204,10 +254,13 @@ impl Ring {
     /// write otherwise) and its result.
     async fn update<T>(
         &self,
+        signer: Signer<'_>,
         mut change: impl FnMut(&mut Index) -> Result<(bool, T)>,
     ) -> Result<T> {
         let name = self.index_name();
         let mut attempt = 0;
+        // Private keys read to sign, kept across compare-and-swap attempts.
+        let mut keys: HashMap<Kid, KeyPair> = HashMap::new();
         loop {
             attempt += 1;
             let current = self.snapshot(None).await?;
@@ -220,6 +273,7 @@ impl Ring {
                 return Ok(result);
             }
             index.updated = jiff::Timestamp::now();
+            self.sign_change(&mut index, &signer, &mut keys).await?;
             let text = index.to_json();
             if text.len() > MAX_INDEX_BYTES {
                 return Err(Error::Refused(format!(
@@ -248,6 +302,129 @@ impl Ring {
                     tokio::time::sleep(Duration::from_millis(wait)).await;
                 }
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A key of the ring, read once per call.
+    async fn key_for<'k>(
+        &self,
+        kid: &Kid,
+        keys: &'k mut HashMap<Kid, KeyPair>,
+    ) -> Result<&'k KeyPair> {
+        if !keys.contains_key(kid) {
+            let pair = self.read_key(kid).await.map_err(|e| match e {
+                Error::NotFound { what, .. } => Error::Refused(format!(
+                    "signing the ring's index needs the private key of its root {} ({what}), \
+                     which cannot be read: run this as the ring's seeder",
+                    kid.short()
+                )),
+                e => e,
+            })?;
+            keys.insert(kid.clone(), pair);
+        }
+        Ok(&keys[kid])
+    }
+
+    /// Signs a changed index: the first key of a new ring becomes its anchor; a root that
+    /// left the ring hands over to the active key; the last root signs the whole index.
+    async fn sign_change(
+        &self,
+        index: &mut Index,
+        signer: &Signer<'_>,
+        keys: &mut HashMap<Kid, KeyPair>,
+    ) -> Result<()> {
+        if let Signer::Pushed(pair) = signer {
+            keys.insert(Kid::of(pair.public_key()), (*pair).clone());
+        }
+        if index.roots.is_empty() {
+            let anchor = match (signer, index.keys.as_slice()) {
+                (Signer::Pushed(pair), [only]) if only.kid == Kid::of(pair.public_key()) => {
+                    (*pair).clone()
+                }
+                (Signer::Migrate(anchor), _) => self.key_for(anchor, keys).await?.clone(),
+                _ => {
+                    return Err(Error::Refused(format!(
+                        "{} is not signed (written by a kseal before signed ring histories): \
+                         sign it once with `kseal keys sign`, then try again",
+                        self.index_name()
+                    )));
+                }
+            };
+            index.roots.push(trust::genesis(&index.ring, &anchor)?);
+        }
+        let root = index.roots[index.roots.len() - 1].clone();
+        if index.entry(&root.kid).is_none() {
+            // The root key is being retired: hand the root to the active key first, signed by
+            // both, so readers can follow the chain.
+            let next = index.active.clone().ok_or_else(|| {
+                Error::Refused("the ring has no active key to take over as its root".into())
+            })?;
+            let previous_pair = self.key_for(&root.kid, keys).await?.clone();
+            let next_pair = self.key_for(&next, keys).await?.clone();
+            index.roots.push(trust::rotate_root(
+                &index.ring,
+                &root,
+                &previous_pair,
+                &next_pair,
+            )?);
+        }
+        let root = index.roots[index.roots.len() - 1].kid.clone();
+        index.schema = INDEX_SCHEMA;
+        index.version += 1;
+        let pair = self.key_for(&root, keys).await?.clone();
+        trust::sign_index(index, &pair)
+    }
+
+    /// Turns an unsigned (schema 1) index into a signed history, anchored at its active key.
+    /// Every entry is checked against its key secret first (the seeder can read them); an
+    /// entry whose key secret does not hold its key is left out and reported.
+    pub async fn sign(&self) -> Result<SignOutcome> {
+        let snapshot = self.require_snapshot().await?;
+        if let Verified::Signed { anchor, .. } = snapshot.verified {
+            return Ok(SignOutcome::AlreadySigned(anchor));
+        }
+        let active = snapshot.index.active.clone().ok_or_else(|| {
+            Error::Refused(
+                "the ring has no active key to anchor its history: activate one first".into(),
+            )
+        })?;
+        let mut good = Vec::new();
+        let mut dropped = Vec::new();
+        for entry in &snapshot.index.keys {
+            match self.read_key(&entry.kid).await {
+                Ok(_) => good.push(entry.kid.clone()),
+                Err(Error::NotFound { .. } | Error::BadKey { .. } | Error::Malformed { .. }) => {
+                    dropped.push(entry.kid.clone());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !good.contains(&active) {
+            return Err(Error::Refused(format!(
+                "the active key {} has no readable key secret in the ring: it cannot anchor \
+                 the history",
+                active.short()
+            )));
+        }
+        let anchor = active.clone();
+        let drop = dropped.clone();
+        let anchor_out = self
+            .update(Signer::Migrate(&anchor), |index| {
+                if index.is_signed() {
+                    return Ok((false, None));
+                }
+                index.keys.retain(|e| !drop.contains(&e.kid));
+                Ok((true, Some(())))
+            })
+            .await?;
+        match anchor_out {
+            Some(()) => Ok(SignOutcome::Signed { anchor, dropped }),
+            None => {
+                let now = self.require_snapshot().await?;
+                Ok(SignOutcome::AlreadySigned(
+                    now.verified.anchor().cloned().unwrap_or(anchor),
+                ))
             }
         }
     }
@@ -312,13 +489,14 @@ impl Ring {
             .await?;
         drop(entry);
         let (indexed, activated, another_key) = self
-            .update(|index| {
+            .update(Signer::Pushed(pair), |index| {
                 if index.entry(&kid).is_some() {
                     return Ok((false, (false, false, false)));
                 }
                 if only_if_empty && !index.keys.is_empty() {
                     return Ok((false, (false, false, true)));
                 }
+                index.retired.retain(|r| r.kid != kid);
                 index
                     .keys
                     .push(IndexEntry::new(pair.certificate(), SystemTime::now())?);
@@ -342,7 +520,7 @@ impl Ring {
     /// Makes the key named by `key` (a kid, a unique kid prefix, or a fingerprint) the sealing
     /// key, once it has been in the index for `delay`. An expired certificate is refused.
     pub async fn activate(&self, key: &str, delay: Duration) -> Result<ActivateOutcome> {
-        self.update(|index| {
+        self.update(Signer::Root, |index| {
             let entry = index.resolve(key)?;
             let kid = entry.kid.clone();
             if index.active.as_ref() == Some(&kid) {
@@ -372,7 +550,7 @@ impl Ring {
     /// still needs the key is the caller's job (`kseal keys retire --check`).
     pub async fn retire(&self, key: &str, recovery_days: u32) -> Result<RetireOutcome> {
         let kid = self
-            .update(|index| {
+            .update(Signer::Root, |index| {
                 let kid = index.resolve(key)?.kid.clone();
                 if index.active.as_ref() == Some(&kid) {
                     return Err(Error::Refused(format!(
@@ -387,6 +565,10 @@ impl Ring {
                     )));
                 }
                 index.keys.retain(|e| e.kid != kid);
+                index.retired.push(RetiredEntry {
+                    kid: kid.clone(),
+                    retired: jiff::Timestamp::now(),
+                });
                 Ok((true, kid))
             })
             .await?;

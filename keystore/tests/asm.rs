@@ -357,9 +357,21 @@ async fn index_holds_only_public_data_in_the_documented_shape() {
     let value: serde_json::Value = serde_json::from_str(&text).expect("strict JSON");
     assert_eq!(
         property_names(&value),
-        BTreeSet::from(["schema", "ring", "active", "updated", "keys"])
+        BTreeSet::from([
+            "schema",
+            "ring",
+            "version",
+            "active",
+            "updated",
+            "keys",
+            "roots",
+            "signature"
+        ])
     );
-    assert_eq!(value["schema"], 1);
+    assert_eq!(value["schema"], 2);
+    assert_eq!(value["version"], 2, "one version per write");
+    assert_eq!(value["roots"][0]["kid"], kid(&a).as_str());
+    assert_eq!(value["signature"]["kid"], kid(&a).as_str());
     assert_eq!(value["active"], kid(&a).as_str());
     let keys = value["keys"].as_array().unwrap();
     assert_eq!(keys.len(), 2);
@@ -795,7 +807,7 @@ async fn malformed_indexes_are_refused() {
 
     let future = index_of(&format!("{base}/schema"), &[&a])
         .to_json()
-        .replace("\"schema\": 1", "\"schema\": 2");
+        .replace("\"schema\": 1", "\"schema\": 3");
     let foreign = index_of("some/other/ring", &[&a]).to_json();
     let mut wrong_kid = index_of(&format!("{base}/kid"), &[&a]);
     wrong_kid.keys[0].kid = kid(&b);
