@@ -258,6 +258,10 @@ pub(crate) struct CertArgs {
     /// network: whoever swaps the certificate reads the secrets)
     #[arg(long, env = env::KSEAL_ALLOW_HTTP)]
     pub(crate) allow_http: bool,
+    /// Trust anchor of a key ring given as --cert secretsmanager://… or dir://… (a kid, as
+    /// `kseal keys trust` prints it); default: the pin in the nearest .kseal.yaml
+    #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
+    pub(crate) ring_anchor: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -783,6 +787,50 @@ pub(crate) enum KeysCommand {
     /// Remove a key from the ring, after proving that no SealedSecret needs it
     #[command(after_help = RETIRE_EXAMPLES)]
     Retire(RetireArgs),
+    /// Pin the ring's trust anchor in this repository's .kseal.yaml, after showing it
+    #[command(after_help = TRUST_EXAMPLES)]
+    Trust(TrustArgs),
+    /// Sign the history of a ring written by a kseal before signed rings (the seeder, once)
+    #[command(after_help = SIGN_EXAMPLES)]
+    Sign(SignArgs),
+}
+
+const TRUST_EXAMPLES: &str = "Examples:
+  # Show the anchor of the fleet ring and pin it in ./.kseal.yaml (commit the file)
+  kseal keys trust --ring kseal/fleet
+  # Check the ring against the anchor pinned already (changes nothing when it matches)
+  kseal keys trust --ring kseal/fleet --check";
+
+const SIGN_EXAMPLES: &str = "Examples:
+  # As the seeder, once: sign an existing ring's index, anchored at its active key
+  kseal keys sign --ring kseal/fleet
+  # Then, in the GitOps repository
+  kseal keys trust --ring kseal/fleet";
+
+/// `kseal keys trust`.
+#[derive(Debug, Args)]
+pub(crate) struct TrustArgs {
+    /// Only check that the ring verifies against the pinned anchor; write nothing
+    #[arg(long)]
+    pub(crate) check: bool,
+    /// Where to write the pin [default: ./.kseal.yaml]
+    #[arg(long, value_name = "FILE")]
+    pub(crate) file: Option<PathBuf>,
+    /// Ask nothing (the default when standard input is not a terminal)
+    #[arg(short = 'y', long, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+}
+
+/// `kseal keys sign`.
+#[derive(Debug, Args)]
+pub(crate) struct SignArgs {
+    /// Ask nothing (the default when standard input is not a terminal)
+    #[arg(short = 'y', long, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
 }
 
 /// Where the fleet key ring lives and how to reach it.
@@ -806,6 +854,10 @@ pub(crate) struct RingArgs {
     /// IAM role to assume with the credentials found (e.g. the fleet's seeder role)
     #[arg(long, env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
     pub(crate) assume_role: Option<String>,
+    /// The ring's trust anchor (a kid, as `kseal keys trust` prints it); default: the pin in
+    /// the nearest .kseal.yaml. An index whose signed history does not start there is refused
+    #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
+    pub(crate) ring_anchor: Option<String>,
 }
 
 /// Options of commands that write to the ring.

@@ -16,10 +16,13 @@ use kseal_api::validation;
 /// Reads a key ring's sealing certificate. Set by the full CLI ([`crate::run`]); `kseal`
 /// itself hands every key-ring source to `kseal-ring` before any certificate is read, so the
 /// key-ring code (and the AWS SDK) is not linked into it.
-static RING_READER: std::sync::OnceLock<fn(&str) -> Result<String>> = std::sync::OnceLock::new();
+static RING_READER: std::sync::OnceLock<RingReader> = std::sync::OnceLock::new();
+
+/// Reads a ring's sealing certificate: the location, and the anchor given on the command line.
+type RingReader = fn(&str, Option<&str>) -> Result<String>;
 
 /// Installs the key-ring certificate reader.
-pub(crate) fn read_rings_with(reader: fn(&str) -> Result<String>) {
+pub(crate) fn read_rings_with(reader: RingReader) {
     let _ = RING_READER.set(reader);
 }
 
@@ -66,6 +69,8 @@ pub(crate) struct CertRequest {
     pub(crate) specs: Vec<Spec>,
     pub(crate) controller: ControllerTarget,
     pub(crate) allow_http: bool,
+    /// `--ring-anchor`, for key-ring sources.
+    pub(crate) ring_anchor: Option<String>,
 }
 
 /// A certificate ready to seal with.
@@ -181,6 +186,7 @@ impl CertRequest {
             specs,
             controller: ControllerTarget::from_args(&args.controller),
             allow_http: args.allow_http,
+            ring_anchor: args.ring_anchor.clone(),
         })
     }
 
@@ -207,7 +213,7 @@ impl CertRequest {
             Source::Url(url) => self.fetch_url(url),
             Source::Controller => self.fetch_from_controller(),
             Source::Ring(location) => match RING_READER.get() {
-                Some(read) => read(location).with_context(|| {
+                Some(read) => read(location, self.ring_anchor.as_deref()).with_context(|| {
                     format!("failed to read the sealing certificate of `{location}`")
                 }),
                 None => bail!(

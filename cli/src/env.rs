@@ -127,6 +127,8 @@ pub(crate) const AWS_PROFILE: &str = "AWS_PROFILE";
 pub(crate) const AWS_SHARED_CREDENTIALS_FILE: &str = "AWS_SHARED_CREDENTIALS_FILE";
 /// The fleet key ring (`--ring`).
 pub(crate) const KSEAL_RING: &str = "KSEAL_RING";
+/// The trust anchor of the ring (`--ring-anchor`).
+pub(crate) const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
 /// AWS region for the ring (`--region`).
 pub(crate) const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
 /// Secrets Manager endpoint URL (`--endpoint-url`).

@@ -12,6 +12,7 @@ mod http;
 mod kubeconfig;
 mod manifest;
 mod output;
+mod project;
 mod text;
 
 use std::ffi::OsString;
@@ -127,7 +128,9 @@ fn local(command: Command) -> Result<anyhow::Result<()>, Box<Command>> {
             | KeysCommand::List(_)
             | KeysCommand::ExportCert(_)
             | KeysCommand::Import(_)
-            | KeysCommand::Retire(_),
+            | KeysCommand::Retire(_)
+            | KeysCommand::Trust(_)
+            | KeysCommand::Sign(_),
         ) => return Err(Box::new(ring)),
     })
 }
@@ -142,6 +145,8 @@ fn ring(command: Command) -> anyhow::Result<()> {
         Command::Keys(KeysCommand::ExportCert(args)) => cmd::ring::export_cert(args),
         Command::Keys(KeysCommand::Import(args)) => cmd::ring::import(args),
         Command::Keys(KeysCommand::Retire(args)) => cmd::ring::retire(args),
+        Command::Keys(KeysCommand::Trust(args)) => cmd::trust::trust(args),
+        Command::Keys(KeysCommand::Sign(args)) => cmd::trust::sign(args),
         // `local` gives back key-ring commands only; anything else runs there.
         other => local(other).unwrap_or_else(|_| Err(anyhow::anyhow!("not a key-ring command"))),
     }

@@ -381,6 +381,14 @@ async fn run(cli: Cli) -> Result<()> {
         "the ring holds key {} and it seals; sealing needs only its public certificate",
         &key1[..12]
     ));
+    note(
+        "$DEMO stands in for the GitOps repository: pin the ring's trust anchor there once \
+         (.kseal.yaml, committed), so kseal seals only to keys of the ring's signed history",
+    );
+    std::env::set_current_dir(&paths.dir)
+        .with_context(|| format!("cannot enter {}", paths.dir.display()))?;
+    let args = ["keys", "trust", "--ring", ring];
+    kseal(&args, paths.shown(&args)).await?;
 
     // 2. Offline sealing.
     step(

@@ -54,6 +54,7 @@ fn the_demo_tells_the_whole_story_without_printing_a_secret() {
     }
     for command in [
         "$ kseal keys push --ring dir://$DEMO/ring --key-size 2048",
+        "$ kseal keys trust --ring dir://$DEMO/ring",
         "$ kseal create git-credentials --cert dir://$DEMO/ring",
         "$ kseal create aws-credentials --cert dir://$DEMO/ring",
         "$ kseal keys rotate --ring dir://$DEMO/ring --now",

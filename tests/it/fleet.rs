@@ -135,6 +135,19 @@ impl Cli {
 
     /// Runs `kseal args` (with `input` on stdin), which must succeed; returns its stdout.
     fn run(&self, args: &[&str], input: Option<&str>) -> String {
+        let (success, stdout, stderr) = self.output(args, input);
+        assert!(success, "`kseal {}` failed:\n{stderr}", args.join(" "),);
+        stdout
+    }
+
+    /// Runs `kseal args`, which must fail; returns its stderr.
+    fn try_run(&self, args: &[&str], input: Option<&str>) -> String {
+        let (success, _, stderr) = tokio::task::block_in_place(|| self.output(args, input));
+        assert!(!success, "`kseal {}` succeeded", args.join(" "));
+        stderr
+    }
+
+    fn output(&self, args: &[&str], input: Option<&str>) -> (bool, String, String) {
         let home = self.dir.path();
         let mut child = Command::new(&self.bin)
             .args(args)
@@ -164,12 +177,6 @@ impl Cli {
         let out = child.wait_with_output().expect("kseal runs");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            out.status.success(),
-            "`kseal {}` failed ({}):\n{stderr}",
-            args.join(" "),
-            out.status
-        );
         for text in [&stdout, &stderr] {
             assert!(
                 !text.contains("PRIVATE KEY"),
@@ -177,7 +184,7 @@ impl Cli {
                 args.join(" ")
             );
         }
-        stdout
+        (out.status.success(), stdout, stderr)
     }
 
     /// [`Cli::run`] from async code (the CLI blocks; other tasks keep running).
@@ -623,6 +630,20 @@ async fn run_mission(endpoint: &str, client1: Client, client2: Client, shared: b
     let pushed = cli.keys(&ring, &["push", "--key-size", "2048"]);
     let (keys, key1) = index(endpoint, &ring).await;
     assert_eq!(keys.len(), 1, "a new ring has one key: {pushed}");
+
+    // The GitOps repository pins the ring's anchor, as the README tells a user to; without the
+    // pin nothing seals to the ring.
+    let unpinned = cli.try_run(
+        &["seal", "--cert", &format!("secretsmanager://{ring}")],
+        Some(&app_secret("apps")),
+    );
+    assert!(
+        unpinned.contains("is not pinned") && unpinned.contains("kseal keys trust"),
+        "sealing to an unpinned ring must be refused with the way to pin it: {unpinned}"
+    );
+    cli.keys(&ring, &["trust"]);
+    let pin = cli.read(".kseal.yaml");
+    assert!(pin.contains(&format!("anchor: {}", keys[0].kid)), "{pin}");
 
     // Bootstrap Secrets, sealed before any cluster exists.
     let names1 = Names::new();

@@ -9,4 +9,5 @@ pub(crate) mod recovery;
 pub(crate) mod ring;
 pub(crate) mod seal;
 pub(crate) mod set;
+pub(crate) mod trust;
 pub(crate) mod unseal;

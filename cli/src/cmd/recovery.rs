@@ -243,6 +243,7 @@ fn target_certificate(args: &ResealArgs, ring: &KeyRing) -> Result<Certificate> 
             specs: vec![spec],
             controller: crate::certs::ControllerTarget::default(),
             allow_http: args.allow_http,
+            ring_anchor: None,
         };
         return request.load_one();
     }

@@ -14,7 +14,7 @@ use kseal_api::SealedSecret;
 use kseal_keys::{KeyPair, KeyRing};
 use kseal_keystore::{
     ActivateOutcome, AwsOptions, Index, IndexEntry, KeyEntry, Location, PushOutcome, Put, Ring,
-    Snapshot, Store,
+    Snapshot, Store, Trust,
 };
 
 use crate::args::{
@@ -49,15 +49,31 @@ fn aws_options(args: &RingArgs, write: Option<&RingWriteArgs>) -> AwsOptions {
     }
 }
 
-/// Opens the ring `args` names.
+/// Opens the ring `args` names, checking its index against the anchor pinned by
+/// `--ring-anchor` or the nearest `.kseal.yaml`; without a pin, any signed history is
+/// accepted and an unsigned (older) index is read, but never written on.
 pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Result<Ring> {
     let location = Location::parse(&args.ring)?;
-    Ring::open(&location, &aws_options(args, write))
+    let pin = crate::project::pin_for(&location, args.ring_anchor.as_deref())?;
+    let trust = match pin {
+        Some(pin) => Trust::anchored(pin.anchor),
+        None => Trust::first_use().allow_unsigned(true),
+    };
+    Ok(open_with(args, write, &location).await?.with_trust(trust))
+}
+
+/// Opens the ring `args` names with no trust set yet ([`Ring::with_trust`]).
+pub(crate) async fn open_with(
+    args: &RingArgs,
+    write: Option<&RingWriteArgs>,
+    location: &Location,
+) -> Result<Ring> {
+    Ring::open(location, &aws_options(args, write))
         .await
         .with_context(|| format!("failed to open key ring `{location}`"))
 }
 
-fn ring_label(ring: &Ring) -> String {
+pub(crate) fn ring_label(ring: &Ring) -> String {
     match ring.store() {
         // A directory ring is named by its directory, whatever its index calls it.
         Store::Directory(_) => format!("in {}", ring.store().describe()),
@@ -67,7 +83,7 @@ fn ring_label(ring: &Ring) -> String {
 
 /// `--ring` as the user gave it, quoted for a POSIX shell when needed (`?` of `?region=` is a
 /// glob character), for the commands that messages suggest.
-fn ring_arg(args: &RingArgs) -> String {
+pub(crate) fn ring_arg(args: &RingArgs) -> String {
     let text = args.ring.as_str();
     let plain = !text.is_empty()
         && text
@@ -82,7 +98,7 @@ fn ring_arg(args: &RingArgs) -> String {
 
 /// Reads the ring's index, with messages that name the ring: a ring that does not exist (a
 /// wrong name or region, more often than not) and a store that cannot be read.
-async fn read_index(ring: &Ring) -> Result<Snapshot> {
+pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
     match ring.snapshot(None).await {
         Ok(Some(snapshot)) => Ok(snapshot),
         Ok(None) => bail!(
@@ -119,7 +135,7 @@ fn minutes(d: Duration) -> String {
 }
 
 /// Asks `question` on a terminal unless `yes`; non-interactive runs never ask.
-fn confirm(question: &str, yes: bool) -> Result<()> {
+pub(crate) fn confirm(question: &str, yes: bool) -> Result<()> {
     if yes || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         return Ok(());
     }
@@ -805,7 +821,11 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
 
 /// The sealing certificate of a ring, for `kseal seal --cert secretsmanager://R` (reads the
 /// index only: no private key is touched, so a cert-only IAM policy suffices).
-pub(crate) fn active_certificate_pem(location: &str) -> Result<String> {
+///
+/// Only a ring whose signed history starts at a pinned anchor (`anchor`, i.e. `--ring-anchor`
+/// or `KSEAL_RING_ANCHOR`, else the nearest `.kseal.yaml`) is sealed to: whoever can write the
+/// index but not the ring's private keys cannot choose the key.
+pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Result<String> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let args = RingArgs {
         ring: location.to_owned(),
@@ -813,9 +833,20 @@ pub(crate) fn active_certificate_pem(location: &str) -> Result<String> {
         aws_profile: None,
         endpoint_url: var(crate::env::KSEAL_AWS_ENDPOINT_URL),
         assume_role: var(crate::env::KSEAL_AWS_ASSUME_ROLE),
+        ring_anchor: anchor.map(str::to_owned),
     };
     block_on(async {
         let ring = open(&args, None).await?;
+        if ring.trust().anchor().is_none() {
+            bail!(
+                "key ring `{location}` is not pinned: kseal seals to a key ring only when it \
+                 knows the ring's trust anchor, so that whoever can write the ring's index \
+                 cannot choose the key. Pin it once in the GitOps repository with `kseal keys \
+                 trust --ring {}` (it writes .kseal.yaml; commit it), or pass --ring-anchor KID \
+                 (KSEAL_RING_ANCHOR)",
+                ring_arg(&args)
+            );
+        }
         let snapshot = read_index(&ring).await?;
         let entry = snapshot
             .index
@@ -836,6 +867,7 @@ mod tests {
             aws_profile: None,
             endpoint_url: None,
             assume_role: None,
+            ring_anchor: None,
         }
     }
 
