@@ -452,23 +452,88 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
     })?
 }
 
-fn status(index: &Index, entry: &IndexEntry, now: SystemTime) -> String {
-    if index.active.as_ref() == Some(&entry.kid) {
-        return if entry.is_expired_at(now) {
-            "sealing (EXPIRED: rotate)".into()
+/// What a key of the ring is doing at `now`, as `keys list` shows it (table and JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyStatus {
+    /// The index's active key: it seals.
+    Sealing,
+    /// Pushed after the active key and not active: it may be activated once every controller
+    /// has had the activation delay to fetch it, at `until`.
+    Pending { until: SystemTime },
+    /// Pushed after the active key, not active, older than the activation delay.
+    Ready,
+    /// Added before the active key and not active: it sealed before the active key did (the
+    /// index keeps no activation history, so this is inferred from the order), and opens what
+    /// it sealed.
+    Previous,
+    /// Not active and past its notAfter: it opens only, and activating it is refused.
+    Expired,
+}
+
+impl KeyStatus {
+    fn of(index: &Index, entry: &IndexEntry, now: SystemTime, delay: Duration) -> Self {
+        if index.active.as_ref() == Some(&entry.kid) {
+            return KeyStatus::Sealing;
+        }
+        if entry.is_expired_at(now) {
+            return KeyStatus::Expired;
+        }
+        if let Some(active) = index.active_entry()
+            && entry.added < active.added
+        {
+            return KeyStatus::Previous;
+        }
+        let until = SystemTime::from(entry.added) + delay;
+        if until > now {
+            KeyStatus::Pending { until }
         } else {
-            "sealing".into()
-        };
+            KeyStatus::Ready
+        }
     }
-    if entry.is_expired_at(now) {
-        return "expired (opens only)".into();
+
+    /// The `status` field of `keys list -o json`.
+    fn word(self) -> &'static str {
+        match self {
+            KeyStatus::Sealing => "sealing",
+            KeyStatus::Pending { .. } => "pending",
+            KeyStatus::Ready => "ready",
+            KeyStatus::Previous => "previous",
+            KeyStatus::Expired => "expired",
+        }
     }
-    let ready = SystemTime::from(entry.added) + kseal_keystore::DEFAULT_ACTIVATION_DELAY;
-    if ready > now {
-        format!("new: can seal after {}", when(ready))
-    } else {
-        "can seal".into()
+
+    /// The STATUS column of `keys list`.
+    fn describe(self, entry: &IndexEntry, now: SystemTime) -> String {
+        match self {
+            KeyStatus::Sealing if entry.is_expired_at(now) => "sealing (EXPIRED: rotate)".into(),
+            KeyStatus::Sealing => "sealing".into(),
+            KeyStatus::Pending { until } => format!("pending until {}", when(until)),
+            KeyStatus::Ready => "ready to activate".into(),
+            KeyStatus::Previous => "previous (opens only)".into(),
+            KeyStatus::Expired => "expired (opens only)".into(),
+        }
     }
+}
+
+/// The index as JSON, each key with its `status` (and `pendingUntil` for a pending key).
+fn list_json(index: &Index, now: SystemTime, delay: Duration) -> Result<String> {
+    let mut value = serde_json::to_value(index).context("failed to encode the index")?;
+    if let Some(keys) = value.get_mut("keys").and_then(|k| k.as_array_mut()) {
+        for (json, entry) in keys.iter_mut().zip(&index.keys) {
+            let status = KeyStatus::of(index, entry, now, delay);
+            if let Some(object) = json.as_object_mut() {
+                object.insert("status".into(), status.word().into());
+                if let KeyStatus::Pending { until } = status {
+                    let until = jiff::Timestamp::try_from(until)
+                        .context("a pending key's activation time is out of range")?;
+                    object.insert("pendingUntil".into(), until.to_string().into());
+                }
+            }
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&value).context("failed to encode the index")?;
+    text.push('\n');
+    Ok(text)
 }
 
 pub(crate) fn list(args: ListArgs) -> Result<()> {
@@ -477,10 +542,11 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
         read_index(&ring).await
     })??;
     let index = snapshot.index;
-    if args.output == ListOutput::Json {
-        return output::stdout(&index.to_json());
-    }
     let now = SystemTime::now();
+    let delay = kseal_keystore::DEFAULT_ACTIVATION_DELAY;
+    if args.output == ListOutput::Json {
+        return output::stdout(&list_json(&index, now, delay)?);
+    }
     let mut out = format!(
         "{:<13} {:<51} {:>5}  {:<10}  {:<20}  {}\n",
         "KID", "FINGERPRINT", "BITS", "EXPIRES", "ADDED", "STATUS"
@@ -493,7 +559,7 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
             entry.bits,
             entry.not_after.strftime("%Y-%m-%d").to_string(),
             ts(entry.added),
-            status(&index, entry, now)
+            KeyStatus::of(&index, entry, now, delay).describe(entry, now)
         ));
     }
     output::stdout(&out)
