@@ -953,3 +953,85 @@ fn list_statuses_stay_true_through_a_rotation() {
     let index: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(index["keys"][2]["status"], "ready", "{index}");
 }
+
+/// Two `kseal keys rotate --now` racing on one ring: activation is last-writer-wins, so the
+/// rotation that activated first must not tell its operator that its key seals. The first
+/// rotation pauses between activating and reading the index back (a debug-build test seam)
+/// while the second one runs from start to end: the interleaving of a real race, made
+/// deterministic.
+#[test]
+fn the_loser_of_two_racing_rotations_is_told_its_key_does_not_seal() {
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIPPING: the rotate pause is a test seam of debug builds only");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let vars = &aws.vars;
+    let first = dir_keys(vars, d, &url, &["push", "--key-size", "2048"], &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let pause = d.join("pause");
+    let reached = d.join("pause.reached");
+    let rotate = ["rotate", "--now", "--key-size", "2048"];
+    let pause_env = pause.display().to_string();
+    let (loser, winner) = std::thread::scope(|s| {
+        let loser = s.spawn(|| {
+            dir_keys(
+                vars,
+                d,
+                &url,
+                &rotate,
+                &[("KSEAL_TEST_ROTATE_PAUSE", pause_env.as_str())],
+            )
+        });
+        let start = std::time::Instant::now();
+        while !reached.exists() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "the first rotation never paused after activating its key"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let winner = dir_keys(vars, d, &url, &rotate, &[]);
+        std::fs::write(&pause, "").unwrap();
+        (loser.join().unwrap(), winner)
+    });
+    let list = dir_keys(vars, d, &url, &["list", "-o", "json"], &[]);
+    let index: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let kids: Vec<&str> = index["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(kids.len(), 3, "{index}");
+    let (theirs, mine) = (kids[2], kids[1]);
+    assert_eq!(index["active"], theirs);
+
+    assert_eq!(winner.code, 0, "{}", winner.stderr);
+    assert!(
+        winner
+            .stderr
+            .contains(&format!("key {} seals from now on", &theirs[..12])),
+        "{}",
+        winner.stderr
+    );
+    assert_eq!(loser.code, 1, "{}", loser.stderr);
+    assert!(
+        !loser.stderr.contains("seals from now on"),
+        "{}",
+        loser.stderr
+    );
+    assert!(
+        loser.stderr.contains(&format!(
+            "error: another rotation won: key {} seals, your key {} is in the ring but not active",
+            &theirs[..12],
+            &mine[..12]
+        )),
+        "{}",
+        loser.stderr
+    );
+    ring_snap!("rotate_lost_race", loser, d);
+}

@@ -13,8 +13,8 @@ use anyhow::{Context as _, Result, bail};
 use kseal_api::SealedSecret;
 use kseal_keys::{KeyPair, KeyRing};
 use kseal_keystore::{
-    ActivateOutcome, AwsOptions, Index, IndexEntry, KeyEntry, Location, PushOutcome, Put, Ring,
-    Snapshot, Store,
+    ActivateOutcome, AwsOptions, Index, IndexEntry, KeyEntry, Kid, Location, PushOutcome, Put,
+    Ring, Snapshot, Store,
 };
 
 use crate::args::{
@@ -337,14 +337,15 @@ pub(crate) fn push(args: PushArgs) -> Result<()> {
     })?
 }
 
-/// Activates `key`, waiting for the delay when `wait`; prints what happened.
+/// Activates `key`, waiting for the delay when `wait`; returns what happened, for the caller
+/// to print (`rotate` first checks that no other activation followed).
 async fn activate_key(
     ring: &Ring,
     ring_text: &str,
     key: &str,
     delay: Duration,
     wait: bool,
-) -> Result<()> {
+) -> Result<String> {
     loop {
         let outcome = ring
             .activate(key, delay)
@@ -352,20 +353,18 @@ async fn activate_key(
             .with_context(|| format!("failed to activate key {key}"))?;
         match outcome {
             ActivateOutcome::Activated { kid, previous } => {
-                match previous {
-                    Some(p) => eprintln!(
+                return Ok(match previous {
+                    Some(p) => format!(
                         "key {} seals from now on (was {}); controllers serve its certificate \
                          after their next poll, and SealedSecrets sealed with older keys keep opening",
                         kid.short(),
                         p.short()
                     ),
-                    None => eprintln!("key {} seals from now on", kid.short()),
-                }
-                return Ok(());
+                    None => format!("key {} seals from now on", kid.short()),
+                });
             }
             ActivateOutcome::AlreadyActive(kid) => {
-                eprintln!("key {} already seals: nothing to do", kid.short());
-                return Ok(());
+                return Ok(format!("key {} already seals: nothing to do", kid.short()));
             }
             ActivateOutcome::TooYoung { kid, ready_at } => {
                 let left = ready_at
@@ -411,7 +410,8 @@ pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
             ),
             args.write.yes,
         )?;
-        activate_key(&ring, &ring_arg(&args.ring), &args.key, delay, args.wait).await?;
+        let done = activate_key(&ring, &ring_arg(&args.ring), &args.key, delay, args.wait).await?;
+        eprintln!("{done}");
         mirror(&ring, &args.write).await
     })?
 }
@@ -439,7 +439,7 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
                 hint_activation(&ring_arg(&args.ring), &outcomes, delay);
                 return mirror(&ring, &args.write).await;
             }
-            activate_key(
+            let done = activate_key(
                 &ring,
                 &ring_arg(&args.ring),
                 outcome.kid.as_str(),
@@ -447,9 +447,68 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
                 true,
             )
             .await?;
+            #[cfg(debug_assertions)]
+            pause_for_tests().await;
+            // Activations are last-writer-wins: a rotation racing this one may have activated
+            // its own key just after. Only the index read back says which key seals.
+            let after = read_index(&ring).await?;
+            if let Some(lost) = lost_race(&after.index, &outcome.kid, &ring_arg(&args.ring)) {
+                mirror(&ring, &args.write).await?;
+                bail!("{lost}");
+            }
+            eprintln!("{done}");
         }
         mirror(&ring, &args.write).await
     })?
+}
+
+/// What `rotate` says when, read back after activating `ours`, the index names another key:
+/// another rotation (or `keys activate`) won. `None` when `ours` seals.
+fn lost_race(index: &Index, ours: &Kid, ring: &str) -> Option<String> {
+    if index.active.as_ref() == Some(ours) {
+        return None;
+    }
+    let winner = match &index.active {
+        Some(kid) => format!("key {} seals", kid.short()),
+        None => "no key seals".to_owned(),
+    };
+    Some(if index.entry(ours).is_some() {
+        format!(
+            "another rotation won: {winner}, your key {} is in the ring but not active (another \
+             key was activated right after it); keep it in the ring, since whatever was sealed \
+             in that moment needs it, and activate it later if it should seal: `kseal keys \
+             activate --ring {ring} {}`",
+            ours.short(),
+            ours.short()
+        )
+    } else {
+        format!(
+            "another rotation won: {winner}, and your key {} is no longer in the ring",
+            ours.short()
+        )
+    })
+}
+
+/// Test seam of debug builds (release builds do not have it): with `KSEAL_TEST_ROTATE_PAUSE`
+/// set to a path, `rotate` creates `<path>.reached` once its key is active and waits (up to a
+/// minute) for `<path>` to exist before reading the index back, so a test can activate another
+/// key in between: a lost race, deterministically.
+#[cfg(debug_assertions)]
+async fn pause_for_tests() {
+    let Some(path) = std::env::var_os("KSEAL_TEST_ROTATE_PAUSE").map(PathBuf::from) else {
+        return;
+    };
+    let mut reached = path.clone().into_os_string();
+    reached.push(".reached");
+    if fs_err::write(&reached, b"").is_err() {
+        return;
+    }
+    for _ in 0..600 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// What a key of the ring is doing at `now`, as `keys list` shows it (table and JSON).
