@@ -235,13 +235,13 @@ pub(crate) fn sealing_key(keys: &[Candidate<'_>]) -> Result<SealingKey> {
     if let Some(first) = mirrors.first() {
         bail!(
             "{} of a fleet ring's keys ({}{}) but not the one marked active \
-             (`{ACTIVE_ANNOTATION}: \"true\"`): an inactive key may not have reached every \
-             cluster yet; add the active key's Secret to the backup, or pass --cert with the \
-             ring's sealing certificate (`kseal keys export-cert`)",
+             (`{ACTIVE_ANNOTATION}: \"true\"`): an inactive key may be pushed but not activated \
+             yet, and some clusters cannot open it; add the active key's Secret to the backup, \
+             or pass --cert with the ring's sealing certificate (`kseal keys export-cert`)",
             if mirrors.len() == 1 {
-                "the --key files hold a mirror".to_owned()
+                "the keys given include a mirror".to_owned()
             } else {
-                format!("the --key files hold {} mirrors", mirrors.len())
+                format!("the keys given include {} mirrors", mirrors.len())
             },
             first.origin,
             if mirrors.len() > 1 { ", …" } else { "" }
