@@ -440,3 +440,101 @@ pub(crate) fn run(args: UnsealArgs) -> Result<()> {
         .collect::<Result<String>>()?;
     crate::output::stdout(&out)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kseal_keys::KeySize;
+
+    use super::*;
+
+    /// A certificate valid from `not_before` for `days` (2048-bit: test-only size).
+    fn cert(not_before: SystemTime, days: u64) -> Certificate {
+        KeyPair::generate(
+            KeySize::Rsa2048,
+            &CertificateOptions {
+                common_name: "test".into(),
+                not_before,
+                validity: Duration::from_secs(days * 86_400),
+            },
+        )
+        .unwrap()
+        .certificate()
+        .clone()
+    }
+
+    fn at(days_ago: u64) -> SystemTime {
+        SystemTime::now() - Duration::from_secs(days_ago * 86_400)
+    }
+
+    fn candidate<'a>(
+        certificate: &'a Certificate,
+        order_time: SystemTime,
+        marker: Marker,
+    ) -> Candidate<'a> {
+        Candidate {
+            certificate,
+            order_time,
+            marker,
+            origin: "test",
+        }
+    }
+
+    #[test]
+    fn the_key_marked_active_seals_even_when_a_newer_key_is_there() {
+        let (old, new) = (cert(at(30), 3650), cert(at(1), 3650));
+        let keys = [
+            candidate(&old, at(30), Marker::Active),
+            candidate(&new, at(1), Marker::Inactive),
+        ];
+        let choice = sealing_key(&keys).unwrap();
+        assert_eq!((choice.index, choice.why), (0, Why::Marked));
+        assert!(choice.note(&keys).is_none());
+    }
+
+    #[test]
+    fn the_same_key_from_two_files_counts_once() {
+        let (active, other) = (cert(at(30), 3650), cert(at(1), 3650));
+        // The backup and a PEM copy of the active key, and the backup read twice.
+        let keys = [
+            candidate(&active, at(30), Marker::Active),
+            candidate(&active, at(30), Marker::Unmarked),
+            candidate(&active, at(30), Marker::Active),
+            candidate(&other, at(1), Marker::Unmarked),
+        ];
+        assert_eq!(sealing_key(&keys).unwrap().why, Why::Marked);
+        let alone = [
+            candidate(&other, at(1), Marker::Unmarked),
+            candidate(&other, at(1), Marker::Unmarked),
+        ];
+        assert_eq!(sealing_key(&alone).unwrap().why, Why::Only);
+    }
+
+    #[test]
+    fn two_keys_marked_active_are_refused_naming_both() {
+        let (a, b) = (cert(at(30), 3650), cert(at(1), 3650));
+        let keys = [
+            candidate(&a, at(30), Marker::Active),
+            candidate(&b, at(1), Marker::Active),
+        ];
+        let error = format!("{:#}", sealing_key(&keys).err().unwrap());
+        assert!(error.contains(a.id().as_str()), "{error}");
+        assert!(error.contains(b.id().as_str()), "{error}");
+    }
+
+    #[test]
+    fn without_markers_the_newest_unexpired_key_seals_with_a_note() {
+        let (old, new, expired) = (cert(at(30), 3650), cert(at(20), 3650), cert(at(400), 300));
+        // The expired key's Secret is the newest: it never seals while another key can.
+        let keys = [
+            candidate(&old, at(30), Marker::Unmarked),
+            candidate(&new, at(20), Marker::Unmarked),
+            candidate(&expired, at(1), Marker::Unmarked),
+        ];
+        let choice = sealing_key(&keys).unwrap();
+        assert_eq!((choice.index, choice.why), (1, Why::Newest { keys: 3 }));
+        let note = choice.note(&keys).unwrap();
+        assert!(note.contains(new.id().as_str()), "{note}");
+    }
+}
