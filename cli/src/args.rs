@@ -40,7 +40,7 @@ pub(crate) enum Command {
     /// Decrypt SealedSecrets with local private keys (recovery; prints plaintext)
     #[command(after_help = UNSEAL_EXAMPLES)]
     Unseal(UnsealArgs),
-    /// Re-encrypt SealedSecrets to the newest key (local private keys, or the controller)
+    /// Re-encrypt SealedSecrets to the sealing key (local private keys, or the controller)
     #[command(after_help = RESEAL_EXAMPLES)]
     Reseal(ResealArgs),
     /// Check that every item of every SealedSecret opens (local private keys or the controller)
@@ -109,13 +109,13 @@ Examples:
 
 const RESEAL_EXAMPLES: &str = "\
 Examples:
-  # Re-encrypt to the newest of the backed-up keys, rewriting the file
+  # Re-encrypt to the backup's sealing key (marked kseal.dev/active, else the newest)
   kseal reseal --key keys-backup.yaml --in-place sealed-secret.yaml
 
   # To a given certificate, to stdout
   kseal reseal --key old.key --cert new.crt sealed-secret.yaml
 
-  # By the controller of the current kubeconfig context, to its newest key
+  # By the controller of the current kubeconfig context, to its sealing key
   kseal reseal --controller --in-place clusters/prod/*.yaml";
 
 const VALIDATE_EXAMPLES: &str = "\
@@ -723,7 +723,8 @@ pub(crate) struct ResealArgs {
     /// Private keys (as for `unseal`); repeat or separate with commas
     #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', value_name = "FILE")]
     pub(crate) keys: Vec<PathBuf>,
-    /// Certificate (file or https URL) to re-encrypt to; default: the newest --key
+    /// Certificate (file or https URL) to re-encrypt to; default: the --key the backup marks
+    /// active (`kseal.dev/active`), else the newest
     #[arg(long = "cert", env = env::KSEAL_CERT, value_name = "FILE|URL")]
     pub(crate) cert: Option<String>,
     /// Ask the controller in the cluster to re-encrypt instead (its `/v1/rotate`, through the

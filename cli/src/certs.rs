@@ -267,8 +267,18 @@ impl CertRequest {
         self.specs
             .iter()
             .map(|spec| {
-                let text = self.fetch_pem(&spec.source)?;
-                let cert = check(&text, &self.describe(&spec.source))?;
+                let mut text = self.fetch_pem(&spec.source)?;
+                let mut what = self.describe(&spec.source);
+                // A key backup (`kubectl get secret -l …sealed-secrets-key -o yaml`): its
+                // sealing key, by the same rule as `reseal --key`.
+                if let Source::File(path) = &spec.source
+                    && !crate::cmd::unseal::is_pem(&text)
+                    && let Some(pem) = crate::cmd::unseal::backup_certificate(path, &text)?
+                {
+                    text = pem;
+                    what = format!("of the sealing key of {what}");
+                }
+                let cert = check(&text, &what)?;
                 Ok(NamedCert {
                     name: spec.name.clone(),
                     cert,

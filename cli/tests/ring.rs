@@ -335,9 +335,20 @@ fn push_activate_rotate_and_list() {
     let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
     assert_eq!(rows.len(), 4);
     assert!(rows[0].starts_with(&kids[3][..12]), "{}", list.stdout);
-    assert!(rows[0].contains("new: can seal after"), "{}", list.stdout);
+    assert!(rows[0].contains("pending until"), "{}", list.stdout);
     assert!(rows[1].starts_with(&kids[2][..12]), "{}", list.stdout);
     assert!(rows[1].ends_with("  sealing"), "{}", list.stdout);
+    // The keys that sealed before (minutes ago) are not "new".
+    assert!(
+        rows[2].ends_with("  previous (opens only)"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        rows[3].ends_with("  previous (opens only)"),
+        "{}",
+        list.stdout
+    );
     let index = ring.index(d);
     assert_eq!(index["schema"], 1);
     assert_eq!(index["ring"], ring.prefix.as_str());
@@ -849,4 +860,178 @@ fn kseal_hands_ring_work_to_kseal_ring_and_names_it_when_missing() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("sealing"));
     let out = run(&["keys", "activate", "--ring", &url, "ffffffffffff"]);
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// `kseal keys ARGS --ring URL` with the environment `vars` (an [`Aws`]'s) plus `extra`; no
+/// output may hold a private key. Takes the variables only, so threads can share them.
+fn dir_keys(
+    vars: &[(String, String)],
+    d: &Path,
+    url: &str,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> Run {
+    let mut all = vec!["keys"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--ring", url]);
+    let mut envs: Vec<(&str, &str)> = vars.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    envs.extend_from_slice(extra);
+    let run = kseal_env(&all, None, d, &envs);
+    for text in [&run.stdout, &run.stderr] {
+        assert!(
+            !text.contains("PRIVATE KEY"),
+            "`kseal {}` printed a private key",
+            all.join(" ")
+        );
+    }
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    run
+}
+
+/// Every status of `keys list` is true at each moment of a rotation: right after `rotate
+/// --now`, the key that sealed a minute earlier is `previous`, not "new"; a key pushed but
+/// not active is `pending until T`, then `ready to activate`. The JSON carries the same status.
+#[test]
+fn list_statuses_stay_true_through_a_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let ok = |args: &[&str]| {
+        let run = dir_keys(&aws.vars, d, &url, args, &[]);
+        assert_eq!(run.code, 0, "kseal keys {}: {}", args.join(" "), run.stderr);
+        run
+    };
+    ok(&["push", "--key-size", "2048"]);
+    ok(&["rotate", "--now", "--key-size", "2048"]);
+    ok(&["rotate", "--no-wait", "--key-size", "2048"]);
+    let list = ok(&["list"]);
+    ring_snap!("list_statuses_through_a_rotation", list, d);
+    let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{}", list.stdout);
+    assert!(rows[0].contains("  pending until "), "{}", list.stdout);
+    assert!(rows[1].ends_with("  sealing"), "{}", list.stdout);
+    assert!(
+        rows[2].ends_with("  previous (opens only)"),
+        "{}",
+        list.stdout
+    );
+
+    let json = ok(&["list", "-o", "json"]);
+    let index: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let keys = index["keys"].as_array().unwrap();
+    let statuses: Vec<&str> = keys.iter().map(|k| k["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["previous", "sealing", "pending"], "{index}");
+    assert_eq!(index["active"], keys[1]["kid"]);
+    let until: jiff::Timestamp = keys[2]["pendingUntil"].as_str().unwrap().parse().unwrap();
+    let added: jiff::Timestamp = keys[2]["added"].as_str().unwrap().parse().unwrap();
+    assert_eq!(until.duration_since(added).as_secs(), 66 * 60);
+    assert!(keys[1].get("pendingUntil").is_none());
+
+    // The activation delay has passed (the index's clock moved back two hours): the pushed
+    // key is ready to activate; the others keep their status.
+    let path = d.join("ring/index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for key in index["keys"].as_array_mut().unwrap() {
+        let added: jiff::Timestamp = key["added"].as_str().unwrap().parse().unwrap();
+        key["added"] = (added - jiff::SignedDuration::from_hours(2))
+            .to_string()
+            .into();
+    }
+    std::fs::write(&path, format!("{:#}\n", index)).unwrap();
+    let list = ok(&["list"]);
+    let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
+    assert!(rows[0].ends_with("  ready to activate"), "{}", list.stdout);
+    assert!(rows[1].ends_with("  sealing"), "{}", list.stdout);
+    assert!(
+        rows[2].ends_with("  previous (opens only)"),
+        "{}",
+        list.stdout
+    );
+    let json = ok(&["list", "-o", "json"]);
+    let index: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(index["keys"][2]["status"], "ready", "{index}");
+}
+
+/// Two `kseal keys rotate --now` racing on one ring: activation is last-writer-wins, so the
+/// rotation that activated first must not tell its operator that its key seals. The first
+/// rotation pauses between activating and reading the index back (a debug-build test seam)
+/// while the second one runs from start to end: the interleaving of a real race, made
+/// deterministic.
+#[test]
+fn the_loser_of_two_racing_rotations_is_told_its_key_does_not_seal() {
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIPPING: the rotate pause is a test seam of debug builds only");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let vars = &aws.vars;
+    let first = dir_keys(vars, d, &url, &["push", "--key-size", "2048"], &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let pause = d.join("pause");
+    let reached = d.join("pause.reached");
+    let rotate = ["rotate", "--now", "--key-size", "2048"];
+    let pause_env = pause.display().to_string();
+    let (loser, winner) = std::thread::scope(|s| {
+        let loser = s.spawn(|| {
+            dir_keys(
+                vars,
+                d,
+                &url,
+                &rotate,
+                &[("KSEAL_TEST_ROTATE_PAUSE", pause_env.as_str())],
+            )
+        });
+        let start = std::time::Instant::now();
+        while !reached.exists() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "the first rotation never paused after activating its key"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let winner = dir_keys(vars, d, &url, &rotate, &[]);
+        std::fs::write(&pause, "").unwrap();
+        (loser.join().unwrap(), winner)
+    });
+    let list = dir_keys(vars, d, &url, &["list", "-o", "json"], &[]);
+    let index: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let kids: Vec<&str> = index["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(kids.len(), 3, "{index}");
+    let (theirs, mine) = (kids[2], kids[1]);
+    assert_eq!(index["active"], theirs);
+
+    assert_eq!(winner.code, 0, "{}", winner.stderr);
+    assert!(
+        winner
+            .stderr
+            .contains(&format!("key {} seals from now on", &theirs[..12])),
+        "{}",
+        winner.stderr
+    );
+    assert_eq!(loser.code, 1, "{}", loser.stderr);
+    assert!(
+        !loser.stderr.contains("seals from now on"),
+        "{}",
+        loser.stderr
+    );
+    assert!(
+        loser.stderr.contains(&format!(
+            "error: another rotation won: key {} seals, your key {} is in the ring but not active",
+            &theirs[..12],
+            &mine[..12]
+        )),
+        "{}",
+        loser.stderr
+    );
+    ring_snap!("rotate_lost_race", loser, d);
 }

@@ -2208,3 +2208,174 @@ fn validate_and_unseal_render_template_data() {
         .unwrap();
     assert_eq!(url, b"https://git:golden-password@example.com");
 }
+
+/// A key backup as `kubectl get secret -l sealedsecrets.bitnami.com/sealed-secrets-key -o
+/// yaml` prints it: one key Secret per `(pair, creationTimestamp, marker)`. A marker makes it
+/// a mirror of kseal's controller (`kseal.dev/mirror: "true"`, `kseal.dev/active` set to it);
+/// `None` a plain Bitnami key Secret.
+fn key_backup(keys: &[(&KeyPair, &str, Option<bool>)]) -> String {
+    use base64::Engine as _;
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let items: Vec<serde_json::Value> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, (pair, created, marker))| {
+            let mut labels =
+                serde_json::json!({"sealedsecrets.bitnami.com/sealed-secrets-key": "active"});
+            let mut annotations = serde_json::json!({});
+            if let Some(active) = marker {
+                labels["kseal.dev/mirror"] = "true".into();
+                annotations["kseal.dev/active"] = active.to_string().into();
+            }
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {
+                    "name": format!("kseal-ring-{i:016x}"),
+                    "namespace": "kseal-system",
+                    "creationTimestamp": created,
+                    "labels": labels,
+                    "annotations": annotations,
+                },
+                "data": {
+                    "tls.key": b64(&pair.private_key().to_pkcs1_pem().unwrap()),
+                    "tls.crt": b64(&pair.certificate().to_pem()),
+                },
+            })
+        })
+        .collect();
+    serde_yaml::to_string(&serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+        "items": items,
+    }))
+    .unwrap()
+}
+
+/// A backup of kseal's mirrors taken mid-rotation: the active key is older than a key pushed
+/// but not activated yet. `reseal` and `seal` must seal to the active key (every cluster has
+/// it), never to the newest (which some clusters may not have fetched yet).
+#[test]
+fn reseal_and_seal_use_the_key_a_backup_marks_active_not_the_newest() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let active = new_pair(d, "active");
+    let pending = new_pair(d, "pending");
+    let backup = key_backup(&[
+        (&active, "2026-11-24T00:00:00Z", Some(true)),
+        (&pending, "2026-11-25T00:00:00Z", Some(false)),
+    ]);
+    std::fs::write(d.join("backup.yaml"), &backup).unwrap();
+    let golden = std::fs::read_to_string(f.join("sealed-secret.strict.golden.yaml")).unwrap();
+    std::fs::write(d.join("s.yaml"), &golden).unwrap();
+    // The fixture key (notBefore 2026-11-22) opens the golden file and is older than both.
+    let fixture_key = f.join("keys/tls.key");
+    let keys = format!("{},backup.yaml", s(&fixture_key));
+
+    let run = kseal(&["reseal", "--key", &keys, "s.yaml"], None, d);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stderr, "", "a marked backup needs no note");
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed[0].sealing_key_hint().unwrap(), *active.id());
+    assert_eq!(
+        open(&sealed[0], &ring(&[&active]))["password"],
+        "golden-password"
+    );
+    assert!(kseal_api::unseal(&sealed[0], &ring(&[&pending])).is_err());
+    std::fs::write(d.join("resealed.yaml"), &run.stdout).unwrap();
+
+    // seal --cert <backup>: its sealing key, from the public tls.crt.
+    let run = kseal(&["seal", "--cert", "backup.yaml"], Some(SECRET), d);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed[0].sealing_key_hint().unwrap(), *active.id());
+    assert_eq!(open(&sealed[0], &ring(&[&active]))["password"], "s3cr3t");
+
+    // validate with the backup: the resealed file opens with the active key.
+    let run = kseal(
+        &["validate", "--key", "backup.yaml", "resealed.yaml"],
+        None,
+        d,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(&format!(" with {}", active.id())),
+        "{}",
+        run.stdout
+    );
+
+    // Two keys marked active (a backup taken while the controller switched keys): refused,
+    // naming both, and nothing is written.
+    std::fs::write(
+        d.join("two.yaml"),
+        key_backup(&[
+            (&active, "2026-11-24T00:00:00Z", Some(true)),
+            (&pending, "2026-11-25T00:00:00Z", Some(true)),
+        ]),
+    )
+    .unwrap();
+    let keys_two = format!("{},two.yaml", s(&fixture_key));
+    for args in [
+        &["reseal", "--key", &keys_two, "--in-place", "s.yaml"][..],
+        &["seal", "--cert", "two.yaml"][..],
+    ] {
+        let run = kseal(args, Some(SECRET), d);
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        assert_eq!(run.stdout, "");
+        for id in [active.id(), pending.id()] {
+            assert!(run.stderr.contains(id.as_str()), "{}", run.stderr);
+        }
+        assert!(
+            run.stderr
+                .contains("2 keys are marked as the ring's active key"),
+            "{}",
+            run.stderr
+        );
+    }
+    assert_eq!(std::fs::read_to_string(d.join("s.yaml")).unwrap(), golden);
+
+    // Mirrors without the active one (a partial backup): the newest may be a pending key.
+    std::fs::write(
+        d.join("partial.yaml"),
+        key_backup(&[(&pending, "2026-11-25T00:00:00Z", Some(false))]),
+    )
+    .unwrap();
+    let run = kseal(&["seal", "--cert", "partial.yaml"], Some(SECRET), d);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("not the one marked active"),
+        "{}",
+        run.stderr
+    );
+
+    // A plain Bitnami backup: the newest seals, as in Bitnami, and a note says which and why.
+    std::fs::write(
+        d.join("bitnami.yaml"),
+        key_backup(&[
+            (&active, "2026-11-24T00:00:00Z", None),
+            (&pending, "2026-11-25T00:00:00Z", None),
+        ]),
+    )
+    .unwrap();
+    let keys_plain = format!("{},bitnami.yaml", s(&fixture_key));
+    let run = kseal(&["reseal", "--key", &keys_plain, "s.yaml"], None, d);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        parse_sealed(&run.stdout)[0].sealing_key_hint().unwrap(),
+        *pending.id()
+    );
+    assert!(
+        run.stderr
+            .starts_with("note: none of the 3 keys given is marked")
+            && run.stderr.contains(&format!(
+                "the newest seals, as in Bitnami: {} (Secret `kseal-ring-0000000000000001` in \
+                 `bitnami.yaml`, dated 2026-11-25 00:00:00 UTC)",
+                pending.id()
+            )),
+        "{}",
+        run.stderr
+    );
+}

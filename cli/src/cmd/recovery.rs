@@ -14,7 +14,7 @@ use kseal_keys::{Certificate, KeyId, KeyRing, Label, Plaintext, Scope};
 
 use crate::args::{ControllerArgs, ResealArgs, ValidateArgs};
 use crate::certs::{CertRequest, Controller, ControllerTarget};
-use crate::cmd::unseal::load_ring;
+use crate::cmd::unseal::{LoadedRing, load_keys};
 use crate::manifest::{Input, SealedFile, mapping_at};
 use crate::text::count;
 
@@ -177,7 +177,7 @@ impl Checker {
 
 /// What `validate` and `reseal` work with: local private keys or the cluster's controller.
 enum Backing {
-    Keys(KeyRing),
+    Keys(LoadedRing),
     Controller(Controller),
 }
 
@@ -197,12 +197,14 @@ fn keys_or_controller(
              cluster)"
         );
     }
-    Ok(Backing::Keys(load_ring(keys)?))
+    Ok(Backing::Keys(load_keys(keys)?))
 }
 
 pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
     let checker = match keys_or_controller(args.use_controller, &args.controller, &args.keys)? {
-        Backing::Keys(ring) => Checker::Keys(ring),
+        // The ring tries the sealing key first when the --key files name one; validating seals
+        // nothing, so keys that name none (or two) only keep the default order.
+        Backing::Keys(loaded) => Checker::Keys(loaded.ring),
         Backing::Controller(controller) => Checker::Controller(controller),
     };
     let mut report = String::new();
@@ -235,8 +237,9 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
     Ok(())
 }
 
-/// The certificate to reseal to: `--cert`, else the newest key of the ring.
-fn target_certificate(args: &ResealArgs, ring: &KeyRing) -> Result<Certificate> {
+/// The certificate to reseal to: `--cert`, else the sealing key of the --key files (the
+/// fleet ring's active key when they mark one, see [`crate::cmd::unseal::sealing_key`]).
+fn target_certificate(args: &ResealArgs, loaded: LoadedRing) -> Result<(KeyRing, Certificate)> {
     if let Some(text) = &args.cert {
         let spec = crate::certs::parse_spec(text)?;
         let request = CertRequest {
@@ -245,16 +248,21 @@ fn target_certificate(args: &ResealArgs, ring: &KeyRing) -> Result<Certificate> 
             allow_http: args.allow_http,
             ring_anchor: None,
         };
-        return request.load_one();
+        return Ok((loaded.ring, request.load_one()?));
     }
-    let newest = ring
-        .sealing_key()
+    let (id, note) = loaded
+        .sealing
+        .context("failed to choose the key to reseal to")?;
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
+    let cert = loaded
+        .ring
+        .get(&id)
         .context("no private key to reseal with")?
         .certificate();
-    crate::certs::check(
-        &newest.to_pem(),
-        &format!("of the newest key {}", newest.id()),
-    )
+    let cert = crate::certs::check(&cert.to_pem(), &format!("of the sealing key {id}"))?;
+    Ok((loaded.ring, cert))
 }
 
 /// Who re-encrypts.
@@ -337,8 +345,8 @@ fn reseal_file(input: &Input, resealer: &Resealer) -> Result<(SealedFile, usize)
 
 pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
     let resealer = match keys_or_controller(args.use_controller, &args.controller, &args.keys)? {
-        Backing::Keys(ring) => {
-            let cert = target_certificate(&args, &ring)?;
+        Backing::Keys(loaded) => {
+            let (ring, cert) = target_certificate(&args, loaded)?;
             Resealer::Local { ring, cert }
         }
         Backing::Controller(controller) => Resealer::Controller(controller),

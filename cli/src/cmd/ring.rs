@@ -13,8 +13,8 @@ use anyhow::{Context as _, Result, bail};
 use kseal_api::SealedSecret;
 use kseal_keys::{KeyPair, KeyRing};
 use kseal_keystore::{
-    ActivateOutcome, AwsOptions, Index, IndexEntry, KeyEntry, Location, PushOutcome, Put, Ring,
-    Snapshot, Store, Trust,
+    ActivateOutcome, AwsOptions, Index, IndexEntry, KeyEntry, Kid, Location, PushOutcome, Put,
+    Ring, Snapshot, Store, Trust,
 };
 
 use crate::args::{
@@ -353,14 +353,15 @@ pub(crate) fn push(args: PushArgs) -> Result<()> {
     })?
 }
 
-/// Activates `key`, waiting for the delay when `wait`; prints what happened.
+/// Activates `key`, waiting for the delay when `wait`; returns what happened, for the caller
+/// to print (`rotate` first checks that no other activation followed).
 async fn activate_key(
     ring: &Ring,
     ring_text: &str,
     key: &str,
     delay: Duration,
     wait: bool,
-) -> Result<()> {
+) -> Result<String> {
     loop {
         let outcome = ring
             .activate(key, delay)
@@ -368,20 +369,18 @@ async fn activate_key(
             .with_context(|| format!("failed to activate key {key}"))?;
         match outcome {
             ActivateOutcome::Activated { kid, previous } => {
-                match previous {
-                    Some(p) => eprintln!(
+                return Ok(match previous {
+                    Some(p) => format!(
                         "key {} seals from now on (was {}); controllers serve its certificate \
                          after their next poll, and SealedSecrets sealed with older keys keep opening",
                         kid.short(),
                         p.short()
                     ),
-                    None => eprintln!("key {} seals from now on", kid.short()),
-                }
-                return Ok(());
+                    None => format!("key {} seals from now on", kid.short()),
+                });
             }
             ActivateOutcome::AlreadyActive(kid) => {
-                eprintln!("key {} already seals: nothing to do", kid.short());
-                return Ok(());
+                return Ok(format!("key {} already seals: nothing to do", kid.short()));
             }
             ActivateOutcome::TooYoung { kid, ready_at } => {
                 let left = ready_at
@@ -427,7 +426,8 @@ pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
             ),
             args.write.yes,
         )?;
-        activate_key(&ring, &ring_arg(&args.ring), &args.key, delay, args.wait).await?;
+        let done = activate_key(&ring, &ring_arg(&args.ring), &args.key, delay, args.wait).await?;
+        eprintln!("{done}");
         mirror(&ring, &args.write).await
     })?
 }
@@ -455,7 +455,7 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
                 hint_activation(&ring_arg(&args.ring), &outcomes, delay);
                 return mirror(&ring, &args.write).await;
             }
-            activate_key(
+            let done = activate_key(
                 &ring,
                 &ring_arg(&args.ring),
                 outcome.kid.as_str(),
@@ -463,28 +463,152 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
                 true,
             )
             .await?;
+            #[cfg(debug_assertions)]
+            pause_for_tests().await;
+            // Activations are last-writer-wins: a rotation racing this one may have activated
+            // its own key just after. Only the index read back says which key seals.
+            let after = read_index(&ring).await?;
+            if let Some(lost) = lost_race(&after.index, &outcome.kid, &ring_arg(&args.ring)) {
+                mirror(&ring, &args.write).await?;
+                bail!("{lost}");
+            }
+            eprintln!("{done}");
         }
         mirror(&ring, &args.write).await
     })?
 }
 
-fn status(index: &Index, entry: &IndexEntry, now: SystemTime) -> String {
-    if index.active.as_ref() == Some(&entry.kid) {
-        return if entry.is_expired_at(now) {
-            "sealing (EXPIRED: rotate)".into()
-        } else {
-            "sealing".into()
-        };
+/// What `rotate` says when, read back after activating `ours`, the index names another key:
+/// another rotation (or `keys activate`) won. `None` when `ours` seals.
+fn lost_race(index: &Index, ours: &Kid, ring: &str) -> Option<String> {
+    if index.active.as_ref() == Some(ours) {
+        return None;
     }
-    if entry.is_expired_at(now) {
-        return "expired (opens only)".into();
-    }
-    let ready = SystemTime::from(entry.added) + kseal_keystore::DEFAULT_ACTIVATION_DELAY;
-    if ready > now {
-        format!("new: can seal after {}", when(ready))
+    let winner = match &index.active {
+        Some(kid) => format!("key {} seals", kid.short()),
+        None => "no key seals".to_owned(),
+    };
+    Some(if index.entry(ours).is_some() {
+        format!(
+            "another rotation won: {winner}, your key {} is in the ring but not active (another \
+             key was activated right after it); keep it in the ring, since whatever was sealed \
+             in that moment needs it, and activate it later if it should seal: `kseal keys \
+             activate --ring {ring} {}`",
+            ours.short(),
+            ours.short()
+        )
     } else {
-        "can seal".into()
+        format!(
+            "another rotation won: {winner}, and your key {} is no longer in the ring",
+            ours.short()
+        )
+    })
+}
+
+/// Test seam of debug builds (release builds do not have it): with `KSEAL_TEST_ROTATE_PAUSE`
+/// set to a path, `rotate` creates `<path>.reached` once its key is active and waits (up to a
+/// minute) for `<path>` to exist before reading the index back, so a test can activate another
+/// key in between: a lost race, deterministically.
+#[cfg(debug_assertions)]
+async fn pause_for_tests() {
+    let Some(path) = std::env::var_os("KSEAL_TEST_ROTATE_PAUSE").map(PathBuf::from) else {
+        return;
+    };
+    let mut reached = path.clone().into_os_string();
+    reached.push(".reached");
+    if fs_err::write(&reached, b"").is_err() {
+        return;
     }
+    for _ in 0..600 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What a key of the ring is doing at `now`, as `keys list` shows it (table and JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyStatus {
+    /// The index's active key: it seals.
+    Sealing,
+    /// Pushed after the active key and not active: it may be activated once every controller
+    /// has had the activation delay to fetch it, at `until`.
+    Pending { until: SystemTime },
+    /// Pushed after the active key, not active, older than the activation delay.
+    Ready,
+    /// Added before the active key and not active: it sealed before the active key did (the
+    /// index keeps no activation history, so this is inferred from the order), and opens what
+    /// it sealed.
+    Previous,
+    /// Not active and past its notAfter: it opens only, and activating it is refused.
+    Expired,
+}
+
+impl KeyStatus {
+    fn of(index: &Index, entry: &IndexEntry, now: SystemTime, delay: Duration) -> Self {
+        if index.active.as_ref() == Some(&entry.kid) {
+            return KeyStatus::Sealing;
+        }
+        if entry.is_expired_at(now) {
+            return KeyStatus::Expired;
+        }
+        if let Some(active) = index.active_entry()
+            && entry.added < active.added
+        {
+            return KeyStatus::Previous;
+        }
+        let until = SystemTime::from(entry.added) + delay;
+        if until > now {
+            KeyStatus::Pending { until }
+        } else {
+            KeyStatus::Ready
+        }
+    }
+
+    /// The `status` field of `keys list -o json`.
+    fn word(self) -> &'static str {
+        match self {
+            KeyStatus::Sealing => "sealing",
+            KeyStatus::Pending { .. } => "pending",
+            KeyStatus::Ready => "ready",
+            KeyStatus::Previous => "previous",
+            KeyStatus::Expired => "expired",
+        }
+    }
+
+    /// The STATUS column of `keys list`.
+    fn describe(self, entry: &IndexEntry, now: SystemTime) -> String {
+        match self {
+            KeyStatus::Sealing if entry.is_expired_at(now) => "sealing (EXPIRED: rotate)".into(),
+            KeyStatus::Sealing => "sealing".into(),
+            KeyStatus::Pending { until } => format!("pending until {}", when(until)),
+            KeyStatus::Ready => "ready to activate".into(),
+            KeyStatus::Previous => "previous (opens only)".into(),
+            KeyStatus::Expired => "expired (opens only)".into(),
+        }
+    }
+}
+
+/// The index as JSON, each key with its `status` (and `pendingUntil` for a pending key).
+fn list_json(index: &Index, now: SystemTime, delay: Duration) -> Result<String> {
+    let mut value = serde_json::to_value(index).context("failed to encode the index")?;
+    if let Some(keys) = value.get_mut("keys").and_then(|k| k.as_array_mut()) {
+        for (json, entry) in keys.iter_mut().zip(&index.keys) {
+            let status = KeyStatus::of(index, entry, now, delay);
+            if let Some(object) = json.as_object_mut() {
+                object.insert("status".into(), status.word().into());
+                if let KeyStatus::Pending { until } = status {
+                    let until = jiff::Timestamp::try_from(until)
+                        .context("a pending key's activation time is out of range")?;
+                    object.insert("pendingUntil".into(), until.to_string().into());
+                }
+            }
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&value).context("failed to encode the index")?;
+    text.push('\n');
+    Ok(text)
 }
 
 pub(crate) fn list(args: ListArgs) -> Result<()> {
@@ -493,10 +617,11 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
         read_index(&ring).await
     })??;
     let index = snapshot.index;
-    if args.output == ListOutput::Json {
-        return output::stdout(&index.to_json());
-    }
     let now = SystemTime::now();
+    let delay = kseal_keystore::DEFAULT_ACTIVATION_DELAY;
+    if args.output == ListOutput::Json {
+        return output::stdout(&list_json(&index, now, delay)?);
+    }
     let mut out = format!(
         "{:<13} {:<51} {:>5}  {:<10}  {:<20}  {}\n",
         "KID", "FINGERPRINT", "BITS", "EXPIRES", "ADDED", "STATUS"
@@ -509,7 +634,7 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
             entry.bits,
             entry.not_after.strftime("%Y-%m-%d").to_string(),
             ts(entry.added),
-            status(&index, entry, now)
+            KeyStatus::of(&index, entry, now, delay).describe(entry, now)
         ));
     }
     output::stdout(&out)
