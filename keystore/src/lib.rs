@@ -23,7 +23,7 @@ mod ring;
 
 pub use asm::{AsmStore, AwsOptions};
 pub use contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid};
-pub use dir::DirStore;
+pub use dir::{DIR_TIMEOUT, DirStore, MAX_FILE_BYTES};
 pub use location::{DEFAULT_RING, Location};
 pub use ring::{
     ActivateOutcome, DEFAULT_ACTIVATION_DELAY, PushOutcome, RetireOutcome, Ring, Snapshot,
@@ -223,7 +223,12 @@ impl Store {
                 }
                 Ok(Store::SecretsManager(AsmStore::connect(&aws).await?))
             }
-            Location::Directory { path } => Ok(Store::Directory(DirStore::new(path.clone()))),
+            Location::Directory {
+                path,
+                insecure_perms,
+            } => Ok(Store::Directory(
+                DirStore::new(path.clone()).insecure_perms(*insecure_perms),
+            )),
         }
     }
 
@@ -240,7 +245,7 @@ impl Store {
     pub async fn current_version(&self, name: &str) -> Result<Option<Version>> {
         match self {
             Store::SecretsManager(s) => s.current_version(name).await,
-            Store::Directory(s) => s.current_version(name),
+            Store::Directory(s) => s.current_version(name).await,
         }
     }
 
@@ -253,7 +258,7 @@ impl Store {
     ) -> Result<Option<(zeroize::Zeroizing<String>, Version)>> {
         match self {
             Store::SecretsManager(s) => s.read(name, version).await,
-            Store::Directory(s) => s.read(name),
+            Store::Directory(s) => s.read(name).await,
         }
     }
 
@@ -268,7 +273,7 @@ impl Store {
     ) -> Result<Version> {
         match self {
             Store::SecretsManager(s) => s.compare_and_swap(name, text, expected, tags).await,
-            Store::Directory(s) => s.compare_and_swap(name, text, expected),
+            Store::Directory(s) => s.compare_and_swap(name, text, expected).await,
         }
     }
 
@@ -286,7 +291,7 @@ impl Store {
     ) -> Result<Put> {
         match self {
             Store::SecretsManager(s) => s.create_immutable(name, text, token, tags, same).await,
-            Store::Directory(s) => s.create_immutable(name, text, same),
+            Store::Directory(s) => s.create_immutable(name, text, same).await,
         }
     }
 
@@ -295,7 +300,7 @@ impl Store {
     pub async fn put(&self, name: &str, text: &str, tags: &[(&str, &str)]) -> Result<()> {
         match self {
             Store::SecretsManager(s) => s.put(name, text, tags).await,
-            Store::Directory(s) => s.put(name, text),
+            Store::Directory(s) => s.put(name, text).await,
         }
     }
 
@@ -307,7 +312,7 @@ impl Store {
     pub async fn schedule_deletion(&self, name: &str, recovery_days: u32) -> Result<()> {
         match self {
             Store::SecretsManager(s) => s.schedule_deletion(name, recovery_days).await,
-            Store::Directory(s) => s.schedule_deletion(name),
+            Store::Directory(s) => s.schedule_deletion(name).await,
         }
     }
 }
