@@ -806,6 +806,10 @@ pub(crate) struct RingArgs {
     /// IAM role to assume with the credentials found (e.g. the fleet's seeder role)
     #[arg(long, env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
     pub(crate) assume_role: Option<String>,
+    /// Accept a directory ring whose files or directories group or others may write, or whose
+    /// private keys they may read (as ssh, kseal refuses them by default)
+    #[arg(long, env = env::KSEAL_INSECURE_PERMS)]
+    pub(crate) insecure_perms: bool,
 }
 
 /// Options of commands that write to the ring.
@@ -972,6 +976,10 @@ pub(crate) struct RetireArgs {
     /// Days Secrets Manager keeps the deleted key secret recoverable (7 to 30)
     #[arg(long, env = env::KSEAL_RECOVERY_DAYS, default_value_t = 30, value_parser = clap::value_parser!(u32).range(7..=30))]
     pub(crate) recovery_days: u32,
+    /// Retire the key even when the --check paths hold no SealedSecret at all (by default
+    /// that is refused: it usually means a wrong path)
+    #[arg(long, env = env::KSEAL_ALLOW_NONE)]
+    pub(crate) allow_none: bool,
     #[command(flatten)]
     pub(crate) ring: RingArgs,
     #[command(flatten)]

@@ -13,6 +13,7 @@ mod kubeconfig;
 mod manifest;
 mod output;
 mod text;
+mod walk;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
