@@ -39,7 +39,8 @@ fn is_manifest(path: &Path) -> bool {
 }
 
 /// Every file under `paths` that may hold SealedSecrets (`.yaml`, `.yml`, `.json`; a file
-/// named directly is read whatever its name), sorted, each once. Symbolic links are followed;
+/// named directly is read whatever its name), sorted, each once; FIFOs, devices and sockets
+/// are skipped. Symbolic links are followed;
 /// hidden entries such as `.git` are skipped; a link that leads nowhere is an error, since
 /// what it should hold cannot be checked.
 pub(crate) fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
@@ -65,6 +66,11 @@ pub(crate) fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             }
             children.sort();
             stack.extend(children.into_iter().rev().map(|c| (c, false)));
+        } else if !meta.is_file() {
+            // A FIFO or a device would hang or never end: only regular files are read.
+            if named {
+                anyhow::bail!("--check path `{}` is not a regular file", path.display());
+            }
         } else if named || is_manifest(&path) {
             out.push(path);
         }
@@ -79,7 +85,7 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn links_are_followed_once_and_loops_end() {
+    fn links_are_followed_once_loops_end_and_fifos_are_skipped() {
         use std::os::unix::fs::symlink;
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
@@ -92,6 +98,12 @@ mod tests {
         symlink(&shared, repo.join("apps/shared")).unwrap();
         symlink(&shared, repo.join("apps/shared-again")).unwrap();
         symlink(&repo, repo.join("apps/loop")).unwrap();
+        // A FIFO nothing writes to: reading it would never end.
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(repo.join("apps/pipe.yaml"))
+            .status()
+            .unwrap();
+        assert!(fifo.success());
         let files = manifest_files(std::slice::from_ref(&repo)).unwrap();
         assert_eq!(
             files,

@@ -633,8 +633,9 @@ fn sealed_secrets_in(path: &Path) -> Result<Vec<SealedSecret>> {
 struct Dependence {
     /// Manifest files read.
     read: usize,
-    /// SealedSecrets checked, and the files that hold them.
+    /// SealedSecrets checked.
     objects: usize,
+    /// Files that hold them.
     files: usize,
     /// `file: namespace/name (items)` that open only with the retiring key.
     needs: Vec<String>,
