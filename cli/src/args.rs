@@ -859,6 +859,10 @@ pub(crate) struct RingArgs {
     /// the nearest .kseal.yaml. An index whose signed history does not start there is refused
     #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
     pub(crate) ring_anchor: Option<String>,
+    /// Accept a directory ring whose files or directories group or others may write, or whose
+    /// private keys they may read (as ssh, kseal refuses them by default)
+    #[arg(long, env = env::KSEAL_INSECURE_PERMS)]
+    pub(crate) insecure_perms: bool,
 }
 
 /// Options of commands that write to the ring.
@@ -1025,6 +1029,10 @@ pub(crate) struct RetireArgs {
     /// Days Secrets Manager keeps the deleted key secret recoverable (7 to 30)
     #[arg(long, env = env::KSEAL_RECOVERY_DAYS, default_value_t = 30, value_parser = clap::value_parser!(u32).range(7..=30))]
     pub(crate) recovery_days: u32,
+    /// Retire the key even when the --check paths hold no SealedSecret at all (by default
+    /// that is refused: it usually means a wrong path)
+    #[arg(long, env = env::KSEAL_ALLOW_NONE)]
+    pub(crate) allow_none: bool,
     #[command(flatten)]
     pub(crate) ring: RingArgs,
     #[command(flatten)]

@@ -163,5 +163,9 @@ pub(crate) const KSEAL_KID: &str = "KSEAL_KID";
 pub(crate) const KSEAL_CHECK: &str = "KSEAL_CHECK";
 /// Recovery window of retired key secrets (`--recovery-days`).
 pub(crate) const KSEAL_RECOVERY_DAYS: &str = "KSEAL_RECOVERY_DAYS";
+/// Retire although `--check` found no SealedSecret (`keys retire --allow-none`).
+pub(crate) const KSEAL_ALLOW_NONE: &str = "KSEAL_ALLOW_NONE";
+/// Accept a directory ring that group or others may write or read (`--insecure-perms`).
+pub(crate) const KSEAL_INSECURE_PERMS: &str = "KSEAL_INSECURE_PERMS";
 /// Kubeconfig path list, as kubectl reads it.
 pub(crate) const KUBECONFIG: &str = "KUBECONFIG";

@@ -14,6 +14,7 @@ mod manifest;
 mod output;
 mod project;
 mod text;
+mod walk;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

@@ -1035,3 +1035,134 @@ fn the_loser_of_two_racing_rotations_is_told_its_key_does_not_seal() {
     );
     ring_snap!("rotate_lost_race", loser, d);
 }
+
+/// `retire --check` on a directory ring: a linked directory is walked (it may hold the only
+/// SealedSecret that needs the key), a link loop ends, finding nothing is refused unless
+/// `--allow-none`, and the message says where a directory ring's retired key goes.
+#[cfg(unix)]
+#[test]
+fn retire_check_walks_linked_directories_and_refuses_to_prove_nothing() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    let old = generate_dir(d, "old");
+    let new = generate_dir(d, "new");
+    let (old_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(old.join("tls.crt")).unwrap());
+    let (new_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(new.join("tls.crt")).unwrap());
+    assert_eq!(keys(&["push", "--from", s(&old)]).code, 0);
+    let sealed = aws.run(d, &["seal", "--cert", &url], Some(SECRET));
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+
+    // The only SealedSecret sealed with the old key lives in a directory that the repository
+    // links in; a link back up the tree makes a loop.
+    let repo = d.join("repo");
+    std::fs::create_dir_all(repo.join("clusters/prod")).unwrap();
+    std::fs::create_dir_all(d.join("shared/db")).unwrap();
+    std::fs::write(d.join("shared/db/sealed-secret.yaml"), &sealed.stdout).unwrap();
+    symlink(d.join("shared"), repo.join("clusters/prod/shared")).unwrap();
+    symlink(&repo, repo.join("clusters/prod/loop")).unwrap();
+    std::fs::write(
+        repo.join("clusters/prod/deployment.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n",
+    )
+    .unwrap();
+    assert_eq!(keys(&["push", "--from", s(&new)]).code, 0);
+    assert_eq!(keys(&["activate", "--now", &new_kid[..12]]).code, 0);
+
+    let run = keys(&["retire", &old_kid[..12], "--check", "repo", "--yes"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("clusters/prod/shared/db/sealed-secret.yaml: prod/db (password)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("checked 1 SealedSecret in 1 file (of 2 manifest files under --check)"),
+        "{}",
+        run.stderr
+    );
+    ring_snap!("err_retire_needed_behind_a_link", run, d);
+
+    // An empty directory proves nothing.
+    std::fs::create_dir(d.join("empty")).unwrap();
+    let run = keys(&["retire", &old_kid[..12], "--check", "empty", "--yes"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    ring_snap!("err_retire_found_no_sealed_secret", run, d);
+    let index = keys(&["list", "-o", "json"]);
+    assert!(
+        index.stdout.contains(&old_kid),
+        "a refused retire changes nothing"
+    );
+
+    // Unless the operator says so; the key's files stay under retired/.
+    let run = keys(&[
+        "retire",
+        &old_kid[..12],
+        "--check",
+        "empty",
+        "--allow-none",
+        "--yes",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("is deleted in"), "{}", run.stderr);
+    ring_snap!("retire_from_a_directory_ring_allowing_none", run, d);
+    let retired: Vec<_> = std::fs::read_dir(d.join("ring/retired"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(retired.len(), 1);
+    assert!(
+        retired[0].starts_with(&format!("{old_kid}-")),
+        "{retired:?}"
+    );
+}
+
+/// A directory ring that others may write is refused with the fix, by the ring commands and
+/// by `seal --cert dir://`, unless `--insecure-perms`, KSEAL_INSECURE_PERMS or
+/// `?insecure-perms=true` says otherwise.
+#[cfg(unix)]
+#[test]
+fn a_directory_ring_others_may_write_is_refused_unless_insecure_perms() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let push = aws.run(
+        d,
+        &["keys", "push", "--ring", &url, "--key-size", "2048"],
+        None,
+    );
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    let index = d.join("ring/index.json");
+    std::fs::set_permissions(&index, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    let run = aws.run(d, &["keys", "list", "--ring", &url], None);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_dir_ring_world_writable", run, d);
+    let run = aws.run(d, &["seal", "--cert", &url], Some(SECRET));
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("has mode 0666"), "{}", run.stderr);
+
+    let ok = |run: Run| assert_eq!(run.code, 0, "{}", run.stderr);
+    ok(aws.run(
+        d,
+        &["keys", "list", "--ring", &url, "--insecure-perms"],
+        None,
+    ));
+    let insecure = aws.clone().with("KSEAL_INSECURE_PERMS", "true");
+    ok(insecure.run(d, &["keys", "list", "--ring", &url], None));
+    ok(insecure.run(d, &["seal", "--cert", &url], Some(SECRET)));
+    let query = format!("{url}?insecure-perms=true");
+    ok(aws.run(d, &["seal", "--cert", &query], Some(SECRET)));
+}

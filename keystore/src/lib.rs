@@ -24,7 +24,7 @@ pub mod trust;
 
 pub use asm::{AsmStore, AwsOptions};
 pub use contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid, UNSIGNED_INDEX_SCHEMA};
-pub use dir::DirStore;
+pub use dir::{DIR_TIMEOUT, DirStore, MAX_FILE_BYTES};
 pub use location::{DEFAULT_RING, Location};
 pub use ring::{
     ActivateOutcome, DEFAULT_ACTIVATION_DELAY, PushOutcome, RetireOutcome, Ring, SignOutcome,
@@ -236,7 +236,12 @@ impl Store {
                 }
                 Ok(Store::SecretsManager(AsmStore::connect(&aws).await?))
             }
-            Location::Directory { path } => Ok(Store::Directory(DirStore::new(path.clone()))),
+            Location::Directory {
+                path,
+                insecure_perms,
+            } => Ok(Store::Directory(
+                DirStore::new(path.clone()).insecure_perms(*insecure_perms),
+            )),
         }
     }
 
@@ -253,7 +258,7 @@ impl Store {
     pub async fn current_version(&self, name: &str) -> Result<Option<Version>> {
         match self {
             Store::SecretsManager(s) => s.current_version(name).await,
-            Store::Directory(s) => s.current_version(name),
+            Store::Directory(s) => s.current_version(name).await,
         }
     }
 
@@ -266,7 +271,7 @@ impl Store {
     ) -> Result<Option<(zeroize::Zeroizing<String>, Version)>> {
         match self {
             Store::SecretsManager(s) => s.read(name, version).await,
-            Store::Directory(s) => s.read(name),
+            Store::Directory(s) => s.read(name).await,
         }
     }
 
@@ -281,7 +286,7 @@ impl Store {
     ) -> Result<Version> {
         match self {
             Store::SecretsManager(s) => s.compare_and_swap(name, text, expected, tags).await,
-            Store::Directory(s) => s.compare_and_swap(name, text, expected),
+            Store::Directory(s) => s.compare_and_swap(name, text, expected).await,
         }
     }
 
@@ -299,7 +304,7 @@ impl Store {
     ) -> Result<Put> {
         match self {
             Store::SecretsManager(s) => s.create_immutable(name, text, token, tags, same).await,
-            Store::Directory(s) => s.create_immutable(name, text, same),
+            Store::Directory(s) => s.create_immutable(name, text, same).await,
         }
     }
 
@@ -308,7 +313,7 @@ impl Store {
     pub async fn put(&self, name: &str, text: &str, tags: &[(&str, &str)]) -> Result<()> {
         match self {
             Store::SecretsManager(s) => s.put(name, text, tags).await,
-            Store::Directory(s) => s.put(name, text),
+            Store::Directory(s) => s.put(name, text).await,
         }
     }
 
@@ -320,7 +325,7 @@ impl Store {
     pub async fn schedule_deletion(&self, name: &str, recovery_days: u32) -> Result<()> {
         match self {
             Store::SecretsManager(s) => s.schedule_deletion(name, recovery_days).await,
-            Store::Directory(s) => s.schedule_deletion(name),
+            Store::Directory(s) => s.schedule_deletion(name).await,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Where a ring lives: `secretsmanager://R[?region=…]`, a bare prefix `R`, or `dir:PATH`.
+//! Where a ring lives: `secretsmanager://R[?region=…]`, a bare prefix `R`, or
+//! `dir:PATH[?insecure-perms=true]`.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -22,12 +23,16 @@ pub enum Location {
     Directory {
         /// The directory.
         path: PathBuf,
+        /// Accept files and directories that group or others may write, and private keys they
+        /// may read (`?insecure-perms=true`; see [`crate::DirStore::insecure_perms`]).
+        insecure_perms: bool,
     },
 }
 
 impl Location {
     /// Parses `secretsmanager://kseal/fleet?region=eu-west-1`, `kseal/fleet` (Secrets Manager),
-    /// `dir:///var/run/kseal/ring` or `dir:relative/path`.
+    /// `dir:///var/run/kseal/ring` or `dir:relative/path`. A directory may end in
+    /// `?insecure-perms=true` (any other `?` is part of the path, as it always was).
     pub fn parse(text: &str) -> Result<Self> {
         let bad = |reason: &str| Error::Location {
             location: text.to_owned(),
@@ -36,11 +41,17 @@ impl Location {
         let text_trimmed = text.trim();
         if let Some(rest) = text_trimmed.strip_prefix("dir:") {
             let path = rest.strip_prefix("//").unwrap_or(rest);
+            let (path, insecure_perms) = match path.rsplit_once('?') {
+                Some((path, "insecure-perms=true")) => (path, true),
+                Some((path, "insecure-perms=false")) => (path, false),
+                _ => (path, false),
+            };
             if path.is_empty() {
                 return Err(bad("the directory is empty (use dir:///absolute/path)"));
             }
             return Ok(Location::Directory {
                 path: PathBuf::from(path),
+                insecure_perms,
             });
         }
         let (rest, scheme) = match text_trimmed.split_once("://") {
@@ -107,7 +118,16 @@ impl fmt::Display for Location {
                 region: Some(r),
             } => write!(f, "secretsmanager://{prefix}?region={r}"),
             Location::SecretsManager { prefix, .. } => write!(f, "secretsmanager://{prefix}"),
-            Location::Directory { path } => write!(f, "dir://{}", path.display()),
+            Location::Directory {
+                path,
+                insecure_perms,
+            } => {
+                write!(f, "dir://{}", path.display())?;
+                if *insecure_perms {
+                    f.write_str("?insecure-perms=true")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -135,13 +155,22 @@ mod tests {
         assert_eq!(
             Location::parse("dir:///var/run/ring").unwrap(),
             Location::Directory {
-                path: "/var/run/ring".into()
+                path: "/var/run/ring".into(),
+                insecure_perms: false
+            }
+        );
+        assert_eq!(
+            Location::parse("dir:///var/run/ring?insecure-perms=true").unwrap(),
+            Location::Directory {
+                path: "/var/run/ring".into(),
+                insecure_perms: true
             }
         );
         assert_eq!(
             Location::parse("dir:ring").unwrap(),
             Location::Directory {
-                path: "ring".into()
+                path: "ring".into(),
+                insecure_perms: false
             }
         );
     }
@@ -155,6 +184,7 @@ mod tests {
             "kseal fleet",
             "secretsmanager://x?foo=1",
             "dir:",
+            "dir:?insecure-perms=true",
         ] {
             let err = Location::parse(bad).unwrap_err();
             assert!(err.to_string().contains("invalid ring location"), "{err}");
@@ -163,7 +193,11 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for text in ["secretsmanager://a/b?region=us-east-1", "dir:///x/y"] {
+        for text in [
+            "secretsmanager://a/b?region=us-east-1",
+            "dir:///x/y",
+            "dir:///x/y?insecure-perms=true",
+        ] {
             assert_eq!(Location::parse(text).unwrap().to_string(), text);
         }
     }

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 use kseal_keystore::{
-    ActivateOutcome, AwsOptions, Error, Index, IndexEntry, KeyEntry, Kid, Location, Put, Ring,
-    Store,
+    ActivateOutcome, AwsOptions, DirStore, Error, Index, IndexEntry, KeyEntry, Kid, Location, Put,
+    Ring, Store,
 };
 
 /// A fresh RSA key pair. Test-only 2048-bit keys, do not copy: kseal generates 4096-bit keys.
@@ -22,6 +22,7 @@ fn kid(p: &KeyPair) -> Kid {
 fn location(dir: &Path) -> Location {
     Location::Directory {
         path: dir.to_owned(),
+        insecure_perms: false,
     }
 }
 
@@ -229,6 +230,11 @@ async fn csi_driver_layout_with_one_json_file_per_key_is_read() {
         ),
     )
     .unwrap();
+    // Private keys, so 0600 as `kseal keys push` writes them.
+    #[cfg(unix)]
+    for p in [&a, &b] {
+        chmod(&dir.path().join("keys").join(kid(p).as_str()), 0o600);
+    }
 
     let ring = ring_in(dir.path()).await;
     let snap = ring.snapshot(None).await.unwrap().unwrap();
@@ -325,4 +331,314 @@ async fn push_if_empty_adds_only_the_first_key_and_retires_a_latecomer() {
     // The same key again: a no-op that reports it.
     let again = one.push_if_empty(winner, 7).await.unwrap().unwrap();
     assert_eq!((again.stored, again.indexed), (Put::Existed, false));
+}
+
+/// Runs `op` on its own thread and runtime and fails the test when it has not returned after
+/// 60 s (a hang, not a slow machine), instead of hanging the test run.
+fn returns<T: Send + 'static>(
+    op: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("start a runtime");
+        let _ = tx.send(runtime.block_on(op()));
+        // A blocking task that never ends must not keep this thread in the runtime's drop.
+        runtime.shutdown_background();
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the directory store hung instead of answering")
+}
+
+#[cfg(unix)]
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// A ring with one pushed key in `<tmp>/ring`: (tmp, ring dir, kid).
+async fn pushed_ring() -> (tempfile::TempDir, std::path::PathBuf, Kid) {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let root = tmp.path().join("ring");
+    let out = ring_in(&root).await.push(&pair()).await.expect("push");
+    (tmp, root, out.kid)
+}
+
+/// Snapshot and key reads of the ring in `root`, as `insecure_perms` says.
+async fn read_all(root: &Path, kid: &Kid, insecure_perms: bool) -> Result<(), Error> {
+    let location = Location::Directory {
+        path: root.to_owned(),
+        insecure_perms,
+    };
+    let ring = Ring::open(&location, &AwsOptions::default()).await?;
+    ring.require_snapshot().await?;
+    ring.read_key(kid).await?;
+    Ok(())
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn files_and_directories_others_may_write_and_readable_private_keys_are_refused() {
+    let (_tmp, root, kid) = pushed_ring().await;
+    let key_dir = root.join("keys").join(kid.as_str());
+    read_all(&root, &kid, false).await.unwrap();
+    for (path, bad, good, says) in [
+        (
+            root.join("index.json"),
+            0o666,
+            0o644,
+            "must not be writable",
+        ),
+        (root.clone(), 0o777, 0o755, "must not be writable"),
+        (root.join("keys"), 0o775, 0o755, "must not be writable"),
+        (key_dir.clone(), 0o770, 0o700, "must not be writable"),
+        (
+            key_dir.join("tls.crt"),
+            0o646,
+            0o644,
+            "must not be writable",
+        ),
+        (
+            key_dir.join("tls.key"),
+            0o644,
+            0o600,
+            "must not be readable",
+        ),
+        (
+            key_dir.join("tls.key"),
+            0o640,
+            0o600,
+            "must not be readable",
+        ),
+    ] {
+        chmod(&path, bad);
+        let err = read_all(&root, &kid, false).await.unwrap_err().to_string();
+        let name = path.display().to_string();
+        assert!(
+            err.contains(&format!("{name} has mode {bad:04o}")),
+            "{name}: {err}"
+        );
+        assert!(err.contains(says), "{err}");
+        assert!(err.contains("--insecure-perms"), "{err}");
+        // The override reads it; writes are refused too without it.
+        read_all(&root, &kid, true).await.unwrap();
+        if path == root || path == root.join("keys") {
+            let err = ring_in(&root).await.push(&pair()).await.unwrap_err();
+            assert!(err.to_string().contains("has mode"), "{err}");
+        }
+        chmod(&path, good);
+    }
+    read_all(&root, &kid, false).await.unwrap();
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_csi_drivers_one_file_per_key_must_not_be_readable_by_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = pair();
+    let mut index = Index::empty("kseal/fleet", SystemTime::now());
+    index
+        .keys
+        .push(IndexEntry::new(p.certificate(), SystemTime::now()).unwrap());
+    index.active = Some(kid(&p));
+    std::fs::create_dir_all(tmp.path().join("keys")).unwrap();
+    std::fs::write(tmp.path().join("index.json"), index.to_json()).unwrap();
+    let key_file = tmp.path().join("keys").join(kid(&p).as_str());
+    std::fs::write(
+        &key_file,
+        KeyEntry::from_pair(&p).unwrap().to_json().as_bytes(),
+    )
+    .unwrap();
+    chmod(&key_file, 0o644);
+    let err = read_all(tmp.path(), &kid(&p), false).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a private key must not be readable"),
+        "{err}"
+    );
+    chmod(&key_file, 0o600);
+    read_all(tmp.path(), &kid(&p), false).await.unwrap();
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn no_symbolic_link_out_of_the_ring_is_followed() {
+    use std::os::unix::fs::symlink;
+    let (tmp, root, kid) = pushed_ring().await;
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    chmod(&outside, 0o700);
+    let key_dir = root.join("keys").join(kid.as_str());
+
+    // Each read path, replaced by a link to a copy of itself outside the ring.
+    for path in [
+        root.join("index.json"),
+        key_dir.join("tls.key"),
+        key_dir.clone(),
+        root.join("keys"),
+    ] {
+        let copy = outside.join("copy");
+        std::fs::rename(&path, &copy).unwrap();
+        symlink(&copy, &path).unwrap();
+        let err = read_all(&root, &kid, true).await.unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(
+            err.contains("through a symbolic link out of the ring directory"),
+            "{err}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        std::fs::rename(&copy, &path).unwrap();
+        read_all(&root, &kid, false).await.unwrap();
+    }
+    // /dev/zero is outside too.
+    std::fs::rename(root.join("index.json"), outside.join("index.json")).unwrap();
+    symlink("/dev/zero", root.join("index.json")).unwrap();
+    let err = read_all(&root, &kid, true).await.unwrap_err();
+    assert!(
+        err.to_string().contains("symbolic link out of the ring"),
+        "{err}"
+    );
+    std::fs::remove_file(root.join("index.json")).unwrap();
+    std::fs::rename(outside.join("index.json"), root.join("index.json")).unwrap();
+
+    // Writers neither lock nor retire through a link out of the ring.
+    let ring = ring_in(&root).await;
+    let b = pair();
+    ring.push(&b).await.unwrap();
+    ring.activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    symlink(&outside, root.join("retired")).unwrap();
+    let err = ring.retire(kid.as_str(), 7).await.unwrap_err();
+    assert!(
+        err.to_string().contains("symbolic link out of the ring"),
+        "{err}"
+    );
+    std::fs::remove_file(root.join("retired")).unwrap();
+
+    std::fs::remove_file(root.join(".lock")).unwrap();
+    symlink(outside.join("lock"), root.join(".lock")).unwrap();
+    let err = ring.push(&pair()).await.unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert!(
+        std::fs::read_dir(&outside).unwrap().next().is_none(),
+        "nothing was written outside the ring"
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn csi_driver_links_inside_the_ring_keep_working() {
+    use std::os::unix::fs::symlink;
+    // The driver's atomic writer: files in a timestamped directory, `..data` pointing at it,
+    // and a link per top-level name through `..data`.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let p = pair();
+    let mut index = Index::empty("acme/fleet", SystemTime::now());
+    index
+        .keys
+        .push(IndexEntry::new(p.certificate(), SystemTime::now()).unwrap());
+    index.active = Some(kid(&p));
+    let data = root.join("..2026_11_26_02_00_00.123456789");
+    std::fs::create_dir_all(data.join("keys")).unwrap();
+    std::fs::write(data.join("index.json"), index.to_json()).unwrap();
+    let key_file = data.join("keys").join(kid(&p).as_str());
+    std::fs::write(
+        &key_file,
+        KeyEntry::from_pair(&p).unwrap().to_json().as_bytes(),
+    )
+    .unwrap();
+    chmod(&key_file, 0o600);
+    symlink(data.file_name().unwrap(), root.join("..data")).unwrap();
+    symlink("..data/index.json", root.join("index.json")).unwrap();
+    symlink("..data/keys", root.join("keys")).unwrap();
+
+    read_all(root, &kid(&p), false).await.unwrap();
+    // The ring reached through a link of its own (a mount point) too.
+    let alias = tmp.path().join("..alias");
+    symlink(root, &alias).unwrap();
+    read_all(&alias, &kid(&p), false).await.unwrap();
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn special_files_directories_and_oversized_files_are_refused() {
+    let (_tmp, root, kid) = pushed_ring().await;
+    let index = root.join("index.json");
+    let saved = std::fs::read(&index).unwrap();
+    let key = root.join("keys").join(kid.as_str()).join("tls.key");
+
+    // A directory where a file is expected.
+    std::fs::remove_file(&index).unwrap();
+    std::fs::create_dir(&index).unwrap();
+    let err = read_all(&root, &kid, false).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("index.json is a directory: a ring holds only regular files"),
+        "{err}"
+    );
+    std::fs::remove_dir(&index).unwrap();
+
+    // Past the 64 KiB cap (padding after the JSON).
+    let mut big = saved.clone();
+    big.resize(65_537, b' ');
+    std::fs::write(&index, &big).unwrap();
+    let err = read_all(&root, &kid, false).await.unwrap_err();
+    assert!(err.to_string().contains("is 65537 bytes"), "{err}");
+    assert!(err.to_string().contains("64 KiB"), "{err}");
+    std::fs::write(&index, &saved).unwrap();
+    read_all(&root, &kid, false).await.unwrap();
+
+    let saved_key = std::fs::read(&key).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    std::fs::create_dir(&key).unwrap();
+    let err = read_all(&root, &kid, false).await.unwrap_err();
+    assert!(err.to_string().contains("tls.key is a directory"), "{err}");
+    std::fs::remove_dir(&key).unwrap();
+    std::fs::write(&key, &saved_key).unwrap();
+    chmod(&key, 0o600);
+    read_all(&root, &kid, false).await.unwrap();
+}
+
+#[cfg(unix)]
+#[test]
+fn an_index_that_is_a_fifo_is_an_error_not_a_hang() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index.json");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&index)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success());
+    let root = tmp.path().to_owned();
+    // Nothing ever writes to the FIFO: opening it to read would block forever.
+    let err = returns(move || {
+        Box::pin(async move {
+            let ring = ring_in(&root).await;
+            ring.snapshot(None).await.unwrap_err().to_string()
+        })
+    });
+    assert!(err.contains("index.json is a FIFO"), "{err}");
+}
+
+#[test]
+fn a_writer_waiting_on_a_held_lock_gives_up_after_the_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    let lock = std::fs::File::create(root.join(".lock")).unwrap();
+    lock.lock().unwrap();
+    let err = returns(move || {
+        Box::pin(async move {
+            // A short timeout, for the test only.
+            let store = DirStore::new(root.clone()).with_timeout(Duration::from_millis(300));
+            let ring = Ring::new(Store::Directory(store), &location(&root));
+            ring.push(&pair()).await.unwrap_err().to_string()
+        })
+    });
+    assert!(err.contains(".lock"), "{err}");
+    assert!(!tmp.path().join("index.json").exists());
+    drop(lock);
 }

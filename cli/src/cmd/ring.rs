@@ -35,7 +35,11 @@ pub(crate) fn block_on<F: Future>(future: F) -> Result<F::Output> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
-    Ok(runtime.block_on(future))
+    let output = runtime.block_on(future);
+    // A directory ring's file operation that timed out may still block its thread: the
+    // command has its answer, so it does not wait for that thread.
+    runtime.shutdown_background();
+    Ok(output)
 }
 
 fn aws_options(args: &RingArgs, write: Option<&RingWriteArgs>) -> AwsOptions {
@@ -53,7 +57,10 @@ fn aws_options(args: &RingArgs, write: Option<&RingWriteArgs>) -> AwsOptions {
 /// `--ring-anchor` or the nearest `.kseal.yaml`; without a pin, any signed history is
 /// accepted and an unsigned (older) index is read, but never written on.
 pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Result<Ring> {
-    let location = Location::parse(&args.ring)?;
+    let mut location = Location::parse(&args.ring)?;
+    if let Location::Directory { insecure_perms, .. } = &mut location {
+        *insecure_perms |= args.insecure_perms;
+    }
     let pin = crate::project::pin_for(&location, args.ring_anchor.as_deref())?;
     let trust = match pin {
         Some(pin) => Trust::anchored(pin.anchor),
@@ -723,41 +730,6 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
     })?
 }
 
-/// Every file under `paths` that may hold SealedSecrets (`.yaml`, `.yml`, `.json`), skipping
-/// hidden directories such as `.git`.
-fn manifest_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = paths.to_vec();
-    while let Some(path) = stack.pop() {
-        let meta = fs_err::metadata(&path).context("failed to read a --check path")?;
-        if meta.is_dir() {
-            for entry in fs_err::read_dir(&path)? {
-                let entry = entry?;
-                let name = entry.file_name();
-                if name.to_string_lossy().starts_with('.') {
-                    continue;
-                }
-                let child = entry.path();
-                // A link to a directory may point back up the tree (and would loop): only
-                // real directories are walked.
-                if entry.file_type().is_ok_and(|t| t.is_symlink()) && child.is_dir() {
-                    continue;
-                }
-                stack.push(child);
-            }
-        } else if paths.contains(&path)
-            || path
-                .extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
-        {
-            out.push(path);
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
 /// The SealedSecrets of one file (other kinds are skipped).
 fn sealed_secrets_in(path: &Path) -> Result<Vec<SealedSecret>> {
     use serde::Deserialize as _;
@@ -800,7 +772,11 @@ fn sealed_secrets_in(path: &Path) -> Result<Vec<SealedSecret>> {
 /// What scanning the `--check` paths found.
 #[derive(Debug, Default)]
 struct Dependence {
+    /// Manifest files read.
+    read: usize,
+    /// SealedSecrets checked.
     objects: usize,
+    /// Files that hold them.
     files: usize,
     /// `file: namespace/name (items)` that open only with the retiring key.
     needs: Vec<String>,
@@ -810,7 +786,8 @@ struct Dependence {
 
 fn check_dependence(paths: &[PathBuf], without: &KeyRing, only: &KeyRing) -> Result<Dependence> {
     let mut found = Dependence::default();
-    for file in manifest_files(paths)? {
+    for file in crate::walk::manifest_files(paths)? {
+        found.read += 1;
         let sealed = sealed_secrets_in(&file)?;
         if sealed.is_empty() {
             continue;
@@ -889,8 +866,31 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
             }
         }
         let found = check_dependence(&args.check, &without, &only)?;
+        eprintln!(
+            "checked {} in {} (of {} under --check)",
+            count(found.objects, "SealedSecret"),
+            count(found.files, "file"),
+            count(found.read, "manifest file")
+        );
         for b in &found.broken {
             eprintln!("warning: no key of the ring opens {b}");
+        }
+        if found.objects == 0 {
+            // Nothing checked proves nothing: a wrong path or an unmounted repository would
+            // let a key that thousands of SealedSecrets need go.
+            if !args.allow_none {
+                bail!(
+                    "found no SealedSecret under --check {}: nothing shows that key {} is no \
+                     longer needed (a wrong path?); pass --allow-none to retire it anyway",
+                    args.check
+                        .iter()
+                        .map(|p| format!("`{}`", p.display()))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    target.short()
+                );
+            }
+            eprintln!("warning: no SealedSecret was checked (--allow-none)");
         }
         if !found.needs.is_empty() {
             let shown: Vec<&str> = found.needs.iter().take(20).map(String::as_str).collect();
@@ -908,18 +908,25 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
                 }
             );
         }
-        eprintln!(
-            "checked {} in {}: none needs key {}",
-            count(found.objects, "SealedSecret"),
-            count(found.files, "file"),
-            target.short()
-        );
+        if found.objects > 0 {
+            eprintln!("none of them needs key {}", target.short());
+        }
+        let fate = match ring.store() {
+            Store::Directory(_) => {
+                "Its files move to retired/ in the ring directory and stay there until you \
+                 delete them"
+                    .to_owned()
+            }
+            Store::SecretsManager(_) => format!(
+                "Its secret is deleted after {}",
+                count(args.recovery_days, "day")
+            ),
+        };
         confirm(
             &format!(
-                "Retire key {} from key ring {}? Its secret is deleted after {}",
+                "Retire key {} from key ring {}? {fate}",
                 target.short(),
                 ring_label(&ring),
-                count(args.recovery_days, "day")
             ),
             args.write.yes,
         )?;
@@ -931,11 +938,21 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
             "key {} removed from the index; controllers drop their copy after their retire grace{}",
             outcome.kid.short(),
             if outcome.deletion_scheduled {
-                format!(
-                    "; {} is deleted in {} unless restored",
-                    ring.key_name(&outcome.kid),
-                    count(args.recovery_days, "day")
-                )
+                match ring.store() {
+                    // Nothing deletes a directory ring's retired keys: say so.
+                    Store::Directory(_) => format!(
+                        "; {} moved to retired/{}-<unix seconds>/ in {}, and stays there until \
+                         you delete it",
+                        ring.key_name(&outcome.kid),
+                        outcome.kid,
+                        ring.store().describe()
+                    ),
+                    Store::SecretsManager(_) => format!(
+                        "; {} is deleted in {} unless restored",
+                        ring.key_name(&outcome.kid),
+                        count(args.recovery_days, "day")
+                    ),
+                }
             } else {
                 String::new()
             }
@@ -959,6 +976,13 @@ pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Re
         endpoint_url: var(crate::env::KSEAL_AWS_ENDPOINT_URL),
         assume_role: var(crate::env::KSEAL_AWS_ASSUME_ROLE),
         ring_anchor: anchor.map(str::to_owned),
+        // As clap reads a boolean flag's variable.
+        insecure_perms: var(crate::env::KSEAL_INSECURE_PERMS).is_some_and(|v| {
+            !matches!(
+                v.to_ascii_lowercase().as_str(),
+                "0" | "false" | "no" | "off" | "n" | "f"
+            )
+        }),
     };
     block_on(async {
         let ring = open(&args, None).await?;
@@ -993,6 +1017,7 @@ mod tests {
             endpoint_url: None,
             assume_role: None,
             ring_anchor: None,
+            insecure_perms: false,
         }
     }
 
