@@ -812,10 +812,10 @@ const SIGN_EXAMPLES: &str = "Examples:
 #[derive(Debug, Args)]
 pub(crate) struct TrustArgs {
     /// Only check that the ring verifies against the pinned anchor; write nothing
-    #[arg(long)]
+    #[arg(long, env = env::KSEAL_TRUST_CHECK)]
     pub(crate) check: bool,
     /// Where to write the pin [default: ./.kseal.yaml]
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = env::KSEAL_TRUST_FILE, value_name = "FILE")]
     pub(crate) file: Option<PathBuf>,
     /// Ask nothing (the default when standard input is not a terminal)
     #[arg(short = 'y', long, env = env::KSEAL_YES)]

@@ -129,6 +129,10 @@ pub(crate) const AWS_SHARED_CREDENTIALS_FILE: &str = "AWS_SHARED_CREDENTIALS_FIL
 pub(crate) const KSEAL_RING: &str = "KSEAL_RING";
 /// The trust anchor of the ring (`--ring-anchor`).
 pub(crate) const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
+/// `kseal keys trust --check`.
+pub(crate) const KSEAL_TRUST_CHECK: &str = "KSEAL_TRUST_CHECK";
+/// `kseal keys trust --file`.
+pub(crate) const KSEAL_TRUST_FILE: &str = "KSEAL_TRUST_FILE";
 /// AWS region for the ring (`--region`).
 pub(crate) const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
 /// Secrets Manager endpoint URL (`--endpoint-url`).

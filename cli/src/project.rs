@@ -53,7 +53,7 @@ fn same_ring(a: &Location, b: &Location, base: &Path) -> bool {
             Location::SecretsManager { prefix: p, .. },
             Location::SecretsManager { prefix: q, .. },
         ) => p == q,
-        (Location::Directory { path: p }, Location::Directory { path: q }) => {
+        (Location::Directory { path: p, .. }, Location::Directory { path: q, .. }) => {
             let resolve = |p: &Path| {
                 let p = if p.is_absolute() {
                     p.to_owned()

@@ -350,7 +350,7 @@ fn push_activate_rotate_and_list() {
         list.stdout
     );
     let index = ring.index(d);
-    assert_eq!(index["schema"], 1);
+    assert_eq!(index["schema"], 2, "a signed history");
     assert_eq!(index["ring"], ring.prefix.as_str());
 }
 
@@ -369,6 +369,47 @@ fn seal_with_the_ring_certificate_round_trips() {
     let pushed = ring.ok(d, &["push", "--from", s(&keys)]);
     assert!(pushed.stderr.contains("is the ring's first key"));
     assert_eq!(ring.active(d), kid);
+
+    // Nothing seals to a ring whose anchor is not pinned; the error says how to pin it.
+    let unpinned = ring.env_run(d, &["seal", "--cert", &ring.cert_url()], Some(SECRET));
+    assert_eq!(unpinned.code, 1, "{}", unpinned.stderr);
+    assert!(
+        unpinned.stderr.contains("is not pinned")
+            && unpinned.stderr.contains("kseal keys trust --ring"),
+        "{}",
+        unpinned.stderr
+    );
+    let trusted = ring.ok(d, &["trust"]);
+    assert!(
+        trusted.stderr.contains(&format!("anchor: {kid}")),
+        "{}",
+        trusted.stderr
+    );
+    assert!(
+        std::fs::read_to_string(d.join(".kseal.yaml"))
+            .unwrap()
+            .contains(&format!("anchor: {kid}"))
+    );
+    // A wrong pin (another ring's anchor) is refused, naming both anchors.
+    let wrong = ring.env_run(
+        d,
+        &[
+            "seal",
+            "--cert",
+            &ring.cert_url(),
+            "--ring-anchor",
+            &"0".repeat(64),
+        ],
+        Some(SECRET),
+    );
+    assert_eq!(wrong.code, 1);
+    assert!(
+        wrong
+            .stderr
+            .contains("not at the pinned anchor 000000000000"),
+        "{}",
+        wrong.stderr
+    );
 
     // Sealing reads the index only; unsealing with the pushed key proves the round trip.
     let sealed = ring.env_run(d, &["seal", "--cert", &ring.cert_url()], Some(SECRET));
@@ -410,7 +451,11 @@ fn seal_with_the_ring_certificate_round_trips() {
 
     // A ring without an index cannot seal.
     let missing = Ring::new(&endpoint, &format!("{}-missing", ring.prefix));
-    let run = missing.env_run(d, &["seal", "--cert", &missing.cert_url()], Some(SECRET));
+    let run = missing.env_run(
+        d,
+        &["seal", "--cert", &missing.cert_url(), "--ring-anchor", &kid],
+        Some(SECRET),
+    );
     assert_eq!(run.code, 1);
     assert_eq!(run.stdout, "");
     ring_snap!("err_seal_with_missing_ring", run, d);
@@ -564,6 +609,7 @@ fn retire_refuses_keys_that_sealed_secrets_still_need() {
     let (new_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(new.join("tls.crt")).unwrap());
 
     ring.ok(d, &["push", "--from", s(&old)]);
+    ring.ok(d, &["trust"]);
     // A GitOps repository with one SealedSecret sealed with the old (active) key, a file of
     // another kind, and a hidden directory that is not looked at.
     let repo = d.join("repo");
@@ -940,6 +986,9 @@ fn list_statuses_stay_true_through_a_rotation() {
             .into();
     }
     std::fs::write(&path, format!("{:#}\n", index)).unwrap();
+    // The index is signed: moved clocks are a forgery until the root key signs them again,
+    // as the seeder would.
+    resign_dir_index(&d.join("ring"));
     let list = ok(&["list"]);
     let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
     assert!(rows[0].ends_with("  ready to activate"), "{}", list.stdout);
@@ -1058,6 +1107,7 @@ fn retire_check_walks_linked_directories_and_refuses_to_prove_nothing() {
     let (old_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(old.join("tls.crt")).unwrap());
     let (new_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(new.join("tls.crt")).unwrap());
     assert_eq!(keys(&["push", "--from", s(&old)]).code, 0);
+    assert_eq!(keys(&["trust"]).code, 0);
     let sealed = aws.run(d, &["seal", "--cert", &url], Some(SECRET));
     assert_eq!(sealed.code, 0, "{}", sealed.stderr);
 
@@ -1144,6 +1194,8 @@ fn a_directory_ring_others_may_write_is_refused_unless_insecure_perms() {
         None,
     );
     assert_eq!(push.code, 0, "{}", push.stderr);
+    let trust = aws.run(d, &["keys", "trust", "--ring", &url], None);
+    assert_eq!(trust.code, 0, "{}", trust.stderr);
     let index = d.join("ring/index.json");
     std::fs::set_permissions(&index, std::fs::Permissions::from_mode(0o666)).unwrap();
 
@@ -1165,4 +1217,23 @@ fn a_directory_ring_others_may_write_is_refused_unless_insecure_perms() {
     ok(insecure.run(d, &["seal", "--cert", &url], Some(SECRET)));
     let query = format!("{url}?insecure-perms=true");
     ok(aws.run(d, &["seal", "--cert", &query], Some(SECRET)));
+}
+
+/// Signs a directory ring's `index.json` again with its root key, after a test changed it.
+fn resign_dir_index(ring: &Path) {
+    let path = ring.join("index.json");
+    let text = std::fs::read_to_string(&path).expect("index.json");
+    let value: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let ring_name = value["ring"].as_str().expect("a ring name").to_owned();
+    let mut index =
+        kseal_keystore::Index::parse(&text, &ring_name, "index.json").expect("an index");
+    let root = index.roots.last().expect("a root").kid.clone();
+    let key_dir = ring.join("keys").join(root.as_str());
+    let pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(key_dir.join("tls.key")).expect("tls.key"),
+        &std::fs::read_to_string(key_dir.join("tls.crt")).expect("tls.crt"),
+    )
+    .expect("the root key");
+    kseal_keystore::trust::sign_index(&mut index, &pair).expect("sign");
+    std::fs::write(&path, index.to_json()).expect("write index.json");
 }

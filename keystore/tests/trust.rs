@@ -30,6 +30,7 @@ async fn rings(test: &str) -> Vec<(Ring, Option<tempfile::TempDir>)> {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let location = Location::Directory {
         path: dir.path().to_owned(),
+        insecure_perms: false,
     };
     let mut out = vec![(
         Ring::open(&location, &AwsOptions::default())
