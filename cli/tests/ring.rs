@@ -1237,3 +1237,95 @@ fn resign_dir_index(ring: &Path) {
     kseal_keystore::trust::sign_index(&mut index, &pair).expect("sign");
     std::fs::write(&path, index.to_json()).expect("write index.json");
 }
+
+/// An older, unsigned ring: it still lists and its keys still open, but nothing is written on
+/// it or sealed to it until the seeder signs it (`kseal keys sign`); then `kseal keys trust`
+/// pins it, and a ring replaced by a history rooted at another key is refused.
+#[test]
+fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let run = |args: &[&str]| aws.run(d, args, Some(SECRET));
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
+    // Make it look as kseal wrote it before signed histories: schema 1, no signature.
+    let path = d.join("ring/index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let object = index.as_object_mut().unwrap();
+    for field in ["version", "roots", "signature", "retired"] {
+        object.remove(field);
+    }
+    object.insert("schema".into(), 1.into());
+    std::fs::write(&path, format!("{index:#}\n")).unwrap();
+    let kid = index["active"].as_str().unwrap().to_owned();
+
+    assert_eq!(keys(&["list"]).code, 0, "an unsigned ring still lists");
+    let push = keys(&["push", "--key-size", "2048"]);
+    assert_eq!(push.code, 1);
+    assert!(push.stderr.contains("kseal keys sign"), "{}", push.stderr);
+    let trust = keys(&["trust"]);
+    assert_eq!(trust.code, 1);
+    assert!(trust.stderr.contains("not signed"), "{}", trust.stderr);
+    let seal = run(&["seal", "--cert", &url, "--ring-anchor", &kid]);
+    assert_eq!(seal.code, 1);
+    assert!(seal.stderr.contains("kseal keys sign"), "{}", seal.stderr);
+
+    let sign = keys(&["sign"]);
+    assert_eq!(sign.code, 0, "{}", sign.stderr);
+    assert!(
+        sign.stderr.contains(&format!("anchor {kid}")),
+        "{}",
+        sign.stderr
+    );
+    assert!(keys(&["sign"]).stderr.contains("signed already"));
+    let check = keys(&["trust", "--check"]);
+    assert_eq!(check.code, 1, "nothing pinned yet: {}", check.stderr);
+    assert_eq!(keys(&["trust"]).code, 0);
+    let check = keys(&["trust", "--check"]);
+    assert_eq!(check.code, 0, "{}", check.stderr);
+    assert!(check.stderr.contains("matches the pin"), "{}", check.stderr);
+    assert_eq!(run(&["seal", "--cert", &url]).code, 0);
+
+    // Someone replaces the ring with a valid history of their own.
+    let other = d.join("other");
+    let other_url = format!("dir://{}", other.display());
+    let pushed = aws.run(
+        d,
+        &["keys", "push", "--ring", &other_url, "--key-size", "2048"],
+        None,
+    );
+    assert_eq!(pushed.code, 0, "{}", pushed.stderr);
+    std::fs::copy(other.join("index.json"), &path).unwrap();
+    for entry in std::fs::read_dir(other.join("keys")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::rename(entry.path(), d.join("ring/keys").join(entry.file_name())).unwrap();
+    }
+    let seal = run(&["seal", "--cert", &url]);
+    assert_eq!(seal.code, 1);
+    assert!(
+        seal.stderr.contains("not at the pinned anchor"),
+        "{}",
+        seal.stderr
+    );
+    let check = keys(&["trust"]);
+    assert_eq!(check.code, 1);
+    assert!(
+        check.stderr.contains("history was replaced"),
+        "{}",
+        check.stderr
+    );
+    assert!(
+        std::fs::read_to_string(d.join(".kseal.yaml"))
+            .unwrap()
+            .contains(&kid),
+        "the pin is unchanged"
+    );
+}
