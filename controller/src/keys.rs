@@ -21,6 +21,12 @@
 //! so everything sealed with them still unseals, and `/v1/cert.pem` serves the new key as
 //! soon as the watch delivers it.
 //!
+//! Which key seals: without a key source, the newest key whose certificate has not expired
+//! (Bitnami's rule). With `--key-source`, only the fleet ring's active key as the ring view
+//! names it ([`crate::ringview`]), once a loaded key's material hashes to that kid; labels and
+//! annotations never choose it, so any other key Secret opens but never seals. While the
+//! active key cannot seal, the last verified active key does, or none ([`SealingChoice`]).
+//!
 //! The [`KeySource`] trait is the seam for other stores (e.g. AWS Secrets Manager): a source
 //! yields snapshots of candidate keys and can store a generated key; parsing, ordering,
 //! error reporting and publishing into [`State`] are shared.
