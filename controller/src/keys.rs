@@ -1044,6 +1044,85 @@ mod tests {
     }
 
     #[test]
+    fn with_a_ring_view_only_its_active_key_seals_never_the_newest() {
+        use std::collections::BTreeSet;
+        // Test-only 2048-bit keys: `active` a day older than `newer`.
+        let active = KeyPair::generate(
+            KeySize::Rsa2048,
+            &CertificateOptions {
+                not_before: SystemTime::now() - Duration::from_secs(86_400),
+                ..CertificateOptions::default()
+            },
+        )
+        .unwrap();
+        let newer = pair();
+        let kid = |p: &KeyPair| Kid::of(p.public_key());
+        let mut forged = material("forged", &newer, "1");
+        forged.mirror = true;
+        let materials = vec![material("a", &active, "1"), forged];
+        let mut index = kseal_keystore::Index::empty("r", SystemTime::now());
+        for p in [&active, &newer] {
+            index
+                .keys
+                .push(kseal_keystore::IndexEntry::new(p.certificate(), SystemTime::now()).unwrap());
+        }
+        let build = |view: Option<&RingView>, last: Option<&Kid>| {
+            build_ring(
+                &materials,
+                KeyOrder::CertNotBefore,
+                &mut ParseCache::default(),
+                SealingChoice::Ring { view, last },
+            )
+        };
+        let sealing = |b: &Built| b.ring.sealing_key().map(|k| k.id().clone());
+
+        let no_view = build(None, None);
+        assert_eq!(
+            sealing(&no_view),
+            None,
+            "nothing seals before the ring is read"
+        );
+        assert_eq!(no_view.ring.len(), 2, "every key opens");
+
+        index.active = Some(kid(&active));
+        let view = RingView::new(&index, &BTreeSet::new(), None);
+        let built = build(Some(&view), None);
+        assert_eq!(sealing(&built), Some(active.id().clone()));
+        assert_eq!(built.ring_sealing, RingSealing::Active(kid(&active)));
+        assert_eq!(built.mirrored, 1, "a labelled key of the ring counts");
+
+        // The active key is not loaded: the last verified one seals, else nothing.
+        let other = pair();
+        index
+            .keys
+            .push(kseal_keystore::IndexEntry::new(other.certificate(), SystemTime::now()).unwrap());
+        index.active = Some(kid(&other));
+        let view = RingView::new(&index, &BTreeSet::new(), None);
+        let kept = build(Some(&view), Some(&kid(&active)));
+        assert_eq!(sealing(&kept), Some(active.id().clone()));
+        assert!(matches!(
+            kept.ring_sealing,
+            RingSealing::LastVerified { .. }
+        ));
+        let refused = build(Some(&view), None);
+        assert_eq!(sealing(&refused), None);
+        assert!(matches!(refused.ring_sealing, RingSealing::Refused(_)));
+        assert!(
+            refused.ring.preferred_key().is_some(),
+            "data MACs still have a key"
+        );
+
+        // Without a key source the newest key seals, as before.
+        let plain = build_ring(
+            &materials,
+            KeyOrder::CertNotBefore,
+            &mut ParseCache::default(),
+            SealingChoice::Newest,
+        );
+        assert_eq!(sealing(&plain), Some(newer.id().clone()));
+    }
+
+    #[test]
     fn pkcs8_keys_load_like_pkcs1_keys() {
         let p = pair();
         let mut m = material("a", &p, "1");

@@ -1302,7 +1302,7 @@ async fn a_restarted_mirror_still_retires_a_key_it_saw_before_the_restart() {
 /// Secret, never with a newer labelled key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_takes_the_ring_view_from_the_ring_state_secret() {
-    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let (dir, location, ring) = dir_ring(&[older_key()]).await;
     ring.push(key(1)).await.unwrap();
     let server = TestApiServer::new();
     let client = server.client();
@@ -1317,6 +1317,15 @@ async fn a_follower_takes_the_ring_view_from_the_ring_state_secret() {
     let view = follower.state.ring_view.current().unwrap();
     assert_eq!(view.active, Some(kid(older_key())));
     assert!(view.kids.contains(&kid(key(1))));
+    // The ring-state Secret holds the index exactly as read.
+    let states = Api::<Secret>::namespaced(client.clone(), &ctrl)
+        .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(states.len(), 1);
+    let text = std::fs::read(dir.path().join("ring").join("index.json")).unwrap();
+    assert_eq!(states[0].data.as_ref().unwrap()["index.json"].0, text);
     follower.stop().await;
     leader.stop().await;
 }
