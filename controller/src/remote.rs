@@ -440,7 +440,13 @@ impl Mirror {
             );
         }
         if self.cache.state_written.as_ref() == Some(&data) {
-            return;
+            // Unchanged: written again only if someone removed it.
+            if let Some(name) = &self.cache.state_name
+                && !matches!(self.api.get_opt(name).await, Ok(None))
+            {
+                return;
+            }
+            self.cache.state_name = None;
         }
         match self.put_state(&data).await {
             Ok(written) => {

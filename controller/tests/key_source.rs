@@ -1326,6 +1326,26 @@ async fn a_follower_takes_the_ring_view_from_the_ring_state_secret() {
     assert_eq!(states.len(), 1);
     let text = std::fs::read(dir.path().join("ring").join("index.json")).unwrap();
     assert_eq!(states[0].data.as_ref().unwrap()["index.json"].0, text);
+    // Removed, it is written again at the leader's next poll.
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    api.delete(&states[0].name_any(), &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "the ring-state Secret is written again",
+        PATIENCE,
+        || async {
+            leader.state.refresh.request();
+            Ok(api
+                .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
+                .await?
+                .items
+                .into_iter()
+                .next())
+        },
+    )
+    .await
+    .unwrap();
     follower.stop().await;
     leader.stop().await;
 }
