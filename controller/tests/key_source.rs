@@ -916,11 +916,8 @@ async fn refresh_until(state: &State, what: &str, check: impl Fn() -> bool) {
 }
 
 /// Finding: a Secret labelled as the active mirror became the sealing key.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_forged_mirror_opens_but_never_seals_with_a_key_source() {
+async fn a_forged_mirror_opens_but_never_seals(client: Client) {
     let (_dir, location, _ring) = dir_ring(&[older_key()]).await;
-    let server = TestApiServer::new();
-    let client = server.client();
     ensure_crd(&client).await;
     let ctrl = namespace(&client, "kseal-ctrl").await;
     let app = namespace(&client, "kseal-app").await;
@@ -1001,6 +998,20 @@ async fn a_forged_mirror_opens_but_never_seals_with_a_key_source() {
     );
     wait_event(&client, &ctrl, &forged.name_any(), "NotAMirror").await;
     running.stop().await;
+    delete_namespace(&client, &app).await;
+    delete_namespace(&client, &ctrl).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_mirror_opens_but_never_seals_on_the_test_server() {
+    a_forged_mirror_opens_but_never_seals(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_mirror_opens_but_never_seals_on_a_real_apiserver() {
+    if let Some(client) = real_client("a_forged_mirror_opens_but_never_seals").await {
+        a_forged_mirror_opens_but_never_seals(client).await;
+    }
 }
 
 /// Finding: when the active entry cannot be mirrored, a key never activated sealed.
@@ -1135,11 +1146,8 @@ async fn without_a_verified_active_key_nothing_seals() {
 
 /// Finding: `kseal-ring-<16 hex>` was computable from the public index, so a Secret created
 /// under it first kept the key out; and a labelled Secret under the kid was "repaired".
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn squatted_mirror_names_cost_a_warning_never_the_key() {
+async fn squatted_mirror_names_cost_a_warning_never_the_key(client: Client) {
     let (_dir, location, _ring) = dir_ring(&[key(0)]).await;
-    let server = TestApiServer::new();
-    let client = server.client();
     let ns = namespace(&client, "kseal-ctrl").await;
     let api = Api::<Secret>::namespaced(client.clone(), &ns);
     let old_name = format!("kseal-ring-{}", &kid(key(0)).as_str()[..16]);
@@ -1209,6 +1217,19 @@ async fn squatted_mirror_names_cost_a_warning_never_the_key() {
             .len(),
         1
     );
+    delete_namespace(&client, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn squatted_mirror_names_cost_a_warning_on_the_test_server() {
+    squatted_mirror_names_cost_a_warning_never_the_key(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn squatted_mirror_names_cost_a_warning_on_a_real_apiserver() {
+    if let Some(client) = real_client("squatted_mirror_names_cost_a_warning_never_the_key").await {
+        squatted_mirror_names_cost_a_warning_never_the_key(client).await;
+    }
 }
 
 /// Finding: a hand-made Secret with the mirror label, the ring annotation and a kid the index
