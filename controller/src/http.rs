@@ -452,6 +452,17 @@ fn no_keys() -> Problem {
     )
 }
 
+/// No key seals: why, when a fleet ring's active key is the reason.
+fn no_sealing_key(problem: Option<&crate::state::SealingProblem>) -> Problem {
+    match problem {
+        Some(p) => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no key seals: {}", p.message),
+        ),
+        None => no_keys(),
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Health, certificates, metrics
 
@@ -463,7 +474,10 @@ async fn readyz(AxumState(app): AxumState<App>) -> Response {
     use std::sync::atomic::Ordering;
     let readiness = &app.state.readiness;
     if readiness.is_ready() {
-        return text(StatusCode::OK, "ok\n");
+        return match readiness.sealing_problem() {
+            Some(p) => text(StatusCode::OK, format!("ok (warning: {})\n", p.message)),
+            None => text(StatusCode::OK, "ok\n"),
+        };
     }
     let mut reasons = Vec::new();
     if !readiness.keys_loaded.load(Ordering::Acquire) {
@@ -500,7 +514,7 @@ async fn refresh(AxumState(app): AxumState<App>) -> Response {
 async fn cert_pem(AxumState(app): AxumState<App>) -> Response {
     let ring = app.state.keys.ring();
     let Some(key) = ring.sealing_key() else {
-        return no_keys().into_response();
+        return no_sealing_key(app.state.readiness.sealing_problem().as_ref()).into_response();
     };
     let mut response = (StatusCode::OK, key.certificate().to_pem()).into_response();
     response.headers_mut().insert(
@@ -996,9 +1010,12 @@ async fn rotate(AxumState(app): AxumState<App>, request: Request) -> Response {
         let Parsed { sealed, mut raw } = parse_sealed_secret(&body)?;
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
+        let refusal = app.state.readiness.sealing_problem();
         let resealed = rsa_job(&app, move |ring, stats| {
             let opened = open_items(&sealed, ring, accept_v1, stats)?;
-            let key = ring.sealing_key().ok_or_else(no_keys)?;
+            let key = ring
+                .sealing_key()
+                .ok_or_else(|| no_sealing_key(refusal.as_ref()))?;
             let seal = |what: &str, plaintext: &Plaintext| {
                 kseal_keys::seal_base64(key.public_key(), &opened.label, plaintext.expose())
                     .map_err(|_| {

@@ -21,6 +21,12 @@
 //! so everything sealed with them still unseals, and `/v1/cert.pem` serves the new key as
 //! soon as the watch delivers it.
 //!
+//! Which key seals: without a key source, the newest key whose certificate has not expired
+//! (Bitnami's rule). With `--key-source`, only the fleet ring's active key as the ring view
+//! names it ([`crate::ringview`]), once a loaded key's material hashes to that kid; labels and
+//! annotations never choose it, so any other key Secret opens but never seals. While the
+//! active key cannot seal, the last verified active key does, or none ([`SealingChoice`]).
+//!
 //! The [`KeySource`] trait is the seam for other stores (e.g. AWS Secrets Manager): a source
 //! yields snapshots of candidate keys and can store a generated key; parsing, ordering,
 //! error reporting and publishing into [`State`] are shared.
@@ -37,6 +43,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 use kseal_keys::{CertificateOptions, KeyId, KeyPair, KeyRing};
+use kseal_keystore::Kid;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -47,7 +54,8 @@ use zeroize::Zeroizing;
 
 use crate::config::{Config, KeyOrder};
 use crate::renewal::{self, Due, Reason};
-use crate::state::State;
+use crate::ringview::RingView;
+use crate::state::{SealingProblem, State};
 
 /// `tls.key`: the PEM private key in a key Secret.
 pub const PRIVATE_KEY_ITEM: &str = "tls.key";
@@ -77,10 +85,10 @@ pub struct KeyMaterial {
     pub created: Option<SystemTime>,
     /// The PEM texts, or why they could not be read.
     pub pem: Result<KeyPem, Rejection>,
-    /// A copy of a fleet ring key, made by this controller's key-source mirror.
+    /// Labelled as a copy of a fleet ring key (`kseal.dev/mirror=true`). A label proves
+    /// nothing: only a key whose material hashes to a kid of the ring view counts as a
+    /// mirror, and only the view's active key seals.
     pub mirror: bool,
-    /// The fleet ring names this key as its active (sealing) key.
-    pub sealing: bool,
 }
 
 impl fmt::Debug for KeyMaterial {
@@ -254,14 +262,8 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
         .labels()
         .get(crate::remote::MIRROR_LABEL)
         .is_some_and(|v| v == "true");
-    let sealing = mirror
-        && secret
-            .annotations()
-            .get(crate::remote::ACTIVE_ANNOTATION)
-            .is_some_and(|v| v == "true");
     KeyMaterial {
         mirror,
-        sealing,
         origin,
         version: meta.resource_version.clone().unwrap_or_default(),
         reference: Some(secret.object_ref(&())),
@@ -429,6 +431,42 @@ pub struct ParseCache {
     entries: HashMap<(String, String), Result<KeyPair, Rejection>>,
 }
 
+/// How [`build_ring`] chooses the sealing key.
+#[derive(Debug, Clone, Copy)]
+pub enum SealingChoice<'a> {
+    /// No key source: the newest unexpired key seals (Bitnami's rule).
+    Newest,
+    /// A key source (`--key-source`): only the ring view's active key seals, once a loaded key
+    /// proves to be it (its material hashes to the kid). While it cannot seal, `last` (the
+    /// last active key verified by this process) or the view's last verified active key
+    /// seals instead; else nothing does. Never the newest key, never a key that was not
+    /// activated.
+    Ring {
+        /// The ring view (`None`: no index read yet).
+        view: Option<&'a RingView>,
+        /// The last active key this process verified.
+        last: Option<&'a Kid>,
+    },
+}
+
+/// What sealing looks like with a key source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RingSealing {
+    /// No key source.
+    NotApplicable,
+    /// The ring view's active key seals.
+    Active(Kid),
+    /// The active key cannot seal (`problem`); the last verified active key `kid` does.
+    LastVerified {
+        /// The key that seals.
+        kid: Kid,
+        /// Why the active key does not.
+        problem: String,
+    },
+    /// Nothing seals, for this reason.
+    Refused(String),
+}
+
 /// What [`build_ring`] produced.
 #[derive(Debug)]
 pub struct Built {
@@ -436,18 +474,31 @@ pub struct Built {
     pub ring: KeyRing,
     /// Keys rejected for the first time (not reported before), with why.
     pub newly_rejected: Vec<(usize, Rejection)>,
-    /// Usable keys that are copies of a fleet ring's keys.
+    /// Usable keys that are copies of a fleet ring's keys: labelled as mirrors and, with a
+    /// ring view, holding a key of the view (proven by material, not by labels).
     pub mirrored: usize,
+    /// With a key source, which key seals and why.
+    pub ring_sealing: RingSealing,
 }
 
-/// Parses `materials` into a ring ordered per `order`. Rejected keys are skipped.
-pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseCache) -> Built {
+/// Parses `materials` into a ring ordered per `order`, the sealing key chosen per `choice`.
+/// Rejected keys are skipped.
+pub fn build_ring(
+    materials: &[KeyMaterial],
+    order: KeyOrder,
+    cache: &mut ParseCache,
+    choice: SealingChoice<'_>,
+) -> Built {
     let mut ring = KeyRing::new();
     let mut newly_rejected = Vec::new();
     let mut seen = HashMap::with_capacity(materials.len());
-    // A fleet ring names its sealing key; an expired certificate never seals (it still opens).
     let now = SystemTime::now();
-    let mut sealing_key = None;
+    let view = match choice {
+        SealingChoice::Ring { view, .. } => view,
+        SealingChoice::Newest => None,
+    };
+    // Loaded keys by kid (the SHA-256 of the public key: what the ring's index lists).
+    let mut by_kid: HashMap<Kid, KeyId> = HashMap::new();
     let mut mirrored = 0;
     for (index, material) in materials.iter().enumerate() {
         let key = (material.origin.clone(), material.version.clone());
@@ -466,20 +517,11 @@ pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseC
             }
         };
         if let Ok(pair) = &parsed {
-            if material.mirror {
+            let kid = Kid::of(pair.public_key());
+            if material.mirror && view.is_some_and(|v| v.contains(&kid)) {
                 mirrored += 1;
             }
-            if material.sealing {
-                if pair.certificate().is_expired_at(now) {
-                    tracing::warn!(
-                        key = %material.origin,
-                        fingerprint = %pair.id(),
-                        "the fleet ring's active key has an expired certificate: it still opens, but the newest unexpired key seals; rotate the ring (kseal keys rotate)"
-                    );
-                } else {
-                    sealing_key = Some(pair.id().clone());
-                }
-            }
+            by_kid.insert(kid, pair.id().clone());
             let pair = match (order, material.created) {
                 (KeyOrder::SecretCreationTimestamp, Some(created)) => {
                     pair.clone().with_order_time(created)
@@ -491,11 +533,8 @@ pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseC
         seen.insert(key, parsed);
     }
     cache.entries = seen;
-    match sealing_key {
-        Some(id) => {
-            ring.set_sealing_key(&id);
-        }
-        None => {
+    let ring_sealing = match choice {
+        SealingChoice::Newest => {
             let unexpired = ring
                 .keys()
                 .find(|k| !k.certificate().is_expired_at(now))
@@ -503,12 +542,93 @@ pub fn build_ring(materials: &[KeyMaterial], order: KeyOrder, cache: &mut ParseC
             if let Some(id) = unexpired {
                 ring.set_sealing_key(&id);
             }
+            RingSealing::NotApplicable
         }
-    }
+        SealingChoice::Ring { view, last } => choose_ring_key(&mut ring, &by_kid, view, last, now),
+    };
     Built {
         ring,
         newly_rejected,
         mirrored,
+        ring_sealing,
+    }
+}
+
+/// The ring view's active key seals if a loaded key proves to be it and it has not expired;
+/// else the last verified active key; else nothing (see [`SealingChoice::Ring`]).
+fn choose_ring_key(
+    ring: &mut KeyRing,
+    by_kid: &HashMap<Kid, KeyId>,
+    view: Option<&RingView>,
+    last: Option<&Kid>,
+    now: SystemTime,
+) -> RingSealing {
+    let Some(view) = view else {
+        ring.disable_sealing();
+        return RingSealing::Refused(
+            "the fleet ring has not been read yet (no index, no ring-state Secret)".to_owned(),
+        );
+    };
+    // Whatever seals, the ring's own keys are tried first and key the data MACs.
+    let first_of_ring = ring
+        .keys()
+        .find(|k| view.contains(&Kid::of(k.public_key())))
+        .map(|k| k.id().clone());
+    if let Some(id) = first_of_ring {
+        ring.set_sealing_key(&id);
+    }
+    let usable = |ring: &KeyRing, kid: &Kid| {
+        by_kid
+            .get(kid)
+            .filter(|id| {
+                ring.get(id)
+                    .is_some_and(|k| !k.certificate().is_expired_at(now))
+            })
+            .cloned()
+    };
+    let problem = match &view.active {
+        None => "the ring's index names no active key".to_owned(),
+        Some(active) => match by_kid.get(active) {
+            Some(id) => {
+                ring.set_sealing_key(id);
+                if usable(ring, active).is_some() {
+                    return RingSealing::Active(active.clone());
+                }
+                // An expired active key never seals, and no older key replaces it.
+                ring.disable_sealing();
+                return RingSealing::Refused(format!(
+                    "the ring's active key {} has an expired certificate (it still opens); rotate the ring (kseal keys rotate)",
+                    active.short()
+                ));
+            }
+            None => format!(
+                "the ring's active key {} is not mirrored in this cluster (its key secret is missing or unreadable, or its mirror could not be written)",
+                active.short()
+            ),
+        },
+    };
+    let fallback = [last, view.last_active.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter(|kid| view.ever.contains(*kid))
+        .find_map(|kid| usable(ring, kid).map(|id| (kid.clone(), id)));
+    match fallback {
+        Some((kid, id)) => {
+            ring.set_sealing_key(&id);
+            RingSealing::LastVerified {
+                problem: format!(
+                    "{problem}; the last verified active key {} keeps sealing",
+                    kid.short()
+                ),
+                kid,
+            }
+        }
+        None => {
+            ring.disable_sealing();
+            RingSealing::Refused(format!(
+                "{problem}, and no active key of the ring was verified before"
+            ))
+        }
     }
 }
 
@@ -538,6 +658,33 @@ impl KeysLoaded {
     pub async fn wait(&mut self) {
         let _ = self.0.wait_for(|done| *done).await;
     }
+}
+
+/// Publishes why the fleet ring's active key does not seal (or that it does) into readiness
+/// and `kseal_key_source_active_unavailable`, logging each change.
+fn publish_ring_sealing(state: &State, sealing: &RingSealing) {
+    let problem = match sealing {
+        RingSealing::NotApplicable | RingSealing::Active(_) => None,
+        RingSealing::LastVerified { problem, .. } => Some(SealingProblem {
+            message: problem.clone(),
+            sealing: true,
+        }),
+        RingSealing::Refused(reason) => Some(SealingProblem {
+            message: reason.clone(),
+            sealing: false,
+        }),
+    };
+    if problem != state.readiness.sealing_problem() {
+        match &problem {
+            Some(p) => tracing::warn!(sealing = p.sealing, "{}", p.message),
+            None => tracing::info!("the fleet ring's active key seals"),
+        }
+    }
+    state
+        .metrics
+        .key_source_active_unavailable
+        .set(i64::from(problem.is_some()));
+    state.readiness.set_sealing_problem(problem);
 }
 
 /// Publishes `ring` into `state` and refreshes the key metrics.
@@ -632,39 +779,23 @@ pub async fn run(
     let mut policy = config.key_renewal.for_process(SystemTime::now());
     let mut pending: Option<Pending> = None;
     let mut requests_open = true;
+    let key_source = config.key_source.is_some();
+    let mut views = state.ring_view.subscribe();
+    let mut materials: Option<Vec<KeyMaterial>> = None;
+    // The last active key of the fleet ring verified here (loaded, material checked): it
+    // keeps sealing while a newer active key cannot.
+    let mut last_verified: Option<Kid> = None;
     loop {
         let mut requested = false;
         let mut ring_changed = false;
+        let mut rebuild = false;
         tokio::select! {
             snapshot = snapshots.next() => {
-                let Some(materials) = snapshot else { break };
-                let built = build_ring(&materials, config.key_order, &mut cache);
-                for (index, rejection) in &built.newly_rejected {
-                    let material = &materials[*index];
-                    tracing::warn!(
-                        key = %material.origin,
-                        reason = rejection.reason,
-                        "skipping unusable key: {}",
-                        rejection.message
-                    );
-                    state
-                        .metrics
-                        .key_load_errors
-                        .get_or_create(&crate::metrics::KeyErrorLabels {
-                            reason: rejection.reason.to_owned(),
-                        })
-                        .inc();
-                    if state.is_leader() {
-                        source.report(material, rejection).await;
-                    }
-                }
-                if built.mirrored > 0 {
-                    // A valid mirror lets a restart during a key-source outage serve at once.
-                    state.readiness.key_source_mirror_found();
-                }
-                ring_changed = publish(&state, built.ring);
-                loaded.send_replace(true);
+                let Some(snapshot) = snapshot else { break };
+                materials = Some(snapshot);
+                rebuild = true;
             }
+            Ok(()) = views.changed() => rebuild = true,
             request = requests.0.recv(), if requests_open => match request {
                 Some(()) => requested = true,
                 None => requests_open = false,
@@ -675,6 +806,49 @@ pub async fn run(
                     break;
                 }
             }
+        }
+        if rebuild && let Some(materials) = &materials {
+            let view = views.borrow_and_update().clone();
+            let choice = if key_source {
+                SealingChoice::Ring {
+                    view: view.as_deref(),
+                    last: last_verified.as_ref(),
+                }
+            } else {
+                SealingChoice::Newest
+            };
+            let built = build_ring(materials, config.key_order, &mut cache, choice);
+            for (index, rejection) in &built.newly_rejected {
+                let material = &materials[*index];
+                tracing::warn!(
+                    key = %material.origin,
+                    reason = rejection.reason,
+                    "skipping unusable key: {}",
+                    rejection.message
+                );
+                state
+                    .metrics
+                    .key_load_errors
+                    .get_or_create(&crate::metrics::KeyErrorLabels {
+                        reason: rejection.reason.to_owned(),
+                    })
+                    .inc();
+                if state.is_leader() {
+                    source.report(material, rejection).await;
+                }
+            }
+            if built.mirrored > 0 {
+                // A proven mirror lets a restart during a key-source outage serve at once.
+                state.readiness.key_source_mirror_found();
+            }
+            if key_source {
+                if let RingSealing::Active(kid) = &built.ring_sealing {
+                    last_verified = Some(kid.clone());
+                }
+                publish_ring_sealing(&state, &built.ring_sealing);
+            }
+            ring_changed = publish(&state, built.ring);
+            loaded.send_replace(true);
         }
         if !config.generate_key_if_missing {
             if requested {
@@ -829,11 +1003,21 @@ mod tests {
         }
         let materials = vec![material("a", &good, "1"), mismatched, bad_pem];
         let mut cache = ParseCache::default();
-        let built = build_ring(&materials, KeyOrder::CertNotBefore, &mut cache);
+        let built = build_ring(
+            &materials,
+            KeyOrder::CertNotBefore,
+            &mut cache,
+            SealingChoice::Newest,
+        );
         assert_eq!(built.ring.len(), 1);
         let reasons: Vec<_> = built.newly_rejected.iter().map(|r| r.1.reason).collect();
         assert_eq!(reasons, ["mismatch", "pem"]);
-        let again = build_ring(&materials, KeyOrder::CertNotBefore, &mut cache);
+        let again = build_ring(
+            &materials,
+            KeyOrder::CertNotBefore,
+            &mut cache,
+            SealingChoice::Newest,
+        );
         assert_eq!(again.ring.len(), 1);
         assert!(again.newly_rejected.is_empty());
     }
@@ -847,11 +1031,95 @@ mod tests {
         a.created = Some(SystemTime::UNIX_EPOCH);
         b.created = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(10));
         let mut cache = ParseCache::default();
-        let built = build_ring(&[a, b], KeyOrder::SecretCreationTimestamp, &mut cache);
+        let built = build_ring(
+            &[a, b],
+            KeyOrder::SecretCreationTimestamp,
+            &mut cache,
+            SealingChoice::Newest,
+        );
         assert_eq!(
             built.ring.sealing_key().map(|k| k.id().clone()),
             Some(older_cert.id().clone())
         );
+    }
+
+    #[test]
+    fn with_a_ring_view_only_its_active_key_seals_never_the_newest() {
+        use std::collections::BTreeSet;
+        // Test-only 2048-bit keys: `active` a day older than `newer`.
+        let active = KeyPair::generate(
+            KeySize::Rsa2048,
+            &CertificateOptions {
+                not_before: SystemTime::now() - Duration::from_secs(86_400),
+                ..CertificateOptions::default()
+            },
+        )
+        .unwrap();
+        let newer = pair();
+        let kid = |p: &KeyPair| Kid::of(p.public_key());
+        let mut forged = material("forged", &newer, "1");
+        forged.mirror = true;
+        let materials = vec![material("a", &active, "1"), forged];
+        let mut index = kseal_keystore::Index::empty("r", SystemTime::now());
+        for p in [&active, &newer] {
+            index
+                .keys
+                .push(kseal_keystore::IndexEntry::new(p.certificate(), SystemTime::now()).unwrap());
+        }
+        let build = |view: Option<&RingView>, last: Option<&Kid>| {
+            build_ring(
+                &materials,
+                KeyOrder::CertNotBefore,
+                &mut ParseCache::default(),
+                SealingChoice::Ring { view, last },
+            )
+        };
+        let sealing = |b: &Built| b.ring.sealing_key().map(|k| k.id().clone());
+
+        let no_view = build(None, None);
+        assert_eq!(
+            sealing(&no_view),
+            None,
+            "nothing seals before the ring is read"
+        );
+        assert_eq!(no_view.ring.len(), 2, "every key opens");
+
+        index.active = Some(kid(&active));
+        let view = RingView::new(&index, &BTreeSet::new(), None);
+        let built = build(Some(&view), None);
+        assert_eq!(sealing(&built), Some(active.id().clone()));
+        assert_eq!(built.ring_sealing, RingSealing::Active(kid(&active)));
+        assert_eq!(built.mirrored, 1, "a labelled key of the ring counts");
+
+        // The active key is not loaded: the last verified one seals, else nothing.
+        let other = pair();
+        index
+            .keys
+            .push(kseal_keystore::IndexEntry::new(other.certificate(), SystemTime::now()).unwrap());
+        index.active = Some(kid(&other));
+        let view = RingView::new(&index, &BTreeSet::new(), None);
+        let kept = build(Some(&view), Some(&kid(&active)));
+        assert_eq!(sealing(&kept), Some(active.id().clone()));
+        assert!(matches!(
+            kept.ring_sealing,
+            RingSealing::LastVerified { .. }
+        ));
+        let refused = build(Some(&view), None);
+        assert_eq!(sealing(&refused), None);
+        assert!(matches!(refused.ring_sealing, RingSealing::Refused(_)));
+        assert!(
+            refused.ring.preferred_key().is_some(),
+            "data MACs still have a key"
+        );
+
+        // Without a key source the newest key seals, as before.
+        let plain = build_ring(
+            &materials,
+            KeyOrder::CertNotBefore,
+            &mut ParseCache::default(),
+            SealingChoice::Newest,
+        );
+        assert_eq!(sealing(&plain), Some(newer.id().clone()));
     }
 
     #[test]
@@ -861,7 +1129,12 @@ mod tests {
         if let Ok(pem) = &mut m.pem {
             pem.private_key = p.private_key().to_pkcs8_pem();
         }
-        let built = build_ring(&[m], KeyOrder::CertNotBefore, &mut ParseCache::default());
+        let built = build_ring(
+            &[m],
+            KeyOrder::CertNotBefore,
+            &mut ParseCache::default(),
+            SealingChoice::Newest,
+        );
         assert_eq!(built.ring.len(), 1);
         assert!(built.newly_rejected.is_empty());
     }

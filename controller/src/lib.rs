@@ -7,6 +7,8 @@
 //!   and renewal;
 //! - [`remote`]: the fleet key ring as a key source (`--key-source`), mirrored into key
 //!   Secrets;
+//! - [`ringview`]: what the controller trusts about the fleet ring (its index), and the
+//!   ring-state Secret replicas share it through;
 //! - [`renewal`]: when a new key is due (Bitnami's `--key-renew-period`, `--key-cutoff-time`);
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
@@ -22,6 +24,7 @@ pub mod metrics;
 pub mod reconcile;
 pub mod remote;
 pub mod renewal;
+pub mod ringview;
 pub mod state;
 
 pub use config::Config;

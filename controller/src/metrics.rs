@@ -122,6 +122,14 @@ pub struct Metrics {
     pub key_source_ring_keys: Gauge,
     /// `kseal_key_source_key_age_seconds{kid}`: time since each key entered the ring.
     pub key_source_key_age_seconds: Family<KidLabels, Gauge>,
+    /// `kseal_key_source_active_unavailable`: 1 while the fleet ring's active key cannot seal
+    /// here (not mirrored, not proven, expired, or the ring names none): the last verified
+    /// active key seals meanwhile, or nothing does. Never a key that was not activated.
+    pub key_source_active_unavailable: Gauge,
+    /// `kseal_key_source_mirror_conflicts_total{reason}`: Secrets that look like mirrors but
+    /// are not proven ones, or names taken: `material_mismatch` (filed under a kid of the ring
+    /// with other key material), `unknown_kid` (a kid the ring never listed), `name_taken`.
+    pub key_source_mirror_conflicts: Family<KeyErrorLabels, Counter>,
 }
 
 /// Labels of `kseal_key_source_requests_total`.
@@ -165,6 +173,8 @@ impl Metrics {
             key_source_last_success: Gauge::default(),
             key_source_ring_keys: Gauge::default(),
             key_source_key_age_seconds: Family::default(),
+            key_source_active_unavailable: Gauge::default(),
+            key_source_mirror_conflicts: Family::default(),
             registry: Registry::default(),
         };
         {
@@ -258,6 +268,16 @@ impl Metrics {
                 "Time since each key of the fleet ring entered it",
                 Unit::Seconds,
                 m.key_source_key_age_seconds.clone(),
+            );
+            r.register(
+                "key_source_active_unavailable",
+                "1 while the fleet ring's active key cannot seal here (the last verified active key seals, or none)",
+                m.key_source_active_unavailable.clone(),
+            );
+            r.register(
+                "key_source_mirror_conflicts",
+                "Secrets that look like key mirrors but are not proven ones, and taken names, by reason",
+                m.key_source_mirror_conflicts.clone(),
             );
         }
         Self { registry, ..m }

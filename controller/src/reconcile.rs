@@ -565,7 +565,9 @@ async fn unseal(
     });
     let mut secret = unsealed.secret;
     normalize(&mut secret);
-    let sealing = ring.sealing_key().ok_or(Error::NoKeys)?;
+    // The MAC key is the preferred key even while sealing is disabled (a fleet ring whose
+    // active key is unusable still unseals).
+    let sealing = ring.preferred_key().ok_or(Error::NoKeys)?;
     let key = ctx.mac_key(ring, sealing.id()).ok_or(Error::NoKeys)?;
     let empty = empty_data();
     let tag = compute_mac(

@@ -11,17 +11,26 @@
 //! ([`crate::keys`]) watches those Secrets like any other key Secret, so every replica sees the
 //! same ring, and a restart during a Secrets Manager outage still unseals from the mirror.
 //!
-//! Safety rules: the mirror only ever writes Secrets that carry its label and its ring; a key
-//! that disappears from the ring is removed from the mirror only after
-//! `--key-source-retire-grace`, and never when it would leave the ring's mirror empty; errors
-//! back off exponentially (5 s doubling to 5 min) and never stop the loop.
+//! Trust: only the ring's index, as read by the leader, decides (see [`crate::ringview`]).
+//! The leader publishes it as the ring view and copies it into the ring-state Secret, from
+//! which followers (and the leader after a restart) derive theirs; the key loader seals only
+//! with the view's active key. Mirrors are created under generated names
+//! (`kseal-ring-<12 hex of the kid>-<random>`), found by label and annotations, and proven by
+//! their material: a Secret counts as the mirror of a kid only if its key hashes to that kid.
+//!
+//! Safety rules: the mirror only ever writes proven mirrors of its own ring; a key that
+//! disappears from the ring is removed from the mirror only after
+//! `--key-source-retire-grace`, only if this controller once saw it in the index, and never
+//! when it would leave the ring's mirror empty; a Secret that looks like a mirror but is not
+//! proven one is never patched nor deleted (one Warning event); errors back off exponentially
+//! (5 s doubling to 5 min) and never stop the loop.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 use kseal_keys::KeyPair;
 use kseal_keystore::{Index, IndexEntry, KeyEntry, Kid, Ring, Version};
@@ -33,7 +42,11 @@ use kube::{Client, Resource as _, ResourceExt as _};
 use tokio::sync::{Notify, watch};
 
 use crate::keys::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
-use crate::metrics::KeySourceLabels;
+use crate::metrics::{KeyErrorLabels, KeySourceLabels};
+use crate::ringview::{
+    INDEX_ITEM, KIDS_EVER_ITEM, LAST_ACTIVE_ITEM, RING_STATE_LABEL, RING_STATE_PREFIX, RingView,
+    format_kids, parse_kids, parse_ring_state,
+};
 use crate::state::State;
 
 /// Label on mirrored key Secrets.
@@ -48,7 +61,9 @@ pub const SOURCE_ANNOTATION: &str = "kseal.dev/key-source";
 pub const ACTIVE_ANNOTATION: &str = "kseal.dev/active";
 /// When the key was first seen missing from the ring (RFC 3339).
 pub const MISSING_SINCE_ANNOTATION: &str = "kseal.dev/missing-since";
-/// Name prefix of mirrored key Secrets (followed by 16 hex characters of the kid).
+/// Name prefix of mirrored key Secrets (followed by 12 hex characters of the kid, a hyphen
+/// and the API server's random suffix; mirrors of earlier versions have 16 hex characters and
+/// no suffix, and are found by their label and annotations all the same).
 pub const NAME_PREFIX: &str = "kseal-ring-";
 
 const FIELD_MANAGER: &str = "kseal-controller";
@@ -58,6 +73,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(300);
 const REFRESH_SPACING: Duration = Duration::from_secs(5);
 /// How often a follower checks whether it became the leader.
 const LEADER_CHECK: Duration = Duration::from_secs(2);
+/// How often a follower reads the ring-state Secret.
+const STATE_POLL: Duration = Duration::from_secs(10);
 
 /// Asks the key-source loop to check the ring now (SIGUSR1, `POST /v1/refresh`).
 #[derive(Clone, Debug, Default)]
@@ -74,9 +91,10 @@ impl Refresh {
     }
 }
 
-/// The name of the mirror Secret of `kid`.
-pub fn mirror_name(kid: &Kid) -> String {
-    format!("{NAME_PREFIX}{}", &kid.as_str()[..16])
+/// The `generateName` of the mirror Secret of `kid`: the API server appends a random suffix,
+/// so nobody can create a Secret under the mirror's name before it exists.
+pub fn mirror_name_prefix(kid: &Kid) -> String {
+    format!("{NAME_PREFIX}{}-", &kid.as_str()[..12])
 }
 
 /// What one sync did, for logs, events and tests.
@@ -92,8 +110,20 @@ pub struct SyncReport {
     pub activated: Option<String>,
     /// Mirror Secrets deleted after the retire grace.
     pub retired: Vec<String>,
-    /// Mirror Secrets whose key material no longer matched their kid, restored.
+    /// Mirrors created anew because the Secrets filed under their kid did not hold the key
+    /// (those are left as they are).
     pub repaired: Vec<String>,
+    /// A proven mirror of the index's active key exists.
+    pub active_mirrored: bool,
+}
+
+/// A ring-state Secret's view, and the Secret's name.
+#[derive(Debug, Clone)]
+pub struct FoundState {
+    /// The view derived from it.
+    pub view: RingView,
+    /// The Secret's name.
+    pub name: String,
 }
 
 /// The loop's memory between polls.
@@ -106,6 +136,21 @@ struct Cache {
     /// Whether the keys of this controller's own mirror were taken into `keys` (once, at the
     /// first sync: a restart or a new leader then reads only the index, not every key).
     seeded: bool,
+    /// The index text exactly as read (copied into the ring-state Secret).
+    index_text: Option<String>,
+    /// Every kid seen in an index this controller read (or in the ring-state Secret).
+    ever: BTreeSet<Kid>,
+    /// The last active kid whose mirror was proven.
+    last_active: Option<Kid>,
+    /// The ring-state Secret's name and the data last written to it.
+    state_name: Option<String>,
+    state_written: Option<BTreeMap<String, ByteString>>,
+    /// Where to attach ring-level events (the ring-state Secret).
+    state_ref: Option<ObjectReference>,
+    /// Secrets already warned about (uid and reason), so each gets one Warning event.
+    warned: HashSet<(String, &'static str)>,
+    /// The active-key problem last warned about.
+    active_warned: Option<String>,
 }
 
 /// The key-source mirror: the ring, where to mirror it, and what it remembers.
@@ -118,6 +163,8 @@ pub struct Mirror {
     retire_grace: Duration,
     state: State,
     cache: Cache,
+    /// The ring an index must belong to (`None`: a directory ring holds a copy of any ring).
+    expected_ring: Option<String>,
 }
 
 fn count(state: &State, operation: &'static str, outcome: &'static str) {
@@ -200,7 +247,12 @@ impl Mirror {
                 instance: Some(identity.to_owned()),
             },
         );
+        let expected_ring = match ring.store() {
+            kseal_keystore::Store::Directory(_) => None,
+            kseal_keystore::Store::SecretsManager(_) => Some(ring.name().to_owned()),
+        };
         Self {
+            expected_ring,
             ring,
             source,
             namespace: namespace.to_owned(),
@@ -213,6 +265,14 @@ impl Mirror {
                 index: None,
                 keys: HashMap::new(),
                 seeded: false,
+                index_text: None,
+                ever: BTreeSet::new(),
+                last_active: None,
+                state_name: None,
+                state_written: None,
+                state_ref: None,
+                warned: HashSet::new(),
+                active_warned: None,
             },
         }
     }
@@ -236,6 +296,16 @@ impl Mirror {
         let mut report = SyncReport::default();
         if !self.cache.seeded {
             self.seed_from_mirror().await?;
+            // Until the store answers, the leader's view is the ring-state Secret's.
+            if let Some(found) = self.load_state().await? {
+                self.cache.ever.extend(found.view.ever.iter().cloned());
+                if self.cache.last_active.is_none() {
+                    self.cache.last_active.clone_from(&found.view.last_active);
+                }
+                if self.state.ring_view.current().is_none() {
+                    self.state.ring_view.publish(found.view);
+                }
+            }
         }
         let version = self.ring.index_version().await;
         count(&self.state, "describe_index", outcome(&version));
@@ -246,17 +316,22 @@ impl Mirror {
             });
         };
         if self.cache.version.as_ref() != Some(&version) || self.cache.index.is_none() {
-            let snapshot = self.ring.snapshot(Some(&version)).await;
+            let snapshot = self.ring.snapshot_text(Some(&version)).await;
             count(&self.state, "get_index", outcome(&snapshot));
-            let snapshot =
+            let (text, version) =
                 snapshot
                     .map_err(|e| self.store_err(e))?
                     .ok_or_else(|| SyncError::NoRing {
                         ring: self.ring.name().to_owned(),
                         store: self.ring.store().describe(),
                     })?;
+            let index = parse_ring_state(&text, self.expected_ring.as_deref())
+                .map_err(|e| self.store_err(e))?;
             report.index_read = true;
-            let index = snapshot.index;
+            self.cache
+                .ever
+                .extend(index.keys.iter().map(|e| e.kid.clone()));
+            self.cache.index_text = Some(text);
             self.cache.keys.retain(|kid, _| index.entry(kid).is_some());
             if index.active != self.cache.index.as_ref().and_then(|i| i.active.clone())
                 && let Some(active) = &index.active
@@ -269,7 +344,250 @@ impl Mirror {
         self.read_new_keys(&mut report).await?;
         self.reconcile_mirror(&mut report).await?;
         self.publish_gauges();
+        if let Some(index) = &self.cache.index {
+            if report.active_mirrored {
+                self.cache.last_active.clone_from(&index.active);
+            }
+            let view = RingView::new(index, &self.cache.ever, self.cache.last_active.clone());
+            self.state.ring_view.publish(view);
+        }
+        self.write_state().await;
+        self.warn_active_unavailable(report.active_mirrored).await;
         Ok(report)
+    }
+
+    /// Reads the ring-state Secrets of this ring and returns the view of the one that parses
+    /// with the newest `updated` (several can exist: a leader's, a stale one, a forged one;
+    /// until the index is signed a forged one is as good as write access to Secrets here).
+    pub async fn load_state(&self) -> Result<Option<FoundState>, SyncError> {
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+            .await
+            .map_err(|e| self.kube_err(e))?;
+        let mut best: Option<FoundState> = None;
+        for secret in listed.items {
+            if secret
+                .annotations()
+                .get(RING_ANNOTATION)
+                .map(String::as_str)
+                != Some(self.ring.name())
+            {
+                continue;
+            }
+            let item = |key: &str| {
+                secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .and_then(|v| std::str::from_utf8(&v.0).ok())
+                    .map(str::to_owned)
+            };
+            let Some(text) = item(INDEX_ITEM) else {
+                continue;
+            };
+            let index = match parse_ring_state(&text, self.expected_ring.as_deref()) {
+                Ok(index) => index,
+                Err(e) => {
+                    tracing::warn!(secret = %secret.name_any(), "ignoring a ring-state Secret: {}", crate::error_chain(&e));
+                    continue;
+                }
+            };
+            if best
+                .as_ref()
+                .is_some_and(|b| b.view.updated >= index.updated)
+            {
+                continue;
+            }
+            let ever = item(KIDS_EVER_ITEM)
+                .map(|t| parse_kids(&t))
+                .unwrap_or_default();
+            let last_active = item(LAST_ACTIVE_ITEM).and_then(|t| Kid::parse(t.trim()).ok());
+            best = Some(FoundState {
+                view: RingView::new(&index, &ever, last_active),
+                name: secret.name_any(),
+            });
+        }
+        Ok(best)
+    }
+
+    /// A follower's poll: publishes the ring-state Secret's view.
+    pub async fn follow(&self) -> Result<(), SyncError> {
+        if let Some(found) = self.load_state().await? {
+            self.state.ring_view.publish(found.view);
+        }
+        Ok(())
+    }
+
+    /// Copies the index the leader read (text as read), the kids ever seen and the last
+    /// verified active kid into the ring-state Secret; best effort (a failure is logged and
+    /// retried at the next poll, never fatal: a follower then keeps its last view).
+    async fn write_state(&mut self) {
+        let Some(text) = self.cache.index_text.clone() else {
+            return;
+        };
+        let mut data = BTreeMap::from([
+            (INDEX_ITEM.to_owned(), ByteString(text.into_bytes())),
+            (
+                KIDS_EVER_ITEM.to_owned(),
+                ByteString(format_kids(&self.cache.ever).into_bytes()),
+            ),
+        ]);
+        if let Some(last) = &self.cache.last_active {
+            data.insert(
+                LAST_ACTIVE_ITEM.to_owned(),
+                ByteString(last.as_str().as_bytes().to_vec()),
+            );
+        }
+        if self.cache.state_written.as_ref() == Some(&data) {
+            // Unchanged: written again only if someone removed it.
+            if let Some(name) = &self.cache.state_name
+                && !matches!(self.api.get_opt(name).await, Ok(None))
+            {
+                return;
+            }
+            self.cache.state_name = None;
+        }
+        match self.put_state(&data).await {
+            Ok(written) => {
+                self.cache.state_name = Some(written.name_any());
+                self.cache.state_ref = Some(written.object_ref(&()));
+                self.cache.state_written = Some(data);
+            }
+            Err(e) => tracing::warn!(
+                "writing the ring-state Secret failed; retrying at the next poll: {}",
+                crate::error_chain(&e)
+            ),
+        }
+    }
+
+    async fn put_state(&self, data: &BTreeMap<String, ByteString>) -> Result<Secret, kube::Error> {
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+            .await?;
+        let candidates: Vec<&Secret> = listed
+            .items
+            .iter()
+            .filter(|s| {
+                s.annotations().get(RING_ANNOTATION).map(String::as_str) == Some(self.ring.name())
+                    && s.type_.as_deref().is_none_or(|t| t == "Opaque")
+                    && !s.labels().contains_key(SEALING_KEY_LABEL)
+            })
+            .collect();
+        // Ours if we wrote one, else the one replicas would read, else a new one.
+        let existing = match &self.cache.state_name {
+            Some(name) => candidates.iter().find(|s| &s.name_any() == name).copied(),
+            None => None,
+        };
+        let existing = match existing {
+            Some(s) => Some(s),
+            None => {
+                let best = self.load_state().await.ok().flatten().map(|f| f.name);
+                candidates
+                    .iter()
+                    .find(|s| Some(s.name_any()) == best)
+                    .copied()
+            }
+        };
+        match existing {
+            Some(secret) => {
+                let mut desired = secret.clone();
+                desired.data = Some(data.clone());
+                desired.string_data = None;
+                self.api
+                    .replace(&secret.name_any(), &PostParams::default(), &desired)
+                    .await
+            }
+            None => {
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        generate_name: Some(RING_STATE_PREFIX.to_owned()),
+                        namespace: Some(self.namespace.clone()),
+                        labels: Some(BTreeMap::from([
+                            (RING_STATE_LABEL.to_owned(), "true".to_owned()),
+                            (
+                                "app.kubernetes.io/managed-by".to_owned(),
+                                "kseal-controller".to_owned(),
+                            ),
+                        ])),
+                        annotations: Some(BTreeMap::from([
+                            (RING_ANNOTATION.to_owned(), self.ring.name().to_owned()),
+                            (SOURCE_ANNOTATION.to_owned(), self.source.clone()),
+                        ])),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some("Opaque".to_owned()),
+                    data: Some(data.clone()),
+                    ..Secret::default()
+                };
+                self.api.create(&PostParams::default(), &secret).await
+            }
+        }
+    }
+
+    /// One Warning event (on the ring-state Secret) each time the active key becomes unusable
+    /// for a new reason; the key loader keeps the readiness detail and the gauge.
+    async fn warn_active_unavailable(&mut self, active_mirrored: bool) {
+        let Some(index) = &self.cache.index else {
+            return;
+        };
+        let problem = match (&index.active, active_mirrored) {
+            (Some(_), true) => None,
+            (None, _) => Some(format!("ring {} names no active key", self.ring.name())),
+            (Some(active), false) => Some(format!(
+                "the active key {} of ring {} could not be mirrored; {}",
+                active.short(),
+                self.ring.name(),
+                match &self.cache.last_active {
+                    Some(last) if last != active => {
+                        format!(
+                            "the last verified active key {} keeps sealing",
+                            last.short()
+                        )
+                    }
+                    _ => "no key seals".to_owned(),
+                }
+            )),
+        };
+        if problem == self.cache.active_warned {
+            return;
+        }
+        self.cache.active_warned.clone_from(&problem);
+        let (Some(problem), Some(reference)) = (problem, self.cache.state_ref.clone()) else {
+            return;
+        };
+        tracing::warn!("{problem}");
+        self.event_on(
+            &reference,
+            EventType::Warning,
+            "ActiveKeyUnavailable",
+            problem,
+        )
+        .await;
+    }
+
+    /// A Secret that looks like a mirror of this ring but is not a proven one: one Warning
+    /// event and a count per Secret and reason; the Secret itself is never touched.
+    async fn warn_unproven(&mut self, secret: &Secret, reason: &'static str, note: String) {
+        let uid = secret
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| secret.name_any());
+        if !self.cache.warned.insert((uid, reason)) {
+            return;
+        }
+        self.state
+            .metrics
+            .key_source_mirror_conflicts
+            .get_or_create(&KeyErrorLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+        tracing::warn!(secret = %secret.name_any(), reason, "{note}");
+        self.event(secret, EventType::Warning, "NotAMirror", note)
+            .await;
     }
 
     /// Takes the keys this controller mirrored earlier (same ring) into the cache, so that a
@@ -390,7 +708,7 @@ impl Mirror {
         ]);
         Some(Secret {
             metadata: ObjectMeta {
-                name: Some(mirror_name(kid)),
+                generate_name: Some(mirror_name_prefix(kid)),
                 namespace: Some(self.namespace.clone()),
                 labels: Some(BTreeMap::from([
                     (
@@ -418,6 +736,17 @@ impl Mirror {
     }
 
     async fn event(&self, secret: &Secret, type_: EventType, reason: &str, note: String) {
+        self.event_on(&secret.object_ref(&()), type_, reason, note)
+            .await;
+    }
+
+    async fn event_on(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
             type_,
             reason: reason.into(),
@@ -425,55 +754,8 @@ impl Mirror {
             action: "MirrorKey".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &secret.object_ref(&())).await {
+        if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::debug!(error = %e, "failed to publish key-source event");
-        }
-    }
-
-    /// Restores the key material of a mirror Secret that no longer holds its kid's key
-    /// (edited by hand or by another tool): replaced from the ring's copy, only if the Secret
-    /// has not changed since it was listed.
-    async fn repair(
-        &self,
-        secret: &Secret,
-        kid: &Kid,
-        pair: &KeyPair,
-        active: bool,
-        report: &mut SyncReport,
-    ) -> Result<(), SyncError> {
-        let Some(mut desired) = self.desired_secret(kid, pair, active) else {
-            return Ok(());
-        };
-        desired.metadata = secret.metadata.clone();
-        desired.type_.clone_from(&secret.type_);
-        match self
-            .api
-            .replace(&secret.name_any(), &PostParams::default(), &desired)
-            .await
-        {
-            Ok(repaired) => {
-                tracing::warn!(
-                    secret = %repaired.name_any(),
-                    kid = %kid.short(),
-                    "a mirrored key Secret no longer held its key; restored from the ring"
-                );
-                self.event(
-                    &repaired,
-                    EventType::Warning,
-                    "MirrorRepaired",
-                    format!(
-                        "the key material did not match key {} of ring {}; restored from the ring",
-                        kid.short(),
-                        self.ring.name()
-                    ),
-                )
-                .await;
-                report.repaired.push(repaired.name_any());
-                Ok(())
-            }
-            // Changed meanwhile: the next poll looks again.
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            Err(e) => Err(self.kube_err(e)),
         }
     }
 
@@ -497,34 +779,64 @@ impl Mirror {
             .list(&ListParams::default().labels(&format!("{MIRROR_LABEL}=true")))
             .await
             .map_err(|e| self.kube_err(e))?;
-        let ours: Vec<Secret> = listed
+        // Labelled mirrors of this ring, with the kid they are filed under and whether their
+        // material proves it (labels and annotations alone prove nothing).
+        let ours: Vec<(Secret, Option<Kid>, bool)> = listed
             .items
             .into_iter()
             .filter(|s| {
                 s.annotations().get(RING_ANNOTATION).map(String::as_str) == Some(self.ring.name())
             })
+            .map(|s| {
+                let kid = s
+                    .annotations()
+                    .get(KID_ANNOTATION)
+                    .and_then(|k| Kid::parse(k).ok());
+                let proven = kid.as_ref().is_some_and(|k| mirrored_pair(&s, k).is_some());
+                (s, kid, proven)
+            })
             .collect();
-        let kid_of = |s: &Secret| s.annotations().get(KID_ANNOTATION).cloned();
+        let any_proven = ours.iter().any(|(_, _, proven)| *proven);
         // Keys of the index: create missing mirrors, fix the active flag, clear missing marks.
         let mut mirrored_in_index = 0usize;
         for entry in &index.keys {
             let Some(Ok(pair)) = self.cache.keys.get(&entry.kid) else {
                 continue;
             };
+            let pair = pair.clone();
             let active = index.active.as_ref() == Some(&entry.kid);
-            let existing = ours
+            let filed: Vec<&(Secret, Option<Kid>, bool)> = ours
                 .iter()
-                .find(|s| kid_of(s).as_deref() == Some(entry.kid.as_str()));
+                .filter(|(_, kid, _)| kid.as_ref() == Some(&entry.kid))
+                .collect();
+            let existing = filed
+                .iter()
+                .find(|(_, _, proven)| *proven)
+                .map(|(s, _, _)| s);
+            let unproven: Vec<Secret> = filed
+                .iter()
+                .filter(|(_, _, proven)| !*proven)
+                .map(|(s, _, _)| s.clone())
+                .collect();
+            for secret in &unproven {
+                let note = format!(
+                    "this Secret is labelled as the mirror of key {} of ring {} but does not hold that key: it is not used as the mirror and is left as it is",
+                    entry.kid.short(),
+                    self.ring.name()
+                );
+                self.warn_unproven(secret, "material_mismatch", note).await;
+            }
             match existing {
                 None => {
-                    let Some(secret) = self.desired_secret(&entry.kid, pair, active) else {
+                    let Some(secret) = self.desired_secret(&entry.kid, &pair, active) else {
                         continue;
                     };
                     match self.api.create(&PostParams::default(), &secret).await {
                         Ok(created) => {
                             mirrored_in_index += 1;
+                            report.active_mirrored |= active;
                             report.created.push(created.name_any());
-                            if active && !ours.is_empty() {
+                            if active && any_proven {
                                 // Mirrored and activated in one poll (`rotate --now`).
                                 report.activated = Some(created.name_any());
                                 self.activated_event(&created, entry).await;
@@ -536,26 +848,42 @@ impl Mirror {
                                 active,
                                 "mirrored a key of the fleet ring"
                             );
-                            self.event(
-                                &created,
-                                EventType::Normal,
-                                "KeyMirrored",
-                                format!(
-                                    "key {} ({}) of ring {} mirrored{}",
-                                    entry.kid.short(),
-                                    entry.fingerprint,
-                                    self.ring.name(),
-                                    if active { "; it seals" } else { "" }
-                                ),
-                            )
-                            .await;
+                            let (reason, note) = if unproven.is_empty() {
+                                (
+                                    "KeyMirrored",
+                                    format!(
+                                        "key {} ({}) of ring {} mirrored{}",
+                                        entry.kid.short(),
+                                        entry.fingerprint,
+                                        self.ring.name(),
+                                        if active { "; it seals" } else { "" }
+                                    ),
+                                )
+                            } else {
+                                report.repaired.push(created.name_any());
+                                (
+                                    "MirrorRepaired",
+                                    format!(
+                                        "key {} of ring {} mirrored anew: the Secret filed under it did not hold it (left as it is)",
+                                        entry.kid.short(),
+                                        self.ring.name()
+                                    ),
+                                )
+                            };
+                            self.event(&created, EventType::Normal, reason, note).await;
                         }
                         Err(kube::Error::Api(status)) if status.code == 409 => {
-                            // A Secret of that name exists without our label or ring: never
-                            // touch it.
+                            // The generated name was taken: try again at the next poll.
+                            self.state
+                                .metrics
+                                .key_source_mirror_conflicts
+                                .get_or_create(&KeyErrorLabels {
+                                    reason: "name_taken".to_owned(),
+                                })
+                                .inc();
                             tracing::warn!(
-                                secret = %mirror_name(&entry.kid),
-                                "cannot mirror key {}: a Secret of that name exists and is not a mirror of ring {}",
+                                kid = %entry.kid.short(),
+                                "cannot mirror key {} of ring {} yet: the generated name was taken; retrying at the next poll",
                                 entry.kid.short(),
                                 self.ring.name()
                             );
@@ -565,10 +893,7 @@ impl Mirror {
                 }
                 Some(secret) => {
                     mirrored_in_index += 1;
-                    if mirrored_pair(secret, &entry.kid).is_none() {
-                        self.repair(secret, &entry.kid, pair, active, report)
-                            .await?;
-                    }
+                    report.active_mirrored |= active;
                     let annotations = secret.annotations();
                     let active_now =
                         annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true");
@@ -602,11 +927,28 @@ impl Mirror {
             }
         }
         // Mirrors of keys no longer in the index: mark, then remove after the grace period,
-        // never the ring's last mirrored key.
+        // never the ring's last mirrored key, and only proven mirrors of a key this
+        // controller saw in the ring (a hand-made Secret is never touched).
         let now = jiff::Timestamp::now();
-        for secret in &ours {
-            let Some(kid) = kid_of(secret) else { continue };
-            if Kid::parse(&kid).is_ok_and(|k| index.entry(&k).is_some()) {
+        for (secret, kid, proven) in &ours {
+            if kid.as_ref().is_some_and(|k| index.entry(k).is_some()) {
+                continue;
+            }
+            let Some(kid) = kid.as_ref().filter(|k| self.cache.ever.contains(*k)) else {
+                let note = format!(
+                    "this Secret is labelled as a mirror of ring {} under a key the ring never listed: it opens like any key Secret, but it is not a mirror and is never changed nor removed",
+                    self.ring.name()
+                );
+                self.warn_unproven(secret, "unknown_kid", note).await;
+                continue;
+            };
+            if !proven {
+                let note = format!(
+                    "this Secret is labelled as the mirror of key {} of ring {} but does not hold that key: it is never changed nor removed",
+                    kid.short(),
+                    self.ring.name()
+                );
+                self.warn_unproven(secret, "material_mismatch", note).await;
                 continue;
             }
             let annotations = secret.annotations();
@@ -663,7 +1005,7 @@ impl Mirror {
                         "KeyRetired",
                         format!(
                             "key {} left ring {} over {} ago: its mirror is removed",
-                            &kid[..kid.len().min(12)],
+                            kid.short(),
                             self.ring.name(),
                             jiff::SignedDuration::try_from(self.retire_grace)
                                 .map(|d| format!("{d:#}"))
@@ -766,8 +1108,15 @@ pub async fn run(
         }
         was_leader = state.is_leader();
         if !was_leader {
-            // Followers read the mirror the leader writes; check again once leading.
-            next = tokio::time::Instant::now() + config.interval;
+            // Followers take the ring view from the ring-state Secret the leader writes, and
+            // the keys from the mirror; they poll the store once leading.
+            if let Err(e) = mirror.follow().await {
+                tracing::debug!(
+                    "reading the ring-state Secret failed: {}",
+                    crate::error_chain(&e)
+                );
+            }
+            next = tokio::time::Instant::now() + STATE_POLL.min(config.interval);
             continue;
         }
         last_poll = Some(tokio::time::Instant::now());

@@ -76,6 +76,18 @@ pub struct Readiness {
     /// The key loader found a valid mirror of a fleet ring (kept apart from `key_source`, so
     /// the order in which the loader and the key-source loop start does not matter).
     mirror_found: AtomicBool,
+    /// With a key source: why the ring's active key does not seal (the last verified one
+    /// seals instead, or none does), for `/readyz` and `/v1/cert.pem`.
+    sealing: Mutex<Option<SealingProblem>>,
+}
+
+/// Why the fleet ring's active key does not seal here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealingProblem {
+    /// Public text, e.g. `the ring's active key 0123456789ab is not mirrored: …`.
+    pub message: String,
+    /// Whether another (earlier verified) active key still seals.
+    pub sealing: bool,
 }
 
 /// The key source's part of readiness.
@@ -140,6 +152,19 @@ impl Readiness {
         self.key_source().filter(|s| !s.usable)
     }
 
+    /// Sets (or clears) why the fleet ring's active key does not seal.
+    pub fn set_sealing_problem(&self, problem: Option<SealingProblem>) {
+        *self.sealing.lock().unwrap_or_else(PoisonError::into_inner) = problem;
+    }
+
+    /// Why the fleet ring's active key does not seal, if it does not.
+    pub fn sealing_problem(&self) -> Option<SealingProblem> {
+        self.sealing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The key loader found a valid mirror of a fleet ring: keys can be served even while the
     /// ring cannot be read.
     pub fn key_source_mirror_found(&self) {
@@ -160,6 +185,8 @@ pub struct State {
     pub leader: Arc<AtomicBool>,
     /// Asks the key-source loop to check the ring now.
     pub refresh: crate::remote::Refresh,
+    /// With a key source: the ring view the sealing key is chosen from.
+    pub ring_view: crate::ringview::RingViews,
 }
 
 impl State {
@@ -171,6 +198,7 @@ impl State {
             readiness: Arc::new(Readiness::default()),
             leader: Arc::new(AtomicBool::new(false)),
             refresh: crate::remote::Refresh::default(),
+            ring_view: crate::ringview::RingViews::new(),
         }
     }
 

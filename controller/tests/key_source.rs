@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 use kseal_controller::config::KeySourceConfig;
 use kseal_controller::remote::{
-    ACTIVE_ANNOTATION, KID_ANNOTATION, MIRROR_LABEL, MISSING_SINCE_ANNOTATION, Mirror, mirror_name,
+    ACTIVE_ANNOTATION, KID_ANNOTATION, MIRROR_LABEL, MISSING_SINCE_ANNOTATION, Mirror,
+    mirror_name_prefix,
 };
 use kseal_controller::{Config, State};
 use kseal_keys::KeyPair;
@@ -81,6 +82,23 @@ fn kid(pair: &KeyPair) -> Kid {
     Kid::of(pair.public_key())
 }
 
+/// The mirror Secret filed under `pair`'s kid.
+async fn mirror_of(client: &Client, ns: &str, pair: &KeyPair) -> Secret {
+    mirrors(client, ns)
+        .await
+        .into_iter()
+        .find(|m| {
+            m.annotations().get(KID_ANNOTATION).map(String::as_str) == Some(kid(pair).as_str())
+        })
+        .unwrap()
+}
+
+/// Whether `name` is a generated mirror name for `pair`.
+fn is_mirror_name(name: &str, pair: &KeyPair) -> bool {
+    let prefix = mirror_name_prefix(&kid(pair));
+    name.starts_with(&prefix) && name.len() > prefix.len()
+}
+
 async fn wait_sealing_key(state: &State, pair: &KeyPair, keys: usize) {
     eventually(
         &format!("the ring holds {keys} keys and {} seals", pair.id()),
@@ -135,7 +153,7 @@ async fn brand_new_cluster_unseals_with_the_fleet_ring(client: Client) {
     let mirrors = mirrors(&client, &ctrl).await;
     assert_eq!(mirrors.len(), 1);
     let m = &mirrors[0];
-    assert_eq!(m.name_any(), mirror_name(&kid(key(0))));
+    assert!(is_mirror_name(&m.name_any(), key(0)), "{}", m.name_any());
     assert_eq!(m.type_.as_deref(), Some("kubernetes.io/tls"));
     assert_eq!(
         m.labels().get(SEALING_KEY_LABEL).map(String::as_str),
@@ -245,7 +263,7 @@ async fn rotation_is_picked_up_without_restart_and_old_keys_keep_opening() {
         .into_iter()
         .find(|m| m.annotations().get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true"))
         .unwrap();
-    assert_eq!(activated.name_any(), mirror_name(&kid(key(1))));
+    assert!(is_mirror_name(&activated.name_any(), key(1)));
     wait_event(&client, &ctrl, &activated.name_any(), "SealingKeyActivated").await;
 
     // Old and new seals both open, each with one RSA operation (the hint).
@@ -484,17 +502,14 @@ async fn a_key_that_left_the_ring_leaves_the_mirror_after_the_grace_but_never_th
     ring.retire(kid(key(1)).as_str(), 7).await.unwrap();
     let marked = mirror.sync().await.unwrap();
     assert!(marked.retired.is_empty(), "never at once");
-    let retiring = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get(&mirror_name(&kid(key(1))))
-        .await
-        .unwrap();
+    let retiring = mirror_of(&client, &ns, key(1)).await;
     assert!(
         retiring
             .annotations()
             .contains_key(MISSING_SINCE_ANNOTATION)
     );
     let removed = mirror.sync().await.unwrap();
-    assert_eq!(removed.retired, [mirror_name(&kid(key(1)))]);
+    assert_eq!(removed.retired, [retiring.name_any()]);
     assert_eq!(mirrors(&client, &ns).await.len(), 1);
 
     // An index that lost every key (written by hand): the last mirror stays.
@@ -514,7 +529,7 @@ async fn a_key_that_left_the_ring_leaves_the_mirror_after_the_grace_but_never_th
     assert!(kept.retired.is_empty());
     let left = mirrors(&client, &ns).await;
     assert_eq!(left.len(), 1, "the last key is never removed");
-    assert_eq!(left[0].name_any(), mirror_name(&kid(key(0))));
+    assert!(is_mirror_name(&left[0].name_any(), key(0)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -554,7 +569,8 @@ async fn a_bad_remote_key_is_skipped_and_counted_never_fatal() {
     let ns = namespace(&client, "kseal-ctrl").await;
     let (mut mirror, state) = mirror_through(&proxy, &prefix, &client, &ns, PATIENCE).await;
     let report = mirror.sync().await.unwrap();
-    assert_eq!(report.created, [mirror_name(&kid(key(0)))]);
+    assert_eq!(report.created.len(), 1);
+    assert!(is_mirror_name(&report.created[0], key(0)));
     let errors = state
         .metrics
         .key_load_errors
@@ -580,8 +596,9 @@ async fn the_mirror_never_touches_a_secret_it_does_not_own() {
     let server = TestApiServer::new();
     let client = server.client();
     let ns = namespace(&client, "kseal-ctrl").await;
+    // Under the name earlier versions gave the mirror (computable from the public index).
     let theirs: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": mirror_name(&kid(key(0))), "namespace": ns},
+        "metadata": {"name": format!("kseal-ring-{}", &kid(key(0)).as_str()[..16]), "namespace": ns},
         "stringData": {"note": "someone else's"}
     }))
     .unwrap();
@@ -589,7 +606,8 @@ async fn the_mirror_never_touches_a_secret_it_does_not_own() {
     let before = api.create(&PostParams::default(), &theirs).await.unwrap();
     let (mut mirror, _state) = mirror_through(&proxy, &prefix, &client, &ns, Duration::ZERO).await;
     let report = mirror.sync().await.unwrap();
-    assert!(report.created.is_empty());
+    assert_eq!(report.created.len(), 1, "mirrored under another name");
+    assert_ne!(report.created[0], before.name_any());
     let after = api.get(&before.name_any()).await.unwrap();
     assert_eq!(
         after.metadata.resource_version,
@@ -693,7 +711,8 @@ async fn a_listed_key_not_readable_yet_is_retried_at_every_poll() {
     let ns = namespace(&client, "kseal-ctrl").await;
     let (mut mirror, _state) = mirror_through(&proxy, &prefix, &client, &ns, PATIENCE).await;
     let first = mirror.sync().await.unwrap();
-    assert_eq!(first.created, [mirror_name(&kid(key(0)))]);
+    assert_eq!(first.created.len(), 1);
+    assert!(is_mirror_name(&first.created[0], key(0)));
 
     let entry = KeyEntry::from_pair(key(1)).unwrap();
     ring.store()
@@ -703,7 +722,8 @@ async fn a_listed_key_not_readable_yet_is_retried_at_every_poll() {
     let second = mirror.sync().await.unwrap();
     assert!(!second.index_read, "the index did not change");
     assert_eq!(second.keys_read, 1, "only the missing key is read again");
-    assert_eq!(second.created, [mirror_name(&kid(key(1)))]);
+    assert_eq!(second.created.len(), 1);
+    assert!(is_mirror_name(&second.created[0], key(1)));
     proxy.reset_counts();
     let third = mirror.sync().await.unwrap();
     assert_eq!(third.keys_read, 0);
@@ -726,7 +746,7 @@ async fn a_restart_over_its_mirror_reads_only_the_index() {
 
     // A tampered mirror: key 1's Secret now holds key 2, still filed under key 1's kid.
     let api = Api::<Secret>::namespaced(client.clone(), &ns);
-    let name = mirror_name(&kid(key(1)));
+    let name = mirror_of(&client, &ns, key(1)).await.name_any();
     let mut tampered = api.get(&name).await.unwrap();
     let data = tampered.data.as_mut().unwrap();
     data.insert(
@@ -744,7 +764,8 @@ async fn a_restart_over_its_mirror_reads_only_the_index() {
         "tls.crt".into(),
         k8s_openapi::ByteString(key(2).certificate().to_pem().into_bytes()),
     );
-    api.replace(&name, &PostParams::default(), &tampered)
+    let tampered = api
+        .replace(&name, &PostParams::default(), &tampered)
         .await
         .unwrap();
 
@@ -759,9 +780,15 @@ async fn a_restart_over_its_mirror_reads_only_the_index() {
     );
     assert_eq!(proxy.count("DescribeSecret"), 1);
     assert_eq!(proxy.count("GetSecretValue"), 2, "the index and key 1");
-    // The mirror restored key 1's Secret from the ring.
-    assert_eq!(report.repaired, std::slice::from_ref(&name));
-    let restored = api.get(&name).await.unwrap();
+    // Key 1 is mirrored anew; the tampered Secret is left as it is (it proves nothing).
+    assert_eq!(report.repaired.len(), 1);
+    let new_name = report.repaired[0].clone();
+    assert_ne!(new_name, name);
+    assert_eq!(
+        api.get(&name).await.unwrap().metadata.resource_version,
+        tampered.metadata.resource_version
+    );
+    let restored = api.get(&new_name).await.unwrap();
     let crt = &restored.data.as_ref().unwrap()["tls.crt"].0;
     assert_eq!(
         kseal_keys::Certificate::from_pem(std::str::from_utf8(crt).unwrap())
@@ -769,6 +796,577 @@ async fn a_restart_over_its_mirror_reads_only_the_index() {
             .id(),
         key(1).id()
     );
-    wait_event(&client, &ns, &name, "MirrorRepaired").await;
+    wait_event(&client, &ns, &new_name, "MirrorRepaired").await;
+    wait_event(&client, &ns, &name, "NotAMirror").await;
     assert!(restarted.sync().await.unwrap().repaired.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Only the ring seals: directory rings (no emulator needed), the test API server.
+
+/// A directory ring in a fresh temporary directory, seeded with `keys` (the first is active).
+async fn dir_ring(keys: &[&KeyPair]) -> (tempfile::TempDir, Location, Ring) {
+    let dir = tempfile::tempdir().unwrap();
+    let location =
+        Location::parse(&format!("dir://{}", dir.path().join("ring").display())).unwrap();
+    let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
+    for key in keys {
+        ring.push(key).await.unwrap();
+    }
+    (dir, location, ring)
+}
+
+fn dir_source(location: &Location, retire_grace: Duration) -> KeySourceConfig {
+    KeySourceConfig {
+        location: location.clone(),
+        interval: Duration::from_secs(3600),
+        retire_grace,
+        aws: AwsOptions::default(),
+    }
+}
+
+/// A mirror of a directory ring into `ns`, for sync-level tests.
+async fn dir_mirror(
+    location: &Location,
+    client: &Client,
+    ns: &str,
+    grace: Duration,
+) -> (Mirror, State) {
+    let ring = Ring::open(location, &AwsOptions::default()).await.unwrap();
+    let state = State::new();
+    let mirror = Mirror::new(
+        ring,
+        location.to_string(),
+        client.clone(),
+        ns,
+        "test",
+        grace,
+        state.clone(),
+    );
+    (mirror, state)
+}
+
+/// A key Secret as an attacker with write access to Secrets in the controller namespace would
+/// make it: Bitnami's label, the mirror label, and `annotations`.
+async fn forged_key_secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    pair: &KeyPair,
+    annotations: &[(&str, &str)],
+) -> Secret {
+    let mut secret = kseal_controller::keys::key_secret("x", ns, pair).unwrap();
+    secret.metadata.generate_name = None;
+    secret.metadata.name = Some(name.to_owned());
+    secret
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(MIRROR_LABEL.to_owned(), "true".to_owned());
+    secret.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap()
+}
+
+/// Replaces the ring's index with `index` (as a hand-written or half-written index would be).
+async fn write_index(ring: &Ring, index: &Index) {
+    let snapshot = ring.require_snapshot().await.unwrap();
+    ring.store()
+        .compare_and_swap(
+            &ring.index_name(),
+            &index.to_json(),
+            Some(&snapshot.version),
+            &[],
+        )
+        .await
+        .unwrap();
+}
+
+/// Adds `pair` to the ring's index as its active key without storing its key secret, as if
+/// the key secret were missing or unreadable.
+async fn activate_unreadable(ring: &Ring, pair: &KeyPair) {
+    let mut index = ring.require_snapshot().await.unwrap().index;
+    index
+        .keys
+        .push(IndexEntry::new(pair.certificate(), SystemTime::now()).unwrap());
+    index.active = Some(kid(pair));
+    write_index(ring, &index).await;
+}
+
+async fn cert_pem(state: &State) -> (http::StatusCode, String) {
+    call(state, "GET", "/v1/cert.pem").await
+}
+
+/// Refreshes until `check` holds (refreshes closer than a few seconds apart are merged).
+async fn refresh_until(state: &State, what: &str, check: impl Fn() -> bool) {
+    eventually(what, PATIENCE, || async {
+        state.refresh.request();
+        Ok(check().then_some(()))
+    })
+    .await
+    .unwrap();
+}
+
+/// Finding: a Secret labelled as the active mirror became the sealing key.
+async fn a_forged_mirror_opens_but_never_seals(client: Client) {
+    let (_dir, location, _ring) = dir_ring(&[older_key()]).await;
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let app = namespace(&client, "kseal-app").await;
+    let running = Running::start(
+        &client,
+        with_source(&ctrl, &[&app], dir_source(&location, PATIENCE)),
+    )
+    .await;
+    wait_sealing_key(&running.state, older_key(), 1).await;
+
+    // The attacker's key, labelled and annotated as the ring's active mirror, with and
+    // without the ring and kid annotations.
+    let ring_name = kseal_keystore::DEFAULT_RING;
+    let forged = forged_key_secret(
+        &client,
+        &ctrl,
+        "kseal-ring-forged",
+        key(1),
+        &[
+            (ACTIVE_ANNOTATION, "true"),
+            (kseal_controller::remote::RING_ANNOTATION, ring_name),
+            (KID_ANNOTATION, kid(key(1)).as_str()),
+        ],
+    )
+    .await;
+    forged_key_secret(
+        &client,
+        &ctrl,
+        "bare",
+        key(2),
+        &[(ACTIVE_ANNOTATION, "true")],
+    )
+    .await;
+    eventually("the forged keys are loaded", PATIENCE, || async {
+        Ok((running.state.keys.ring().len() == 3).then_some(()))
+    })
+    .await
+    .unwrap();
+    let check = || async {
+        assert_eq!(
+            running.state.keys.ring().sealing_key().unwrap().id(),
+            older_key().id(),
+            "only the ring's active key seals"
+        );
+        let (status, pem) = cert_pem(&running.state).await;
+        assert_eq!(status, http::StatusCode::OK);
+        assert_eq!(pem, older_key().certificate().to_pem());
+    };
+    check().await;
+    refresh_until(&running.state, "a sync saw the forged mirror", || {
+        running
+            .state
+            .metrics
+            .encode()
+            .contains("kseal_key_source_mirror_conflicts_total{reason=\"unknown_kid\"} 1")
+    })
+    .await;
+    check().await;
+
+    // The forged keys still open (a manual import works the same way) ...
+    create_ss(
+        &client,
+        &seal(&secret(&app, "imported", &[("a", "1")]), key(1)),
+    )
+    .await;
+    wait_secret(&client, &app, "imported", "secret imported unsealed", |s| {
+        data_of(s) == map(&[("a", "1")])
+    })
+    .await;
+    // ... and are never changed nor removed by the mirror.
+    let after = Api::<Secret>::namespaced(client.clone(), &ctrl)
+        .get(&forged.name_any())
+        .await
+        .unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        forged.metadata.resource_version
+    );
+    wait_event(&client, &ctrl, &forged.name_any(), "NotAMirror").await;
+    running.stop().await;
+    delete_namespace(&client, &app).await;
+    delete_namespace(&client, &ctrl).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_mirror_opens_but_never_seals_on_the_test_server() {
+    a_forged_mirror_opens_but_never_seals(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_mirror_opens_but_never_seals_on_a_real_apiserver() {
+    if let Some(client) = real_client("a_forged_mirror_opens_but_never_seals").await {
+        a_forged_mirror_opens_but_never_seals(client).await;
+    }
+}
+
+/// Finding: when the active entry cannot be mirrored, a key never activated sealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a_restart() {
+    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let config = || with_source(&ctrl, &[&ctrl], dir_source(&location, PATIENCE));
+    let running = Running::start(&client, config()).await;
+    wait_sealing_key(&running.state, older_key(), 1).await;
+
+    // A newer key pushed on purpose without activation, then an active key whose key secret
+    // is missing.
+    ring.push(key(1)).await.unwrap();
+    activate_unreadable(&ring, key(2)).await;
+    // Until the change is seen: either the newer key seals (the finding) or the controller
+    // says why the active key does not.
+    eventually("the ring's change is seen", PATIENCE, || async {
+        running.state.refresh.request();
+        let (_, body) = call(&running.state, "GET", "/readyz").await;
+        let (_, pem) = cert_pem(&running.state).await;
+        Ok((running.state.keys.ring().len() == 2
+            && (pem == key(1).certificate().to_pem() || body.contains(kid(key(2)).short())))
+        .then_some(()))
+    })
+    .await
+    .unwrap();
+    let sealing = running
+        .state
+        .keys
+        .ring()
+        .sealing_key()
+        .map(|k| k.id().clone());
+    assert_eq!(
+        sealing.as_ref(),
+        Some(older_key().id()),
+        "the last verified active key seals, never the newest"
+    );
+    let (status, body) = call(&running.state, "GET", "/readyz").await;
+    assert_eq!(status, http::StatusCode::OK, "{body}");
+    assert!(body.contains(kid(key(2)).short()), "{body}");
+    assert!(body.contains("keeps sealing"), "{body}");
+    assert!(
+        running
+            .state
+            .metrics
+            .encode()
+            .contains("kseal_key_source_active_unavailable 1")
+    );
+    let ring_state = Api::<Secret>::namespaced(client.clone(), &ctrl)
+        .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(ring_state.len(), 1);
+    wait_event(
+        &client,
+        &ctrl,
+        &ring_state[0].name_any(),
+        "ActiveKeyUnavailable",
+    )
+    .await;
+    running.stop().await;
+
+    // A restart remembers the last verified active key from the ring-state Secret.
+    let restarted = Running::start(&client, config()).await;
+    wait_ready(&restarted.state).await;
+    refresh_until(&restarted.state, "the restart read the ring", || {
+        restarted
+            .state
+            .metrics
+            .encode()
+            .contains("kseal_key_source_active_unavailable 1")
+    })
+    .await;
+    assert_eq!(
+        restarted
+            .state
+            .keys
+            .ring()
+            .sealing_key()
+            .map(|k| k.id().clone())
+            .as_ref(),
+        Some(older_key().id())
+    );
+    let (_, pem) = cert_pem(&restarted.state).await;
+    assert_eq!(pem, older_key().certificate().to_pem());
+    restarted.stop().await;
+}
+
+/// A cluster that never verified an active key seals with nothing rather than guess.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_verified_active_key_nothing_seals() {
+    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    ring.push(key(1)).await.unwrap();
+    activate_unreadable(&ring, key(2)).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let running = Running::start(
+        &client,
+        with_source(&ctrl, &[&ctrl], dir_source(&location, PATIENCE)),
+    )
+    .await;
+    let (status, body) = eventually("the ring's keys are mirrored", PATIENCE, || async {
+        let (status, body) = cert_pem(&running.state).await;
+        Ok((running.state.keys.ring().len() == 2
+            && (status == http::StatusCode::OK || body.contains(kid(key(2)).short())))
+        .then_some((status, body)))
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, http::StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body.contains("no active key of the ring was verified"),
+        "{body}"
+    );
+    assert!(running.state.keys.ring().sealing_key().is_none());
+    assert!(
+        running
+            .state
+            .metrics
+            .encode()
+            .contains("kseal_key_source_active_unavailable 1")
+    );
+    running.stop().await;
+}
+
+/// Finding: `kseal-ring-<16 hex>` was computable from the public index, so a Secret created
+/// under it first kept the key out; and a labelled Secret under the kid was "repaired".
+async fn squatted_mirror_names_cost_a_warning_never_the_key(client: Client) {
+    let (_dir, location, _ring) = dir_ring(&[key(0)]).await;
+    let ns = namespace(&client, "kseal-ctrl").await;
+    let api = Api::<Secret>::namespaced(client.clone(), &ns);
+    let old_name = format!("kseal-ring-{}", &kid(key(0)).as_str()[..16]);
+    let squat: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": old_name, "namespace": ns},
+        "stringData": {"note": "first"}
+    }))
+    .unwrap();
+    let squat = api.create(&PostParams::default(), &squat).await.unwrap();
+    let labelled = forged_key_secret(
+        &client,
+        &ns,
+        "kseal-ring-labelled",
+        key(1),
+        &[
+            (
+                kseal_controller::remote::RING_ANNOTATION,
+                kseal_keystore::DEFAULT_RING,
+            ),
+            (KID_ANNOTATION, kid(key(0)).as_str()),
+            (ACTIVE_ANNOTATION, "true"),
+        ],
+    )
+    .await;
+
+    let (mut mirror, state) = dir_mirror(&location, &client, &ns, Duration::ZERO).await;
+    let report = mirror.sync().await.unwrap();
+    assert_eq!(report.created.len(), 1, "{report:?}");
+    let name = &report.created[0];
+    let prefix = format!("kseal-ring-{}-", &kid(key(0)).as_str()[..12]);
+    assert!(
+        name.starts_with(&prefix) && name.len() > prefix.len(),
+        "{name}"
+    );
+    let mirror_secret = api.get(name).await.unwrap();
+    assert_eq!(
+        mirror_secret
+            .annotations()
+            .get(KID_ANNOTATION)
+            .map(String::as_str),
+        Some(kid(key(0)).as_str())
+    );
+    for before in [&squat, &labelled] {
+        let after = api.get(&before.name_any()).await.unwrap();
+        assert_eq!(
+            after.metadata.resource_version,
+            before.metadata.resource_version,
+            "{} untouched",
+            before.name_any()
+        );
+    }
+    assert!(
+        state
+            .metrics
+            .encode()
+            .contains("kseal_key_source_mirror_conflicts_total{reason=\"material_mismatch\"} 1"),
+        "{}",
+        state.metrics.encode()
+    );
+    wait_event(&client, &ns, &labelled.name_any(), "NotAMirror").await;
+    // One warning, not one per poll.
+    let again = mirror.sync().await.unwrap();
+    assert!(again.created.is_empty());
+    assert_eq!(
+        events(&client, &ns, &labelled.name_any(), "NotAMirror")
+            .await
+            .len(),
+        1
+    );
+    delete_namespace(&client, &ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn squatted_mirror_names_cost_a_warning_on_the_test_server() {
+    squatted_mirror_names_cost_a_warning_never_the_key(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn squatted_mirror_names_cost_a_warning_on_a_real_apiserver() {
+    if let Some(client) = real_client("squatted_mirror_names_cost_a_warning_never_the_key").await {
+        squatted_mirror_names_cost_a_warning_never_the_key(client).await;
+    }
+}
+
+/// Finding: a hand-made Secret with the mirror label, the ring annotation and a kid the index
+/// lacks was deleted after the retire grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_whose_kid_was_never_in_the_ring_is_never_retired() {
+    let (_dir, location, _ring) = dir_ring(&[key(0)]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    let ns = namespace(&client, "kseal-ctrl").await;
+    let api = Api::<Secret>::namespaced(client.clone(), &ns);
+    let ring_name = kseal_keystore::DEFAULT_RING;
+    let long_ago = "2020-01-01T00:00:00Z";
+    let hand_made = forged_key_secret(
+        &client,
+        &ns,
+        "kseal-ring-handmade",
+        key(1),
+        &[
+            (kseal_controller::remote::RING_ANNOTATION, ring_name),
+            (KID_ANNOTATION, kid(key(1)).as_str()),
+        ],
+    )
+    .await;
+    let marked = forged_key_secret(
+        &client,
+        &ns,
+        "kseal-ring-marked",
+        key(2),
+        &[
+            (kseal_controller::remote::RING_ANNOTATION, ring_name),
+            (KID_ANNOTATION, kid(key(2)).as_str()),
+            (MISSING_SINCE_ANNOTATION, long_ago),
+        ],
+    )
+    .await;
+    let (mut mirror, _state) = dir_mirror(&location, &client, &ns, Duration::ZERO).await;
+    for _ in 0..3 {
+        let report = mirror.sync().await.unwrap();
+        assert!(report.retired.is_empty(), "{report:?}");
+    }
+    for before in [&hand_made, &marked] {
+        let after = api.get(&before.name_any()).await.unwrap();
+        assert_eq!(
+            after.metadata.resource_version,
+            before.metadata.resource_version,
+            "{} untouched",
+            before.name_any()
+        );
+        assert_eq!(
+            events(&client, &ns, &before.name_any(), "NotAMirror")
+                .await
+                .len(),
+            1
+        );
+    }
+}
+
+/// The kids seen in the ring survive a restart (ring-state Secret): a key retired while the
+/// controller was down still leaves the mirror after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_mirror_still_retires_a_key_it_saw_before_the_restart() {
+    let (_dir, location, ring) = dir_ring(&[key(0), key(1)]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    let ns = namespace(&client, "kseal-ctrl").await;
+    let (mut first, _state) = dir_mirror(&location, &client, &ns, Duration::ZERO).await;
+    assert_eq!(first.sync().await.unwrap().created.len(), 2);
+    drop(first);
+    ring.retire(kid(key(1)).as_str(), 7).await.unwrap();
+
+    let (mut restarted, _state) = dir_mirror(&location, &client, &ns, Duration::ZERO).await;
+    assert!(
+        restarted.sync().await.unwrap().retired.is_empty(),
+        "never at once"
+    );
+    let removed = restarted.sync().await.unwrap();
+    assert_eq!(removed.retired.len(), 1, "{removed:?}");
+    let left = mirrors(&client, &ns).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(
+        left[0]
+            .annotations()
+            .get(KID_ANNOTATION)
+            .map(String::as_str),
+        Some(kid(key(0)).as_str())
+    );
+}
+
+/// A follower seals with the key the leader's ring view names, read from the ring-state
+/// Secret, never with a newer labelled key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_takes_the_ring_view_from_the_ring_state_secret() {
+    let (dir, location, ring) = dir_ring(&[older_key()]).await;
+    ring.push(key(1)).await.unwrap();
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let config = || with_source(&ctrl, &[&ctrl], dir_source(&location, PATIENCE));
+    let leader = Running::start(&client, config()).await;
+    wait_sealing_key(&leader.state, older_key(), 2).await;
+    let follower = Running::start_as(&client, config(), false).await;
+    wait_sealing_key(&follower.state, older_key(), 2).await;
+    wait_ready(&follower.state).await;
+    let view = follower.state.ring_view.current().unwrap();
+    assert_eq!(view.active, Some(kid(older_key())));
+    assert!(view.kids.contains(&kid(key(1))));
+    // The ring-state Secret holds the index exactly as read.
+    let states = Api::<Secret>::namespaced(client.clone(), &ctrl)
+        .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(states.len(), 1);
+    let text = std::fs::read(dir.path().join("ring").join("index.json")).unwrap();
+    assert_eq!(states[0].data.as_ref().unwrap()["index.json"].0, text);
+    // Removed, it is written again at the leader's next poll.
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    api.delete(&states[0].name_any(), &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        "the ring-state Secret is written again",
+        PATIENCE,
+        || async {
+            leader.state.refresh.request();
+            Ok(api
+                .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
+                .await?
+                .items
+                .into_iter()
+                .next())
+        },
+    )
+    .await
+    .unwrap();
+    follower.stop().await;
+    leader.stop().await;
 }

@@ -151,6 +151,8 @@ pub struct KeyRing {
     keys: Vec<KeyPair>,
     /// The key chosen to seal instead of the newest (a fleet ring's active key).
     preferred: Option<KeyId>,
+    /// No key seals (a fleet ring whose active key cannot be used here); every key opens.
+    sealing_disabled: bool,
 }
 
 impl KeyRing {
@@ -204,8 +206,24 @@ impl KeyRing {
     }
 
     /// The key that seals new values: the one chosen with [`KeyRing::set_sealing_key`], else
-    /// the newest.
+    /// the newest; none after [`KeyRing::disable_sealing`].
     pub fn sealing_key(&self) -> Option<&KeyPair> {
+        if self.sealing_disabled {
+            return None;
+        }
+        self.preferred_key()
+    }
+
+    /// No key seals from now on ([`KeyRing::sealing_key`] is `None`), while every key still
+    /// opens: for a fleet ring whose active key is not usable, rather than sealing with a key
+    /// the ring never activated.
+    pub fn disable_sealing(&mut self) {
+        self.sealing_disabled = true;
+    }
+
+    /// The key chosen with [`KeyRing::set_sealing_key`], else the newest, even when sealing
+    /// is disabled (it is tried first when opening, and keys the controller's data MACs).
+    pub fn preferred_key(&self) -> Option<&KeyPair> {
         self.preferred
             .as_ref()
             .and_then(|id| self.get(id))

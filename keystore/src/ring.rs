@@ -221,6 +221,16 @@ impl Ring {
         }))
     }
 
+    /// Reads the index at `version` (current when `None`) as text, exactly as stored, with the
+    /// version read; `None` for a ring with no index. The caller parses (and will verify) it.
+    pub async fn snapshot_text(
+        &self,
+        version: Option<&Version>,
+    ) -> Result<Option<(String, Version)>> {
+        let read = self.store.read(&self.index_name(), version).await?;
+        Ok(read.map(|(text, version)| (text.as_str().to_owned(), version)))
+    }
+
     /// Reads the index, failing with a clear message when the ring does not exist.
     pub async fn require_snapshot(&self) -> Result<Snapshot> {
         self.snapshot(None).await?.ok_or_else(|| Error::NotFound {

@@ -1,0 +1,166 @@
+//! The ring view: what this controller trusts about the fleet key ring (`--key-source`).
+//!
+//! With a key source, the ring's index is the single source of trust: only the index's active
+//! key seals, and only Secrets whose key material hashes to a kid of the index are the ring's
+//! mirrors. Every index the controller uses goes through one function, [`parse_ring_state`],
+//! whether the leader read it from the store or a replica read the leader's copy in the
+//! ring-state Secret; index signatures will be verified there.
+//!
+//! The ring-state Secret (label `kseal.dev/ring-state=true`, annotation `kseal.dev/ring`,
+//! created by the leader under a generated name) holds the index text exactly as read
+//! (`index.json`), every kid this controller ever saw in the index (`kids-ever`, one per line)
+//! and the last active kid whose mirror it verified (`last-active`). Followers, and the leader
+//! at start before the store answers, derive their view from it. Until the index is signed it
+//! is only as trustworthy as write access to Secrets in the controller namespace; the leader's
+//! own view, read from the store, always wins over it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use kseal_keystore::{Index, Kid};
+use tokio::sync::watch;
+
+/// Label on the ring-state Secret.
+pub const RING_STATE_LABEL: &str = "kseal.dev/ring-state";
+/// `index.json`: the ring's index exactly as read from the store.
+pub const INDEX_ITEM: &str = "index.json";
+/// `kids-ever`: every kid the controller saw in the index, one per line.
+pub const KIDS_EVER_ITEM: &str = "kids-ever";
+/// `last-active`: the last active kid whose mirror the leader verified.
+pub const LAST_ACTIVE_ITEM: &str = "last-active";
+/// Name prefix of the ring-state Secret (the API server adds a random suffix).
+pub const RING_STATE_PREFIX: &str = "kseal-ring-state-";
+
+/// Parses an index the controller is about to trust: from the store, or from a ring-state
+/// Secret. `ring` is the ring it must belong to (`None`: a directory ring, which may hold a
+/// copy of any ring). The one place where index signatures will be verified.
+pub fn parse_ring_state(index_text: &str, ring: Option<&str>) -> kseal_keystore::Result<Index> {
+    let expected = match ring {
+        Some(ring) => ring.to_owned(),
+        None => serde_json::from_str::<serde_json::Value>(index_text)
+            .ok()
+            .and_then(|v| v.get("ring").and_then(|r| r.as_str()).map(str::to_owned))
+            .unwrap_or_default(),
+    };
+    Index::parse(index_text, &expected, "the ring index")
+}
+
+/// What the controller trusts about the fleet ring: derived from an index that went through
+/// [`parse_ring_state`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingView {
+    /// The ring's name (as the index says).
+    pub ring: String,
+    /// When the index was written.
+    pub updated: jiff::Timestamp,
+    /// The key that seals, as the index names it.
+    pub active: Option<Kid>,
+    /// Every key of the index.
+    pub kids: BTreeSet<Kid>,
+    /// Every key this controller ever saw in the index (a superset of `kids`): only a mirror
+    /// of one of these is ever retired.
+    pub ever: BTreeSet<Kid>,
+    /// The last active key whose mirror was verified: it keeps sealing while the index's
+    /// active key cannot be mirrored.
+    pub last_active: Option<Kid>,
+}
+
+impl RingView {
+    /// The view of `index`, with the kids seen before (`ever`) and the last verified active
+    /// key.
+    pub fn new(index: &Index, ever: &BTreeSet<Kid>, last_active: Option<Kid>) -> Self {
+        let kids: BTreeSet<Kid> = index.keys.iter().map(|e| e.kid.clone()).collect();
+        let ever = ever.union(&kids).cloned().collect();
+        Self {
+            ring: index.ring.clone(),
+            updated: index.updated,
+            active: index.active.clone(),
+            kids,
+            ever,
+            last_active,
+        }
+    }
+
+    /// Whether `kid` is a key of the index.
+    pub fn contains(&self, kid: &Kid) -> bool {
+        self.kids.contains(kid)
+    }
+}
+
+/// Parses `kids-ever`: one kid per line; lines that are not kids are skipped.
+pub fn parse_kids(text: &str) -> BTreeSet<Kid> {
+    text.lines()
+        .filter_map(|l| Kid::parse(l.trim()).ok())
+        .collect()
+}
+
+/// Formats `kids-ever`.
+pub fn format_kids(kids: &BTreeSet<Kid>) -> String {
+    kids.iter().map(|k| format!("{k}\n")).collect()
+}
+
+/// The current ring view, shared by the key-source loop (which publishes it) and the key
+/// loader (which picks the sealing key from it). `None` until an index was read.
+#[derive(Clone, Debug)]
+pub struct RingViews {
+    tx: Arc<watch::Sender<Option<Arc<RingView>>>>,
+}
+
+impl RingViews {
+    /// No view yet.
+    pub fn new() -> Self {
+        let (tx, _rx) = watch::channel(None);
+        Self { tx: Arc::new(tx) }
+    }
+
+    /// The current view.
+    pub fn current(&self) -> Option<Arc<RingView>> {
+        self.tx.borrow().clone()
+    }
+
+    /// Publishes `view` (subscribers are woken only when it changed).
+    pub fn publish(&self, view: RingView) {
+        self.tx.send_if_modified(|current| {
+            if current.as_deref() == Some(&view) {
+                return false;
+            }
+            *current = Some(Arc::new(view));
+            true
+        });
+    }
+
+    /// Notified whenever the view changes.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Arc<RingView>>> {
+        self.tx.subscribe()
+    }
+}
+
+impl Default for RingViews {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kids_ever_round_trips_and_skips_garbage() {
+        let a = Kid::parse(&"a".repeat(64)).unwrap();
+        let b = Kid::parse(&"b".repeat(64)).unwrap();
+        let kids = BTreeSet::from([a.clone(), b.clone()]);
+        let text = format_kids(&kids);
+        assert_eq!(parse_kids(&text), kids);
+        assert_eq!(parse_kids(&format!("junk\n{a}\n\n")), BTreeSet::from([a]));
+    }
+
+    #[test]
+    fn a_ring_state_of_another_ring_is_refused() {
+        let index = Index::empty("kseal/other", std::time::SystemTime::now());
+        assert!(parse_ring_state(&index.to_json(), Some("kseal/fleet")).is_err());
+        assert!(parse_ring_state(&index.to_json(), Some("kseal/other")).is_ok());
+        assert!(parse_ring_state(&index.to_json(), None).is_ok());
+        assert!(parse_ring_state("{}", None).is_err());
+    }
+}
