@@ -248,6 +248,7 @@ impl Controller {
             interval: INTERVAL,
             retire_grace: Duration::from_secs(168 * 3600),
             aws: aws(endpoint),
+            anchor: None,
         };
         config.key_source = Some(source);
         let config = Arc::new(config);

@@ -81,6 +81,11 @@ pub struct Args {
     /// stays)
     #[arg(long, env = env::KSEAL_KEY_SOURCE_RETIRE_GRACE, default_value = "168h", value_parser = parse_duration, value_name = "DURATION")]
     pub key_source_retire_grace: Duration,
+    /// The key ring's trust anchor (a kid, as `kseal keys trust` prints it): only an index
+    /// whose signed history starts there is used. Without it the anchor of the first signed
+    /// history read is pinned (and said so in a log line, an Event and a metric)
+    #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
+    pub ring_anchor: Option<String>,
     /// AWS region of the key ring (default: the URL's ?region=, then AWS_REGION)
     #[arg(long, env = env::KSEAL_AWS_REGION, value_name = "REGION")]
     pub aws_region: Option<String>,
@@ -249,6 +254,9 @@ pub struct KeySourceConfig {
     pub retire_grace: Duration,
     /// How to reach AWS.
     pub aws: kseal_keystore::AwsOptions,
+    /// `--ring-anchor`: the anchor every index's history must start at (`None`: pinned on
+    /// first use).
+    pub anchor: Option<kseal_keystore::Kid>,
 }
 
 /// Why a configuration is invalid.
@@ -411,6 +419,14 @@ impl Config {
                 }
                 let location = kseal_keystore::Location::parse(url)
                     .map_err(|e| ConfigError::KeySource(e.to_string()))?;
+                let anchor = match args.ring_anchor.as_deref().map(str::trim) {
+                    None | Some("") => None,
+                    Some(text) => Some(kseal_keystore::Kid::parse(text).map_err(|_| {
+                        ConfigError::KeySource(format!(
+                            "--ring-anchor {text:?} is not a kid: 64 lowercase hex characters, as `kseal keys trust` prints it"
+                        ))
+                    })?),
+                };
                 Some(KeySourceConfig {
                     location,
                     interval: args.key_source_interval,
@@ -421,6 +437,7 @@ impl Config {
                         assume_role: args.aws_assume_role.filter(|r| !r.is_empty()),
                         ..kseal_keystore::AwsOptions::default()
                     },
+                    anchor,
                 })
             }
         };

@@ -29,6 +29,8 @@ pub const KSEAL_KEY_SOURCE: &str = "KSEAL_KEY_SOURCE";
 pub const KSEAL_KEY_SOURCE_INTERVAL: &str = "KSEAL_KEY_SOURCE_INTERVAL";
 /// `--key-source-retire-grace`.
 pub const KSEAL_KEY_SOURCE_RETIRE_GRACE: &str = "KSEAL_KEY_SOURCE_RETIRE_GRACE";
+/// `--ring-anchor`.
+pub const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
 /// `--aws-region`.
 pub const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
 /// `--aws-endpoint-url`.

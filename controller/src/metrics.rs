@@ -130,6 +130,15 @@ pub struct Metrics {
     /// are not proven ones, or names taken: `material_mismatch` (filed under a kid of the ring
     /// with other key material), `unknown_kid` (a kid the ring never listed), `name_taken`.
     pub key_source_mirror_conflicts: Family<KeyErrorLabels, Counter>,
+    /// `kseal_key_source_ring_signed`: 1 when the ring's index is a signed history, 0 for an
+    /// unsigned index of an older kseal (its keys open; run `kseal keys sign`).
+    pub key_source_ring_signed: Gauge,
+    /// `kseal_key_source_ring_version`: the newest signed index version accepted (an older one
+    /// is refused as a rollback).
+    pub key_source_ring_version: Gauge,
+    /// `kseal_key_source_ring_anchor_pinned`: 1 once the ring's trust anchor was pinned on
+    /// first use (no `--ring-anchor`); 0 while none is, or when `--ring-anchor` gave it.
+    pub key_source_ring_anchor_pinned: Gauge,
 }
 
 /// Labels of `kseal_key_source_requests_total`.
@@ -174,6 +183,9 @@ impl Metrics {
             key_source_ring_keys: Gauge::default(),
             key_source_key_age_seconds: Family::default(),
             key_source_active_unavailable: Gauge::default(),
+            key_source_ring_signed: Gauge::default(),
+            key_source_ring_version: Gauge::default(),
+            key_source_ring_anchor_pinned: Gauge::default(),
             key_source_mirror_conflicts: Family::default(),
             registry: Registry::default(),
         };
@@ -273,6 +285,21 @@ impl Metrics {
                 "key_source_active_unavailable",
                 "1 while the fleet ring's active key cannot seal here (the last verified active key seals, or none)",
                 m.key_source_active_unavailable.clone(),
+            );
+            r.register(
+                "key_source_ring_signed",
+                "1 when the fleet ring's index is a signed history, 0 when it is unsigned (older kseal)",
+                m.key_source_ring_signed.clone(),
+            );
+            r.register(
+                "key_source_ring_version",
+                "The newest signed version of the fleet ring's index accepted",
+                m.key_source_ring_version.clone(),
+            );
+            r.register(
+                "key_source_ring_anchor_pinned",
+                "1 once the fleet ring's trust anchor was pinned on first use (no --ring-anchor)",
+                m.key_source_ring_anchor_pinned.clone(),
             );
             r.register(
                 "key_source_mirror_conflicts",

@@ -33,7 +33,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 use kseal_keys::KeyPair;
-use kseal_keystore::{Index, IndexEntry, KeyEntry, Kid, Ring, Version};
+use kseal_keystore::{Index, IndexEntry, KeyEntry, Kid, Ring, Verified, Version};
 use kube::api::{
     Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -44,8 +44,8 @@ use tokio::sync::{Notify, watch};
 use crate::keys::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
 use crate::metrics::{KeyErrorLabels, KeySourceLabels};
 use crate::ringview::{
-    INDEX_ITEM, KIDS_EVER_ITEM, LAST_ACTIVE_ITEM, RING_STATE_LABEL, RING_STATE_PREFIX, RingView,
-    format_kids, parse_kids, parse_ring_state,
+    INDEX_ITEM, KIDS_EVER_ITEM, LAST_ACTIVE_ITEM, Pin, RING_STATE_LABEL, RING_STATE_PREFIX,
+    RingView, format_kids, parse_kids, parse_ring_state,
 };
 use crate::state::State;
 
@@ -151,6 +151,8 @@ struct Cache {
     warned: HashSet<(String, &'static str)>,
     /// The active-key problem last warned about.
     active_warned: Option<String>,
+    /// A `RingAnchorPinned` note waiting for the ring-state Secret to attach to.
+    pin_event_pending: Option<String>,
 }
 
 /// The key-source mirror: the ring, where to mirror it, and what it remembers.
@@ -165,6 +167,8 @@ pub struct Mirror {
     cache: Cache,
     /// The ring an index must belong to (`None`: a directory ring holds a copy of any ring).
     expected_ring: Option<String>,
+    /// The anchor and version floor every index must satisfy.
+    pin: Pin,
 }
 
 fn count(state: &State, operation: &'static str, outcome: &'static str) {
@@ -253,6 +257,7 @@ impl Mirror {
         };
         Self {
             expected_ring,
+            pin: Pin::configured(ring.trust().anchor().cloned()),
             ring,
             source,
             namespace: namespace.to_owned(),
@@ -273,6 +278,7 @@ impl Mirror {
                 state_ref: None,
                 warned: HashSet::new(),
                 active_warned: None,
+                pin_event_pending: None,
             },
         }
     }
@@ -325,8 +331,10 @@ impl Mirror {
                         ring: self.ring.name().to_owned(),
                         store: self.ring.store().describe(),
                     })?;
-            let index = parse_ring_state(&text, self.expected_ring.as_deref())
-                .map_err(|e| self.store_err(e))?;
+            let (index, verified) =
+                parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
+                    .map_err(|e| self.store_err(e))?;
+            self.accepted(&verified).await;
             report.index_read = true;
             self.cache
                 .ever
@@ -360,6 +368,17 @@ impl Mirror {
     /// with the newest `updated` (several can exist: a leader's, a stale one, a forged one;
     /// until the index is signed a forged one is as good as write access to Secrets here).
     pub async fn load_state(&self) -> Result<Option<FoundState>, SyncError> {
+        self.load_state_with(false).await.map(|(found, _)| found)
+    }
+
+    /// [`Mirror::load_state`]; with `pin_on_first_use` (a follower without a pinned anchor)
+    /// also the anchor of the first signed history found, for the caller to pin.
+    async fn load_state_with(
+        &self,
+        pin_on_first_use: bool,
+    ) -> Result<(Option<FoundState>, Option<Kid>), SyncError> {
+        let trust = self.pin.trust();
+        let mut first_anchor = None;
         let listed = self
             .api
             .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
@@ -386,8 +405,13 @@ impl Mirror {
             let Some(text) = item(INDEX_ITEM) else {
                 continue;
             };
-            let index = match parse_ring_state(&text, self.expected_ring.as_deref()) {
-                Ok(index) => index,
+            let index = match parse_ring_state(&text, self.expected_ring.as_deref(), &trust) {
+                Ok((index, verified)) => {
+                    if pin_on_first_use && let Verified::Signed { anchor, .. } = &verified {
+                        first_anchor.get_or_insert_with(|| anchor.clone());
+                    }
+                    index
+                }
                 Err(e) => {
                     tracing::warn!(secret = %secret.name_any(), "ignoring a ring-state Secret: {}", crate::error_chain(&e));
                     continue;
@@ -408,15 +432,81 @@ impl Mirror {
                 name: secret.name_any(),
             });
         }
-        Ok(best)
+        Ok((best, first_anchor))
     }
 
     /// A follower's poll: publishes the ring-state Secret's view.
-    pub async fn follow(&self) -> Result<(), SyncError> {
-        if let Some(found) = self.load_state().await? {
+    pub async fn follow(&mut self) -> Result<(), SyncError> {
+        let pin_on_first_use = self.pin.anchor.is_none();
+        let (found, anchor) = self.load_state_with(pin_on_first_use).await?;
+        if let Some(anchor) = anchor {
+            // Re-read under the pin, so a ring-state Secret of another history is left out.
+            self.pin_anchor(anchor, "the leader's ring-state Secret")
+                .await;
+            if let Some(found) = self.load_state().await? {
+                self.state.ring_view.publish(found.view);
+            }
+            return Ok(());
+        }
+        if let Some(found) = found {
             self.state.ring_view.publish(found.view);
         }
         Ok(())
+    }
+
+    /// Records an index accepted from the store: the version floor, and the anchor when this
+    /// is the first signed history this controller accepts.
+    async fn accepted(&mut self, verified: &Verified) {
+        self.state
+            .metrics
+            .key_source_ring_signed
+            .set(i64::from(matches!(verified, Verified::Signed { .. })));
+        if matches!(verified, Verified::Unsigned) {
+            tracing::warn!(
+                ring = %self.ring.name(),
+                "the ring's index is not signed (written by an older kseal): its keys open, but \
+                 anyone who can write it chooses the sealing key; the seeder signs it once with \
+                 `kseal keys sign`"
+            );
+        }
+        let floor = self.pin.floor;
+        if let Some(anchor) = self.pin.accept(verified) {
+            self.pin_anchor(anchor, "the ring").await;
+        }
+        if self.pin.floor != floor {
+            self.state
+                .metrics
+                .key_source_ring_version
+                .set(i64::try_from(self.pin.floor).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Pins `anchor` on first use: says so in a log line, an Event and a metric.
+    async fn pin_anchor(&mut self, anchor: Kid, from: &str) {
+        self.pin.anchor = Some(anchor.clone());
+        self.state.metrics.key_source_ring_anchor_pinned.set(1);
+        let note = format!(
+            "pinned the trust anchor {} of ring {} on first use (read from {from}); from now on \
+             only histories rooted there are accepted. Give --ring-anchor {anchor} to pin it \
+             from the start",
+            anchor.short(),
+            self.ring.name()
+        );
+        tracing::warn!(anchor = %anchor, "{note}");
+        if let Some(reference) = self.cache.state_ref.clone() {
+            let event = Event {
+                type_: EventType::Normal,
+                reason: "RingAnchorPinned".into(),
+                note: Some(note),
+                action: "VerifyRing".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "failed to publish key-source event");
+            }
+        } else {
+            self.cache.pin_event_pending = Some(note);
+        }
     }
 
     /// Copies the index the leader read (text as read), the kids ever seen and the last
@@ -451,8 +541,21 @@ impl Mirror {
         match self.put_state(&data).await {
             Ok(written) => {
                 self.cache.state_name = Some(written.name_any());
-                self.cache.state_ref = Some(written.object_ref(&()));
+                let reference = written.object_ref(&());
+                self.cache.state_ref = Some(reference.clone());
                 self.cache.state_written = Some(data);
+                if let Some(note) = self.cache.pin_event_pending.take() {
+                    let event = Event {
+                        type_: EventType::Normal,
+                        reason: "RingAnchorPinned".into(),
+                        note: Some(note),
+                        action: "VerifyRing".into(),
+                        secondary: None,
+                    };
+                    if let Err(e) = self.recorder.publish(&event, &reference).await {
+                        tracing::debug!(error = %e, "failed to publish key-source event");
+                    }
+                }
             }
             Err(e) => tracing::warn!(
                 "writing the ring-state Secret failed; retrying at the next poll: {}",
@@ -1054,7 +1157,17 @@ pub async fn run(
     let mut backoff = BACKOFF_MIN;
     let ring = loop {
         match Ring::open(&config.location, &config.aws).await {
-            Ok(ring) => break ring,
+            Ok(ring) => {
+                break ring.with_trust(match &config.anchor {
+                    Some(anchor) => kseal_keystore::Trust::anchored(anchor.clone()),
+                    None => {
+                        tracing::info!(
+                            "no --ring-anchor: the anchor of the first signed ring history read is pinned"
+                        );
+                        kseal_keystore::Trust::first_use().allow_unsigned(true)
+                    }
+                });
+            }
             Err(e) => {
                 let message = crate::error_chain(&e);
                 tracing::error!(

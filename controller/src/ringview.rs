@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use kseal_keystore::{Index, Kid};
+use kseal_keystore::{Index, Kid, Trust, Verified};
 use tokio::sync::watch;
 
 /// Label on the ring-state Secret.
@@ -31,10 +31,15 @@ pub const LAST_ACTIVE_ITEM: &str = "last-active";
 /// Name prefix of the ring-state Secret (the API server adds a random suffix).
 pub const RING_STATE_PREFIX: &str = "kseal-ring-state-";
 
-/// Parses an index the controller is about to trust: from the store, or from a ring-state
-/// Secret. `ring` is the ring it must belong to (`None`: a directory ring, which may hold a
-/// copy of any ring). The one place where index signatures will be verified.
-pub fn parse_ring_state(index_text: &str, ring: Option<&str>) -> kseal_keystore::Result<Index> {
+/// Parses an index the controller is about to trust, from the store or from a ring-state
+/// Secret, and checks its signed history against `trust` ([`kseal_keystore::trust::verify`]).
+/// `ring` is the ring it must belong to (`None`: a directory ring, which may hold a copy of
+/// any ring). The one place where every index the controller uses is verified.
+pub fn parse_ring_state(
+    index_text: &str,
+    ring: Option<&str>,
+    trust: &Trust,
+) -> kseal_keystore::Result<(Index, Verified)> {
     let expected = match ring {
         Some(ring) => ring.to_owned(),
         None => serde_json::from_str::<serde_json::Value>(index_text)
@@ -42,7 +47,58 @@ pub fn parse_ring_state(index_text: &str, ring: Option<&str>) -> kseal_keystore:
             .and_then(|v| v.get("ring").and_then(|r| r.as_str()).map(str::to_owned))
             .unwrap_or_default(),
     };
-    Index::parse(index_text, &expected, "the ring index")
+    let index = Index::parse(index_text, &expected, "the ring index")?;
+    let verified = kseal_keystore::trust::verify(&index, trust, "the ring index")?;
+    Ok((index, verified))
+}
+
+/// What this controller accepts of the ring's history: the anchor given by `--ring-anchor`,
+/// else the one pinned on first use, and never a version older than one it accepted.
+#[derive(Debug, Clone, Default)]
+pub struct Pin {
+    /// The anchor, once known.
+    pub anchor: Option<Kid>,
+    /// Whether it came from `--ring-anchor` (else: pinned on first use).
+    pub configured: bool,
+    /// The newest signed version accepted.
+    pub floor: u64,
+}
+
+impl Pin {
+    /// The pin `--ring-anchor` gives (none: pinned on first use).
+    pub fn configured(anchor: Option<Kid>) -> Self {
+        Self {
+            configured: anchor.is_some(),
+            anchor,
+            floor: 0,
+        }
+    }
+
+    /// What an index must prove now. Before any anchor is known, an unsigned index of an
+    /// older kseal is accepted too (its keys open); once a signed history was accepted, only
+    /// histories from that anchor are, and never an older version.
+    pub fn trust(&self) -> Trust {
+        match &self.anchor {
+            Some(anchor) => Trust::anchored(anchor.clone()).min_version(self.floor),
+            None => Trust::first_use().allow_unsigned(true),
+        }
+    }
+
+    /// Records an accepted index; returns the anchor when this pinned it on first use.
+    pub fn accept(&mut self, verified: &Verified) -> Option<Kid> {
+        let Verified::Signed {
+            anchor, version, ..
+        } = verified
+        else {
+            return None;
+        };
+        self.floor = self.floor.max(*version);
+        if self.anchor.is_none() {
+            self.anchor = Some(anchor.clone());
+            return Some(anchor.clone());
+        }
+        None
+    }
 }
 
 /// What the controller trusts about the fleet ring: derived from an index that went through
@@ -70,7 +126,12 @@ impl RingView {
     /// key.
     pub fn new(index: &Index, ever: &BTreeSet<Kid>, last_active: Option<Kid>) -> Self {
         let kids: BTreeSet<Kid> = index.keys.iter().map(|e| e.kid.clone()).collect();
-        let ever = ever.union(&kids).cloned().collect();
+        // A signed index lists the kids that left the ring itself.
+        let ever = ever
+            .union(&kids)
+            .cloned()
+            .chain(index.retired.iter().map(|r| r.kid.clone()))
+            .collect();
         Self {
             ring: index.ring.clone(),
             updated: index.updated,
@@ -158,9 +219,31 @@ mod tests {
     #[test]
     fn a_ring_state_of_another_ring_is_refused() {
         let index = Index::empty("kseal/other", std::time::SystemTime::now());
-        assert!(parse_ring_state(&index.to_json(), Some("kseal/fleet")).is_err());
-        assert!(parse_ring_state(&index.to_json(), Some("kseal/other")).is_ok());
-        assert!(parse_ring_state(&index.to_json(), None).is_ok());
-        assert!(parse_ring_state("{}", None).is_err());
+        let legacy = Trust::legacy();
+        assert!(parse_ring_state(&index.to_json(), Some("kseal/fleet"), &legacy).is_err());
+        assert!(parse_ring_state(&index.to_json(), Some("kseal/other"), &legacy).is_ok());
+        assert!(parse_ring_state(&index.to_json(), None, &legacy).is_ok());
+        assert!(parse_ring_state("{}", None, &legacy).is_err());
+    }
+
+    #[test]
+    fn a_pin_refuses_unsigned_indexes_once_a_signed_history_was_accepted() {
+        let unsigned = Index::empty("kseal/fleet", std::time::SystemTime::now());
+        let mut pin = Pin::configured(None);
+        assert!(parse_ring_state(&unsigned.to_json(), None, &pin.trust()).is_ok());
+        let anchor = Kid::parse(&"a".repeat(64)).unwrap();
+        let signed = Verified::Signed {
+            anchor: anchor.clone(),
+            root: anchor.clone(),
+            version: 7,
+        };
+        assert_eq!(
+            pin.accept(&signed),
+            Some(anchor.clone()),
+            "pinned on first use"
+        );
+        assert_eq!(pin.accept(&signed), None, "pinned once");
+        assert_eq!(pin.trust(), Trust::anchored(anchor).min_version(7));
+        assert!(parse_ring_state(&unsigned.to_json(), None, &pin.trust()).is_err());
     }
 }

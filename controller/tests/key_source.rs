@@ -61,6 +61,7 @@ fn source(prefix: &str, endpoint: &str) -> KeySourceConfig {
         interval: Duration::from_secs(3600),
         retire_grace: Duration::from_secs(7 * 86_400),
         aws: aws(endpoint),
+        anchor: None,
     }
 }
 
@@ -513,17 +514,10 @@ async fn a_key_that_left_the_ring_leaves_the_mirror_after_the_grace_but_never_th
     assert_eq!(mirrors(&client, &ns).await.len(), 1);
 
     // An index that lost every key (written by hand): the last mirror stays.
-    let snapshot = ring.require_snapshot().await.unwrap();
-    let empty = Index::empty(&prefix, SystemTime::now());
-    ring.store()
-        .compare_and_swap(
-            &ring.index_name(),
-            &empty.to_json(),
-            Some(&snapshot.version),
-            &[],
-        )
-        .await
-        .unwrap();
+    let mut empty = ring.require_snapshot().await.unwrap().index;
+    empty.keys.clear();
+    empty.active = None;
+    write_index(&ring, &empty).await;
     mirror.sync().await.unwrap();
     let kept = mirror.sync().await.unwrap();
     assert!(kept.retired.is_empty());
@@ -553,15 +547,7 @@ async fn a_bad_remote_key_is_skipped_and_counted_never_fatal() {
     index
         .keys
         .push(IndexEntry::new(key(1).certificate(), SystemTime::now()).unwrap());
-    ring.store()
-        .compare_and_swap(
-            &ring.index_name(),
-            &index.to_json(),
-            Some(&snapshot.version),
-            &[],
-        )
-        .await
-        .unwrap();
+    write_index(&ring, &index).await;
 
     let proxy = FaultProxy::start(&endpoint).await;
     let server = TestApiServer::new();
@@ -696,15 +682,7 @@ async fn a_listed_key_not_readable_yet_is_retried_at_every_poll() {
     index
         .keys
         .push(IndexEntry::new(key(1).certificate(), SystemTime::now()).unwrap());
-    ring.store()
-        .compare_and_swap(
-            &ring.index_name(),
-            &index.to_json(),
-            Some(&snapshot.version),
-            &[],
-        )
-        .await
-        .unwrap();
+    write_index(&ring, &index).await;
     let proxy = FaultProxy::start(&endpoint).await;
     let server = TestApiServer::new();
     let client = server.client();
@@ -822,6 +800,7 @@ fn dir_source(location: &Location, retire_grace: Duration) -> KeySourceConfig {
         interval: Duration::from_secs(3600),
         retire_grace,
         aws: AwsOptions::default(),
+        anchor: None,
     }
 }
 
@@ -876,9 +855,18 @@ async fn forged_key_secret(
         .unwrap()
 }
 
-/// Replaces the ring's index with `index` (as a hand-written or half-written index would be).
+/// Replaces the ring's index with `index` (as a hand-written or half-written index would be),
+/// signed by the ring's root as the seeder would sign it: what is tested is the index's
+/// content, not a forgery (`keystore/tests/trust.rs` has those).
 async fn write_index(ring: &Ring, index: &Index) {
     let snapshot = ring.require_snapshot().await.unwrap();
+    let mut index = index.clone();
+    index.version = snapshot.index.version + 1;
+    if let Some(root) = index.roots.last().map(|r| r.kid.clone()) {
+        let pair = ring.read_key(&root).await.expect("the root's key");
+        kseal_keystore::trust::sign_index(&mut index, &pair).expect("sign the index");
+    }
+    let index = &index;
     ring.store()
         .compare_and_swap(
             &ring.index_name(),
@@ -1369,4 +1357,126 @@ async fn a_follower_takes_the_ring_view_from_the_ring_state_secret() {
     .unwrap();
     follower.stop().await;
     leader.stop().await;
+}
+
+/// Overwrites the ring's index with `text`, as an attacker holding only write access to it.
+async fn overwrite_index(ring: &Ring, text: &str) {
+    let version = ring.index_version().await.unwrap();
+    ring.store()
+        .compare_and_swap(&ring.index_name(), text, version.as_ref(), &[])
+        .await
+        .unwrap();
+}
+
+/// Finding: whoever can write the index alone chose the sealing key. Now the controller pins
+/// the ring's anchor on first use, refuses an index whose history does not verify (a forged
+/// `active`, a history rooted at the attacker's key) and keeps sealing with the ring's key;
+/// readiness and the sync metric say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_writer_cannot_change_the_sealing_key() {
+    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let running = Running::start(
+        &client,
+        with_source(&ctrl, &[&ctrl], dir_source(&location, PATIENCE)),
+    )
+    .await;
+    wait_sealing_key(&running.state, older_key(), 1).await;
+    let pinned = running.state.metrics.key_source_ring_anchor_pinned.get();
+    assert_eq!(pinned, 1, "the anchor is pinned on first use");
+
+    // The attacker's key pushed as a key secret (a directory lets them) and named active in
+    // an index that keeps the ring's signature, then in a history of their own.
+    let evil = key(2);
+    ring.store()
+        .create_immutable(
+            &ring.key_name(&kid(evil)),
+            &KeyEntry::from_pair(evil).unwrap().to_json(),
+            kid(evil).as_str(),
+            &[],
+            &|_| true,
+        )
+        .await
+        .unwrap();
+    let good = ring.require_snapshot().await.unwrap().index;
+    let mut forged = good.clone();
+    forged
+        .keys
+        .push(IndexEntry::new(evil.certificate(), SystemTime::UNIX_EPOCH).unwrap());
+    forged.active = Some(kid(evil));
+    forged.version += 1;
+    let mut replaced = Index::empty(&good.ring, SystemTime::now());
+    replaced
+        .keys
+        .push(IndexEntry::new(evil.certificate(), SystemTime::now()).unwrap());
+    replaced.active = Some(kid(evil));
+    replaced
+        .roots
+        .push(kseal_keystore::trust::genesis(&replaced.ring, evil).unwrap());
+    replaced.schema = kseal_keystore::INDEX_SCHEMA;
+    replaced.version = 100;
+    kseal_keystore::trust::sign_index(&mut replaced, evil).unwrap();
+    for (what, text) in [
+        ("a forged active key", forged.to_json()),
+        ("a replaced history", replaced.to_json()),
+    ] {
+        overwrite_index(&ring, &text).await;
+        refresh_until(&running.state, what, || {
+            running
+                .state
+                .readiness
+                .key_source()
+                .and_then(|s| s.problem)
+                .is_some_and(|p| p.contains("not trusted"))
+        })
+        .await;
+        let (status, pem) = cert_pem(&running.state).await;
+        assert_eq!(status, http::StatusCode::OK, "{what}: {pem}");
+        assert_eq!(pem, older_key().certificate().to_pem(), "{what}");
+        assert!(
+            running.state.keys.ring().get(evil.id()).is_none(),
+            "{what}: the attacker's key was not even mirrored"
+        );
+    }
+    // The seeder's next write is accepted again.
+    overwrite_index(&ring, &good.to_json()).await;
+    ring.push(key(1)).await.unwrap();
+    refresh_until(
+        &running.state,
+        "the ring's own history is read again",
+        || running.state.keys.ring().len() == 2,
+    )
+    .await;
+    assert_eq!(
+        cert_pem(&running.state).await.1,
+        older_key().certificate().to_pem()
+    );
+}
+
+/// `--ring-anchor` that is not the ring's: nothing is mirrored, and readiness names the
+/// mismatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_rooted_elsewhere_than_the_given_anchor_is_refused() {
+    let (_dir, location, _ring) = dir_ring(&[older_key()]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, PATIENCE);
+    source.anchor = Some(kid(key(2)));
+    let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    refresh_until(&running.state, "the mismatch is reported", || {
+        running
+            .state
+            .readiness
+            .key_source()
+            .and_then(|s| s.problem)
+            .is_some_and(|p| p.contains("not at the pinned anchor"))
+    })
+    .await;
+    assert_eq!(running.state.keys.ring().len(), 0);
+    assert!(mirrors(&client, &ctrl).await.is_empty());
 }

@@ -237,6 +237,20 @@ async fn index(endpoint: &str, prefix: &str) -> (Vec<IndexEntry>, IndexEntry) {
     (index.keys, active)
 }
 
+/// The ring's trust anchor, as `kseal keys list -o json | jq .roots[0].kid` shows it.
+async fn anchor_of(endpoint: &str, prefix: &str) -> kseal_keystore::Kid {
+    let snapshot = open_ring(endpoint, prefix)
+        .await
+        .require_snapshot()
+        .await
+        .expect("read the ring's index");
+    snapshot
+        .verified
+        .anchor()
+        .cloned()
+        .expect("a signed ring history")
+}
+
 /// The in-process controllers read AWS credentials like the real one: from the environment.
 fn require_aws_credentials() {
     let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
@@ -363,6 +377,8 @@ impl Controller {
             interval: Duration::from_secs(3600),
             retire_grace: Duration::from_secs(168 * 3600),
             aws: aws_options(endpoint),
+            // The anchor the README tells a user to give (Helm keySource.ringAnchor).
+            anchor: Some(anchor_of(endpoint, ring).await),
         };
         config.key_source = Some(source);
         assert!(
