@@ -222,6 +222,7 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
   key_source=(--set keySource.url=secretsmanager://kseal/fleet --set keySource.aws.region=eu-west-1
     --set keySource.aws.assumeRole=arn:aws:iam::111122223333:role/kseal-fleet-reader
     --set keySource.aws.endpointUrl=https://secretsmanager.eu-west-1.amazonaws.com
+    --set keySource.ringAnchor=4034c72f56d5236d32b909de25579bc93dd6e075a4204efe04465127cb959771
     --set 'serviceAccount.annotations.eks\.amazonaws\.com/role-arn=arn:aws:iam::111122223333:role/kseal-controller')
   for values in "" "--set watch.allNamespaces=false --set watch.additionalNamespaces={$APP_NS}" \
     "--set certProxy.enabled=true --set metrics.serviceMonitor.enabled=true" "${key_source[*]}"; do
@@ -243,13 +244,15 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
     fail "the namespaced chart does not pass --additional-namespaces"
   expect_kinds helm-key-source "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
   for want in '- "--key-source=secretsmanager://kseal/fleet"' '- "--key-source-interval=1h"' \
-    '- "--key-source-retire-grace=168h"' '- "--aws-assume-role=arn:aws:iam::111122223333:role/kseal-fleet-reader"' \
+    '- "--key-source-retire-grace=168h"' \
+    '- "--ring-anchor=4034c72f56d5236d32b909de25579bc93dd6e075a4204efe04465127cb959771"' \
+    '- "--aws-assume-role=arn:aws:iam::111122223333:role/kseal-fleet-reader"' \
     '- name: AWS_REGION' 'value: "eu-west-1"' '- name: AWS_ENDPOINT_URL_SECRETS_MANAGER' \
     'value: "https://secretsmanager.eu-west-1.amazonaws.com"' \
     'eks.amazonaws.com/role-arn: arn:aws:iam::111122223333:role/kseal-controller' 'name: kseal-controller-key-mirror'; do
     grep -qF -- "$want" "${rendered[helm-key-source]}" || fail "the chart with keySource.* does not render: $want"
   done
-  for unwanted in key-source AWS_ aws-assume-role key-mirror eks.amazonaws.com; do
+  for unwanted in key-source ring-anchor AWS_ aws-assume-role key-mirror eks.amazonaws.com; do
     if grep -q -- "$unwanted" "${rendered[helm]}"; then fail "the chart's defaults render $unwanted"; fi
   done
   # Refused at render time: a key source with in-cluster key generation, an unknown scheme.
