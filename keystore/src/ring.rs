@@ -24,7 +24,7 @@ use crate::{AwsOptions, Error, Put, Result, Store, Version};
 pub const DEFAULT_ACTIVATION_DELAY: Duration = Duration::from_secs(66 * 60);
 
 /// Secrets Manager's limit for one value. An RSA-4096 index entry is about 2.2 KB, so an
-/// index holds about 29 keys: rings retire old keys long before that.
+/// index holds about 27 keys with its signed history: rings retire old keys long before that.
 const MAX_INDEX_BYTES: usize = 65_536;
 
 /// How many times an index change is re-applied after losing a compare-and-swap.
