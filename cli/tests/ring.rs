@@ -1267,7 +1267,13 @@ fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused
     std::fs::write(&path, format!("{index:#}\n")).unwrap();
     let kid = index["active"].as_str().unwrap().to_owned();
 
-    assert_eq!(keys(&["list"]).code, 0, "an unsigned ring still lists");
+    let list = keys(&["list"]);
+    assert_eq!(
+        list.code, 0,
+        "an unsigned ring still lists: {}",
+        list.stderr
+    );
+    assert!(list.stderr.contains("not signed"), "{}", list.stderr);
     let push = keys(&["push", "--key-size", "2048"]);
     assert_eq!(push.code, 1);
     assert!(push.stderr.contains("kseal keys sign"), "{}", push.stderr);

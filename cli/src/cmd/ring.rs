@@ -623,6 +623,13 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
         let ring = open(&args.ring, None).await?;
         read_index(&ring).await
     })??;
+    if snapshot.verified == kseal_keystore::Verified::Unsigned {
+        eprintln!(
+            "note: this ring's index is not signed (written by an older kseal): its keys open, \
+             but nothing seals to it until the seeder runs `kseal keys sign --ring {}`",
+            ring_arg(&args.ring)
+        );
+    }
     let index = snapshot.index;
     let now = SystemTime::now();
     let delay = kseal_keystore::DEFAULT_ACTIVATION_DELAY;
