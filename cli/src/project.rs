@@ -8,6 +8,7 @@
 //! rings:
 //!   - ring: secretsmanager://kseal/fleet   # as given to --ring / --cert
 //!     anchor: 4034c72f56d5…                # kid of the ring's first root key (64 hex)
+//!     version: 12                          # optional: older indexes are refused (rollback)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,14 @@ pub(crate) struct RingPin {
     pub(crate) ring: String,
     /// The kid of its anchor.
     pub(crate) anchor: String,
+    /// The index version seen when it was pinned: an older index is a rollback.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) version: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A pin found for a ring, and where it came from (for messages).
@@ -43,6 +52,8 @@ pub(crate) struct RingPin {
 pub(crate) struct Pin {
     pub(crate) anchor: Kid,
     pub(crate) from: String,
+    /// The oldest index version accepted (0: any).
+    pub(crate) version: u64,
 }
 
 /// Whether two locations name the same ring: the same Secrets Manager prefix (any region: a
@@ -106,6 +117,7 @@ pub(crate) fn pin_for(location: &Location, flag: Option<&str>) -> Result<Option<
         return Ok(Some(Pin {
             anchor,
             from: "--ring-anchor".to_owned(),
+            version: 0,
         }));
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
@@ -133,15 +145,21 @@ pub(crate) fn pin_for(location: &Location, flag: Option<&str>) -> Result<Option<
             return Ok(Some(Pin {
                 anchor,
                 from: path.display().to_string(),
+                version: pin.version,
             }));
         }
     }
     Ok(None)
 }
 
-/// Adds or replaces the pin of `ring` in `path` (created if missing), keeping other rings.
-/// Returns the previous anchor of that ring, if there was one.
-pub(crate) fn write_pin(path: &Path, ring: &str, anchor: &Kid) -> Result<Option<String>> {
+/// Adds or replaces the pin of `ring` in `path` (created if missing), keeping other rings, with
+/// the index `version` seen. Returns the previous anchor of that ring, if it differed.
+pub(crate) fn write_pin(
+    path: &Path,
+    ring: &str,
+    anchor: &Kid,
+    version: u64,
+) -> Result<Option<String>> {
     let mut file = if path.exists() {
         read(path)?
     } else {
@@ -155,6 +173,7 @@ pub(crate) fn write_pin(path: &Path, ring: &str, anchor: &Kid) -> Result<Option<
         if Location::parse(&pin.ring).is_ok_and(|l| same_ring(&l, &location, base)) {
             previous = Some(std::mem::replace(&mut pin.anchor, anchor.to_string()));
             ring.clone_into(&mut pin.ring);
+            pin.version = version;
             found = true;
         }
     }
@@ -162,6 +181,7 @@ pub(crate) fn write_pin(path: &Path, ring: &str, anchor: &Kid) -> Result<Option<
         file.rings.push(RingPin {
             ring: ring.to_owned(),
             anchor: anchor.to_string(),
+            version,
         });
     }
     let mut text = String::from(
@@ -184,7 +204,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kid = "a".repeat(64);
         let path = dir.path().join(FILE_NAME);
-        write_pin(&path, "kseal/fleet", &Kid::parse(&kid).unwrap()).unwrap();
+        write_pin(&path, "kseal/fleet", &Kid::parse(&kid).unwrap(), 3).unwrap();
         let sub = dir.path().join("clusters/prod");
         std::fs::create_dir_all(&sub).unwrap();
         assert_eq!(find_from(&sub).unwrap(), path);
@@ -204,15 +224,16 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         let one = Kid::parse(&"1".repeat(64)).unwrap();
         let two = Kid::parse(&"2".repeat(64)).unwrap();
-        assert_eq!(write_pin(&path, "kseal/a", &one).unwrap(), None);
-        assert_eq!(write_pin(&path, "kseal/b", &one).unwrap(), None);
+        assert_eq!(write_pin(&path, "kseal/a", &one, 1).unwrap(), None);
+        assert_eq!(write_pin(&path, "kseal/b", &one, 1).unwrap(), None);
         assert_eq!(
-            write_pin(&path, "secretsmanager://kseal/a", &two).unwrap(),
+            write_pin(&path, "secretsmanager://kseal/a", &two, 5).unwrap(),
             Some(one.to_string())
         );
         let file = read(&path).unwrap();
         assert_eq!(file.rings.len(), 2);
         assert_eq!(file.rings[0].anchor, two.to_string());
+        assert_eq!(file.rings[0].version, 5);
         assert_eq!(file.rings[1].anchor, one.to_string());
     }
 

@@ -1300,6 +1300,18 @@ fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused
     assert!(check.stderr.contains("matches the pin"), "{}", check.stderr);
     assert_eq!(run(&["seal", "--cert", &url]).code, 0);
 
+    // The pin records the version it saw; `trust` again moves it forward; an older index
+    // (a valid one the seeder wrote earlier, put back) is then refused as a rollback.
+    let before = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
+    let again = keys(&["trust"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(again.stderr.contains("recorded version"), "{}", again.stderr);
+    std::fs::write(&path, &before).unwrap();
+    let seal = run(&["seal", "--cert", &url]);
+    assert_eq!(seal.code, 1);
+    assert!(seal.stderr.contains("rolled-back"), "{}", seal.stderr);
+
     // Someone replaces the ring with a valid history of their own.
     let other = d.join("other");
     let other_url = format!("dir://{}", other.display());

@@ -63,7 +63,7 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
     }
     let pin = crate::project::pin_for(&location, args.ring_anchor.as_deref())?;
     let trust = match pin {
-        Some(pin) => Trust::anchored(pin.anchor),
+        Some(pin) => Trust::anchored(pin.anchor).min_version(pin.version),
         None => Trust::first_use().allow_unsigned(true),
     };
     Ok(open_with(args, write, &location).await?.with_trust(trust))

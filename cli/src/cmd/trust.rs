@@ -1,7 +1,7 @@
 //! `kseal keys trust` (pin a ring's anchor in `.kseal.yaml`) and `kseal keys sign` (turn an
 //! older, unsigned ring index into a signed history).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use kseal_keystore::{Kid, Location, Snapshot, Trust, Verified, trust::RootRecord};
@@ -69,7 +69,24 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
                     pin.anchor.short()
                 );
             }
+            if pin.version > version {
+                bail!(
+                    "key ring {} is at version {version}, older than version {} pinned in {}: \
+                     a rolled-back index. Do not seal to it",
+                    ring_label(&ring),
+                    pin.version,
+                    pin.from
+                );
+            }
             eprintln!("the anchor matches the pin in {}", pin.from);
+            let file = pin.from != "--ring-anchor";
+            if file && !args.check && version > pin.version {
+                project::write_pin(Path::new(&pin.from), &args.ring.ring, &anchor, version)?;
+                eprintln!(
+                    "recorded version {version} in {}: older indexes are refused from now on",
+                    pin.from
+                );
+            }
             return Ok(());
         }
         if args.check {
@@ -92,7 +109,7 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
             ),
             args.yes,
         )?;
-        project::write_pin(&path, &args.ring.ring, &anchor)?;
+        project::write_pin(&path, &args.ring.ring, &anchor, version)?;
         eprintln!(
             "pinned anchor {} for key ring {} in {}: commit it; `kseal seal --cert` now seals to \
              this ring only while its history starts there",
