@@ -1306,7 +1306,11 @@ fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused
     assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
     let again = keys(&["trust"]);
     assert_eq!(again.code, 0, "{}", again.stderr);
-    assert!(again.stderr.contains("recorded version"), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("recorded version"),
+        "{}",
+        again.stderr
+    );
     std::fs::write(&path, &before).unwrap();
     let seal = run(&["seal", "--cert", &url]);
     assert_eq!(seal.code, 1);

@@ -1003,11 +1003,10 @@ async fn a_forged_mirror_opens_but_never_seals_on_a_real_apiserver() {
 }
 
 /// Finding: when the active entry cannot be mirrored, a key never activated sealed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a_restart() {
+async fn an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a_restart(
+    client: Client,
+) {
     let (_dir, location, ring) = dir_ring(&[older_key()]).await;
-    let server = TestApiServer::new();
-    let client = server.client();
     ensure_crd(&client).await;
     let ctrl = namespace(&client, "kseal-ctrl").await;
     let config = || with_source(&ctrl, &[&ctrl], dir_source(&location, PATIENCE));
@@ -1091,6 +1090,28 @@ async fn an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a
     let (_, pem) = cert_pem(&restarted.state).await;
     assert_eq!(pem, older_key().certificate().to_pem());
     restarted.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a_restart_on_the_test_server()
+ {
+    an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a_restart(
+        TestApiServer::new().client(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a_restart_on_a_real_apiserver()
+ {
+    if let Some(client) = real_client(
+        "an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a_restart",
+    )
+    .await
+    {
+        an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a_restart(client)
+            .await;
+    }
 }
 
 /// A cluster that never verified an active key seals with nothing rather than guess.
@@ -1222,11 +1243,8 @@ async fn squatted_mirror_names_cost_a_warning_on_a_real_apiserver() {
 
 /// Finding: a hand-made Secret with the mirror label, the ring annotation and a kid the index
 /// lacks was deleted after the retire grace.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_secret_whose_kid_was_never_in_the_ring_is_never_retired() {
+async fn a_secret_whose_kid_was_never_in_the_ring_is_never_retired(client: Client) {
     let (_dir, location, _ring) = dir_ring(&[key(0)]).await;
-    let server = TestApiServer::new();
-    let client = server.client();
     let ns = namespace(&client, "kseal-ctrl").await;
     let api = Api::<Secret>::namespaced(client.clone(), &ns);
     let ring_name = kseal_keystore::DEFAULT_RING;
@@ -1273,6 +1291,20 @@ async fn a_secret_whose_kid_was_never_in_the_ring_is_never_retired() {
                 .len(),
             1
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_whose_kid_was_never_in_the_ring_is_never_retired_on_the_test_server() {
+    a_secret_whose_kid_was_never_in_the_ring_is_never_retired(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_whose_kid_was_never_in_the_ring_is_never_retired_on_a_real_apiserver() {
+    if let Some(client) =
+        real_client("a_secret_whose_kid_was_never_in_the_ring_is_never_retired").await
+    {
+        a_secret_whose_kid_was_never_in_the_ring_is_never_retired(client).await;
     }
 }
 
@@ -1372,11 +1404,8 @@ async fn overwrite_index(ring: &Ring, text: &str) {
 /// the ring's anchor on first use, refuses an index whose history does not verify (a forged
 /// `active`, a history rooted at the attacker's key) and keeps sealing with the ring's key;
 /// readiness and the sync metric say why.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_index_writer_cannot_change_the_sealing_key() {
+async fn an_index_writer_cannot_change_the_sealing_key(client: Client) {
     let (_dir, location, ring) = dir_ring(&[older_key()]).await;
-    let server = TestApiServer::new();
-    let client = server.client();
     ensure_crd(&client).await;
     let ctrl = namespace(&client, "kseal-ctrl").await;
     let running = Running::start(
@@ -1454,6 +1483,18 @@ async fn an_index_writer_cannot_change_the_sealing_key() {
         cert_pem(&running.state).await.1,
         older_key().certificate().to_pem()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_writer_cannot_change_the_sealing_key_on_the_test_server() {
+    an_index_writer_cannot_change_the_sealing_key(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_writer_cannot_change_the_sealing_key_on_a_real_apiserver() {
+    if let Some(client) = real_client("an_index_writer_cannot_change_the_sealing_key").await {
+        an_index_writer_cannot_change_the_sealing_key(client).await;
+    }
 }
 
 /// `--ring-anchor` that is not the ring's: nothing is mirrored, and readiness names the
