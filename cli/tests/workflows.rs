@@ -2379,3 +2379,27 @@ fn reseal_and_seal_use_the_key_a_backup_marks_active_not_the_newest() {
         run.stderr
     );
 }
+
+/// Importing a backup of kseal's mirrors into an empty ring keeps the key that sealed where
+/// it came from (the one marked active), not the newest (pushed there but never activated).
+#[test]
+fn import_of_a_marked_backup_into_an_empty_ring_keeps_its_active_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let active = new_pair(d, "active");
+    let pending = new_pair(d, "pending");
+    let backup = key_backup(&[
+        (&active, "2026-11-24T00:00:00Z", Some(true)),
+        (&pending, "2026-11-25T00:00:00Z", Some(false)),
+    ]);
+    std::fs::write(d.join("backup.yaml"), &backup).unwrap();
+    let url = format!("dir://{}", d.join("ring").display());
+    let run = kseal(&["keys", "import", "--ring", &url, "backup.yaml"], None, d);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let list = kseal(&["keys", "list", "--ring", &url, "-o", "json"], None, d);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let index: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let kid = |pair: &KeyPair| kseal_keystore::Kid::of(pair.public_key()).to_string();
+    assert_eq!(index["active"], kid(&active), "{}", list.stdout);
+    assert_eq!(index["keys"].as_array().unwrap().len(), 2);
+}

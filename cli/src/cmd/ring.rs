@@ -23,7 +23,7 @@ use crate::args::{
 };
 use crate::cmd::keys::key_spec;
 use crate::cmd::recovery::open_items;
-use crate::cmd::unseal::read_key_pairs;
+use crate::cmd::unseal::{LoadedKey, Marker, read_key_pairs, read_keys, sealing_key};
 use crate::manifest::write_atomic;
 use crate::output;
 use crate::text::count;
@@ -236,6 +236,17 @@ fn read_json_pair(path: &Path) -> Result<Option<KeyPair>> {
 
 /// Key pairs of a file or a key directory (`tls.key` + `tls.crt`).
 fn read_pairs(path: &Path) -> Result<Vec<KeyPair>> {
+    Ok(read_loaded(path)?.into_iter().map(|k| k.pair).collect())
+}
+
+/// The keys of `path` with what a backup says of them (the `kseal.dev/active` marker of a
+/// controller's mirror Secrets), for import to keep the ring's sealing key.
+fn read_loaded(path: &Path) -> Result<Vec<LoadedKey>> {
+    let plain = |pair: KeyPair| LoadedKey {
+        pair,
+        marker: Marker::Unmarked,
+        origin: format!("`{}`", path.display()),
+    };
     let pairs = if path.is_dir() {
         let key = path.join("tls.key");
         if !key.is_file() {
@@ -244,14 +255,14 @@ fn read_pairs(path: &Path) -> Result<Vec<KeyPair>> {
                 path.display()
             );
         }
-        read_key_pairs(&key)?
+        read_key_pairs(&key)?.into_iter().map(plain).collect()
     } else if let Some(pair) = read_json_pair(path)? {
-        vec![pair]
+        vec![plain(pair)]
     } else {
-        read_key_pairs(path)?
+        read_keys(path)?
     };
-    for pair in &pairs {
-        if pair.certificate().common_name() == Some("kseal-recovery") {
+    for key in &pairs {
+        if key.pair.certificate().common_name() == Some("kseal-recovery") {
             bail!(
                 "`{}` holds a private key without its certificate: put the certificate after the \
                  key in the same file, or beside it as tls.crt",
@@ -264,8 +275,18 @@ fn read_pairs(path: &Path) -> Result<Vec<KeyPair>> {
 
 /// Pushes `pairs`, newest first, so the newest becomes active when the ring was empty (as it
 /// sealed in the cluster it came from).
-async fn push_all(ring: &Ring, mut pairs: Vec<KeyPair>) -> Result<Vec<PushOutcome>> {
-    pairs.sort_by_key(|p| std::cmp::Reverse(p.order_time()));
+async fn push_all(ring: &Ring, pairs: Vec<KeyPair>) -> Result<Vec<PushOutcome>> {
+    push_all_first(ring, pairs, None).await
+}
+
+/// [`push_all`], but `first` (the key that sealed where the keys come from) goes first, so
+/// it is the one that becomes active in an empty ring.
+async fn push_all_first(
+    ring: &Ring,
+    mut pairs: Vec<KeyPair>,
+    first: Option<&kseal_keys::KeyId>,
+) -> Result<Vec<PushOutcome>> {
+    pairs.sort_by_key(|p| (Some(p.id()) != first, std::cmp::Reverse(p.order_time())));
     let mut outcomes: Vec<PushOutcome> = Vec::new();
     for pair in &pairs {
         if outcomes.iter().any(|o| o.fingerprint == pair.id().as_str()) {
@@ -707,27 +728,51 @@ async fn read_single_secret(text: &str, args: &RingArgs) -> Result<KeyPair> {
 
 pub(crate) fn import(args: ImportArgs) -> Result<()> {
     block_on(async {
-        let mut pairs = Vec::new();
+        let mut keys = Vec::new();
         for source in &args.sources {
             if source.starts_with("secretsmanager://") || source.starts_with("asm://") {
-                pairs.push(read_single_secret(source, &args.ring).await?);
+                keys.push(LoadedKey {
+                    pair: read_single_secret(source, &args.ring).await?,
+                    marker: Marker::Unmarked,
+                    origin: format!("`{source}`"),
+                });
             } else {
-                pairs.extend(read_pairs(Path::new(source))?);
+                keys.extend(read_loaded(Path::new(source))?);
             }
         }
-        // The same key from two sources (a backup and a mirror, say) is one key.
+        // The same key from two sources (a backup and a mirror, say) is one key; a marker
+        // wins over its absence.
+        keys.sort_by_key(|k| k.marker == Marker::Unmarked);
         let mut seen = std::collections::HashSet::new();
-        pairs.retain(|p| seen.insert(p.id().to_string()));
-        if pairs.is_empty() {
+        keys.retain(|k| seen.insert(k.pair.id().to_string()));
+        if keys.is_empty() {
             bail!("no key found in the sources");
         }
         let ring = open(&args.ring, Some(&args.write)).await?;
+        // Into an empty ring, the key that sealed where the keys come from becomes active:
+        // the one a kseal backup marks active, never merely the newest.
+        let empty = ring
+            .snapshot(None)
+            .await
+            .with_context(|| format!("failed to read key ring {}", ring_label(&ring)))?
+            .is_none_or(|s| s.index.keys.is_empty());
+        let first = if empty {
+            let candidates: Vec<_> = keys.iter().map(LoadedKey::candidate).collect();
+            // A plain Bitnami backup marks none: its newest key seals, as it did there (the
+            // push report names it).
+            let choice = sealing_key(&candidates)
+                .context("failed to choose which imported key seals in the new ring")?;
+            Some(keys[choice.index].pair.id().clone())
+        } else {
+            None
+        };
         eprintln!(
             "importing {} into key ring {}",
-            count(pairs.len(), "key"),
+            count(keys.len(), "key"),
             ring_label(&ring)
         );
-        let outcomes = push_all(&ring, pairs).await?;
+        let pairs = keys.into_iter().map(|k| k.pair).collect();
+        let outcomes = push_all_first(&ring, pairs, first.as_ref()).await?;
         hint_activation(
             &ring_arg(&args.ring),
             &outcomes,

@@ -120,7 +120,7 @@ pub(crate) struct LoadedKey {
 }
 
 impl LoadedKey {
-    fn candidate(&self) -> Candidate<'_> {
+    pub(crate) fn candidate(&self) -> Candidate<'_> {
         Candidate {
             certificate: self.pair.certificate(),
             order_time: self.pair.order_time(),
