@@ -111,6 +111,14 @@ pub enum ActivateOutcome {
         /// When it may be activated.
         ready_at: SystemTime,
     },
+    /// Another key was activated since the caller looked ([`Ring::activate_if`]): nothing
+    /// was written.
+    Superseded {
+        /// The key the caller wanted to activate.
+        kid: Kid,
+        /// The key that seals now.
+        active: Option<Kid>,
+    },
 }
 
 /// What `retire` did.
@@ -530,11 +538,35 @@ impl Ring {
     /// Makes the key named by `key` (a kid, a unique kid prefix, or a fingerprint) the sealing
     /// key, once it has been in the index for `delay`. An expired certificate is refused.
     pub async fn activate(&self, key: &str, delay: Duration) -> Result<ActivateOutcome> {
+        self.activate_if(key, delay, None).await
+    }
+
+    /// [`Ring::activate`], but only while the ring's active key is still `expected` (when
+    /// given), checked inside the index's compare-and-swap: of two rotations that started
+    /// from the same active key, only the first activation lands; the other is told
+    /// ([`ActivateOutcome::Superseded`]) instead of silently replacing it.
+    pub async fn activate_if(
+        &self,
+        key: &str,
+        delay: Duration,
+        expected: Option<&Option<Kid>>,
+    ) -> Result<ActivateOutcome> {
         self.update(Signer::Root, |index| {
             let entry = index.resolve(key)?;
             let kid = entry.kid.clone();
             if index.active.as_ref() == Some(&kid) {
                 return Ok((false, ActivateOutcome::AlreadyActive(kid)));
+            }
+            if let Some(expected) = expected
+                && &index.active != expected
+            {
+                return Ok((
+                    false,
+                    ActivateOutcome::Superseded {
+                        kid,
+                        active: index.active.clone(),
+                    },
+                ));
             }
             let now = SystemTime::now();
             if entry.is_expired_at(now) {

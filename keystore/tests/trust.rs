@@ -439,3 +439,38 @@ async fn an_unsigned_index_opens_but_is_refused_where_a_pin_is_required_until_si
         );
     }
 }
+
+#[tokio::test]
+async fn of_two_rotations_from_the_same_active_key_only_the_first_activation_lands() {
+    for (ring, _dir) in rings("activate_if").await {
+        let (a, b, _anchor) = seeded(&ring).await;
+        let c = pair();
+        ring.push(&c).await.unwrap();
+        let before = Some(kid(&a));
+        let first = ring
+            .activate_if(kid(&b).as_str(), Duration::ZERO, Some(&before))
+            .await
+            .unwrap();
+        assert!(matches!(
+            first,
+            kseal_keystore::ActivateOutcome::Activated { .. }
+        ));
+        let second = ring
+            .activate_if(kid(&c).as_str(), Duration::ZERO, Some(&before))
+            .await
+            .unwrap();
+        assert_eq!(
+            second,
+            kseal_keystore::ActivateOutcome::Superseded {
+                kid: kid(&c),
+                active: Some(kid(&b)),
+            }
+        );
+        let snap = ring.snapshot(None).await.unwrap().unwrap();
+        assert_eq!(
+            snap.index.active,
+            Some(kid(&b)),
+            "the first activation stays"
+        );
+    }
+}

@@ -389,10 +389,11 @@ async fn activate_key(
     key: &str,
     delay: Duration,
     wait: bool,
+    expected: Option<&Option<Kid>>,
 ) -> Result<String> {
     loop {
         let outcome = ring
-            .activate(key, delay)
+            .activate_if(key, delay, expected)
             .await
             .with_context(|| format!("failed to activate key {key}"))?;
         match outcome {
@@ -409,6 +410,17 @@ async fn activate_key(
             }
             ActivateOutcome::AlreadyActive(kid) => {
                 return Ok(format!("key {} already seals: nothing to do", kid.short()));
+            }
+            ActivateOutcome::Superseded { kid, active } => {
+                bail!(
+                    "another rotation won: key {} was activated while this one waited, so key {} \
+                     was not activated; it stays in the ring (it opens what it sealed, nothing \
+                     yet). Activate it later if it should seal: `kseal keys activate --ring \
+                     {ring_text} {}`",
+                    active.as_ref().map_or("(none)", Kid::short),
+                    kid.short(),
+                    kid.short()
+                );
             }
             ActivateOutcome::TooYoung { kid, ready_at } => {
                 let left = ready_at
@@ -454,7 +466,15 @@ pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
             ),
             args.write.yes,
         )?;
-        let done = activate_key(&ring, &ring_arg(&args.ring), &args.key, delay, args.wait).await?;
+        let done = activate_key(
+            &ring,
+            &ring_arg(&args.ring),
+            &args.key,
+            delay,
+            args.wait,
+            None,
+        )
+        .await?;
         eprintln!("{done}");
         mirror(&ring, &args.write).await
     })?
@@ -465,7 +485,7 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
         // Rotating a ring that does not exist is a mistyped name, not a new ring.
-        read_index(&ring).await?;
+        let before = read_index(&ring).await?.index.active;
         confirm(
             &format!(
                 "Generate a new sealing key for key ring {}?",
@@ -489,8 +509,16 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
                 outcome.kid.as_str(),
                 delay,
                 true,
+                Some(&before),
             )
-            .await?;
+            .await;
+            let done = match done {
+                Ok(done) => done,
+                Err(e) => {
+                    mirror(&ring, &args.write).await?;
+                    return Err(e);
+                }
+            };
             #[cfg(debug_assertions)]
             pause_for_tests().await;
             // Activations are last-writer-wins: a rotation racing this one may have activated
