@@ -671,8 +671,15 @@ fn retire_refuses_keys_that_sealed_secrets_still_need() {
     ring_snap!("retire_old_key", run, d);
     assert_eq!(ring.kids(d), vec![new_kid.clone()]);
     let list = ring.ok(d, &["list"]);
-    assert!(!list.stdout.contains(&old_kid[..12]), "{}", list.stdout);
-    assert!(list.stdout.contains(&new_kid[..12]), "{}", list.stdout);
+    let row = |kid: &str| {
+        list.stdout
+            .lines()
+            .find(|l| l.starts_with(&kid[..12]))
+            .unwrap_or_else(|| panic!("no row for {kid}: {}", list.stdout))
+            .to_owned()
+    };
+    assert!(row(&old_kid).contains("  retired "), "{}", list.stdout);
+    assert!(row(&new_kid).ends_with("  sealing"), "{}", list.stdout);
 
     // The last key is refused too.
     let run = ring.keys(d, &["retire", &new_kid[..12], "--check", "repo", "--yes"]);

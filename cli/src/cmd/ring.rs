@@ -700,6 +700,19 @@ pub(crate) fn list(args: ListArgs) -> Result<()> {
             KeyStatus::of(&index, entry, now, delay).describe(entry, now)
         ));
     }
+    // Keys retired from a signed ring: no longer in the ring, listed so that "retired" and
+    // "never a key of this ring" differ.
+    for retired in index.retired.iter().rev() {
+        out.push_str(&format!(
+            "{:<13} {:<51} {:>5}  {:<10}  {:<20}  retired {}\n",
+            retired.kid.short(),
+            "-",
+            "-",
+            "-",
+            "-",
+            ts(retired.retired)
+        ));
+    }
     output::stdout(&out)
 }
 
