@@ -1416,6 +1416,17 @@ async fn an_index_writer_cannot_change_the_sealing_key(client: Client) {
     wait_sealing_key(&running.state, older_key(), 1).await;
     let pinned = running.state.metrics.key_source_ring_anchor_pinned.get();
     assert_eq!(pinned, 1, "the anchor is pinned on first use");
+    let ring_state = eventually("the ring-state Secret is written", PATIENCE, || async {
+        let items = Api::<Secret>::namespaced(client.clone(), &ctrl)
+            .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
+            .await
+            .unwrap()
+            .items;
+        Ok(items.into_iter().next())
+    })
+    .await
+    .unwrap();
+    wait_event(&client, &ctrl, &ring_state.name_any(), "RingAnchorPinned").await;
 
     // The attacker's key pushed as a key secret (a directory lets them) and named active in
     // an index that keeps the ring's signature, then in a history of their own.
