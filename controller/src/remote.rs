@@ -493,19 +493,23 @@ impl Mirror {
             self.ring.name()
         );
         tracing::warn!(anchor = %anchor, "{note}");
-        if let Some(reference) = self.cache.state_ref.clone() {
-            let event = Event {
-                type_: EventType::Normal,
-                reason: "RingAnchorPinned".into(),
-                note: Some(note),
-                action: "VerifyRing".into(),
-                secondary: None,
-            };
-            if let Err(e) = self.recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %e, "failed to publish key-source event");
-            }
-        } else {
-            self.cache.pin_event_pending = Some(note);
+        match self.cache.state_ref.clone() {
+            Some(reference) => self.anchor_pinned_event(note, &reference).await,
+            None => self.cache.pin_event_pending = Some(note),
+        }
+    }
+
+    /// The `RingAnchorPinned` event, on the ring-state Secret.
+    async fn anchor_pinned_event(&self, note: String, reference: &ObjectReference) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "RingAnchorPinned".into(),
+            note: Some(note),
+            action: "VerifyRing".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::debug!(error = %e, "failed to publish key-source event");
         }
     }
 
@@ -545,16 +549,7 @@ impl Mirror {
                 self.cache.state_ref = Some(reference.clone());
                 self.cache.state_written = Some(data);
                 if let Some(note) = self.cache.pin_event_pending.take() {
-                    let event = Event {
-                        type_: EventType::Normal,
-                        reason: "RingAnchorPinned".into(),
-                        note: Some(note),
-                        action: "VerifyRing".into(),
-                        secondary: None,
-                    };
-                    if let Err(e) = self.recorder.publish(&event, &reference).await {
-                        tracing::debug!(error = %e, "failed to publish key-source event");
-                    }
+                    self.anchor_pinned_event(note, &reference).await;
                 }
             }
             Err(e) => tracing::warn!(

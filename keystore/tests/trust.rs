@@ -347,7 +347,7 @@ async fn a_rolled_back_index_is_refused() {
 #[tokio::test]
 async fn a_root_record_not_signed_by_its_predecessor_is_refused() {
     for (ring, _dir) in rings("root_chain").await {
-        let (a, b, anchor) = seeded(&ring).await;
+        let (_a, _b, anchor) = seeded(&ring).await;
         let evil = pair();
         let mut index = raw_index(&ring).await;
         // The attacker appends a root record for their key, signed by their key only, and signs
@@ -365,7 +365,6 @@ async fn a_root_record_not_signed_by_its_predecessor_is_refused() {
                 .await,
         );
         assert!(reason.contains("previous root"), "{reason}");
-        let _ = (a, b);
     }
 }
 
