@@ -244,7 +244,18 @@ type: Opaque
 stringData:
   password: not-a-real-password
 EOF
+# The ring's trust anchor, as `kseal keys list -o json` shows it (a GitOps repository pins it in
+# .kseal.yaml; here KSEAL_RING_ANCHOR). Without a pin, sealing to a ring is refused.
+anchor=$("$VENV_PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["roots"][0]["kid"])' \
+  "$work/list-controller.out" 2>/dev/null || true)
 extra_env=("KSEAL_AWS_ENDPOINT_URL=$endpoint")
+kseal_as sealer seal-unpinned seal --cert "secretsmanager://$RING" -f "$work/secret.yaml" -o yaml
+if [[ $rc == 1 ]] && grep -q 'is not pinned' "$work/seal-unpinned.err"; then
+  row ✓ sealer "kseal seal --cert secretsmanager://$RING without a pinned anchor: refused"
+else
+  row ✗ sealer "kseal seal --cert secretsmanager://$RING without a pinned anchor: refused" "exit $rc: $(last_err seal-unpinned)"
+fi
+extra_env=("KSEAL_AWS_ENDPOINT_URL=$endpoint" "KSEAL_RING_ANCHOR=$anchor")
 kseal_as sealer seal seal --cert "secretsmanager://$RING" -f "$work/secret.yaml" -o yaml
 extra_env=()
 if [[ $rc == 0 ]] && grep -q '^kind: SealedSecret' "$work/seal.out" &&
