@@ -475,7 +475,8 @@ pub struct Built {
     /// Keys rejected for the first time (not reported before), with why.
     pub newly_rejected: Vec<(usize, Rejection)>,
     /// Usable keys that are copies of a fleet ring's keys: labelled as mirrors and, with a
-    /// ring view, holding a key of the view (proven by material, not by labels).
+    /// ring view, holding a key of the view (proven by material, not by labels). They make a
+    /// restart during a key-source outage ready to open; what seals is decided by the view.
     pub mirrored: usize,
     /// With a key source, which key seals and why.
     pub ring_sealing: RingSealing,
@@ -518,7 +519,10 @@ pub fn build_ring(
         };
         if let Ok(pair) = &parsed {
             let kid = Kid::of(pair.public_key());
-            if material.mirror && view.is_some_and(|v| v.contains(&kid)) {
+            // Without a view yet (a restart during a key-source outage, with no anchor pinned to
+            // verify the ring-state Secret against), a labelled mirror counts for readiness:
+            // it opens, and nothing seals until the ring is read.
+            if material.mirror && view.is_none_or(|v| v.contains(&kid)) {
                 mirrored += 1;
             }
             by_kid.insert(kid, pair.id().clone());

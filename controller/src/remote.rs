@@ -71,6 +71,11 @@ const BACKOFF_MIN: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// Refresh requests closer together than this are merged.
 const REFRESH_SPACING: Duration = Duration::from_secs(5);
+/// How often a follower with no anchor pinned (an unsigned ring, or the store unreachable)
+/// reads the index from the store again.
+const FOLLOWER_STORE_READ: Duration = Duration::from_secs(300);
+/// How soon such a follower tries again after the store failed.
+const FOLLOWER_STORE_RETRY: Duration = Duration::from_secs(30);
 /// How often a follower checks whether it became the leader.
 const LEADER_CHECK: Duration = Duration::from_secs(2);
 /// How often a follower reads the ring-state Secret.
@@ -153,6 +158,10 @@ struct Cache {
     active_warned: Option<String>,
     /// A `RingAnchorPinned` note waiting for the ring-state Secret to attach to.
     pin_event_pending: Option<String>,
+    /// When a follower without a pinned anchor reads the index from the store next.
+    follower_next: Option<tokio::time::Instant>,
+    /// Whether the ring-state Secret's memory was taken in ([`Mirror::merge_state`]).
+    state_merged: bool,
 }
 
 /// The key-source mirror: the ring, where to mirror it, and what it remembers.
@@ -279,6 +288,8 @@ impl Mirror {
                 warned: HashSet::new(),
                 active_warned: None,
                 pin_event_pending: None,
+                follower_next: None,
+                state_merged: false,
             },
         }
     }
@@ -302,16 +313,11 @@ impl Mirror {
         let mut report = SyncReport::default();
         if !self.cache.seeded {
             self.seed_from_mirror().await?;
-            // Until the store answers, the leader's view is the ring-state Secret's.
-            if let Some(found) = self.load_state().await? {
-                self.cache.ever.extend(found.view.ever.iter().cloned());
-                if self.cache.last_active.is_none() {
-                    self.cache.last_active.clone_from(&found.view.last_active);
-                }
-                if self.state.ring_view.current().is_none() {
-                    self.state.ring_view.publish(found.view);
-                }
-            }
+            // Until the store answers, the leader's view is the ring-state Secret's, but only
+            // under a pinned anchor (`--ring-anchor`): without one, that Secret is only as
+            // trustworthy as write access to Secrets here, so it is read once the store's
+            // index has pinned the anchor (below).
+            self.merge_state(true).await?;
         }
         let version = self.ring.index_version().await;
         count(&self.state, "describe_index", outcome(&version));
@@ -335,10 +341,16 @@ impl Mirror {
                 parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
                     .map_err(|e| self.store_err(e))?;
             self.accepted(&verified).await;
+            self.merge_state(false).await?;
             report.index_read = true;
-            self.cache
-                .ever
-                .extend(index.keys.iter().map(|e| e.kid.clone()));
+            // A signed index lists the keys that left the ring too.
+            self.cache.ever.extend(
+                index
+                    .keys
+                    .iter()
+                    .map(|e| e.kid.clone())
+                    .chain(index.retired.iter().map(|r| r.kid.clone())),
+            );
             self.cache.index_text = Some(text);
             self.cache.keys.retain(|kid, _| index.entry(kid).is_some());
             if index.active != self.cache.index.as_ref().and_then(|i| i.active.clone())
@@ -368,17 +380,7 @@ impl Mirror {
     /// with the newest `updated` (several can exist: a leader's, a stale one, a forged one;
     /// until the index is signed a forged one is as good as write access to Secrets here).
     pub async fn load_state(&self) -> Result<Option<FoundState>, SyncError> {
-        self.load_state_with(false).await.map(|(found, _)| found)
-    }
-
-    /// [`Mirror::load_state`]; with `pin_on_first_use` (a follower without a pinned anchor)
-    /// also the anchor of the first signed history found, for the caller to pin.
-    async fn load_state_with(
-        &self,
-        pin_on_first_use: bool,
-    ) -> Result<(Option<FoundState>, Option<Kid>), SyncError> {
         let trust = self.pin.trust();
-        let mut first_anchor = None;
         let listed = self
             .api
             .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
@@ -406,12 +408,7 @@ impl Mirror {
                 continue;
             };
             let index = match parse_ring_state(&text, self.expected_ring.as_deref(), &trust) {
-                Ok((index, verified)) => {
-                    if pin_on_first_use && let Verified::Signed { anchor, .. } = &verified {
-                        first_anchor.get_or_insert_with(|| anchor.clone());
-                    }
-                    index
-                }
+                Ok((index, _)) => index,
                 Err(e) => {
                     tracing::warn!(secret = %secret.name_any(), "ignoring a ring-state Secret: {}", crate::error_chain(&e));
                     continue;
@@ -432,24 +429,69 @@ impl Mirror {
                 name: secret.name_any(),
             });
         }
-        Ok((best, first_anchor))
+        Ok(best)
     }
 
-    /// A follower's poll: publishes the ring-state Secret's view.
+    /// A follower's poll: publishes the ring-state Secret's view, verified under the pinned
+    /// anchor. A replica with no anchor pinned yet (no `--ring-anchor`) pins from the store
+    /// itself (one read of the index), never from a Secret that whoever can write Secrets in
+    /// this namespace could have written; until it has, it takes no view, so it seals nothing.
     pub async fn follow(&mut self) -> Result<(), SyncError> {
-        let pin_on_first_use = self.pin.anchor.is_none();
-        let (found, anchor) = self.load_state_with(pin_on_first_use).await?;
-        if let Some(anchor) = anchor {
-            // Re-read under the pin, so a ring-state Secret of another history is left out.
-            self.pin_anchor(anchor, "the leader's ring-state Secret")
-                .await;
-            if let Some(found) = self.load_state().await? {
-                self.state.ring_view.publish(found.view);
+        let mut from_store = None;
+        if self.pin.anchor.is_none() {
+            let now = tokio::time::Instant::now();
+            if self.cache.follower_next.is_some_and(|t| now < t) {
+                return Ok(());
             }
+            // Retried soon after a failure, rarely after a success (an unsigned ring).
+            self.cache.follower_next = Some(now + FOLLOWER_STORE_RETRY);
+            let read = self.ring.snapshot_text(None).await;
+            count(&self.state, "get_index", outcome(&read));
+            let (text, _) =
+                read.map_err(|e| self.store_err(e))?
+                    .ok_or_else(|| SyncError::NoRing {
+                        ring: self.ring.name().to_owned(),
+                        store: self.ring.store().describe(),
+                    })?;
+            self.cache.follower_next = Some(now + FOLLOWER_STORE_READ);
+            let (index, verified) =
+                parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
+                    .map_err(|e| self.store_err(e))?;
+            self.accepted(&verified).await;
+            from_store = Some(index);
+        }
+        // An unsigned ring (no anchor): its own index, never a Secret's copy of it.
+        let found = match self.pin.anchor {
+            Some(_) => self.load_state().await?,
+            None => None,
+        };
+        match (found, from_store) {
+            (Some(found), _) => self.state.ring_view.publish(found.view),
+            (None, Some(index)) => {
+                let view = RingView::new(&index, &self.cache.ever, self.cache.last_active.clone());
+                self.state.ring_view.publish(view);
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// Takes what this controller remembered in the ring-state Secret before a restart (the
+    /// kids it saw, the last verified active key), once, and only under a pinned anchor;
+    /// `publish` also publishes its view when there is none yet (the store not read yet).
+    async fn merge_state(&mut self, publish: bool) -> Result<(), SyncError> {
+        if self.cache.state_merged || self.pin.anchor.is_none() {
             return Ok(());
         }
-        if let Some(found) = found {
-            self.state.ring_view.publish(found.view);
+        self.cache.state_merged = true;
+        if let Some(found) = self.load_state().await? {
+            self.cache.ever.extend(found.view.ever.iter().cloned());
+            if self.cache.last_active.is_none() {
+                self.cache.last_active.clone_from(&found.view.last_active);
+            }
+            if publish && self.state.ring_view.current().is_none() {
+                self.state.ring_view.publish(found.view);
+            }
         }
         Ok(())
     }

@@ -1532,3 +1532,98 @@ async fn a_ring_rooted_elsewhere_than_the_given_anchor_is_refused() {
     assert_eq!(running.state.keys.ring().len(), 0);
     assert!(mirrors(&client, &ctrl).await.is_empty());
 }
+
+/// Someone who can write Secrets in the controller namespace (but has no ring access) plants
+/// a ring-state Secret holding a valid history of their own and a mirror of its key: a
+/// follower without `--ring-anchor` pins the ring's anchor from the store itself, so it never
+/// seals with the planted key; with `--ring-anchor`, neither the leader nor a follower does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_ring_state_secret_never_chooses_a_followers_sealing_key() {
+    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let evil = key(2);
+    let mut forged = Index::empty(
+        &ring.require_snapshot().await.unwrap().index.ring,
+        SystemTime::now(),
+    );
+    forged
+        .keys
+        .push(IndexEntry::new(evil.certificate(), SystemTime::now()).unwrap());
+    forged.active = Some(kid(evil));
+    forged
+        .roots
+        .push(kseal_keystore::trust::genesis(&forged.ring, evil).unwrap());
+    forged.schema = kseal_keystore::INDEX_SCHEMA;
+    forged.version = 1_000;
+    forged.updated = jiff::Timestamp::MAX;
+    kseal_keystore::trust::sign_index(&mut forged, evil).unwrap();
+    let planted = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kseal-ring-state-planted".into()),
+            namespace: Some(ctrl.clone()),
+            labels: Some([("kseal.dev/ring-state".to_owned(), "true".to_owned())].into()),
+            annotations: Some(
+                [(
+                    kseal_controller::remote::RING_ANNOTATION.to_owned(),
+                    ring.name().to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(
+            [(
+                "index.json".to_owned(),
+                k8s_openapi::ByteString(forged.to_json().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), &ctrl)
+        .create(&PostParams::default(), &planted)
+        .await
+        .unwrap();
+    forged_key_secret(
+        &client,
+        &ctrl,
+        "kseal-ring-planted",
+        evil,
+        &[
+            (kseal_controller::remote::RING_ANNOTATION, ring.name()),
+            (KID_ANNOTATION, kid(evil).as_str()),
+            (ACTIVE_ANNOTATION, "true"),
+        ],
+    )
+    .await;
+    for anchor in [None, Some(kid(older_key()))] {
+        let config = || {
+            let mut source = dir_source(&location, PATIENCE);
+            source.anchor = anchor.clone();
+            with_source(&ctrl, &[&ctrl], source)
+        };
+        let leader = Running::start(&client, config()).await;
+        wait_sealing_key(&leader.state, older_key(), 2).await;
+        let follower = Running::start_as(&client, config(), false).await;
+        eventually("the follower has its view", PATIENCE, || async {
+            Ok(follower.state.ring_view.current().map(|_| ()))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("anchor {anchor:?}: {e}"));
+        let view = follower.state.ring_view.current().unwrap();
+        assert_eq!(view.active, Some(kid(older_key())), "anchor {anchor:?}");
+        let sealing = follower
+            .state
+            .keys
+            .ring()
+            .sealing_key()
+            .map(|k| k.id().clone());
+        assert_ne!(sealing.as_ref(), Some(evil.id()), "anchor {anchor:?}");
+        follower.stop().await;
+        leader.stop().await;
+    }
+}
