@@ -40,14 +40,10 @@ pub fn parse_ring_state(
     ring: Option<&str>,
     trust: &Trust,
 ) -> kseal_keystore::Result<(Index, Verified)> {
-    let expected = match ring {
-        Some(ring) => ring.to_owned(),
-        None => serde_json::from_str::<serde_json::Value>(index_text)
-            .ok()
-            .and_then(|v| v.get("ring").and_then(|r| r.as_str()).map(str::to_owned))
-            .unwrap_or_default(),
+    let index = match ring {
+        Some(ring) => Index::parse(index_text, ring, "the ring index")?,
+        None => Index::parse_any_ring(index_text, "the ring index")?,
     };
-    let index = Index::parse(index_text, &expected, "the ring index")?;
     let verified = kseal_keystore::trust::verify(&index, trust, "the ring index")?;
     Ok((index, verified))
 }

@@ -422,6 +422,16 @@ impl Index {
         Ok(index)
     }
 
+    /// [`Index::parse`] for a copy of an index that may belong to any ring (a directory ring,
+    /// e.g. mounted by the Secrets Store CSI driver): the ring is the one the document names.
+    pub fn parse_any_ring(text: &str, what: &str) -> Result<Self> {
+        let ring = serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| v.get("ring").and_then(|r| r.as_str()).map(str::to_owned))
+            .unwrap_or_default();
+        Self::parse(text, &ring, what)
+    }
+
     /// Strict, stable JSON (pretty, so diffs of a directory store read well).
     pub fn to_json(&self) -> String {
         // Serialising plain data into a String cannot fail.

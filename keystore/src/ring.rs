@@ -202,11 +202,7 @@ impl Ring {
             Index::parse(text, &self.name, &what)
         } else {
             // A directory may hold a copy of any ring (e.g. mounted by the CSI driver).
-            let ring = serde_json::from_str::<serde_json::Value>(text)
-                .ok()
-                .and_then(|v| v.get("ring").and_then(|r| r.as_str()).map(str::to_owned))
-                .unwrap_or_else(|| self.name.clone());
-            Index::parse(text, &ring, &what)
+            Index::parse_any_ring(text, &what)
         }
     }
 
