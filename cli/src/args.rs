@@ -287,7 +287,7 @@ pub(crate) struct SealArgs {
     /// Override the Secret's name (with --raw: the name the value is sealed for)
     #[arg(long, env = env::KSEAL_NAME)]
     pub(crate) name: Option<String>,
-    /// Allow Secrets with neither data nor stringData
+    /// Allow Secrets with neither data nor stringData (with --raw: an empty value)
     #[arg(long, env = env::KSEAL_ALLOW_EMPTY_DATA)]
     pub(crate) allow_empty_data: bool,
     /// Add or replace the sealed items in this existing SealedSecret file, in place, keeping
@@ -327,6 +327,9 @@ pub(crate) struct SetArgs {
     /// Drop one trailing newline from the value
     #[arg(long, env = env::KSEAL_STRIP_NEWLINE)]
     pub(crate) strip_newline: bool,
+    /// Seal an empty value instead of refusing it
+    #[arg(long, env = env::KSEAL_ALLOW_EMPTY_DATA)]
+    pub(crate) allow_empty_data: bool,
 }
 
 #[derive(Debug, Args)]
@@ -435,14 +438,17 @@ Defaults: Crossplane's AWS ProviderConfig (credentials.source: Secret) reads key
 (an INI file with a [default] profile) of Secret crossplane-system/aws-credentials. The
 External Secrets Operator form (--for eso) has keys `access-key`, `secret-access-key` and
 `session-token`, as in ESO's SecretStore auth.secretRef, in Secret external-secrets/awssm-secret.
-Credentials come from --profile (a profile of ~/.aws/credentials or $AWS_SHARED_CREDENTIALS_FILE),
-else from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else from the
-`default` profile (or $AWS_PROFILE).
+The keys come from exactly one source you name, never implicitly from your own shell:
+--profile NAME (a profile of ~/.aws/credentials or $AWS_SHARED_CREDENTIALS_FILE),
+--access-key-id ID with the secret key from --secret-access-key-stdin, --secret-access-key-file
+or a hidden prompt, or --from-env (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+AWS_SESSION_TOKEN).
 
 Examples:
   kseal create aws-credentials --cert fleet.crt --profile crossplane -w aws-credentials.yaml
-  AWS_ACCESS_KEY_ID=AKIA... AWS_SECRET_ACCESS_KEY=... \\
-    kseal create aws-credentials --cert fleet.crt --for eso -n team-a";
+  kseal create aws-credentials --cert fleet.crt --access-key-id AKIA... \\
+    --secret-access-key-stdin < crossplane-secret-key.txt
+  kseal create aws-credentials --cert fleet.crt --for eso -n team-a --from-env";
 
 /// Who consumes the git credentials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -684,16 +690,46 @@ pub(crate) struct AwsArgs {
     #[arg(long = "for", env = env::KSEAL_AWS_FOR, value_enum, default_value = "crossplane")]
     pub(crate) consumer: AwsConsumer,
     /// Read the keys from this profile of the AWS shared credentials file
-    #[arg(long, env = env::KSEAL_AWS_PROFILE)]
+    #[arg(long, env = env::KSEAL_AWS_PROFILE, value_name = "NAME")]
     pub(crate) profile: Option<String>,
-    /// Access key id
-    #[arg(long, env = env::AWS_ACCESS_KEY_ID)]
+    /// Take the keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN
+    /// (never implicit: in a seeding shell those are usually your own keys)
+    #[arg(long, env = env::KSEAL_AWS_FROM_ENV, conflicts_with_all = ["profile", "access_key_id"])]
+    pub(crate) from_env: bool,
+    /// Access key id; the secret key then comes from --secret-access-key-stdin,
+    /// --secret-access-key-file or a hidden prompt
+    #[arg(long, env = env::KSEAL_AWS_ACCESS_KEY_ID, value_name = "ID", conflicts_with = "profile")]
     pub(crate) access_key_id: Option<String>,
-    /// Secret access key (prefer the environment variable or a profile)
-    #[arg(long, env = env::AWS_SECRET_ACCESS_KEY, hide_env_values = true)]
+    /// Read the secret access key from standard input (one trailing newline is dropped)
+    #[arg(long, env = env::KSEAL_AWS_SECRET_ACCESS_KEY_STDIN, requires = "access_key_id")]
+    pub(crate) secret_access_key_stdin: bool,
+    /// Read the secret access key from this file (one trailing newline is dropped)
+    #[arg(
+        long,
+        env = env::KSEAL_AWS_SECRET_ACCESS_KEY_FILE,
+        value_name = "FILE",
+        requires = "access_key_id",
+        conflicts_with = "secret_access_key_stdin"
+    )]
+    pub(crate) secret_access_key_file: Option<PathBuf>,
+    /// Deprecated: a secret on the command line is visible in `ps` and shell history; use
+    /// --secret-access-key-stdin or --secret-access-key-file
+    #[arg(
+        long,
+        hide = true,
+        env = env::KSEAL_AWS_SECRET_ACCESS_KEY,
+        hide_env_values = true,
+        requires = "access_key_id",
+        conflicts_with_all = ["secret_access_key_stdin", "secret_access_key_file"]
+    )]
     pub(crate) secret_access_key: Option<String>,
-    /// Session token, for temporary credentials
-    #[arg(long, env = env::AWS_SESSION_TOKEN, hide_env_values = true)]
+    /// Session token, for temporary (ASIA…) keys given with --access-key-id
+    #[arg(
+        long,
+        env = env::KSEAL_AWS_SESSION_TOKEN,
+        hide_env_values = true,
+        requires = "access_key_id"
+    )]
     pub(crate) session_token: Option<String>,
 }
 
@@ -870,7 +906,7 @@ pub(crate) struct RingArgs {
 #[command(next_help_heading = "Writing")]
 pub(crate) struct RingWriteArgs {
     /// Customer-managed KMS key for secrets kseal creates (default: the account's aws/secretsmanager key)
-    #[arg(long, env = env::KSEAL_AWS_KMS_KEY_ID, value_name = "KEY_ID")]
+    #[arg(long, env = env::KSEAL_AWS_KMS_KEY_ID, value_name = "KEY_ID", value_parser = parse_kms_key_id)]
     pub(crate) kms_key_id: Option<String>,
     /// Replicate secrets kseal creates to these regions (each region's clusters read their
     /// replica); repeat or separate with commas
@@ -924,8 +960,9 @@ pub(crate) struct PushArgs {
 #[derive(Debug, Args, Clone)]
 #[command(next_help_heading = "Activation")]
 pub(crate) struct DelayArgs {
-    /// Activate without waiting: only when every controller already has the key (e.g. after
-    /// `kseal keys list` on each cluster, or a brand-new fleet)
+    /// Activate without waiting: only when every controller already has the key (a key
+    /// Secret in each cluster's kseal-system carries its kid in the `kseal.dev/kid`
+    /// annotation), or the fleet is brand new
     #[arg(long, env = env::KSEAL_NOW)]
     pub(crate) now: bool,
     /// How long a key must have been in the ring before it may seal: at least the
@@ -1095,6 +1132,51 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     kseal_api::duration::parse(text)
 }
 
+/// A KMS key as Secrets Manager takes it: a key id, `alias/NAME`, or the ARN of either. A
+/// copied placeholder (`key/…`) is refused here rather than by AWS halfway through a write.
+fn parse_kms_key_id(text: &str) -> Result<String, String> {
+    let usage = "use a key id (1234abcd-12ab-34cd-56ef-1234567890ab or mrk-…), alias/NAME, or \
+                 arn:aws:kms:REGION:ACCOUNT:key/ID";
+    if let Some(bad) = text.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(format!(
+            "`{text}` is not a KMS key: it contains {bad:?} (a placeholder left in?); {usage}"
+        ));
+    }
+    let id_ok = |id: &str| {
+        let hex = id.strip_prefix("mrk-").unwrap_or(id);
+        !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+    };
+    let alias_ok = |alias: &str| {
+        !alias.is_empty()
+            && alias
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/_-".contains(c))
+    };
+    let resource_ok = |resource: &str| match resource.split_once('/') {
+        Some(("key", id)) => id_ok(id),
+        Some(("alias", alias)) => alias_ok(alias),
+        _ => false,
+    };
+    let ok = if let Some(rest) = text.strip_prefix("arn:") {
+        let parts: Vec<&str> = rest.splitn(5, ':').collect();
+        matches!(parts.as_slice(), [partition, "kms", region, account, resource]
+            if partition.starts_with("aws")
+                && !region.is_empty()
+                && account.len() == 12
+                && account.chars().all(|c| c.is_ascii_digit())
+                && resource_ok(resource))
+    } else if text.starts_with("alias/") {
+        resource_ok(text)
+    } else {
+        id_ok(text)
+    };
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not a KMS key: {usage}"))
+    }
+}
+
 fn parse_key_size(text: &str) -> Result<u32, String> {
     match text {
         "2048" => Ok(2048),
@@ -1114,6 +1196,33 @@ mod tests {
     fn the_cli_definition_is_consistent() {
         use clap::CommandFactory as _;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn kms_keys_take_the_forms_secrets_manager_takes_and_refuse_placeholders() {
+        for good in [
+            "1234abcd-12ab-34cd-56ef-1234567890ab",
+            "mrk-1234abcd12ab34cd56ef1234567890ab",
+            "alias/kseal-ring",
+            "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+            "arn:aws-us-gov:kms:us-gov-west-1:111122223333:alias/kseal",
+        ] {
+            assert_eq!(parse_kms_key_id(good).as_deref(), Ok(good), "{good}");
+        }
+        let placeholder = parse_kms_key_id("arn:aws:kms:eu-west-1:111122223333:key/…").unwrap_err();
+        assert!(placeholder.contains("placeholder"), "{placeholder}");
+        for bad in [
+            "",
+            "arn:aws:kms:eu-west-1:111122223333:key/",
+            "arn:aws:kms:eu-west-1:1111:key/1234abcd",
+            "arn:aws:s3:eu-west-1:111122223333:key/1234abcd",
+            "alias/",
+            "my key",
+            "kms-key",
+        ] {
+            let e = parse_kms_key_id(bad).unwrap_err();
+            assert!(e.contains("is not a KMS key"), "{bad}: {e}");
+        }
     }
 
     #[test]

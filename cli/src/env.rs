@@ -115,11 +115,23 @@ pub(crate) const KSEAL_ARGOCD_ENABLE_LFS: &str = "KSEAL_ARGOCD_ENABLE_LFS";
 pub(crate) const KSEAL_AWS_FOR: &str = "KSEAL_AWS_FOR";
 /// AWS profile to read (`--profile`).
 pub(crate) const KSEAL_AWS_PROFILE: &str = "KSEAL_AWS_PROFILE";
-/// AWS access key id (`--access-key-id`), the AWS CLI's own variable.
+/// Take the sealed AWS keys from the AWS CLI's variables (`create aws-credentials --from-env`).
+pub(crate) const KSEAL_AWS_FROM_ENV: &str = "KSEAL_AWS_FROM_ENV";
+/// AWS access key id to seal (`--access-key-id`).
+pub(crate) const KSEAL_AWS_ACCESS_KEY_ID: &str = "KSEAL_AWS_ACCESS_KEY_ID";
+/// Read the secret access key to seal from stdin (`--secret-access-key-stdin`).
+pub(crate) const KSEAL_AWS_SECRET_ACCESS_KEY_STDIN: &str = "KSEAL_AWS_SECRET_ACCESS_KEY_STDIN";
+/// File holding the secret access key to seal (`--secret-access-key-file`).
+pub(crate) const KSEAL_AWS_SECRET_ACCESS_KEY_FILE: &str = "KSEAL_AWS_SECRET_ACCESS_KEY_FILE";
+/// Secret access key to seal (`--secret-access-key`, deprecated: visible in `ps`).
+pub(crate) const KSEAL_AWS_SECRET_ACCESS_KEY: &str = "KSEAL_AWS_SECRET_ACCESS_KEY";
+/// Session token to seal (`--session-token`).
+pub(crate) const KSEAL_AWS_SESSION_TOKEN: &str = "KSEAL_AWS_SESSION_TOKEN";
+/// AWS access key id, the AWS CLI's own variable (read only with `--from-env`).
 pub(crate) const AWS_ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
-/// AWS secret access key (`--secret-access-key`), the AWS CLI's own variable.
+/// AWS secret access key, the AWS CLI's own variable (read only with `--from-env`).
 pub(crate) const AWS_SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
-/// AWS session token (`--session-token`), the AWS CLI's own variable.
+/// AWS session token, the AWS CLI's own variable (read only with `--from-env`).
 pub(crate) const AWS_SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
 /// Default AWS profile name, as the AWS CLI reads it.
 pub(crate) const AWS_PROFILE: &str = "AWS_PROFILE";

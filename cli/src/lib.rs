@@ -19,8 +19,6 @@ mod walk;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser as _;
-
 use crate::args::{Cli, Command, CreateCommand, KeysCommand};
 
 /// The executable that does key-ring work for `kseal`, installed beside it.
@@ -89,12 +87,67 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    Cli::try_parse_from(args).map_err(|e| {
-        // What `Cli::parse` does, without exiting: help and version go to stdout with code
-        // 0, usage errors to stderr with code 2. A closed pipe is not an error.
-        let _ = e.print();
-        ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
-    })
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // `kseal-ring --version` and its help name that executable, not `kseal`.
+    let name = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .map_or("kseal", |n| {
+            if n == RING_BINARY {
+                RING_BINARY
+            } else {
+                "kseal"
+            }
+        });
+    Cli::command()
+        .name(name)
+        .bin_name(name)
+        .try_get_matches_from(args.iter().cloned())
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+        .map_err(|e| {
+            // What `Cli::parse` does, without exiting: help and version go to stdout with code
+            // 0, usage errors to stderr with code 2. A closed pipe is not an error.
+            let _ = e.print();
+            if let Some(hint) = kubeseal_hint(&args) {
+                eprintln!("\n{hint}");
+            }
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+        })
+}
+
+/// For a kubeseal flag kseal spells differently: what to use instead.
+fn kubeseal_hint(args: &[OsString]) -> Option<String> {
+    const HINTS: &[(&str, &str)] = &[
+        (
+            "--fetch-cert",
+            "kseal cert (from the cluster's controller) or kseal keys export-cert --ring R",
+        ),
+        (
+            "--re-encrypt",
+            "kseal reseal --controller FILE… (or --key FILE offline, --in-place to rewrite)",
+        ),
+        ("--recovery-unseal", "kseal unseal --key KEY_FILE FILE…"),
+        (
+            "--recovery-private-key",
+            "kseal unseal --key KEY_FILE FILE…",
+        ),
+        (
+            "--validate",
+            "kseal validate --controller FILE… (or --key FILE offline)",
+        ),
+    ];
+    let flags: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .map(|a| a.split_once('=').map_or(a, |(flag, _)| flag))
+        .collect();
+    HINTS
+        .iter()
+        .find(|(flag, _)| flags.contains(flag))
+        .map(|(flag, hint)| format!("hint: `{flag}` is a kubeseal flag; in kseal: {hint}"))
 }
 
 fn finish(result: anyhow::Result<()>) -> ExitCode {

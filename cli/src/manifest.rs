@@ -412,6 +412,13 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8], private: bool) -> Resul
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    // Like `kubectl` plugins and `mkdir -p`: `-w clusters/prod/db.yaml` in a new repository
+    // creates `clusters/prod`.
+    if !dir.exists() {
+        fs_err::create_dir_all(dir)
+            .with_context(|| format!("failed to create the directory for `{}`", path.display()))?;
+        eprintln!("created directory `{}`", dir.display());
+    }
     let mut tmp = tempfile::Builder::new()
         .prefix(".kseal-")
         .tempfile_in(dir)

@@ -266,13 +266,16 @@ fn version_names_the_commit_and_both_binaries_agree() {
         kseal(&["seal", "--version"], None, dir.path()).stdout,
         format!("kseal-seal {}\n", kseal_cli::VERSION)
     );
-    // kseal-ring is built from the same commit and says so.
+    // kseal-ring is built from the same commit, says so, and names itself.
     let ring = std::process::Command::new(env!("CARGO_BIN_EXE_kseal-ring"))
         .arg("--version")
         .output()
         .unwrap();
     assert!(ring.status.success());
-    assert_eq!(String::from_utf8_lossy(&ring.stdout), run.stdout);
+    assert_eq!(
+        String::from_utf8_lossy(&ring.stdout),
+        run.stdout.replacen("kseal ", "kseal-ring ", 1)
+    );
 }
 
 /// `seal -o json` of `input` with `args`; the parsed SealedSecrets and the run.
@@ -801,4 +804,26 @@ fn seal_refuses_names_the_api_server_would_refuse() {
         "{}",
         raw.stderr
     );
+}
+
+/// kubeseal users typing kubeseal's flags are told kseal's spelling.
+#[test]
+fn kubeseal_flags_get_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, expect) in [
+        (&["--fetch-cert"][..], "kseal cert"),
+        (&["seal", "--re-encrypt"][..], "kseal reseal"),
+        (
+            &["--recovery-unseal", "--recovery-private-key", "k"][..],
+            "kseal unseal --key",
+        ),
+    ] {
+        let run = kseal(args, None, dir.path());
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("is a kubeseal flag; in kseal: ") && run.stderr.contains(expect),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
 }

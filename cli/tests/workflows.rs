@@ -1633,8 +1633,30 @@ fn aws_credentials_for_crossplane_and_eso() {
             "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
         ),
     ];
+    // Never implicitly from the shell's own AWS variables: the source must be named.
     let run = kseal_env(
         &["create", "aws-credentials", "--cert", s(&cert)],
+        None,
+        dir.path(),
+        &envs,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("AWS_ACCESS_KEY_ID is set in this shell")
+            && run.stderr.contains("--from-env"),
+        "{}",
+        run.stderr
+    );
+    let run = kseal_env(
+        &[
+            "create",
+            "aws-credentials",
+            "--cert",
+            s(&cert),
+            "--from-env",
+        ],
         None,
         dir.path(),
         &envs,
@@ -1690,12 +1712,60 @@ fn aws_credentials_for_crossplane_and_eso() {
     assert_eq!(data["secret-access-key"], "y");
     assert_eq!(data["session-token"], "z");
     let run = kseal_env(
-        &["create", "aws-credentials", "--cert", s(&cert)],
+        &[
+            "create",
+            "aws-credentials",
+            "--cert",
+            s(&cert),
+            "--from-env",
+        ],
         None,
         dir.path(),
         &[("AWS_ACCESS_KEY_ID", "AKIAONLY")],
     );
     snap!("err_aws_incomplete", run);
+    // The secret key from stdin, never as a flag; an empty one is named as such.
+    let run = kseal_env(
+        &[
+            "create",
+            "aws-credentials",
+            "--cert",
+            s(&cert),
+            "--access-key-id",
+            "AKIAEXAMPLEEXAMPLE00",
+            "--secret-access-key-stdin",
+        ],
+        Some("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"),
+        dir.path(),
+        &[],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    let data = open(&sealed[0], &ring(&[&fixture_pair()]));
+    assert_eq!(
+        data["credentials"],
+        "[default]\naws_access_key_id = AKIAEXAMPLEEXAMPLE00\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"
+    );
+    let run = kseal_env(
+        &[
+            "create",
+            "aws-credentials",
+            "--cert",
+            s(&cert),
+            "--access-key-id",
+            "AKIAEXAMPLEEXAMPLE00",
+            "--secret-access-key-stdin",
+        ],
+        Some(""),
+        dir.path(),
+        &[],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("the secret access key is empty"),
+        "{}",
+        run.stderr
+    );
     let run = kseal_env(
         &["create", "aws-credentials", "--cert", s(&cert)],
         None,
@@ -2402,4 +2472,103 @@ fn import_of_a_marked_backup_into_an_empty_ring_keeps_its_active_key() {
     let kid = |pair: &KeyPair| kseal_keystore::Kid::of(pair.public_key()).to_string();
     assert_eq!(index["active"], kid(&active), "{}", list.stdout);
     assert_eq!(index["keys"].as_array().unwrap().len(), 2);
+}
+
+/// Empty values are refused (an unset `$TOKEN` piped in), `-w` creates missing directories
+/// and a key pair never lands in a directory that holds other files.
+#[test]
+fn first_hour_foot_guns_are_refused_or_handled() {
+    let f = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = f.join("keys/tls.crt");
+    let raw = [
+        "seal",
+        "--cert",
+        s(&cert),
+        "--raw",
+        "-n",
+        "prod",
+        "--name",
+        "db",
+    ];
+    let run = kseal(&raw, Some(""), dir.path());
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("refusing to seal an empty value")
+            && run.stderr.contains("--allow-empty-data"),
+        "{}",
+        run.stderr
+    );
+    let mut allowed = raw.to_vec();
+    allowed.push("--allow-empty-data");
+    let run = kseal(&allowed, Some(""), dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let opened = ring(&[&fixture_pair()])
+        .open_base64(
+            &kseal_keys::Scope::Strict.label("prod", "db"),
+            &run.stdout,
+            None,
+        )
+        .unwrap();
+    assert!(opened.plaintext.expose().is_empty());
+
+    // `-w` into directories that do not exist yet, as in a new GitOps repository.
+    let run = kseal(
+        &[
+            "seal",
+            "--cert",
+            s(&cert),
+            "-w",
+            "clusters/prod/db.sealed.yaml",
+        ],
+        Some(SECRET),
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("created directory `clusters/prod`"));
+    let path = dir.path().join("clusters/prod/db.sealed.yaml");
+    let sealed = parse_sealed(&std::fs::read_to_string(&path).unwrap());
+    assert_eq!(sealed[0].metadata.name.as_deref(), Some("db"));
+
+    // `set` with an empty value leaves the file as it was.
+    let before = std::fs::read(&path).unwrap();
+    let run = kseal(
+        &[
+            "set",
+            "--cert",
+            s(&cert),
+            "clusters/prod/db.sealed.yaml",
+            "token",
+        ],
+        Some(""),
+        dir.path(),
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("refusing to seal an empty value"));
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+
+    // `keys generate --out-dir keys` in a clone would write into the `keys/` crate.
+    std::fs::create_dir(dir.path().join("keys")).unwrap();
+    std::fs::write(dir.path().join("keys/Cargo.toml"), "[package]\n").unwrap();
+    let run = kseal(
+        &[
+            "keys",
+            "generate",
+            "--out-dir",
+            "keys",
+            "--key-size",
+            "2048",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("already holds other files (`Cargo.toml`)"),
+        "{}",
+        run.stderr
+    );
+    assert!(!dir.path().join("keys/tls.key").exists());
 }

@@ -420,6 +420,10 @@ async fn run(cli: Cli) -> Result<()> {
     ];
     kseal(&args, paths.shown(&args)).await?;
     let aws_file = paths.file("git/aws-credentials.yaml");
+    // The secret key goes in through an owner-only file (or stdin), never on the command line
+    // where `ps` and shell history would show it. The file stays outside `git/`.
+    let secret_file = paths.file("aws-secret-access-key");
+    write_private(Path::new(&secret_file), AWS_SECRET_ACCESS_KEY.as_bytes())?;
     let args = [
         "create",
         "aws-credentials",
@@ -427,25 +431,14 @@ async fn run(cli: Cli) -> Result<()> {
         ring,
         "--access-key-id",
         AWS_ACCESS_KEY_ID,
-        "--secret-access-key",
-        AWS_SECRET_ACCESS_KEY,
+        "--secret-access-key-file",
+        &secret_file,
         "-w",
         &aws_file,
     ];
-    // The secret key is shown as the variable kseal also reads it from (never on screen).
-    let shown = paths
-        .shown(&args)
-        .into_iter()
-        .map(|a| {
-            if a == AWS_SECRET_ACCESS_KEY {
-                "\"$AWS_SECRET_ACCESS_KEY\"".to_owned()
-            } else {
-                a
-            }
-        })
-        .collect();
     note("with AWS's documented example keys (AKIAIOSFODNN7EXAMPLE), not real ones");
-    kseal(&args, shown).await?;
+    kseal(&args, paths.shown(&args)).await?;
+    fs_err::remove_file(&secret_file)?;
     let mut committed = vec![
         (flux_file.clone(), read_sealed(&flux_file)?),
         (aws_file.clone(), read_sealed(&aws_file)?),
@@ -633,5 +626,20 @@ async fn run(cli: Cli) -> Result<()> {
          secretsmanager://kseal/fleet`) and each cluster's controller runs the same code with \
          --key-source secretsmanager://kseal/fleet",
     );
+    Ok(())
+}
+
+/// Writes `bytes` to a new owner-only (0600) file.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("failed to create `{}`", path.display()))?;
+    file.write_all(bytes)
+        .with_context(|| format!("failed to write `{}`", path.display()))?;
     Ok(())
 }

@@ -546,14 +546,13 @@ impl Bootstrap {
                 &cert,
                 "--access-key-id",
                 ACCESS_KEY_ID,
-                "--secret-access-key",
-                SECRET_ACCESS_KEY,
+                "--secret-access-key-stdin",
                 "-n",
                 &names.crossplane,
                 "-w",
                 &aws_file,
             ],
-            None,
+            Some(SECRET_ACCESS_KEY),
         );
         let flux = parse_sealed(&cli.read(&flux_file), &flux_file);
         let crossplane = parse_sealed(&cli.read(&aws_file), &aws_file);

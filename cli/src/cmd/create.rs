@@ -63,6 +63,8 @@ fn seal_and_emit(
         .or_else(|| out.write.as_deref().and_then(format_for_path))
         .unwrap_or(crate::args::Format::Yaml);
     let text = render(&[sealed], format)?;
+    // Written first, reported after: a failed write never follows a success line.
+    crate::output::emit(&text, out.write.as_deref())?;
     eprintln!(
         "sealed Secret `{namespace}/{name}` with items {}",
         items
@@ -71,7 +73,7 @@ fn seal_and_emit(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    crate::output::emit(&text, out.write.as_deref())
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -809,37 +811,96 @@ fn aws_keys(args: &AwsArgs) -> Result<AwsKeys> {
     if let Some(profile) = &args.profile {
         return read_profile(&credentials_file()?, profile);
     }
-    match (&args.access_key_id, &args.secret_access_key) {
-        (Some(id), Some(secret)) => {
-            return Ok(AwsKeys {
-                access_key_id: id.clone(),
-                secret_access_key: Plaintext::new(secret.clone().into_bytes()),
-                session_token: args
-                    .session_token
-                    .as_ref()
-                    .map(|t| Plaintext::new(t.clone().into_bytes())),
-                origin: "flags or AWS_* environment variables".to_owned(),
-            });
-        }
-        (Some(_), None) | (None, Some(_)) => bail!(
-            "incomplete AWS credentials: both the access key id and the secret access key are \
-             needed (--access-key-id/AWS_ACCESS_KEY_ID, --secret-access-key/AWS_SECRET_ACCESS_KEY)"
-        ),
-        (None, None) => {}
+    if args.from_env {
+        return aws_keys_from_env();
     }
-    let profile = std::env::var(crate::env::AWS_PROFILE)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "default".to_owned());
-    let file = credentials_file()?;
-    if !file.exists() {
+    if let Some(id) = &args.access_key_id {
+        return Ok(AwsKeys {
+            access_key_id: id.clone(),
+            secret_access_key: secret_access_key(args)?,
+            session_token: args
+                .session_token
+                .as_ref()
+                .map(|t| Plaintext::new(t.clone().into_bytes())),
+            origin: "--access-key-id".to_owned(),
+        });
+    }
+    // No source named. The AWS CLI's variables are never taken implicitly: in the shell that
+    // seeds the ring they are the administrator's own keys, not the consumer's.
+    let in_env = std::env::var_os(crate::env::AWS_ACCESS_KEY_ID).is_some_and(|v| !v.is_empty());
+    let hint = if in_env {
+        "\n(AWS_ACCESS_KEY_ID is set in this shell, but it is not used unless you pass \
+         --from-env: those are usually your own keys, not the ones the consumer should have)"
+    } else {
+        ""
+    };
+    bail!(
+        "which AWS keys should be sealed? Name the source: --profile NAME (a profile of the \
+         shared credentials file), --access-key-id ID with --secret-access-key-stdin (or \
+         --secret-access-key-file FILE, or a prompt), or --from-env{hint}"
+    )
+}
+
+/// `--from-env`: the AWS CLI's variables, all or nothing.
+fn aws_keys_from_env() -> Result<AwsKeys> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let (id, secret) = (
+        var(crate::env::AWS_ACCESS_KEY_ID),
+        var(crate::env::AWS_SECRET_ACCESS_KEY),
+    );
+    let (Some(id), Some(secret)) = (id, secret) else {
         bail!(
-            "no AWS credentials: pass --profile NAME, or set AWS_ACCESS_KEY_ID and \
-             AWS_SECRET_ACCESS_KEY (`{}` does not exist)",
-            file.display()
+            "--from-env needs both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to be set and \
+             not empty"
         );
+    };
+    Ok(AwsKeys {
+        access_key_id: id,
+        secret_access_key: Plaintext::new(secret.into_bytes()),
+        session_token: var(crate::env::AWS_SESSION_TOKEN).map(|t| Plaintext::new(t.into_bytes())),
+        origin: "AWS_* environment variables (--from-env)".to_owned(),
+    })
+}
+
+/// The secret access key that goes with `--access-key-id`: from stdin, a file, the deprecated
+/// flag, or a hidden prompt on a terminal.
+fn secret_access_key(args: &AwsArgs) -> Result<Plaintext> {
+    use std::io::{IsTerminal as _, Read as _};
+    let mut bytes = if args.secret_access_key_stdin {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .context("failed to read the secret access key from standard input")?;
+        bytes
+    } else if let Some(path) = &args.secret_access_key_file {
+        fs_err::read(path).context("failed to read the secret access key")?
+    } else if let Some(secret) = &args.secret_access_key {
+        eprintln!(
+            "warning: --secret-access-key is deprecated: a secret on the command line is \
+             visible in `ps` and shell history; use --secret-access-key-stdin or \
+             --secret-access-key-file"
+        );
+        secret.clone().into_bytes()
+    } else if std::io::stdin().is_terminal() {
+        rpassword::prompt_password("secret access key (not echoed): ")
+            .context("failed to read the secret access key from the terminal")?
+            .into_bytes()
+    } else {
+        bail!(
+            "--access-key-id needs the secret access key: pass --secret-access-key-stdin (and \
+             pipe it in) or --secret-access-key-file FILE"
+        );
+    };
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
     }
-    read_profile(&file, &profile)
+    if bytes.is_empty() {
+        bail!("the secret access key is empty");
+    }
+    Ok(Plaintext::new(bytes))
 }
 
 /// Long-term (`AKIA…`) keys never take a session token: one found beside them is a leftover
@@ -856,6 +917,12 @@ pub(crate) fn aws(args: AwsArgs) -> Result<()> {
             "warning: ignoring the session token (--session-token or AWS_SESSION_TOKEN): \
              AKIA… keys are long-term keys and take none"
         );
+    }
+    if keys.access_key_id.is_empty() {
+        bail!("the access key id from {} is empty", keys.origin);
+    }
+    if keys.secret_access_key.expose().is_empty() {
+        bail!("the secret access key from {} is empty", keys.origin);
     }
     let text_ok = |v: &[u8]| !v.is_empty() && v.iter().all(|b| b.is_ascii_graphic());
     if !text_ok(keys.access_key_id.as_bytes())

@@ -120,6 +120,7 @@ pub(crate) fn generate(request: &GenerateRequest) -> Result<KeyPair> {
             key_path.display()
         );
     }
+    refuse_foreign_dir(&request.out_dir)?;
     fs_err::create_dir_all(&request.out_dir)?;
     eprintln!(
         "generating an RSA-{} key pair (this takes about a second)…",
@@ -131,6 +132,35 @@ pub(crate) fn generate(request: &GenerateRequest) -> Result<KeyPair> {
     eprintln!("generated in {:.1} s", started.elapsed().as_secs_f64());
     write_pair(&request.out_dir, &pair)?;
     Ok(pair)
+}
+
+/// Refuses an existing directory that holds anything but a key pair: `--out-dir keys` run in
+/// a clone of this repository would otherwise drop a private key into the `keys/` crate, next
+/// to files git tracks.
+fn refuse_foreign_dir(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    if !dir.is_dir() {
+        bail!("`{}` exists and is not a directory", dir.display());
+    }
+    let mut foreign: Vec<String> = fs_err::read_dir(dir)?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != KEY_FILE && name != CERT_FILE)
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort();
+    let shown: Vec<String> = foreign.iter().take(3).map(|n| format!("`{n}`")).collect();
+    let more = if foreign.len() > 3 { ", …" } else { "" };
+    bail!(
+        "`{}` already holds other files ({}{more}): refusing to write a private key there; \
+         pass a new directory, e.g. --out-dir fleet-key",
+        dir.display(),
+        shown.join(", ")
+    )
 }
 
 /// Loads `tls.key` and `tls.crt` from a key directory, checking that they belong together

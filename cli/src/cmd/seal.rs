@@ -209,6 +209,7 @@ fn describe_secret(secret: &Secret, index: usize, source: &crate::manifest::Sour
 struct RawRequest {
     from_file: Option<PathBuf>,
     strip_newline: bool,
+    allow_empty: bool,
 }
 
 /// How the seal command runs.
@@ -284,6 +285,7 @@ impl SealRequest {
             Mode::Raw(RawRequest {
                 from_file,
                 strip_newline: args.strip_newline,
+                allow_empty: args.allow_empty_data,
             })
         } else {
             Mode::Normal
@@ -640,11 +642,14 @@ pub(crate) fn set_item(
 }
 
 /// Reads a value to seal: a file, or all of stdin (bytes, not trimmed). Warns when stdin
-/// ends in a newline that will be sealed too.
+/// ends in a newline that will be sealed too. An empty value is refused unless
+/// `allow_empty`: it is almost always an unset variable (`printf %s "$TOKEN" |`) or an empty
+/// file, and sealing it would hide the mistake until the consumer fails.
 pub(crate) fn read_value(
     from_file: Option<&Path>,
     strip_newline: bool,
     prompt: Option<&str>,
+    allow_empty: bool,
 ) -> Result<Plaintext> {
     use std::io::{IsTerminal as _, Read as _};
     let mut bytes = match from_file {
@@ -676,6 +681,18 @@ pub(crate) fn read_value(
         if bytes.ends_with(b"\r") {
             bytes.pop();
         }
+    }
+    if bytes.is_empty() && !allow_empty {
+        let source = match from_file {
+            Some(path) => format!("`{}` is empty", path.display()),
+            None => {
+                "standard input was empty (an unset variable in `printf %s \"$VAR\" |`?)".to_owned()
+            }
+        };
+        bail!(
+            "refusing to seal an empty value: {source}; pass --allow-empty-data to seal an \
+             empty value on purpose"
+        );
     }
     Ok(Plaintext::new(bytes))
 }
@@ -716,7 +733,12 @@ fn seal_raw(request: &SealRequest, raw: &RawRequest) -> Result<()> {
     };
     check_names(Some(name), Some(namespace), [])?;
     let cert = request.certs.load_one()?;
-    let value = read_value(raw.from_file.as_deref(), raw.strip_newline, None)?;
+    let value = read_value(
+        raw.from_file.as_deref(),
+        raw.strip_newline,
+        None,
+        raw.allow_empty,
+    )?;
     let label = scope.label(namespace, name);
     let sealed = seal_value(cert.public_key(), &label, &value)?;
     crate::output::emit(&sealed, request.write.as_deref())

@@ -35,6 +35,7 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
         args.from_file.as_deref(),
         args.strip_newline,
         Some(prompt.as_str()),
+        args.allow_empty_data,
     )?;
     let label = scope.label(&namespace, &name);
     let sealed_b64 = crate::cmd::seal::seal_value(cert.public_key(), &label, &value)?;
