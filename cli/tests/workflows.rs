@@ -1239,26 +1239,41 @@ fn flux_https_with_a_private_ca_and_a_client_certificate() {
     // A CA alone is a valid Flux secretRef (a public repository on a private CA).
     let run = git_credentials(&["--ca-file", "ca.crt"], None, d, &[]);
     assert_eq!(keys_of(&opened_items(&run)), ["ca.crt"]);
-    // Client certificate only, for Argo CD: its own item names.
-    let run = git_credentials(
-        &[
-            "--for",
-            "argocd",
-            "--url",
-            "https://git.internal/acme/fleet.git",
-            "--client-cert",
-            "client.crt",
-            "--client-key",
-            "client.key",
-        ],
-        None,
-        d,
-        &[],
+    // A client certificate alone, for Argo CD, is refused: Argo CD presents it only with a
+    // password, a bearer token or a GitHub App, and would connect without credentials.
+    let argocd_cert = [
+        "--for",
+        "argocd",
+        "--url",
+        "https://git.internal/acme/fleet.git",
+        "--client-cert",
+        "client.crt",
+        "--client-key",
+        "client.key",
+    ];
+    let run = git_credentials(&argocd_cert, None, d, &[]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("Argo CD presents a TLS client certificate only together with"),
+        "{}",
+        run.stderr
     );
+    // With its companion credential: its own item names.
+    let mut with_password = argocd_cert.to_vec();
+    with_password.extend(["--username", "argocd", "--password-stdin"]);
+    let run = git_credentials(&with_password, Some("t0ken\n"), d, &[]);
     let items = opened_items(&run);
     assert_eq!(
         keys_of(&items),
-        ["tlsClientCertData", "tlsClientCertKey", "type", "url"]
+        [
+            "password",
+            "tlsClientCertData",
+            "tlsClientCertKey",
+            "type",
+            "url",
+            "username"
+        ]
     );
     assert_eq!(items["tlsClientCertData"], read("client.crt"));
     assert_eq!(items["tlsClientCertKey"], read("client.key"));

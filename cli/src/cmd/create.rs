@@ -520,6 +520,19 @@ fn check_git_args(args: &GitArgs, ssh: bool, https: bool) -> Result<()> {
              --client-cert/--client-key or --github-app-id"
         );
     }
+    let companion = args.password.is_some()
+        || args.password_prompt
+        || args.password_stdin
+        || args.bearer_token
+        || args.github_app_id.is_some();
+    if args.consumer == GitConsumer::Argocd && args.client_cert.is_some() && !companion {
+        bail!(
+            "Argo CD presents a TLS client certificate only together with a password, a bearer \
+             token or a GitHub App (it connects without credentials otherwise): add \
+             --username with --password-stdin/--password-prompt, --bearer-token, or \
+             --github-app-id"
+        );
+    }
     if let Some(url) = &args.url {
         if ssh && !is_ssh_url(url) {
             bail!(
