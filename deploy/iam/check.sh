@@ -42,6 +42,29 @@ for doc in "${docs[@]}"; do
 done
 log "ok: ${#docs[@]} JSON documents parse"
 
+# --- 1b. render.sh: no empty Resource without a KMS key, placeholders refused ---------------
+render_tmp=$(mktemp -d)
+trap 'rm -rf "$render_tmp"' EXIT
+render() { env -u KMS_KEY_ARN -u OIDC_PROVIDER AWS_REGION=eu-west-1 ACCOUNT_ID=123456789012 RING=kseal/fleet "$@"; }
+render "$IAM/render.sh" "$render_tmp/plain" 2>/dev/null || fail "render.sh failed without KMS_KEY_ARN"
+if grep -l '"kms:' "$render_tmp"/plain/*.json >/dev/null 2>&1; then
+  fail "render.sh kept KMS statements without KMS_KEY_ARN"
+fi
+if grep -n '"Resource": ""' "$render_tmp"/plain/*.json; then fail "render.sh wrote an empty Resource"; fi
+[[ -f "$render_tmp/plain/seeder-policy.json" && ! -f "$render_tmp/plain/controller-trust-irsa.json" ]] ||
+  fail "render.sh without OIDC_PROVIDER: want the policies and no IRSA trust policy"
+render env KMS_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:key/0123abcd-45ef-6789-abcd-0123456789ab \
+  OIDC_PROVIDER=oidc.eks.eu-west-1.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF \
+  "$IAM/render.sh" "$render_tmp/kms" 2>/dev/null || fail "render.sh failed with every value set"
+[[ $(grep -l 'key/0123abcd' "$render_tmp"/kms/*.json | wc -l) -eq 4 ]] ||
+  fail "render.sh with KMS_KEY_ARN: want the key in the four policies"
+for bad in 'KMS_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:key/…' 'ACCOUNT_ID=1111...' 'RING=kseal/fleet/'; do
+  if render env "$bad" "$IAM/render.sh" "$render_tmp/bad" 2>/dev/null; then
+    fail "render.sh accepted $bad"
+  fi
+done
+log "ok: render.sh leaves KMS statements out without a key and refuses placeholders"
+
 # --- 2. parliament -----------------------------------------------------------------------
 want_version=$(sed -n 's/^parliament==//p' "$REQ")
 [[ -n "$want_version" ]] || fail "$REQ pins no parliament version"
