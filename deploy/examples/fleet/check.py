@@ -4,8 +4,9 @@
     check.py KUBECTL OUT
 
 KUBECTL is kubectl 1.20 (its kustomize v2.0.3 renders every kustomization); OUT is an empty
-directory. Needs PyYAML. What it checks, without any Flux, Argo CD, External Secrets
-Operator, Crossplane or Kyverno (their CRDs and binaries cannot be fetched here):
+directory. Needs PyYAML and cel-python (requirements-check.txt). What it checks, without any
+Flux, Argo CD, External Secrets Operator, Crossplane or Kyverno (their CRDs and binaries
+cannot be fetched here):
 
 1. every kustomization renders; every document parses and has apiVersion, kind and
    metadata.name, with an API version from the table KNOWN (a typo or a retired version
@@ -29,11 +30,18 @@ Operator, Crossplane or Kyverno (their CRDs and binaries cannot be fetched here)
    SecretStore, service account, role, mirror secret and key label fit together; Argo CD's
    sync waves put the IAM role before kseal and kseal before anything holding a
    SealedSecret in the same cluster, and argocd-cm assesses Applications' health;
-6. Kyverno: kyverno/test/kyverno-test.yaml (the Kyverno CLI's own test format) is evaluated
-   by a small interpreter of exactly the constructs the two policies use (match by kind,
-   preconditions, deny conditions with Equals / AnyNotIn, JMESPath paths with quoted keys,
-   `||` defaults, parse_json, a ConfigMap context), and every example SealedSecret passes
-   both policies with kyverno/fleet-keys.yaml.
+6. Kyverno: two forms of the two policies, each with a test file in the Kyverno CLI's own
+   format over the same resources and operations (CREATE, UPDATE, DELETE): the
+   ValidatingPolicies (kyverno/test/kyverno-test.yaml) are evaluated by a real CEL
+   evaluator (cel-python), with Kyverno's resource.Get and json.unmarshal stubbed from the
+   test's Context; the ClusterPolicies (kyverno/legacy/test/kyverno-test.yaml) by an
+   interpreter of exactly the constructs they use (match by kind and operation,
+   preconditions, deny conditions with Equals / AnyNotIn and the rest of Kyverno's set
+   operators with their two-way wildcards, JMESPath paths with quoted keys, `||`,
+   parse_json, regex_match, a ConfigMap context, failureAction and allowExistingViolations).
+   Every (policy, resource, operation) is evaluated in both forms: each must give its test
+   file's result, both forms the same, and DELETE must never be judged. Every example
+   SealedSecret passes both forms with kyverno/fleet-keys.yaml.
 
 It writes into OUT what deploy/check.sh then dry-runs on the reference apiserver:
 dry-run-NN.yaml (core objects, variables substituted, kseal renderings with their patches;
@@ -74,16 +82,18 @@ KNOWN = {
     "Role": {"iam.aws.upbound.io/v1beta1"},
     "RolePolicy": {"iam.aws.upbound.io/v1beta1"},
     "ClusterPolicy": {"kyverno.io/v1"},
+    "ValidatingPolicy": {"policies.kyverno.io/v1"},
     "SealedSecret": {"bitnami.com/v1alpha1"},
     "Test": {"cli.kyverno.io/v1alpha1"},
     "Values": {"cli.kyverno.io/v1alpha1"},
+    "Context": {"cli.kyverno.io/v1alpha1"},
     "ConfigMap": {"v1"},
     "Namespace": {"v1"},
     "ServiceAccount": {"v1"},
     "Secret": {"v1"},
 }
 CORE = {"ConfigMap", "Namespace", "ServiceAccount", "Secret", "SealedSecret"}
-CLUSTER_SCOPED = {"Namespace", "Provider", "ProviderConfig", "Role", "RolePolicy", "ClusterPolicy",
+CLUSTER_SCOPED = {"Namespace", "Provider", "ProviderConfig", "Role", "RolePolicy", "ClusterPolicy", "ValidatingPolicy",
                   "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
 # Files that are not part of a kustomization on purpose.
 STANDALONE = {"argocd/root.yaml", "argocd/argocd-cm-application-health.yaml"}
@@ -169,13 +179,13 @@ def check_files():
                     error(f"{rel(path)}: kind {kind} is not in check.py's table of known kinds")
                 elif api not in KNOWN[kind]:
                     error(f"{rel(path)}: {kind} {name}: apiVersion {api}, expected {sorted(KNOWN[kind])}")
-                if kind and kind not in CLUSTER_SCOPED and kind not in ("Test", "Values") \
+                if kind and kind not in CLUSTER_SCOPED and kind not in ("Test", "Values", "Context") \
                         and not (d.get("metadata") or {}).get("namespace"):
                     error(f"{rel(path)}: {kind} {name} has no metadata.namespace")
     # Every file is listed by its directory's kustomization.
     for path in docs_by_file:
         r = os.path.relpath(path, FLEET)
-        if r in STANDALONE or r.startswith("kyverno/test/"):
+        if r in STANDALONE or r.startswith(("kyverno/test/", "kyverno/legacy/test/")):
             continue
         kfile = os.path.join(os.path.dirname(path), "kustomization.yaml")
         listed = (load_file(kfile)[0].get("resources") or []) if os.path.exists(kfile) else []
@@ -458,104 +468,388 @@ def check_iam(path, docs, trust, policy, values=None):
 
 
 # --- 6. Kyverno -----------------------------------------------------------------------------
+# Two forms of the same two policies, each with its own test file in the Kyverno CLI's format
+# over the same resources: the ValidatingPolicies (kyverno/*.yaml, CEL, evaluated by
+# cel-python) and the ClusterPolicies (kyverno/legacy/*.yaml, evaluated by the interpreter
+# below). Every case is a (policy, resource, operation); its result is pass, fail, skip,
+# "excluded" (the policy does not match the request: the Kyverno CLI reports it as pass) or
+# "error (...)". Sources for the semantics (Kyverno 1.19):
+# - operators: pkg/engine/variables/operator/{equal,anyin,anynotin,allin,allnotin}.go, with
+#   ext/wildcard = github.com/IGLOU-EU/go-wildcard v1.0.3 (`*` any run, `?` one character,
+#   nothing else special); a scalar key is compared with each list element both ways;
+# - DELETE: the request's object is null and oldObject is the resource
+#   (pkg/engine/policycontext NewPolicyContext; the CLI's AdmissionRequestShape); UPDATE in
+#   the CLI: object and oldObject are both the resource;
+# - ClusterPolicy validate: match.any[].resources.{kinds,operations} (no operations: every
+#   operation), preconditions -> skip, deny -> fail, and with Enforce on UPDATE an old
+#   object that fails too turns the result into skip unless allowExistingViolations is
+#   false (pkg/engine/handlers/validation/validate_resource.go);
+# - ValidatingPolicy: matchConstraints.resourceRules (no match: no result), matchConditions
+#   (one false: skip), variables, then validations in order, the first false fails
+#   (pkg/cel/policies/vpol/engine/engine.go, compiler/policy.go); the libraries used here,
+#   resource.Get (not found: null) and json.unmarshal, are from github.com/kyverno/sdk
+#   extensions/cel/libs/{resource,json}.
 class KyvernoError(Exception):
     pass
 
 
-def jmes(expr, ctx):
-    """The JMESPath the policies use: `a.b."c/d"`, `X || 'lit'`, parse_json(X)."""
-    expr = expr.strip()
-    if "||" in expr:
-        left, right = expr.split("||", 1)
-        value = jmes(left, ctx)
-        return value if value not in (None, "", [], {}) else jmes(right, ctx)
-    if expr.startswith("'") and expr.endswith("'"):
-        return expr[1:-1]
-    m = re.fullmatch(r"parse_json\((.*)\)", expr)
-    if m:
-        text = jmes(m.group(1), ctx)
-        if not isinstance(text, str):
-            raise KyvernoError(f"parse_json of a non-string in {expr}")
-        return json.loads(text)
-    value, pos = ctx, 0
-    segment = re.compile(r'\s*(?:"([^"]*)"|([A-Za-z_][A-Za-z0-9_]*))\s*(\.|$)')
-    while pos < len(expr):
-        m = segment.match(expr, pos)
-        if not m or m.end() == pos:
-            raise KyvernoError(f"unsupported JMESPath: {expr}")
-        name = m.group(1) if m.group(1) is not None else m.group(2)
-        value = value.get(name) if isinstance(value, dict) else None
-        pos = m.end()
-    return value
+KYVERNO = os.path.join(FLEET, "kyverno")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE")
+
+
+def wildcard_match(pattern, name):
+    """go-wildcard v1.0.3 Match, which Kyverno's operators use."""
+    if pattern == "":
+        return name == ""
+    if pattern == "*":
+        return True
+
+    def deep(s, p):
+        while p:
+            if p[0] == "*":
+                return deep(s, p[1:]) or (len(s) > 0 and deep(s[1:], p))
+            if p[0] == "?":
+                if not s:
+                    return False
+            elif not s or s[0] != p[0]:
+                return False
+            s, p = s[1:], p[1:]
+        return not s
+    return deep(name, pattern)
+
+
+def go_str(v):
+    """fmt.Sprint of a decoded JSON value, for the scalars these policies meet."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def both_ways(a, b):
+    return wildcard_match(a, b) or wildcard_match(b, a)
+
+
+def key_in_value(key, value):
+    """anyKeyExistsInArray / allKeyExistsInArray: (invalid type, key exists)."""
+    if isinstance(value, list):
+        return False, any(both_ways(go_str(v), key) for v in value)
+    if isinstance(value, str):
+        if wildcard_match(value, key):
+            return False, True
+        try:
+            arr = json.loads(value)
+        except ValueError:
+            arr = [value]
+        if not isinstance(arr, list) or not all(isinstance(x, str) for x in arr):
+            return True, False
+        return False, key in arr
+    return True, False
+
+
+def set_in_value(keys, value, any_op, negate):
+    """anySetExistsInArray / allSetExistsInArray for a list key."""
+    if isinstance(value, str):
+        if len(keys) == 1 and keys[0] == value:
+            return not negate
+        try:
+            arr = json.loads(value)
+        except ValueError:
+            arr = [value]
+        if not isinstance(arr, list):
+            return False
+        value = arr
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    elif not isinstance(value, list):
+        return False
+    vals = [go_str(v) for v in value]
+    found = [any(both_ways(k, v) for v in vals) for k in keys]
+    if any_op:
+        return any(found) if not negate else not all(found)
+    return all(found) if not negate else not any(found)
+
+
+def operator(op, k, v):
+    if op in ("Equals", "NotEquals"):
+        if isinstance(k, bool) or isinstance(v, bool):
+            eq = isinstance(k, bool) and isinstance(v, bool) and k == v
+        elif isinstance(k, str):
+            eq = isinstance(v, str) and wildcard_match(v, k)  # the value is the pattern
+        else:
+            eq = k == v
+        return eq if op == "Equals" else not eq
+    if op in ("AnyIn", "AnyNotIn", "AllIn", "AllNotIn"):
+        negate = op.endswith("NotIn")
+        if isinstance(k, list):
+            return set_in_value([go_str(x) for x in k], v, op.startswith("Any"), negate)
+        if isinstance(k, (str, int, float)):
+            invalid, exists = key_in_value(go_str(k), v)
+            return False if invalid else (exists != negate)
+        return False
+    raise KyvernoError(f"operator {op} is not interpreted here")
+
+
+class Jmes:
+    """The JMESPath these policies use: paths with quoted keys, 'raw strings', `a || b`,
+    and the functions parse_json and regex_match (Kyverno's, over Go's RE2 syntax)."""
+    TOKEN = re.compile(r"""\s*(?:(\|\|)|('(?:[^'\\]|\\.)*')|("(?:[^"\\]|\\.)*")|([A-Za-z_][A-Za-z0-9_]*)|([.(),]))""")
+
+    def __init__(self, expr):
+        self.expr, self.tokens, pos = expr, [], 0
+        while pos < len(expr.rstrip()):
+            m = self.TOKEN.match(expr, pos)
+            if not m or m.end() == pos:
+                raise KyvernoError(f"unsupported JMESPath: {expr}")
+            self.tokens.append(next((i, g) for i, g in enumerate(m.groups()) if g is not None))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self, kind=None, text=None):
+        if self.i >= len(self.tokens):
+            return False
+        k, t = self.tokens[self.i]
+        return (kind is None or k == kind) and (text is None or t == text)
+
+    def take(self, kind=None, text=None):
+        if not self.peek(kind, text):
+            raise KyvernoError(f"unsupported JMESPath: {self.expr}")
+        self.i += 1
+        return self.tokens[self.i - 1][1]
+
+    def evaluate(self, ctx):
+        value = self.or_expr(ctx)
+        if self.i != len(self.tokens):
+            raise KyvernoError(f"unsupported JMESPath: {self.expr}")
+        return value
+
+    def or_expr(self, ctx):
+        value = self.primary(ctx)
+        while self.peek(0):
+            self.take(0)
+            right = self.primary(ctx)
+            if value in (None, False, "", [], {}):  # JMESPath's false-like values
+                value = right
+        return value
+
+    def primary(self, ctx):
+        if self.peek(1):
+            return self.take(1)[1:-1].replace("\\'", "'")
+        if self.peek(3) and self.i + 1 < len(self.tokens) and self.tokens[self.i + 1] == (4, "("):
+            name = self.take(3)
+            self.take(4, "(")
+            args = [self.or_expr(ctx)]
+            while self.peek(4, ","):
+                self.take(4, ",")
+                args.append(self.or_expr(ctx))
+            self.take(4, ")")
+            return self.call(name, args)
+        value = ctx
+        while True:
+            name = json.loads(self.take(2)) if self.peek(2) else self.take(3)
+            value = value.get(name) if isinstance(value, dict) else None
+            if not self.peek(4, "."):
+                return value
+            self.take(4, ".")
+
+    def call(self, name, args):
+        if name == "parse_json" and len(args) == 1 and isinstance(args[0], str):
+            return json.loads(args[0])
+        if name == "regex_match" and len(args) == 2 and isinstance(args[0], str) \
+                and isinstance(args[1], (str, int, float)) and not isinstance(args[1], bool):
+            if re.search(r"\\[pPQ]|\(\?[<P]", args[0]):
+                raise KyvernoError(f"regex_match: {args[0]} uses syntax Go's RE2 and Python read differently")
+            return re.search(args[0], go_str(args[1])) is not None
+        raise KyvernoError(f"JMESPath function {name} with {args!r} is not interpreted here")
+
+
+VARIABLE = re.compile(r"\{\{((?:\{[^{}]*\}|[^{}])*)\}\}")  # Kyverno's RegexVariables
 
 
 def resolve(value, ctx):
     if isinstance(value, str):
-        m = re.fullmatch(r"\s*\{\{(.*)\}\}\s*", value)
+        m = re.fullmatch(r"\s*" + VARIABLE.pattern + r"\s*", value)
         if m:
-            got = jmes(m.group(1), ctx)
+            got = Jmes(m.group(1)).evaluate(ctx)
             if got is None:
-                raise KyvernoError(f"variable {m.group(1).strip()} is not set")
+                raise KyvernoError(f"variable {m.group(1).strip()} is not resolved")
             return got
-        return re.sub(r"\{\{(.*?)\}\}", lambda mm: str(jmes(mm.group(1), ctx)), value)
+        return VARIABLE.sub(lambda mm: go_str(Jmes(mm.group(1)).evaluate(ctx)), value)
     if isinstance(value, list):
         return [resolve(v, ctx) for v in value]
     return value
 
 
-def wildcard_in(item, values):
-    return any(fnmatch.fnmatchcase(str(item), str(v)) for v in values)
-
-
-def condition(c, ctx):
-    k, op, v = resolve(c["key"], ctx), c["operator"], resolve(c["value"], ctx)
-    keys = k if isinstance(k, list) else [k]
-    vals = v if isinstance(v, list) else [v]
-    if op == "Equals":
-        return k == v
-    if op == "NotEquals":
-        return k != v
-    if op == "AnyIn":
-        return any(wildcard_in(x, vals) for x in keys)
-    if op == "AnyNotIn":
-        return any(not wildcard_in(x, vals) for x in keys)
-    if op == "AllIn":
-        return all(wildcard_in(x, vals) for x in keys)
-    if op == "AllNotIn":
-        return all(not wildcard_in(x, vals) for x in keys)
-    raise KyvernoError(f"operator {op} is not interpreted here")
-
-
 def conditions(block, ctx):
+    if set(block) - {"any", "all"}:
+        raise KyvernoError(f"conditions other than any/all: {sorted(block)}")
     ok = True
     if "all" in block:
-        ok = all(condition(c, ctx) for c in block["all"])
+        ok = all(operator(c["operator"], resolve(c["key"], ctx), resolve(c["value"], ctx)) for c in block["all"])
     if "any" in block:
-        ok = ok and any(condition(c, ctx) for c in block["any"])
+        ok = ok and any(operator(c["operator"], resolve(c["key"], ctx), resolve(c["value"], ctx)) for c in block["any"])
     return ok
 
 
-def evaluate(rule, resource, context_values):
-    """pass, fail or skip, as Kyverno's validate rule with `deny` gives it."""
-    kinds = [k for m in rule["match"]["any"] for k in m["resources"]["kinds"]]
+def request(resource, operation):
+    """The admission request's object and oldObject, as Kyverno's CLI shapes them."""
+    return {"CREATE": (resource, None), "UPDATE": (resource, resource), "DELETE": (None, resource)}[operation]
+
+
+def legacy_rule(policy, rule, resource, operation, context_values):
+    """pass, fail, skip or excluded: Kyverno's validate rule with preconditions and deny."""
+    spec = policy["spec"]
+    for k in ("validationFailureAction", "validationFailureActionOverrides"):
+        if k in spec:
+            raise KyvernoError(f"spec.{k} is deprecated: use the rule's validate.failureAction")
+    if set(rule) - {"name", "match", "context", "preconditions", "validate"} or set(rule["match"]) != {"any"}:
+        raise KyvernoError(f"rule {rule['name']}: fields this interpreter does not read")
     gvk = f"{resource['apiVersion']}/{resource['kind']}"
-    if not any(k in (resource["kind"], gvk) for k in kinds):
-        return None  # not matched: no result at all
-    ctx = {"request": {"object": resource, "operation": "CREATE"}}
-    for entry in rule.get("context", []):
-        if entry["name"] not in context_values:
-            raise KyvernoError(f"no value for context {entry['name']}")
-        ctx[entry["name"]] = context_values[entry["name"]]
-    if "preconditions" in rule and not conditions(rule["preconditions"], ctx):
-        return "skip"
-    return "fail" if conditions(rule["validate"]["deny"]["conditions"], ctx) else "pass"
+    matched = False
+    for m in rule["match"]["any"]:
+        res = m["resources"]
+        if set(m) != {"resources"} or set(res) - {"kinds", "operations"}:
+            raise KyvernoError(f"rule {rule['name']}: a match this interpreter does not read")
+        ops = res.get("operations") or ["CREATE", "UPDATE", "DELETE", "CONNECT"]
+        if any(k in (resource["kind"], gvk) for k in res["kinds"]) and operation in ops:
+            matched = True
+    if not matched:
+        return "excluded"
+    validate = rule["validate"]
+    if set(validate) - {"failureAction", "allowExistingViolations", "message", "deny"}:
+        raise KyvernoError(f"rule {rule['name']}: validate fields this interpreter does not read")
+    if validate.get("failureAction") not in ("Enforce", "Audit"):
+        raise KyvernoError(f"rule {rule['name']}: validate.failureAction must be Enforce or Audit")
+
+    def run(obj, old, op):
+        ctx = {"request": {"operation": op, "object": obj, "oldObject": old}}
+        for entry in rule.get("context", []):
+            if entry["name"] not in context_values:
+                raise KyvernoError(f"no value for context {entry['name']}")
+            ctx[entry["name"]] = context_values[entry["name"]]
+        if "preconditions" in rule and not conditions(rule["preconditions"], ctx):
+            return "skip"
+        return "fail" if conditions(validate["deny"]["conditions"], ctx) else "pass"
+
+    obj, old = request(resource, operation)
+    got = run(obj, old, operation)
+    if got == "fail" and operation == "UPDATE" and validate["failureAction"] == "Enforce" \
+            and validate.get("allowExistingViolations", True) and run(old, None, "CREATE") == "fail":
+        return "skip"  # a pre-existing violation is allowed to go on
+    return got
 
 
-def check_kyverno(example_sealed):
-    test_dir = os.path.join(FLEET, "kyverno", "test")
+class CelLib:
+    """A Kyverno CEL library receiver (`resource`, `json`): its functions check it."""
+    def __init__(self, name):
+        self.name = name
+
+
+def cel_runtime():
+    import celpy  # cel-python, from requirements-check.txt
+    from celpy import celtypes
+    return celpy, celtypes
+
+
+CEL_PROGRAMS = {}  # expression -> compiled program (the library stubs read CEL_CONTEXT)
+CEL_CONTEXT = []  # the resources resource.Get finds: the test's Context
+
+
+def cel_env():
+    celpy, celtypes = cel_runtime()
+
+    def receiver(self, name):
+        if not (isinstance(self, CelLib) and self.name == name):
+            raise celpy.CELEvalError(f"no such function on {type(self).__name__}")
+
+    def get(self, api_version, plural, namespace, name):  # resource.Get: not found is null
+        receiver(self, "resource")
+        for r in CEL_CONTEXT:
+            if (r["apiVersion"], plural_of(r["kind"]), r["metadata"].get("namespace", ""), r["metadata"]["name"]) \
+                    == (str(api_version), str(plural), str(namespace), str(name)):
+                return celpy.json_to_cel(r)
+        return celtypes.NullType()
+
+    def unmarshal(self, text):  # json.unmarshal
+        receiver(self, "json")
+        return celpy.json_to_cel(json.loads(str(text)))
+    return celpy, celtypes, {"Get": get, "unmarshal": unmarshal}
+
+
+def plural_of(kind):
+    return kind.lower() + "s"  # ConfigMap, SealedSecret: their plurals
+
+
+def cel_policy(policy, resource, operation, context_resources):
+    """pass, fail, skip or excluded: Kyverno's ValidatingPolicy on one admission request."""
+    celpy, celtypes, functions = cel_env()
+    CEL_CONTEXT[:] = context_resources
+    spec = policy["spec"]
+    if set(spec) - {"validationActions", "matchConstraints", "matchConditions", "variables", "validations",
+                    "evaluation", "failurePolicy"}:
+        raise KyvernoError("spec fields this interpreter does not read")
+    if spec.get("validationActions") != ["Deny"] or spec.get("failurePolicy", "Fail") != "Fail":
+        raise KyvernoError("validationActions must be [Deny] and failurePolicy Fail")
+    mc = spec["matchConstraints"]
+    if set(mc) - {"resourceRules"}:
+        raise KyvernoError("matchConstraints fields this interpreter does not read")
+    group, _, version = resource["apiVersion"].rpartition("/")
+
+    def hit(values, value):
+        return "*" in values or value in values
+    if not any(hit(r["apiGroups"], group) and hit(r["apiVersions"], version) and
+               hit(r["resources"], plural_of(resource["kind"])) and hit(r["operations"], operation)
+               for r in mc["resourceRules"]):
+        return "excluded"
+    obj, old = request(resource, operation)
+    activation = {"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
+                  "request": celpy.json_to_cel({"operation": operation}),
+                  "resource": CelLib("resource"), "json": CelLib("json")}
+
+    def run(expr):
+        try:
+            if expr not in CEL_PROGRAMS:
+                env = celpy.Environment()
+                CEL_PROGRAMS[expr] = env.program(env.compile(expr), functions=functions)
+            return CEL_PROGRAMS[expr].evaluate(activation)
+        except (celpy.CELParseError, celpy.CELEvalError) as e:
+            raise KyvernoError(f"CEL {expr!r}: {e}") from None
+    for c in spec.get("matchConditions", []):
+        got = run(c["expression"])
+        if not isinstance(got, celtypes.BoolType):
+            raise KyvernoError(f"matchCondition {c['name']} is not a bool")
+        if not got:
+            return "skip"
+    variables = {}
+    for v in spec.get("variables", []):
+        activation["variables"] = celtypes.MapType(variables)
+        variables[celtypes.StringType(v["name"])] = run(v["expression"])
+    activation["variables"] = celtypes.MapType(variables)
+    for v in spec["validations"]:
+        got = run(v["expression"])
+        if not isinstance(got, celtypes.BoolType):
+            raise KyvernoError(f"validation {v['expression']!r} is not a bool")
+        if not got:
+            return "fail"
+    return "pass"
+
+
+def load_test(test_dir):
     (test,) = load_file(os.path.join(test_dir, "kyverno-test.yaml"))
     policies = [p for f in test["policies"] for p in load_file(os.path.join(test_dir, f))]
     resources = [r for f in test["resources"] for r in load_file(os.path.join(test_dir, f))]
+    expected = {}
+    for res in test["results"]:
+        op = res.get("operation", "CREATE")
+        for r in res["resources"]:
+            k = (res["policy"], r, op)
+            if k in expected:
+                error(f"{rel(test_dir)}: two expected results for {k}")
+            expected[k] = (res["result"], res.get("rule"), res.get("isValidatingPolicy", False))
+    return test, policies, resources, expected
+
+
+def legacy_context(test_dir, test):
+    """The Values file's per-rule values, as the context entries they stand for."""
     (values,) = load_file(os.path.join(test_dir, test["variables"]))
     ctx_values = {}
     for p in values["policies"]:
@@ -567,43 +861,108 @@ def check_kyverno(example_sealed):
                 for h in heads:
                     node = node.setdefault(h, {})
                 node[last] = v
-    expected = {}
-    for res in test["results"]:
-        for r in res["resources"]:
-            expected[(res["policy"], res["rule"], r)] = res["result"]
-    got_count = 0
+    return ctx_values
+
+
+def evaluate_form(policies, resource, operation, cel, context):
+    """{policy name: result} for one resource and operation."""
+    out = {}
     for pol in policies:
-        for rule in pol["spec"]["rules"]:
-            for resource in resources:
-                k = (pol["metadata"]["name"], rule["name"], resource["metadata"]["name"])
-                try:
-                    got = evaluate(rule, resource, ctx_values.get(k[:2], {}))
-                except KyvernoError as e:
-                    got = f"error ({e})"
-                if got is None:
-                    continue
-                got_count += 1
-                if k not in expected:
-                    error(f"kyverno test: no expected result for {k}")
-                elif expected[k] != got:
-                    error(f"kyverno test: {k}: {got}, expected {expected[k]}")
-    if got_count != len(expected):
-        error(f"kyverno test: {len(expected)} expected results, {got_count} evaluated")
-    # Every real example SealedSecret passes both policies with fleet-keys.yaml.
-    (cm,) = load_file(os.path.join(FLEET, "kyverno", "fleet-keys.yaml"))
-    fleet = {"fleet": {"data": cm["data"]}}
+        name = pol["metadata"]["name"]
+        try:
+            if cel:
+                if pol["kind"] != "ValidatingPolicy":
+                    raise KyvernoError(f"{pol['kind']} among the ValidatingPolicies")
+                out[name] = cel_policy(pol, resource, operation, context)
+            else:
+                if pol["kind"] != "ClusterPolicy" or len(pol["spec"]["rules"]) != 1:
+                    raise KyvernoError("expected a ClusterPolicy with one rule")
+                rule = pol["spec"]["rules"][0]
+                out[name] = legacy_rule(pol, rule, resource, operation, context.get((name, rule["name"]), {}))
+        except KyvernoError as e:
+            out[name] = f"error ({e})"
+    return out
+
+
+def check_kyverno(example_sealed):
+    cel_dir, legacy_dir = os.path.join(KYVERNO, "test"), os.path.join(KYVERNO, "legacy", "test")
+    cel_test, cel_policies, resources, cel_expected = load_test(cel_dir)
+    (context_doc,) = load_file(os.path.join(cel_dir, cel_test["context"]))
+    cel_context = context_doc["spec"]["resources"]
+    legacy_test, legacy_policies, legacy_resources, legacy_expected = load_test(legacy_dir)
+    legacy_values = legacy_context(legacy_dir, legacy_test)
+    if legacy_resources != resources:
+        error("kyverno: legacy/test and test do not evaluate the same resources")
+    strip = {k: v[0] for k, v in cel_expected.items()}
+    if strip != {k: v[0] for k, v in legacy_expected.items()}:
+        error("kyverno: legacy/test/kyverno-test.yaml and test/kyverno-test.yaml expect different results")
+    for k, (_, rule, is_vpol) in cel_expected.items():
+        if rule or not is_vpol:
+            error(f"kyverno test: {k}: a ValidatingPolicy result needs isValidatingPolicy: true and no rule")
+    rules = {p["metadata"]["name"]: [r["name"] for r in p["spec"]["rules"]] for p in legacy_policies}
+    for k, (_, rule, is_vpol) in legacy_expected.items():
+        if is_vpol or [rule] != rules.get(k[0]):
+            error(f"kyverno test: {k}: a ClusterPolicy result names its rule")
+    if sorted(p["metadata"]["name"] for p in cel_policies) != sorted(rules):
+        error("kyverno: the ValidatingPolicies and the ClusterPolicies have different names")
+
+    def compare(where, got, expected):
+        if got != expected and not (got == "excluded" and expected == "pass"):
+            error(f"{where}: {got}, expected {expected}")
+
+    def expect(k):
+        """The test file's result; where it names none, UPDATE is judged like CREATE and
+        DELETE is not judged at all (every CREATE must be listed)."""
+        pol, name, op = k
+        if k in strip:
+            return strip[k]
+        if op == "UPDATE" and (pol, name, "CREATE") in strip:
+            return strip[(pol, name, "CREATE")]
+        return "excluded" if op == "DELETE" else "an expected result in kyverno-test.yaml"
+
+    # Every (policy, resource, operation): both forms, against their test files and each other.
+    cases = 0
+    for resource in resources:
+        name = resource["metadata"]["name"]
+        for op in OPERATIONS:
+            cel = evaluate_form(cel_policies, resource, op, True, cel_context)
+            legacy = evaluate_form(legacy_policies, resource, op, False, legacy_values)
+            for pol in cel:
+                k = (pol, name, op)
+                compare(f"kyverno test: {k}", cel[pol], expect(k))
+                compare(f"kyverno legacy test: {k}", legacy.get(pol), expect(k))
+                if cel[pol] != legacy.get(pol):
+                    error(f"kyverno: {k}: the ValidatingPolicy gives {cel[pol]}, the ClusterPolicy {legacy.get(pol)}")
+                if op == "DELETE" and cel[pol] != "excluded":
+                    error(f"kyverno: {k}: the policy judges deletions (it must match CREATE and UPDATE only)")
+                cases += 1
+    names = {r["metadata"]["name"] for r in resources}
+    for k in strip:
+        if k[1] not in names or k[2] not in OPERATIONS:
+            error(f"kyverno test: expected result for {k}, which is not a test resource and operation")
+
+    # The test data is the deployed data: fleet-keys.yaml, context.yaml and values.yaml agree.
+    (cm,) = load_file(os.path.join(KYVERNO, "fleet-keys.yaml"))
     if json.loads(cm["data"]["fingerprints"]) != [TEST_FINGERPRINT]:
         error("kyverno/fleet-keys.yaml should list the test key's fingerprint, which sealed the examples")
+    if cel_context != [cm]:
+        error("kyverno/test/context.yaml does not hold kyverno/fleet-keys.yaml's ConfigMap")
+    if legacy_values.get(("kseal-require-fleet-sealing-key", "sealing-key-of-the-fleet-ring")) \
+            != {"fleet": {"data": cm["data"]}}:
+        error("kyverno/legacy/test/values.yaml does not hold kyverno/fleet-keys.yaml's fingerprints")
+    for pol in legacy_policies:
+        for entry in pol["spec"]["rules"][0].get("context", []):
+            if entry.get("configMap") != {"name": cm["metadata"]["name"], "namespace": cm["metadata"]["namespace"]}:
+                error(f"kyverno/legacy: {pol['metadata']['name']} reads another ConfigMap than fleet-keys.yaml")
+
+    # Every real example SealedSecret passes both forms, created or updated.
     for path, d in example_sealed:
-        for pol in policies:
-            for rule in pol["spec"]["rules"]:
-                try:
-                    got = evaluate(rule, d, fleet)
-                except KyvernoError as e:
-                    got = f"error ({e})"
-                if got not in (None, "pass", "skip"):
-                    error(f"{path}: SealedSecret {d['metadata']['name']}: {pol['metadata']['name']}: {got}")
-    return got_count
+        for op in ("CREATE", "UPDATE"):
+            for cel, pols, ctx in ((True, cel_policies, cel_context), (False, legacy_policies, legacy_values)):
+                for pol, got in evaluate_form(pols, d, op, cel, ctx).items():
+                    if got not in ("pass", "skip"):
+                        error(f"{path}: SealedSecret {d['metadata']['name']} ({op}): {pol}: {got}")
+    return cases, len(strip)
 
 
 def nsteps(steps):
@@ -626,7 +985,7 @@ def main(argv):
 
     # Example SealedSecrets: sealed by the CLI for the test key; dry-run as they are.
     sealed = [(rel(p), d) for p, ds in files.items() for d in ds
-              if d.get("kind") == "SealedSecret" and "/kyverno/test/" not in p]
+              if d.get("kind") == "SealedSecret" and not rel(p).startswith(rel(KYVERNO))]
     for path, d in sealed:
         if (d["metadata"].get("annotations") or {}).get("kseal.dev/sealing-key") != TEST_FINGERPRINT:
             error(f"{path}: not sealed with the test key (kseal.dev/sealing-key)")
@@ -797,7 +1156,7 @@ def main(argv):
                                  "system:serviceaccount:kseal-system:kseal-controller")
 
     # 6. Kyverno.
-    evaluated = check_kyverno(sealed)
+    kyverno_cases, kyverno_expected = check_kyverno(sealed)
     for d in rendered[os.path.join(FLEET, "kyverno")] + [cm]:
         if d["kind"] == "ConfigMap":
             dry.append(("kyverno" if d["metadata"]["name"] != "argocd-cm" else "argocd", d))
@@ -830,7 +1189,8 @@ def main(argv):
     print(f"ok: {sum(len(v) for v in files.values())} documents in {len(files)} files, "
           f"{len(kdirs)} kustomizations rendered; Flux chains (kseal route: {nsteps(kseal_steps)} Kustomizations, "
           f"ESO route: {nsteps(eso_steps)}), Argo CD waves ({len(apps)} Applications), IAM, cross references; "
-          f"Kyverno: {evaluated} policy/rule/resource results as expected; "
+          f"Kyverno: {kyverno_cases} policy/resource/operation cases in both forms (ValidatingPolicy by "
+          f"cel-python, ClusterPolicy), {kyverno_expected} expected results, the forms agree; "
           f"{len(objs)} core objects in {len(groups)} renderings for the dry run "
           f"({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))})")
     return 0
