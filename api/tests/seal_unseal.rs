@@ -536,10 +536,8 @@ fn failing_items_are_all_named_sorted_without_secret_material() {
         }
     );
     let shown = format!("{err} {err:?}");
-    assert!(
-        !shown.contains("TOPSECRET") && !shown.contains("fine"),
-        "{shown}"
-    );
+    assert_no_leak(&shown, b"TOPSECRET");
+    assert!(!shown.contains("fine"), "{shown}");
     assert_eq!(
         err.to_string(),
         "failed to decrypt items `a-bad`, `c-bad` (tried strict scope \"prod/db\")"
@@ -806,7 +804,7 @@ fn deprecated_v1_data_that_is_not_a_secret_is_rejected_without_quoting_it() {
     sealed.spec.data = Some(blob);
     let err = unseal(&sealed, &ring()).unwrap_err();
     assert_eq!(err, Error::DeprecatedDataNotASecret);
-    assert!(!format!("{err:?}").contains("TOPSECRET"));
+    assert_no_leak(&format!("{err} {err:?}"), b"TOPSECRET");
 }
 
 #[test]
@@ -862,9 +860,14 @@ fn unsealed_debug_never_shows_data() {
     );
     let unsealed = unseal_with(&sealed, &ring(), &UnsealOptions::default()).expect("unseal");
     let shown = format!("{unsealed:?}");
+    assert!(shown.contains("password"), "{shown}");
+    assert_no_leak(&shown, b"TOPSECRET");
+    // The check itself can fail: a Debug of the raw bytes (ByteString prints them as numbers)
+    // is caught too.
+    let raw = format!("{:?}", ByteString(b"TOPSECRET".to_vec()));
     assert!(
-        shown.contains("password") && !shown.contains("TOPSECRET"),
-        "{shown}"
+        std::panic::catch_unwind(|| assert_no_leak(&raw, b"TOPSECRET")).is_err(),
+        "assert_no_leak missed {raw}"
     );
     let bytes = &unsealed.secret.data.as_ref().expect("data")["password"];
     assert_eq!(bytes, &ByteString(b"TOPSECRET".to_vec()));
@@ -901,4 +904,29 @@ fn missing_namespace_fails_unless_cluster_wide() {
     cluster.metadata.namespace = None;
     let out = unseal(&cluster, &ring()).expect("unseal");
     assert_eq!(out.metadata.namespace, None);
+}
+
+/// Fails when `shown` holds `secret` in any form a `Debug` or `Display` could print it: as
+/// text, as a list of byte values (`ByteString`'s and `Vec<u8>`'s `Debug`), in hex or base64.
+fn assert_no_leak(shown: &str, secret: &[u8]) {
+    use base64::Engine as _;
+    let text = String::from_utf8_lossy(secret).into_owned();
+    let numbers = secret
+        .iter()
+        .map(u8::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(secret);
+    let compact: String = shown.chars().filter(|c| !c.is_whitespace()).collect();
+    for form in [text, hex, b64] {
+        assert!(
+            !shown.contains(&form),
+            "the secret shows as {form:?} in {shown}"
+        );
+    }
+    assert!(
+        !compact.contains(&numbers),
+        "the secret shows as bytes ({numbers}) in {shown}"
+    );
 }

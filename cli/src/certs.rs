@@ -423,8 +423,47 @@ impl Controller {
         } else {
             "application/x-pem-file, */*"
         };
-        self.send(method, &format!("{}{path}", self.proxy), accept, body)
+        let response = self.send(method, &format!("{}{path}", self.proxy), accept, body)?;
+        if let Some(problem) = proxy_failure(&response) {
+            bail!(
+                "the API server (context `{}`) could not reach the controller behind Service \
+                 `{}`: {problem}. The Service exists, but no ready controller Pod backs it: is \
+                 the controller running and ready? (`kubectl -n {} get pods,endpoints`){}",
+                self.context,
+                self.describe(),
+                self.namespace,
+                if body.is_none() {
+                    "; to seal offline, pass --cert FILE"
+                } else {
+                    ""
+                }
+            );
+        }
+        Ok(response)
     }
+}
+
+/// The API server's own answer when its service proxy found no ready endpoint (the controller
+/// answers in plain text; the proxy with a JSON `Status`): `no endpoints available for service
+/// …` (503), or a 404 naming the Service or its Endpoints, which servers give when the
+/// Endpoints object does not exist yet.
+fn proxy_failure(response: &http::Response) -> Option<String> {
+    if !matches!(response.status, 404 | 502 | 503) {
+        return None;
+    }
+    let status: serde_json::Value = serde_json::from_str(&response.body).ok()?;
+    if status["kind"].as_str() != Some("Status") {
+        return None;
+    }
+    Some(
+        status["message"]
+            .as_str()
+            .filter(|m| !m.is_empty())
+            .map_or_else(
+                || format!("HTTP {}", response.status),
+                |m| format!("HTTP {}: {m}", response.status),
+            ),
+    )
 }
 
 /// The Kubernetes `Status` message of an error body, if it has one.
@@ -451,6 +490,31 @@ pub(crate) fn check(text: &str, what: &str) -> Result<Certificate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxy_failures_are_told_from_controller_answers() {
+        let response = |status, body: &str| http::Response {
+            status,
+            body: body.to_owned(),
+        };
+        let no_endpoints = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"no endpoints available for service \"http:kseal-controller:http\"","reason":"ServiceUnavailable","code":503}"#;
+        assert_eq!(
+            proxy_failure(&response(503, no_endpoints)).as_deref(),
+            Some("HTTP 503: no endpoints available for service \"http:kseal-controller:http\"")
+        );
+        let not_found = r#"{"kind":"Status","status":"Failure","message":"services \"kseal-controller\" not found","reason":"NotFound","code":404}"#;
+        assert!(proxy_failure(&response(404, not_found)).is_some());
+        // The controller's own answers are plain text: never taken for the proxy's.
+        assert_eq!(
+            proxy_failure(&response(503, "no sealing key is loaded yet\n")),
+            None
+        );
+        assert_eq!(proxy_failure(&response(409, not_found)), None);
+        assert_eq!(
+            proxy_failure(&response(200, "-----BEGIN CERTIFICATE-----")),
+            None
+        );
+    }
 
     #[test]
     fn cert_specs_take_an_optional_name() {

@@ -85,7 +85,7 @@ fn skip(why: &str) {
         std::env::var("CI").as_deref() != Ok("true"),
         "{why} (required under CI=true)"
     );
-    eprintln!("SKIPPED: {why}");
+    kseal_testkit::skipped(&format!("SKIPPED: {why}"));
 }
 
 #[test]

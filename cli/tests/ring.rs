@@ -1018,7 +1018,7 @@ fn list_statuses_stay_true_through_a_rotation() {
 #[test]
 fn the_loser_of_two_racing_rotations_is_told_its_key_does_not_seal() {
     if !cfg!(debug_assertions) {
-        eprintln!("SKIPPING: the rotate pause is a test seam of debug builds only");
+        kseal_testkit::skipped("SKIPPED: the rotate pause is a test seam of debug builds only");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -795,9 +795,9 @@ async fn real_client(test: &str) -> Option<Client> {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "KSEAL_REFAPI_KUBECONFIG is not set, but CI=true: the controller must be tested against the reference kube-apiserver"
             );
-            eprintln!(
+            kseal_testkit::skipped(&format!(
                 "SKIPPED: {test} against a real kube-apiserver needs KSEAL_REFAPI_KUBECONFIG (scripts/test.sh sets it)"
-            );
+            ));
             return None;
         }
     };

@@ -68,8 +68,8 @@ async fn real_client() -> Option<Client> {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "KSEAL_REFAPI_KUBECONFIG is not set, but CI=true: the name rules must be checked against the reference kube-apiserver"
             );
-            eprintln!(
-                "SKIPPED: names against a real kube-apiserver needs KSEAL_REFAPI_KUBECONFIG (scripts/test.sh sets it)"
+            kseal_testkit::skipped(
+                "SKIPPED: names against a real kube-apiserver needs KSEAL_REFAPI_KUBECONFIG (scripts/test.sh sets it)",
             );
             return None;
         }

@@ -43,10 +43,10 @@ fn refapi(test: &str) -> Option<RefApi> {
             "{} not set, but CI=true: the CLI must be tested against the reference kube-apiserver",
             missing.join(", ")
         );
-        eprintln!(
+        kseal_testkit::skipped(&format!(
             "SKIPPED: {test} against a real kube-apiserver needs {} (scripts/test.sh sets them)",
             missing.join(", ")
-        );
+        ));
         return None;
     }
     Some(RefApi {

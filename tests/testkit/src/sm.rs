@@ -58,11 +58,11 @@ fn decide_endpoint(value: Option<String>, ci: bool, test: Option<&str>) -> Optio
     );
     // libtest names each test's thread after the test.
     let test = test.filter(|t| *t != "main").unwrap_or("this test");
-    eprintln!(
+    crate::skipped(&format!(
         "SKIPPED: {test} needs the Secrets Manager emulator: set {ENDPOINT_VAR} \
          (scripts/test.sh starts moto and sets it; by hand: eval \"$(bash tests/moto/start.sh)\"; \
          export {ENDPOINT_VAR})"
-    );
+    ));
     None
 }
 

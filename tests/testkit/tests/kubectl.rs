@@ -71,8 +71,8 @@ async fn kubectl_gets_creates_applies_and_deletes_against_the_served_fake() {
             std::env::var("CI").as_deref() != Ok("true"),
             "kubectl is not on PATH (and KSEAL_KUBECTL is unset), but CI=true: install kubernetes-client"
         );
-        eprintln!(
-            "SKIPPED: kubectl not found; install Debian's kubernetes-client or set KSEAL_KUBECTL"
+        kseal_testkit::skipped(
+            "SKIPPED: kubectl not found; install Debian's kubernetes-client or set KSEAL_KUBECTL",
         );
         return;
     };

@@ -20,8 +20,8 @@ async fn real_client() -> Option<kube::Client> {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "KSEAL_REFAPI_KUBECONFIG is not set, but CI=true: CI must run the scenarios against the reference kube-apiserver"
             );
-            eprintln!(
-                "SKIPPED: set KSEAL_REFAPI_KUBECONFIG to run this scenario against a real kube-apiserver"
+            kseal_testkit::skipped(
+                "SKIPPED: set KSEAL_REFAPI_KUBECONFIG to run this scenario against a real kube-apiserver",
             );
             None
         }
