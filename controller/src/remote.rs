@@ -551,7 +551,7 @@ impl Mirror {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::debug!(error = %e, "failed to publish key-source event");
+            tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
     }
 
@@ -895,7 +895,7 @@ impl Mirror {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::debug!(error = %e, "failed to publish key-source event");
+            tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
     }
 
