@@ -108,13 +108,9 @@ fn replace_value(kind: Value, s: &str, out: &mut String) -> usize {
                     out.push('"');
                     quoted_len(s, '"')
                 }
-                Some('{' | '[') => {
-                    out.push_str(GONE);
-                    bracketed_len(s)
-                }
                 Some(_) => {
                     out.push_str(GONE);
-                    bare_len(s)
+                    value_len(s)
                 }
                 None => 0,
             }
@@ -204,13 +200,19 @@ fn quoted_len(s: &str, q: char) -> usize {
     line_len(s)
 }
 
-/// The length of a JSON object or array at the start of `s`, or of the rest of the line when
-/// it does not close.
-fn bracketed_len(s: &str) -> usize {
+/// The length of an unquoted value at the start of `s`: JSON, a number or bool, Go's `%#v`
+/// (`[]string{"a", "b"}`). It ends at a `: ` or `, ` outside brackets and quotes, at a closing
+/// bracket it did not open (the `]` of apimachinery's `[err1, err2]`), or at the line's end
+/// (also when a bracket never closes).
+fn value_len(s: &str) -> usize {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
-    for (at, c) in s.char_indices() {
+    let mut chars = s.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        if c == '\n' {
+            return at;
+        }
         if in_string {
             match c {
                 _ if escaped => escaped = false,
@@ -222,27 +224,18 @@ fn bracketed_len(s: &str) -> usize {
         }
         match c {
             '"' => in_string = true,
-            '{' | '[' => depth += 1,
-            '}' | ']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return at + 1;
-                }
+            '{' | '[' | '(' => depth += 1,
+            '}' | ']' | ')' => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return at,
+            },
+            ':' | ',' if depth == 0 && chars.peek().is_some_and(|&(_, n)| n == ' ') => {
+                return at;
             }
             _ => {}
         }
     }
-    line_len(s)
-}
-
-/// A bare value (a number, a bool, Go's `%#v`): up to the next `: `, `, ` or line end.
-fn bare_len(s: &str) -> usize {
-    let line = line_len(s);
-    [": ", ", "]
-        .iter()
-        .filter_map(|d| s[..line].find(d))
-        .min()
-        .unwrap_or(line)
+    s.len()
 }
 
 fn line_len(s: &str) -> usize {
@@ -460,6 +453,39 @@ mod tests {
             "unknown variant `hunter2`, expected one of `a`, `b`",
             "unknown variant `…`, expected one of `a`, `b`",
             &["hunter2"],
+        ),
+        // Bytes as Go's quoteChar shows them, from the reference apiserver: `é` (its first
+        // byte), 0x80, a literal cut short at the end, a bad escape.
+        (
+            "data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": invalid character 'Ã' looking for beginning of value",
+            "data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": invalid character … looking for beginning of value",
+            &["Ã"],
+        ),
+        (
+            "data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": invalid character '\\u0080' looking for beginning of value",
+            "data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": invalid character … looking for beginning of value",
+            &["u0080"],
+        ),
+        (
+            "data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": invalid character ' ' in literal true (expecting 'e')",
+            "data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": invalid character … in literal",
+            &["true", "'e'"],
+        ),
+        (
+            "data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": invalid character 'q' in string escape code",
+            "data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": invalid character … in string escape code",
+            &["'q'"],
+        ),
+        // The API server's own message for several errors (kubectl shows them as a list).
+        (
+            "Secret \"ty\" is invalid: [type: Invalid value: \"kubernetes.io/tls\": field is immutable, data[tls.crt]: Required value, data[tls.key]: Required value]",
+            "Secret \"ty\" is invalid: [type: Invalid value: \"…\": field is immutable, data[tls.crt]: Required value, data[tls.key]: Required value]",
+            &["kubernetes.io/tls"],
+        ),
+        (
+            "Foo \"f\" is invalid: [spec.a: Invalid value: 31337, spec.b: Invalid value: []string{\"s3cret\", \"t0ken\"}: bad, spec.c: Invalid value: 4242]",
+            "Foo \"f\" is invalid: [spec.a: Invalid value: …, spec.b: Invalid value: …: bad, spec.c: Invalid value: …]",
+            &["31337", "s3cret", "t0ken", "4242"],
         ),
         // Nothing to scrub: kept as it is.
         (
