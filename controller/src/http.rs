@@ -3,14 +3,17 @@
 //! The API server (`--listen-addr`) serves, on every replica (leader or not):
 //! - `GET /healthz`: liveness, `200 ok\n` (Bitnami's body);
 //! - `GET /readyz`: `200 ok\n` once keys are loaded and the caches synced, else `503` with
-//!   the reasons;
+//!   the reasons: classes only (`key source not read yet (access denied)`), never the key
+//!   store's error chain, which can name accounts and roles;
 //! - `GET /v1/cert.pem`: the sealing key's certificate (`application/x-pem-file`);
 //! - `GET /v1/certs`: every public certificate with its fingerprint (JSON);
 //! - `POST /v1/verify`: whether every item of one SealedSecret opens with the key ring;
 //! - `POST /v1/rotate`: the same SealedSecret re-sealed with the sealing key;
 //! - `POST /v1/refresh`: check the fleet key ring now (with `--key-source`).
 //!
-//! The metrics server (`--listen-metrics-addr`) serves `GET /metrics`.
+//! The metrics server (`--listen-metrics-addr`) serves `GET /metrics` and `GET /readyz` with
+//! the detail: the same status and first line, plus the key source's last error as the logs
+//! have it.
 //!
 //! Unlike Bitnami's endpoints (reference §4.6), verify and rotate never render
 //! `spec.template.data` (rendering turned them into a decryption oracle), take the scope only
@@ -202,10 +205,12 @@ pub fn api_router(state: State, options: ApiOptions) -> Router {
         .with_state(app)
 }
 
-/// The metrics server's router: `GET /metrics`.
+/// The metrics server's router: `GET /metrics`, and `GET /readyz` with the detail the API
+/// port's `/readyz` leaves out (the key source's error chain).
 pub fn metrics_router(state: State) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
+        .route("/readyz", get(readyz_detail))
         .with_state(state)
 }
 
@@ -470,14 +475,40 @@ async fn healthz() -> Response {
     text(StatusCode::OK, "ok\n")
 }
 
+/// The API port's `/readyz`: reason classes only.
 async fn readyz(AxumState(app): AxumState<App>) -> Response {
+    let (status, body) = readiness_report(&app.state.readiness, false);
+    text(status, body)
+}
+
+/// The metrics port's `/readyz`: the same answer, plus the key source's last error.
+async fn readyz_detail(AxumState(state): AxumState<State>) -> Response {
+    let (status, body) = readiness_report(&state.readiness, true);
+    text(status, body)
+}
+
+/// `/readyz`'s status and body. Without `detail` (the API port, which anyone who can reach the
+/// probe port reads) a key source's failure is named by its class only, e.g. `key source not
+/// read yet (access denied)`: the store's error chain can carry account ids, role ARNs and
+/// secret names. With `detail` (the metrics port) the chain follows, as the logs have it.
+/// The sealing warning (`ok (warning: …)`) is the controller's own text, naming short kids
+/// only, on both.
+fn readiness_report(readiness: &crate::state::Readiness, detail: bool) -> (StatusCode, String) {
     use std::sync::atomic::Ordering;
-    let readiness = &app.state.readiness;
     if readiness.is_ready() {
-        return match readiness.sealing_problem() {
-            Some(p) => text(StatusCode::OK, format!("ok (warning: {})\n", p.message)),
-            None => text(StatusCode::OK, "ok\n"),
+        let mut body = match readiness.sealing_problem() {
+            Some(p) => format!("ok (warning: {})\n", p.message),
+            None => "ok\n".to_owned(),
         };
+        // A mirror keeps the replica ready while the store fails: the detail says so.
+        if let Some(problem) = readiness
+            .key_source()
+            .and_then(|s| s.problem)
+            .filter(|_| detail)
+        {
+            body.push_str(&format!("key source: last read failed: {problem}\n"));
+        }
+        return (StatusCode::OK, body);
     }
     let mut reasons = Vec::new();
     if !readiness.keys_loaded.load(Ordering::Acquire) {
@@ -487,12 +518,16 @@ async fn readyz(AxumState(app): AxumState<App>) -> Response {
         reasons.push("caches not synced".to_owned());
     }
     if let Some(source) = readiness.key_source_blocking() {
-        reasons.push(match source.problem {
-            Some(problem) => format!("key source not read yet: {problem}"),
-            None => "key source not read yet".to_owned(),
+        let class = source.reason.map(crate::state::reason_class);
+        reasons.push(match (class, source.problem) {
+            (Some(class), Some(problem)) if detail => {
+                format!("key source not read yet ({class}): {problem}")
+            }
+            (Some(class), _) => format!("key source not read yet ({class})"),
+            (None, _) => "key source not read yet".to_owned(),
         });
     }
-    text(
+    (
         StatusCode::SERVICE_UNAVAILABLE,
         format!("not ready: {}\n", reasons.join(", ")),
     )

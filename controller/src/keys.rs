@@ -298,7 +298,7 @@ impl KeySource for SecretKeySource {
                     let changed = match event {
                         Ok(event) => sets[which].apply(event),
                         Err(e) => {
-                            tracing::warn!(error = %e, "watching key Secrets failed; retrying");
+                            tracing::warn!(error = %crate::error_chain(&e), "watching key Secrets failed; retrying");
                             false
                         }
                     };
@@ -363,7 +363,7 @@ impl KeySource for SecretKeySource {
                 secondary: None,
             };
             if let Err(e) = recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %e, "failed to publish key event");
+                tracing::debug!(error = %crate::error_chain(&e), "failed to publish key event");
             }
         }
         .boxed()

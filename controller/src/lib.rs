@@ -13,6 +13,8 @@
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
 //! - [`metrics`]: Prometheus metrics (Bitnami's names plus kseal's);
+//! - [`scrub`]: error text that may quote Secret data, made safe for status, Events, logs
+//!   and HTTP answers;
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 
 pub mod config;
@@ -25,6 +27,7 @@ pub mod reconcile;
 pub mod remote;
 pub mod renewal;
 pub mod ringview;
+pub mod scrub;
 pub mod state;
 
 pub use config::Config;
@@ -135,7 +138,9 @@ impl Error {
 }
 
 /// An error and its sources on one line (`a: b: c`), for logs and status messages. Kubernetes
-/// API errors show the server's message and reason.
+/// API errors show the server's message and reason. Whatever the API server or a parser quoted
+/// from object data (a Secret's value) is removed ([`scrub::scrub`]): the text is safe for
+/// SealedSecret status, Events, logs and HTTP answers.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = String::new();
     let mut next = Some(error);
@@ -155,7 +160,7 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         next = e.source();
     }
-    out
+    scrub::scrub(&out)
 }
 
 /// The controller's loops, started together as the binary starts them.

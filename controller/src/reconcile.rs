@@ -925,7 +925,7 @@ async fn publish_event(
         EventType::Warning => &ctx.recorder,
     };
     if let Err(e) = recorder.publish(&event, &ss.object_ref(&())).await {
-        tracing::debug!(error = %e, "failed to publish event");
+        tracing::debug!(error = %crate::error_chain(&e), "failed to publish event");
     }
 }
 
@@ -1206,7 +1206,7 @@ fn secret_triggers(
                 }
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
                 Err(e) => {
-                    tracing::debug!(error = %e, "watching Secrets failed; retrying");
+                    tracing::debug!(error = %crate::error_chain(&e), "watching Secrets failed; retrying");
                     Vec::new()
                 }
             };
@@ -1348,7 +1348,7 @@ pub async fn run(
                 match e {
                     controller::Error::ObjectNotFound(_) => {}
                     controller::Error::ReconcilerFailed(..) => {}
-                    other => tracing::debug!(error = %other, "controller stream error"),
+                    other => tracing::debug!(error = %crate::error_chain(&other), "controller stream error"),
                 }
             }
             futures::future::ready(())

@@ -551,7 +551,7 @@ impl Mirror {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::debug!(error = %e, "failed to publish key-source event");
+            tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
     }
 
@@ -895,7 +895,7 @@ impl Mirror {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::debug!(error = %e, "failed to publish key-source event");
+            tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
     }
 
@@ -1211,9 +1211,7 @@ pub async fn run(
                     reason = e.reason(),
                     "cannot use --key-source {source}: {message}"
                 );
-                state
-                    .readiness
-                    .key_source_failed(format!("{}: {message}", e.reason()));
+                state.readiness.key_source_failed(e.reason(), &message);
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = shutdown.wait_for(|s| *s) => return,
@@ -1287,9 +1285,7 @@ pub async fn run(
             Err(e) => {
                 let message = crate::error_chain(&e);
                 tracing::warn!(reason = e.reason(), retry_in = ?backoff, "key source: {message}");
-                state
-                    .readiness
-                    .key_source_failed(format!("{}: {message}", e.reason()));
+                state.readiness.key_source_failed(e.reason(), &message);
                 count(&state, "sync", e.reason());
                 next = tokio::time::Instant::now() + backoff;
                 backoff = (backoff * 2).min(BACKOFF_MAX);

@@ -95,8 +95,28 @@ pub struct SealingProblem {
 pub struct KeySourceStatus {
     /// Fetched once, or a valid mirror was found: keys can be served.
     pub usable: bool,
-    /// The last error, e.g. `access_denied: access denied: GetSecretValue on kseal/fleet/index`.
+    /// The last error, e.g. `access_denied: access denied: GetSecretValue on kseal/fleet/index`,
+    /// with the store's whole error chain (for logs and the metrics port's `/readyz`).
     pub problem: Option<String>,
+    /// The last error's stable reason (`access_denied`, `network`, …: see
+    /// [`kseal_keystore::Error::reason`]); [`reason_class`] turns it into what the API port's
+    /// `/readyz` shows.
+    pub reason: Option<&'static str>,
+}
+
+/// What the API port's `/readyz` says about a key source that failed with `reason` (a
+/// [`kseal_keystore::Error::reason`] or `kube`): a class only, never the error chain, which
+/// can carry account ids, role ARNs and secret names (with AWS, a denial names the caller).
+pub fn reason_class(reason: &str) -> &'static str {
+    match reason {
+        "access_denied" => "access denied",
+        "no_credentials" => "no credentials",
+        "not_found" => "not found",
+        "network" | "throttled" | "service" => "unreachable",
+        "untrusted" => "untrusted",
+        "malformed" | "bad_key" => "malformed",
+        _ => "other",
+    }
 }
 
 impl Readiness {
@@ -139,12 +159,17 @@ impl Readiness {
         self.update_key_source(|s| {
             s.usable = true;
             s.problem = None;
+            s.reason = None;
         });
     }
 
-    /// Reading the key source failed (readiness stays as it was: a mirror keeps serving).
-    pub fn key_source_failed(&self, problem: String) {
-        self.update_key_source(|s| s.problem = Some(problem));
+    /// Reading the key source failed with `reason` (a [`kseal_keystore::Error::reason`]) and
+    /// `detail` (the error chain); readiness stays as it was: a mirror keeps serving.
+    pub fn key_source_failed(&self, reason: &'static str, detail: &str) {
+        self.update_key_source(|s| {
+            s.problem = Some(format!("{reason}: {detail}"));
+            s.reason = Some(reason);
+        });
     }
 
     /// The key source's status while it keeps the replica unready (never read, no mirror).

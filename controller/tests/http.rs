@@ -166,6 +166,88 @@ async fn readyz_reports_what_is_missing_until_ready() {
     assert_eq!(body_text(response).await, "ok\n");
 }
 
+/// What Secrets Manager answers a denied `GetSecretValue`: the caller's account and role.
+const AWS_DENIAL: &str = "access denied: GetSecretValue on kseal/fleet/index: service error: AccessDeniedException: User: arn:aws:sts::123456789012:assumed-role/kseal-controller/i-0abc is not authorized to perform: secretsmanager:GetSecretValue on resource: arn:aws:secretsmanager:eu-west-1:123456789012:secret:kseal/fleet/index-AbCdEf because no identity-based policy allows the secretsmanager:GetSecretValue action";
+
+#[tokio::test]
+async fn readyz_names_a_key_source_denial_by_its_class_and_only_the_metrics_port_by_its_arns() {
+    let state = State::new();
+    state.readiness.keys_loaded.store(true, Ordering::Release);
+    state.readiness.caches_synced.store(true, Ordering::Release);
+    state.readiness.key_source_configured();
+    state
+        .readiness
+        .key_source_failed("access_denied", AWS_DENIAL);
+    let api = router(&state);
+    let metrics = metrics_router(state.clone());
+
+    let response = send(&api, "GET", "/readyz", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        body_text(response).await,
+        "not ready: key source not read yet (access denied)\n"
+    );
+
+    let response = send(&metrics, "GET", "/readyz", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let text = body_text(response).await;
+    assert_eq!(
+        text,
+        format!(
+            "not ready: key source not read yet (access denied): access_denied: {AWS_DENIAL}\n"
+        )
+    );
+    assert!(text.contains("arn:aws:sts::123456789012:assumed-role/kseal-controller"));
+
+    // Ready through a mirror while the store still denies: the API port says ok, the metrics
+    // port adds the last failure.
+    state.readiness.key_source_mirror_found();
+    let response = send(&api, "GET", "/readyz", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body_text(response).await, "ok\n");
+    let response = send(&metrics, "GET", "/readyz", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = body_text(response).await;
+    assert!(
+        text.starts_with("ok\nkey source: last read failed: access_denied: "),
+        "{text}"
+    );
+    assert!(text.contains("123456789012"), "{text}");
+}
+
+#[tokio::test]
+async fn readyz_classes_every_key_source_reason() {
+    for (reason, class) in [
+        ("access_denied", "access denied"),
+        ("no_credentials", "no credentials"),
+        ("not_found", "not found"),
+        ("network", "unreachable"),
+        ("throttled", "unreachable"),
+        ("service", "unreachable"),
+        ("untrusted", "untrusted"),
+        ("malformed", "malformed"),
+        ("bad_key", "malformed"),
+        ("conflict", "other"),
+        ("kube", "other"),
+        ("io", "other"),
+    ] {
+        let state = State::new();
+        state.readiness.keys_loaded.store(true, Ordering::Release);
+        state.readiness.caches_synced.store(true, Ordering::Release);
+        state.readiness.key_source_configured();
+        state
+            .readiness
+            .key_source_failed(reason, "detail arn:aws:iam::123456789012:role/x");
+        let response = send(&router(&state), "GET", "/readyz", Body::empty()).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body_text(response).await,
+            format!("not ready: key source not read yet ({class})\n"),
+            "{reason}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn cert_pem_is_the_sealing_certificate_or_503_without_keys() {
     let empty = router(&State::new());

@@ -277,10 +277,16 @@ impl FieldError {
         }
     }
     fn detail_message(&self) -> String {
-        match &self.value {
-            Some(v) => format!("{}: {v}: {}", self.type_text(), self.detail),
-            None => format!("{}: {}", self.type_text(), self.detail),
+        let mut s = match &self.value {
+            Some(v) => format!("{}: {v}", self.type_text()),
+            None => self.type_text().to_owned(),
+        };
+        // apimachinery's ErrorBody appends the detail only when there is one.
+        if !self.detail.is_empty() {
+            s.push_str(": ");
+            s.push_str(&self.detail);
         }
+        s
     }
 }
 

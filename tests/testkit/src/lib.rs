@@ -49,6 +49,7 @@
 
 mod error;
 mod faults;
+mod gojson;
 mod managed;
 mod merge;
 mod proxy;

@@ -566,8 +566,9 @@ impl State {
                 if !m.contains_key("type") {
                     m.insert("type".into(), "Opaque".into());
                 }
+                let type_errs = secret_type_rules(m);
+                let mut errs = Vec::new();
                 if let Some(old) = old {
-                    let mut errs = Vec::new();
                     if old["type"] != obj["type"] {
                         errs.push(FieldError::invalid(
                             "type",
@@ -576,9 +577,11 @@ impl State {
                         ));
                     }
                     immutable_rules(old, obj, &["data"], &mut errs);
-                    if !errs.is_empty() {
-                        return Err(ApiError::invalid("", "Secret", &name, &errs));
-                    }
+                }
+                // ValidateSecretUpdate checks the update's rules, then ValidateSecret's.
+                errs.extend(type_errs);
+                if !errs.is_empty() {
+                    return Err(ApiError::invalid("", "Secret", &name, &errs));
                 }
             }
             ("", "services") if old.is_none() => {
@@ -1573,6 +1576,77 @@ fn base64_error_offset(e: &base64::DecodeError) -> usize {
         base64::DecodeError::InvalidLength(n) => *n,
         base64::DecodeError::InvalidPadding => 0,
     }
+}
+
+/// The kube-apiserver's checks of a Secret's `type` (`ValidateSecret`, Kubernetes 1.20),
+/// with its messages: the keys each type needs, and JSON for the two Docker types, whose
+/// error quotes Go's JSON parser (`invalid character 'H' looking for beginning of value`:
+/// a byte of the value). `data[%s][username]` is 1.20's own spelling.
+fn secret_type_rules(secret: &serde_json::Map<String, Value>) -> Vec<FieldError> {
+    let data = secret.get("data").and_then(Value::as_object);
+    let item = |key: &str| {
+        data.and_then(|d| d.get(key))
+            .and_then(Value::as_str)
+            .map(|v| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(v)
+                    .unwrap_or_default()
+            })
+    };
+    let mut errs = Vec::new();
+    let docker = |key: &str, errs: &mut Vec<FieldError>| {
+        let field = format!("data[{key}]");
+        match item(key) {
+            None => errs.push(FieldError::required(&field, "")),
+            Some(bytes) => {
+                if let Some(e) = crate::gojson::unmarshal_map_error(&bytes) {
+                    errs.push(FieldError::invalid(
+                        &field,
+                        "\"<secret contents redacted>\"",
+                        &e,
+                    ));
+                }
+            }
+        }
+    };
+    match secret
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+    {
+        "kubernetes.io/dockercfg" => docker(".dockercfg", &mut errs),
+        "kubernetes.io/dockerconfigjson" => docker(".dockerconfigjson", &mut errs),
+        "kubernetes.io/basic-auth" if item("username").is_none() && item("password").is_none() => {
+            errs.push(FieldError::required("data[%s][username]", ""));
+            errs.push(FieldError::required("data[%s][password]", ""));
+        }
+        "kubernetes.io/ssh-auth" if item("ssh-privatekey").is_none_or(|v| v.is_empty()) => {
+            errs.push(FieldError::required("data[%s][ssh-privatekey]", ""));
+        }
+        "kubernetes.io/tls" => {
+            for key in ["tls.crt", "tls.key"] {
+                if item(key).is_none() {
+                    errs.push(FieldError::required(&format!("data[{key}]"), ""));
+                }
+            }
+        }
+        "kubernetes.io/service-account-token" => {
+            let named = secret
+                .get("metadata")
+                .and_then(|m| m.get("annotations"))
+                .and_then(|a| a.get("kubernetes.io/service-account.name"))
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty());
+            if !named {
+                errs.push(FieldError::required(
+                    "metadata.annotations[kubernetes.io/service-account.name]",
+                    "",
+                ));
+            }
+        }
+        _ => {}
+    }
+    errs
 }
 
 fn immutable_rules(old: &Value, new: &Value, fields: &[&str], errs: &mut Vec<FieldError>) {

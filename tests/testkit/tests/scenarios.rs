@@ -76,6 +76,7 @@ scenario!(garbage_collection);
 scenario!(namespace_lifecycle);
 scenario!(crd_sealed_secret);
 scenario!(immutable_secret);
+scenario!(secret_types);
 scenario!(leases_and_events);
 
 /// As against a shared real server: every scenario at once against one served fake.
@@ -95,12 +96,13 @@ async fn all_scenarios_pass_concurrently_against_one_shared_server() {
         scenarios::namespace_lifecycle(c()),
         scenarios::crd_sealed_secret(c()),
         scenarios::immutable_secret(c()),
+        scenarios::secret_types(c()),
         scenarios::leases_and_events(c()),
         scenarios::crd_sealed_secret(c()),
     );
     let results = [
         results.0, results.1, results.2, results.3, results.4, results.5, results.6, results.7,
-        results.8, results.9, results.10,
+        results.8, results.9, results.10, results.11,
     ];
     for (i, r) in results.into_iter().enumerate() {
         if let Err(e) = r {
