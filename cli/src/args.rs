@@ -46,7 +46,8 @@ pub(crate) enum Command {
     /// Check that every item of every SealedSecret opens (local private keys or the controller)
     #[command(after_help = VALIDATE_EXAMPLES)]
     Validate(ValidateArgs),
-    /// Generate and inspect sealing keys
+    /// Sealing keys: generate and inspect them, and manage the fleet key ring (push, rotate,
+    /// activate, retire, trust, list)
     #[command(subcommand)]
     Keys(KeysCommand),
     /// Try the whole flow offline: generate a key, seal a sample Secret, unseal it
@@ -137,7 +138,7 @@ Examples:
 const PUSH_EXAMPLES: &str = "\
 Examples:
   # Seed a new fleet ring in AWS Secrets Manager: generates an RSA-4096 key, which seals at once
-  kseal keys push --ring kseal/fleet --region eu-west-1
+  kseal keys push --ring kseal/fleet --aws-region eu-west-1
 
   # The same, safe to run again (a seeding Job): does nothing once the ring has a key
   kseal keys push --ring kseal/fleet --if-empty --yes
@@ -242,14 +243,15 @@ impl InputFiles {
 /// Where the sealing certificate comes from.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct CertArgs {
-    /// Certificate to seal with: a PEM file, an https:// URL, or NAME=SOURCE; repeat to seal
+    /// Certificate to seal with: a PEM file, an https:// URL, a key ring
+    /// (secretsmanager://PREFIX or dir://PATH: its active key), or NAME=SOURCE; repeat to seal
     /// once per certificate. Without it, the controller's certificate is fetched through the
     /// Kubernetes API
     #[arg(
         long,
         env = env::KSEAL_CERT,
         value_delimiter = ',',
-        value_name = "[NAME=]FILE|URL"
+        value_name = "[NAME=]FILE|URL|RING"
     )]
     pub(crate) cert: Vec<String>,
     #[command(flatten)]
@@ -879,7 +881,8 @@ pub(crate) struct RingArgs {
     #[arg(long, env = env::KSEAL_RING, default_value = kseal_keystore::DEFAULT_RING, value_name = "RING")]
     pub(crate) ring: String,
     /// AWS region; default: the ring URL's `?region=`, then AWS_REGION, then the profile's
-    #[arg(long, env = env::KSEAL_AWS_REGION)]
+    /// (the controller's flag has the same name)
+    #[arg(long = "aws-region", alias = "region", env = env::KSEAL_AWS_REGION, value_name = "REGION")]
     pub(crate) region: Option<String>,
     /// AWS profile of ~/.aws/config (SSO and credential_process profiles work)
     #[arg(long = "aws-profile", env = env::AWS_PROFILE, value_name = "PROFILE")]
@@ -889,7 +892,7 @@ pub(crate) struct RingArgs {
     #[arg(long, env = env::KSEAL_AWS_ENDPOINT_URL, value_name = "URL")]
     pub(crate) endpoint_url: Option<String>,
     /// IAM role to assume with the credentials found (e.g. the fleet's seeder role)
-    #[arg(long, env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
+    #[arg(long = "aws-assume-role", alias = "assume-role", env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
     pub(crate) assume_role: Option<String>,
     /// The ring's trust anchor (a kid, as `kseal keys trust` prints it); default: the pin in
     /// the nearest .kseal.yaml. An index whose signed history does not start there is refused
@@ -1016,7 +1019,7 @@ pub(crate) struct RotateArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
     /// Output: a table, or the index as JSON (public data only)
-    #[arg(short = 'o', long = "output", env = env::KSEAL_LIST_OUTPUT, value_enum, default_value = "table")]
+    #[arg(short = 'o', long = "format", alias = "output", env = env::KSEAL_LIST_OUTPUT, value_enum, default_value = "table", value_name = "FORMAT")]
     pub(crate) output: ListOutput,
     #[command(flatten)]
     pub(crate) ring: RingArgs,

@@ -207,6 +207,14 @@ impl CertRequest {
     pub(crate) fn fetch_pem(&self, source: &Source) -> Result<String> {
         match source {
             Source::File(path) => {
+                if !path.exists() && looks_like_a_ring_prefix(path) {
+                    bail!(
+                        "certificate file `{}` does not exist; --cert takes a file, an URL or a \
+                         ring URL: to seal to the key ring `{0}`, pass --cert \
+                         secretsmanager://{0}",
+                        path.display()
+                    );
+                }
                 Ok(fs_err::read_to_string(path)
                     .context("failed to read the sealing certificate")?)
             }
@@ -464,6 +472,20 @@ fn proxy_failure(response: &http::Response) -> Option<String> {
                 |m| format!("HTTP {}: {m}", response.status),
             ),
     )
+}
+
+/// `kseal/fleet`: what `--ring` takes for a Secrets Manager prefix, relative, without a file
+/// extension. Given to `--cert` (where it would be a file) it is almost certainly meant as the
+/// ring.
+fn looks_like_a_ring_prefix(path: &std::path::Path) -> bool {
+    let text = path.to_string_lossy();
+    path.is_relative()
+        && path.extension().is_none()
+        && text.contains('/')
+        && !text.starts_with('.')
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/_+=.@-".contains(c))
 }
 
 /// The Kubernetes `Status` message of an error body, if it has one.

@@ -145,11 +145,11 @@ pub(crate) const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
 pub(crate) const KSEAL_TRUST_CHECK: &str = "KSEAL_TRUST_CHECK";
 /// `kseal keys trust --file`.
 pub(crate) const KSEAL_TRUST_FILE: &str = "KSEAL_TRUST_FILE";
-/// AWS region for the ring (`--region`).
+/// AWS region for the ring (`--aws-region`).
 pub(crate) const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
 /// Secrets Manager endpoint URL (`--endpoint-url`).
 pub(crate) const KSEAL_AWS_ENDPOINT_URL: &str = "KSEAL_AWS_ENDPOINT_URL";
-/// IAM role to assume (`--assume-role`).
+/// IAM role to assume (`--aws-assume-role`).
 pub(crate) const KSEAL_AWS_ASSUME_ROLE: &str = "KSEAL_AWS_ASSUME_ROLE";
 /// KMS key for created secrets (`--kms-key-id`).
 pub(crate) const KSEAL_AWS_KMS_KEY_ID: &str = "KSEAL_AWS_KMS_KEY_ID";

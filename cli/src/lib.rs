@@ -115,6 +115,32 @@ where
             }
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
         })
+        .inspect(|_| warn_deprecated_spellings(&args))
+}
+
+/// Old flag spellings kept as hidden aliases: `(old, new)`.
+const DEPRECATED_FLAGS: &[(&str, &str)] = &[
+    ("--region", "--aws-region"),
+    ("--assume-role", "--aws-assume-role"),
+    ("--output", "--format"),
+];
+
+/// Says once per old spelling that it is deprecated (the flag still works).
+fn warn_deprecated_spellings(args: &[OsString]) {
+    let given: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .take_while(|a| *a != "--")
+        .map(|a| a.split_once('=').map_or(a, |(flag, _)| flag))
+        .collect();
+    for (old, new) in DEPRECATED_FLAGS {
+        if given.contains(old) {
+            eprintln!(
+                "warning: {old} is deprecated; use {new} (the same flag as the controller's)"
+            );
+        }
+    }
 }
 
 /// For a kubeseal flag kseal spells differently: what to use instead.

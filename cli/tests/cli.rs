@@ -827,3 +827,37 @@ fn kubeseal_flags_get_a_hint() {
         );
     }
 }
+
+/// One spelling for one thing: the controller's `--aws-region`/`--aws-assume-role` and
+/// `keys list -o/--format`; the old spellings still work, with a warning; a ring prefix given
+/// to `--cert` is pointed at `secretsmanager://`.
+#[test]
+fn old_flag_spellings_warn_and_a_ring_prefix_as_cert_gets_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = format!("dir://{}", dir.path().join("ring").display());
+    for args in [
+        vec!["keys", "list", "--ring", &ring, "--output", "json"],
+        vec!["keys", "list", "--ring", &ring, "--region", "eu-west-1"],
+    ] {
+        let run = kseal(&args, None, dir.path());
+        assert!(
+            run.stderr.contains("is deprecated; use --"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    let run = kseal(
+        &["keys", "list", "--ring", &ring, "--format", "json"],
+        None,
+        dir.path(),
+    );
+    assert!(!run.stderr.contains("deprecated"), "{}", run.stderr);
+    let run = kseal(&["seal", "--cert", "kseal/fleet"], Some("x"), dir.path());
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("pass --cert secretsmanager://kseal/fleet"),
+        "{}",
+        run.stderr
+    );
+}
