@@ -6,20 +6,21 @@
 //!   its address, an IPv6 client its /64 (one host usually owns a whole /64), an IPv4-mapped
 //!   IPv6 address counts as its IPv4 address. A connection over the cap is closed at once.
 //! - **Per listener.** The listener holds at most `max_connections`. When it is full, a new
-//!   connection takes the place of an *evictable* one, which is closed: first the one that
-//!   has waited longest for a request head (a client that connected and sent no complete
-//!   request yet, one dripping its header, a keep-alive connection idle between requests),
-//!   then the oldest serving only probes. Only when every held connection is serving a
-//!   non-probe request is the new connection closed instead. The accept loop never waits for
-//!   room.
+//!   connection takes the place of an *evictable* one, which is closed: one of the client
+//!   holding the most connections, and of its connections first the one that has waited
+//!   longest for a request head (connected and sent no complete request yet, dripping its
+//!   header, or idle between keep-alive requests), then the oldest serving only probes. Only
+//!   when every held connection is serving a non-probe request is the new connection closed
+//!   instead. The accept loop never waits for room.
 //! - **Reserved capacity.** At most `max_connections - reserved` non-probe requests (probes:
 //!   `/healthz`, `/readyz`, `/v1/cert.pem`, and everything on the metrics listener) are in
 //!   flight at once; a further one is answered `503` at once and its connection closed. So
 //!   at least `reserved` held connections are always free or evictable, and a new connection,
-//!   a probe's included, is always admitted (unless its client is at its own cap). A probe's
-//!   connection then loses its place only if every evictable connection older than it is
-//!   evicted before its request is answered: as many new connections as the listener held
-//!   evictable ones must arrive within that time (a few milliseconds for a probe).
+//!   a probe's included, is always admitted (unless its client is at its own cap). A probe
+//!   client holds one connection, so it loses it only once every evictable connection belongs
+//!   to a client holding just one, and every older one of those was evicted first: an
+//!   attacker needs as many addresses (IPv6 /64s) as the listener holds connections, and as
+//!   many new connections within the few milliseconds a probe takes.
 //! - **Header timeout.** The whole request head must arrive within `header_timeout` of the
 //!   connection's start or of the previous response (hyper's `header_read_timeout`), or the
 //!   connection is closed: a dripping client cannot hold a connection, and a keep-alive
@@ -281,12 +282,15 @@ impl Tracker {
             return Err(Refused::ClientLimit);
         }
         if inner.connections.len() >= self.limits.max_connections {
-            let Some((_, _, victim)) = inner.evictable.pop_first() else {
+            let Some(victim) = inner.victim() else {
                 drop(inner);
                 self.refused(Refused::ListenerLimit, client);
                 return Err(Refused::ListenerLimit);
             };
-            if let Some(entry) = inner.remove(victim) {
+            if let Some(entry) = inner.remove(victim)
+                && let Some(key) = entry.evictable_key(victim)
+            {
+                inner.evictable.remove(&key);
                 entry.evict.notify_one();
             }
             self.count_drop("evicted");
@@ -417,6 +421,25 @@ impl Tracker {
 }
 
 impl Inner {
+    /// The connection to evict: of the clients holding the most connections, the evictable
+    /// connection first in `evictable` order. A client with one connection (a probe, say)
+    /// loses it only when every evictable connection belongs to a client with just one.
+    /// (A linear scan: at most `max_connections` entries, only when the listener is full.)
+    fn victim(&self) -> Option<u64> {
+        let held = |id: &u64| {
+            self.connections
+                .get(id)
+                .and_then(|entry| self.clients.get(&entry.client))
+                .copied()
+                .unwrap_or(0)
+        };
+        let most = self.evictable.iter().map(|(_, _, id)| held(id)).max()?;
+        self.evictable
+            .iter()
+            .map(|(_, _, id)| *id)
+            .find(|id| held(id) == most)
+    }
+
     /// Forgets connection `id` (not its place in `evictable`).
     fn remove(&mut self, id: u64) -> Option<Entry> {
         let entry = self.connections.remove(&id)?;
@@ -893,6 +916,23 @@ mod tests {
             text.contains("kseal_http_connections_peak{listener=\"api\"} 3"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_full_listener_evicts_from_the_client_holding_the_most_first() {
+        let (tracker, _) = tracker(4, 10);
+        let probe = tracker.admit(ip("10.0.0.1")).expect("oldest, alone");
+        let hostile: Vec<_> = (0..3)
+            .map(|_| tracker.admit(ip("2001:db8::1")).expect("hostile /64"))
+            .collect();
+        let _new = tracker
+            .admit(ip("2001:db8:0:0:1::9"))
+            .expect("a fourth from the same /64");
+        assert!(!evicted(&probe), "the single connection is older but stays");
+        assert!(evicted(&hostile[0]));
+        let _next = tracker.admit(ip("10.0.0.2")).expect("another");
+        assert!(!evicted(&probe));
+        assert!(evicted(&hostile[1]));
     }
 
     #[test]
