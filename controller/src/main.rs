@@ -37,6 +37,10 @@ fn main() -> ExitCode {
     }
     let limit = |l: Option<u64>| l.map_or_else(|| "unlimited".to_owned(), |l| l.to_string());
     match nofile {
+        Ok((old, new)) if old == new => tracing::info!(
+            limit = limit(new),
+            "open-file limit (RLIMIT_NOFILE) already at the hard limit"
+        ),
         Ok((old, new)) => tracing::info!(
             old = limit(old),
             new = limit(new),

@@ -294,10 +294,11 @@ async fn flood(log_path: &std::path::Path, hostile_count: usize) -> anyhow::Resu
 
     // With the flood gone, a dripping client and a silent one are closed by the header
     // timeout (1 s), not the idle timeout (120 s).
+    // (The clock starts before the server's can: at connecting.)
     let source = Ipv4Addr::new(127, 2, 0, 2);
+    let start = Instant::now();
     let mut dripping = connect_from(source, api).await?;
     let mut silent = connect_from(source, api).await?;
-    let start = Instant::now();
     let drip = async {
         for byte in b"GET /readyz HTTP/1.1\r\nHost: kseal\r\nX: x\r\nX: x\r\nX: x\r\n" {
             if closed_within(&mut dripping, Duration::from_millis(100)).await
