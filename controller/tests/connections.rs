@@ -361,3 +361,66 @@ async fn flood(log_path: &std::path::Path, hostile_count: usize) -> anyhow::Resu
     );
     Ok(())
 }
+
+/// Non-probe requests in flight leave the reserved room: with `--max-connections 8` (one
+/// slot reserved), seven verify requests stalled in their bodies make an eighth non-probe
+/// request answer `503` at once, while `/healthz` still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_requests_leave_room_for_the_probes() {
+    use kseal_controller::http::{ApiOptions, serve_listeners};
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = api.local_addr().unwrap();
+    let options = ApiOptions {
+        rate_limit: 1000.0,
+        rate_limit_burst: 1000,
+        max_connections: 8,
+        ..ApiOptions::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_listeners(
+        api,
+        metrics,
+        kseal_controller::State::new(),
+        options,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut stalled = Vec::new();
+    for _ in 0..7 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"POST /v1/verify HTTP/1.1\r\nHost: kseal\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    let busy = eventually("a non-probe request is refused", DEADLINE, || async {
+        let (answer, _) = get(addr, "/v1/certs").await;
+        // (Without keys /v1/certs answers 503 too, but not this.)
+        Ok(answer.contains("server busy").then_some(answer))
+    })
+    .await
+    .unwrap();
+    assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+    let lower = busy.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 1"), "{busy}");
+    assert!(lower.contains("connection: close"), "{busy}");
+    let (health, _) = get(addr, "/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    // Once the stalled requests are gone, non-probe requests are served again.
+    drop(stalled);
+    eventually("non-probe requests served again", DEADLINE, || async {
+        let (answer, _) = get(addr, "/v1/certs").await;
+        Ok((answer.starts_with("HTTP/1.1 ") && !answer.contains("server busy")).then_some(()))
+    })
+    .await
+    .unwrap();
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("the servers stop")
+        .unwrap()
+        .unwrap();
+}
