@@ -137,6 +137,25 @@ pub struct Args {
     /// its peer address and forwarding headers are ignored
     #[arg(long, env = env::KSEAL_TRUSTED_PROXIES, value_name = "CIDR,...", default_value = "")]
     pub trusted_proxies: String,
+    /// Connections the API server holds at most; when full, a new connection replaces the one
+    /// that has waited longest for a request, and an eighth of the room (at most 64) is kept
+    /// for /healthz, /readyz and /v1/cert.pem [default: 512, at most a quarter of the
+    /// open-file limit]
+    #[arg(long, env = env::KSEAL_MAX_CONNECTIONS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Connections one client (an IPv4 address, an IPv6 /64) holds at most on each server;
+    /// more are closed at once
+    #[arg(long, env = env::KSEAL_MAX_CONNECTIONS_PER_CLIENT, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_client: u32,
+    /// Connections the metrics server holds at most [default: 64, at most a sixteenth of the
+    /// open-file limit]
+    #[arg(long, env = env::KSEAL_METRICS_MAX_CONNECTIONS, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub metrics_max_connections: Option<u32>,
+    /// A client must send a request's whole head (request line and headers) within this, from
+    /// connecting or from the previous response; a keep-alive connection idles at most this
+    /// long (Go duration, e.g. 10s)
+    #[arg(long, env = env::KSEAL_HEADER_READ_TIMEOUT, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub header_read_timeout: Duration,
     /// Address of the API server (certificate, verify, rotate, health)
     #[arg(long, env = env::KSEAL_LISTEN_ADDR, default_value = "0.0.0.0:8080")]
     pub listen_addr: SocketAddr,
@@ -231,6 +250,14 @@ pub struct Config {
     pub rate_limit: (f64, u32),
     /// Proxies whose `X-Forwarded-For` entries the rate limiter believes.
     pub trusted_proxies: crate::http::TrustedProxies,
+    /// API server connections held at most.
+    pub max_connections: usize,
+    /// Connections one client holds at most on each server.
+    pub max_connections_per_client: usize,
+    /// Metrics server connections held at most.
+    pub metrics_max_connections: usize,
+    /// Time a request head may take to arrive.
+    pub header_read_timeout: Duration,
     /// API listen address.
     pub listen_addr: SocketAddr,
     /// Metrics listen address.
@@ -277,6 +304,9 @@ pub enum ConfigError {
     /// Bad rate limit.
     #[error("invalid --rate-limit {0}: must be a positive number")]
     RateLimit(String),
+    /// `--header-read-timeout` is zero.
+    #[error("invalid --header-read-timeout 0s: must be positive")]
+    HeaderReadTimeout,
     /// Empty namespace name in a list.
     #[error("invalid --additional-namespaces: empty namespace name")]
     EmptyNamespace,
@@ -346,6 +376,25 @@ impl Config {
         }
         let trusted_proxies = crate::http::TrustedProxies::parse(&args.trusted_proxies)
             .map_err(ConfigError::TrustedProxies)?;
+        if args.header_read_timeout.is_zero() {
+            return Err(ConfigError::HeaderReadTimeout);
+        }
+        // Leave room under the open-file limit (raised to the hard limit at startup) for the
+        // Kubernetes client, the other listener and the connections over the cap that are
+        // accepted only to be closed.
+        let nofile = crate::conn::nofile_limit();
+        let cap = |flag: Option<u32>, preferred, divisor| {
+            flag.map_or_else(
+                || crate::conn::default_cap(preferred, nofile, divisor),
+                |n| n as usize,
+            )
+        };
+        let max_connections = cap(args.max_connections, crate::conn::MAX_CONNECTIONS, 4);
+        let metrics_max_connections = cap(
+            args.metrics_max_connections,
+            crate::conn::METRICS_MAX_CONNECTIONS,
+            16,
+        );
         let controller_namespace = args
             .controller_namespace
             .filter(|n| !n.is_empty())
@@ -391,6 +440,13 @@ impl Config {
             args.generate_key_if_missing,
             SystemTime::now(),
         )?;
+        if let Some(limit) = nofile
+            && (max_connections + metrics_max_connections) as u64 > limit / 2
+        {
+            warnings.push(format!(
+                "--max-connections {max_connections} and --metrics-max-connections {metrics_max_connections} leave little room under the open-file limit {limit}: accepting may fail with too many open files"
+            ));
+        }
         let key_labels = parse_key_metadata("--privatekey-labels", &args.privatekey_labels, true)?
             .into_iter()
             .filter(|(k, _)| {
@@ -467,6 +523,10 @@ impl Config {
             concurrency: args.concurrency,
             rate_limit: (args.rate_limit, args.rate_limit_burst),
             trusted_proxies,
+            max_connections,
+            max_connections_per_client: args.max_connections_per_client as usize,
+            metrics_max_connections,
+            header_read_timeout: args.header_read_timeout,
             listen_addr: args.listen_addr,
             listen_metrics_addr: args.listen_metrics_addr,
             leader_election_lease: args.leader_elect.then_some(args.leader_election_lease),
@@ -1020,6 +1080,54 @@ mod tests {
             e.to_string(),
             "invalid --trusted-proxies item \"fd00::/200\": not a CIDR (an IPv4 or IPv6 address, '/', a prefix length of at most 32 or 128)"
         );
+    }
+
+    #[test]
+    fn connection_limits_default_under_the_open_file_limit_and_are_validated() {
+        let c = Config::from_args(args(&[]), None).unwrap();
+        let nofile = crate::conn::nofile_limit();
+        assert_eq!(c.max_connections, crate::conn::default_cap(512, nofile, 4));
+        assert_eq!(
+            c.metrics_max_connections,
+            crate::conn::default_cap(64, nofile, 16)
+        );
+        assert!(c.max_connections <= 512 && c.metrics_max_connections <= 64);
+        assert_eq!(c.max_connections_per_client, 32);
+        assert_eq!(c.header_read_timeout, Duration::from_secs(10));
+        let c = Config::from_args(
+            args(&[
+                "--max-connections",
+                "100",
+                "--max-connections-per-client",
+                "4",
+                "--metrics-max-connections",
+                "8",
+                "--header-read-timeout",
+                "1500ms",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.max_connections,
+                c.max_connections_per_client,
+                c.metrics_max_connections,
+                c.header_read_timeout
+            ),
+            (100, 4, 8, Duration::from_millis(1500))
+        );
+        let e = Config::from_args(args(&["--header-read-timeout", "0s"]), None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --header-read-timeout 0s: must be positive"
+        );
+        for flag in ["--max-connections", "--max-connections-per-client"] {
+            assert!(
+                Args::try_parse_from(["kseal-controller", flag, "0"]).is_err(),
+                "{flag} 0"
+            );
+        }
     }
 
     #[test]

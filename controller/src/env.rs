@@ -68,6 +68,14 @@ pub const KSEAL_RATE_LIMIT: &str = "KSEAL_RATE_LIMIT";
 pub const KSEAL_RATE_LIMIT_BURST: &str = "KSEAL_RATE_LIMIT_BURST";
 /// `--trusted-proxies`.
 pub const KSEAL_TRUSTED_PROXIES: &str = "KSEAL_TRUSTED_PROXIES";
+/// `--max-connections`.
+pub const KSEAL_MAX_CONNECTIONS: &str = "KSEAL_MAX_CONNECTIONS";
+/// `--max-connections-per-client`.
+pub const KSEAL_MAX_CONNECTIONS_PER_CLIENT: &str = "KSEAL_MAX_CONNECTIONS_PER_CLIENT";
+/// `--metrics-max-connections`.
+pub const KSEAL_METRICS_MAX_CONNECTIONS: &str = "KSEAL_METRICS_MAX_CONNECTIONS";
+/// `--header-read-timeout`.
+pub const KSEAL_HEADER_READ_TIMEOUT: &str = "KSEAL_HEADER_READ_TIMEOUT";
 /// `--listen-addr`.
 pub const KSEAL_LISTEN_ADDR: &str = "KSEAL_LISTEN_ADDR";
 /// `--listen-metrics-addr`.

@@ -24,9 +24,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
@@ -36,13 +34,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::FutureExt as _;
 use ipnet::IpNet;
 use kseal_api::SealedSecret;
 use kseal_api::constants::{API_VERSION, KIND, SEALING_KEY_ANNOTATION};
 use kseal_keys::{KeyRing, Label, OpenStats, Plaintext, Scope};
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -127,6 +123,15 @@ pub struct ApiOptions {
     pub max_concurrent_rsa_jobs: usize,
     /// Connections idle for this long are closed ([`IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
+    /// The whole request head must arrive within this (`--header-read-timeout`).
+    pub header_read_timeout: Duration,
+    /// Connections the API listener holds at most (`--max-connections`).
+    pub max_connections: usize,
+    /// Connections one client holds at most on each listener
+    /// (`--max-connections-per-client`).
+    pub max_connections_per_client: usize,
+    /// Connections the metrics listener holds at most (`--metrics-max-connections`).
+    pub metrics_max_connections: usize,
     /// Proxies whose `X-Forwarded-For` entries name the client (default: none).
     pub trusted_proxies: TrustedProxies,
 }
@@ -142,6 +147,10 @@ impl ApiOptions {
             max_body_bytes: MAX_BODY_BYTES,
             max_concurrent_rsa_jobs: (cores / 2).max(1),
             idle_timeout: IDLE_TIMEOUT,
+            header_read_timeout: config.header_read_timeout,
+            max_connections: config.max_connections,
+            max_connections_per_client: config.max_connections_per_client,
+            metrics_max_connections: config.metrics_max_connections,
             trusted_proxies: config.trusted_proxies.clone(),
         }
     }
@@ -157,6 +166,10 @@ impl Default for ApiOptions {
             max_body_bytes: MAX_BODY_BYTES,
             max_concurrent_rsa_jobs: 1,
             idle_timeout: IDLE_TIMEOUT,
+            header_read_timeout: crate::conn::HEADER_READ_TIMEOUT,
+            max_connections: crate::conn::MAX_CONNECTIONS,
+            max_connections_per_client: crate::conn::MAX_CONNECTIONS_PER_CLIENT,
+            metrics_max_connections: crate::conn::METRICS_MAX_CONNECTIONS,
             trusted_proxies: TrustedProxies::default(),
         }
     }
@@ -230,7 +243,8 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener)> {
 }
 
 /// Serves the API and metrics routers on listeners from [`bind`] (tests bind port 0) until
-/// `shutdown` completes; in-flight requests then finish (graceful shutdown).
+/// `shutdown` completes; in-flight requests then finish (graceful shutdown). Each listener
+/// has its own connection limits ([`crate::conn`]).
 pub async fn serve_listeners(
     api: TcpListener,
     metrics: TcpListener,
@@ -238,30 +252,52 @@ pub async fn serve_listeners(
     options: ApiOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    use crate::conn::{self, Limits, Tracker};
     let api_addr = local_addr(&api)?;
     let metrics_addr = local_addr(&metrics)?;
-    tracing::info!(api = %api_addr, metrics = %metrics_addr, "serving HTTP");
-    let shutdown = shutdown.shared();
-    let idle = options.idle_timeout;
-    let api_server = axum::serve(
-        TimedListener::new(api, idle),
-        api_router(state.clone(), options).into_make_service_with_connect_info::<PeerAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.clone());
-    let metrics_server = axum::serve(
-        TimedListener::new(metrics, idle),
-        metrics_router(state).into_make_service(),
-    )
-    .with_graceful_shutdown(shutdown);
-    let (a, m) = tokio::join!(api_server.into_future(), metrics_server.into_future());
-    a.map_err(|source| Error::Serve {
-        addr: api_addr,
-        source,
-    })?;
-    m.map_err(|source| Error::Serve {
-        addr: metrics_addr,
-        source,
-    })?;
+    let api_limits = Limits {
+        max_connections: options.max_connections.max(1),
+        max_per_client: options.max_connections_per_client.max(1),
+        header_timeout: options.header_read_timeout,
+        idle_timeout: options.idle_timeout,
+    };
+    let metrics_limits = Limits {
+        max_connections: options.metrics_max_connections.max(1),
+        ..api_limits
+    };
+    tracing::info!(
+        api = %api_addr,
+        metrics = %metrics_addr,
+        max_connections = api_limits.max_connections,
+        reserved_for_probes = api_limits.reserved(),
+        metrics_max_connections = metrics_limits.max_connections,
+        max_connections_per_client = api_limits.max_per_client,
+        header_read_timeout = ?api_limits.header_timeout,
+        idle_timeout = ?api_limits.idle_timeout,
+        "serving HTTP"
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let api_tracker = Tracker::new("api", api_limits, state.metrics.clone());
+    let metrics_tracker = Tracker::new("metrics", metrics_limits, state.metrics.clone());
+    let api_server = conn::serve(
+        api,
+        api_router(state.clone(), options),
+        api_tracker,
+        conn::is_api_probe,
+        stop_rx.clone(),
+    );
+    let metrics_server = conn::serve(
+        metrics,
+        metrics_router(state),
+        metrics_tracker,
+        |_| true,
+        stop_rx,
+    );
+    let stop = async move {
+        shutdown.await;
+        stop_tx.send_replace(true);
+    };
+    tokio::join!(api_server, metrics_server, stop);
     tracing::info!("HTTP servers stopped");
     Ok(())
 }
@@ -274,144 +310,12 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Connections
+// Connections (limits and timeouts: crate::conn)
 
-/// A TCP listener whose connections close after [`ApiOptions::idle_timeout`] without
-/// progress.
-struct TimedListener {
-    inner: TcpListener,
-    idle: Duration,
-}
-
-impl TimedListener {
-    fn new(inner: TcpListener, idle: Duration) -> Self {
-        Self { inner, idle }
-    }
-}
-
-impl axum::serve::Listener for TimedListener {
-    type Io = IdleTimeout<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        (IdleTimeout::new(io, self.idle), addr)
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
-/// The peer address of a connection accepted by [`serve_listeners`] (axum's `ConnectInfo`).
+/// The peer address of a connection accepted by [`serve_listeners`] (axum's `ConnectInfo`,
+/// which every request carries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TimedListener>>
-    for PeerAddr
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TimedListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
-/// Fails reads and writes that have made no progress for `idle`; any progress restarts the
-/// clock.
-struct IdleTimeout<T> {
-    inner: T,
-    idle: Duration,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-}
-
-impl<T> IdleTimeout<T> {
-    fn new(inner: T, idle: Duration) -> Self {
-        Self {
-            inner,
-            idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
-        }
-    }
-
-    fn progressed(&mut self) {
-        let next = tokio::time::Instant::now() + self.idle;
-        self.deadline.as_mut().reset(next);
-    }
-
-    /// Called when the inner IO is pending: an error once the deadline has passed.
-    fn expired(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connection idle for too long",
-            )),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn after<R>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<std::io::Result<R>>,
-    ) -> Poll<std::io::Result<R>> {
-        match polled {
-            Poll::Ready(result) => {
-                self.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => self.expired(cx).map(Err),
-        }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for IdleTimeout<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        this.after(cx, polled)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.after(cx, polled)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.after(cx, polled)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_flush(cx);
-        this.after(cx, polled)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_shutdown(cx);
-        this.after(cx, polled)
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Responses

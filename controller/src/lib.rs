@@ -18,6 +18,7 @@
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 
 pub mod config;
+pub mod conn;
 pub mod env;
 pub mod http;
 pub mod keys;

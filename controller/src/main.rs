@@ -17,6 +17,8 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Before the configuration: the default connection caps follow the raised limit.
+    let nofile = kseal_controller::conn::raise_nofile_limit();
     let (log_level, log_format) = (args.log_level.clone(), args.log_format);
     let default_namespace = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
         .ok()
@@ -32,6 +34,23 @@ fn main() -> ExitCode {
     if let Err(e) = init_tracing(&log_level, log_format) {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
+    }
+    let limit = |l: Option<u64>| l.map_or_else(|| "unlimited".to_owned(), |l| l.to_string());
+    match nofile {
+        Ok((old, new)) if old == new => tracing::info!(
+            limit = limit(new),
+            "open-file limit (RLIMIT_NOFILE) already at the hard limit"
+        ),
+        Ok((old, new)) => tracing::info!(
+            old = limit(old),
+            new = limit(new),
+            "open-file limit (RLIMIT_NOFILE) raised to the hard limit"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            limit = limit(kseal_controller::conn::nofile_limit()),
+            "cannot raise the open-file limit (RLIMIT_NOFILE); the connection caps follow the current one"
+        ),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -139,6 +139,34 @@ pub struct Metrics {
     /// `kseal_key_source_ring_anchor_pinned`: 1 once the ring's trust anchor was pinned on
     /// first use (no `--ring-anchor`); 0 while none is, or when `--ring-anchor` gave it.
     pub key_source_ring_anchor_pinned: Gauge,
+    /// `kseal_http_connections{listener}`: connections open now (`api`, `metrics`).
+    pub http_connections: Family<ListenerLabels, Gauge>,
+    /// `kseal_http_connections_peak{listener}`: the most connections held at once.
+    pub http_connections_peak: Family<ListenerLabels, Gauge>,
+    /// `kseal_http_client_connections_peak{listener}`: the most connections one client (IPv4
+    /// address, IPv6 /64) held at once.
+    pub http_client_connections_peak: Family<ListenerLabels, Gauge>,
+    /// `kseal_http_connections_dropped_total{listener,reason}`: connections closed by the
+    /// limits: `client_limit` and `listener_limit` (refused at accept), `evicted` (waiting for
+    /// a request head when a new one needed the room), `header_timeout`, `busy` (a non-probe
+    /// request over the reserved capacity, answered 503).
+    pub http_connections_dropped: Family<ConnectionDropLabels, Counter>,
+}
+
+/// Labels of the connection gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// `api` or `metrics`.
+    pub listener: String,
+}
+
+/// Labels of `kseal_http_connections_dropped_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionDropLabels {
+    /// `api` or `metrics`.
+    pub listener: String,
+    /// Why the connection was closed.
+    pub reason: String,
 }
 
 /// Labels of `kseal_key_source_requests_total`.
@@ -187,6 +215,10 @@ impl Metrics {
             key_source_ring_version: Gauge::default(),
             key_source_ring_anchor_pinned: Gauge::default(),
             key_source_mirror_conflicts: Family::default(),
+            http_connections: Family::default(),
+            http_connections_peak: Family::default(),
+            http_client_connections_peak: Family::default(),
+            http_connections_dropped: Family::default(),
             registry: Registry::default(),
         };
         {
@@ -305,6 +337,26 @@ impl Metrics {
                 "key_source_mirror_conflicts",
                 "Secrets that look like key mirrors but are not proven ones, and taken names, by reason",
                 m.key_source_mirror_conflicts.clone(),
+            );
+            r.register(
+                "http_connections",
+                "HTTP connections open, by listener",
+                m.http_connections.clone(),
+            );
+            r.register(
+                "http_connections_peak",
+                "The most HTTP connections held at once, by listener",
+                m.http_connections_peak.clone(),
+            );
+            r.register(
+                "http_client_connections_peak",
+                "The most HTTP connections one client (IPv4 address, IPv6 /64) held at once, by listener",
+                m.http_client_connections_peak.clone(),
+            );
+            r.register(
+                "http_connections_dropped",
+                "HTTP connections closed by the connection limits, by listener and reason",
+                m.http_connections_dropped.clone(),
             );
         }
         Self { registry, ..m }
