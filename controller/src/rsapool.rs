@@ -11,7 +11,7 @@
 //!   `http_share` per client; beyond that the request is refused at once (the caller answers
 //!   503 with `Retry-After`) instead of queueing. An admitted job then takes a slot **per
 //!   item** ([`HttpJob::slot`]), only while no reconcile waits and fewer than `http_share`
-//!   (half the slots, at least one) are held by HTTP work. So a reconcile that arrives while
+//!   (half the slots and half the CPUs, at least one) are held by HTTP work. So a reconcile that arrives while
 //!   every slot is busy waits for at most one item's RSA work (the keys it may try), never for
 //!   a whole request.
 
@@ -36,6 +36,8 @@ pub struct RsaPool {
 
 #[derive(Debug)]
 struct Inner {
+    /// CPUs of the machine (the HTTP share is at most half of them).
+    cores: usize,
     slots: usize,
     http_share: usize,
     http_queue: usize,
@@ -71,9 +73,9 @@ pub struct Shape {
 }
 
 impl Inner {
-    fn shape(slots: usize) -> (usize, usize, usize) {
+    fn shape(slots: usize, cores: usize) -> (usize, usize, usize) {
         let slots = slots.max(1);
-        let share = (slots / 2).max(1);
+        let share = (slots / 2).min(cores / 2).max(1);
         (slots, share, share * QUEUE_PER_HTTP_SLOT)
     }
 
@@ -113,11 +115,20 @@ impl Inner {
 }
 
 impl RsaPool {
-    /// A pool of `slots` slots (at least one).
+    /// A pool of `slots` slots (at least one) on this machine's CPUs.
     pub fn new(slots: usize) -> Arc<Self> {
-        let (slots, http_share, http_queue) = Inner::shape(slots);
+        Self::with_cores(
+            slots,
+            std::thread::available_parallelism().map_or(1, usize::from),
+        )
+    }
+
+    /// A pool of `slots` slots for a machine with `cores` CPUs.
+    pub fn with_cores(slots: usize, cores: usize) -> Arc<Self> {
+        let (slots, http_share, http_queue) = Inner::shape(slots, cores);
         Arc::new(Self {
             inner: Mutex::new(Inner {
+                cores,
                 slots,
                 http_share,
                 http_queue,
@@ -140,7 +151,7 @@ impl RsaPool {
     /// Sets the number of slots (`--concurrency`, when the reconciler starts).
     pub fn configure(&self, slots: usize) {
         let mut inner = self.lock();
-        (inner.slots, inner.http_share, inner.http_queue) = Inner::shape(slots);
+        (inner.slots, inner.http_share, inner.http_queue) = Inner::shape(slots, inner.cores);
         inner.dispatch();
     }
 
@@ -319,7 +330,7 @@ mod tests {
     #[test]
     fn the_http_share_is_half_the_slots_and_at_least_one() {
         for (slots, share, jobs) in [(1, 1, 3), (2, 1, 3), (4, 2, 6), (5, 2, 6), (16, 8, 24)] {
-            let shape = RsaPool::new(slots).shape();
+            let shape = RsaPool::with_cores(slots, 64).shape();
             assert_eq!(
                 shape,
                 Shape {
@@ -329,14 +340,17 @@ mod tests {
                 }
             );
         }
-        let pool = RsaPool::new(4);
+        // And at most half the CPUs.
+        assert_eq!(RsaPool::with_cores(16, 2).shape().http_share, 1);
+        assert_eq!(RsaPool::with_cores(16, 6).shape().http_share, 3);
+        let pool = RsaPool::with_cores(4, 64);
         pool.configure(0);
         assert_eq!(pool.shape().slots, 1);
     }
 
     #[test]
     fn http_work_holds_at_most_its_share() {
-        let pool = RsaPool::new(4);
+        let pool = RsaPool::with_cores(4, 64);
         let a = pool.admit_http(client(1)).unwrap();
         let b = pool.admit_http(client(2)).unwrap();
         let s1 = a.slot(soon()).unwrap();
@@ -350,7 +364,7 @@ mod tests {
 
     #[test]
     fn admission_is_bounded_in_all_and_per_client() {
-        let pool = RsaPool::new(4);
+        let pool = RsaPool::with_cores(4, 64);
         let mine: Vec<_> = (0..2)
             .map(|_| pool.admit_http(client(1)).unwrap())
             .collect();
