@@ -131,6 +131,10 @@ pub struct Args {
     /// /v1/verify and /v1/rotate burst
     #[arg(long, env = env::KSEAL_RATE_LIMIT_BURST, default_value_t = 2)]
     pub rate_limit_burst: u32,
+    /// Sealed values one /v1/verify or /v1/rotate request may hold (more is refused with 413
+    /// before any RSA work); with the ring size it bounds the RSA work of one request
+    #[arg(long, env = env::KSEAL_MAX_REQUEST_ITEMS, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_request_items: u32,
     /// Proxies whose X-Forwarded-For entries name the client for the rate limit: comma-separated
     /// CIDRs or addresses, IPv4 and IPv6 (e.g. the API server's address, when clients reach the
     /// controller through its service proxy as kubeseal does). Default: none, every client is
@@ -248,6 +252,8 @@ pub struct Config {
     pub concurrency: u16,
     /// verify/rotate rate limit (per second) and burst.
     pub rate_limit: (f64, u32),
+    /// Sealed values one verify/rotate request may hold.
+    pub max_request_items: usize,
     /// Proxies whose `X-Forwarded-For` entries the rate limiter believes.
     pub trusted_proxies: crate::http::TrustedProxies,
     /// API server connections held at most.
@@ -522,6 +528,7 @@ impl Config {
             resync_period: (!args.resync_period.is_zero()).then_some(args.resync_period),
             concurrency: args.concurrency,
             rate_limit: (args.rate_limit, args.rate_limit_burst),
+            max_request_items: usize::try_from(args.max_request_items).unwrap_or(usize::MAX),
             trusted_proxies,
             max_connections,
             max_connections_per_client: args.max_connections_per_client as usize,
@@ -723,6 +730,7 @@ mod tests {
         assert!(c.update_status && c.accept_deprecated_v1_data && c.drift_correction);
         assert!(!c.generate_key_if_missing);
         assert_eq!(c.rate_limit, (2.0, 2));
+        assert_eq!(c.max_request_items, crate::http::DEFAULT_MAX_REQUEST_ITEMS);
         assert_eq!(c.leader_election_lease.as_deref(), Some("kseal-controller"));
     }
 

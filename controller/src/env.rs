@@ -66,6 +66,8 @@ pub const KSEAL_CONCURRENCY: &str = "KSEAL_CONCURRENCY";
 pub const KSEAL_RATE_LIMIT: &str = "KSEAL_RATE_LIMIT";
 /// `--rate-limit-burst`.
 pub const KSEAL_RATE_LIMIT_BURST: &str = "KSEAL_RATE_LIMIT_BURST";
+/// `--max-request-items`.
+pub const KSEAL_MAX_REQUEST_ITEMS: &str = "KSEAL_MAX_REQUEST_ITEMS";
 /// `--trusted-proxies`.
 pub const KSEAL_TRUSTED_PROXIES: &str = "KSEAL_TRUSTED_PROXIES";
 /// `--max-connections`.

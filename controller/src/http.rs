@@ -20,11 +20,29 @@
 //! from the top-level metadata (never from the template), are both rate-limited per client,
 //! and run their RSA work on blocking threads, at most a few at a time. Responses never hold
 //! plaintext, and nothing here logs item values.
+//!
+//! # RSA work per request and per client
+//!
+//! - A request holds at most `--max-request-items` values (256 by default; more is refused
+//!   with 413 before any RSA work).
+//! - A value whose SealedSecret names a ring key (`kseal.dev/sealing-key`) is tried with that
+//!   key only ([`HintPolicy::Binds`]); without a hint, or with a hint the ring lacks, every
+//!   key of the envelope's size is tried (Bitnami's format carries no key id). So one request
+//!   costs at most `--max-request-items` × ring size RSA private-key operations, and at most
+//!   `--max-request-items` when it names a ring key.
+//! - A verify stops at its first failing value (`?all=true` names every failing value) and a
+//!   rotate at its first failing value.
+//! - The rate limiter counts RSA work, not requests: admission costs one unit, which covers
+//!   [`RSA_OPERATIONS_PER_UNIT`] operations; each further (started) block of that many costs
+//!   one more unit, reserved for the worst case before the work and settled after. A client
+//!   in debt is answered 429 with `Retry-After` until its bucket recovers.
+//! - The work runs on the RSA slots shared with the reconciler ([`crate::rsapool`]), which
+//!   goes first; when the HTTP share and its short queue are taken the answer is 503 with
+//!   `Retry-After` at once.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
@@ -37,12 +55,13 @@ use axum::routing::{get, post};
 use ipnet::IpNet;
 use kseal_api::SealedSecret;
 use kseal_api::constants::{API_VERSION, KIND, SEALING_KEY_ANNOTATION};
-use kseal_keys::{KeyRing, Label, OpenStats, Plaintext, Scope};
+use kseal_keys::{HintPolicy, KeyRing, Label, OpenStats, Plaintext, Scope};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
 use crate::metrics::{HttpLabels, HttpRouteLabels};
+use crate::ratelimit::{Client, RateLimiter};
+use crate::rsapool::{HTTP_WAIT, HttpJob};
 use crate::{Config, Error, Result, State};
 
 /// Largest request body verify and rotate accept (a Kubernetes object is at most ~1.5 MiB;
@@ -61,6 +80,10 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Rate-limiter entries kept at most (Bitnami's store holds 65 536).
 const RATE_LIMIT_ENTRIES: usize = 65_536;
+/// Values (items) one verify or rotate request may hold by default (`--max-request-items`).
+pub const DEFAULT_MAX_REQUEST_ITEMS: usize = 256;
+/// RSA private-key operations one rate-limit unit (one request's worth) covers.
+pub const RSA_OPERATIONS_PER_UNIT: u64 = 16;
 const TEXT: &str = "text/plain; charset=utf-8";
 
 /// The proxies whose `X-Forwarded-For` entries the rate limiter believes
@@ -118,9 +141,9 @@ pub struct ApiOptions {
     pub accept_deprecated_v1_data: bool,
     /// Largest request body.
     pub max_body_bytes: usize,
-    /// RSA jobs (one verify or rotate request each) run at the same time at most; further
-    /// requests wait. Keeps CPU for the reconciler.
-    pub max_concurrent_rsa_jobs: usize,
+    /// Values (`encryptedData` items, or the deprecated `data`) one verify or rotate request
+    /// may hold; more is refused before any RSA work.
+    pub max_request_items: usize,
     /// Connections idle for this long are closed ([`IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
     /// The whole request head must arrive within this (`--header-read-timeout`).
@@ -139,13 +162,12 @@ pub struct ApiOptions {
 impl ApiOptions {
     /// The options `config` selects.
     pub fn from_config(config: &Config) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Self {
             rate_limit: config.rate_limit.0,
             rate_limit_burst: config.rate_limit.1,
             accept_deprecated_v1_data: config.accept_deprecated_v1_data,
             max_body_bytes: MAX_BODY_BYTES,
-            max_concurrent_rsa_jobs: (cores / 2).max(1),
+            max_request_items: config.max_request_items,
             idle_timeout: IDLE_TIMEOUT,
             header_read_timeout: config.header_read_timeout,
             max_connections: config.max_connections,
@@ -164,7 +186,7 @@ impl Default for ApiOptions {
             rate_limit_burst: 2,
             accept_deprecated_v1_data: true,
             max_body_bytes: MAX_BODY_BYTES,
-            max_concurrent_rsa_jobs: 1,
+            max_request_items: DEFAULT_MAX_REQUEST_ITEMS,
             idle_timeout: IDLE_TIMEOUT,
             header_read_timeout: crate::conn::HEADER_READ_TIMEOUT,
             max_connections: crate::conn::MAX_CONNECTIONS,
@@ -179,9 +201,11 @@ impl Default for ApiOptions {
 struct App {
     state: State,
     options: Arc<ApiOptions>,
-    limiter: Arc<RateLimiter>,
-    rsa_jobs: Arc<Semaphore>,
+    limiter: Arc<RateLimiter<BucketKey>>,
 }
+
+/// A rate-limit bucket: the route and the client.
+type BucketKey = (&'static str, Client);
 
 /// The API server's router (no socket; usable in-process with `tower::ServiceExt::oneshot`).
 ///
@@ -196,7 +220,6 @@ pub fn api_router(state: State, options: ApiOptions) -> Router {
             options.rate_limit_burst,
             RATE_LIMIT_ENTRIES,
         )),
-        rsa_jobs: Arc::new(Semaphore::new(options.max_concurrent_rsa_jobs.max(1))),
         options: Arc::new(options),
         state,
     };
@@ -325,6 +348,8 @@ pub struct PeerAddr(pub SocketAddr);
 struct Problem {
     status: StatusCode,
     message: String,
+    /// `Retry-After`, in whole seconds.
+    retry_after: Option<u64>,
 }
 
 impl Problem {
@@ -332,7 +357,26 @@ impl Problem {
         Self {
             status,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// `what: retry after N s`, with `Retry-After: N` (whole seconds, at least 1).
+    fn retry(status: StatusCode, what: &str, wait: Duration) -> Self {
+        let seconds = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+        Self {
+            retry_after: Some(seconds),
+            ..Self::new(status, format!("{what}: retry after {seconds} s"))
+        }
+    }
+
+    /// The HTTP share of the RSA slots is taken (reconciles go first).
+    fn rsa_busy() -> Self {
+        Self::retry(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the RSA workers are busy (unsealing goes first)",
+            Duration::from_secs(1),
+        )
     }
 
     fn bad_request(message: impl Into<String>) -> Self {
@@ -342,7 +386,13 @@ impl Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        text(self.status, format!("{}\n", self.message))
+        let mut response = text(self.status, format!("{}\n", self.message));
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -530,63 +580,8 @@ async fn track(
 // ---------------------------------------------------------------------------------------
 // Rate limiting
 
-/// A keyed GCRA limiter (a token bucket without a refill task): each key may make `burst`
-/// requests at once and `rate` per second sustained.
-#[derive(Debug)]
-struct RateLimiter {
-    /// Time between two requests at the sustained rate.
-    emission: Duration,
-    /// How far ahead of now a key's theoretical arrival time may run (`(burst - 1) ×
-    /// emission`).
-    tolerance: Duration,
-    capacity: usize,
-    /// Theoretical arrival time of each key's next request.
-    tat: Mutex<HashMap<String, Instant>>,
-}
-
-impl RateLimiter {
-    fn new(rate: f64, burst: u32, capacity: usize) -> Self {
-        // Config validates rate > 0 and finite; fall back to one per second otherwise.
-        let emission = if rate.is_finite() && rate > 0.0 {
-            Duration::try_from_secs_f64(1.0 / rate).unwrap_or(Duration::from_secs(1))
-        } else {
-            Duration::from_secs(1)
-        };
-        Self {
-            emission,
-            tolerance: emission.saturating_mul(burst.max(1) - 1),
-            capacity: capacity.max(1),
-            tat: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Admits a request for `key` at `now`, or says how long to wait.
-    fn check(&self, key: &str, now: Instant) -> Result<(), Duration> {
-        // A panic while holding this lock cannot leave the map inconsistent.
-        let mut tat = self.tat.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = tat.get(key).copied().map_or(now, |t| t.max(now));
-        if let Some(allowed_at) = current.checked_sub(self.tolerance)
-            && allowed_at > now
-        {
-            return Err(allowed_at - now);
-        }
-        if !tat.contains_key(key) && tat.len() >= self.capacity {
-            // Entries whose time has passed are equivalent to absent ones.
-            tat.retain(|_, t| *t > now);
-            if tat.len() >= self.capacity {
-                // Still full (many clients): forget the key closest to a full bucket.
-                if let Some(oldest) = tat.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone()) {
-                    tat.remove(&oldest);
-                }
-            }
-        }
-        tat.insert(key.to_owned(), current + self.emission);
-        Ok(())
-    }
-}
-
-/// The client a request is counted against: an IP address, or `unknown` without
-/// connection info.
+/// The client a request is counted against: an IPv4 address or an IPv6 /64 ([`Client`]), or
+/// [`Client::Unknown`] without connection info.
 ///
 /// Forwarding headers are believed only from `trusted` proxies (`--trusted-proxies`;
 /// default none): from any other peer, and when the peer is unknown, the header is ignored
@@ -600,13 +595,13 @@ impl RateLimiter {
 /// proxy, kubeseal's path to the controller, and common ingress controllers append); the
 /// RFC 7239 `Forwarded` header is ignored. IPv4-mapped IPv6 addresses count as their IPv4
 /// address, so a dual-stack listener keys an IPv4 client the same way.
-fn client_key(headers: &HeaderMap, peer: Option<SocketAddr>, trusted: &TrustedProxies) -> String {
+fn client_key(headers: &HeaderMap, peer: Option<SocketAddr>, trusted: &TrustedProxies) -> Client {
     let Some(peer) = peer else {
-        return "unknown".to_owned();
+        return Client::Unknown;
     };
     let mut client = peer.ip().to_canonical();
     if trusted.is_empty() || !trusted.contains(client) {
-        return client.to_string();
+        return Client::from_ip(client);
     }
     let entries: Vec<&str> = headers
         .get_all("x-forwarded-for")
@@ -625,7 +620,7 @@ fn client_key(headers: &HeaderMap, peer: Option<SocketAddr>, trusted: &TrustedPr
             None => break,
         }
     }
-    client.to_string()
+    Client::from_ip(client)
 }
 
 /// One `X-Forwarded-For` entry: an IP address, optionally with a port (`192.0.2.1:4711`,
@@ -645,10 +640,14 @@ fn parse_forwarded_address(entry: &str) -> Option<IpAddr> {
     entry.parse::<SocketAddr>().ok().map(|a| a.ip())
 }
 
+/// The rate-limit bucket a request was admitted from, for charging its RSA work.
+#[derive(Debug, Clone, Copy)]
+struct Bucket(BucketKey);
+
 async fn rate_limit(
     AxumState(app): AxumState<App>,
     path: MatchedPath,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let extensions = request.extensions();
@@ -657,22 +656,24 @@ async fn rate_limit(
         .map(|c| c.0.0)
         .or_else(|| extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0));
     let client = client_key(request.headers(), peer, &app.options.trusted_proxies);
-    let key = format!("{}|{client}", path.as_str());
+    let route = match path.as_str() {
+        "/v1/verify" => "verify",
+        "/v1/rotate" => "rotate",
+        _ => "refresh",
+    };
+    let key = (route, client);
     match app.limiter.check(&key, Instant::now()) {
-        Ok(()) => next.run(request).await,
-        Err(wait) => {
-            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            let mut response = Problem::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!("rate limit exceeded: retry after {} s", seconds.max(1)),
-            )
-            .into_response();
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
-            response
+        Ok(()) => {
+            request.extensions_mut().insert(Bucket(key));
+            next.run(request).await
         }
+        Err(wait) => retry_after(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded", wait),
     }
+}
+
+/// A refusal with `Retry-After` (whole seconds, at least 1).
+fn retry_after(status: StatusCode, what: &str, wait: Duration) -> Response {
+    Problem::retry(status, what, wait).into_response()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -782,14 +783,58 @@ struct OpenedItems {
     deprecated: Option<Plaintext>,
 }
 
+/// What one verify or rotate may spend on RSA work, and what it spent.
+struct Budget<'a> {
+    /// The admitted job: a slot is taken per value.
+    job: &'a HttpJob,
+    /// When waiting for slots ends with 503.
+    deadline: Instant,
+    /// Go on after a value fails, to name every failing one (`?all=true`).
+    all: bool,
+    stats: OpenStats,
+}
+
+/// Values (`encryptedData` items plus the deprecated `data`) in `sealed`, refused with 413
+/// beyond `max`.
+fn count_values(sealed: &SealedSecret, max: usize) -> Result<usize, Problem> {
+    let spec = &sealed.spec;
+    let count = spec.encrypted_data.len()
+        + usize::from(spec.data.as_deref().is_some_and(|d| !d.is_empty()));
+    if count > max {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the SealedSecret holds {count} sealed values; this controller accepts at most {max} per request (--max-request-items)"
+            ),
+        ));
+    }
+    Ok(count)
+}
+
+/// RSA private-key operations opening `values` values of `sealed` may cost at most: one per
+/// value when it names a ring key ([`HintPolicy::Binds`]), else one per ring key.
+fn worst_case_operations(sealed: &SealedSecret, ring: &KeyRing, values: usize) -> u64 {
+    let per_value = match sealed.sealing_key_hint() {
+        Some(hint) if ring.get(&hint).is_some() => 1,
+        _ => ring.len(),
+    };
+    u64::try_from(values.saturating_mul(per_value)).unwrap_or(u64::MAX)
+}
+
+/// Rate-limit units `operations` RSA operations cost (at least the one admission took).
+fn units(operations: u64) -> i64 {
+    i64::try_from(operations.div_ceil(RSA_OPERATIONS_PER_UNIT).max(1)).unwrap_or(i64::MAX)
+}
+
 /// Opens every item of `sealed` with `ring`, **without** looking at `spec.template` at all:
 /// the label comes from the top-level name, namespace and scope annotations only, and no
-/// template is rendered. Adds the RSA operations spent to `stats`.
+/// template is rendered. Takes an RSA slot per value and adds the operations spent to the
+/// budget; stops at the first value that fails unless the budget asks for all.
 fn open_items(
     sealed: &SealedSecret,
     ring: &KeyRing,
     accept_deprecated_v1_data: bool,
-    stats: &mut OpenStats,
+    budget: &mut Budget<'_>,
 ) -> Result<OpenedItems, Problem> {
     let meta = &sealed.metadata;
     let name = meta
@@ -845,34 +890,59 @@ fn open_items(
         return Err(no_keys());
     }
 
-    // Hint: only orders the attempts, never changes the result.
-    let hint = sealed.sealing_key_hint();
+    // A hint naming a ring key binds: a value that fails with it fails (one RSA operation).
+    // Otherwise the key that opened the previous value is tried first (it only orders).
+    let bound = sealed
+        .sealing_key_hint()
+        .filter(|hint| ring.get(hint).is_some());
+    let mut learned = None;
+    let mut open = |bytes: &[u8], budget: &mut Budget<'_>| {
+        let _slot = budget
+            .job
+            .slot(budget.deadline)
+            .map_err(|_| Problem::rsa_busy())?;
+        let (hint, policy) = match &bound {
+            Some(hint) => (Some(hint), HintPolicy::Binds),
+            None => (learned.as_ref(), HintPolicy::Orders),
+        };
+        let opened = ring.open_with(&label, bytes, hint, policy, &mut budget.stats);
+        if let Ok(opened) = &opened {
+            learned = Some(opened.key.clone());
+        }
+        Ok::<_, Problem>(opened.ok().map(|o| o.plaintext))
+    };
     let mut items = Vec::with_capacity(envelopes.len());
     let mut failed = Vec::new();
     for (item, bytes) in &envelopes {
-        match ring.open_counted(&label, bytes, hint.as_ref(), stats) {
-            Ok(opened) => items.push(((*item).clone(), opened.plaintext)),
-            Err(_) => failed.push(format!("`{item}`")),
+        match open(bytes, budget)? {
+            Some(plaintext) => items.push(((*item).clone(), plaintext)),
+            None => {
+                failed.push(format!("`{item}`"));
+                if !budget.all {
+                    break;
+                }
+            }
         }
     }
     if !failed.is_empty() {
         // `items` is dropped here, zeroizing what did open.
+        let rest = if budget.all || failed.len() == envelopes.len() {
+            ""
+        } else {
+            "; stopped at the first failure (?all=true names every one)"
+        };
         return Err(conflict(format!(
-            "no key could decrypt items {} (tried {tried})",
+            "no key could decrypt items {} (tried {tried}){rest}",
             failed.join(", ")
         )));
     }
     let deprecated = match deprecated {
         None => None,
-        Some(bytes) => Some(
-            ring.open_counted(&label, &bytes, hint.as_ref(), stats)
-                .map_err(|_| {
-                    conflict(format!(
-                        "no key could decrypt the deprecated field 'data' (tried {tried})"
-                    ))
-                })?
-                .plaintext,
-        ),
+        Some(bytes) => Some(open(&bytes, budget)?.ok_or_else(|| {
+            conflict(format!(
+                "no key could decrypt the deprecated field 'data' (tried {tried})"
+            ))
+        })?),
     };
     Ok(OpenedItems {
         label,
@@ -881,29 +951,67 @@ fn open_items(
     })
 }
 
-/// Runs RSA work on a blocking thread, at most `max_concurrent_rsa_jobs` at a time, and
-/// counts its RSA operations whatever the outcome.
+/// Runs RSA work on a blocking thread as one admitted HTTP job of the shared RSA pool
+/// (refused with 503 and `Retry-After` when its HTTP share is taken), charges the client's
+/// bucket for the worst case before and settles it to what was spent after, and counts the
+/// RSA operations whatever the outcome.
 async fn rsa_job<T: Send + 'static>(
     app: &App,
-    job: impl FnOnce(&KeyRing, &mut OpenStats) -> Result<T, Problem> + Send + 'static,
+    bucket: Option<Bucket>,
+    ring: Arc<KeyRing>,
+    worst_case: u64,
+    all: bool,
+    job: impl FnOnce(&KeyRing, &mut Budget<'_>) -> Result<T, Problem> + Send + 'static,
 ) -> Result<T, Problem> {
-    let permit = app
-        .rsa_jobs
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| Problem::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
-    let ring = app.state.keys.ring();
+    let client = bucket.map_or(Client::Unknown, |b| b.0.1);
+    let admitted = app
+        .state
+        .rsa
+        .admit_http(client)
+        .map_err(|_| Problem::rsa_busy())?;
+    // Admission charged one unit; reserve the rest of the worst case now, so concurrent
+    // requests of the same client see the debt at once.
+    let reserved = units(worst_case) - 1;
+    let charge = |extra: i64| {
+        if let Some(Bucket(key)) = &bucket {
+            app.limiter.charge(key, Instant::now(), extra);
+        }
+    };
+    charge(reserved);
     let metrics = app.state.metrics.clone();
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let mut stats = OpenStats::default();
-        let result = job(&ring, &mut stats);
-        metrics.rsa_operations.inc_by(stats.rsa_operations);
-        result
+    let joined = tokio::task::spawn_blocking(move || {
+        let mut budget = Budget {
+            job: &admitted,
+            deadline: Instant::now() + HTTP_WAIT,
+            all,
+            stats: OpenStats::default(),
+        };
+        let result = job(&ring, &mut budget);
+        let spent = budget.stats.rsa_operations;
+        metrics.rsa_operations.inc_by(spent);
+        (result, spent)
     })
-    .await
-    .map_err(|_| Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error"))?
+    .await;
+    match joined {
+        Ok((result, spent)) => {
+            charge(units(spent) - 1 - reserved);
+            result
+        }
+        // The reservation stays charged.
+        Err(_) => Err(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error",
+        )),
+    }
+}
+
+/// Whether the query asks to name every failing value (`?all`, `?all=true`, `?all=1`).
+fn wants_all(request: &Request) -> bool {
+    request.uri().query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| matches!(pair, "all" | "all=true" | "all=1"))
+    })
 }
 
 fn object_ref(sealed: &SealedSecret) -> String {
@@ -917,12 +1025,17 @@ fn object_ref(sealed: &SealedSecret) -> String {
 /// `POST /v1/verify`: `200` when every item opens, `409` when one does not.
 async fn verify(AxumState(app): AxumState<App>, request: Request) -> Response {
     let result = async {
+        let bucket = request.extensions().get::<Bucket>().copied();
+        let all = wants_all(&request);
         let body = read_body(&app, request).await?;
         let Parsed { sealed, .. } = parse_sealed_secret(&body)?;
+        let values = count_values(&sealed, app.options.max_request_items)?;
+        let ring = app.state.keys.ring();
+        let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
-        let count = rsa_job(&app, move |ring, stats| {
-            let opened = open_items(&sealed, ring, accept_v1, stats)?;
+        let count = rsa_job(&app, bucket, ring, worst_case, all, move |ring, budget| {
+            let opened = open_items(&sealed, ring, accept_v1, budget)?;
             Ok(opened.items.len() + usize::from(opened.deprecated.is_some()))
         })
         .await
@@ -945,13 +1058,18 @@ async fn verify(AxumState(app): AxumState<App>, request: Request) -> Response {
 /// label it was opened with, so the scope never changes (CVE-2026-22728).
 async fn rotate(AxumState(app): AxumState<App>, request: Request) -> Response {
     let result = async {
+        let bucket = request.extensions().get::<Bucket>().copied();
+        let all = wants_all(&request);
         let body = read_body(&app, request).await?;
         let Parsed { sealed, mut raw } = parse_sealed_secret(&body)?;
+        let values = count_values(&sealed, app.options.max_request_items)?;
+        let ring = app.state.keys.ring();
+        let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
         let refusal = app.state.readiness.sealing_problem();
-        let resealed = rsa_job(&app, move |ring, stats| {
-            let opened = open_items(&sealed, ring, accept_v1, stats)?;
+        let resealed = rsa_job(&app, bucket, ring, worst_case, all, move |ring, budget| {
+            let opened = open_items(&sealed, ring, accept_v1, budget)?;
             let key = ring
                 .sealing_key()
                 .ok_or_else(|| no_sealing_key(refusal.as_ref()))?;
@@ -1030,46 +1148,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gcra_admits_the_burst_then_spaces_requests() {
-        let limiter = RateLimiter::new(2.0, 3, 16);
-        let t0 = Instant::now();
-        for _ in 0..3 {
-            assert!(limiter.check("a", t0).is_ok());
-        }
-        let wait = limiter.check("a", t0).unwrap_err();
-        assert_eq!(wait, Duration::from_millis(500));
-        // Another client has its own bucket.
-        assert!(limiter.check("b", t0).is_ok());
-        // After one emission interval, one more request.
-        let t1 = t0 + Duration::from_millis(500);
-        assert!(limiter.check("a", t1).is_ok());
-        assert!(limiter.check("a", t1).is_err());
-    }
-
-    #[test]
-    fn gcra_store_stays_bounded() {
-        let limiter = RateLimiter::new(1.0, 1, 4);
-        let t0 = Instant::now();
-        for i in 0..100 {
-            assert!(limiter.check(&format!("k{i}"), t0).is_ok());
-        }
-        assert!(limiter.tat.lock().unwrap().len() <= 4);
-    }
-
-    #[test]
     fn client_key_believes_forwarded_for_only_from_trusted_proxies() {
         let mut headers = HeaderMap::new();
         let none = TrustedProxies::default();
         let proxies = TrustedProxies::parse("10.0.0.0/8").unwrap();
         let peer: SocketAddr = "10.0.0.1:5555".parse().unwrap();
-        assert_eq!(client_key(&headers, Some(peer), &none), "10.0.0.1");
-        assert_eq!(client_key(&headers, None, &proxies), "unknown");
+        let key =
+            |headers: &HeaderMap, peer, trusted| client_key(headers, peer, trusted).to_string();
+        assert_eq!(key(&headers, Some(peer), &none), "10.0.0.1");
+        assert_eq!(key(&headers, None, &proxies), "unknown");
         headers.insert("x-forwarded-for", "1.2.3.4, 5.6.7.8".parse().unwrap());
-        assert_eq!(client_key(&headers, Some(peer), &none), "10.0.0.1");
-        assert_eq!(client_key(&headers, None, &proxies), "unknown");
-        assert_eq!(client_key(&headers, Some(peer), &proxies), "5.6.7.8");
+        assert_eq!(key(&headers, Some(peer), &none), "10.0.0.1");
+        assert_eq!(key(&headers, None, &proxies), "unknown");
+        assert_eq!(key(&headers, Some(peer), &proxies), "5.6.7.8");
         let outside: SocketAddr = "192.0.2.1:5555".parse().unwrap();
-        assert_eq!(client_key(&headers, Some(outside), &proxies), "192.0.2.1");
+        assert_eq!(key(&headers, Some(outside), &proxies), "192.0.2.1");
+        // IPv6 clients count per /64, directly or forwarded.
+        let v6: SocketAddr = "[2001:db8:1:2::7]:5555".parse().unwrap();
+        assert_eq!(key(&headers, Some(v6), &none), "2001:db8:1:2::/64");
+        let mut forwarded = HeaderMap::new();
+        forwarded.insert("x-forwarded-for", "2001:db8:9:9:1:2:3:4".parse().unwrap());
+        assert_eq!(key(&forwarded, Some(peer), &proxies), "2001:db8:9:9::/64");
     }
 
     #[test]

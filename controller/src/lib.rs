@@ -12,6 +12,8 @@
 //! - [`renewal`]: when a new key is due (Bitnami's `--key-renew-period`, `--key-cutoff-time`);
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
+//! - [`rsapool`]: the RSA slots the reconciler and the HTTP API share, reconciles first;
+//! - [`ratelimit`]: the per-client (IPv4 address, IPv6 /64) limiter of the HTTP API;
 //! - [`metrics`]: Prometheus metrics (Bitnami's names plus kseal's);
 //! - [`scrub`]: error text that may quote Secret data, made safe for status, Events, logs
 //!   and HTTP answers;
@@ -24,10 +26,12 @@ pub mod http;
 pub mod keys;
 pub mod leader;
 pub mod metrics;
+pub mod ratelimit;
 pub mod reconcile;
 pub mod remote;
 pub mod renewal;
 pub mod ringview;
+pub mod rsapool;
 pub mod scrub;
 pub mod state;
 

@@ -197,8 +197,9 @@ pub struct Context {
     mac_keys: Mutex<MacKeys>,
     objects: Mutex<HashMap<ObjectRef<SealedSecret>, ObjectState>>,
     /// Bounds RSA work to `--concurrency` unseals at a time across every watched namespace
-    /// (each namespace runs its own controller).
-    rsa_slots: tokio::sync::Semaphore,
+    /// (each namespace runs its own controller); shared with the HTTP API, which it goes
+    /// before.
+    rsa_slots: Arc<crate::rsapool::RsaPool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -215,6 +216,8 @@ impl Context {
             instance: Some(config.identity.clone()),
         };
         let recorder = Recorder::new(client.clone(), reporter.clone());
+        state.rsa.configure(slots);
+        let rsa_slots = state.rsa.clone();
         Self {
             client,
             config,
@@ -224,7 +227,7 @@ impl Context {
             keys_loaded,
             mac_keys: Mutex::default(),
             objects: Mutex::default(),
-            rsa_slots: tokio::sync::Semaphore::new(slots),
+            rsa_slots,
         }
     }
 
@@ -542,8 +545,7 @@ async fn unseal(
         ..UnsealOptions::default()
     };
     let (sealed, keys) = (ss.clone(), ring.clone());
-    // The semaphore is never closed, so acquiring fails only if it were.
-    let _slot = ctx.rsa_slots.acquire().await.map_err(|_| Error::Task)?;
+    let _slot = ctx.rsa_slots.reconcile().await;
     // RSA work runs on the blocking pool, off the async worker threads.
     let (result, stats) = tokio::task::spawn_blocking(move || {
         let mut stats = OpenStats::default();
@@ -1574,7 +1576,7 @@ mod tests {
                 State::new(),
                 KeysLoaded::done(),
             );
-            assert_eq!(ctx.rsa_slots.available_permits(), usize::from(c));
+            assert_eq!(ctx.rsa_slots.shape().slots, usize::from(c));
             assert_eq!(
                 reconcile_concurrency(&config),
                 c * RECONCILES_PER_UNSEAL_SLOT

@@ -212,6 +212,8 @@ pub struct State {
     pub refresh: crate::remote::Refresh,
     /// With a key source: the ring view the sealing key is chosen from.
     pub ring_view: crate::ringview::RingViews,
+    /// RSA slots, shared by the reconciler (first) and the HTTP API.
+    pub rsa: Arc<crate::rsapool::RsaPool>,
 }
 
 impl State {
@@ -224,6 +226,7 @@ impl State {
             leader: Arc::new(AtomicBool::new(false)),
             refresh: crate::remote::Refresh::default(),
             ring_view: crate::ringview::RingViews::new(),
+            rsa: crate::rsapool::RsaPool::new(crate::rsapool::DEFAULT_SLOTS),
         }
     }
 

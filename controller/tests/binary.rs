@@ -461,3 +461,286 @@ async fn a_taken_port_stops_the_binary_before_it_joins_the_election() {
     );
     drop(taken);
 }
+
+/// A free port on 127.0.0.1 (bound and released; the binary binds it right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts the binary with its API on `127.0.0.1:port` and waits until `/readyz` answers 200.
+async fn spawn_serving(
+    kubeconfig: &std::path::Path,
+    cluster: &Cluster,
+    log: &std::path::Path,
+    port: u16,
+    extra: &[&str],
+) -> std::process::Child {
+    let mut child = controller_command()
+        .env("KUBECONFIG", kubeconfig)
+        .env("POD_NAME", "kseal-controller-test-0")
+        .args([
+            "--controller-namespace",
+            &cluster.ctrl,
+            "--additional-namespaces",
+            &cluster.app,
+            "--listen-addr",
+            &format!("127.0.0.1:{port}"),
+            "--listen-metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let from = std::net::Ipv4Addr::LOCALHOST;
+    let ready = eventually("the controller is ready", DEADLINE, || async move {
+        Ok(http(from, port, "GET", "/readyz", "")
+            .await
+            .ok()
+            .filter(|(status, _)| *status == 200))
+    })
+    .await;
+    if let Err(e) = ready {
+        let _ = child.kill();
+        panic!("{e}; log:\n{}", std::fs::read_to_string(log).unwrap());
+    }
+    child
+}
+
+/// One HTTP/1.1 request from the source address `from` to `127.0.0.1:port`: the status and
+/// body.
+async fn http(
+    from: std::net::Ipv4Addr,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((from, 0).into())?;
+    let mut stream = socket
+        .connect((std::net::Ipv4Addr::LOCALHOST, port).into())
+        .await?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: kseal\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let response = String::from_utf8_lossy(&response);
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {response:?}")))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Ok((status, body))
+}
+
+/// A SealedSecret `ns/name` with `count` items sealed for `pair`, without the
+/// `kseal.dev/sealing-key` hint (so a ring that lacks `pair` tries every key), as JSON.
+fn sealed_items_json(ns: &str, name: &str, count: usize, pair: &kseal_keys::KeyPair) -> String {
+    let values: Vec<(String, String)> = (0..count)
+        .map(|i| (format!("k{i:04}"), format!("value-{i}")))
+        .collect();
+    let data: Vec<(&str, &str)> = values
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mut ss = seal(&secret(ns, name, &data), pair);
+    if let Some(annotations) = ss.metadata.annotations.as_mut() {
+        annotations.remove(kseal_api::constants::SEALING_KEY_ANNOTATION);
+    }
+    serde_json::to_string(&ss).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verify_over_the_item_cap_is_refused_with_the_cap_named() {
+    let server = TestApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let cluster = Cluster::new(served.client().unwrap()).await;
+    let log = dir.path().join("controller.log");
+    let port = free_port();
+    let child = spawn_serving(
+        &kubeconfig,
+        &cluster,
+        &log,
+        port,
+        &["--max-request-items", "8"],
+    )
+    .await;
+    let local = std::net::Ipv4Addr::LOCALHOST;
+    let over = sealed_items_json(&cluster.app, "big", 9, key(0));
+    let (status, body) = http(local, port, "POST", "/v1/verify", &over)
+        .await
+        .unwrap();
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body.contains("holds 9 sealed values")
+            && body.contains("at most 8 per request (--max-request-items)"),
+        "{body}"
+    );
+    let within = sealed_items_json(&cluster.app, "big", 8, key(0));
+    let (status, body) = http(local, port, "POST", "/v1/verify", &within)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    terminate(child, &log).await;
+    drop(served);
+}
+
+/// One client floods `/v1/verify` with the most expensive requests it may send (256 items
+/// sealed for a key outside the ring, `?all=true`, no rate limit to speak of); unsealing
+/// and another client's small verify do not wait behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_verify_flood_from_one_client_starves_neither_unsealing_nor_other_clients() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    const FLOOD_WORKERS: usize = 8;
+    const FLOOD_REQUESTS: usize = 300;
+    const FLOOD_FOR: Duration = Duration::from_secs(20);
+
+    let server = TestApiServer::new();
+    let served = server.serve().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    served.write_kubeconfig(&kubeconfig).unwrap();
+    let client = served.client().unwrap();
+    let cluster = Cluster::new(client.clone()).await;
+    // A second ring key: each item of the flood costs two RSA operations.
+    common::put_key(
+        &client,
+        &cluster.ctrl,
+        "sealed-secrets-key2",
+        key(2),
+        Some("active"),
+    )
+    .await;
+    let log = dir.path().join("controller.log");
+    let port = free_port();
+    let child = spawn_serving(
+        &kubeconfig,
+        &cluster,
+        &log,
+        port,
+        &["--rate-limit", "1000", "--rate-limit-burst", "1000"],
+    )
+    .await;
+
+    let flood_body = Arc::new(sealed_items_json(&cluster.app, "flood", 256, key(1)));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let statuses = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..FLOOD_WORKERS)
+        .map(|_| {
+            let (body, sent, stop, statuses) = (
+                flood_body.clone(),
+                sent.clone(),
+                stop.clone(),
+                statuses.clone(),
+            );
+            tokio::spawn(async move {
+                let local = std::net::Ipv4Addr::LOCALHOST;
+                while !stop.load(Ordering::Relaxed)
+                    && started.elapsed() < FLOOD_FOR
+                    && sent.fetch_add(1, Ordering::Relaxed) < FLOOD_REQUESTS
+                {
+                    let status = http(local, port, "POST", "/v1/verify?all=true", &body)
+                        .await
+                        .map_or(0, |(s, _)| s);
+                    statuses.lock().unwrap().push(status);
+                    if status != 409 {
+                        // Refused at once (503/429): an attacker gains nothing by hammering
+                        // faster, and the request count stays bounded.
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let the flood fill the queues.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Another client (source address 127.0.0.2): a one-item verify.
+    let other = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let small = sealed_items_json(&cluster.app, "small", 1, key(0));
+    let mut verify_latencies = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let (status, body) = http(other, port, "POST", "/v1/verify", &small)
+            .await
+            .unwrap();
+        verify_latencies.push(t.elapsed());
+        assert_eq!(status, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A SealedSecret applied meanwhile.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &cluster.app);
+    let mut unseal_latencies = Vec::new();
+    for i in 0..3 {
+        let name = format!("during-flood-{i}");
+        let t = Instant::now();
+        create_ss(
+            &client,
+            &seal(&secret(&cluster.app, &name, &[("password", "pw")]), key(0)),
+        )
+        .await;
+        while secrets.get_opt(&name).await.unwrap().is_none() && t.elapsed() < DEADLINE {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        unseal_latencies.push(t.elapsed());
+    }
+    let flood_running = !workers.iter().all(tokio::task::JoinHandle::is_finished);
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let statuses = std::mem::take(&mut *statuses.lock().unwrap());
+    let count = |code: u16| statuses.iter().filter(|s| **s == code).count();
+    // The figures (docs/benchmarks.md), whatever the outcome.
+    eprintln!(
+        "flood: {} requests in {:.1} s (409: {}, 503: {}, 429: {}, other: {}); running until measured: {flood_running}",
+        statuses.len(),
+        started.elapsed().as_secs_f64(),
+        count(409),
+        count(503),
+        count(429),
+        statuses.len() - count(409) - count(503) - count(429),
+    );
+    eprintln!("one-item verify from another client: {verify_latencies:?}");
+    eprintln!("SealedSecret applied to Secret written: {unseal_latencies:?}");
+    let log_text = terminate(child, &log).await;
+    assert!(!log_text.contains("value-1"), "plaintext in the log");
+
+    // The flood was real: it cost RSA work (409s) for the whole measurement.
+    assert!(count(409) > 0, "{statuses:?}");
+    assert!(flood_running, "the flood ended before the measurements");
+    for latency in &unseal_latencies {
+        assert!(*latency < Duration::from_secs(2), "{unseal_latencies:?}");
+    }
+    // The median: one sample can lose its CPU to anything else on a shared test machine.
+    let mut sorted = verify_latencies.clone();
+    sorted.sort();
+    assert!(
+        sorted[sorted.len() / 2] < Duration::from_millis(100),
+        "{verify_latencies:?}"
+    );
+    drop(served);
+}

@@ -348,10 +348,21 @@ async fn verify_rejects_bad_input_with_clear_errors() {
 async fn verify_answers_409_when_an_item_does_not_decrypt() {
     let app = router(&state_with(ring_of(&[new_key()])));
     // Sealed with a key the ring does not have.
-    let (status, text) = post_json(&app, "/v1/verify", &to_json(&sealed_for(old_key(), &[]))).await;
+    let foreign = to_json(&sealed_for(old_key(), &[]));
+    // By default the verify stops at the first failing item, and says so.
+    let (status, text) = post_json(&app, "/v1/verify", &foreign).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert!(
-        text.contains("`password`") && text.contains("`user`"),
+        text.contains("`password`")
+            && !text.contains("`user`")
+            && text.contains("stopped at the first failure"),
+        "{text}"
+    );
+    // `?all=true` names every failing item.
+    let (status, text) = post_json(&app, "/v1/verify?all=true", &foreign).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(
+        text.contains("`password`") && text.contains("`user`") && !text.contains("stopped"),
         "{text}"
     );
     // The label tried is named (public metadata: answers "renamed or moved?").
@@ -1027,4 +1038,146 @@ async fn stalled_connections_are_closed_and_do_not_block_shutdown() {
         .expect("servers stop after shutdown")
         .expect("task")
         .expect("serve ok");
+}
+
+/// `kseal_rsa_operations_total` of `state`.
+fn rsa_operations(state: &State) -> u64 {
+    state
+        .metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix("kseal_rsa_operations_total "))
+        .expect("rsa counter")
+        .trim()
+        .parse()
+        .expect("number")
+}
+
+/// `count` items `k0`, `k1`, … sealed for `key` into `prod/db`.
+fn sealed_items(key: &KeyPair, count: usize) -> Value {
+    let mut sealed = to_json(&sealed_for(key, &[]));
+    let data = sealed["spec"]["encryptedData"]
+        .as_object_mut()
+        .expect("encryptedData");
+    let one = data.values().next().expect("an item").clone();
+    data.clear();
+    // The same sealed value under every name: names are not part of the label.
+    for i in 0..count {
+        data.insert(format!("k{i:03}"), one.clone());
+    }
+    sealed
+}
+
+#[tokio::test]
+async fn a_request_over_the_item_cap_is_refused_before_any_rsa_work() {
+    let state = state_with(ring_of(&[new_key()]));
+    let app = api_router(
+        state.clone(),
+        ApiOptions {
+            max_request_items: 3,
+            ..generous()
+        },
+    );
+    for path in ["/v1/verify", "/v1/rotate"] {
+        let (status, text) = post_json(&app, path, &sealed_items(new_key(), 4)).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+        assert!(
+            text.contains("holds 4 sealed values")
+                && text.contains("at most 3 per request (--max-request-items)"),
+            "{text}"
+        );
+    }
+    assert_eq!(rsa_operations(&state), 0);
+    let (status, _) = post_json(&app, "/v1/verify", &sealed_items(new_key(), 3)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(rsa_operations(&state), 3);
+}
+
+#[tokio::test]
+async fn a_hint_naming_a_ring_key_is_the_only_key_tried() {
+    let state = state_with(ring_of(&[old_key(), new_key()]));
+    let app = router(&state);
+    // Moved to another namespace: no key opens any item.
+    let mut moved = to_json(&sealed_for(new_key(), &[]));
+    moved["metadata"]["namespace"] = json!("staging");
+    assert_eq!(
+        moved["metadata"]["annotations"][SEALING_KEY_ANNOTATION],
+        json!(new_key().id().to_string())
+    );
+    // The hint names a ring key: one RSA operation per item, and the verify stops at the
+    // first failing item.
+    let (status, _) = post_json(&app, "/v1/verify", &moved).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(rsa_operations(&state), 1);
+    let (status, _) = post_json(&app, "/v1/verify?all=true", &moved).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(rsa_operations(&state), 1 + 2);
+    // Without a hint every key is tried (Bitnami's values carry no key id).
+    moved["metadata"]["annotations"]
+        .as_object_mut()
+        .expect("annotations")
+        .remove(SEALING_KEY_ANNOTATION);
+    let (status, _) = post_json(&app, "/v1/verify?all=true", &moved).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(rsa_operations(&state), 3 + 2 * 2);
+}
+
+#[tokio::test]
+async fn rsa_work_is_charged_to_the_client_bucket() {
+    let state = state_with(ring_of(&[new_key()]));
+    let app = api_router(state, limited(2, &[]));
+    let big = sealed_items(new_key(), 40).to_string();
+    let small = to_json(&sealed_for(new_key(), &[])).to_string();
+    // 40 RSA operations: three units, one more than the burst of two.
+    let first = vec![post_from("192.0.2.20:1000", None, "/v1/verify", &big)];
+    assert_eq!(statuses(&app, first).await, [200]);
+    let response = app
+        .clone()
+        .oneshot(post_from("192.0.2.20:1001", None, "/v1/verify", &small))
+        .await
+        .expect("ok");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = response.headers()[header::RETRY_AFTER]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    // Rate 0.01/s: the debt is about two units, 200 s.
+    assert!((100..=300).contains(&retry), "{retry}");
+    // Small requests (at most 16 operations) cost one unit each, as before.
+    let requests = (0..3)
+        .map(|i| post_from(&format!("192.0.2.21:{i}"), None, "/v1/verify", &small))
+        .collect();
+    assert_eq!(statuses(&app, requests).await, [200, 200, 429]);
+}
+
+#[tokio::test]
+async fn a_full_http_share_of_the_rsa_pool_answers_503_with_retry_after_at_once() {
+    let state = state_with(ring_of(&[new_key()]));
+    let app = router(&state);
+    let shape = state.rsa.shape();
+    let held: Vec<_> = (0..shape.http_jobs)
+        .map(|i| {
+            let client = kseal_controller::ratelimit::Client::V4(std::net::Ipv4Addr::new(
+                198,
+                51,
+                100,
+                u8::try_from(i).expect("few"),
+            ));
+            state.rsa.admit_http(client).expect("admitted")
+        })
+        .collect();
+    let response = send(
+        &app,
+        "POST",
+        "/v1/verify",
+        to_json(&sealed_for(new_key(), &[])).to_string(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    assert_eq!(rsa_operations(&state), 0);
+    drop(held);
+    let (status, _) = post_json(&app, "/v1/verify", &to_json(&sealed_for(new_key(), &[]))).await;
+    assert_eq!(status, StatusCode::OK);
 }

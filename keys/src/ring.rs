@@ -141,6 +141,19 @@ pub struct OpenStats {
     pub rsa_operations: u64,
 }
 
+/// What a failed hinted key means to [`KeyRing::open_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HintPolicy {
+    /// The hint only orders the attempts: every key is tried (the reconciler; the result
+    /// never depends on the hint).
+    #[default]
+    Orders,
+    /// When the ring has the hinted key, only that key is tried (untrusted requests: the
+    /// RSA work one value costs is bounded by one operation when it names a key).
+    Binds,
+}
+
 /// All keys a controller can open with; the newest seals.
 ///
 /// Keys are kept newest first (by [`KeyPair::order_time`], ties broken by fingerprint), so
@@ -264,18 +277,36 @@ impl KeyRing {
         hint: Option<&KeyId>,
         stats: &mut OpenStats,
     ) -> Result<Opened> {
+        self.open_with(label, sealed, hint, HintPolicy::Orders, stats)
+    }
+
+    /// [`KeyRing::open_counted`] with a choice of what a failed `hint` means: with
+    /// [`HintPolicy::Binds`], when the ring has the hinted key and it does not open `sealed`,
+    /// no other key is tried (one RSA operation at most), so a value that claims a key costs
+    /// one operation, not one per key. A hint the ring lacks only orders, as always.
+    pub fn open_with(
+        &self,
+        label: &Label,
+        sealed: &[u8],
+        hint: Option<&KeyId>,
+        policy: HintPolicy,
+        stats: &mut OpenStats,
+    ) -> Result<Opened> {
         let envelope = Envelope::parse(sealed)?;
         if self.keys.is_empty() {
             return Err(Error::EmptyKeyRing);
         }
         let position = |id: &KeyId| self.keys.iter().position(|k| k.id() == id);
         let hinted = hint.and_then(position);
+        let only_hinted = policy == HintPolicy::Binds && hinted.is_some();
         let sealing = self.preferred.as_ref().and_then(position).or(Some(0));
         let first = [hinted, sealing.filter(|s| Some(*s) != hinted)];
-        let order = first
-            .into_iter()
-            .flatten()
-            .chain((0..self.keys.len()).filter(|i| Some(*i) != hinted && Some(*i) != sealing));
+        let rest = (0..self.keys.len()).filter(|i| Some(*i) != hinted && Some(*i) != sealing);
+        let order: Box<dyn Iterator<Item = usize>> = if only_hinted {
+            Box::new(hinted.into_iter())
+        } else {
+            Box::new(first.into_iter().flatten().chain(rest))
+        };
         let rsa_len = envelope.rsa_ciphertext().len();
         let mut rsa_operations = 0u32;
         for index in order {

@@ -5,8 +5,8 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use kseal_keys::{
-    Backend, Certificate, CertificateOptions, Error, KeyPair, KeyRing, KeySize, OpenStats,
-    PrivateKey, PublicKey, Scope, seal,
+    Backend, Certificate, CertificateOptions, Error, HintPolicy, KeyPair, KeyRing, KeySize,
+    OpenStats, PrivateKey, PublicKey, Scope, seal,
 };
 
 use common::{other_pair, test_pair};
@@ -209,6 +209,45 @@ fn open_tries_the_hint_then_the_sealing_key_then_the_rest() {
         Error::Open
     );
     assert_eq!(stats.rsa_operations, 2);
+}
+
+#[test]
+fn a_binding_hint_tries_only_the_hinted_key_when_the_ring_has_it() {
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let older = test_pair().clone().with_order_time(t0);
+    let newer = other_pair()
+        .clone()
+        .with_order_time(t0 + Duration::from_secs(1));
+    let ring: KeyRing = [older.clone(), newer.clone()].into_iter().collect();
+    let label = Scope::Strict.label("ns", "name");
+    let by_older = seal(older.public_key(), &label, b"v").unwrap();
+    let open = |hint: Option<&kseal_keys::KeyId>, policy| {
+        let mut stats = OpenStats::default();
+        let result = ring.open_with(&label, &by_older, hint, policy, &mut stats);
+        (result.map(|o| o.key), stats.rsa_operations)
+    };
+    // A wrong hint the ring has: one operation, then the failure (no fallback).
+    assert_eq!(
+        open(Some(newer.id()), HintPolicy::Binds),
+        (Err(Error::Open), 1)
+    );
+    // The reconciler's policy still falls back, and the result does not depend on the hint.
+    assert_eq!(
+        open(Some(newer.id()), HintPolicy::Orders),
+        (Ok(older.id().clone()), 2)
+    );
+    // A right hint opens with one operation either way.
+    assert_eq!(
+        open(Some(older.id()), HintPolicy::Binds),
+        (Ok(older.id().clone()), 1)
+    );
+    // A hint the ring lacks, or none: every key, in order.
+    let unknown = kseal_keys::KeyId::parse("SHA256:mOu37IQKwNgtj0FeKeyH6IwE9tIV4Wv0EQyI/vw5vxQ");
+    assert_eq!(
+        open(unknown.as_ref(), HintPolicy::Binds),
+        (Ok(older.id().clone()), 2)
+    );
+    assert_eq!(open(None, HintPolicy::Binds), (Ok(older.id().clone()), 2));
 }
 
 #[test]
