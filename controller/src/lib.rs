@@ -11,12 +11,14 @@
 //!   ring-state Secret replicas share it through;
 //! - [`renewal`]: when a new key is due (Bitnami's `--key-renew-period`, `--key-cutoff-time`);
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
+//! - [`formats`]: the spec digest and data MAC stored on written Secrets, byte by byte;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
 //! - [`metrics`]: Prometheus metrics (Bitnami's names plus kseal's);
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 
 pub mod config;
 pub mod env;
+pub mod formats;
 pub mod http;
 pub mod keys;
 pub mod leader;
