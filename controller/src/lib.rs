@@ -11,6 +11,7 @@
 //!   ring-state Secret replicas share it through;
 //! - [`renewal`]: when a new key is due (Bitnami's `--key-renew-period`, `--key-cutoff-time`);
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
+//! - [`formats`]: the spec digest and data MAC stored on written Secrets, byte by byte;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
 //! - [`rsapool`]: the RSA slots the reconciler and the HTTP API share, reconciles first;
 //! - [`ratelimit`]: the per-client (IPv4 address, IPv6 /64) limiter of the HTTP API;
@@ -22,6 +23,7 @@
 pub mod config;
 pub mod conn;
 pub mod env;
+pub mod formats;
 pub mod http;
 pub mod keys;
 pub mod leader;

@@ -7,20 +7,23 @@
 //!   `sealedsecrets.bitnami.com/managed` or `…/patch` is left alone; the SealedSecret gets
 //!   `Synced=False` with reason `Unmanaged` and one Warning event.
 //! - **Zero RSA work when nothing changed.** Each written Secret carries two annotations:
-//!   [`SPEC_DIGEST_ANNOTATION`], the SHA-256 of the SealedSecret's spec and scope metadata,
-//!   and [`DATA_MAC_ANNOTATION`], an HMAC-SHA256 over the written data (never a plain hash of
+//!   [`SPEC_DIGEST_ANNOTATION`], the SHA-256 of a canonical encoding of the SealedSecret's
+//!   spec and scope metadata, and [`DATA_MAC_ANNOTATION`], an HMAC-SHA256 over the written
+//!   data (both defined byte by byte in [`crate::formats`]; never a plain hash of
 //!   secret data: UIs such as Argo CD display annotations, and a hash of a short password is
 //!   a dictionary lookup away). When the digest matches and the MAC verifies, the reconcile
 //!   ends without unsealing: a restart costs a GET per SealedSecret and no RSA operation, no
 //!   write and no event. A MAC that does not verify means the data was edited (drift): with
 //!   drift correction on, the Secret is unsealed again and rewritten.
-//! - **Where the MAC key comes from.** It is derived (HKDF-style, HMAC-SHA256 extract and
-//!   expand) from a private key in the ring, so it needs no extra Secret, survives restarts
-//!   and is the same on every replica that loads the same keys. The annotation names the key
-//!   it was made with (`v1:<fingerprint>:<tag>`), so adding a key (rotation) does not
+//! - **Where the MAC key comes from.** It is derived (HKDF-SHA256) from the DER of a private
+//!   key in the ring, so it needs no extra Secret, survives restarts and is the same on
+//!   every replica that loads the same keys. The annotation names the key it was made with
+//!   (`v2:<fingerprint>:<tag>`), so adding a key (rotation) does not
 //!   invalidate existing MACs; new MACs use the sealing key. Removing a key (e.g. relabelled
 //!   `compromised`) makes the MACs made with it fail: those Secrets are unsealed once more
-//!   and get a MAC from a remaining key.
+//!   and get a MAC from a remaining key. A digest or MAC in the older v1 forms (Secrets
+//!   written before v2) is still accepted, so upgrading rewrites nothing; the next write of
+//!   such a Secret, for whatever reason, stores the v2 forms.
 //! - **Status** is written with a JSON merge patch of the status subresource, computed from a
 //!   fresh GET and guarded by its resourceVersion (retried on conflict), only when the
 //!   condition or `observedGeneration` changes. The condition has a `reason`.
@@ -50,10 +53,8 @@ use std::hash::{BuildHasher as _, Hasher as _};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD_NO_PAD;
 use futures::StreamExt as _;
-use hmac::{Hmac, KeyInit as _, Mac as _};
+use hmac::Mac as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -62,7 +63,7 @@ use kseal_api::constants::{
     MANAGED_ANNOTATION, PATCH_ANNOTATION, SKIP_SET_OWNER_REFERENCES_ANNOTATION, TRUE,
 };
 use kseal_api::{SealedSecret, SealedSecretCondition, UnsealOptions};
-use kseal_keys::{KeyId, KeyPair, KeyRing, OpenStats};
+use kseal_keys::{KeyId, KeyRing, OpenStats};
 use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::controller::{self, Action, Controller};
@@ -70,12 +71,12 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Client, Resource as _, ResourceExt as _};
-use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 use tracing::instrument;
 use zeroize::Zeroizing;
 
 use crate::config::{Config, Namespaces};
+use crate::formats::{self, MacVersion};
 use crate::keys::{KeysLoaded, REPORTER};
 use crate::metrics::{ConditionLabels, OutcomeLabels};
 use crate::state::State;
@@ -181,7 +182,7 @@ struct ObjectState {
 #[derive(Default)]
 struct MacKeys {
     ring: Option<Arc<KeyRing>>,
-    keys: HashMap<KeyId, Zeroizing<[u8; 32]>>,
+    keys: HashMap<(MacVersion, KeyId), Zeroizing<[u8; 32]>>,
 }
 
 /// Shared by every reconcile.
@@ -239,105 +240,26 @@ impl Context {
         f(lock(&self.objects).entry(oref.clone()).or_default())
     }
 
-    /// The MAC key derived from `id`, if `ring` holds that key.
-    fn mac_key(&self, ring: &Arc<KeyRing>, id: &KeyId) -> Option<Zeroizing<[u8; 32]>> {
+    /// The `version` MAC key derived from `id`, if `ring` holds that key.
+    fn mac_key(
+        &self,
+        ring: &Arc<KeyRing>,
+        version: MacVersion,
+        id: &KeyId,
+    ) -> Option<Zeroizing<[u8; 32]>> {
         let mut cache = lock(&self.mac_keys);
         if !cache.ring.as_ref().is_some_and(|r| Arc::ptr_eq(r, ring)) {
             cache.keys.clear();
             cache.ring = Some(ring.clone());
         }
-        if let Some(key) = cache.keys.get(id) {
+        let slot = (version, id.clone());
+        if let Some(key) = cache.keys.get(&slot) {
             return Some(key.clone());
         }
-        let key = derive_mac_key(ring.get(id)?)?;
-        cache.keys.insert(id.clone(), key.clone());
+        let key = formats::derive_mac_key(version, ring.get(id)?)?;
+        cache.keys.insert(slot, key.clone());
         Some(key)
     }
-}
-
-type HmacSha256 = Hmac<Sha256>;
-
-/// Derives the data-MAC key of `pair`: HKDF-SHA256 (RFC 5869) of the canonical PKCS #1
-/// encoding of the private key, with a fixed salt and label. The MACs already written on
-/// Secrets depend on these bytes: never change them (a test pins the construction).
-fn derive_mac_key(pair: &KeyPair) -> Option<Zeroizing<[u8; 32]>> {
-    let pem = pair.private_key().to_pkcs1_pem().ok()?;
-    let hkdf = hkdf::Hkdf::<Sha256>::new(Some(MAC_KEY_SALT), pem.as_bytes());
-    let mut key = Zeroizing::new([0u8; 32]);
-    hkdf.expand(MAC_KEY_INFO, &mut key[..]).ok()?;
-    Some(key)
-}
-
-const MAC_KEY_SALT: &[u8] = b"kseal.dev/data-mac/v1";
-const MAC_KEY_INFO: &[u8] = b"kseal secret data mac";
-
-fn put_field(mac: &mut HmacSha256, bytes: &[u8]) {
-    mac.update(&(bytes.len() as u64).to_be_bytes());
-    mac.update(bytes);
-}
-
-/// The MAC state over a Secret's identity, type and the `covered` data items (sorted by key).
-fn mac_over<'a>(
-    key: &[u8; 32],
-    digest: &str,
-    namespace: &str,
-    name: &str,
-    type_: &str,
-    covered: impl Iterator<Item = (&'a String, &'a ByteString)>,
-) -> Option<HmacSha256> {
-    let mut mac = HmacSha256::new_from_slice(key).ok()?;
-    mac.update(b"kseal.dev/data-mac v1\0");
-    put_field(&mut mac, digest.as_bytes());
-    put_field(&mut mac, namespace.as_bytes());
-    put_field(&mut mac, name.as_bytes());
-    put_field(&mut mac, type_.as_bytes());
-    let items: Vec<_> = covered.collect();
-    mac.update(&(items.len() as u64).to_be_bytes());
-    for (k, v) in items {
-        put_field(&mut mac, k.as_bytes());
-        put_field(&mut mac, &v.0);
-    }
-    Some(mac)
-}
-
-/// The tag of [`mac_over`].
-fn compute_mac<'a>(
-    key: &[u8; 32],
-    digest: &str,
-    namespace: &str,
-    name: &str,
-    type_: &str,
-    covered: impl Iterator<Item = (&'a String, &'a ByteString)>,
-) -> Option<[u8; 32]> {
-    let mac = mac_over(key, digest, namespace, name, type_, covered)?;
-    let mut out = [0u8; 32];
-    out.copy_from_slice(mac.finalize().into_bytes().as_slice());
-    Some(out)
-}
-
-fn format_mac(id: &KeyId, tag: &[u8; 32]) -> String {
-    format!("v1:{id}:{}", STANDARD_NO_PAD.encode(tag))
-}
-
-fn parse_mac(value: &str) -> Option<(KeyId, Vec<u8>)> {
-    let rest = value.strip_prefix("v1:")?;
-    let (id, tag) = rest.rsplit_once(':')?;
-    Some((KeyId::parse(id)?, STANDARD_NO_PAD.decode(tag).ok()?))
-}
-
-/// The digest of everything in a SealedSecret that determines the Secret, except the keys:
-/// spec, name, namespace and scope. Ciphertext only, so safe to show.
-pub fn spec_digest(ss: &SealedSecret) -> String {
-    let value = serde_json::json!({
-        "v": 1,
-        "namespace": ss.metadata.namespace,
-        "name": ss.metadata.name,
-        "scope": format!("{:?}", ss.scope()),
-        "spec": ss.spec,
-    });
-    // Serializing a json! value of plain maps cannot fail.
-    let bytes = serde_json::to_vec(&value).unwrap_or_default();
-    format!("sha256:{}", STANDARD_NO_PAD.encode(Sha256::digest(&bytes)))
 }
 
 /// The data items a SealedSecret produces, when known without decrypting (not for the
@@ -422,8 +344,8 @@ fn empty_data() -> BTreeMap<String, ByteString> {
 }
 
 /// Whether the existing Secret still holds what we wrote for `ss`, checked without
-/// decrypting anything: digest, MAC over the data, owner reference, template labels and
-/// annotations present.
+/// decrypting anything: digest (the current form, or the v1 form of a Secret written
+/// before it), MAC over the data, owner reference, template labels and annotations present.
 fn in_sync(
     ctx: &Context,
     ring: &Arc<KeyRing>,
@@ -433,9 +355,12 @@ fn in_sync(
     digest: &str,
 ) -> bool {
     let meta = &existing.metadata;
-    if annotation(meta, SPEC_DIGEST_ANNOTATION) != Some(digest) {
+    // From here on `digest` is the digest as stored, which the MAC covers.
+    let Some(digest) = annotation(meta, SPEC_DIGEST_ANNOTATION)
+        .filter(|stored| formats::digest_matches(stored, ss, digest))
+    else {
         return false;
-    }
+    };
     let uid = ss.metadata.uid.as_deref().unwrap_or_default();
     let wants_owner = !skips_owner_reference(ss)
         && matches!(mode, Mode::Replace | Mode::Patch { own: true })
@@ -482,11 +407,12 @@ fn verify_mac(
     mode: Mode,
     digest: &str,
 ) -> bool {
-    let Some((id, tag)) = annotation(&existing.metadata, DATA_MAC_ANNOTATION).and_then(parse_mac)
+    let Some((version, id, tag)) =
+        annotation(&existing.metadata, DATA_MAC_ANNOTATION).and_then(formats::parse_mac)
     else {
         return false;
     };
-    let Some(key) = ctx.mac_key(ring, &id) else {
+    let Some(key) = ctx.mac_key(ring, version, &id) else {
         return false;
     };
     let empty = empty_data();
@@ -507,7 +433,8 @@ fn verify_mac(
             covered
         }
     };
-    let Some(mac) = mac_over(
+    let Some(mac) = formats::mac_over(
+        version,
         &key,
         digest,
         existing.metadata.namespace.as_deref().unwrap_or_default(),
@@ -570,9 +497,12 @@ async fn unseal(
     // The MAC key is the preferred key even while sealing is disabled (a fleet ring whose
     // active key is unusable still unseals).
     let sealing = ring.preferred_key().ok_or(Error::NoKeys)?;
-    let key = ctx.mac_key(ring, sealing.id()).ok_or(Error::NoKeys)?;
+    let key = ctx
+        .mac_key(ring, MacVersion::V2, sealing.id())
+        .ok_or(Error::NoKeys)?;
     let empty = empty_data();
-    let tag = compute_mac(
+    let tag = formats::mac_over(
+        MacVersion::V2,
         &key,
         digest,
         secret.metadata.namespace.as_deref().unwrap_or_default(),
@@ -580,7 +510,9 @@ async fn unseal(
         secret_type(&secret),
         secret.data.as_ref().unwrap_or(&empty).iter(),
     )
-    .ok_or(Error::NoKeys)?;
+    .ok_or(Error::NoKeys)?
+    .finalize()
+    .into_bytes();
     let annotations = secret
         .metadata
         .annotations
@@ -588,7 +520,7 @@ async fn unseal(
     annotations.insert(SPEC_DIGEST_ANNOTATION.to_owned(), digest.to_owned());
     annotations.insert(
         DATA_MAC_ANNOTATION.to_owned(),
-        format_mac(sealing.id(), &tag),
+        formats::format_mac(sealing.id(), tag.as_slice()),
     );
     Ok(Desired { secret })
 }
@@ -710,7 +642,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
     }
     let oref = ObjectRef::from_obj(&**ss);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let digest = spec_digest(ss);
+    let digest = formats::spec_digest(ss);
     let ring = ctx.state.keys.ring();
     let mut desired: Option<Desired> = None;
     let pp = PostParams {
@@ -1395,40 +1327,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mac_annotation_round_trips_and_names_its_key() {
-        let id = KeyId::parse("SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU").unwrap();
-        let tag = [7u8; 32];
-        let text = format_mac(&id, &tag);
-        let (parsed, bytes) = parse_mac(&text).unwrap();
-        assert_eq!(parsed, id);
-        assert_eq!(bytes, tag);
-        assert!(parse_mac("v2:x:y").is_none());
-    }
-
-    /// The MAC key is HKDF-SHA256 written out: extract is HMAC(salt, PKCS #1 PEM), expand's
-    /// one block is HMAC(PRK, info || 0x01). Secrets written by earlier versions carry MACs
-    /// under keys derived this way, so the bytes must never change.
-    #[test]
-    fn mac_key_derivation_is_the_pinned_hkdf_construction() {
-        let pair = KeyPair::from_pem(
-            include_str!("../../tests/fixtures/keys/tls.key"),
-            include_str!("../../tests/fixtures/keys/tls.crt"),
-        )
-        .unwrap();
-        let pem = pair.private_key().to_pkcs1_pem().unwrap();
-        let mut extract = HmacSha256::new_from_slice(MAC_KEY_SALT).unwrap();
-        extract.update(pem.as_bytes());
-        let prk = extract.finalize().into_bytes();
-        let mut expand = HmacSha256::new_from_slice(prk.as_slice()).unwrap();
-        expand.update(MAC_KEY_INFO);
-        expand.update(&[1]);
-        let expected = expand.finalize().into_bytes();
-        assert_eq!(&derive_mac_key(&pair).unwrap()[..], expected.as_slice());
-        assert_eq!(MAC_KEY_SALT, b"kseal.dev/data-mac/v1");
-        assert_eq!(MAC_KEY_INFO, b"kseal secret data mac");
-    }
-
-    #[test]
     fn jitter_stays_within_its_fraction() {
         let d = Duration::from_secs(3600);
         let mut seen = BTreeSet::new();
@@ -1440,34 +1338,6 @@ mod tests {
         // Spread over the window, not a constant.
         assert!(seen.len() > 5, "{seen:?}");
         assert_eq!(jitter(Duration::ZERO, 0.1), Duration::ZERO);
-    }
-
-    #[test]
-    fn mac_depends_on_every_input() {
-        let key = [1u8; 32];
-        let data = BTreeMap::from([("a".to_owned(), ByteString(b"secret".to_vec()))]);
-        let base = compute_mac(&key, "d", "ns", "n", "Opaque", data.iter()).unwrap();
-        let other = BTreeMap::from([("a".to_owned(), ByteString(b"secreT".to_vec()))]);
-        assert_ne!(
-            base,
-            compute_mac(&key, "d", "ns", "n", "Opaque", other.iter()).unwrap()
-        );
-        assert_ne!(
-            base,
-            compute_mac(&key, "e", "ns", "n", "Opaque", data.iter()).unwrap()
-        );
-        assert_ne!(
-            base,
-            compute_mac(&key, "d", "ns", "m", "Opaque", data.iter()).unwrap()
-        );
-        assert_ne!(
-            base,
-            compute_mac(&[2u8; 32], "d", "ns", "n", "Opaque", data.iter()).unwrap()
-        );
-        assert_eq!(
-            base,
-            compute_mac(&key, "d", "ns", "n", "Opaque", data.iter()).unwrap()
-        );
     }
 
     #[tokio::test]
@@ -1606,7 +1476,7 @@ mod tests {
         expected.metadata.managed_fields = None;
         assert_eq!(slimmed, expected);
         assert_eq!(relevant_fields(&slimmed), relevant_fields(&ss));
-        assert_eq!(spec_digest(&slimmed), spec_digest(&ss));
+        assert_eq!(formats::spec_digest(&slimmed), formats::spec_digest(&ss));
     }
 
     #[test]
@@ -1615,22 +1485,5 @@ mod tests {
         assert!(backoff(3) >= Duration::from_millis(1800));
         assert!(backoff(40) <= BACKOFF_CAP.mul_f64(1.1));
         assert!(backoff(40) >= BACKOFF_CAP.mul_f64(0.9));
-    }
-
-    #[test]
-    fn digest_changes_with_spec_and_scope() {
-        let mut ss = SealedSecret::new("n", kseal_api::SealedSecretSpec::default());
-        ss.metadata.namespace = Some("ns".into());
-        ss.spec.encrypted_data.insert("a".into(), "AgA=".into());
-        let d1 = spec_digest(&ss);
-        assert_eq!(d1, spec_digest(&ss.clone()));
-        let mut wide = ss.clone();
-        wide.annotations_mut().insert(
-            kseal_api::constants::CLUSTER_WIDE_ANNOTATION.into(),
-            "true".into(),
-        );
-        assert_ne!(d1, spec_digest(&wide));
-        ss.spec.encrypted_data.insert("b".into(), "AgA=".into());
-        assert_ne!(d1, spec_digest(&ss));
     }
 }

@@ -1331,3 +1331,136 @@ async fn with_a_label_selector_a_deleted_secret_is_recreated_by_the_watch() {
     .await;
     running.stop().await;
 }
+
+/// What controllers before the v2 formats wrote, computed here with a copy of their code (not
+/// the controller's own v1 reader): the spec digest over a serde_json rendering with the
+/// `Debug` text of the scope, and the data MAC under a key derived from the PKCS #1 PEM text.
+mod v1_writer {
+    use super::*;
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD_NO_PAD;
+    use hmac::{KeyInit as _, Mac as _};
+    use kseal_keys::KeyPair;
+    use sha2::{Digest as _, Sha256};
+
+    pub(super) fn spec_digest(ss: &SealedSecret) -> String {
+        let value = json!({
+            "v": 1,
+            "namespace": ss.metadata.namespace,
+            "name": ss.metadata.name,
+            "scope": format!("{:?}", ss.scope()),
+            "spec": ss.spec,
+        });
+        let bytes = serde_json::to_vec(&value).unwrap();
+        format!("sha256:{}", STANDARD_NO_PAD.encode(Sha256::digest(&bytes)))
+    }
+
+    pub(super) fn data_mac(pair: &KeyPair, digest: &str, secret: &Secret) -> String {
+        let pem = pair.private_key().to_pkcs1_pem().unwrap();
+        let hkdf = hkdf::Hkdf::<Sha256>::new(Some(b"kseal.dev/data-mac/v1"), pem.as_bytes());
+        let mut key = [0u8; 32];
+        hkdf.expand(b"kseal secret data mac", &mut key).unwrap();
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key).unwrap();
+        mac.update(b"kseal.dev/data-mac v1\0");
+        let put = |mac: &mut hmac::Hmac<Sha256>, bytes: &[u8]| {
+            mac.update(&(bytes.len() as u64).to_be_bytes());
+            mac.update(bytes);
+        };
+        let meta = &secret.metadata;
+        put(&mut mac, digest.as_bytes());
+        put(&mut mac, meta.namespace.as_deref().unwrap().as_bytes());
+        put(&mut mac, meta.name.as_deref().unwrap().as_bytes());
+        put(
+            &mut mac,
+            secret.type_.as_deref().unwrap_or("Opaque").as_bytes(),
+        );
+        let data = secret.data.clone().unwrap_or_default();
+        mac.update(&(data.len() as u64).to_be_bytes());
+        for (k, v) in &data {
+            put(&mut mac, k.as_bytes());
+            put(&mut mac, &v.0);
+        }
+        let tag = mac.finalize().into_bytes();
+        format!("v1:{}:{}", pair.id(), STANDARD_NO_PAD.encode(tag))
+    }
+}
+
+/// A Secret written before the v2 formats (v1 digest and MAC) is up to date for the new
+/// controller: no RSA operation, no write. Its next write, here to revert edited data,
+/// stores the v2 forms.
+async fn secrets_with_v1_digest_and_mac_are_kept_until_their_next_write(client: Client) {
+    let cl = Cluster::new(client).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let first = Running::start(&client, cl.config()).await;
+    let mut plain = secret(&ns, "legacy", &[("a", "1"), ("b", "2")]);
+    plain.metadata.labels = Some(map(&[("tier", "db")]));
+    create_ss(&client, &seal(&plain, key(0))).await;
+    wait_synced(&client, &ns, "legacy", "True", "Unsealed").await;
+    first.stop().await;
+
+    // Rewrite the Secret's annotations as a v1 controller left them.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let mut s = secrets.get("legacy").await.unwrap();
+    assert!(s.annotations()[SPEC_DIGEST_ANNOTATION].starts_with("v2:sha256:"));
+    let mac = &s.annotations()[DATA_MAC_ANNOTATION];
+    assert!(mac.starts_with(&format!("v2:{}:", key(0).id())), "{mac}");
+    let ss = Api::<SealedSecret>::namespaced(client.clone(), &ns)
+        .get("legacy")
+        .await
+        .unwrap();
+    let digest = v1_writer::spec_digest(&ss);
+    let mac = v1_writer::data_mac(key(0), &digest, &s);
+    s.annotations_mut()
+        .insert(SPEC_DIGEST_ANNOTATION.to_owned(), digest.clone());
+    s.annotations_mut()
+        .insert(DATA_MAC_ANNOTATION.to_owned(), mac.clone());
+    let legacy = secrets
+        .replace("legacy", &PostParams::default(), &s)
+        .await
+        .unwrap();
+
+    let second = Running::start(&client, cl.config()).await;
+    eventually("the legacy Secret checked", DEADLINE, || async {
+        Ok((second.reconciles("unchanged") >= 1).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(second.rsa_operations(), 0, "no unseal for a v1 Secret");
+    assert_eq!(second.reconciles("updated"), 0);
+    let now = secrets.get("legacy").await.unwrap();
+    assert_eq!(
+        now.resource_version(),
+        legacy.resource_version(),
+        "no write"
+    );
+    assert_eq!(now.annotations()[SPEC_DIGEST_ANNOTATION], digest);
+    assert_eq!(now.annotations()[DATA_MAC_ANNOTATION], mac);
+
+    // Edited data fails the v1 MAC: unsealed and written again, now in the v2 forms.
+    secrets
+        .patch(
+            "legacy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"a": "ZWRpdGVk"}})),
+        )
+        .await
+        .unwrap();
+    let rewritten = wait_secret(&client, &ns, "legacy", "reverted in v2", |s| {
+        s.annotations()[SPEC_DIGEST_ANNOTATION].starts_with("v2:sha256:")
+    })
+    .await;
+    assert_eq!(data_of(&rewritten), map(&[("a", "1"), ("b", "2")]));
+    assert!(
+        rewritten.annotations()[DATA_MAC_ANNOTATION].starts_with("v2:"),
+        "{:?}",
+        rewritten.annotations()
+    );
+    assert_eq!(
+        rewritten.annotations()[SPEC_DIGEST_ANNOTATION],
+        kseal_controller::formats::spec_digest(&ss)
+    );
+    second.stop().await;
+    cl.cleanup().await;
+}
+
+on_both!(secrets_with_v1_digest_and_mac_are_kept_until_their_next_write);

@@ -145,8 +145,16 @@ impl PrivateKey {
 
     /// The key as an `RSA PRIVATE KEY` (PKCS #1) PEM block, as Bitnami stores `tls.key`.
     pub fn to_pkcs1_pem(&self) -> Result<Zeroizing<String>> {
-        let pkcs1 = pem_util::pkcs1_from_pkcs8(&self.pkcs8)?;
+        let pkcs1 = self.to_pkcs1_der()?;
         Ok(pem_util::encode_secret("RSA PRIVATE KEY", &pkcs1))
+    }
+
+    /// The PKCS #1 `RSAPrivateKey` DER encoding (secret; zeroizes on drop): the bytes inside
+    /// the PKCS #8 wrapper, exactly as the key was imported (a PKCS #1 import keeps its
+    /// bytes). Unlike the PEM forms these bytes do not depend on a text encoder, so formats
+    /// that must stay stable (the controller's data-MAC key) derive from them.
+    pub fn to_pkcs1_der(&self) -> Result<Zeroizing<Vec<u8>>> {
+        pem_util::pkcs1_from_pkcs8(&self.pkcs8)
     }
 
     /// Creates a self-signed certificate for this key, shaped like Bitnami's.

@@ -42,6 +42,19 @@ fn pem_round_trips_through_pkcs1_and_pkcs8() {
 }
 
 #[test]
+fn pkcs1_der_is_the_same_key_whichever_form_it_was_imported_from() {
+    let key = test_pair().private_key();
+    let der = key.to_pkcs1_der().unwrap();
+    let from_pkcs1 = PrivateKey::from_pkcs1_der(&der).unwrap();
+    let from_pkcs8 = PrivateKey::from_pem(&key.to_pkcs8_pem()).unwrap();
+    assert_eq!(*from_pkcs1.to_pkcs1_der().unwrap(), *der);
+    assert_eq!(*from_pkcs8.to_pkcs1_der().unwrap(), *der);
+    // An RSAPrivateKey: SEQUENCE { version 0, modulus, ... }.
+    assert_eq!(der[0], 0x30);
+    assert_eq!(from_pkcs1.public_key(), key.public_key());
+}
+
+#[test]
 fn generated_certificates_look_like_bitnami_ones() {
     let before = SystemTime::now() - Duration::from_secs(2);
     let pair = KeyPair::generate(
