@@ -263,6 +263,39 @@ async fn verify_rejects_bad_input_with_clear_errors() {
 }
 
 #[tokio::test]
+async fn verify_and_rotate_refuse_yaml_bombs_with_400() {
+    let app = router(&state_with(ring_of(&[new_key()])));
+    let head = "apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata: {name: a}\n";
+    let mut laughs =
+        format!("{head}spec:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for (previous, name) in ('a'..='h').zip('b'..='i') {
+        let refs = vec![format!("*{previous}"); 9].join(", ");
+        laughs.push_str(&format!("  {name}: &{name} [{refs}]\n"));
+    }
+    let mut anchors = format!("{head}spec:\n  encryptedData:\n");
+    for i in 0.. {
+        if anchors.len() > 1000 * 1024 {
+            break;
+        }
+        anchors.push_str(&format!("    k{i}: &a{i} AgB\n"));
+    }
+    let deep = format!("{head}spec: {}{}\n", "[".repeat(10_000), "]".repeat(10_000));
+    for (what, body, expected) in [
+        ("billion laughs", laughs, "anchors and aliases"),
+        ("a megabyte of anchors", anchors, "anchors and aliases"),
+        ("deep nesting", deep, "line 4"),
+    ] {
+        for path in ["/v1/verify", "/v1/rotate"] {
+            let response = send(&app, "POST", path, body.clone()).await;
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{what}: {path}");
+            let text = body_text(response).await;
+            assert!(text.starts_with("invalid YAML: "), "{what}: {text}");
+            assert!(text.contains(expected), "{what}: {text}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn verify_answers_409_when_an_item_does_not_decrypt() {
     let app = router(&state_with(ring_of(&[new_key()])));
     // Sealed with a key the ring does not have.
