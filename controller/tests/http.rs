@@ -206,7 +206,7 @@ async fn verify_accepts_json_and_yaml_that_decrypt() {
     assert_eq!(status, StatusCode::OK, "{text}");
     assert!(!text.contains("hunter2"));
 
-    let yaml = serde_yaml::to_string(&sealed).expect("yaml");
+    let yaml = serde_saphyr::to_string(&sealed).expect("yaml");
     let response = send(&app, "POST", "/v1/verify", yaml).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert!(
@@ -221,7 +221,7 @@ async fn verify_accepts_json_and_yaml_that_decrypt() {
 async fn verify_rejects_bad_input_with_clear_errors() {
     let app = router(&state_with(ring_of(&[new_key()])));
     let sealed = to_json(&sealed_for(new_key(), &[]));
-    let yaml = serde_yaml::to_string(&sealed).expect("yaml");
+    let yaml = serde_saphyr::to_string(&sealed).expect("yaml");
 
     let response = send(&app, "POST", "/v1/verify", format!("{yaml}---\n{yaml}")).await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
