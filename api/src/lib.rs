@@ -4,6 +4,7 @@
 pub mod constants;
 pub mod duration;
 mod error;
+pub mod request;
 mod resource;
 mod scope;
 mod seal;

@@ -90,7 +90,7 @@ fn bitnami_negative_vectors_fail_to_unseal() {
 #[test]
 fn kubeseal_yaml_output_deserializes_and_unseals() {
     let sealed: SealedSecret =
-        serde_yaml::from_str(&fixture("kubeseal-strict.yaml")).expect("kubeseal yaml");
+        serde_saphyr::from_str(&fixture("kubeseal-strict.yaml")).expect("kubeseal yaml");
     assert_eq!(sealed.metadata.name.as_deref(), Some("db-credentials"));
     assert_eq!(sealed.metadata.namespace.as_deref(), Some("kseal-interop"));
     assert_eq!(sealed.scope(), Scope::Strict);

@@ -879,9 +879,9 @@ fn sealed_output_survives_a_yaml_round_trip() {
         &secret(Some("prod"), "db", &[("k", b"v")]),
         &SealOptions::default(),
     );
-    let yaml = serde_yaml::to_string(&sealed).expect("yaml");
+    let yaml = serde_saphyr::to_string(&sealed).expect("yaml");
     assert!(yaml.starts_with("apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\n"));
-    let back: SealedSecret = serde_yaml::from_str(&yaml).expect("parse");
+    let back: SealedSecret = serde_saphyr::from_str(&yaml).expect("parse");
     assert_eq!(back, sealed);
     assert_eq!(data_of(&unseal(&back, &ring()).expect("unseal"))["k"], b"v");
 }

@@ -54,7 +54,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ipnet::IpNet;
 use kseal_api::SealedSecret;
-use kseal_api::constants::{API_VERSION, KIND, SEALING_KEY_ANNOTATION};
+use kseal_api::constants::SEALING_KEY_ANNOTATION;
 use kseal_keys::{HintPolicy, KeyRing, Label, OpenStats, Plaintext, Scope};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -715,63 +715,22 @@ struct Parsed {
     raw: Value,
 }
 
-/// Parses one SealedSecret from JSON or YAML.
+/// Parses one SealedSecret from JSON or YAML, under the budgets of
+/// [`kseal_api::request`]: `400` for a body that is not one object, `422` for an object that
+/// is not a valid SealedSecret.
 fn parse_sealed_secret(body: &[u8]) -> Result<Parsed, Problem> {
-    let trimmed = body.trim_ascii_start();
-    if trimmed.is_empty() {
-        return Err(Problem::bad_request(
-            "empty request body: send one SealedSecret as JSON or YAML",
-        ));
-    }
-    let raw: Value = if trimmed.starts_with(b"{") {
-        serde_json::from_slice(trimmed)
-            .map_err(|e| Problem::bad_request(format!("invalid JSON: {e}")))?
-    } else {
-        use serde::Deserialize as _;
-        let mut documents = Vec::new();
-        for document in serde_yaml::Deserializer::from_slice(body) {
-            let value = Value::deserialize(document)
-                .map_err(|e| Problem::bad_request(format!("invalid YAML: {e}")))?;
-            if !value.is_null() {
-                documents.push(value);
-            }
-        }
-        if documents.len() > 1 {
-            return Err(Problem::bad_request(format!(
-                "multi-document YAML ({} documents): send exactly one SealedSecret",
-                documents.len()
-            )));
-        }
-        documents
-            .pop()
-            .ok_or_else(|| Problem::bad_request("empty YAML document: send one SealedSecret"))?
-    };
-    if !raw.is_object() {
-        return Err(Problem::bad_request(
-            "the body is not an object: send one SealedSecret",
-        ));
-    }
-    let short = |v: &Value| -> String {
-        v.as_str()
-            .map_or_else(|| "<missing>".to_owned(), |s| s.chars().take(64).collect())
-    };
-    if raw["kind"].as_str() != Some(KIND) || raw["apiVersion"].as_str() != Some(API_VERSION) {
-        return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!(
-                "expected apiVersion {API_VERSION}, kind {KIND}; got apiVersion {}, kind {}",
-                short(&raw["apiVersion"]),
-                short(&raw["kind"])
-            ),
-        ));
-    }
-    let sealed: SealedSecret = serde_json::from_value(raw.clone()).map_err(|e| {
-        Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("invalid SealedSecret: {e}"),
-        )
+    let parsed = kseal_api::request::parse_sealed_secret(body).map_err(|e| {
+        let status = if e.is_malformed() {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        Problem::new(status, e.to_string())
     })?;
-    Ok(Parsed { sealed, raw })
+    Ok(Parsed {
+        sealed: parsed.sealed,
+        raw: parsed.raw,
+    })
 }
 
 /// What opening a SealedSecret's items gave.

@@ -288,7 +288,7 @@ async fn verify_accepts_json_and_yaml_that_decrypt() {
     assert_eq!(status, StatusCode::OK, "{text}");
     assert!(!text.contains("hunter2"));
 
-    let yaml = serde_yaml::to_string(&sealed).expect("yaml");
+    let yaml = serde_saphyr::to_string(&sealed).expect("yaml");
     let response = send(&app, "POST", "/v1/verify", yaml).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert!(
@@ -303,7 +303,7 @@ async fn verify_accepts_json_and_yaml_that_decrypt() {
 async fn verify_rejects_bad_input_with_clear_errors() {
     let app = router(&state_with(ring_of(&[new_key()])));
     let sealed = to_json(&sealed_for(new_key(), &[]));
-    let yaml = serde_yaml::to_string(&sealed).expect("yaml");
+    let yaml = serde_saphyr::to_string(&sealed).expect("yaml");
 
     let response = send(&app, "POST", "/v1/verify", format!("{yaml}---\n{yaml}")).await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
@@ -342,6 +342,39 @@ async fn verify_rejects_bad_input_with_clear_errors() {
 
     let response = send(&app, "GET", "/v1/verify", Body::empty()).await;
     assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn verify_and_rotate_refuse_yaml_bombs_with_400() {
+    let app = router(&state_with(ring_of(&[new_key()])));
+    let head = "apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata: {name: a}\n";
+    let mut laughs =
+        format!("{head}spec:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for (previous, name) in ('a'..='h').zip('b'..='i') {
+        let refs = vec![format!("*{previous}"); 9].join(", ");
+        laughs.push_str(&format!("  {name}: &{name} [{refs}]\n"));
+    }
+    let mut anchors = format!("{head}spec:\n  encryptedData:\n");
+    for i in 0.. {
+        if anchors.len() > 1000 * 1024 {
+            break;
+        }
+        anchors.push_str(&format!("    k{i}: &a{i} AgB\n"));
+    }
+    let deep = format!("{head}spec: {}{}\n", "[".repeat(10_000), "]".repeat(10_000));
+    for (what, body, expected) in [
+        ("billion laughs", laughs, "anchors and aliases"),
+        ("a megabyte of anchors", anchors, "anchors and aliases"),
+        ("deep nesting", deep, "line 4"),
+    ] {
+        for path in ["/v1/verify", "/v1/rotate"] {
+            let response = send(&app, "POST", path, body.clone()).await;
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{what}: {path}");
+            let text = body_text(response).await;
+            assert!(text.starts_with("invalid YAML: "), "{what}: {text}");
+            assert!(text.contains(expected), "{what}: {text}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -262,7 +262,7 @@ fn active_kid(index: &Index) -> Result<String> {
 /// The SealedSecret of a committed file (one document).
 fn read_sealed(path: &str) -> Result<SealedSecret> {
     let text = fs_err::read_to_string(path)?;
-    serde_yaml::from_str(&text).with_context(|| format!("`{path}` is not a SealedSecret"))
+    serde_saphyr::from_str(&text).with_context(|| format!("`{path}` is not a SealedSecret"))
 }
 
 fn describe_sealed(file: &str, sealed: &SealedSecret) {

@@ -21,7 +21,7 @@ fn open(file: &str) -> (SealedSecret, BTreeMap<String, String>) {
     let path = fleet().join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let sealed: SealedSecret =
-        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
     let secret = unseal(&sealed, &fixture_ring()).unwrap_or_else(|e| panic!("{file}: {e}"));
     assert_eq!(secret.metadata.name, sealed.metadata.name, "{file}");
     assert_eq!(

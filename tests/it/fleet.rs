@@ -313,7 +313,7 @@ impl Names {
 /// Registers the SealedSecret CRD from `deploy/crd.yaml` and waits until it is served.
 async fn ensure_crd(client: &Client) {
     let crd: CustomResourceDefinition =
-        serde_yaml::from_str(include_str!("../../deploy/crd.yaml")).expect("deploy/crd.yaml");
+        serde_saphyr::from_str(include_str!("../../deploy/crd.yaml")).expect("deploy/crd.yaml");
     let mut value = serde_json::to_value(&crd).expect("CRD as JSON");
     value["apiVersion"] = json!("apiextensions.k8s.io/v1");
     value["kind"] = json!("CustomResourceDefinition");
@@ -490,7 +490,7 @@ async fn apply(client: &Client, ss: &SealedSecret) {
 }
 
 fn parse_sealed(text: &str, what: &str) -> SealedSecret {
-    serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{what} is not a SealedSecret: {e}"))
+    serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{what} is not a SealedSecret: {e}"))
 }
 
 fn hint(ss: &SealedSecret) -> &str {

@@ -21,7 +21,7 @@ fn load(name: &str) -> SealedSecret {
     if name.ends_with(".json") {
         serde_json::from_str(&text).expect("golden JSON")
     } else {
-        serde_yaml::from_str(&text).expect("golden YAML")
+        serde_saphyr::from_str(&text).expect("golden YAML")
     }
 }
 

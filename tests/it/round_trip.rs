@@ -8,7 +8,7 @@ use kseal_keys::{Certificate, KeyRing};
 use crate::{fixture_ring, read_fixture};
 
 fn input() -> Secret {
-    serde_yaml::from_str(&read_fixture("secret.yaml")).expect("secret.yaml")
+    serde_saphyr::from_str(&read_fixture("secret.yaml")).expect("secret.yaml")
 }
 
 fn merged_data(secret: &Secret) -> std::collections::BTreeMap<String, Vec<u8>> {
@@ -36,8 +36,8 @@ fn sealed_with_the_certificate_unsealed_with_the_ring_is_the_same_secret() {
         };
         let sealed = seal_secret(&secret, cert.public_key(), &options).expect("seal");
         // The SealedSecret travels through YAML, as it does through git.
-        let text = serde_yaml::to_string(&sealed).expect("yaml");
-        let sealed = serde_yaml::from_str(&text).expect("parse back");
+        let text = serde_saphyr::to_string(&sealed).expect("yaml");
+        let sealed = serde_saphyr::from_str(&text).expect("parse back");
         let got = unseal(&sealed, &ring).expect("unseal");
         let got_data: std::collections::BTreeMap<String, Vec<u8>> = got
             .data

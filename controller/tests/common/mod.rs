@@ -53,7 +53,7 @@ pub fn older_key() -> &'static KeyPair {
 /// it is served.
 pub async fn ensure_crd(client: &Client) {
     let yaml = include_str!("../../../deploy/crd.yaml");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).unwrap();
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).unwrap();
     let mut value = serde_json::to_value(&crd).unwrap();
     value["apiVersion"] = json!("apiextensions.k8s.io/v1");
     value["kind"] = json!("CustomResourceDefinition");

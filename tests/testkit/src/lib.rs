@@ -198,10 +198,11 @@ impl TestApiServer {
     /// `kseal-testkit`, creating or updating the objects, e.g. a CRD manifest. Namespaced
     /// objects without a namespace go to `default`. Returns the stored objects.
     pub fn apply_yaml(&self, yaml: &str) -> anyhow::Result<Vec<Value>> {
-        use serde::Deserialize as _;
+        // Empty documents are skipped.
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(yaml).context("parsing YAML documents")?;
         let mut out = Vec::new();
-        for doc in serde_yaml::Deserializer::from_str(yaml) {
-            let v = Value::deserialize(doc).context("parsing YAML document")?;
+        for v in docs {
             if v.is_null() {
                 continue;
             }

@@ -433,7 +433,7 @@ fn resource_request(
                 }
                 let text =
                     std::str::from_utf8(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
-                let cfg: Value = serde_yaml::from_str(text)
+                let cfg: Value = serde_saphyr::from_str(text)
                     .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
                 let (out, created) = st.apply(
                     &wrt,

@@ -448,7 +448,7 @@ async fn controller_with_finalizer_and_owned_secret_converges() {
 #[tokio::test]
 async fn apply_yaml_registers_crds_and_discovery_serves_them() {
     let server = TestApiServer::new();
-    let crd = serde_yaml::to_string(&kseal_testkit::scenarios::sealed_secret_crd()).unwrap();
+    let crd = serde_saphyr::to_string(&kseal_testkit::scenarios::sealed_secret_crd()).unwrap();
     let yaml = format!(
         "{crd}---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: apps\n---\n\
          apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: s\n  namespace: apps\n\
