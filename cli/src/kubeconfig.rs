@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use base64::Engine as _;
-use serde_yaml::Value;
+use serde_json::Value;
 
 use crate::http::Tls;
 
@@ -71,7 +71,7 @@ fn load(explicit: Option<&Path>) -> Result<Merged> {
             continue;
         }
         let text = fs_err::read_to_string(&path).context("failed to read the kubeconfig")?;
-        let doc: Value = serde_yaml::from_str(&text)
+        let doc: Value = crate::yaml::from_str(&text)
             .with_context(|| format!("failed to parse kubeconfig `{}`", path.display()))?;
         let dir = path
             .parent()
@@ -84,7 +84,7 @@ fn load(explicit: Option<&Path>) -> Result<Merged> {
         ] {
             for item in doc
                 .get(field)
-                .and_then(Value::as_sequence)
+                .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
             {
@@ -278,7 +278,7 @@ fn run_exec(exec: &Value, user: &str, dir: &Path) -> Result<(Option<String>, Cli
     let mut cmd = std::process::Command::new(program);
     for arg in exec
         .get("args")
-        .and_then(Value::as_sequence)
+        .and_then(Value::as_array)
         .into_iter()
         .flatten()
     {
@@ -288,7 +288,7 @@ fn run_exec(exec: &Value, user: &str, dir: &Path) -> Result<(Option<String>, Cli
     }
     for var in exec
         .get("env")
-        .and_then(Value::as_sequence)
+        .and_then(Value::as_array)
         .into_iter()
         .flatten()
     {

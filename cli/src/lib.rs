@@ -15,6 +15,7 @@ mod output;
 mod project;
 mod text;
 mod walk;
+mod yaml;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

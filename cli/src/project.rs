@@ -106,7 +106,7 @@ pub(crate) fn read(path: &Path) -> Result<ProjectFile> {
     if text.trim().is_empty() {
         return Ok(ProjectFile::default());
     }
-    serde_yaml::from_str(&text).with_context(|| format!("{} is not valid", path.display()))
+    crate::yaml::from_str(&text).with_context(|| format!("{} is not valid", path.display()))
 }
 
 /// The anchor pinned for `location`: `--ring-anchor` / `KSEAL_RING_ANCHOR` first, then the
@@ -189,7 +189,7 @@ pub(crate) fn write_pin(
          # `kseal keys trust`; commit this file). kseal seals to a ring only when its signed\n\
          # history starts at the anchor pinned here.\n",
     );
-    text.push_str(&serde_yaml::to_string(&file).context("cannot write the configuration")?);
+    text.push_str(&crate::yaml::to_string(&file).context("cannot write the configuration")?);
     crate::manifest::write_atomic(path, text.as_bytes(), false)
         .with_context(|| format!("failed to write {}", path.display()))?;
     Ok(previous.filter(|p| p != anchor.as_str()))

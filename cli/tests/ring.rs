@@ -187,14 +187,14 @@ fn kid_and_fingerprint(cert_pem: &str) -> (String, String) {
 }
 
 fn parse_sealed(text: &str) -> SealedSecret {
-    use serde::Deserialize as _;
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(text)
-        .map(serde_yaml::Value::deserialize)
-        .map(Result::unwrap)
-        .filter(|v| !v.is_null())
-        .collect();
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple_with_options::<serde_json::Value>(text, yaml_1_2())
+            .unwrap()
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .collect();
     assert_eq!(docs.len(), 1, "{text}");
-    serde_yaml::from_value(docs[0].clone()).unwrap()
+    serde_json::from_value(docs[0].clone()).unwrap()
 }
 
 /// `kseal unseal --key KEY` of `sealed`: the Secret's decoded `password`.
@@ -482,7 +482,7 @@ fn bitnami_backup(cwd: &Path, file: &str) -> Vec<String> {
             cwd,
         );
         assert_eq!(run.code, 0, "{}", run.stderr);
-        let mut secret: serde_yaml::Value = serde_yaml::from_str(&run.stdout).unwrap();
+        let mut secret: serde_json::Value = serde_saphyr::from_str(&run.stdout).unwrap();
         secret["metadata"]["creationTimestamp"] = created.into();
         secret["metadata"]["resourceVersion"] = "1234".into();
         secret["metadata"]["uid"] = "8e1c1a7e-0000-4000-8000-000000000000".into();
@@ -493,7 +493,7 @@ fn bitnami_backup(cwd: &Path, file: &str) -> Vec<String> {
         kids.push(kid_and_fingerprint(std::str::from_utf8(&crt).unwrap()).0);
         items.push(secret);
     }
-    let list = serde_yaml::to_string(&serde_json::json!({
+    let list = serde_saphyr::to_string(&serde_json::json!({
         "apiVersion": "v1",
         "kind": "List",
         "metadata": {"resourceVersion": ""},
@@ -1354,4 +1354,11 @@ fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused
             .contains(&kid),
         "the pin is unchanged"
     );
+}
+
+/// YAML 1.2 plain scalars, as kseal and `kubectl` read them (`no` is a string).
+fn yaml_1_2() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options
 }

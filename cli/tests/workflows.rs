@@ -58,12 +58,11 @@ fn new_pair(dir: &Path, name: &str) -> KeyPair {
 }
 
 fn parse_sealed(text: &str) -> Vec<SealedSecret> {
-    use serde::Deserialize as _;
-    serde_yaml::Deserializer::from_str(text)
-        .map(serde_yaml::Value::deserialize)
-        .map(Result::unwrap)
+    serde_saphyr::from_multiple_with_options::<serde_json::Value>(text, yaml_1_2())
+        .unwrap()
+        .into_iter()
         .filter(|v| !v.is_null())
-        .map(|v| serde_yaml::from_value(v).unwrap())
+        .map(|v| serde_json::from_value(v).unwrap())
         .collect()
 }
 
@@ -2330,7 +2329,7 @@ fn key_backup(keys: &[(&KeyPair, &str, Option<bool>)]) -> String {
             })
         })
         .collect();
-    serde_yaml::to_string(&serde_json::json!({
+    serde_saphyr::to_string(&serde_json::json!({
         "apiVersion": "v1",
         "kind": "List",
         "metadata": {"resourceVersion": ""},
@@ -2596,4 +2595,11 @@ fn no_ssh_keygen(what: &str) {
         "ssh-keygen is not installed, but CI=true: {what} must run (install openssh-client)"
     );
     kseal_testkit::skipped(&format!("SKIPPED: {what}: ssh-keygen is not installed"));
+}
+
+/// YAML 1.2 plain scalars, as kseal and `kubectl` read them (`no` is a string).
+fn yaml_1_2() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options
 }

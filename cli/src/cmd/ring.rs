@@ -825,31 +825,30 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
 
 /// The SealedSecrets of one file (other kinds are skipped).
 fn sealed_secrets_in(path: &Path) -> Result<Vec<SealedSecret>> {
-    use serde::Deserialize as _;
     let text = fs_err::read_to_string(path)?;
     if !text.contains("SealedSecret") {
         return Ok(Vec::new());
     }
-    let mut out = Vec::new();
-    for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = serde_yaml::Value::deserialize(document).with_context(|| {
+    let documents: Vec<serde_json::Value> =
+        crate::yaml::from_multiple(&text).with_context(|| {
             format!(
-                "failed to parse document {} of `{}`, so it cannot be checked",
-                i + 1,
+                "failed to parse `{}`, so it cannot be checked",
                 path.display()
             )
         })?;
+    let mut out = Vec::new();
+    for (i, value) in documents.into_iter().enumerate() {
         let mut values = vec![value];
         if values[0].get("kind").and_then(|k| k.as_str()) == Some("List") {
             values = values[0]
                 .get("items")
-                .and_then(|i| i.as_sequence())
+                .and_then(|i| i.as_array())
                 .cloned()
                 .unwrap_or_default();
         }
         for value in values {
             if value.get("kind").and_then(|k| k.as_str()) == Some("SealedSecret") {
-                out.push(serde_yaml::from_value(value).with_context(|| {
+                out.push(serde_json::from_value(value).with_context(|| {
                     format!(
                         "document {} of `{}` is not a valid SealedSecret",
                         i + 1,

@@ -766,7 +766,7 @@ mod tests {
 
     #[test]
     fn both_backends_give_the_same_sealed_secret_shape() {
-        let secret: Secret = serde_yaml::from_str(
+        let secret: Secret = crate::yaml::from_str(
             "metadata:\n  name: db\n  namespace: prod\n  labels:\n    a: b\ntype: Opaque\ndata:\n  x: eA==\n  y: eQ==\nstringData:\n  y: z\n",
         )
         .unwrap();

@@ -157,18 +157,18 @@ fn a_client_certificate_from_an_unknown_ca_is_rejected_as_unauthorized() {
     };
     let dir = tempfile::tempdir().unwrap();
     // The cluster (server, CA) of the good kubeconfig, with the foreign certificate as its user.
-    let mut config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&api.cert).unwrap()).unwrap();
+    let mut config: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&api.cert).unwrap()).unwrap();
     let (cert_pem, key_pem) = foreign_client_certificate();
     let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
-    let user = serde_yaml::to_value(BTreeMap::from([
+    let user = serde_json::to_value(BTreeMap::from([
         ("client-certificate-data", b64(&cert_pem)),
         ("client-key-data", b64(&key_pem)),
     ]))
     .unwrap();
     config["users"][0]["user"] = user;
     let kubeconfig = dir.path().join("kubeconfig-foreign");
-    std::fs::write(&kubeconfig, serde_yaml::to_string(&config).unwrap()).unwrap();
+    std::fs::write(&kubeconfig, serde_saphyr::to_string(&config).unwrap()).unwrap();
 
     let name = absent_controller();
     let run = kseal(&cert_args(&kubeconfig, &name), None, dir.path());
