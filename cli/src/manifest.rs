@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::args::Format;
+use crate::yaml::{Doc, Mapping};
 
 /// Where an input came from, for error messages.
 #[derive(Debug, Clone)]
@@ -78,11 +79,10 @@ impl Input {
     /// Every non-empty document with its index: a YAML multi-document stream, or a stream of
     /// JSON values one after the other (`{…}{…}` or one per line), as kubeseal reads them.
     /// Input that starts like JSON but is not (YAML's flow style, `{a: b}`) is read as YAML.
-    pub(crate) fn documents(&self) -> Result<Vec<(usize, serde_yaml::Value)>> {
+    pub(crate) fn documents(&self) -> Result<Vec<(usize, Doc)>> {
         if self.format() == Format::Json {
-            // Straight into YAML values: their mappings keep the file's key order.
-            let mut stream =
-                serde_json::Deserializer::from_str(&self.text).into_iter::<serde_yaml::Value>();
+            // Straight into documents: their mappings keep the file's key order.
+            let mut stream = serde_json::Deserializer::from_str(&self.text).into_iter::<Doc>();
             if let Some(Ok(first)) = stream.next() {
                 let mut values = vec![(0, first)];
                 for (index, value) in stream.enumerate() {
@@ -99,20 +99,21 @@ impl Input {
                 return Ok(values);
             }
         }
-        let mut values = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(&self.text).enumerate() {
-            let value = serde_yaml::Value::deserialize(document).with_context(|| {
-                format!(
-                    "failed to parse document {} of {} as YAML or JSON",
-                    index + 1,
-                    self.source
-                )
-            })?;
-            if !value.is_null() {
-                values.push((index, value));
-            }
-        }
-        Ok(values)
+        let documents: Vec<Doc> = crate::yaml::from_multiple(&self.text).map_err(|error| {
+            let what = match error.location() {
+                Some(at) => format!("document {}", document_at(&self.text, at.line())),
+                None => "a document".to_owned(),
+            };
+            anyhow::Error::new(error).context(format!(
+                "failed to parse {what} of {} as YAML or JSON",
+                self.source
+            ))
+        })?;
+        Ok(documents
+            .into_iter()
+            .enumerate()
+            .filter(|(_, value)| !value.is_null())
+            .collect())
     }
 
     /// Parses every non-empty document as a `kind` object (`Secret`, `SealedSecret`).
@@ -163,7 +164,7 @@ impl Input {
                 if !map.contains_key("apiVersion") {
                     map.insert("apiVersion".into(), api_version.into());
                 }
-                serde_yaml::from_value(value).with_context(|| {
+                value.to_typed().with_context(|| {
                     format!("document {doc} of {} is not a valid {kind}", self.source)
                 })
             })
@@ -171,7 +172,32 @@ impl Input {
     }
 }
 
-use serde::Deserialize as _;
+/// The number (from 1) of the YAML document holding `line` (from 1): one more than the `---`
+/// markers above it, less one when the stream starts with a marker.
+fn document_at(text: &str, line: u64) -> usize {
+    let mut markers = 0;
+    let mut content_before_first_marker = false;
+    for text_line in text
+        .lines()
+        .take(usize::try_from(line).unwrap_or(usize::MAX))
+    {
+        let is_marker =
+            text_line == "---" || text_line.starts_with("--- ") || text_line.starts_with("---\t");
+        if is_marker {
+            markers += 1;
+        } else if markers == 0 {
+            let trimmed = text_line.trim();
+            if !trimmed.is_empty() && !trimmed.starts_with('#') && !trimmed.starts_with('%') {
+                content_before_first_marker = true;
+            }
+        }
+    }
+    if markers == 0 || content_before_first_marker {
+        markers + 1
+    } else {
+        markers
+    }
+}
 
 /// The format a file name asks for: `.yaml`/`.yml` YAML, `.json` JSON.
 pub(crate) fn format_for_path(path: &Path) -> Option<Format> {
@@ -187,7 +213,7 @@ pub(crate) fn format_for_path(path: &Path) -> Option<Format> {
 /// fields and key order survive), their typed view, and the file's format.
 pub(crate) struct SealedFile {
     pub(crate) format: Format,
-    pub(crate) values: Vec<serde_yaml::Value>,
+    pub(crate) values: Vec<Doc>,
     pub(crate) sealed: Vec<kseal_api::SealedSecret>,
 }
 
@@ -237,20 +263,17 @@ impl SealedFile {
 }
 
 /// The mapping at `path` inside `value`, created (empty) where missing.
-pub(crate) fn mapping_at<'a>(
-    value: &'a mut serde_yaml::Value,
-    path: &[&str],
-) -> Result<&'a mut serde_yaml::Mapping> {
+pub(crate) fn mapping_at<'a>(value: &'a mut Doc, path: &[&str]) -> Result<&'a mut Mapping> {
     let mut current = value;
     for (depth, key) in path.iter().enumerate() {
         let map = current
             .as_mapping_mut()
             .with_context(|| format!("`{}` is not an object", path[..depth].join(".")))?;
         let entry = map
-            .entry(serde_yaml::Value::from(*key))
-            .or_insert_with(|| serde_yaml::Value::Mapping(serde_yaml::Mapping::new()));
+            .entry((*key).to_owned())
+            .or_insert_with(|| Doc::Mapping(Mapping::new()));
         if entry.is_null() {
-            *entry = serde_yaml::Value::Mapping(serde_yaml::Mapping::new());
+            *entry = Doc::Mapping(Mapping::new());
         }
         current = entry;
     }
@@ -316,10 +339,10 @@ fn not_utf8(bytes: &[u8], error: std::str::Utf8Error, source: Source) -> anyhow:
 }
 
 /// Whether `marker` occurs in `value` (keys included); `path` is then where.
-fn find_marker(value: &serde_yaml::Value, marker: char, path: &mut Vec<String>) -> bool {
+fn find_marker(value: &Doc, marker: char, path: &mut Vec<String>) -> bool {
     match value {
-        serde_yaml::Value::String(s) => s.contains(marker),
-        serde_yaml::Value::Sequence(items) => items.iter().enumerate().any(|(i, item)| {
+        Doc::String(s) => s.contains(marker),
+        Doc::Sequence(items) => items.iter().enumerate().any(|(i, item)| {
             path.push(format!("[{i}]"));
             let found = find_marker(item, marker, path);
             if !found {
@@ -327,8 +350,7 @@ fn find_marker(value: &serde_yaml::Value, marker: char, path: &mut Vec<String>) 
             }
             found
         }),
-        serde_yaml::Value::Mapping(map) => map.iter().any(|(k, v)| {
-            let key = k.as_str().unwrap_or("?");
+        Doc::Mapping(map) => map.iter().any(|(key, v)| {
             path.push(key.replace(marker, "\u{FFFD}"));
             let found = key.contains(marker) || find_marker(v, marker, path);
             if !found {
@@ -336,7 +358,6 @@ fn find_marker(value: &serde_yaml::Value, marker: char, path: &mut Vec<String>) 
             }
             found
         }),
-        serde_yaml::Value::Tagged(tagged) => find_marker(&tagged.value, marker, path),
         _ => false,
     }
 }
@@ -359,15 +380,14 @@ fn describe_field(path: &[String]) -> String {
 }
 
 /// Names the item of a Secret's `data` that is not base64 (serde's own error cannot).
-fn check_secret_data(map: &serde_yaml::Mapping) -> Result<()> {
+fn check_secret_data(map: &Mapping) -> Result<()> {
     use base64::Engine as _;
     let Some(data) = map.get("data").and_then(|d| d.as_mapping()) else {
         return Ok(());
     };
     for (key, value) in data {
-        let key = key.as_str().unwrap_or("<non-string key>");
         match value {
-            serde_yaml::Value::String(text) => {
+            Doc::String(text) => {
                 if base64::engine::general_purpose::STANDARD
                     .decode(text)
                     .is_err()
@@ -375,7 +395,7 @@ fn check_secret_data(map: &serde_yaml::Mapping) -> Result<()> {
                     bail!("data item `{key}` is not valid base64 (use stringData for plain text)");
                 }
             }
-            serde_yaml::Value::Null => {}
+            Doc::Null => {}
             _ => bail!("data item `{key}` must be a base64 string"),
         }
     }
@@ -390,7 +410,7 @@ pub(crate) fn render<T: Serialize>(objects: &[T], format: Format) -> Result<Stri
         match format {
             Format::Yaml => {
                 out.push_str("---\n");
-                out.push_str(&serde_yaml::to_string(object).context("failed to render YAML")?);
+                out.push_str(&crate::yaml::to_string(object).context("failed to render YAML")?);
             }
             Format::Json => {
                 out.push_str(
@@ -465,6 +485,41 @@ mod tests {
         assert_eq!(
             err,
             "standard input is not valid UTF-8 text (line 1, byte 8)"
+        );
+    }
+
+    #[test]
+    fn yaml_errors_name_the_document_and_the_line() {
+        for (text, expected) in [
+            ("a: [1\n", "document 1 of"),
+            ("---\na: 1\n---\nb: [1\n", "document 2 of"),
+            ("a: 1\n---\nb: 2\n---\nc: [1\n", "document 3 of"),
+        ] {
+            let input = Input {
+                source: Source::Stdin,
+                text: text.to_owned(),
+            };
+            let error = format!("{:#}", input.documents().unwrap_err());
+            assert!(error.contains(expected), "{text:?}: {error}");
+            assert!(error.contains("line "), "{text:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn yaml_documents_keep_key_order_and_render_sealed_values_on_one_line() {
+        let long = "A".repeat(400);
+        let input = Input {
+            source: Source::Stdin,
+            text: format!(
+                "# dropped\n---\nz: &v yes\na: *v\nspec:\n  encryptedData:\n    x: {long}\n  note: |\n    two\n    lines\n"
+            ),
+        };
+        let docs = input.documents().unwrap();
+        assert_eq!(
+            render(&[&docs[0].1], Format::Yaml).unwrap(),
+            format!(
+                "---\nz: \"yes\"\na: \"yes\"\nspec:\n  encryptedData:\n    x: {long}\n  note: |\n    two\n    lines\n"
+            )
         );
     }
 

@@ -32,10 +32,205 @@ pub(crate) fn from_multiple<T: DeserializeOwned>(
     serde_saphyr::from_multiple_with_options(text, options())
 }
 
-/// Renders `value` as one YAML document (no `---`). Long strings stay plain one-line scalars,
-/// as `kubectl` and kubeseal write them: a sealed value is never folded into a `>` block.
+/// Renders `value` as one YAML document (no `---`). Long one-line strings stay plain
+/// scalars, as `kubectl` and kubeseal write them (a sealed value is never folded into a `>`
+/// block); text with newlines is a literal `|` block, as serde_yaml wrote it. Strings a YAML
+/// 1.1 reader would take for something else (`yes`, `0755`, `2024-01-01`) are quoted.
 pub(crate) fn to_string<T: Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
     let mut options = serde_saphyr::SerializerOptions::default();
-    options.prefer_block_scalars = false;
+    // Folding starts past this width: never, for a one-line string.
+    options.folded_wrap_chars = usize::MAX;
     serde_saphyr::to_string_with_options(value, options)
+}
+
+/// An order-preserving document tree: a manifest as parsed, edited in place and written back
+/// with its keys in the file's order (unknown fields included).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) enum Doc {
+    /// `null`, `~`, or an empty value.
+    #[default]
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    String(String),
+    Sequence(Vec<Doc>),
+    Mapping(Mapping),
+}
+
+/// A mapping in the file's key order.
+pub(crate) type Mapping = indexmap::IndexMap<String, Doc>;
+
+impl Doc {
+    /// The value at `key` when this is a mapping.
+    pub(crate) fn get(&self, key: &str) -> Option<&Doc> {
+        self.as_mapping()?.get(key)
+    }
+
+    pub(crate) fn as_str(&self) -> Option<&str> {
+        match self {
+            Doc::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_sequence(&self) -> Option<&Vec<Doc>> {
+        match self {
+            Doc::Sequence(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_mapping(&self) -> Option<&Mapping> {
+        match self {
+            Doc::Mapping(map) => Some(map),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_mapping_mut(&mut self) -> Option<&mut Mapping> {
+        match self {
+            Doc::Mapping(map) => Some(map),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_null(&self) -> bool {
+        matches!(self, Doc::Null)
+    }
+
+    /// The document as a typed object (through JSON, which every Kubernetes type reads).
+    pub(crate) fn to_typed<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_value(serde_json::to_value(self)?)
+    }
+}
+
+impl From<&str> for Doc {
+    fn from(s: &str) -> Self {
+        Doc::String(s.to_owned())
+    }
+}
+
+impl From<String> for Doc {
+    fn from(s: String) -> Self {
+        Doc::String(s)
+    }
+}
+
+impl Serialize for Doc {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        match self {
+            Doc::Null => serializer.serialize_unit(),
+            Doc::Bool(b) => serializer.serialize_bool(*b),
+            Doc::Number(n) => n.serialize(serializer),
+            Doc::String(s) => serializer.serialize_str(s),
+            Doc::Sequence(items) => serializer.collect_seq(items),
+            Doc::Mapping(map) => {
+                let mut out = serializer.serialize_map(Some(map.len()))?;
+                for (k, v) in map {
+                    out.serialize_entry(k, v)?;
+                }
+                out.end()
+            }
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Doc {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(DocVisitor)
+    }
+}
+
+struct DocVisitor;
+
+impl<'de> serde::de::Visitor<'de> for DocVisitor {
+    type Value = Doc;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a YAML or JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Doc, E> {
+        Ok(Doc::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Doc, E> {
+        Ok(Doc::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Doc, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Doc, E> {
+        Ok(Doc::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Doc, E> {
+        Ok(Doc::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Doc, E> {
+        Ok(Doc::Number(n.into()))
+    }
+
+    fn visit_i128<E: serde::de::Error>(self, n: i128) -> Result<Doc, E> {
+        i64::try_from(n)
+            .map(|n| Doc::Number(n.into()))
+            .or_else(|_| u64::try_from(n).map(|n| Doc::Number(n.into())))
+            .map_err(|_| E::custom("integer out of range"))
+    }
+
+    fn visit_u128<E: serde::de::Error>(self, n: u128) -> Result<Doc, E> {
+        u64::try_from(n)
+            .map(|n| Doc::Number(n.into()))
+            .map_err(|_| E::custom("integer out of range"))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Doc, E> {
+        // JSON has no NaN or infinity; YAML's `.nan` and `.inf` stay as the text they are.
+        Ok(serde_json::Number::from_f64(n).map_or_else(|| Doc::String(n.to_string()), Doc::Number))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Doc, E> {
+        Ok(Doc::String(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Doc, E> {
+        Ok(Doc::String(s))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Doc, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Doc::Sequence(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Doc, A::Error> {
+        let mut out = Mapping::new();
+        while let Some((key, value)) = map.next_entry::<KeyText, Doc>()? {
+            out.insert(key.0, value);
+        }
+        Ok(Doc::Mapping(out))
+    }
+}
+
+/// A mapping key as text: `1: x` and `true: x` keep their spelling as strings.
+struct KeyText(String);
+
+impl<'de> serde::Deserialize<'de> for KeyText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Doc::deserialize(deserializer)? {
+            Doc::String(s) => Ok(KeyText(s)),
+            Doc::Null => Ok(KeyText("null".to_owned())),
+            Doc::Bool(b) => Ok(KeyText(b.to_string())),
+            Doc::Number(n) => Ok(KeyText(n.to_string())),
+            Doc::Sequence(_) | Doc::Mapping(_) => Err(serde::de::Error::custom(
+                "a mapping key must be a string, not a sequence or a mapping",
+            )),
+        }
+    }
 }

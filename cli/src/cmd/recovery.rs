@@ -280,7 +280,7 @@ impl Resealer {
     }
 
     /// Re-encrypts one SealedSecret document in place.
-    fn reseal(&self, doc: &mut serde_yaml::Value, sealed: &SealedSecret) -> Result<()> {
+    fn reseal(&self, doc: &mut crate::yaml::Doc, sealed: &SealedSecret) -> Result<()> {
         match self {
             Resealer::Local { ring, cert } => {
                 let opened = open_items(sealed, ring)?;
@@ -296,7 +296,7 @@ impl Resealer {
                 }
                 let data = mapping_at(doc, &["spec", "encryptedData"])?;
                 for (item, value) in resealed {
-                    data.insert(item.into(), value.into());
+                    data.insert(item, value.into());
                 }
                 mapping_at(doc, &["metadata", "annotations"])?
                     .insert(SEALING_KEY_ANNOTATION.into(), cert.id().to_string().into());
@@ -314,7 +314,7 @@ impl Resealer {
                         response.status
                     );
                 }
-                let rotated: serde_yaml::Value = serde_yaml::from_str(&response.body)
+                let rotated: crate::yaml::Doc = crate::yaml::from_str(&response.body)
                     .context("the controller's answer is not a SealedSecret")?;
                 if rotated.get("kind").and_then(|k| k.as_str()) != Some(kseal_api::constants::KIND)
                 {

@@ -587,7 +587,7 @@ pub(crate) fn describe_changes(added: &[String], replaced: &[String]) -> String 
 /// Adds `sealed`'s items and template labels/annotations to the SealedSecret document
 /// `target` (nothing is removed), and points the sealing-key hint at the new key.
 fn merge_into_value(
-    target: &mut serde_yaml::Value,
+    target: &mut crate::yaml::Doc,
     sealed: &SealedSecret,
     added: &mut Vec<String>,
     replaced: &mut Vec<String>,
@@ -625,7 +625,7 @@ fn merge_into_value(
 
 /// Sets `spec.encryptedData.<item>` in a SealedSecret document.
 pub(crate) fn set_item(
-    target: &mut serde_yaml::Value,
+    target: &mut crate::yaml::Doc,
     item: &str,
     sealed_b64: &str,
     added: &mut Vec<String>,
