@@ -174,7 +174,7 @@ impl Input {
 
 /// The number (from 1) of the YAML document holding `line` (from 1): one more than the `---`
 /// markers above it, less one when the stream starts with a marker.
-fn document_at(text: &str, line: u64) -> usize {
+pub(crate) fn document_at(text: &str, line: u64) -> usize {
     let mut markers = 0;
     let mut content_before_first_marker = false;
     for text_line in text

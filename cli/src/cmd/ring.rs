@@ -829,13 +829,19 @@ fn sealed_secrets_in(path: &Path) -> Result<Vec<SealedSecret>> {
     if !text.contains("SealedSecret") {
         return Ok(Vec::new());
     }
-    let documents: Vec<serde_json::Value> =
-        crate::yaml::from_multiple(&text).with_context(|| {
-            format!(
-                "failed to parse `{}`, so it cannot be checked",
-                path.display()
-            )
-        })?;
+    let documents: Vec<serde_json::Value> = crate::yaml::from_multiple(&text).map_err(|error| {
+        let what = match error.location() {
+            Some(at) => format!(
+                "document {}",
+                crate::manifest::document_at(&text, at.line())
+            ),
+            None => "a document".to_owned(),
+        };
+        anyhow::Error::new(error).context(format!(
+            "failed to parse {what} of `{}`, so it cannot be checked",
+            path.display()
+        ))
+    })?;
     let mut out = Vec::new();
     for (i, value) in documents.into_iter().enumerate() {
         let mut values = vec![value];
