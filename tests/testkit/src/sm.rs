@@ -40,14 +40,26 @@ pub const ENDPOINT_VAR: &str = "KSEAL_TEST_SM_ENDPOINT";
 /// return early. This is the rule the reference kube-apiserver tests follow for
 /// `KSEAL_REFAPI_KUBECONFIG`.
 pub fn endpoint() -> Option<String> {
-    decide_endpoint(
+    let test = std::thread::current().name().map(str::to_owned);
+    let decided = decide_endpoint(
         std::env::var(ENDPOINT_VAR).ok(),
         std::env::var("CI").as_deref() == Ok("true"),
-        std::thread::current().name(),
-    )
+    );
+    if decided.is_none() {
+        // libtest names each test's thread after the test.
+        let test = test.filter(|t| t != "main");
+        crate::skipped(&format!(
+            "SKIPPED: {} needs the Secrets Manager emulator: set {ENDPOINT_VAR} \
+             (scripts/test.sh starts moto and sets it; by hand: eval \"$(bash tests/moto/start.sh)\"; \
+             export {ENDPOINT_VAR})",
+            test.as_deref().unwrap_or("this test")
+        ));
+    }
+    decided
 }
 
-fn decide_endpoint(value: Option<String>, ci: bool, test: Option<&str>) -> Option<String> {
+/// The endpoint from `value`, `None` to skip, or a panic under `ci` without one.
+fn decide_endpoint(value: Option<String>, ci: bool) -> Option<String> {
     if let Some(v) = value.filter(|v| !v.trim().is_empty()) {
         return Some(v.trim().trim_end_matches('/').to_owned());
     }
@@ -56,13 +68,6 @@ fn decide_endpoint(value: Option<String>, ci: bool, test: Option<&str>) -> Optio
         "{ENDPOINT_VAR} is not set, but CI=true: the Secrets Manager emulator is required under \
          CI=true: run tests through scripts/test.sh"
     );
-    // libtest names each test's thread after the test.
-    let test = test.filter(|t| *t != "main").unwrap_or("this test");
-    crate::skipped(&format!(
-        "SKIPPED: {test} needs the Secrets Manager emulator: set {ENDPOINT_VAR} \
-         (scripts/test.sh starts moto and sets it; by hand: eval \"$(bash tests/moto/start.sh)\"; \
-         export {ENDPOINT_VAR})"
-    ));
     None
 }
 
@@ -456,21 +461,21 @@ mod tests {
     #[test]
     fn endpoint_is_taken_from_the_variable() {
         assert_eq!(
-            decide_endpoint(Some("http://127.0.0.1:5000/".into()), true, None).as_deref(),
+            decide_endpoint(Some("http://127.0.0.1:5000/".into()), true).as_deref(),
             Some("http://127.0.0.1:5000")
         );
     }
 
     #[test]
     fn missing_endpoint_skips_outside_ci() {
-        assert_eq!(decide_endpoint(None, false, Some("t")), None);
-        assert_eq!(decide_endpoint(Some(" ".into()), false, None), None);
+        assert_eq!(decide_endpoint(None, false), None);
+        assert_eq!(decide_endpoint(Some(" ".into()), false), None);
     }
 
     #[test]
     #[should_panic(expected = "the Secrets Manager emulator is required under CI=true")]
     fn missing_endpoint_fails_under_ci() {
-        let _ = decide_endpoint(Some(String::new()), true, Some("t"));
+        let _ = decide_endpoint(Some(String::new()), true);
     }
 
     #[test]
