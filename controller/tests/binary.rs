@@ -257,6 +257,17 @@ fn spawn_controller(
     log: &std::path::Path,
     extra: &[&str],
 ) -> std::process::Child {
+    spawn_controller_at(kubeconfig, cluster, log, "127.0.0.1:0", extra)
+}
+
+/// [`spawn_controller`] with its API on `listen_addr`.
+fn spawn_controller_at(
+    kubeconfig: &std::path::Path,
+    cluster: &Cluster,
+    log: &std::path::Path,
+    listen_addr: &str,
+    extra: &[&str],
+) -> std::process::Child {
     controller_command()
         .env("KUBECONFIG", kubeconfig)
         .env("POD_NAME", "kseal-controller-test-0")
@@ -266,7 +277,7 @@ fn spawn_controller(
             "--additional-namespaces",
             &cluster.app,
             "--listen-addr",
-            "127.0.0.1:0",
+            listen_addr,
             "--listen-metrics-addr",
             "127.0.0.1:0",
         ])
@@ -417,23 +428,7 @@ async fn a_taken_port_stops_the_binary_before_it_joins_the_election() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let log = dir.path().join("controller.log");
-    let mut child = controller_command()
-        .env("KUBECONFIG", &kubeconfig)
-        .env("POD_NAME", "kseal-controller-test-0")
-        .args([
-            "--controller-namespace",
-            &cluster.ctrl,
-            "--additional-namespaces",
-            &cluster.app,
-            "--listen-addr",
-            &addr,
-            "--listen-metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_controller_at(&kubeconfig, &cluster, &log, &addr, &[]);
     // Generous: the process has nothing to wait for, so it ends as soon as it starts.
     let mut status = None;
     for _ in 0..600 {
@@ -479,24 +474,13 @@ async fn spawn_serving(
     port: u16,
     extra: &[&str],
 ) -> std::process::Child {
-    let mut child = controller_command()
-        .env("KUBECONFIG", kubeconfig)
-        .env("POD_NAME", "kseal-controller-test-0")
-        .args([
-            "--controller-namespace",
-            &cluster.ctrl,
-            "--additional-namespaces",
-            &cluster.app,
-            "--listen-addr",
-            &format!("127.0.0.1:{port}"),
-            "--listen-metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_controller_at(
+        kubeconfig,
+        cluster,
+        log,
+        &format!("127.0.0.1:{port}"),
+        extra,
+    );
     let from = std::net::Ipv4Addr::LOCALHOST;
     let ready = eventually("the controller is ready", DEADLINE, || async move {
         Ok(http(from, port, "GET", "/readyz", "")
