@@ -5,6 +5,7 @@ mod fleet;
 mod golden;
 mod names;
 mod round_trip;
+mod runbook;
 
 use std::path::PathBuf;
 
