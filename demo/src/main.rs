@@ -11,12 +11,14 @@
 //! the rotation, which opens everything, old key and new. Secret values are never printed
 //! whole.
 
+mod capture;
 mod cluster;
 mod show;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -30,6 +32,9 @@ use kube::ResourceExt as _;
 
 use crate::cluster::{CONTROLLER_NAMESPACE, Cluster, wait_for};
 use crate::show::{note, step, table};
+
+/// `-v`: the controllers log to stderr, so the kseal commands' output is not captured.
+static VERBOSE: AtomicBool = AtomicBool::new(false);
 
 /// Walk through kseal on this machine: a fleet key ring, offline sealing, two clusters and a
 /// key rotation.
@@ -127,6 +132,7 @@ fn main() -> ExitCode {
         return rerun_without(&foreign);
     }
     if cli.verbose {
+        VERBOSE.store(true, Ordering::Relaxed);
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
         let _ = tracing_subscriber::fmt()
@@ -184,16 +190,28 @@ impl Paths {
 }
 
 /// Runs `kseal ARGS` in-process (on a blocking thread: ring commands start their own runtime),
-/// after printing it as `shown`.
+/// after printing it as `shown`; what it prints comes out indented under it, with `$DEMO` for
+/// the demo's directory (as it prints with `-v`, where the controllers' logs interleave).
 async fn kseal(args: &[&str], shown: Vec<String>) -> Result<()> {
     note(&format!("$ kseal {}", shown.join(" ")));
     let argv: Vec<String> = std::iter::once("kseal")
         .chain(args.iter().copied())
         .map(str::to_owned)
         .collect();
-    let code = tokio::task::spawn_blocking(move || kseal_cli::run(argv))
-        .await
-        .context("the kseal command panicked")?;
+    let verbose = VERBOSE.load(Ordering::Relaxed);
+    let (code, output) = tokio::task::spawn_blocking(move || {
+        if verbose {
+            Ok((kseal_cli::run(argv), String::new()))
+        } else {
+            capture::run(|| kseal_cli::run(argv))
+        }
+    })
+    .await
+    .context("the kseal command panicked")?
+    .context("capturing the kseal command's output")?;
+    for line in output.lines() {
+        note(&format!("  {}", show::with_demo_var(line)));
+    }
     if code != ExitCode::SUCCESS {
         bail!(
             "`kseal {}` failed (its message is above)",
@@ -351,6 +369,7 @@ async fn apply_all(
 async fn run(cli: Cli) -> Result<()> {
     let started = Instant::now();
     let dir = prepare(&cli.dir)?;
+    show::set_demo_dir(&dir);
     let paths = Paths {
         ring: format!("dir://{}", dir.join("ring").display()),
         dir,

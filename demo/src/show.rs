@@ -4,6 +4,22 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 
+/// The demo's directory, as the tool prints it; shown as `$DEMO`, as in the narration.
+static DEMO_DIR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the directory that [`with_demo_var`] replaces (once; later calls are ignored).
+pub(crate) fn set_demo_dir(dir: &std::path::Path) {
+    let _ = DEMO_DIR.set(dir.display().to_string());
+}
+
+/// `line` with the demo's directory written `$DEMO`.
+pub(crate) fn with_demo_var(line: &str) -> String {
+    match DEMO_DIR.get() {
+        Some(dir) if !dir.is_empty() => line.replace(dir.as_str(), "$DEMO"),
+        _ => line.to_owned(),
+    }
+}
+
 /// Indentation of everything under a step's line.
 pub(crate) const INDENT: &str = "      ";
 
@@ -30,10 +46,10 @@ pub(crate) fn shell_quote(arg: &str) -> String {
     }
 }
 
-/// A value as the demo prints it: never the whole value. Private keys show only their kind and
-/// size; other values their first 4 characters (none when that would be most of the value),
-/// `…` and their size.
-pub(crate) fn mask(value: &[u8]) -> String {
+/// A value as the demo prints it: never any of a secret value. Private keys show their kind and
+/// size, items that are public by nature (an SSH public key, known hosts) their first characters,
+/// every other value only its size.
+pub(crate) fn mask(key: &str, value: &[u8]) -> String {
     let text = String::from_utf8_lossy(value);
     if text.contains("PRIVATE KEY") {
         let kind = if text.contains("OPENSSH PRIVATE KEY") {
@@ -43,16 +59,16 @@ pub(crate) fn mask(value: &[u8]) -> String {
         };
         return format!("<{kind}, {} bytes>", value.len());
     }
-    let chars = text.chars().count();
-    if chars <= 8 || text.contains('\u{fffd}') {
-        return format!("… ({} bytes)", value.len());
+    let public = key.ends_with(".pub") || key == "known_hosts";
+    if public && !text.contains('\u{fffd}') {
+        let head: String = text
+            .chars()
+            .take(16)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        return format!("{head}… ({} bytes, public)", value.len());
     }
-    let head: String = text
-        .chars()
-        .take(4)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    format!("{head}… ({} bytes)", value.len())
+    format!("•••••• ({} bytes)", value.len())
 }
 
 /// A table with left-aligned columns, indented.
@@ -103,7 +119,7 @@ pub(crate) fn secret_rows(secrets: &[Secret]) -> Vec<Vec<String>> {
                 (String::new(), String::new())
             };
             first = false;
-            rows.push(vec![name, type_, key.clone(), mask(&value.0)]);
+            rows.push(vec![name, type_, key.clone(), mask(key, &value.0)]);
         }
     }
     rows
@@ -114,18 +130,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn masked_values_never_show_more_than_four_characters() {
+    fn secret_values_show_nothing_but_their_size() {
         assert_eq!(
-            mask(b"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
-            "wJal… (40 bytes)"
+            mask(
+                "aws_secret_access_key",
+                b"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+            ),
+            "•••••• (40 bytes)"
         );
-        assert_eq!(mask(b"s3cr3t"), "… (6 bytes)");
         assert_eq!(
-            mask(b"-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n"),
+            mask("password", b"correct-horse-battery-staple"),
+            "•••••• (28 bytes)"
+        );
+        assert_eq!(mask("password", b"s3cr3t"), "•••••• (6 bytes)");
+        assert_eq!(
+            mask(
+                "identity",
+                b"-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n"
+            ),
             "<ssh private key, 74 bytes>"
         );
-        assert_eq!(mask(b"[default]\naws"), "[def… (13 bytes)");
-        assert_eq!(mask(&[0xff; 20]), "… (20 bytes)");
+        assert_eq!(mask("credentials", b"[default]\naws"), "•••••• (13 bytes)");
+        assert_eq!(mask("x", &[0xff; 20]), "•••••• (20 bytes)");
+        // Public by nature: the start shows, so a reader can tell what it is.
+        assert_eq!(
+            mask(
+                "identity.pub",
+                b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA kseal"
+            ),
+            "ssh-ed25519 AAAA… (42 bytes, public)"
+        );
     }
 
     #[test]

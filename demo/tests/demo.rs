@@ -85,7 +85,7 @@ fn the_demo_tells_the_whole_story_without_printing_a_secret() {
     // The Crossplane INI holds the example keys only: no session token from the environment.
     let credentials = stderr
         .lines()
-        .find(|l| l.contains(" credentials ") && l.contains("[def…"))
+        .find(|l| l.contains(" credentials ") && l.contains("•••"))
         .expect("the Crossplane credentials row");
     assert!(credentials.ends_with("(116 bytes)"), "{credentials}");
     assert!(stderr.contains("(before rotation)") && stderr.contains("(after rotation)"));
