@@ -77,10 +77,18 @@ fn a_stale_marker_and_a_failed_hidden_step_are_refused() {
     let before = "<!-- runbook\nbefore: false\n-->\n```sh\necho hi\n```\n";
     let out = run(before);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("hidden 'before:' step failed"), "{}", text(&out));
+    assert!(
+        text(&out).contains("hidden 'before:' step failed"),
+        "{}",
+        text(&out)
+    );
 
     let unknown = "<!-- runbook\nskip-lines: x\n-->\n```sh\necho hi\n```\n";
     let out = run(unknown);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("unknown runbook directive"), "{}", text(&out));
+    assert!(
+        text(&out).contains("unknown runbook directive"),
+        "{}",
+        text(&out)
+    );
 }
