@@ -357,7 +357,7 @@ seed_jp '{.spec.template.spec.securityContext.seccompProfile.type}' RuntimeDefau
 seed_jp '{.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem}' true
 seed_jp '{.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation}' false
 seed_jp '{.spec.template.spec.containers[0].securityContext.capabilities.drop}' '["ALL"]'
-seed_jp '{.spec.template.spec.containers[0].command}' '["kseal","keys","push","--ring","kseal/fleet","--if-empty","--yes"]'
+seed_jp '{.spec.template.spec.containers[0].command}' '["kseal","keys","push","--ring","kseal/fleet","--if-empty"]'
 seed_sa=$(k -n "$SEED_NS" get serviceaccount kseal-seeder -o 'jsonpath={.automountServiceAccountToken} {.metadata.annotations.eks\.amazonaws\.com/role-arn}')
 [[ "$seed_sa" =~ ^false\ arn:aws:iam::[0-9]{12}:role/ ]] ||
   fail "the seeder service account: automount and IRSA role are '$seed_sa', expected 'false arn:aws:iam::<account>:role/...'"

@@ -141,7 +141,7 @@ Examples:
   kseal keys push --ring kseal/fleet --aws-region eu-west-1
 
   # The same, safe to run again (a seeding Job): does nothing once the ring has a key
-  kseal keys push --ring kseal/fleet --if-empty --yes
+  kseal keys push --ring kseal/fleet --if-empty
 
   # Add a key made elsewhere (kseal keys generate --out-dir, or openssl) without activating it
   kseal keys push --ring kseal/fleet --from keys/
@@ -919,9 +919,31 @@ pub(crate) struct RingWriteArgs {
     /// (`{"crt","key"}`), for clusters still on External Secrets Operator and Bitnami
     #[arg(long, env = env::KSEAL_MIRROR_CURRENT_TO, value_name = "NAME")]
     pub(crate) mirror_current_to: Option<String>,
+}
+
+/// `--yes`, on the commands that ask before they change the ring.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ConfirmArgs {
     /// Ask nothing (the default when standard input is not a terminal)
     #[arg(short = 'y', long, env = env::KSEAL_YES)]
     pub(crate) yes: bool,
+}
+
+/// `--yes` on a command that never asks: accepted (scripts written for older versions keep
+/// working), hidden, and said to have no effect.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct NeverAsksArgs {
+    #[arg(short = 'y', long = "yes", hide = true)]
+    pub(crate) yes: bool,
+}
+
+impl NeverAsksArgs {
+    /// Warns that `--yes` does nothing for `command`.
+    pub(crate) fn warn(&self, command: &str) {
+        if self.yes {
+            eprintln!("warning: --yes has no effect: `{command}` never asks");
+        }
+    }
 }
 
 /// Size, subject and validity of generated keys.
@@ -934,9 +956,33 @@ pub(crate) struct KeySpecArgs {
     /// Certificate common name
     #[arg(long, env = env::KSEAL_COMMON_NAME, default_value = "sealed-secret")]
     pub(crate) common_name: String,
-    /// Certificate validity in days
-    #[arg(long, env = env::KSEAL_VALIDITY_DAYS, default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..=36500))]
-    pub(crate) validity_days: u32,
+    /// Certificate validity, as the controller's --key-ttl (e.g. 87600h: 10 years)
+    #[arg(long, env = env::KSEAL_KEY_TTL, default_value = "87600h", value_parser = parse_key_ttl, value_name = "DURATION")]
+    pub(crate) key_ttl: std::time::Duration,
+    /// Deprecated spelling: certificate validity in days (use --key-ttl)
+    #[arg(long, env = env::KSEAL_VALIDITY_DAYS, hide = true, conflicts_with = "key_ttl", value_parser = clap::value_parser!(u32).range(1..=36500))]
+    pub(crate) validity_days: Option<u32>,
+}
+
+impl KeySpecArgs {
+    /// How long generated certificates are valid: --key-ttl, or the deprecated --validity-days.
+    pub(crate) fn validity(&self) -> std::time::Duration {
+        self.validity_days.map_or(self.key_ttl, |days| {
+            std::time::Duration::from_secs(u64::from(days) * 86_400)
+        })
+    }
+}
+
+/// A certificate validity: a duration of at least an hour and at most 100 years.
+fn parse_key_ttl(text: &str) -> Result<std::time::Duration, String> {
+    let ttl = parse_duration(text)?;
+    let (min, max) = (3_600, 100 * 365 * 86_400);
+    if !(min..=max).contains(&ttl.as_secs()) {
+        return Err(format!(
+            "`{text}` is not a usable certificate validity: use between 1h and 876000h (100 years)"
+        ));
+    }
+    Ok(ttl)
 }
 
 // Own arguments come before the flattened groups: a group's help heading applies to every
@@ -955,6 +1001,8 @@ pub(crate) struct PushArgs {
     pub(crate) ring: RingArgs,
     #[command(flatten)]
     pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) never_asks: NeverAsksArgs,
     #[command(flatten)]
     pub(crate) spec: KeySpecArgs,
 }
@@ -995,6 +1043,8 @@ pub(crate) struct ActivateArgs {
     #[command(flatten)]
     pub(crate) write: RingWriteArgs,
     #[command(flatten)]
+    pub(crate) confirm: ConfirmArgs,
+    #[command(flatten)]
     pub(crate) delay: DelayArgs,
     /// Wait until the key may be activated instead of failing
     #[arg(long, env = env::KSEAL_WAIT)]
@@ -1007,6 +1057,8 @@ pub(crate) struct RotateArgs {
     pub(crate) ring: RingArgs,
     #[command(flatten)]
     pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) confirm: ConfirmArgs,
     #[command(flatten)]
     pub(crate) delay: DelayArgs,
     /// Push the new key and stop; activate it later with `kseal keys activate`
@@ -1055,6 +1107,8 @@ pub(crate) struct ImportArgs {
     pub(crate) ring: RingArgs,
     #[command(flatten)]
     pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) never_asks: NeverAsksArgs,
 }
 
 #[derive(Debug, Args)]
@@ -1077,6 +1131,8 @@ pub(crate) struct RetireArgs {
     pub(crate) ring: RingArgs,
     #[command(flatten)]
     pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) confirm: ConfirmArgs,
 }
 
 #[derive(Debug, Args)]

@@ -50,7 +50,9 @@ pub(crate) const KSEAL_OUT_DIR: &str = "KSEAL_OUT_DIR";
 pub(crate) const KSEAL_KEY_SIZE: &str = "KSEAL_KEY_SIZE";
 /// Certificate common name for `keys generate` (`--common-name`).
 pub(crate) const KSEAL_COMMON_NAME: &str = "KSEAL_COMMON_NAME";
-/// Certificate validity in days for `keys generate` (`--validity-days`).
+/// Certificate validity of generated keys (`--key-ttl`, as the controller's).
+pub(crate) const KSEAL_KEY_TTL: &str = "KSEAL_KEY_TTL";
+/// Deprecated: certificate validity in days (`--validity-days`).
 pub(crate) const KSEAL_VALIDITY_DAYS: &str = "KSEAL_VALIDITY_DAYS";
 /// Overwrite an existing key (`--force`).
 pub(crate) const KSEAL_FORCE: &str = "KSEAL_FORCE";

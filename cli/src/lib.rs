@@ -124,6 +124,7 @@ const DEPRECATED_FLAGS: &[(&str, &str)] = &[
     ("--region", "--aws-region"),
     ("--assume-role", "--aws-assume-role"),
     ("--output", "--format"),
+    ("--validity-days", "--key-ttl"),
 ];
 
 /// Says once per old spelling that it is deprecated (the flag still works).

@@ -218,6 +218,92 @@ fn keys_generate_refuses_to_overwrite_and_protects_the_key() {
 }
 
 #[test]
+fn key_validity_is_key_ttl_as_in_the_controller_and_validity_days_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_after = |sub: &str| {
+        let run = kseal(
+            &["keys", "inspect", &format!("{sub}/tls.crt")],
+            None,
+            dir.path(),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("not after"))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no validity in {}", run.stdout));
+        let before = run
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("not before"))
+            .map(str::to_owned)
+            .unwrap();
+        (before, line)
+    };
+    let ttl = kseal(
+        &[
+            "keys",
+            "generate",
+            "--out-dir",
+            "a",
+            "--key-size",
+            "2048",
+            "--key-ttl",
+            "48h",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(ttl.code, 0, "{}", ttl.stderr);
+    assert!(!ttl.stderr.contains("deprecated"), "{}", ttl.stderr);
+    let days = kseal(
+        &[
+            "keys",
+            "generate",
+            "--out-dir",
+            "b",
+            "--key-size",
+            "2048",
+            "--validity-days",
+            "2",
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(days.code, 0, "{}", days.stderr);
+    assert!(
+        days.stderr
+            .contains("warning: --validity-days is deprecated; use --key-ttl"),
+        "{}",
+        days.stderr
+    );
+    // Two days after "not before", for both spellings (dates only: the runs are a second apart).
+    for sub in ["a", "b"] {
+        let (before, after) = not_after(sub);
+        let date = |l: &str| l.split_whitespace().nth(2).unwrap().to_owned();
+        let parse = |d: &str| {
+            let p: Vec<i64> = d.split('-').map(|x| x.parse().unwrap()).collect();
+            p[0] * 372 + p[1] * 31 + p[2]
+        };
+        let (b, a) = (parse(&date(&before)), parse(&date(&after)));
+        assert!(a > b, "{sub}: {before} / {after}");
+        assert!(a - b <= 4, "{sub}: {before} / {after}");
+    }
+    let short = kseal(
+        &["keys", "generate", "--out-dir", "c", "--key-ttl", "10m"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(short.code, 2, "{}", short.stderr);
+    assert!(
+        short.stderr.contains("not a usable certificate validity"),
+        "{}",
+        short.stderr
+    );
+}
+
+#[test]
 fn quickstart_runs_the_whole_flow_and_can_run_again() {
     let dir = tempfile::tempdir().unwrap();
     let first = kseal(&["quickstart", "--dir", "qs"], None, dir.path());

@@ -169,7 +169,7 @@ ring=$work/ring
 in=$work/in
 mkdir -p "$ring" "$in"
 chown 65532:65532 "$ring"
-in_image push --rw "$ring:/ring" -- /usr/local/bin/kseal keys push --ring dir:///ring --if-empty --yes \
+in_image push --rw "$ring:/ring" -- /usr/local/bin/kseal keys push --ring dir:///ring --if-empty \
   >"$work/push.log" 2>&1 || { cat "$work/push.log" >&2; fail "kseal keys push failed in the image"; }
 log "ok: kseal keys push (through kseal-ring) seeded a directory key ring, as 65532"
 in_image export --ro "$ring:/ring" -- /usr/local/bin/kseal keys export-cert --ring dir:///ring \

@@ -1,7 +1,7 @@
 //! `kseal keys generate` and `kseal keys inspect`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
@@ -34,7 +34,7 @@ impl GenerateRequest {
     }
 }
 
-/// The key size and certificate options of `--key-size`, `--common-name`, `--validity-days`.
+/// The key size and certificate options of `--key-size`, `--common-name`, `--key-ttl`.
 pub(crate) fn key_spec(spec: &KeySpecArgs) -> Result<(KeySize, CertificateOptions)> {
     let size = KeySize::from_bits(spec.key_size as usize)
         .with_context(|| format!("unsupported key size {}", spec.key_size))?;
@@ -43,7 +43,7 @@ pub(crate) fn key_spec(spec: &KeySpecArgs) -> Result<(KeySize, CertificateOption
         CertificateOptions {
             common_name: spec.common_name.clone(),
             not_before: SystemTime::now(),
-            validity: Duration::from_secs(u64::from(spec.validity_days) * 86_400),
+            validity: spec.validity(),
         },
     ))
 }

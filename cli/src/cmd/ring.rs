@@ -320,6 +320,7 @@ fn hint_activation(ring: &str, outcomes: &[PushOutcome], delay: Duration) {
 const ORPHAN_RECOVERY_DAYS: u32 = 7;
 
 pub(crate) fn push(args: PushArgs) -> Result<()> {
+    args.never_asks.warn("kseal keys push");
     // Files are read before anything is written, so a bad one changes nothing.
     let mut from = Vec::new();
     for path in &args.from {
@@ -464,7 +465,7 @@ pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
                 args.key,
                 ring_label(&ring)
             ),
-            args.write.yes,
+            args.confirm.yes,
         )?;
         let done = activate_key(
             &ring,
@@ -491,7 +492,7 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
                 "Generate a new sealing key for key ring {}?",
                 ring_label(&ring)
             ),
-            args.write.yes,
+            args.confirm.yes,
         )?;
         let pair = generate(&args.spec)?;
         let outcomes = push_all(&ring, vec![pair]).await?;
@@ -768,6 +769,7 @@ async fn read_single_secret(text: &str, args: &RingArgs) -> Result<KeyPair> {
 }
 
 pub(crate) fn import(args: ImportArgs) -> Result<()> {
+    args.never_asks.warn("kseal keys import");
     block_on(async {
         let mut keys = Vec::new();
         for source in &args.sources {
@@ -1026,7 +1028,7 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
                 target.short(),
                 ring_label(&ring),
             ),
-            args.write.yes,
+            args.confirm.yes,
         )?;
         let outcome = ring
             .retire(target.as_str(), args.recovery_days)
