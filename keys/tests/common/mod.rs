@@ -10,6 +10,7 @@ use serde::Deserialize;
 /// The interop vector file produced by Bitnami's own sealing code (see shared/interop).
 #[derive(Debug, Deserialize)]
 pub struct VectorFile {
+    pub set: String,
     pub key: VectorKey,
     pub vectors: Vec<Vector>,
 }
@@ -38,23 +39,23 @@ pub struct Vector {
     pub sealed_b64: String,
 }
 
-/// Loads `shared/interop/set-a.json`. Under `CI=true` a missing file fails the test; on a
-/// developer machine without `shared/` the test is skipped loudly.
-pub fn interop_set_a() -> Option<VectorFile> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/set-a.json");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Some(serde_json::from_str(&text).expect("set-a.json parses")),
-        Err(e) => {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("interop vectors missing at {}: {e}", path.display());
-            }
-            skipped(&format!(
-                "SKIPPED: interop vectors not found at {} ({e}); they come from the shared/ folder",
-                path.display()
-            ));
-            None
-        }
+/// The interop vector sets: kseal's own (`keys/tests/vectors/go-stdlib.json`, made by Go's
+/// standard library with `keys/tests/vectors/gen`; always there), then Bitnami's own
+/// (`shared/interop/set-a.json`) where the shared folder sits beside the checkout. Without it
+/// that set is recorded as skipped, also under `CI=true`: a clean clone has the first set.
+pub fn interop_sets() -> Vec<VectorFile> {
+    let own = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/go-stdlib.json");
+    let text = std::fs::read_to_string(&own).unwrap_or_else(|e| panic!("{}: {e}", own.display()));
+    let mut sets = vec![serde_json::from_str(&text).expect("go-stdlib.json parses")];
+    let shared = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/interop/set-a.json");
+    match std::fs::read_to_string(&shared) {
+        Ok(text) => sets.push(serde_json::from_str(&text).expect("set-a.json parses")),
+        Err(e) => skipped(&format!(
+            "SKIPPED: Bitnami's interop set {} ({e}); kseal's own set ran",
+            shared.display()
+        )),
     }
+    sets
 }
 
 pub fn b64(text: &str) -> Vec<u8> {
