@@ -55,6 +55,11 @@ pub(crate) enum Command {
     /// Print a shell completion script
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions(CompletionsArgs),
+    // `kseal config`: the repository's .kseal.yaml and its creation rules.
+    /// Show the .kseal.yaml that applies here and which creation rule picks the ring or
+    /// certificate, scope and namespace for a path
+    #[command(after_help = CONFIG_EXAMPLES)]
+    Config(ConfigArgs),
 }
 
 const SEAL_EXAMPLES: &str = "\
@@ -197,6 +202,20 @@ Examples:
 
 The key is first removed from the index (controllers drop their copy after their
 --key-source-retire-grace), then its secret is scheduled for deletion with a recovery window.";
+
+const CONFIG_EXAMPLES: &str = "\
+Examples:
+  # Which rule of the nearest .kseal.yaml applies to a file, and why
+  kseal config --for clusters/prod/db.yaml
+
+  # The JSON Schema of .kseal.yaml, for editors (yaml-language-server)
+  kseal config --schema > kseal-config.schema.json
+
+.kseal.yaml is found from the current directory upwards. Its creation_rules are tried in
+order and the first whose path_regex matches the output path (relative to the file's
+directory) applies: its ring or cert, scope and namespace are defaults of `kseal seal`,
+`create`, `set` and `reseal`; --cert, --scope and -n always win over them.
+forbid_cluster_wide is a policy that no flag lifts.";
 
 const COMPLETIONS_EXAMPLES: &str = "\
 Examples:
@@ -358,9 +377,9 @@ pub(crate) struct OutArgs {
     /// Namespace of the Secret [default: what the consumer expects, see above]
     #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE)]
     pub(crate) namespace: Option<String>,
-    /// Scope the Secret is sealed for
-    #[arg(long, env = env::KSEAL_SCOPE, default_value = "strict", value_parser = parse_scope)]
-    pub(crate) scope: kseal_api::Scope,
+    /// Scope the Secret is sealed for [default: the .kseal.yaml creation rule's, else strict]
+    #[arg(long, env = env::KSEAL_SCOPE, value_parser = parse_scope)]
+    pub(crate) scope: Option<kseal_api::Scope>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -1108,6 +1127,18 @@ pub(crate) struct QuickstartArgs {
     /// Directory for the demo's key, sample Secret and results
     #[arg(long, env = env::KSEAL_QUICKSTART_DIR, default_value = "kseal-quickstart")]
     pub(crate) dir: PathBuf,
+}
+
+// `kseal config` (creation rules).
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// Output path to show the creation rule for (as -w, --merge-into or a `set` FILE would
+    /// name it); without it, the rule for output to stdout
+    #[arg(long = "for", env = env::KSEAL_CONFIG_FOR, value_name = "PATH")]
+    pub(crate) for_path: Option<PathBuf>,
+    /// Print the JSON Schema of .kseal.yaml instead (for editors)
+    #[arg(long, env = env::KSEAL_CONFIG_SCHEMA, conflicts_with = "for_path")]
+    pub(crate) schema: bool,
 }
 
 #[derive(Debug, Args)]

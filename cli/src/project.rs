@@ -1,20 +1,34 @@
-//! The repository's `.kseal.yaml`: the trust anchors of the key rings it seals to.
+//! The repository's `.kseal.yaml`: the trust anchors of the key rings it seals to, and the
+//! creation rules that say which ring or certificate, scope and namespace each path of the
+//! repository is sealed with.
 //!
 //! Like `.sops.yaml`, the file is found from the current directory upwards and committed, so
-//! every laptop and CI job of a GitOps repository pins the same anchor. `kseal keys trust`
-//! writes it. The format:
+//! every laptop and CI job of a GitOps repository pins the same anchor and applies the same
+//! rules. `kseal keys trust` writes the pins; `kseal config` shows which rule applies to a
+//! path. The format (`schemas/kseal-config.schema.json` is its JSON Schema, for editors):
 //!
 //! ```yaml
 //! rings:
 //!   - ring: secretsmanager://kseal/fleet   # as given to --ring / --cert
 //!     anchor: 4034c72f56d5…                # kid of the ring's first root key (64 hex)
 //!     version: 12                          # optional: older indexes are refused (rollback)
+//! creation_rules:                          # the first rule whose path_regex matches applies
+//!   - path_regex: ^clusters/prod/          # the output path, relative to this file's directory
+//!     ring: secretsmanager://kseal/prod    # or cert: certs/prod.crt (relative to this file)
+//!     scope: strict                        # strict, namespace-wide or cluster-wide
+//!     namespace: prod
+//!     forbid_cluster_wide: true            # refuse cluster-wide SealedSecrets here
 //! ```
+//!
+//! An explicit flag (`--cert`, `--scope`, `-n`) always wins over a rule; `forbid_cluster_wide`
+//! is a policy, not a default, and no flag lifts it.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
+use kseal_keys::Scope;
 use kseal_keystore::{Kid, Location};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The file's name.
@@ -23,23 +37,85 @@ pub(crate) const FILE_NAME: &str = ".kseal.yaml";
 /// Larger than any sensible configuration; a bigger file is refused, not read.
 const MAX_BYTES: u64 = 1 << 20;
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// kseal's repository configuration (`.kseal.yaml`): the trust anchors of the key rings the
+/// repository seals to, and the rules that choose how each path is sealed.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "kseal repository configuration (.kseal.yaml)")]
 pub(crate) struct ProjectFile {
+    /// Trust anchors of key rings, written by `kseal keys trust`.
     #[serde(default)]
     pub(crate) rings: Vec<RingPin>,
+    /// Defaults per output path, as `.sops.yaml`'s `creation_rules`: the first rule whose
+    /// `path_regex` matches applies; an explicit flag always wins over it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) creation_rules: Vec<CreationRule>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The trust anchor pinned for one key ring.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RingPin {
     /// The ring, as given to `--ring` or `--cert`.
     pub(crate) ring: String,
-    /// The kid of its anchor.
+    /// The kid of its anchor: 64 lowercase hex characters, as `kseal keys trust` prints it.
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub(crate) anchor: String,
     /// The index version seen when it was pinned: an older index is a rollback.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) version: u64,
+}
+
+/// How the SealedSecrets written under matching paths are sealed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreationRule {
+    /// Regular expression (Rust `regex` syntax, unanchored like `.sops.yaml`'s) matched against
+    /// the output path relative to the directory of this file, with `/` separators (e.g.
+    /// `^clusters/prod/`). Without it the rule matches every path, and output to stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) path_regex: Option<String>,
+    /// Key ring whose active key seals (`secretsmanager://PREFIX`, `PREFIX`, or
+    /// `dir://PATH`, a relative PATH being relative to this file), as `--cert RING`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ring: Option<String>,
+    /// Certificate to seal with: a PEM file (relative to this file) or an https:// URL, as
+    /// `--cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cert: Option<String>,
+    /// Scope of Secrets that declare none, as `--scope`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) scope: Option<RuleScope>,
+    /// Namespace of Secrets that declare none, as `-n`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub(crate) namespace: Option<String>,
+    /// Refuse to write cluster-wide SealedSecrets (which any namespace of the cluster may
+    /// unseal) to matching paths; no flag lifts this.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) forbid_cluster_wide: bool,
+}
+
+/// A sealing scope, spelled as `--scope` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum RuleScope {
+    /// Bound to the Secret's namespace and name.
+    Strict,
+    /// Bound to the namespace: the Secret may be renamed.
+    NamespaceWide,
+    /// Any namespace and name of the cluster may unseal it.
+    ClusterWide,
+}
+
+impl From<RuleScope> for Scope {
+    fn from(scope: RuleScope) -> Self {
+        match scope {
+            RuleScope::Strict => Scope::Strict,
+            RuleScope::NamespaceWide => Scope::Namespace,
+            RuleScope::ClusterWide => Scope::Cluster,
+        }
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -92,7 +168,8 @@ pub(crate) fn find_from(dir: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Reads a `.kseal.yaml`.
+/// Reads a `.kseal.yaml`; a syntax error or unknown field is reported with its line and
+/// column.
 pub(crate) fn read(path: &Path) -> Result<ProjectFile> {
     let meta = fs_err::metadata(path)?;
     if meta.len() > MAX_BYTES {
@@ -195,6 +272,293 @@ pub(crate) fn write_pin(
     Ok(previous.filter(|p| p != anchor.as_str()))
 }
 
+/// A `.kseal.yaml` with its creation rules compiled.
+#[derive(Debug)]
+pub(crate) struct Project {
+    /// The file, as found.
+    pub(crate) path: PathBuf,
+    /// Its directory, canonical: rule paths are relative to it.
+    base: PathBuf,
+    pub(crate) file: ProjectFile,
+    /// One per rule: its compiled `path_regex`, if it has one.
+    regexes: Vec<Option<regex::Regex>>,
+}
+
+/// The creation rule that applies to an output path, and why (for messages and
+/// `kseal config`).
+#[derive(Debug, Clone)]
+pub(crate) struct MatchedRule {
+    /// Its index in `creation_rules`, from 0.
+    pub(crate) index: usize,
+    pub(crate) rule: CreationRule,
+    /// The `.kseal.yaml` it comes from.
+    pub(crate) file: PathBuf,
+    /// The directory of that file, canonical.
+    base: PathBuf,
+    /// The output path relative to `base` that the rule matched (none: output to stdout).
+    pub(crate) relative: Option<String>,
+}
+
+impl Project {
+    /// The `.kseal.yaml` of `dir` or the nearest directory above it, read and checked.
+    pub(crate) fn discover(dir: &Path) -> Result<Option<Project>> {
+        find_from(dir).map(|p| Project::load(&p)).transpose()
+    }
+
+    /// The `.kseal.yaml` found from the current directory upwards.
+    pub(crate) fn discover_from_cwd() -> Result<Option<Project>> {
+        let cwd = std::env::current_dir().context("cannot read the current directory")?;
+        Project::discover(&cwd)
+    }
+
+    /// Reads `path` and checks its creation rules: every regex compiles, a rule names at most
+    /// one of `ring` and `cert`, and does not both default to and forbid cluster-wide.
+    pub(crate) fn load(path: &Path) -> Result<Project> {
+        let file = read(path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        let base = fs_err::canonicalize(dir)?;
+        let mut regexes = Vec::with_capacity(file.creation_rules.len());
+        for (i, rule) in file.creation_rules.iter().enumerate() {
+            let what = || format!("{}: creation rule {}", path.display(), i + 1);
+            let regex = rule
+                .path_regex
+                .as_deref()
+                .map(|text| {
+                    regex::Regex::new(text).map_err(|e| {
+                        anyhow::anyhow!("{}: path_regex `{text}` is not a valid regex: {e}", what())
+                    })
+                })
+                .transpose()?;
+            regexes.push(regex);
+            if rule.ring.is_some() && rule.cert.is_some() {
+                bail!("{}: give either `ring` or `cert`, not both", what());
+            }
+            if rule.forbid_cluster_wide && rule.scope == Some(RuleScope::ClusterWide) {
+                bail!(
+                    "{}: `scope: cluster-wide` contradicts `forbid_cluster_wide: true`",
+                    what()
+                );
+            }
+            if let Some(ring) = &rule.ring {
+                Location::parse(ring).with_context(|| format!("{}: `ring`", what()))?;
+            }
+            if let Some(namespace) = &rule.namespace {
+                kseal_api::validation::validate_namespace_name(namespace).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: namespace `{namespace}` is not a valid namespace name: {e}",
+                        what()
+                    )
+                })?;
+            }
+        }
+        Ok(Project {
+            path: path.to_owned(),
+            base,
+            file,
+            regexes,
+        })
+    }
+
+    /// `output` relative to this file's directory, with `/` separators; `None` when it lies
+    /// outside it. The file need not exist yet (its directory is resolved, links included).
+    pub(crate) fn relative(&self, output: &Path) -> Option<String> {
+        let absolute = if output.is_absolute() {
+            output.to_owned()
+        } else {
+            std::env::current_dir().ok()?.join(output)
+        };
+        // The nearest existing ancestor is resolved (links, `..`); the rest is kept as given.
+        let mut existing = absolute.as_path();
+        let mut rest = Vec::new();
+        let resolved = loop {
+            if let Ok(c) = std::fs::canonicalize(existing) {
+                break c;
+            }
+            rest.push(existing.file_name()?);
+            existing = existing.parent()?;
+        };
+        let mut full = resolved;
+        for part in rest.iter().rev() {
+            full.push(part);
+        }
+        let relative = full.strip_prefix(&self.base).ok()?;
+        let parts: Vec<String> = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        Some(parts.join("/"))
+    }
+
+    /// The first creation rule that matches `output` (`None`: output to stdout, which only
+    /// rules without `path_regex` match).
+    pub(crate) fn rule_for(&self, output: Option<&Path>) -> Option<MatchedRule> {
+        let relative = match output {
+            Some(path) => Some(self.relative(path)?),
+            None => None,
+        };
+        let index = self
+            .regexes
+            .iter()
+            .position(|regex| match (regex, &relative) {
+                (None, _) => true,
+                (Some(regex), Some(path)) => regex.is_match(path),
+                (Some(_), None) => false,
+            })?;
+        Some(MatchedRule {
+            index,
+            rule: self.file.creation_rules[index].clone(),
+            file: self.path.clone(),
+            base: self.base.clone(),
+            relative,
+        })
+    }
+}
+
+impl MatchedRule {
+    /// "rule 2 of `.kseal.yaml` (path_regex `^prod/` matches `prod/db.yaml`)".
+    pub(crate) fn describe(&self) -> String {
+        let why = match (&self.rule.path_regex, &self.relative) {
+            (Some(regex), Some(path)) => format!("path_regex `{regex}` matches `{path}`"),
+            (_, Some(path)) => format!("no path_regex: it matches every path, `{path}` too"),
+            (_, None) => "no path_regex: it matches output to stdout".to_owned(),
+        };
+        format!(
+            "creation rule {} of `{}` ({why})",
+            self.index + 1,
+            self.file.display()
+        )
+    }
+
+    /// The `--cert` value the rule stands for: its ring or certificate, relative paths
+    /// resolved against the directory of its file.
+    pub(crate) fn cert_spec(&self) -> Result<Option<String>> {
+        if let Some(ring) = &self.rule.ring {
+            return Ok(Some(match Location::parse(ring)? {
+                Location::SecretsManager { prefix, region } => match region {
+                    Some(region) => format!("secretsmanager://{prefix}?region={region}"),
+                    None => format!("secretsmanager://{prefix}"),
+                },
+                Location::Directory {
+                    path,
+                    insecure_perms,
+                } => {
+                    let path = self.base.join(path);
+                    let suffix = if insecure_perms {
+                        "?insecure-perms=true"
+                    } else {
+                        ""
+                    };
+                    format!("dir://{}{suffix}", path.display())
+                }
+            }));
+        }
+        Ok(self.rule.cert.as_ref().map(|cert| {
+            let lower = cert.to_ascii_lowercase();
+            if lower.starts_with("https://")
+                || lower.starts_with("http://")
+                || lower.starts_with("secretsmanager://")
+                || lower.starts_with("dir:")
+            {
+                cert.clone()
+            } else {
+                self.base.join(cert).display().to_string()
+            }
+        }))
+    }
+
+    pub(crate) fn scope(&self) -> Option<Scope> {
+        self.rule.scope.map(Scope::from)
+    }
+
+    pub(crate) fn namespace(&self) -> Option<&str> {
+        self.rule.namespace.as_deref()
+    }
+
+    /// Refuses `scope` on a path whose rule forbids cluster-wide SealedSecrets.
+    pub(crate) fn check_scope(&self, scope: Scope, what: &str) -> Result<()> {
+        if self.rule.forbid_cluster_wide && scope == Scope::Cluster {
+            bail!(
+                "{what} would be sealed cluster-wide, which {} forbids (forbid_cluster_wide: \
+                 any namespace of the cluster could unseal it); seal it strict or \
+                 namespace-wide",
+                self.describe()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The creation rule for `output`, from the `.kseal.yaml` found from the current directory
+/// upwards (none without such a file or a matching rule).
+pub(crate) fn rule_for_output(output: Option<&Path>) -> Result<Option<MatchedRule>> {
+    Ok(Project::discover_from_cwd()?.and_then(|p| p.rule_for(output)))
+}
+
+/// Fills `--cert` from `rule` when no certificate was given on the command line (or in
+/// `KSEAL_CERT`): an explicit flag always wins.
+pub(crate) fn apply_cert(cert: &mut Vec<String>, rule: Option<&MatchedRule>) -> Result<()> {
+    if cert.is_empty()
+        && let Some(spec) = rule.map(MatchedRule::cert_spec).transpose()?.flatten()
+    {
+        cert.push(spec);
+    }
+    Ok(())
+}
+
+/// For `kseal check`: why a cluster-wide SealedSecret at `path` is forbidden (the rule that
+/// forbids it, from the `.kseal.yaml` nearest to `path`), or `None` when it is allowed.
+#[allow(dead_code)] // called by `kseal check`
+pub(crate) fn forbid_cluster_wide(path: &Path) -> Result<Option<String>> {
+    let absolute = if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir()
+            .context("cannot read the current directory")?
+            .join(path)
+    };
+    let dir = absolute.parent().unwrap_or(Path::new("/"));
+    let Some(project) = Project::discover(dir)? else {
+        return Ok(None);
+    };
+    Ok(project
+        .rule_for(Some(&absolute))
+        .filter(|m| m.rule.forbid_cluster_wide)
+        .map(|m| m.describe()))
+}
+
+/// Whether the `.kseal.yaml` found from the current directory has a creation rule that
+/// seals with a key ring (the `kseal` executable then hands the command to `kseal-ring`).
+/// A file that cannot be read counts as none: the command itself reports it.
+pub(crate) fn rules_name_a_ring() -> bool {
+    let Ok(cwd) = std::env::current_dir() else {
+        return false;
+    };
+    find_from(&cwd)
+        .and_then(|p| read(&p).ok())
+        .is_some_and(|f| {
+            f.creation_rules.iter().any(|r| {
+                r.ring.is_some()
+                    || r.cert.as_deref().is_some_and(|c| {
+                        let lower = c.to_ascii_lowercase();
+                        lower.starts_with("secretsmanager://") || lower.starts_with("dir:")
+                    })
+            })
+        })
+}
+
+/// The JSON Schema of `.kseal.yaml`, as committed in `schemas/kseal-config.schema.json`.
+pub(crate) fn json_schema() -> Result<String> {
+    let schema = schemars::schema_for!(ProjectFile);
+    let mut text = serde_json::to_string_pretty(&schema)?;
+    text.push('\n');
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +599,48 @@ mod tests {
         assert_eq!(file.rings[0].anchor, two.to_string());
         assert_eq!(file.rings[0].version, 5);
         assert_eq!(file.rings[1].anchor, one.to_string());
+    }
+
+    #[test]
+    fn the_first_matching_rule_applies_and_forbid_cluster_wide_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("prod/apps")).unwrap();
+        std::fs::write(
+            root.join(FILE_NAME),
+            "creation_rules:\n  - path_regex: ^prod/\n    forbid_cluster_wide: true\n    \
+             namespace: prod\n  - cert: fleet.crt\n",
+        )
+        .unwrap();
+        let project = Project::discover(&root.join("prod/apps")).unwrap().unwrap();
+        let prod = project
+            .rule_for(Some(&root.join("prod/apps/db.yaml")))
+            .unwrap();
+        assert_eq!((prod.index, prod.namespace()), (0, Some("prod")));
+        assert_eq!(prod.relative.as_deref(), Some("prod/apps/db.yaml"));
+        let other = project.rule_for(Some(&root.join("dev/db.yaml"))).unwrap();
+        assert_eq!(other.index, 1);
+        assert_eq!(
+            other.cert_spec().unwrap(),
+            Some(root.join("fleet.crt").display().to_string())
+        );
+        // Output to stdout: only a rule without path_regex matches.
+        assert_eq!(project.rule_for(None).unwrap().index, 1);
+        // Outside the directory of the file: no rule.
+        assert!(
+            project
+                .rule_for(Some(Path::new("/elsewhere/x.yaml")))
+                .is_none()
+        );
+
+        let why = forbid_cluster_wide(&root.join("prod/apps/db.yaml"))
+            .unwrap()
+            .unwrap();
+        assert!(why.contains("creation rule 1"), "{why}");
+        assert_eq!(
+            forbid_cluster_wide(&root.join("dev/db.yaml")).unwrap(),
+            None
+        );
     }
 
     #[test]

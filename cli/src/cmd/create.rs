@@ -19,6 +19,15 @@ use crate::manifest::{format_for_path, render};
 /// Items of the Secret being built; values are zeroized when dropped.
 type Items = BTreeMap<String, Plaintext>;
 
+/// The certificate request of `cert`, with the `.kseal.yaml` creation rule of the output
+/// path filling `--cert` when it is not given.
+fn cert_request(cert: &crate::args::CertArgs, out: &OutArgs) -> Result<CertRequest> {
+    let rule = crate::project::rule_for_output(out.write.as_deref())?;
+    let mut cert = cert.clone();
+    crate::project::apply_cert(&mut cert.cert, rule.as_ref())?;
+    CertRequest::from_args(&cert)
+}
+
 /// Seals `items` into a SealedSecret named by `out` (or the defaults) and emits it.
 fn seal_and_emit(
     certificate: &kseal_keys::Certificate,
@@ -28,11 +37,21 @@ fn seal_and_emit(
     labels: BTreeMap<String, String>,
     items: Items,
 ) -> Result<()> {
+    let rule = crate::project::rule_for_output(out.write.as_deref())?;
     let name = out.name.clone().unwrap_or_else(|| default_name.to_owned());
+    // -n, else the creation rule's namespace, else the consumer's.
     let namespace = out
         .namespace
         .clone()
+        .or_else(|| rule.as_ref().and_then(|r| r.namespace()).map(str::to_owned))
         .unwrap_or_else(|| default_namespace.to_owned());
+    let scope = out
+        .scope
+        .or_else(|| rule.as_ref().and_then(|r| r.scope()))
+        .unwrap_or(kseal_api::Scope::Strict);
+    if let Some(rule) = &rule {
+        rule.check_scope(scope, &format!("Secret `{namespace}/{name}`"))?;
+    }
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -51,7 +70,7 @@ fn seal_and_emit(
         ..Secret::default()
     };
     let options = SealOptions {
-        scope: out.scope,
+        scope,
         ..SealOptions::default()
     };
     let backend = crate::cmd::seal::backend_for(items.len());
@@ -557,7 +576,7 @@ fn check_git_args(args: &GitArgs, ssh: bool, https: bool) -> Result<()> {
 }
 
 pub(crate) fn git(args: GitArgs) -> Result<()> {
-    let cert = CertRequest::from_args(&args.cert)?;
+    let cert = cert_request(&args.cert, &args.out)?;
     if args.consumer == GitConsumer::Flux
         && (args.identity_file.is_some() || args.generate_key)
         && args.known_hosts_file.is_none()
@@ -923,7 +942,7 @@ fn drop_stray_session_token(keys: &mut AwsKeys) -> bool {
 }
 
 pub(crate) fn aws(args: AwsArgs) -> Result<()> {
-    let cert = CertRequest::from_args(&args.cert)?;
+    let cert = cert_request(&args.cert, &args.out)?;
     let mut keys = aws_keys(&args)?;
     if drop_stray_session_token(&mut keys) {
         eprintln!(

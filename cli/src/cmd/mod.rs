@@ -2,6 +2,7 @@
 
 pub(crate) mod cert;
 pub(crate) mod completions;
+pub(crate) mod config;
 pub(crate) mod create;
 pub(crate) mod keys;
 pub(crate) mod quickstart;

@@ -231,6 +231,8 @@ struct SealRequest {
     default_namespace: DefaultNamespace,
     allow_empty_data: bool,
     mode: Mode,
+    /// The `.kseal.yaml` creation rule for the output path, if one applies.
+    rule: Option<crate::project::MatchedRule>,
 }
 
 /// The namespace assumed for a Secret without one when no `-n` is given, and where it
@@ -264,7 +266,14 @@ impl DefaultNamespace {
 }
 
 impl SealRequest {
-    fn from_args(args: SealArgs) -> Result<Self> {
+    fn from_args(mut args: SealArgs) -> Result<Self> {
+        // The creation rule of the output path: -w, else --merge-into, else stdout.
+        let output = args.write.as_deref().or(args.merge_into.as_deref());
+        let rule = crate::project::rule_for_output(output)?;
+        crate::project::apply_cert(&mut args.cert.cert, rule.as_ref())?;
+        if args.namespace.is_none() {
+            args.namespace = rule.as_ref().and_then(|r| r.namespace()).map(str::to_owned);
+        }
         let certs = CertRequest::from_args(&args.cert)?;
         if args.raw && !args.files.all().is_empty() {
             bail!(
@@ -308,7 +317,22 @@ impl SealRequest {
             default_namespace,
             allow_empty_data: args.allow_empty_data,
             mode,
+            rule,
         })
+    }
+
+    /// The scope to seal with: `--scope`, else the creation rule's, else strict.
+    fn default_scope(&self) -> Scope {
+        self.scope
+            .or_else(|| self.rule.as_ref().and_then(|r| r.scope()))
+            .unwrap_or(Scope::Strict)
+    }
+
+    /// Refuses a cluster-wide `scope` where the creation rule forbids it.
+    fn check_scope(&self, scope: Scope, what: &str) -> Result<()> {
+        self.rule
+            .as_ref()
+            .map_or(Ok(()), |r| r.check_scope(scope, what))
     }
 
     fn options(&self) -> SealOptions {
@@ -316,7 +340,7 @@ impl SealRequest {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             default_namespace: None,
-            scope: self.scope.unwrap_or(Scope::Strict),
+            scope: self.default_scope(),
             allow_empty_data: self.allow_empty_data,
             ..SealOptions::default()
         }
@@ -337,7 +361,15 @@ impl SealRequest {
         let mut secret = secret.clone();
         let mut options = self.options();
         let declared = kseal_api::scope_of(&secret.metadata);
-        if let Some(asked) = self.scope {
+        // A creation rule's scope applies to Secrets that declare none (an explicit --scope
+        // replaces any).
+        let asked = self.scope.or_else(|| {
+            self.rule
+                .as_ref()
+                .and_then(|r| r.scope())
+                .filter(|_| declared == Scope::Strict)
+        });
+        if let Some(asked) = asked {
             if declared != Scope::Strict && declared != asked {
                 notes.push(format!(
                     "warning: {what} is annotated {declared}; sealing it {asked} as --scope asks \
@@ -409,6 +441,7 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
         for (i, secret) in secrets.iter().enumerate() {
             let what = describe_secret(secret, i, &input.source);
             let (secret, options, mut more) = request.prepare(secret, &what);
+            request.check_scope(kseal_api::scope_of(&secret.metadata), &what)?;
             notes.append(&mut more);
             prepared.push((secret, options, what));
         }
@@ -481,6 +514,7 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         .with_context(|| format!("the SealedSecret in `{}` has no name", path.display()))?;
     let namespace = existing.metadata.namespace.clone();
     let file_scope = existing.scope();
+    request.check_scope(file_scope, &format!("`{}`", path.display()))?;
     let mut secrets = Vec::new();
     for input in Input::read_all(&request.inputs)? {
         let objects: Vec<Secret> = input.objects("Secret", "v1")?;
@@ -709,7 +743,8 @@ pub(crate) fn seal_value(
 }
 
 fn seal_raw(request: &SealRequest, raw: &RawRequest) -> Result<()> {
-    let scope = request.scope.unwrap_or(Scope::Strict);
+    let scope = request.default_scope();
+    request.check_scope(scope, "the raw value")?;
     let name = request.name.as_deref().filter(|n| !n.is_empty());
     if scope == Scope::Strict && name.is_none() {
         bail!("--raw with strict scope needs the name (--name)");

@@ -1,0 +1,311 @@
+//! `.kseal.yaml` creation rules: the rule of the output path picks the certificate, scope and
+//! namespace of `kseal seal`, `set` and `create`; an explicit flag wins; `kseal config`
+//! explains; a bad file is refused with its line and column.
+
+// Helpers outside #[test] functions set up fixtures: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+#[allow(unused_macros)]
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+const SECRET: &str = "apiVersion: v1
+kind: Secret
+metadata:
+  name: db
+data:
+  password: czNjcjN0
+";
+
+fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A repository with two key pairs: `keys/a` (the fixture key) and `keys/b` (generated).
+struct Repo {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Repo {
+    fn new(config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let a = root.join("keys/a");
+        std::fs::create_dir_all(&a).unwrap();
+        for file in ["tls.crt", "tls.key"] {
+            std::fs::copy(fixtures().join("keys").join(file), a.join(file)).unwrap();
+        }
+        let run = kseal(
+            &[
+                "keys",
+                "generate",
+                "--out-dir",
+                "keys/b",
+                "--key-size",
+                "2048",
+            ],
+            None,
+            &root,
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        for sub in ["clusters/prod", "clusters/dev", "clusters/shared", "tools"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::write(root.join(".kseal.yaml"), config).unwrap();
+        Repo { _dir: dir, root }
+    }
+
+    fn run(&self, cwd: &str, args: &[&str], stdin: Option<&str>) -> Run {
+        kseal(args, stdin, &self.root.join(cwd))
+    }
+
+    /// Which of the two keys opens every item of `file`.
+    fn opened_by(&self, file: &str) -> &'static str {
+        let opens = |key: &str| {
+            let key = self.root.join("keys").join(key).join("tls.key");
+            kseal(&["validate", "--key", s(&key), file], None, &self.root).code == 0
+        };
+        match (opens("a"), opens("b")) {
+            (true, false) => "a",
+            (false, true) => "b",
+            other => panic!("{file}: opened by a, b: {other:?}"),
+        }
+    }
+
+    fn sealed(&self, file: &str) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.root.join(file)).unwrap();
+        serde_saphyr::from_str(&text).unwrap()
+    }
+}
+
+const RULES: &str = "# the repository's sealing rules
+creation_rules:
+  - path_regex: ^clusters/prod/
+    cert: keys/a/tls.crt
+    namespace: prod
+    forbid_cluster_wide: true
+  - path_regex: ^clusters/dev/
+    cert: keys/b/tls.crt
+    scope: namespace-wide
+    namespace: dev
+  - path_regex: \\.yaml$
+    cert: keys/b/tls.crt
+    scope: cluster-wide
+";
+
+#[test]
+fn rules_choose_the_certificate_scope_and_namespace_per_path() {
+    let repo = Repo::new(RULES);
+    // Found from a subdirectory; paths are relative to the directory of .kseal.yaml.
+    let run = repo.run(
+        "clusters",
+        &["seal", "-f", "-", "-w", "prod/db.yaml"],
+        Some(SECRET),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = repo.run(
+        "clusters",
+        &["seal", "-f", "-", "-w", "dev/db.yaml"],
+        Some(SECRET),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = repo.run(".", &["seal", "-w", "tools/db.yaml"], Some(SECRET));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
+    assert_eq!(repo.opened_by("clusters/prod/db.yaml"), "a");
+    assert_eq!(repo.opened_by("clusters/dev/db.yaml"), "b");
+    assert_eq!(repo.opened_by("tools/db.yaml"), "b");
+
+    let prod = repo.sealed("clusters/prod/db.yaml");
+    assert_eq!(prod["metadata"]["namespace"], "prod");
+    assert!(prod["metadata"]["annotations"]["sealedsecrets.bitnami.com/namespace-wide"].is_null());
+    let dev = repo.sealed("clusters/dev/db.yaml");
+    assert_eq!(dev["metadata"]["namespace"], "dev");
+    assert_eq!(
+        dev["metadata"]["annotations"]["sealedsecrets.bitnami.com/namespace-wide"],
+        "true"
+    );
+    let tools = repo.sealed("tools/db.yaml");
+    assert_eq!(
+        tools["metadata"]["annotations"]["sealedsecrets.bitnami.com/cluster-wide"],
+        "true"
+    );
+
+    // `kseal set` on a file follows its rule too.
+    let run = repo.run(
+        ".",
+        &["set", "clusters/dev/db.yaml", "token"],
+        Some("t0k3n"),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(repo.opened_by("clusters/dev/db.yaml"), "b");
+}
+
+#[test]
+fn an_explicit_flag_wins_over_the_rule() {
+    let repo = Repo::new(RULES);
+    let b = repo.root.join("keys/b/tls.crt");
+    let run = repo.run(
+        ".",
+        &[
+            "seal",
+            "--cert",
+            s(&b),
+            "-n",
+            "other",
+            "-w",
+            "clusters/prod/db.yaml",
+        ],
+        Some(SECRET),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(repo.opened_by("clusters/prod/db.yaml"), "b");
+    assert_eq!(
+        repo.sealed("clusters/prod/db.yaml")["metadata"]["namespace"],
+        "other"
+    );
+    let run = repo.run(
+        ".",
+        &["seal", "--scope", "strict", "-w", "clusters/dev/db.yaml"],
+        Some(SECRET),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        repo.sealed("clusters/dev/db.yaml")["metadata"]["annotations"]
+            ["sealedsecrets.bitnami.com/namespace-wide"]
+            .is_null()
+    );
+    // The environment variable is as explicit as the flag.
+    let run = kseal_env(
+        &["seal", "-w", "clusters/dev/env.yaml"],
+        Some(SECRET),
+        &repo.root,
+        &[("KSEAL_CERT", s(&repo.root.join("keys/a/tls.crt")))],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(repo.opened_by("clusters/dev/env.yaml"), "a");
+}
+
+#[test]
+fn forbid_cluster_wide_is_a_policy_no_flag_lifts() {
+    let repo = Repo::new(RULES);
+    let run = repo.run(
+        ".",
+        &[
+            "seal",
+            "--scope",
+            "cluster-wide",
+            "-w",
+            "clusters/prod/db.yaml",
+        ],
+        Some(SECRET),
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("forbid_cluster_wide")
+            && run.stderr.contains("creation rule 1 of")
+            && run
+                .stderr
+                .contains("path_regex `^clusters/prod/` matches `clusters/prod/db.yaml`"),
+        "{}",
+        run.stderr
+    );
+    assert!(!repo.root.join("clusters/prod/db.yaml").exists());
+    // An input annotated cluster-wide is refused too.
+    let annotated = SECRET.replace(
+        "  name: db\n",
+        "  name: db\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\"\n",
+    );
+    let run = repo.run(
+        ".",
+        &["seal", "-w", "clusters/prod/db.yaml"],
+        Some(&annotated),
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("forbid_cluster_wide"), "{}", run.stderr);
+}
+
+#[test]
+fn kseal_config_shows_the_rule_and_why() {
+    let repo = Repo::new(RULES);
+    let run = repo.run("clusters", &["config", "--for", "dev/db.yaml"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let file = repo.root.join(".kseal.yaml");
+    let expected = format!(
+        "file: {} (0 rings pinned, 3 creation rules)
+path: `clusters/dev/db.yaml`
+  creation rule 1: path_regex `^clusters/prod/` does not match
+rule: creation rule 2 of `{}` (path_regex `^clusters/dev/` matches `clusters/dev/db.yaml`)
+  cert:      {} (--cert or KSEAL_CERT overrides it)
+  scope:     namespace-wide (--scope or KSEAL_SCOPE overrides it)
+  namespace: dev (-n or KSEAL_NAMESPACE overrides it)
+  forbid_cluster_wide: false
+",
+        file.display(),
+        file.display(),
+        repo.root.join("keys/b/tls.crt").display()
+    );
+    assert_eq!(run.stdout, expected);
+    let run = repo.run(".", &["config"], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("rule: none matches"), "{}", run.stdout);
+}
+
+#[test]
+fn a_bad_file_is_refused_with_line_and_column() {
+    let repo = Repo::new(RULES);
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "creation_rules:\n  - path_regex: ^a/\n    scpoe: strict\n",
+            &["unknown field `scpoe`", "line 3, column 5"],
+        ),
+        (
+            "creation_rules:\n  - path_regex: ^a/\n    scope: cluster\n",
+            &["unknown variant `cluster`", "line 3, column 12"],
+        ),
+        ("creation_rules:\n  - path_regex: [a\n", &["line 2"]),
+        (
+            "creation_rules:\n  - path_regex: ^a/(\n",
+            &["creation rule 1", "path_regex `^a/(` is not a valid regex"],
+        ),
+    ];
+    for (text, wanted) in cases {
+        std::fs::write(repo.root.join(".kseal.yaml"), text).unwrap();
+        for args in [
+            &["seal", "-w", "a/db.yaml"][..],
+            &["config", "--for", "a/db.yaml"][..],
+        ] {
+            let run = repo.run(".", args, Some(SECRET));
+            assert_eq!(run.code, 1, "{text}: {}", run.stderr);
+            assert!(run.stderr.contains(".kseal.yaml"), "{}", run.stderr);
+            for w in wanted {
+                assert!(run.stderr.contains(w), "{text}: want {w}: {}", run.stderr);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_committed_json_schema_is_what_the_types_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = kseal(&["config", "--schema"], None, dir.path());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let committed = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/kseal-config.schema.json"),
+    )
+    .unwrap();
+    assert_eq!(
+        committed, run.stdout,
+        "schemas/kseal-config.schema.json is stale: regenerate it with \
+         `kseal config --schema > schemas/kseal-config.schema.json`"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&committed).unwrap();
+    assert_eq!(
+        schema["$defs"]["CreationRule"]["additionalProperties"],
+        false
+    );
+}
