@@ -122,7 +122,11 @@ Examples:
   kseal reseal --key old.key --cert new.crt sealed-secret.yaml
 
   # By the controller of the current kubeconfig context, to its sealing key
-  kseal reseal --controller --in-place clusters/prod/*.yaml";
+  kseal reseal --controller --in-place clusters/prod/*.yaml
+
+  # After a rotation: only the items sealed with an older key, in a whole repository; every
+  # other byte of the files stays as it was (--dry-run lists them first)
+  kseal reseal --stale --key keys-backup.yaml --cert secretsmanager://kseal/fleet clusters/";
 
 const VALIDATE_EXAMPLES: &str = "\
 Examples:
@@ -798,6 +802,17 @@ pub(crate) struct ResealArgs {
     /// Rewrite each file in place (atomically) instead of printing
     #[arg(long, env = env::KSEAL_IN_PLACE)]
     pub(crate) in_place: bool,
+    // `reseal --stale`.
+    /// Re-seal in place only the items sealed with a key other than the sealing key, changing
+    /// no other byte of the files; FILE arguments may be directories (walked as `keys retire
+    /// --check` walks them). With --controller, an object is stale when its
+    /// `kseal.dev/sealing-key` annotation names another key than the controller's (one without
+    /// the annotation is skipped with a warning)
+    #[arg(long, env = env::KSEAL_STALE, conflicts_with = "in_place")]
+    pub(crate) stale: bool,
+    /// With --stale: list what would be re-sealed, write nothing
+    #[arg(long, env = env::KSEAL_DRY_RUN, requires = "stale")]
+    pub(crate) dry_run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@ pub(crate) mod create;
 pub(crate) mod keys;
 pub(crate) mod quickstart;
 pub(crate) mod recovery;
+pub(crate) mod reseal_stale;
 pub(crate) mod ring;
 pub(crate) mod seal;
 pub(crate) mod set;

@@ -344,6 +344,9 @@ fn reseal_file(input: &Input, resealer: &Resealer) -> Result<(SealedFile, usize)
 }
 
 pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
+    if args.stale {
+        return crate::cmd::reseal_stale::run(&args);
+    }
     let resealer = match keys_or_controller(args.use_controller, &args.controller, &args.keys)? {
         Backing::Keys(loaded) => {
             let (ring, cert) = target_certificate(&args, loaded)?;
