@@ -422,3 +422,185 @@ fn after_reseal_stale_the_old_key_of_a_ring_retires() {
     let retired = run(&retire);
     assert_eq!(retired.code, 0, "{}", retired.stderr);
 }
+
+/// A fake API server: answers each request by its path from `routes` (404 otherwise) and
+/// records the request lines and bodies.
+fn serve(routes: Vec<(String, String)>) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut reader = std::io::BufReader::new(stream);
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            let mut body = vec![0u8; length];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+            let method = head.split_whitespace().next().unwrap_or("").to_owned();
+            log.lock().unwrap().push(format!(
+                "{method} {path} {}",
+                String::from_utf8_lossy(&body)
+            ));
+            let (status, answer) = routes
+                .iter()
+                .find(|(p, _)| *p == path)
+                .map_or((404, "{}".to_owned()), |(_, b)| (200, b.clone()));
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn through_the_controller_objects_whose_annotation_names_another_key_are_rotated() {
+    let tree = Tree::new();
+    let d = &tree.root;
+    let dir = d.join("ctl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let old_cert = tree.old.join("tls.crt");
+    let new_cert = tree.new.join("tls.crt");
+    let stale = ok(d, &["seal", "--cert", s(&old_cert)], Some(SECRET)).stdout;
+    let stale = format!("# keep me\n{stale}");
+    std::fs::write(dir.join("stale.yaml"), &stale).unwrap();
+    let fresh = ok(d, &["seal", "--cert", s(&new_cert)], Some(SECRET)).stdout;
+    std::fs::write(dir.join("fresh.yaml"), &fresh).unwrap();
+    let old_kid = kid_of(&old_cert);
+    let new_kid = kid_of(&new_cert);
+    let unannotated: String = stale
+        .lines()
+        .filter(|l| !l.contains("kseal.dev/sealing-key") && !l.trim_end().ends_with("annotations:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(!unannotated.contains(&old_kid));
+    std::fs::write(dir.join("unannotated.yaml"), &unannotated).unwrap();
+
+    // What the controller's /v1/rotate answers: the object re-sealed with its sealing key.
+    let rotated_yaml = kseal(
+        &[
+            "reseal",
+            "--key",
+            s(&tree.old.join("tls.key")),
+            "--cert",
+            s(&new_cert),
+            "ctl/stale.yaml",
+        ],
+        None,
+        d,
+    );
+    assert_eq!(rotated_yaml.code, 0, "{}", rotated_yaml.stderr);
+    let rotated: serde_json::Value = serde_saphyr::from_str(&rotated_yaml.stdout).unwrap();
+    let proxy = "/api/v1/namespaces/kseal-system/services/http:kseal-controller:http/proxy";
+    let (port, seen) = serve(vec![
+        (
+            "/api/v1/namespaces/kseal-system/services/kseal-controller".to_owned(),
+            r#"{"kind":"Service","spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
+        ),
+        (
+            format!("{proxy}/v1/cert.pem"),
+            std::fs::read_to_string(&new_cert).unwrap(),
+        ),
+        (format!("{proxy}/v1/rotate"), rotated.to_string()),
+    ]);
+    std::fs::write(
+        d.join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: c\n  \
+             cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    \
+             token: t0ken\ncontexts:\n- name: test\n  context:\n    cluster: c\n    user: u\n"
+        ),
+    )
+    .unwrap();
+    let envs = [("KUBECONFIG", "kubeconfig")];
+    let run = kseal_env(
+        &["reseal", "--stale", "--controller", "ctl"],
+        None,
+        d,
+        &envs,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("ctl/stale.yaml: prod/db: password\n")
+            && run
+                .stdout
+                .contains(&format!("1 item sealed with {old_kid}")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("ctl/unannotated.yaml") && run.stderr.contains("skipped"),
+        "{}",
+        run.stderr
+    );
+    let posts: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.starts_with("POST "))
+        .cloned()
+        .collect();
+    assert_eq!(posts.len(), 1, "only the stale object is sent: {posts:?}");
+    // Only its ciphertext and its annotation changed.
+    let new_value = rotated["spec"]["encryptedData"]["password"]
+        .as_str()
+        .unwrap();
+    let old_value = ciphertexts(&stale)["prod/db/password"].clone();
+    let expected = stale
+        .replace(&old_value, new_value)
+        .replace(&old_kid, &new_kid);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("stale.yaml")).unwrap(),
+        expected
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("fresh.yaml")).unwrap(),
+        fresh
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("unannotated.yaml")).unwrap(),
+        unannotated
+    );
+    // Again: nothing is stale, nothing is sent.
+    let again = kseal_env(
+        &["reseal", "--stale", "--controller", "ctl"],
+        None,
+        d,
+        &envs,
+    );
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(
+        again.stdout.contains("nothing is stale"),
+        "{}",
+        again.stdout
+    );
+    let posts = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.starts_with("POST "))
+        .count();
+    assert_eq!(posts, 1);
+}
