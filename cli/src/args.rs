@@ -75,6 +75,10 @@ Examples:
   kubectl create secret generic db --from-literal=api-key=k3y --dry-run=client -o yaml \\
     | kseal seal --cert fleet.crt --merge-into sealed-secret.yaml
 
+  # The same, leaving the ciphertext of items whose value is unchanged (no spurious diff)
+  kubectl create secret generic db --from-env-file=db.env --dry-run=client -o yaml \\
+    | kseal seal --cert fleet.crt --merge-into sealed-secret.yaml --key keys-backup.yaml
+
   # One value, for a hand-written SealedSecret (prints base64, no newline)
   printf %s \"$TOKEN\" | kseal seal --cert fleet.crt --raw -n prod --name db
 
@@ -324,6 +328,12 @@ pub(crate) struct SealArgs {
         conflicts_with_all = ["write", "raw"]
     )]
     pub(crate) merge_into: Option<PathBuf>,
+    // `seal --merge-into --key`: unchanged items keep their ciphertext.
+    /// With --merge-into: private keys (as for `unseal`) that open the file's items; an item
+    /// whose value is unchanged keeps its ciphertext, so the diff shows only real changes
+    /// (ignored without --merge-into)
+    #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', value_name = "FILE")]
+    pub(crate) keys: Vec<PathBuf>,
     /// Seal one value (from --from-file or stdin) and print it as base64 without a newline
     #[arg(long, env = env::KSEAL_RAW)]
     pub(crate) raw: bool,

@@ -604,3 +604,76 @@ fn through_the_controller_objects_whose_annotation_names_another_key_are_rotated
         .count();
     assert_eq!(posts, 1);
 }
+
+/// `seal --merge-into FILE --key KEYS`: an item whose value is unchanged keeps its
+/// ciphertext (no spurious diff), a changed one is sealed anew, a new one is added.
+#[test]
+fn merge_into_with_the_key_keeps_the_ciphertext_of_unchanged_items() {
+    let tree = Tree::new();
+    let d = &tree.root;
+    let cert = tree.new.join("tls.crt");
+    let key = tree.new.join("tls.key");
+    let two = SECRET.replace(
+        "  password: s3cr3t\n",
+        "  password: s3cr3t\n  user: admin\n",
+    );
+    let sealed = ok(d, &["seal", "--cert", s(&cert), "-w", "m.yaml"], Some(&two));
+    assert!(sealed.stdout.is_empty());
+    let before = std::fs::read_to_string(d.join("m.yaml")).unwrap();
+    let old = ciphertexts(&before);
+
+    // The same values: the file is left as it was.
+    let run = ok(
+        d,
+        &[
+            "seal",
+            "--cert",
+            s(&cert),
+            "--merge-into",
+            "m.yaml",
+            "--key",
+            s(&key),
+        ],
+        Some(&two),
+    );
+    assert!(run.stderr.contains("is unchanged"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(d.join("m.yaml")).unwrap(), before);
+
+    // One value changed, one added: only those ciphertexts change.
+    let changed = two
+        .replace("password: s3cr3t", "password: n3w")
+        .replace("  user: admin\n", "  user: admin\n  extra: e\n");
+    let run = ok(
+        d,
+        &[
+            "seal",
+            "--cert",
+            s(&cert),
+            "--merge-into",
+            "m.yaml",
+            "--key",
+            s(&key),
+        ],
+        Some(&changed),
+    );
+    assert!(
+        run.stderr
+            .contains("added `extra`; replaced `password`; kept `user`"),
+        "{}",
+        run.stderr
+    );
+    let after = ciphertexts(&std::fs::read_to_string(d.join("m.yaml")).unwrap());
+    assert_eq!(after["prod/db/user"], old["prod/db/user"]);
+    assert_ne!(after["prod/db/password"], old["prod/db/password"]);
+    assert!(after.contains_key("prod/db/extra"));
+
+    // Without --key every merged item is sealed anew (as before).
+    let run = ok(
+        d,
+        &["seal", "--cert", s(&cert), "--merge-into", "m.yaml"],
+        Some(&changed),
+    );
+    assert!(run.stderr.contains("replaced"), "{}", run.stderr);
+    let again = ciphertexts(&std::fs::read_to_string(d.join("m.yaml")).unwrap());
+    assert_ne!(again["prod/db/user"], after["prod/db/user"]);
+}

@@ -233,6 +233,8 @@ struct SealRequest {
     mode: Mode,
     /// The `.kseal.yaml` creation rule for the output path, if one applies.
     rule: Option<crate::project::MatchedRule>,
+    /// `--key` files: with --merge-into, unchanged items keep their ciphertext.
+    keys: Vec<PathBuf>,
 }
 
 /// The namespace assumed for a Secret without one when no `-n` is given, and where it
@@ -318,6 +320,7 @@ impl SealRequest {
             allow_empty_data: args.allow_empty_data,
             mode,
             rule,
+            keys: args.keys,
         })
     }
 
@@ -528,6 +531,13 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
     let backend = backend_for(secrets.iter().map(|(_, s)| value_count(s)).sum());
     let mut added = Vec::new();
     let mut replaced = Vec::new();
+    let mut kept = Vec::new();
+    let opener = if request.keys.is_empty() {
+        None
+    } else {
+        let label = file_scope.label(namespace.as_deref().unwrap_or_default(), &name);
+        Some((crate::cmd::unseal::load_ring(&request.keys)?, label))
+    };
     for (place, secret) in &secrets {
         let what = || place.clone();
         let input_scope = kseal_api::scope_of(&secret.metadata);
@@ -568,6 +578,14 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         }
         let mut secret = secret.clone();
         secret.metadata.namespace.clone_from(&namespace);
+        if let Some((ring, label)) = &opener {
+            let before = kept.len();
+            keep_unchanged(&mut secret, &target.sealed[0], ring, label, &mut kept);
+            if kept.len() > before && value_count(&secret) == 0 {
+                // Every item is unchanged: nothing of this Secret is sealed or merged.
+                continue;
+            }
+        }
         let options = SealOptions {
             name: Some(name.clone()),
             namespace: None,
@@ -581,10 +599,32 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         merge_into_value(&mut target.values[0], &sealed, &mut added, &mut replaced)
             .with_context(|| format!("failed to update `{}`", path.display()))?;
     }
+    if !kept.is_empty() && added.is_empty() && replaced.is_empty() {
+        eprintln!(
+            "`{}` is unchanged: {} kept (same values)",
+            path.display(),
+            kept.iter()
+                .map(|i| format!("`{i}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(());
+    }
     let text = target.render()?;
     crate::manifest::write_atomic(path, text.as_bytes(), false)?;
+    let kept_note = if kept.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; kept {} (same values)",
+            kept.iter()
+                .map(|i| format!("`{i}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     eprintln!(
-        "updated `{}`: {}",
+        "updated `{}`: {}{kept_note}",
         path.display(),
         describe_changes(&added, &replaced)
     );
@@ -593,6 +633,54 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         eprintln!("{warning}");
     }
     Ok(())
+}
+
+/// Drops from `secret` every item whose value equals what the existing item of the same
+/// name in `existing` opens to (with `ring`, under `label`), and names it in `kept`: its
+/// ciphertext stays as it is. An item that does not open is sealed anew.
+fn keep_unchanged(
+    secret: &mut Secret,
+    existing: &SealedSecret,
+    ring: &kseal_keys::KeyRing,
+    label: &kseal_keys::Label,
+    kept: &mut Vec<String>,
+) {
+    let hint = existing.sealing_key_hint();
+    let mut names: Vec<String> = secret
+        .data
+        .iter()
+        .flat_map(|d| d.keys())
+        .chain(secret.string_data.iter().flat_map(|d| d.keys()))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    for item in names {
+        let Some(current) = existing.spec.encrypted_data.get(&item) else {
+            continue;
+        };
+        // stringData wins over data, as the API server merges them.
+        let new: &[u8] = match (
+            secret.string_data.as_ref().and_then(|d| d.get(&item)),
+            secret.data.as_ref().and_then(|d| d.get(&item)),
+        ) {
+            (Some(text), _) => text.as_bytes(),
+            (None, Some(bytes)) => &bytes.0,
+            (None, None) => continue,
+        };
+        let Ok(opened) = ring.open_base64(label, current, hint.as_ref()) else {
+            continue;
+        };
+        if opened.plaintext.expose() == new {
+            if let Some(d) = secret.data.as_mut() {
+                d.remove(&item);
+            }
+            if let Some(d) = secret.string_data.as_mut() {
+                d.remove(&item);
+            }
+            kept.push(item);
+        }
+    }
 }
 
 /// "added `a`, `b`; replaced `c`".
