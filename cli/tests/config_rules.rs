@@ -309,3 +309,62 @@ fn the_committed_json_schema_is_what_the_types_generate() {
         false
     );
 }
+
+/// A rule that names a key ring in the Secrets Manager emulator: `kseal seal` without
+/// --cert seals to the ring's active key (the `kseal` executable hands the command to
+/// `kseal-ring`), under the anchor pinned in the same file.
+#[test]
+fn a_rule_may_name_a_key_ring() {
+    let Some(endpoint) = kseal_testkit::sm::endpoint() else {
+        return;
+    };
+    let repo = Repo::new("");
+    let config = tempfile::tempdir().unwrap();
+    let empty = |name: &str| {
+        let path = config.path().join(name);
+        std::fs::write(&path, "").unwrap();
+        path.display().to_string()
+    };
+    let (aws_config, aws_credentials) = (empty("config"), empty("credentials"));
+    let envs = [
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("AWS_CONFIG_FILE", aws_config.as_str()),
+        ("AWS_SHARED_CREDENTIALS_FILE", aws_credentials.as_str()),
+        ("KSEAL_AWS_ENDPOINT_URL", endpoint.as_str()),
+    ];
+    let prefix = kseal_testkit::sm::unique_prefix("cli_rule_ring");
+    let run = |args: &[&str], stdin: Option<&str>| {
+        let run = kseal_env(args, stdin, &repo.root, &envs);
+        assert_eq!(run.code, 0, "kseal {}: {}", args.join(" "), run.stderr);
+        run
+    };
+    let b = repo.root.join("keys/b");
+    run(&["keys", "push", "--ring", &prefix, "--from", s(&b)], None);
+    // `keys trust` writes the pin into .kseal.yaml; the rules go into the same file.
+    run(&["keys", "trust", "--ring", &prefix], None);
+    let mut text = std::fs::read_to_string(repo.root.join(".kseal.yaml")).unwrap();
+    text.push_str(&format!(
+        "creation_rules:\n  - path_regex: ^clusters/\n    ring: secretsmanager://{prefix}\n"
+    ));
+    std::fs::write(repo.root.join(".kseal.yaml"), text).unwrap();
+    run(
+        &["seal", "-w", "clusters/prod/db.yaml", "-n", "prod"],
+        Some(SECRET),
+    );
+    assert_eq!(repo.opened_by("clusters/prod/db.yaml"), "b");
+    let shown = run(&["config", "--for", "clusters/prod/db.yaml"], None);
+    assert!(
+        shown
+            .stdout
+            .contains(&format!("cert:      secretsmanager://{prefix} ")),
+        "{}",
+        shown.stdout
+    );
+    // Writing a pin again keeps the rules.
+    run(&["keys", "trust", "--ring", &prefix], None);
+    let text = std::fs::read_to_string(repo.root.join(".kseal.yaml")).unwrap();
+    assert!(text.contains("creation_rules:"), "{text}");
+}
