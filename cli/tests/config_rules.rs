@@ -368,3 +368,53 @@ fn a_rule_may_name_a_key_ring() {
     let text = std::fs::read_to_string(repo.root.join(".kseal.yaml")).unwrap();
     assert!(text.contains("creation_rules:"), "{text}");
 }
+
+#[test]
+fn create_follows_the_rule_of_its_output_path() {
+    let repo = Repo::new(RULES);
+    let envs = [
+        ("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE"),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
+    ];
+    let run = kseal_env(
+        &[
+            "create",
+            "aws-credentials",
+            "--from-env",
+            "-w",
+            "clusters/dev/aws.yaml",
+        ],
+        None,
+        &repo.root,
+        &envs,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(repo.opened_by("clusters/dev/aws.yaml"), "b");
+    let sealed = repo.sealed("clusters/dev/aws.yaml");
+    assert_eq!(sealed["metadata"]["namespace"], "dev");
+    assert_eq!(
+        sealed["metadata"]["annotations"]["sealedsecrets.bitnami.com/namespace-wide"],
+        "true"
+    );
+    // The policy holds for create too.
+    let run = kseal_env(
+        &[
+            "create",
+            "aws-credentials",
+            "--from-env",
+            "--scope",
+            "cluster-wide",
+            "-w",
+            "clusters/prod/aws.yaml",
+        ],
+        None,
+        &repo.root,
+        &envs,
+    );
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("forbid_cluster_wide"), "{}", run.stderr);
+    assert!(!run.stderr.contains("wJalrXUtnFEMI"), "{}", run.stderr);
+}
