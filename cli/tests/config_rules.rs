@@ -418,3 +418,60 @@ fn create_follows_the_rule_of_its_output_path() {
     assert!(run.stderr.contains("forbid_cluster_wide"), "{}", run.stderr);
     assert!(!run.stderr.contains("wJalrXUtnFEMI"), "{}", run.stderr);
 }
+
+#[test]
+fn reseal_reseals_to_the_certificate_of_the_rule() {
+    let repo = Repo::new(RULES);
+    let a = repo.root.join("keys/a/tls.crt");
+    // Sealed with a; the rule of clusters/dev/ names b.
+    let run = repo.run(
+        ".",
+        &["seal", "--cert", s(&a), "-w", "clusters/dev/db.yaml"],
+        Some(SECRET),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(repo.opened_by("clusters/dev/db.yaml"), "a");
+    let keys = format!(
+        "{},{}",
+        s(&repo.root.join("keys/a/tls.key")),
+        s(&repo.root.join("keys/b/tls.key"))
+    );
+    let run = repo.run(
+        ".",
+        &[
+            "reseal",
+            "--key",
+            &keys,
+            "--in-place",
+            "clusters/dev/db.yaml",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("creation rule 2"), "{}", run.stderr);
+    assert_eq!(repo.opened_by("clusters/dev/db.yaml"), "b");
+    // Files whose rules name different certificates are refused together.
+    std::fs::copy(
+        repo.root.join("clusters/dev/db.yaml"),
+        repo.root.join("clusters/prod/db.yaml"),
+    )
+    .unwrap();
+    let run = repo.run(
+        ".",
+        &[
+            "reseal",
+            "--key",
+            &keys,
+            "--in-place",
+            "clusters/dev/db.yaml",
+            "clusters/prod/db.yaml",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("different certificates"),
+        "{}",
+        run.stderr
+    );
+}
