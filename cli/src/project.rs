@@ -330,7 +330,11 @@ impl Project {
                 .as_deref()
                 .map(|text| {
                     regex::Regex::new(text).map_err(|e| {
-                        anyhow::anyhow!("{}: path_regex `{text}` is not a valid regex: {e}", what())
+                        anyhow::anyhow!(
+                            "{}: path_regex `{text}`{} is not a valid regex: {e}",
+                            what(),
+                            locate(path, text)
+                        )
                     })
                 })
                 .transpose()?;
@@ -417,6 +421,23 @@ impl Project {
             relative,
         })
     }
+}
+
+/// " at line L, column C" of the `path_regex: TEXT` line in `path`, for messages (empty when
+/// it cannot be told: the pattern is quoted with escapes, or spread over lines).
+fn locate(path: &Path, text: &str) -> String {
+    let Ok(content) = fs_err::read_to_string(path) else {
+        return String::new();
+    };
+    content
+        .lines()
+        .enumerate()
+        .find_map(|(i, line)| {
+            let key = line.find("path_regex")?;
+            let at = line[key..].find(text)? + key;
+            Some(format!(" at line {}, column {}", i + 1, at + 1))
+        })
+        .unwrap_or_default()
 }
 
 impl MatchedRule {

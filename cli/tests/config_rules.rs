@@ -270,7 +270,10 @@ fn a_bad_file_is_refused_with_line_and_column() {
         ("creation_rules:\n  - path_regex: [a\n", &["line 2"]),
         (
             "creation_rules:\n  - path_regex: ^a/(\n",
-            &["creation rule 1", "path_regex `^a/(` is not a valid regex"],
+            &[
+                "creation rule 1",
+                "path_regex `^a/(` at line 2, column 17 is not a valid regex",
+            ],
         ),
     ];
     for (text, wanted) in cases {
