@@ -397,7 +397,29 @@ fn create_follows_the_rule_of_its_output_path() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(repo.opened_by("clusters/dev/aws.yaml"), "b");
     let sealed = repo.sealed("clusters/dev/aws.yaml");
-    assert_eq!(sealed["metadata"]["namespace"], "dev");
+    // The consumer's namespace wins over the rule's (`dev`): Crossplane reads its
+    // credentials in crossplane-system.
+    assert_eq!(sealed["metadata"]["namespace"], "crossplane-system");
+    // An explicit -n wins over both.
+    let run = kseal_env(
+        &[
+            "create",
+            "aws-credentials",
+            "--from-env",
+            "-n",
+            "infra",
+            "-w",
+            "clusters/dev/aws-infra.yaml",
+        ],
+        None,
+        &repo.root,
+        &envs,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        repo.sealed("clusters/dev/aws-infra.yaml")["metadata"]["namespace"],
+        "infra"
+    );
     assert_eq!(
         sealed["metadata"]["annotations"]["sealedsecrets.bitnami.com/namespace-wide"],
         "true"

@@ -33,18 +33,21 @@ fn seal_and_emit(
     certificate: &kseal_keys::Certificate,
     out: &OutArgs,
     default_name: &str,
-    default_namespace: &str,
+    default_namespace: Option<&str>,
     labels: BTreeMap<String, String>,
     items: Items,
 ) -> Result<()> {
     let rule = crate::project::rule_for_output(out.write.as_deref())?;
     let name = out.name.clone().unwrap_or_else(|| default_name.to_owned());
-    // -n, else the creation rule's namespace, else the consumer's.
+    // -n, else the consumer's namespace (the one its controller reads, e.g. flux-system),
+    // else the creation rule's. Every consumer defines one today, so a rule's namespace
+    // does not move a bootstrap Secret away from where its consumer looks for it.
     let namespace = out
         .namespace
         .clone()
+        .or_else(|| default_namespace.map(str::to_owned))
         .or_else(|| rule.as_ref().and_then(|r| r.namespace()).map(str::to_owned))
-        .unwrap_or_else(|| default_namespace.to_owned());
+        .unwrap_or_else(|| "default".to_owned());
     let scope = out
         .scope
         .or_else(|| rule.as_ref().and_then(|r| r.scope()))
@@ -763,7 +766,7 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
         &certificate,
         &args.out,
         &default_name,
-        default_namespace,
+        Some(default_namespace),
         labels,
         items,
     )?;
@@ -1020,7 +1023,7 @@ pub(crate) fn aws(args: AwsArgs) -> Result<()> {
         &cert.load_one()?,
         &args.out,
         name,
-        namespace,
+        Some(namespace),
         BTreeMap::new(),
         items,
     )
