@@ -4,8 +4,12 @@
 //!
 //! Like `.sops.yaml`, the file is found from the current directory upwards and committed, so
 //! every laptop and CI job of a GitOps repository pins the same anchor and applies the same
-//! rules. `kseal keys trust` writes the pins; `kseal config` shows which rule applies to a
-//! path. The format (`schemas/kseal-config.schema.json` is its JSON Schema, for editors):
+//! rules. Since the file decides which key seals, discovery never leaves the repository: it
+//! stops at the repository root (the first directory upwards holding `.git`), and outside any
+//! git repository only the current directory's own file counts; a file writable by group or
+//! others, or owned by another user than the current one or root, is refused. `kseal keys
+//! trust` writes the pins; `kseal config` shows which rule applies to a path. The format
+//! (`schemas/kseal-config.schema.json` is its JSON Schema, for editors):
 //!
 //! ```yaml
 //! rings:
@@ -161,17 +165,143 @@ fn same_ring(a: &Location, b: &Location, base: &Path) -> bool {
     }
 }
 
-/// `.kseal.yaml` in `dir` or the nearest directory above it.
+/// Where discovery looked for `.kseal.yaml`, and what it found.
+#[derive(Debug, Clone)]
+pub(crate) struct Discovery {
+    /// The directory it started from.
+    pub(crate) start: PathBuf,
+    /// The repository root it stopped at (the first directory upwards holding `.git`), or
+    /// `None`: outside any git repository, only `start` itself was looked at.
+    pub(crate) repo_root: Option<PathBuf>,
+    /// The file found, if any.
+    pub(crate) file: Option<PathBuf>,
+}
+
+impl Discovery {
+    /// Where discovery looked, for `kseal config` and messages.
+    pub(crate) fn describe(&self) -> String {
+        match &self.repo_root {
+            Some(root) if *root == self.start => format!(
+                "looked in {} only: it is the repository root (it holds .git), and discovery \
+                 never goes above it",
+                root.display()
+            ),
+            Some(root) => format!(
+                "looked from {} up to the repository root {} (the first directory holding \
+                 .git), and never above it",
+                self.start.display(),
+                root.display()
+            ),
+            None => format!(
+                "{} is in no git repository: only its own {FILE_NAME} counts, none above it",
+                self.start.display()
+            ),
+        }
+    }
+}
+
+/// Looks for `.kseal.yaml` from `dir` upwards, stopping at the repository root (the first
+/// directory upwards holding `.git`, a file or a directory); outside any repository only
+/// `dir` itself is looked at. A file planted above the repository (a shared `/tmp`, a CI
+/// workspace's parent) therefore never decides which key seals.
+pub(crate) fn discover_file(dir: &Path) -> Discovery {
+    let start = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+    let exists = |p: &Path| p.symlink_metadata().is_ok();
+    let repo_root = start
+        .ancestors()
+        .find(|d| exists(&d.join(".git")))
+        .map(Path::to_owned);
+    let mut file = None;
+    for d in start.ancestors() {
+        let candidate = d.join(FILE_NAME);
+        if exists(&candidate) {
+            file = Some(candidate);
+            break;
+        }
+        if repo_root.as_deref().is_none_or(|root| root == d) {
+            break;
+        }
+    }
+    Discovery {
+        start,
+        repo_root,
+        file,
+    }
+}
+
+/// The `.kseal.yaml` that applies in `dir` ([`discover_file`]).
 pub(crate) fn find_from(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors()
-        .map(|d| d.join(FILE_NAME))
-        .find(|p| p.is_file())
+    discover_file(dir).file
+}
+
+/// The current user's id: the owner of a file it creates (std has no `geteuid`, and unsafe
+/// code is forbidden here).
+#[cfg(unix)]
+fn current_uid() -> Result<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    static UID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if let Some(uid) = UID.get() {
+        return Ok(*uid);
+    }
+    let probe = tempfile::tempfile().context("cannot tell the current user id")?;
+    let uid = probe
+        .metadata()
+        .context("cannot tell the current user id")?
+        .uid();
+    Ok(*UID.get_or_init(|| uid))
+}
+
+/// Refuses a `.kseal.yaml` that someone else than the current user (or root) could have
+/// written: writable by group or others, or owned by another user (a link to it too).
+#[cfg(unix)]
+fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = current_uid()?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        bail!(
+            "refusing {}: it is writable by {} (mode {mode:04o}), so someone else than its \
+             owner could change which key kseal seals to; make it writable by its owner only \
+             (chmod go-w {})",
+            path.display(),
+            if mode & 0o002 != 0 {
+                "others"
+            } else {
+                "its group"
+            },
+            path.display()
+        );
+    }
+    let link = fs_err::symlink_metadata(path)?;
+    for (what, uid) in [("it", meta.uid()), ("the link to it", link.uid())] {
+        if uid != me && uid != 0 {
+            bail!(
+                "refusing {}: {what} is owned by uid {uid}, neither you (uid {me}) nor root, so \
+                 another user decides which key kseal seals to (a file planted in a shared \
+                 directory?); remove it, or chown it if it is yours",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_owner(_: &Path, _: &std::fs::Metadata) -> Result<()> {
+    Ok(())
 }
 
 /// Reads a `.kseal.yaml`; a syntax error or unknown field is reported with its line and
-/// column.
+/// column. A file that another user could have written is refused ([`check_owner`]).
 pub(crate) fn read(path: &Path) -> Result<ProjectFile> {
-    let meta = fs_err::metadata(path)?;
+    use std::io::Read as _;
+    let file = fs_err::File::open(path)?;
+    // The open file is inspected, so it cannot be swapped between the check and the read.
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    check_owner(path, &meta)?;
     if meta.len() > MAX_BYTES {
         bail!(
             "{} is {} bytes: too large for a kseal configuration",
@@ -179,7 +309,10 @@ pub(crate) fn read(path: &Path) -> Result<ProjectFile> {
             meta.len()
         );
     }
-    let text = fs_err::read_to_string(path)?;
+    let mut text = String::new();
+    file.take(MAX_BYTES)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     if text.trim().is_empty() {
         return Ok(ProjectFile::default());
     }
@@ -187,7 +320,8 @@ pub(crate) fn read(path: &Path) -> Result<ProjectFile> {
 }
 
 /// The anchor pinned for `location`: `--ring-anchor` / `KSEAL_RING_ANCHOR` first, then the
-/// nearest `.kseal.yaml`.
+/// `.kseal.yaml` found from the current directory ([`discover_file`]: never above the
+/// repository root).
 pub(crate) fn pin_for(location: &Location, flag: Option<&str>) -> Result<Option<Pin>> {
     if let Some(text) = flag.map(str::trim).filter(|t| !t.is_empty()) {
         let anchor = Kid::parse(text).context("--ring-anchor must be a kid: 64 lowercase hex characters, as `kseal keys trust` prints it")?;
@@ -300,15 +434,28 @@ pub(crate) struct MatchedRule {
 }
 
 impl Project {
-    /// The `.kseal.yaml` of `dir` or the nearest directory above it, read and checked.
+    /// The `.kseal.yaml` of `dir` or the nearest directory above it within its repository
+    /// ([`discover_file`]), read and checked.
     pub(crate) fn discover(dir: &Path) -> Result<Option<Project>> {
-        find_from(dir).map(|p| Project::load(&p)).transpose()
+        Ok(Project::discover_with(dir)?.1)
+    }
+
+    /// As [`Project::discover`], with where discovery looked.
+    pub(crate) fn discover_with(dir: &Path) -> Result<(Discovery, Option<Project>)> {
+        let discovery = discover_file(dir);
+        let project = discovery.file.as_deref().map(Project::load).transpose()?;
+        Ok((discovery, project))
     }
 
     /// The `.kseal.yaml` found from the current directory upwards.
     pub(crate) fn discover_from_cwd() -> Result<Option<Project>> {
+        Ok(Project::discover_from_cwd_with()?.1)
+    }
+
+    /// As [`Project::discover_from_cwd`], with where discovery looked.
+    pub(crate) fn discover_from_cwd_with() -> Result<(Discovery, Option<Project>)> {
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
-        Project::discover(&cwd)
+        Project::discover_with(&cwd)
     }
 
     /// Reads `path` and checks its creation rules: every regex compiles, a rule names at most
@@ -584,13 +731,52 @@ pub(crate) fn json_schema() -> Result<String> {
 mod tests {
     use super::*;
 
+    /// Writes `path` writable by its owner only, whatever the umask.
+    fn write_private(path: &Path, text: &str) {
+        std::fs::write(path, text).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+
+    #[test]
+    fn discovery_stops_at_the_repository_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().canonicalize().unwrap();
+        write_private(&top.join(FILE_NAME), "");
+        let repo = top.join("repo");
+        let sub = repo.join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        // Outside any repository: only the directory's own file.
+        let found = discover_file(&sub);
+        assert_eq!((found.repo_root, found.file), (None, None));
+        assert_eq!(discover_file(&top).file, Some(top.join(FILE_NAME)));
+        // A `.git` file (worktree, submodule) marks the root as a directory does.
+        std::fs::write(repo.join(".git"), "gitdir: elsewhere\n").unwrap();
+        let found = discover_file(&sub);
+        assert_eq!(found.repo_root.as_deref(), Some(repo.as_path()));
+        assert_eq!(found.file, None);
+        write_private(&repo.join(FILE_NAME), "");
+        assert_eq!(discover_file(&sub).file, Some(repo.join(FILE_NAME)));
+        // A file in a subdirectory of the repository is nearer.
+        write_private(&repo.join("a").join(FILE_NAME), "");
+        assert_eq!(
+            discover_file(&sub).file,
+            Some(repo.join("a").join(FILE_NAME))
+        );
+    }
+
     #[test]
     fn a_pin_is_found_from_a_subdirectory_and_matches_any_region() {
         let dir = tempfile::tempdir().unwrap();
         let kid = "a".repeat(64);
-        let path = dir.path().join(FILE_NAME);
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        let path = root.join(FILE_NAME);
         write_pin(&path, "kseal/fleet", &Kid::parse(&kid).unwrap(), 3).unwrap();
-        let sub = dir.path().join("clusters/prod");
+        let sub = root.join("clusters/prod");
         std::fs::create_dir_all(&sub).unwrap();
         assert_eq!(find_from(&sub).unwrap(), path);
         let file = read(&path).unwrap();
@@ -627,12 +813,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir_all(root.join("prod/apps")).unwrap();
-        std::fs::write(
-            root.join(FILE_NAME),
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join("fleet.crt"), "").unwrap();
+        write_private(
+            &root.join(FILE_NAME),
             "creation_rules:\n  - path_regex: ^prod/\n    forbid_cluster_wide: true\n    \
              namespace: prod\n  - cert: fleet.crt\n",
-        )
-        .unwrap();
+        );
         let project = Project::discover(&root.join("prod/apps")).unwrap().unwrap();
         let prod = project
             .rule_for(Some(&root.join("prod/apps/db.yaml")))
@@ -645,30 +832,13 @@ mod tests {
             other.cert_spec().unwrap(),
             Some(root.join("fleet.crt").display().to_string())
         );
-        // Output to stdout: only a rule without path_regex matches.
-        assert_eq!(project.rule_for(None).unwrap().index, 1);
-        // Outside the directory of the file: no rule.
-        assert!(
-            project
-                .rule_for(Some(Path::new("/elsewhere/x.yaml")))
-                .is_none()
-        );
-
-        let why = forbid_cluster_wide(&root.join("prod/apps/db.yaml"))
-            .unwrap()
-            .unwrap();
-        assert!(why.contains("creation rule 1"), "{why}");
-        assert_eq!(
-            forbid_cluster_wide(&root.join("dev/db.yaml")).unwrap(),
-            None
-        );
     }
 
     #[test]
     fn an_unknown_field_is_an_error_not_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
-        std::fs::write(&path, "rings:\n  - ring: kseal/fleet\n    anchr: abc\n").unwrap();
+        write_private(&path, "rings:\n  - ring: kseal/fleet\n    anchr: abc\n");
         let err = format!("{:#}", read(&path).unwrap_err());
         assert!(err.contains("anchr"), "{err}");
     }

@@ -1,6 +1,7 @@
 //! `.kseal.yaml` creation rules: the rule of the output path picks the certificate, scope and
 //! namespace of `kseal seal`, `set` and `create`; an explicit flag wins; `kseal config`
-//! explains; a bad file is refused with its line and column.
+//! explains; a bad file is refused with its line and column. Discovery never leaves the
+//! repository, and a file another user could write is refused.
 
 // Helpers outside #[test] functions set up fixtures: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
@@ -55,7 +56,9 @@ impl Repo {
         for sub in ["clusters/prod", "clusters/dev", "clusters/shared", "tools"] {
             std::fs::create_dir_all(root.join(sub)).unwrap();
         }
-        std::fs::write(root.join(".kseal.yaml"), config).unwrap();
+        // A git repository: discovery stops at its root.
+        std::fs::create_dir(root.join(".git")).unwrap();
+        write_config(&root, config);
         Repo { _dir: dir, root }
     }
 
@@ -80,6 +83,24 @@ impl Repo {
         let text = std::fs::read_to_string(self.root.join(file)).unwrap();
         serde_saphyr::from_str(&text).unwrap()
     }
+}
+
+/// Writes `dir/.kseal.yaml`, writable by its owner only (whatever the umask).
+fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join(".kseal.yaml");
+    std::fs::write(&path, text).unwrap();
+    set_mode(&path, 0o644);
+    path
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    #[cfg(not(unix))]
+    let _ = (path, mode);
 }
 
 const RULES: &str = "# the repository's sealing rules
@@ -236,7 +257,8 @@ fn kseal_config_shows_the_rule_and_why() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     let file = repo.root.join(".kseal.yaml");
     let expected = format!(
-        "file: {} (0 rings pinned, 3 creation rules)
+        "discovery: looked from {} up to the repository root {} (the first directory holding .git), and never above it
+file: {} (0 rings pinned, 3 creation rules)
 path: `clusters/dev/db.yaml`
   creation rule 1: path_regex `^clusters/prod/` does not match
 rule: creation rule 2 of `{}` (path_regex `^clusters/dev/` matches `clusters/dev/db.yaml`)
@@ -245,6 +267,8 @@ rule: creation rule 2 of `{}` (path_regex `^clusters/dev/` matches `clusters/dev
   namespace: dev (-n or KSEAL_NAMESPACE overrides it)
   forbid_cluster_wide: false
 ",
+        repo.root.join("clusters").display(),
+        repo.root.display(),
         file.display(),
         file.display(),
         repo.root.join("keys/b/tls.crt").display()
@@ -496,6 +520,152 @@ fn reseal_reseals_to_the_certificate_of_the_rule() {
     assert_eq!(run.code, 1);
     assert!(
         run.stderr.contains("different certificates"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A planted rule: every certificate path is the fixture key `a`, so sealing with it is
+/// told apart from sealing with nothing (which needs a controller, absent here).
+const PLANTED: &str = "creation_rules:\n  - cert: planted.crt\n    namespace: planted\n";
+
+/// A directory with a planted `.kseal.yaml` and its certificate.
+fn planted_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::copy(fixtures().join("keys/tls.crt"), root.join("planted.crt")).unwrap();
+    write_config(&root, PLANTED);
+    (dir, root)
+}
+
+/// `kseal seal -w out.yaml` in `cwd` without --cert must not seal (no controller is
+/// reachable) and must not name the planted file.
+fn assert_not_sealed_by_plant(cwd: &Path, planted: &Path) {
+    let run = kseal(&["seal", "-w", "out.yaml"], Some(SECRET), cwd);
+    assert_ne!(run.code, 0, "sealed with the planted rule: {}", run.stderr);
+    assert!(!cwd.join("out.yaml").exists());
+    assert!(
+        !run.stderr.contains(s(planted)) && !run.stderr.contains("planted.crt"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_file_planted_above_the_repository_is_not_used() {
+    let (_dir, root) = planted_dir();
+    let planted = root.join(".kseal.yaml");
+    let repo = root.join("work");
+    std::fs::create_dir_all(repo.join("apps")).unwrap();
+    // A worktree or submodule has a `.git` file: it marks the root as well.
+    std::fs::write(repo.join(".git"), "gitdir: /elsewhere\n").unwrap();
+    assert_not_sealed_by_plant(&repo.join("apps"), &planted);
+    let run = kseal(&["config"], None, &repo.join("apps"));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "discovery: looked from {} up to the repository root {} (the first directory \
+             holding .git), and never above it\nno .kseal.yaml found: no ring is pinned and no \
+             creation rule applies (flags and KSEAL_* variables only)\n",
+            repo.join("apps").display(),
+            repo.display()
+        )
+    );
+
+    // The repository's own file applies, not the planted one.
+    let b = Repo::new("creation_rules:\n  - cert: keys/b/tls.crt\n");
+    let inner = root.join("repo");
+    std::fs::rename(&b.root, &inner).unwrap();
+    let run = kseal(&["seal", "-w", "tools/db.yaml"], Some(SECRET), &inner);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let opened = |key: &str| {
+        let key = inner.join("keys").join(key).join("tls.key");
+        kseal(
+            &["validate", "--key", s(&key), "tools/db.yaml"],
+            None,
+            &inner,
+        )
+        .code
+            == 0
+    };
+    assert!(opened("b") && !opened("a"));
+}
+
+#[test]
+fn outside_a_repository_only_the_current_directory_counts() {
+    let (_dir, root) = planted_dir();
+    let planted = root.join(".kseal.yaml");
+    let sub = root.join("work/sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    assert_not_sealed_by_plant(&sub, &planted);
+    let run = kseal(&["config"], None, &sub);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.starts_with(&format!(
+            "discovery: {} is in no git repository: only its own .kseal.yaml counts, none \
+             above it\nno .kseal.yaml found",
+            sub.display()
+        )),
+        "{}",
+        run.stdout
+    );
+    // The directory's own file counts.
+    let run = kseal(&["seal", "-w", "out.yaml"], Some(SECRET), &root);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let key = fixtures().join("keys/tls.key");
+    let run = kseal(&["validate", "--key", s(&key), "out.yaml"], None, &root);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_file_others_could_write_is_refused() {
+    let repo = Repo::new(RULES);
+    let path = repo.root.join(".kseal.yaml");
+    for (mode, who) in [(0o664, "its group"), (0o646, "others")] {
+        set_mode(&path, mode);
+        for args in [
+            &["seal", "-w", "clusters/prod/db.yaml"][..],
+            &["config"][..],
+        ] {
+            let run = repo.run("clusters", args, Some(SECRET));
+            assert_eq!(run.code, 1, "{}", run.stderr);
+            assert!(
+                run.stderr.contains(&format!(
+                    "refusing {}: it is writable by {who}",
+                    path.display()
+                )) && run.stderr.contains("chmod go-w"),
+                "{}",
+                run.stderr
+            );
+        }
+    }
+    assert!(!repo.root.join("clusters/prod/db.yaml").exists());
+    set_mode(&path, 0o644);
+    let run = repo.run(".", &["seal", "-w", "clusters/prod/db.yaml"], Some(SECRET));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+/// Root can give the file away: a file owned by another user is refused (skipped when the
+/// tests do not run as root).
+#[cfg(unix)]
+#[test]
+fn a_file_owned_by_another_user_is_refused() {
+    use std::os::unix::fs::MetadataExt as _;
+    let repo = Repo::new(RULES);
+    let path = repo.root.join(".kseal.yaml");
+    if std::fs::metadata(&repo.root).unwrap().uid() != 0 {
+        return;
+    }
+    std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+    let run = repo.run(".", &["seal", "-w", "clusters/prod/db.yaml"], Some(SECRET));
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "refusing {}: it is owned by uid 65534",
+            path.display()
+        )),
         "{}",
         run.stderr
     );

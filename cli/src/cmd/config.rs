@@ -12,14 +12,16 @@ pub(crate) fn run(args: ConfigArgs) -> Result<()> {
     if args.schema {
         return crate::output::stdout(&crate::project::json_schema()?);
     }
-    let Some(project) = Project::discover_from_cwd()? else {
+    let (discovery, project) = Project::discover_from_cwd_with()?;
+    let searched = format!("discovery: {}\n", discovery.describe());
+    let Some(project) = project else {
         return crate::output::stdout(&format!(
-            "no {} in this directory or above it: no ring is pinned and no creation rule \
-             applies (flags and KSEAL_* variables only)\n",
+            "{searched}no {} found: no ring is pinned and no creation rule applies (flags and \
+             KSEAL_* variables only)\n",
             crate::project::FILE_NAME
         ));
     };
-    crate::output::stdout(&report(&project, args.for_path.as_deref()))
+    crate::output::stdout(&(searched + &report(&project, args.for_path.as_deref())))
 }
 
 /// What `kseal config` prints for `project` and an output path.
