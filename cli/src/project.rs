@@ -7,8 +7,10 @@
 //! rules. Since the file decides which key seals, discovery never leaves the repository: it
 //! stops at the repository root (the first directory upwards holding `.git`), and outside any
 //! git repository only the current directory's own file counts; a file writable by group or
-//! others, or owned by another user than the current one or root, is refused. `kseal keys
-//! trust` writes the pins; `kseal config` shows which rule applies to a path. The format
+//! others, or owned by another user than the current one or root, is refused. A rule's
+//! certificate must lie inside the directory of its file (or be an https:// URL), and a ring a
+//! rule names must be pinned in the same file. `kseal keys trust` writes the pins; `kseal
+//! config` shows which rule applies to a path. The format
 //! (`schemas/kseal-config.schema.json` is its JSON Schema, for editors):
 //!
 //! ```yaml
@@ -80,11 +82,13 @@ pub(crate) struct CreationRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) path_regex: Option<String>,
     /// Key ring whose active key seals (`secretsmanager://PREFIX`, `PREFIX`, or
-    /// `dir://PATH`, a relative PATH being relative to this file), as `--cert RING`.
+    /// `dir://PATH`, a relative PATH being relative to this file), as `--cert RING`. It must
+    /// be pinned under `rings` in this file (`kseal keys trust`), or the rule is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) ring: Option<String>,
-    /// Certificate to seal with: a PEM file (relative to this file) or an https:// URL, as
-    /// `--cert`.
+    /// Certificate to seal with, as `--cert`: a PEM file committed in the repository,
+    /// relative to this file and inside its directory (an absolute path, or one that leaves the
+    /// directory through `..` or a link, is refused), or an https:// URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) cert: Option<String>,
     /// Scope of Secrets that declare none, as `--scope`.
@@ -429,6 +433,8 @@ pub(crate) struct MatchedRule {
     pub(crate) file: PathBuf,
     /// The directory of that file, canonical.
     base: PathBuf,
+    /// The rings pinned in that file: a ring the rule names must be among them.
+    pins: Vec<RingPin>,
     /// The output path relative to `base` that the rule matched (none: output to stdout).
     pub(crate) relative: Option<String>,
 }
@@ -565,6 +571,7 @@ impl Project {
             rule: self.file.creation_rules[index].clone(),
             file: self.path.clone(),
             base: self.base.clone(),
+            pins: self.file.rings.clone(),
             relative,
         })
     }
@@ -603,40 +610,100 @@ impl MatchedRule {
     }
 
     /// The `--cert` value the rule stands for: its ring or certificate, relative paths
-    /// resolved against the directory of its file.
+    /// resolved against the directory of its file. Only what the repository's reviewers see
+    /// is accepted: a certificate file inside the directory of `.kseal.yaml` (after links), an
+    /// https:// URL (fetched with verified TLS, as `--cert URL`), or a ring pinned in the same
+    /// file (so that its signed history is checked against the anchor).
     pub(crate) fn cert_spec(&self) -> Result<Option<String>> {
-        if let Some(ring) = &self.rule.ring {
-            return Ok(Some(match Location::parse(ring)? {
-                Location::SecretsManager { prefix, region } => match region {
-                    Some(region) => format!("secretsmanager://{prefix}?region={region}"),
-                    None => format!("secretsmanager://{prefix}"),
-                },
-                Location::Directory {
-                    path,
-                    insecure_perms,
-                } => {
-                    let path = self.base.join(path);
-                    let suffix = if insecure_perms {
-                        "?insecure-perms=true"
-                    } else {
-                        ""
-                    };
-                    format!("dir://{}{suffix}", path.display())
-                }
-            }));
+        let ring = self
+            .rule
+            .ring
+            .as_deref()
+            .or_else(|| self.rule.cert.as_deref().filter(|c| is_ring_spec(c)));
+        if let Some(ring) = ring {
+            return self.ring_spec(ring).map(Some);
         }
-        Ok(self.rule.cert.as_ref().map(|cert| {
-            let lower = cert.to_ascii_lowercase();
-            if lower.starts_with("https://")
-                || lower.starts_with("http://")
-                || lower.starts_with("secretsmanager://")
-                || lower.starts_with("dir:")
-            {
-                cert.clone()
-            } else {
-                self.base.join(cert).display().to_string()
+        let Some(cert) = &self.rule.cert else {
+            return Ok(None);
+        };
+        let lower = cert.to_ascii_lowercase();
+        if lower.starts_with("https://") {
+            return Ok(Some(cert.clone()));
+        }
+        if lower.contains("://") {
+            bail!(
+                "{}: `cert: {cert}` is refused: a creation rule names a certificate by its path \
+                 relative to {FILE_NAME} (committed in the repository) or by an https:// URL",
+                self.describe()
+            );
+        }
+        if Path::new(cert).is_absolute() {
+            bail!(
+                "{}: `cert: {cert}` is an absolute path, refused: a certificate a creation rule \
+                 names must be committed in the repository, named relative to {}",
+                self.describe(),
+                self.base.display()
+            );
+        }
+        let joined = self.base.join(cert);
+        let resolved = fs_err::canonicalize(&joined).with_context(|| {
+            format!("{}: cannot read the certificate `{cert}`", self.describe())
+        })?;
+        if !resolved.starts_with(&self.base) {
+            bail!(
+                "{}: `cert: {cert}` resolves to {}, outside {} (the directory of {FILE_NAME}), \
+                 refused: a certificate a creation rule names must be committed in the \
+                 repository",
+                self.describe(),
+                resolved.display(),
+                self.base.display()
+            );
+        }
+        Ok(Some(resolved.display().to_string()))
+    }
+
+    /// The `--cert` value of the ring `ring`, refused unless the file pins its anchor.
+    fn ring_spec(&self, ring: &str) -> Result<String> {
+        let location = match Location::parse(ring)? {
+            Location::Directory {
+                path,
+                insecure_perms,
+            } => Location::Directory {
+                path: self.base.join(path),
+                insecure_perms,
+            },
+            other => other,
+        };
+        let pinned = self.pins.iter().any(|pin| {
+            Location::parse(&pin.ring).is_ok_and(|p| same_ring(&p, &location, &self.base))
+        });
+        if !pinned {
+            bail!(
+                "{}: names key ring `{ring}`, but {} pins no anchor for it, refused: a ring a \
+                 creation rule seals to must be pinned in the same file, so that kseal checks \
+                 its signed history; pin it with `kseal keys trust --ring {ring}` (run next to \
+                 {FILE_NAME}) and commit the file",
+                self.describe(),
+                self.file.display()
+            );
+        }
+        Ok(match location {
+            Location::SecretsManager { prefix, region } => match region {
+                Some(region) => format!("secretsmanager://{prefix}?region={region}"),
+                None => format!("secretsmanager://{prefix}"),
+            },
+            Location::Directory {
+                path,
+                insecure_perms,
+            } => {
+                let suffix = if insecure_perms {
+                    "?insecure-perms=true"
+                } else {
+                    ""
+                };
+                format!("dir://{}{suffix}", path.display())
             }
-        }))
+        })
     }
 
     pub(crate) fn scope(&self) -> Option<Scope> {
@@ -709,14 +776,16 @@ pub(crate) fn rules_name_a_ring() -> bool {
     find_from(&cwd)
         .and_then(|p| read(&p).ok())
         .is_some_and(|f| {
-            f.creation_rules.iter().any(|r| {
-                r.ring.is_some()
-                    || r.cert.as_deref().is_some_and(|c| {
-                        let lower = c.to_ascii_lowercase();
-                        lower.starts_with("secretsmanager://") || lower.starts_with("dir:")
-                    })
-            })
+            f.creation_rules
+                .iter()
+                .any(|r| r.ring.is_some() || r.cert.as_deref().is_some_and(is_ring_spec))
         })
+}
+
+/// Whether a rule's `cert` names a key ring rather than a certificate.
+fn is_ring_spec(cert: &str) -> bool {
+    let lower = cert.to_ascii_lowercase();
+    lower.starts_with("secretsmanager://") || lower.starts_with("dir:")
 }
 
 /// The JSON Schema of `.kseal.yaml`, as committed in `schemas/kseal-config.schema.json`.
@@ -831,6 +900,40 @@ mod tests {
         assert_eq!(
             other.cert_spec().unwrap(),
             Some(root.join("fleet.crt").display().to_string())
+        );
+        // A ring the file does not pin is refused; once pinned, it is accepted.
+        let mut ring = other.clone();
+        ring.rule = CreationRule {
+            ring: Some("kseal/prod".to_owned()),
+            ..CreationRule::default()
+        };
+        let err = format!("{:#}", ring.cert_spec().unwrap_err());
+        assert!(err.contains("pins no anchor"), "{err}");
+        ring.pins.push(RingPin {
+            ring: "secretsmanager://kseal/prod?region=eu-west-1".to_owned(),
+            anchor: "a".repeat(64),
+            version: 0,
+        });
+        assert_eq!(
+            ring.cert_spec().unwrap().as_deref(),
+            Some("secretsmanager://kseal/prod")
+        );
+        // Output to stdout: only a rule without path_regex matches.
+        assert_eq!(project.rule_for(None).unwrap().index, 1);
+        // Outside the directory of the file: no rule.
+        assert!(
+            project
+                .rule_for(Some(Path::new("/elsewhere/x.yaml")))
+                .is_none()
+        );
+
+        let why = forbid_cluster_wide(&root.join("prod/apps/db.yaml"))
+            .unwrap()
+            .unwrap();
+        assert!(why.contains("creation rule 1"), "{why}");
+        assert_eq!(
+            forbid_cluster_wide(&root.join("dev/db.yaml")).unwrap(),
+            None
         );
     }
 

@@ -1,7 +1,8 @@
 //! `.kseal.yaml` creation rules: the rule of the output path picks the certificate, scope and
 //! namespace of `kseal seal`, `set` and `create`; an explicit flag wins; `kseal config`
 //! explains; a bad file is refused with its line and column. Discovery never leaves the
-//! repository, and a file another user could write is refused.
+//! repository, a file another user could write is refused, and a rule may name only a
+//! certificate inside the repository or a pinned ring.
 
 // Helpers outside #[test] functions set up fixtures: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
@@ -669,4 +670,86 @@ fn a_file_owned_by_another_user_is_refused() {
         "{}",
         run.stderr
     );
+}
+
+#[test]
+fn a_rule_may_not_name_a_certificate_outside_the_repository() {
+    let outside = tempfile::tempdir().unwrap();
+    let evil = outside.path().canonicalize().unwrap().join("evil.crt");
+    std::fs::copy(fixtures().join("keys/tls.crt"), &evil).unwrap();
+    let repo = Repo::new("");
+    // ../outside.crt: the parent of the repository.
+    let parent = repo.root.parent().unwrap().join("outside.crt");
+    std::fs::copy(fixtures().join("keys/tls.crt"), &parent).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&evil, repo.root.join("keys/link.crt")).unwrap();
+    let mut cases = vec![
+        (format!("cert: {}", s(&evil)), "is an absolute path"),
+        ("cert: ../outside.crt".to_owned(), "outside"),
+        (format!("cert: file://{}", s(&evil)), "is refused"),
+        (
+            "cert: http://certs.example.com/fleet.pem".to_owned(),
+            "is refused",
+        ),
+    ];
+    if cfg!(unix) {
+        cases.push(("cert: keys/link.crt".to_owned(), "outside"));
+    }
+    for (line, wanted) in cases {
+        write_config(
+            &repo.root,
+            &format!("creation_rules:\n  - path_regex: ^clusters/\n    {line}\n"),
+        );
+        let run = repo.run(".", &["seal", "-w", "clusters/prod/db.yaml"], Some(SECRET));
+        assert_eq!(run.code, 1, "{line}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(wanted) && run.stderr.contains("creation rule 1"),
+            "{line}: want {wanted}: {}",
+            run.stderr
+        );
+        assert!(!repo.root.join("clusters/prod/db.yaml").exists());
+        let run = repo.run(".", &["config", "--for", "clusters/prod/db.yaml"], None);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(run.stdout.contains("cert:      invalid:"), "{}", run.stdout);
+        // An explicit --cert still wins: the rule's certificate is not even looked at.
+        let a = repo.root.join("keys/a/tls.crt");
+        let run = repo.run(
+            ".",
+            &["seal", "--cert", s(&a), "-w", "clusters/prod/db.yaml"],
+            Some(SECRET),
+        );
+        assert_eq!(run.code, 0, "{line}: {}", run.stderr);
+        assert_eq!(repo.opened_by("clusters/prod/db.yaml"), "a");
+        std::fs::remove_file(repo.root.join("clusters/prod/db.yaml")).unwrap();
+    }
+    std::fs::remove_file(parent).unwrap();
+}
+
+#[test]
+fn a_rule_may_not_name_a_ring_it_does_not_pin() {
+    let repo = Repo::new("");
+    let ring = repo.root.join("ring");
+    std::fs::create_dir(&ring).unwrap();
+    for line in [
+        "ring: secretsmanager://kseal/unpinned",
+        "cert: secretsmanager://kseal/unpinned",
+        "ring: dir://ring",
+    ] {
+        write_config(
+            &repo.root,
+            &format!(
+                "rings:\n  - ring: kseal/other\n    anchor: {}\ncreation_rules:\n  - {line}\n",
+                "a".repeat(64)
+            ),
+        );
+        let run = repo.run(".", &["seal", "-w", "clusters/prod/db.yaml"], Some(SECRET));
+        assert_eq!(run.code, 1, "{line}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("pins no anchor for it")
+                && run.stderr.contains("kseal keys trust --ring"),
+            "{line}: {}",
+            run.stderr
+        );
+        assert!(!repo.root.join("clusters/prod/db.yaml").exists());
+    }
 }
