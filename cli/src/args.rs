@@ -55,6 +55,11 @@ pub(crate) enum Command {
     /// Print a shell completion script
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions(CompletionsArgs),
+    // `kseal config`: the repository's .kseal.yaml and its creation rules.
+    /// Show the .kseal.yaml that applies here and which creation rule picks the ring or
+    /// certificate, scope and namespace for a path
+    #[command(after_help = CONFIG_EXAMPLES)]
+    Config(ConfigArgs),
 }
 
 const SEAL_EXAMPLES: &str = "\
@@ -69,6 +74,10 @@ Examples:
   # Add or replace items of an existing SealedSecret file (keeps its name, namespace, scope)
   kubectl create secret generic db --from-literal=api-key=k3y --dry-run=client -o yaml \\
     | kseal seal --cert fleet.crt --merge-into sealed-secret.yaml
+
+  # The same, leaving the ciphertext of items whose value is unchanged (no spurious diff)
+  kubectl create secret generic db --from-env-file=db.env --dry-run=client -o yaml \\
+    | kseal seal --cert fleet.crt --merge-into sealed-secret.yaml --key keys-backup.yaml
 
   # One value, for a hand-written SealedSecret (prints base64, no newline)
   printf %s \"$TOKEN\" | kseal seal --cert fleet.crt --raw -n prod --name db
@@ -117,7 +126,11 @@ Examples:
   kseal reseal --key old.key --cert new.crt sealed-secret.yaml
 
   # By the controller of the current kubeconfig context, to its sealing key
-  kseal reseal --controller --in-place clusters/prod/*.yaml";
+  kseal reseal --controller --in-place clusters/prod/*.yaml
+
+  # After a rotation: only the items sealed with an older key, in a whole repository; every
+  # other byte of the files stays as it was (--dry-run lists them first)
+  kseal reseal --stale --key keys-backup.yaml --cert secretsmanager://kseal/fleet clusters/";
 
 const VALIDATE_EXAMPLES: &str = "\
 Examples:
@@ -197,6 +210,20 @@ Examples:
 
 The key is first removed from the index (controllers drop their copy after their
 --key-source-retire-grace), then its secret is scheduled for deletion with a recovery window.";
+
+const CONFIG_EXAMPLES: &str = "\
+Examples:
+  # Which rule of the nearest .kseal.yaml applies to a file, and why
+  kseal config --for clusters/prod/db.yaml
+
+  # The JSON Schema of .kseal.yaml, for editors (yaml-language-server)
+  kseal config --schema > kseal-config.schema.json
+
+.kseal.yaml is found from the current directory upwards. Its creation_rules are tried in
+order and the first whose path_regex matches the output path (relative to the file's
+directory) applies: its ring or cert, scope and namespace are defaults of `kseal seal`,
+`create`, `set` and `reseal`; --cert, --scope and -n always win over them.
+forbid_cluster_wide is a policy that no flag lifts.";
 
 const COMPLETIONS_EXAMPLES: &str = "\
 Examples:
@@ -301,6 +328,12 @@ pub(crate) struct SealArgs {
         conflicts_with_all = ["write", "raw"]
     )]
     pub(crate) merge_into: Option<PathBuf>,
+    // `seal --merge-into --key`: unchanged items keep their ciphertext.
+    /// With --merge-into: private keys (as for `unseal`) that open the file's items; an item
+    /// whose value is unchanged keeps its ciphertext, so the diff shows only real changes
+    /// (ignored without --merge-into)
+    #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', value_name = "FILE")]
+    pub(crate) keys: Vec<PathBuf>,
     /// Seal one value (from --from-file or stdin) and print it as base64 without a newline
     #[arg(long, env = env::KSEAL_RAW)]
     pub(crate) raw: bool,
@@ -358,9 +391,9 @@ pub(crate) struct OutArgs {
     /// Namespace of the Secret [default: what the consumer expects, see above]
     #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE)]
     pub(crate) namespace: Option<String>,
-    /// Scope the Secret is sealed for
-    #[arg(long, env = env::KSEAL_SCOPE, default_value = "strict", value_parser = parse_scope)]
-    pub(crate) scope: kseal_api::Scope,
+    /// Scope the Secret is sealed for [default: the .kseal.yaml creation rule's, else strict]
+    #[arg(long, env = env::KSEAL_SCOPE, value_parser = parse_scope)]
+    pub(crate) scope: Option<kseal_api::Scope>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -779,6 +812,17 @@ pub(crate) struct ResealArgs {
     /// Rewrite each file in place (atomically) instead of printing
     #[arg(long, env = env::KSEAL_IN_PLACE)]
     pub(crate) in_place: bool,
+    // `reseal --stale`.
+    /// Re-seal in place only the items sealed with a key other than the sealing key, changing
+    /// no other byte of the files; FILE arguments may be directories (walked as `keys retire
+    /// --check` walks them). With --controller, an object is stale when its
+    /// `kseal.dev/sealing-key` annotation names another key than the controller's (one without
+    /// the annotation is skipped with a warning)
+    #[arg(long, env = env::KSEAL_STALE, conflicts_with = "in_place")]
+    pub(crate) stale: bool,
+    /// With --stale: list what would be re-sealed, write nothing
+    #[arg(long, env = env::KSEAL_DRY_RUN, requires = "stale")]
+    pub(crate) dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -1164,6 +1208,18 @@ pub(crate) struct QuickstartArgs {
     /// Directory for the demo's key, sample Secret and results
     #[arg(long, env = env::KSEAL_QUICKSTART_DIR, default_value = "kseal-quickstart")]
     pub(crate) dir: PathBuf,
+}
+
+// `kseal config` (creation rules).
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// Output path to show the creation rule for (as -w, --merge-into or a `set` FILE would
+    /// name it); without it, the rule for output to stdout
+    #[arg(long = "for", env = env::KSEAL_CONFIG_FOR, value_name = "PATH")]
+    pub(crate) for_path: Option<PathBuf>,
+    /// Print the JSON Schema of .kseal.yaml instead (for editors)
+    #[arg(long, env = env::KSEAL_CONFIG_SCHEMA, conflicts_with = "for_path")]
+    pub(crate) schema: bool,
 }
 
 #[derive(Debug, Args)]

@@ -44,6 +44,14 @@ pub(crate) const KSEAL_VALIDATE_CONTROLLER: &str = "KSEAL_VALIDATE_CONTROLLER";
 pub(crate) const KSEAL_RESEAL_CONTROLLER: &str = "KSEAL_RESEAL_CONTROLLER";
 /// Rewrite files in place (`--in-place`).
 pub(crate) const KSEAL_IN_PLACE: &str = "KSEAL_IN_PLACE";
+/// Re-seal only the items not sealed with the active key (`reseal --stale`).
+pub(crate) const KSEAL_STALE: &str = "KSEAL_STALE";
+/// List what would change without writing (`reseal --stale --dry-run`).
+pub(crate) const KSEAL_DRY_RUN: &str = "KSEAL_DRY_RUN";
+/// Output path whose creation rule `kseal config --for` shows.
+pub(crate) const KSEAL_CONFIG_FOR: &str = "KSEAL_CONFIG_FOR";
+/// Print the JSON Schema of `.kseal.yaml` (`kseal config --schema`).
+pub(crate) const KSEAL_CONFIG_SCHEMA: &str = "KSEAL_CONFIG_SCHEMA";
 /// Output directory of `keys generate` (`--out-dir`).
 pub(crate) const KSEAL_OUT_DIR: &str = "KSEAL_OUT_DIR";
 /// Key size for `keys generate` (`--key-size`).

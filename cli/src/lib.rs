@@ -74,7 +74,8 @@ where
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    if names_a_ring(&args) {
+    // A creation rule of .kseal.yaml may seal with a key ring too.
+    if names_a_ring(&args) || project::rules_name_a_ring() {
         return hand_over(&args);
     }
     match local(cli.command) {
@@ -203,6 +204,7 @@ fn local(command: Command) -> Result<anyhow::Result<()>, Box<Command>> {
         Command::Keys(KeysCommand::Inspect(args)) => cmd::keys::inspect(args),
         Command::Quickstart(args) => cmd::quickstart::run(args),
         Command::Completions(args) => cmd::completions::run(args),
+        Command::Config(args) => cmd::config::run(args),
         ring @ Command::Keys(
             KeysCommand::Push(_)
             | KeysCommand::Activate(_)

@@ -1,20 +1,40 @@
-//! The repository's `.kseal.yaml`: the trust anchors of the key rings it seals to.
+//! The repository's `.kseal.yaml`: the trust anchors of the key rings it seals to, and the
+//! creation rules that say which ring or certificate, scope and namespace each path of the
+//! repository is sealed with.
 //!
 //! Like `.sops.yaml`, the file is found from the current directory upwards and committed, so
-//! every laptop and CI job of a GitOps repository pins the same anchor. `kseal keys trust`
-//! writes it. The format:
+//! every laptop and CI job of a GitOps repository pins the same anchor and applies the same
+//! rules. Since the file decides which key seals, discovery never leaves the repository: it
+//! stops at the repository root (the first directory upwards holding `.git`), and outside any
+//! git repository only the current directory's own file counts; a file writable by group or
+//! others, or owned by another user than the current one or root, is refused. A rule's
+//! certificate must lie inside the directory of its file (or be an https:// URL), and a ring a
+//! rule names must be pinned in the same file. `kseal keys trust` writes the pins; `kseal
+//! config` shows which rule applies to a path. The format
+//! (`schemas/kseal-config.schema.json` is its JSON Schema, for editors):
 //!
 //! ```yaml
 //! rings:
 //!   - ring: secretsmanager://kseal/fleet   # as given to --ring / --cert
 //!     anchor: 4034c72f56d5…                # kid of the ring's first root key (64 hex)
 //!     version: 12                          # optional: older indexes are refused (rollback)
+//! creation_rules:                          # the first rule whose path_regex matches applies
+//!   - path_regex: ^clusters/prod/          # the output path, relative to this file's directory
+//!     ring: secretsmanager://kseal/prod    # or cert: certs/prod.crt (relative to this file)
+//!     scope: strict                        # strict, namespace-wide or cluster-wide
+//!     namespace: prod
+//!     forbid_cluster_wide: true            # refuse cluster-wide SealedSecrets here
 //! ```
+//!
+//! An explicit flag (`--cert`, `--scope`, `-n`) always wins over a rule; `forbid_cluster_wide`
+//! is a policy, not a default, and no flag lifts it.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
+use kseal_keys::Scope;
 use kseal_keystore::{Kid, Location};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The file's name.
@@ -23,23 +43,87 @@ pub(crate) const FILE_NAME: &str = ".kseal.yaml";
 /// Larger than any sensible configuration; a bigger file is refused, not read.
 const MAX_BYTES: u64 = 1 << 20;
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// kseal's repository configuration (`.kseal.yaml`): the trust anchors of the key rings the
+/// repository seals to, and the rules that choose how each path is sealed.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "kseal repository configuration (.kseal.yaml)")]
 pub(crate) struct ProjectFile {
+    /// Trust anchors of key rings, written by `kseal keys trust`.
     #[serde(default)]
     pub(crate) rings: Vec<RingPin>,
+    /// Defaults per output path, as `.sops.yaml`'s `creation_rules`: the first rule whose
+    /// `path_regex` matches applies; an explicit flag always wins over it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) creation_rules: Vec<CreationRule>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The trust anchor pinned for one key ring.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RingPin {
     /// The ring, as given to `--ring` or `--cert`.
     pub(crate) ring: String,
-    /// The kid of its anchor.
+    /// The kid of its anchor: 64 lowercase hex characters, as `kseal keys trust` prints it.
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub(crate) anchor: String,
     /// The index version seen when it was pinned: an older index is a rollback.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) version: u64,
+}
+
+/// How the SealedSecrets written under matching paths are sealed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreationRule {
+    /// Regular expression (Rust `regex` syntax, unanchored like `.sops.yaml`'s) matched against
+    /// the output path relative to the directory of this file, with `/` separators (e.g.
+    /// `^clusters/prod/`). Without it the rule matches every path, and output to stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) path_regex: Option<String>,
+    /// Key ring whose active key seals (`secretsmanager://PREFIX`, `PREFIX`, or
+    /// `dir://PATH`, a relative PATH being relative to this file), as `--cert RING`. It must
+    /// be pinned under `rings` in this file (`kseal keys trust`), or the rule is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ring: Option<String>,
+    /// Certificate to seal with, as `--cert`: a PEM file committed in the repository,
+    /// relative to this file and inside its directory (an absolute path, or one that leaves the
+    /// directory through `..` or a link, is refused), or an https:// URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cert: Option<String>,
+    /// Scope of Secrets that declare none, as `--scope`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) scope: Option<RuleScope>,
+    /// Namespace of Secrets that declare none, as `-n`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub(crate) namespace: Option<String>,
+    /// Refuse to write cluster-wide SealedSecrets (which any namespace of the cluster may
+    /// unseal) to matching paths; no flag lifts this.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) forbid_cluster_wide: bool,
+}
+
+/// A sealing scope, spelled as `--scope` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum RuleScope {
+    /// Bound to the Secret's namespace and name.
+    Strict,
+    /// Bound to the namespace: the Secret may be renamed.
+    NamespaceWide,
+    /// Any namespace and name of the cluster may unseal it.
+    ClusterWide,
+}
+
+impl From<RuleScope> for Scope {
+    fn from(scope: RuleScope) -> Self {
+        match scope {
+            RuleScope::Strict => Scope::Strict,
+            RuleScope::NamespaceWide => Scope::Namespace,
+            RuleScope::ClusterWide => Scope::Cluster,
+        }
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
@@ -85,16 +169,143 @@ fn same_ring(a: &Location, b: &Location, base: &Path) -> bool {
     }
 }
 
-/// `.kseal.yaml` in `dir` or the nearest directory above it.
-pub(crate) fn find_from(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors()
-        .map(|d| d.join(FILE_NAME))
-        .find(|p| p.is_file())
+/// Where discovery looked for `.kseal.yaml`, and what it found.
+#[derive(Debug, Clone)]
+pub(crate) struct Discovery {
+    /// The directory it started from.
+    pub(crate) start: PathBuf,
+    /// The repository root it stopped at (the first directory upwards holding `.git`), or
+    /// `None`: outside any git repository, only `start` itself was looked at.
+    pub(crate) repo_root: Option<PathBuf>,
+    /// The file found, if any.
+    pub(crate) file: Option<PathBuf>,
 }
 
-/// Reads a `.kseal.yaml`.
+impl Discovery {
+    /// Where discovery looked, for `kseal config` and messages.
+    pub(crate) fn describe(&self) -> String {
+        match &self.repo_root {
+            Some(root) if *root == self.start => format!(
+                "looked in {} only: it is the repository root (it holds .git), and discovery \
+                 never goes above it",
+                root.display()
+            ),
+            Some(root) => format!(
+                "looked from {} up to the repository root {} (the first directory holding \
+                 .git), and never above it",
+                self.start.display(),
+                root.display()
+            ),
+            None => format!(
+                "{} is in no git repository: only its own {FILE_NAME} counts, none above it",
+                self.start.display()
+            ),
+        }
+    }
+}
+
+/// Looks for `.kseal.yaml` from `dir` upwards, stopping at the repository root (the first
+/// directory upwards holding `.git`, a file or a directory); outside any repository only
+/// `dir` itself is looked at. A file planted above the repository (a shared `/tmp`, a CI
+/// workspace's parent) therefore never decides which key seals.
+pub(crate) fn discover_file(dir: &Path) -> Discovery {
+    let start = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+    let exists = |p: &Path| p.symlink_metadata().is_ok();
+    let repo_root = start
+        .ancestors()
+        .find(|d| exists(&d.join(".git")))
+        .map(Path::to_owned);
+    let mut file = None;
+    for d in start.ancestors() {
+        let candidate = d.join(FILE_NAME);
+        if exists(&candidate) {
+            file = Some(candidate);
+            break;
+        }
+        if repo_root.as_deref().is_none_or(|root| root == d) {
+            break;
+        }
+    }
+    Discovery {
+        start,
+        repo_root,
+        file,
+    }
+}
+
+/// The `.kseal.yaml` that applies in `dir` ([`discover_file`]).
+pub(crate) fn find_from(dir: &Path) -> Option<PathBuf> {
+    discover_file(dir).file
+}
+
+/// The current user's id: the owner of a file it creates (std has no `geteuid`, and unsafe
+/// code is forbidden here).
+#[cfg(unix)]
+fn current_uid() -> Result<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    static UID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if let Some(uid) = UID.get() {
+        return Ok(*uid);
+    }
+    let probe = tempfile::tempfile().context("cannot tell the current user id")?;
+    let uid = probe
+        .metadata()
+        .context("cannot tell the current user id")?
+        .uid();
+    Ok(*UID.get_or_init(|| uid))
+}
+
+/// Refuses a `.kseal.yaml` that someone else than the current user (or root) could have
+/// written: writable by group or others, or owned by another user (a link to it too).
+#[cfg(unix)]
+fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = current_uid()?;
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        bail!(
+            "refusing {}: it is writable by {} (mode {mode:04o}), so someone else than its \
+             owner could change which key kseal seals to; make it writable by its owner only \
+             (chmod go-w {})",
+            path.display(),
+            if mode & 0o002 != 0 {
+                "others"
+            } else {
+                "its group"
+            },
+            path.display()
+        );
+    }
+    let link = fs_err::symlink_metadata(path)?;
+    for (what, uid) in [("it", meta.uid()), ("the link to it", link.uid())] {
+        if uid != me && uid != 0 {
+            bail!(
+                "refusing {}: {what} is owned by uid {uid}, neither you (uid {me}) nor root, so \
+                 another user decides which key kseal seals to (a file planted in a shared \
+                 directory?); remove it, or chown it if it is yours",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_owner(_: &Path, _: &std::fs::Metadata) -> Result<()> {
+    Ok(())
+}
+
+/// Reads a `.kseal.yaml`; a syntax error or unknown field is reported with its line and
+/// column. A file that another user could have written is refused ([`check_owner`]).
 pub(crate) fn read(path: &Path) -> Result<ProjectFile> {
-    let meta = fs_err::metadata(path)?;
+    use std::io::Read as _;
+    let file = fs_err::File::open(path)?;
+    // The open file is inspected, so it cannot be swapped between the check and the read.
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    check_owner(path, &meta)?;
     if meta.len() > MAX_BYTES {
         bail!(
             "{} is {} bytes: too large for a kseal configuration",
@@ -102,7 +313,10 @@ pub(crate) fn read(path: &Path) -> Result<ProjectFile> {
             meta.len()
         );
     }
-    let text = fs_err::read_to_string(path)?;
+    let mut text = String::new();
+    file.take(MAX_BYTES)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     if text.trim().is_empty() {
         return Ok(ProjectFile::default());
     }
@@ -110,7 +324,8 @@ pub(crate) fn read(path: &Path) -> Result<ProjectFile> {
 }
 
 /// The anchor pinned for `location`: `--ring-anchor` / `KSEAL_RING_ANCHOR` first, then the
-/// nearest `.kseal.yaml`.
+/// `.kseal.yaml` found from the current directory ([`discover_file`]: never above the
+/// repository root).
 pub(crate) fn pin_for(location: &Location, flag: Option<&str>) -> Result<Option<Pin>> {
     if let Some(text) = flag.map(str::trim).filter(|t| !t.is_empty()) {
         let anchor = Kid::parse(text).context("--ring-anchor must be a kid: 64 lowercase hex characters, as `kseal keys trust` prints it")?;
@@ -195,17 +410,442 @@ pub(crate) fn write_pin(
     Ok(previous.filter(|p| p != anchor.as_str()))
 }
 
+/// A `.kseal.yaml` with its creation rules compiled.
+#[derive(Debug)]
+pub(crate) struct Project {
+    /// The file, as found.
+    pub(crate) path: PathBuf,
+    /// Its directory, canonical: rule paths are relative to it.
+    base: PathBuf,
+    pub(crate) file: ProjectFile,
+    /// One per rule: its compiled `path_regex`, if it has one.
+    regexes: Vec<Option<regex::Regex>>,
+}
+
+/// The creation rule that applies to an output path, and why (for messages and
+/// `kseal config`).
+#[derive(Debug, Clone)]
+pub(crate) struct MatchedRule {
+    /// Its index in `creation_rules`, from 0.
+    pub(crate) index: usize,
+    pub(crate) rule: CreationRule,
+    /// The `.kseal.yaml` it comes from.
+    pub(crate) file: PathBuf,
+    /// The directory of that file, canonical.
+    base: PathBuf,
+    /// The rings pinned in that file: a ring the rule names must be among them.
+    pins: Vec<RingPin>,
+    /// The output path relative to `base` that the rule matched (none: output to stdout).
+    pub(crate) relative: Option<String>,
+}
+
+impl Project {
+    /// The `.kseal.yaml` of `dir` or the nearest directory above it within its repository
+    /// ([`discover_file`]), read and checked.
+    pub(crate) fn discover(dir: &Path) -> Result<Option<Project>> {
+        Ok(Project::discover_with(dir)?.1)
+    }
+
+    /// As [`Project::discover`], with where discovery looked.
+    pub(crate) fn discover_with(dir: &Path) -> Result<(Discovery, Option<Project>)> {
+        let discovery = discover_file(dir);
+        let project = discovery.file.as_deref().map(Project::load).transpose()?;
+        Ok((discovery, project))
+    }
+
+    /// The `.kseal.yaml` found from the current directory upwards.
+    pub(crate) fn discover_from_cwd() -> Result<Option<Project>> {
+        Ok(Project::discover_from_cwd_with()?.1)
+    }
+
+    /// As [`Project::discover_from_cwd`], with where discovery looked.
+    pub(crate) fn discover_from_cwd_with() -> Result<(Discovery, Option<Project>)> {
+        let cwd = std::env::current_dir().context("cannot read the current directory")?;
+        Project::discover_with(&cwd)
+    }
+
+    /// Reads `path` and checks its creation rules: every regex compiles, a rule names at most
+    /// one of `ring` and `cert`, and does not both default to and forbid cluster-wide.
+    pub(crate) fn load(path: &Path) -> Result<Project> {
+        let file = read(path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        let base = fs_err::canonicalize(dir)?;
+        let mut regexes = Vec::with_capacity(file.creation_rules.len());
+        for (i, rule) in file.creation_rules.iter().enumerate() {
+            let what = || format!("{}: creation rule {}", path.display(), i + 1);
+            let regex = rule
+                .path_regex
+                .as_deref()
+                .map(|text| {
+                    regex::Regex::new(text).map_err(|e| {
+                        anyhow::anyhow!(
+                            "{}: path_regex `{text}`{} is not a valid regex: {e}",
+                            what(),
+                            locate(path, text)
+                        )
+                    })
+                })
+                .transpose()?;
+            regexes.push(regex);
+            if rule.ring.is_some() && rule.cert.is_some() {
+                bail!("{}: give either `ring` or `cert`, not both", what());
+            }
+            if rule.forbid_cluster_wide && rule.scope == Some(RuleScope::ClusterWide) {
+                bail!(
+                    "{}: `scope: cluster-wide` contradicts `forbid_cluster_wide: true`",
+                    what()
+                );
+            }
+            if let Some(ring) = &rule.ring {
+                Location::parse(ring).with_context(|| format!("{}: `ring`", what()))?;
+            }
+            if let Some(namespace) = &rule.namespace {
+                kseal_api::validation::validate_namespace_name(namespace).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: namespace `{namespace}` is not a valid namespace name: {e}",
+                        what()
+                    )
+                })?;
+            }
+        }
+        Ok(Project {
+            path: path.to_owned(),
+            base,
+            file,
+            regexes,
+        })
+    }
+
+    /// `output` relative to this file's directory, with `/` separators; `None` when it lies
+    /// outside it. The file need not exist yet (its directory is resolved, links included).
+    pub(crate) fn relative(&self, output: &Path) -> Option<String> {
+        let absolute = if output.is_absolute() {
+            output.to_owned()
+        } else {
+            std::env::current_dir().ok()?.join(output)
+        };
+        // The nearest existing ancestor is resolved (links, `..`); the rest is kept as given.
+        let mut existing = absolute.as_path();
+        let mut rest = Vec::new();
+        let resolved = loop {
+            if let Ok(c) = std::fs::canonicalize(existing) {
+                break c;
+            }
+            rest.push(existing.file_name()?);
+            existing = existing.parent()?;
+        };
+        let mut full = resolved;
+        for part in rest.iter().rev() {
+            full.push(part);
+        }
+        let relative = full.strip_prefix(&self.base).ok()?;
+        let parts: Vec<String> = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        Some(parts.join("/"))
+    }
+
+    /// The first creation rule that matches `output` (`None`: output to stdout, which only
+    /// rules without `path_regex` match).
+    pub(crate) fn rule_for(&self, output: Option<&Path>) -> Option<MatchedRule> {
+        let relative = match output {
+            Some(path) => Some(self.relative(path)?),
+            None => None,
+        };
+        let index = self
+            .regexes
+            .iter()
+            .position(|regex| match (regex, &relative) {
+                (None, _) => true,
+                (Some(regex), Some(path)) => regex.is_match(path),
+                (Some(_), None) => false,
+            })?;
+        Some(MatchedRule {
+            index,
+            rule: self.file.creation_rules[index].clone(),
+            file: self.path.clone(),
+            base: self.base.clone(),
+            pins: self.file.rings.clone(),
+            relative,
+        })
+    }
+}
+
+/// " at line L, column C" of the `path_regex: TEXT` line in `path`, for messages (empty when
+/// it cannot be told: the pattern is quoted with escapes, or spread over lines).
+fn locate(path: &Path, text: &str) -> String {
+    let Ok(content) = fs_err::read_to_string(path) else {
+        return String::new();
+    };
+    content
+        .lines()
+        .enumerate()
+        .find_map(|(i, line)| {
+            let key = line.find("path_regex")?;
+            let at = line[key..].find(text)? + key;
+            Some(format!(" at line {}, column {}", i + 1, at + 1))
+        })
+        .unwrap_or_default()
+}
+
+impl MatchedRule {
+    /// "rule 2 of `.kseal.yaml` (path_regex `^prod/` matches `prod/db.yaml`)".
+    pub(crate) fn describe(&self) -> String {
+        let why = match (&self.rule.path_regex, &self.relative) {
+            (Some(regex), Some(path)) => format!("path_regex `{regex}` matches `{path}`"),
+            (_, Some(path)) => format!("no path_regex: it matches every path, `{path}` too"),
+            (_, None) => "no path_regex: it matches output to stdout".to_owned(),
+        };
+        format!(
+            "creation rule {} of `{}` ({why})",
+            self.index + 1,
+            self.file.display()
+        )
+    }
+
+    /// The `--cert` value the rule stands for: its ring or certificate, relative paths
+    /// resolved against the directory of its file. Only what the repository's reviewers see
+    /// is accepted: a certificate file inside the directory of `.kseal.yaml` (after links), an
+    /// https:// URL (fetched with verified TLS, as `--cert URL`), or a ring pinned in the same
+    /// file (so that its signed history is checked against the anchor).
+    pub(crate) fn cert_spec(&self) -> Result<Option<String>> {
+        let ring = self
+            .rule
+            .ring
+            .as_deref()
+            .or_else(|| self.rule.cert.as_deref().filter(|c| is_ring_spec(c)));
+        if let Some(ring) = ring {
+            return self.ring_spec(ring).map(Some);
+        }
+        let Some(cert) = &self.rule.cert else {
+            return Ok(None);
+        };
+        let lower = cert.to_ascii_lowercase();
+        if lower.starts_with("https://") {
+            return Ok(Some(cert.clone()));
+        }
+        if lower.contains("://") {
+            bail!(
+                "{}: `cert: {cert}` is refused: a creation rule names a certificate by its path \
+                 relative to {FILE_NAME} (committed in the repository) or by an https:// URL",
+                self.describe()
+            );
+        }
+        if Path::new(cert).is_absolute() {
+            bail!(
+                "{}: `cert: {cert}` is an absolute path, refused: a certificate a creation rule \
+                 names must be committed in the repository, named relative to {}",
+                self.describe(),
+                self.base.display()
+            );
+        }
+        let joined = self.base.join(cert);
+        let resolved = fs_err::canonicalize(&joined).with_context(|| {
+            format!("{}: cannot read the certificate `{cert}`", self.describe())
+        })?;
+        if !resolved.starts_with(&self.base) {
+            bail!(
+                "{}: `cert: {cert}` resolves to {}, outside {} (the directory of {FILE_NAME}), \
+                 refused: a certificate a creation rule names must be committed in the \
+                 repository",
+                self.describe(),
+                resolved.display(),
+                self.base.display()
+            );
+        }
+        Ok(Some(resolved.display().to_string()))
+    }
+
+    /// The `--cert` value of the ring `ring`, refused unless the file pins its anchor.
+    fn ring_spec(&self, ring: &str) -> Result<String> {
+        let location = match Location::parse(ring)? {
+            Location::Directory {
+                path,
+                insecure_perms,
+            } => Location::Directory {
+                path: self.base.join(path),
+                insecure_perms,
+            },
+            other => other,
+        };
+        let pinned = self.pins.iter().any(|pin| {
+            Location::parse(&pin.ring).is_ok_and(|p| same_ring(&p, &location, &self.base))
+        });
+        if !pinned {
+            bail!(
+                "{}: names key ring `{ring}`, but {} pins no anchor for it, refused: a ring a \
+                 creation rule seals to must be pinned in the same file, so that kseal checks \
+                 its signed history; pin it with `kseal keys trust --ring {ring}` (run next to \
+                 {FILE_NAME}) and commit the file",
+                self.describe(),
+                self.file.display()
+            );
+        }
+        Ok(match location {
+            Location::SecretsManager { prefix, region } => match region {
+                Some(region) => format!("secretsmanager://{prefix}?region={region}"),
+                None => format!("secretsmanager://{prefix}"),
+            },
+            Location::Directory {
+                path,
+                insecure_perms,
+            } => {
+                let suffix = if insecure_perms {
+                    "?insecure-perms=true"
+                } else {
+                    ""
+                };
+                format!("dir://{}{suffix}", path.display())
+            }
+        })
+    }
+
+    pub(crate) fn scope(&self) -> Option<Scope> {
+        self.rule.scope.map(Scope::from)
+    }
+
+    pub(crate) fn namespace(&self) -> Option<&str> {
+        self.rule.namespace.as_deref()
+    }
+
+    /// Refuses `scope` on a path whose rule forbids cluster-wide SealedSecrets.
+    pub(crate) fn check_scope(&self, scope: Scope, what: &str) -> Result<()> {
+        if self.rule.forbid_cluster_wide && scope == Scope::Cluster {
+            bail!(
+                "{what} would be sealed cluster-wide, which {} forbids (forbid_cluster_wide: \
+                 any namespace of the cluster could unseal it); seal it strict or \
+                 namespace-wide",
+                self.describe()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The creation rule for `output`, from the `.kseal.yaml` found from the current directory
+/// upwards (none without such a file or a matching rule).
+pub(crate) fn rule_for_output(output: Option<&Path>) -> Result<Option<MatchedRule>> {
+    Ok(Project::discover_from_cwd()?.and_then(|p| p.rule_for(output)))
+}
+
+/// Fills `--cert` from `rule` when no certificate was given on the command line (or in
+/// `KSEAL_CERT`): an explicit flag always wins.
+pub(crate) fn apply_cert(cert: &mut Vec<String>, rule: Option<&MatchedRule>) -> Result<()> {
+    if cert.is_empty()
+        && let Some(spec) = rule.map(MatchedRule::cert_spec).transpose()?.flatten()
+    {
+        cert.push(spec);
+    }
+    Ok(())
+}
+
+/// For `kseal check`: why a cluster-wide SealedSecret at `path` is forbidden (the rule that
+/// forbids it, from the `.kseal.yaml` nearest to `path`), or `None` when it is allowed.
+#[allow(dead_code)] // called by `kseal check`
+pub(crate) fn forbid_cluster_wide(path: &Path) -> Result<Option<String>> {
+    let absolute = if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir()
+            .context("cannot read the current directory")?
+            .join(path)
+    };
+    let dir = absolute.parent().unwrap_or(Path::new("/"));
+    let Some(project) = Project::discover(dir)? else {
+        return Ok(None);
+    };
+    Ok(project
+        .rule_for(Some(&absolute))
+        .filter(|m| m.rule.forbid_cluster_wide)
+        .map(|m| m.describe()))
+}
+
+/// Whether the `.kseal.yaml` found from the current directory has a creation rule that
+/// seals with a key ring (the `kseal` executable then hands the command to `kseal-ring`).
+/// A file that cannot be read counts as none: the command itself reports it.
+pub(crate) fn rules_name_a_ring() -> bool {
+    let Ok(cwd) = std::env::current_dir() else {
+        return false;
+    };
+    find_from(&cwd)
+        .and_then(|p| read(&p).ok())
+        .is_some_and(|f| {
+            f.creation_rules
+                .iter()
+                .any(|r| r.ring.is_some() || r.cert.as_deref().is_some_and(is_ring_spec))
+        })
+}
+
+/// Whether a rule's `cert` names a key ring rather than a certificate.
+fn is_ring_spec(cert: &str) -> bool {
+    let lower = cert.to_ascii_lowercase();
+    lower.starts_with("secretsmanager://") || lower.starts_with("dir:")
+}
+
+/// The JSON Schema of `.kseal.yaml`, as committed in `schemas/kseal-config.schema.json`.
+pub(crate) fn json_schema() -> Result<String> {
+    let schema = schemars::schema_for!(ProjectFile);
+    let mut text = serde_json::to_string_pretty(&schema)?;
+    text.push('\n');
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes `path` writable by its owner only, whatever the umask.
+    fn write_private(path: &Path, text: &str) {
+        std::fs::write(path, text).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+
+    #[test]
+    fn discovery_stops_at_the_repository_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().canonicalize().unwrap();
+        write_private(&top.join(FILE_NAME), "");
+        let repo = top.join("repo");
+        let sub = repo.join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        // Outside any repository: only the directory's own file.
+        let found = discover_file(&sub);
+        assert_eq!((found.repo_root, found.file), (None, None));
+        assert_eq!(discover_file(&top).file, Some(top.join(FILE_NAME)));
+        // A `.git` file (worktree, submodule) marks the root as a directory does.
+        std::fs::write(repo.join(".git"), "gitdir: elsewhere\n").unwrap();
+        let found = discover_file(&sub);
+        assert_eq!(found.repo_root.as_deref(), Some(repo.as_path()));
+        assert_eq!(found.file, None);
+        write_private(&repo.join(FILE_NAME), "");
+        assert_eq!(discover_file(&sub).file, Some(repo.join(FILE_NAME)));
+        // A file in a subdirectory of the repository is nearer.
+        write_private(&repo.join("a").join(FILE_NAME), "");
+        assert_eq!(
+            discover_file(&sub).file,
+            Some(repo.join("a").join(FILE_NAME))
+        );
+    }
 
     #[test]
     fn a_pin_is_found_from_a_subdirectory_and_matches_any_region() {
         let dir = tempfile::tempdir().unwrap();
         let kid = "a".repeat(64);
-        let path = dir.path().join(FILE_NAME);
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        let path = root.join(FILE_NAME);
         write_pin(&path, "kseal/fleet", &Kid::parse(&kid).unwrap(), 3).unwrap();
-        let sub = dir.path().join("clusters/prod");
+        let sub = root.join("clusters/prod");
         std::fs::create_dir_all(&sub).unwrap();
         assert_eq!(find_from(&sub).unwrap(), path);
         let file = read(&path).unwrap();
@@ -238,10 +878,70 @@ mod tests {
     }
 
     #[test]
+    fn the_first_matching_rule_applies_and_forbid_cluster_wide_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("prod/apps")).unwrap();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join("fleet.crt"), "").unwrap();
+        write_private(
+            &root.join(FILE_NAME),
+            "creation_rules:\n  - path_regex: ^prod/\n    forbid_cluster_wide: true\n    \
+             namespace: prod\n  - cert: fleet.crt\n",
+        );
+        let project = Project::discover(&root.join("prod/apps")).unwrap().unwrap();
+        let prod = project
+            .rule_for(Some(&root.join("prod/apps/db.yaml")))
+            .unwrap();
+        assert_eq!((prod.index, prod.namespace()), (0, Some("prod")));
+        assert_eq!(prod.relative.as_deref(), Some("prod/apps/db.yaml"));
+        let other = project.rule_for(Some(&root.join("dev/db.yaml"))).unwrap();
+        assert_eq!(other.index, 1);
+        assert_eq!(
+            other.cert_spec().unwrap(),
+            Some(root.join("fleet.crt").display().to_string())
+        );
+        // A ring the file does not pin is refused; once pinned, it is accepted.
+        let mut ring = other.clone();
+        ring.rule = CreationRule {
+            ring: Some("kseal/prod".to_owned()),
+            ..CreationRule::default()
+        };
+        let err = format!("{:#}", ring.cert_spec().unwrap_err());
+        assert!(err.contains("pins no anchor"), "{err}");
+        ring.pins.push(RingPin {
+            ring: "secretsmanager://kseal/prod?region=eu-west-1".to_owned(),
+            anchor: "a".repeat(64),
+            version: 0,
+        });
+        assert_eq!(
+            ring.cert_spec().unwrap().as_deref(),
+            Some("secretsmanager://kseal/prod")
+        );
+        // Output to stdout: only a rule without path_regex matches.
+        assert_eq!(project.rule_for(None).unwrap().index, 1);
+        // Outside the directory of the file: no rule.
+        assert!(
+            project
+                .rule_for(Some(Path::new("/elsewhere/x.yaml")))
+                .is_none()
+        );
+
+        let why = forbid_cluster_wide(&root.join("prod/apps/db.yaml"))
+            .unwrap()
+            .unwrap();
+        assert!(why.contains("creation rule 1"), "{why}");
+        assert_eq!(
+            forbid_cluster_wide(&root.join("dev/db.yaml")).unwrap(),
+            None
+        );
+    }
+
+    #[test]
     fn an_unknown_field_is_an_error_not_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
-        std::fs::write(&path, "rings:\n  - ring: kseal/fleet\n    anchr: abc\n").unwrap();
+        write_private(&path, "rings:\n  - ring: kseal/fleet\n    anchr: abc\n");
         let err = format!("{:#}", read(&path).unwrap_err());
         assert!(err.contains("anchr"), "{err}");
     }

@@ -19,20 +19,42 @@ use crate::manifest::{format_for_path, render};
 /// Items of the Secret being built; values are zeroized when dropped.
 type Items = BTreeMap<String, Plaintext>;
 
+/// The certificate request of `cert`, with the `.kseal.yaml` creation rule of the output
+/// path filling `--cert` when it is not given.
+fn cert_request(cert: &crate::args::CertArgs, out: &OutArgs) -> Result<CertRequest> {
+    let rule = crate::project::rule_for_output(out.write.as_deref())?;
+    let mut cert = cert.clone();
+    crate::project::apply_cert(&mut cert.cert, rule.as_ref())?;
+    CertRequest::from_args(&cert)
+}
+
 /// Seals `items` into a SealedSecret named by `out` (or the defaults) and emits it.
 fn seal_and_emit(
     certificate: &kseal_keys::Certificate,
     out: &OutArgs,
     default_name: &str,
-    default_namespace: &str,
+    default_namespace: Option<&str>,
     labels: BTreeMap<String, String>,
     items: Items,
 ) -> Result<()> {
+    let rule = crate::project::rule_for_output(out.write.as_deref())?;
     let name = out.name.clone().unwrap_or_else(|| default_name.to_owned());
+    // -n, else the consumer's namespace (the one its controller reads, e.g. flux-system),
+    // else the creation rule's. Every consumer defines one today, so a rule's namespace
+    // does not move a bootstrap Secret away from where its consumer looks for it.
     let namespace = out
         .namespace
         .clone()
-        .unwrap_or_else(|| default_namespace.to_owned());
+        .or_else(|| default_namespace.map(str::to_owned))
+        .or_else(|| rule.as_ref().and_then(|r| r.namespace()).map(str::to_owned))
+        .unwrap_or_else(|| "default".to_owned());
+    let scope = out
+        .scope
+        .or_else(|| rule.as_ref().and_then(|r| r.scope()))
+        .unwrap_or(kseal_api::Scope::Strict);
+    if let Some(rule) = &rule {
+        rule.check_scope(scope, &format!("Secret `{namespace}/{name}`"))?;
+    }
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -51,7 +73,7 @@ fn seal_and_emit(
         ..Secret::default()
     };
     let options = SealOptions {
-        scope: out.scope,
+        scope,
         ..SealOptions::default()
     };
     let backend = crate::cmd::seal::backend_for(items.len());
@@ -557,7 +579,7 @@ fn check_git_args(args: &GitArgs, ssh: bool, https: bool) -> Result<()> {
 }
 
 pub(crate) fn git(args: GitArgs) -> Result<()> {
-    let cert = CertRequest::from_args(&args.cert)?;
+    let cert = cert_request(&args.cert, &args.out)?;
     if args.consumer == GitConsumer::Flux
         && (args.identity_file.is_some() || args.generate_key)
         && args.known_hosts_file.is_none()
@@ -744,7 +766,7 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
         &certificate,
         &args.out,
         &default_name,
-        default_namespace,
+        Some(default_namespace),
         labels,
         items,
     )?;
@@ -923,7 +945,7 @@ fn drop_stray_session_token(keys: &mut AwsKeys) -> bool {
 }
 
 pub(crate) fn aws(args: AwsArgs) -> Result<()> {
-    let cert = CertRequest::from_args(&args.cert)?;
+    let cert = cert_request(&args.cert, &args.out)?;
     let mut keys = aws_keys(&args)?;
     if drop_stray_session_token(&mut keys) {
         eprintln!(
@@ -1001,7 +1023,7 @@ pub(crate) fn aws(args: AwsArgs) -> Result<()> {
         &cert.load_one()?,
         &args.out,
         name,
-        namespace,
+        Some(namespace),
         BTreeMap::new(),
         items,
     )

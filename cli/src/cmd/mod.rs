@@ -2,10 +2,12 @@
 
 pub(crate) mod cert;
 pub(crate) mod completions;
+pub(crate) mod config;
 pub(crate) mod create;
 pub(crate) mod keys;
 pub(crate) mod quickstart;
 pub(crate) mod recovery;
+pub(crate) mod reseal_stale;
 pub(crate) mod ring;
 pub(crate) mod seal;
 pub(crate) mod set;

@@ -265,6 +265,45 @@ fn target_certificate(args: &ResealArgs, loaded: LoadedRing) -> Result<(KeyRing,
     Ok((loaded.ring, cert))
 }
 
+/// The certificate the `.kseal.yaml` creation rules give the files (none for standard
+/// input, or when no rule names one); files whose rules differ need --cert or --stale.
+fn rule_certificate(paths: &[PathBuf]) -> Result<Option<String>> {
+    let mut found: Option<(String, String)> = None;
+    let mut without = None;
+    for path in paths.iter().filter(|p| *p != Path::new("-")) {
+        let rule = crate::project::rule_for_output(Some(path))?;
+        let Some((rule, spec)) = rule
+            .map(|r| r.cert_spec().map(|s| s.map(|s| (r, s))))
+            .transpose()?
+            .flatten()
+        else {
+            without.get_or_insert_with(|| path.display().to_string());
+            continue;
+        };
+        match &found {
+            Some((other, why)) if *other != spec => bail!(
+                "the files are sealed to different certificates by .kseal.yaml ({why}; {}): \
+                 reseal them separately, pass --cert, or use --stale (which follows each \
+                 file's rule)",
+                rule.describe()
+            ),
+            Some(_) => {}
+            None => found = Some((spec, rule.describe())),
+        }
+    }
+    if let (Some((_, why)), Some(path)) = (&found, &without) {
+        bail!(
+            "`{path}` has no .kseal.yaml rule naming a certificate, but {why} names one: \
+             reseal them separately, pass --cert, or use --stale (which follows each file's \
+             rule)"
+        );
+    }
+    if let Some((_, why)) = &found {
+        eprintln!("note: resealing to the certificate of {why}");
+    }
+    Ok(found.map(|(spec, _)| spec))
+}
+
 /// Who re-encrypts.
 enum Resealer {
     Local { ring: KeyRing, cert: Certificate },
@@ -343,7 +382,13 @@ fn reseal_file(input: &Input, resealer: &Resealer) -> Result<(SealedFile, usize)
     Ok((file, count))
 }
 
-pub(crate) fn reseal(args: ResealArgs) -> Result<()> {
+pub(crate) fn reseal(mut args: ResealArgs) -> Result<()> {
+    if args.stale {
+        return crate::cmd::reseal_stale::run(&args);
+    }
+    if !args.use_controller && args.cert.is_none() {
+        args.cert = rule_certificate(&args.files.all())?;
+    }
     let resealer = match keys_or_controller(args.use_controller, &args.controller, &args.keys)? {
         Backing::Keys(loaded) => {
             let (ring, cert) = target_certificate(&args, loaded)?;

@@ -231,6 +231,10 @@ struct SealRequest {
     default_namespace: DefaultNamespace,
     allow_empty_data: bool,
     mode: Mode,
+    /// The `.kseal.yaml` creation rule for the output path, if one applies.
+    rule: Option<crate::project::MatchedRule>,
+    /// `--key` files: with --merge-into, unchanged items keep their ciphertext.
+    keys: Vec<PathBuf>,
 }
 
 /// The namespace assumed for a Secret without one when no `-n` is given, and where it
@@ -264,7 +268,14 @@ impl DefaultNamespace {
 }
 
 impl SealRequest {
-    fn from_args(args: SealArgs) -> Result<Self> {
+    fn from_args(mut args: SealArgs) -> Result<Self> {
+        // The creation rule of the output path: -w, else --merge-into, else stdout.
+        let output = args.write.as_deref().or(args.merge_into.as_deref());
+        let rule = crate::project::rule_for_output(output)?;
+        crate::project::apply_cert(&mut args.cert.cert, rule.as_ref())?;
+        if args.namespace.is_none() {
+            args.namespace = rule.as_ref().and_then(|r| r.namespace()).map(str::to_owned);
+        }
         let certs = CertRequest::from_args(&args.cert)?;
         if args.raw && !args.files.all().is_empty() {
             bail!(
@@ -308,7 +319,23 @@ impl SealRequest {
             default_namespace,
             allow_empty_data: args.allow_empty_data,
             mode,
+            rule,
+            keys: args.keys,
         })
+    }
+
+    /// The scope to seal with: `--scope`, else the creation rule's, else strict.
+    fn default_scope(&self) -> Scope {
+        self.scope
+            .or_else(|| self.rule.as_ref().and_then(|r| r.scope()))
+            .unwrap_or(Scope::Strict)
+    }
+
+    /// Refuses a cluster-wide `scope` where the creation rule forbids it.
+    fn check_scope(&self, scope: Scope, what: &str) -> Result<()> {
+        self.rule
+            .as_ref()
+            .map_or(Ok(()), |r| r.check_scope(scope, what))
     }
 
     fn options(&self) -> SealOptions {
@@ -316,7 +343,7 @@ impl SealRequest {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             default_namespace: None,
-            scope: self.scope.unwrap_or(Scope::Strict),
+            scope: self.default_scope(),
             allow_empty_data: self.allow_empty_data,
             ..SealOptions::default()
         }
@@ -337,7 +364,15 @@ impl SealRequest {
         let mut secret = secret.clone();
         let mut options = self.options();
         let declared = kseal_api::scope_of(&secret.metadata);
-        if let Some(asked) = self.scope {
+        // A creation rule's scope applies to Secrets that declare none (an explicit --scope
+        // replaces any).
+        let asked = self.scope.or_else(|| {
+            self.rule
+                .as_ref()
+                .and_then(|r| r.scope())
+                .filter(|_| declared == Scope::Strict)
+        });
+        if let Some(asked) = asked {
             if declared != Scope::Strict && declared != asked {
                 notes.push(format!(
                     "warning: {what} is annotated {declared}; sealing it {asked} as --scope asks \
@@ -409,6 +444,7 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
         for (i, secret) in secrets.iter().enumerate() {
             let what = describe_secret(secret, i, &input.source);
             let (secret, options, mut more) = request.prepare(secret, &what);
+            request.check_scope(kseal_api::scope_of(&secret.metadata), &what)?;
             notes.append(&mut more);
             prepared.push((secret, options, what));
         }
@@ -481,6 +517,7 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         .with_context(|| format!("the SealedSecret in `{}` has no name", path.display()))?;
     let namespace = existing.metadata.namespace.clone();
     let file_scope = existing.scope();
+    request.check_scope(file_scope, &format!("`{}`", path.display()))?;
     let mut secrets = Vec::new();
     for input in Input::read_all(&request.inputs)? {
         let objects: Vec<Secret> = input.objects("Secret", "v1")?;
@@ -494,6 +531,13 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
     let backend = backend_for(secrets.iter().map(|(_, s)| value_count(s)).sum());
     let mut added = Vec::new();
     let mut replaced = Vec::new();
+    let mut kept = Vec::new();
+    let opener = if request.keys.is_empty() {
+        None
+    } else {
+        let label = file_scope.label(namespace.as_deref().unwrap_or_default(), &name);
+        Some((crate::cmd::unseal::load_ring(&request.keys)?, label))
+    };
     for (place, secret) in &secrets {
         let what = || place.clone();
         let input_scope = kseal_api::scope_of(&secret.metadata);
@@ -534,6 +578,14 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         }
         let mut secret = secret.clone();
         secret.metadata.namespace.clone_from(&namespace);
+        if let Some((ring, label)) = &opener {
+            let before = kept.len();
+            keep_unchanged(&mut secret, &target.sealed[0], ring, label, &mut kept);
+            if kept.len() > before && value_count(&secret) == 0 {
+                // Every item is unchanged: nothing of this Secret is sealed or merged.
+                continue;
+            }
+        }
         let options = SealOptions {
             name: Some(name.clone()),
             namespace: None,
@@ -547,10 +599,32 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         merge_into_value(&mut target.values[0], &sealed, &mut added, &mut replaced)
             .with_context(|| format!("failed to update `{}`", path.display()))?;
     }
+    if !kept.is_empty() && added.is_empty() && replaced.is_empty() {
+        eprintln!(
+            "`{}` is unchanged: {} kept (same values)",
+            path.display(),
+            kept.iter()
+                .map(|i| format!("`{i}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(());
+    }
     let text = target.render()?;
     crate::manifest::write_atomic(path, text.as_bytes(), false)?;
+    let kept_note = if kept.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; kept {} (same values)",
+            kept.iter()
+                .map(|i| format!("`{i}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     eprintln!(
-        "updated `{}`: {}",
+        "updated `{}`: {}{kept_note}",
         path.display(),
         describe_changes(&added, &replaced)
     );
@@ -559,6 +633,54 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
         eprintln!("{warning}");
     }
     Ok(())
+}
+
+/// Drops from `secret` every item whose value equals what the existing item of the same
+/// name in `existing` opens to (with `ring`, under `label`), and names it in `kept`: its
+/// ciphertext stays as it is. An item that does not open is sealed anew.
+fn keep_unchanged(
+    secret: &mut Secret,
+    existing: &SealedSecret,
+    ring: &kseal_keys::KeyRing,
+    label: &kseal_keys::Label,
+    kept: &mut Vec<String>,
+) {
+    let hint = existing.sealing_key_hint();
+    let mut names: Vec<String> = secret
+        .data
+        .iter()
+        .flat_map(|d| d.keys())
+        .chain(secret.string_data.iter().flat_map(|d| d.keys()))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    for item in names {
+        let Some(current) = existing.spec.encrypted_data.get(&item) else {
+            continue;
+        };
+        // stringData wins over data, as the API server merges them.
+        let new: &[u8] = match (
+            secret.string_data.as_ref().and_then(|d| d.get(&item)),
+            secret.data.as_ref().and_then(|d| d.get(&item)),
+        ) {
+            (Some(text), _) => text.as_bytes(),
+            (None, Some(bytes)) => &bytes.0,
+            (None, None) => continue,
+        };
+        let Ok(opened) = ring.open_base64(label, current, hint.as_ref()) else {
+            continue;
+        };
+        if opened.plaintext.expose() == new {
+            if let Some(d) = secret.data.as_mut() {
+                d.remove(&item);
+            }
+            if let Some(d) = secret.string_data.as_mut() {
+                d.remove(&item);
+            }
+            kept.push(item);
+        }
+    }
 }
 
 /// "added `a`, `b`; replaced `c`".
@@ -709,7 +831,8 @@ pub(crate) fn seal_value(
 }
 
 fn seal_raw(request: &SealRequest, raw: &RawRequest) -> Result<()> {
-    let scope = request.scope.unwrap_or(Scope::Strict);
+    let scope = request.default_scope();
+    request.check_scope(scope, "the raw value")?;
     let name = request.name.as_deref().filter(|n| !n.is_empty());
     if scope == Scope::Strict && name.is_none() {
         bail!("--raw with strict scope needs the name (--name)");

@@ -11,11 +11,18 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
     if let Err(e) = kseal_api::validation::is_config_map_key(&args.key) {
         bail!("`{}` is not a valid Secret key: {e}", args.key);
     }
-    let certs = CertRequest::from_args(&args.cert)?;
+    // The creation rule of the file picks the certificate when --cert does not.
+    let rule = crate::project::rule_for_output(Some(&args.file))?;
+    let mut cert_args = args.cert.clone();
+    crate::project::apply_cert(&mut cert_args.cert, rule.as_ref())?;
+    let certs = CertRequest::from_args(&cert_args)?;
     let mut file =
         SealedFile::read_one(&args.file).context("failed to read the SealedSecret to update")?;
     let sealed = &file.sealed[0];
     let scope = sealed.scope();
+    if let Some(rule) = &rule {
+        rule.check_scope(scope, &format!("`{}`", args.file.display()))?;
+    }
     let name = sealed
         .metadata
         .name

@@ -1,0 +1,520 @@
+//! `kseal reseal --stale [PATH…]`: re-seals in place only the items sealed with a key other
+//! than the sealing key, and changes no other byte of the files.
+//!
+//! Files are not re-serialised: each stale ciphertext (a base64 string unique to its item) is
+//! replaced where it stands in the text, so key order, comments, quoting and the other
+//! documents of the file stay as they were, and the diff of a GitOps repository shows only
+//! the re-sealed values (and the `kseal.dev/sealing-key` annotations that named the old key).
+//! A second run finds nothing stale and writes nothing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use kseal_api::SealedSecret;
+use kseal_api::constants::SEALING_KEY_ANNOTATION;
+use kseal_keys::{Certificate, KeyId, KeyRing};
+
+use crate::args::ResealArgs;
+use crate::certs::{CertRequest, Controller, ControllerTarget, Source, Spec};
+use crate::cmd::recovery::open_items;
+use crate::text::count;
+
+/// Who re-seals, and to which key.
+#[allow(clippy::large_enum_variant)] // one per command run
+enum Backing {
+    /// Local private keys; the target is `--cert`, else the file's creation rule, else the
+    /// key the --key files mark as sealing.
+    Keys {
+        ring: KeyRing,
+        explicit: Option<Certificate>,
+        /// The key the --key files mark as sealing, or why none is.
+        sealing: std::result::Result<Certificate, String>,
+        /// Certificates of creation rules, by `--cert` value.
+        by_rule: HashMap<String, Certificate>,
+    },
+    /// The controller's `/v1/rotate`, to its sealing key.
+    Controller {
+        controller: Controller,
+        active: KeyId,
+    },
+}
+
+/// One item to re-seal.
+struct Stale {
+    object: String,
+    item: String,
+    /// The key that sealed it (`None`: unknown, with the controller and no annotation).
+    old: Option<String>,
+    ciphertext: String,
+    resealed: String,
+}
+
+/// What one file needs.
+struct FilePlan {
+    path: PathBuf,
+    text: String,
+    objects: usize,
+    stale: Vec<Stale>,
+    /// Objects re-sealed: their sealing-key annotations that named another key are updated.
+    old_hints: Vec<String>,
+    target: KeyId,
+}
+
+/// The SealedSecrets of a manifest file (in `List`s too); none when it holds none.
+fn sealed_secrets_in(path: &Path, text: &str) -> Result<Vec<SealedSecret>> {
+    if !text.contains("SealedSecret") {
+        return Ok(Vec::new());
+    }
+    let documents: Vec<serde_json::Value> = crate::yaml::from_multiple(text).map_err(|error| {
+        let what = match error.location() {
+            Some(at) => format!("document {}", crate::manifest::document_at(text, at.line())),
+            None => "a document".to_owned(),
+        };
+        anyhow::Error::new(error).context(format!("failed to parse {what} of `{}`", path.display()))
+    })?;
+    let mut out = Vec::new();
+    for (i, value) in documents.into_iter().enumerate() {
+        let values = if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
+            value
+                .get("items")
+                .and_then(|i| i.as_array())
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            vec![value]
+        };
+        for value in values {
+            if value.get("kind").and_then(|k| k.as_str()) == Some(kseal_api::constants::KIND) {
+                out.push(serde_json::from_value(value).with_context(|| {
+                    format!(
+                        "document {} of `{}` is not a valid SealedSecret",
+                        i + 1,
+                        path.display()
+                    )
+                })?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn object_name(s: &SealedSecret) -> String {
+    format!(
+        "{}/{}",
+        s.metadata.namespace.as_deref().unwrap_or("-"),
+        s.metadata.name.as_deref().unwrap_or("-")
+    )
+}
+
+impl Backing {
+    fn new(args: &ResealArgs) -> Result<Self> {
+        if args.use_controller {
+            let target = ControllerTarget::from_args(&args.controller);
+            let request = CertRequest {
+                specs: vec![Spec {
+                    name: "controller".to_owned(),
+                    source: Source::Controller,
+                }],
+                controller: target.clone(),
+                allow_http: false,
+                ring_anchor: None,
+            };
+            let active = request.load_one()?.id().clone();
+            return Ok(Backing::Controller {
+                controller: Controller::connect(&target)?,
+                active,
+            });
+        }
+        if args.keys.is_empty() {
+            bail!(
+                "pass --key FILE (local private keys) or --controller (ask the controller in \
+                 the cluster)"
+            );
+        }
+        let loaded = crate::cmd::unseal::load_keys(&args.keys)?;
+        let explicit = args
+            .cert
+            .as_deref()
+            .map(|text| cert_for(text, args.allow_http))
+            .transpose()?;
+        // Needed only when neither --cert nor a rule names the target: an error then.
+        let sealing = match loaded.sealing {
+            Ok((id, _)) => match loaded.ring.get(&id) {
+                Some(key) => Ok(crate::certs::check(
+                    &key.certificate().to_pem(),
+                    &format!("of the sealing key {id}"),
+                )?),
+                None => Err(format!("no private key {id} among the --key files")),
+            },
+            Err(e) => Err(format!("{e:#}")),
+        };
+        Ok(Backing::Keys {
+            ring: loaded.ring,
+            explicit,
+            sealing,
+            by_rule: HashMap::new(),
+        })
+    }
+
+    /// The key items of `path` should be sealed with, and its certificate (none with the
+    /// controller, which seals itself).
+    fn target(&mut self, path: &Path) -> Result<(KeyId, Option<Certificate>)> {
+        if let Backing::Controller { active, .. } = self {
+            return Ok((active.clone(), None));
+        }
+        let cert = self.certificate(path)?;
+        Ok((cert.id().clone(), Some(cert)))
+    }
+
+    /// The certificate to seal `path`'s items to with local keys.
+    fn certificate(&mut self, path: &Path) -> Result<Certificate> {
+        let Backing::Keys {
+            explicit,
+            sealing,
+            by_rule,
+            ..
+        } = self
+        else {
+            bail!("the controller seals with its own key");
+        };
+        if let Some(cert) = explicit {
+            return Ok(cert.clone());
+        }
+        let rule = crate::project::rule_for_output(Some(path))?;
+        if let Some(spec) = rule.as_ref().map(|r| r.cert_spec()).transpose()?.flatten() {
+            if let Some(cert) = by_rule.get(&spec) {
+                return Ok(cert.clone());
+            }
+            let cert = cert_for(&spec, false).with_context(|| {
+                format!(
+                    "failed to load the certificate of {}",
+                    rule.as_ref().map(|r| r.describe()).unwrap_or_default()
+                )
+            })?;
+            by_rule.insert(spec, cert.clone());
+            return Ok(cert);
+        }
+        sealing.clone().map_err(|why| {
+            anyhow::anyhow!(
+                "no key to reseal `{}` to ({why}); pass --cert, or name the ring or \
+                 certificate in a .kseal.yaml creation rule",
+                path.display()
+            )
+        })
+    }
+}
+
+fn cert_for(text: &str, allow_http: bool) -> Result<Certificate> {
+    CertRequest {
+        specs: vec![crate::certs::parse_spec(text)?],
+        controller: ControllerTarget::default(),
+        allow_http,
+        ring_anchor: None,
+    }
+    .load_one()
+}
+
+/// Finds the stale items of one file and re-seals them in memory.
+fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
+    let text = fs_err::read_to_string(path)?;
+    let sealed = sealed_secrets_in(path, &text)?;
+    if sealed.is_empty() {
+        return Ok(None);
+    }
+    let (target, cert) = backing.target(path)?;
+    let mut plan = FilePlan {
+        path: path.to_owned(),
+        text,
+        objects: sealed.len(),
+        stale: Vec::new(),
+        old_hints: Vec::new(),
+        target: target.clone(),
+    };
+    for s in &sealed {
+        let name = object_name(s);
+        let hint = s
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SEALING_KEY_ANNOTATION))
+            .cloned();
+        let before = plan.stale.len();
+        match (&*backing, &cert) {
+            (Backing::Keys { ring, .. }, Some(cert)) => {
+                let opened = open_items(s, ring)
+                    .with_context(|| format!("cannot reseal {name} in `{}`", path.display()))?;
+                if !opened.failed.is_empty() {
+                    bail!(
+                        "cannot reseal {name} in `{}`: no --key opens {}",
+                        path.display(),
+                        opened.failed.join(", ")
+                    );
+                }
+                let label = s.scope().label(
+                    s.metadata.namespace.as_deref().unwrap_or_default(),
+                    s.metadata.name.as_deref().unwrap_or_default(),
+                );
+                for (item, key) in &opened.keys {
+                    if *key == target {
+                        continue;
+                    }
+                    let plaintext = &opened.items[item];
+                    let resealed =
+                        kseal_keys::seal_base64(cert.public_key(), &label, plaintext.expose())?;
+                    plan.stale.push(Stale {
+                        object: name.clone(),
+                        item: item.clone(),
+                        old: Some(key.to_string()),
+                        ciphertext: s.spec.encrypted_data[item].clone(),
+                        resealed,
+                    });
+                }
+            }
+            (Backing::Controller { controller, active }, _) => {
+                let Some(hint) = hint.clone() else {
+                    eprintln!(
+                        "warning: {name} in `{}` has no {SEALING_KEY_ANNOTATION} annotation, so \
+                         without private keys it cannot be told stale: skipped (use --key, or \
+                         `kseal reseal --controller --in-place` on the file)",
+                        path.display()
+                    );
+                    continue;
+                };
+                if KeyId::parse(&hint).as_ref() == Some(active) {
+                    continue;
+                }
+                let rotated = rotate(controller, s)
+                    .with_context(|| format!("cannot reseal {name} in `{}`", path.display()))?;
+                for (item, ciphertext) in &s.spec.encrypted_data {
+                    let resealed = rotated
+                        .spec
+                        .encrypted_data
+                        .get(item)
+                        .cloned()
+                        .with_context(|| {
+                            format!("the controller's answer for {name} lacks item `{item}`")
+                        })?;
+                    plan.stale.push(Stale {
+                        object: name.clone(),
+                        item: item.clone(),
+                        old: Some(hint.clone()),
+                        ciphertext: ciphertext.clone(),
+                        resealed,
+                    });
+                }
+            }
+            (Backing::Keys { .. }, None) => bail!("no certificate to reseal to"),
+        }
+        if plan.stale.len() > before
+            && let Some(hint) = hint.filter(|h| KeyId::parse(h).as_ref() != Some(&target))
+        {
+            plan.old_hints.push(hint);
+        }
+    }
+    Ok(Some(plan))
+}
+
+/// `POST /v1/rotate` of one SealedSecret.
+fn rotate(controller: &Controller, sealed: &SealedSecret) -> Result<SealedSecret> {
+    let body = serde_json::to_string(sealed).context("failed to encode the SealedSecret")?;
+    let response = controller.request("POST", "/v1/rotate", Some(&body))?;
+    if response.status != 200 {
+        let message = match crate::certs::status_message(&response.body) {
+            m if m.is_empty() => response.body.trim().to_owned(),
+            m => m.trim_start_matches(": ").to_owned(),
+        };
+        bail!(
+            "the controller refused (HTTP {}): {message}",
+            response.status
+        );
+    }
+    serde_json::from_str(&response.body).context("the controller's answer is not a SealedSecret")
+}
+
+fn is_base64_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_')
+}
+
+/// Replaces every whole occurrence of `old` (not part of a longer base64 string) by `new`;
+/// returns how many there were.
+fn replace_token(text: &mut String, old: &str, new: &str) -> usize {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    let mut replaced = 0;
+    while let Some(at) = rest.find(old) {
+        let before = rest.as_bytes()[..at].last().copied();
+        let after = rest.as_bytes().get(at + old.len()).copied();
+        out.push_str(&rest[..at]);
+        if before.is_some_and(is_base64_byte) || after.is_some_and(is_base64_byte) {
+            out.push_str(old);
+        } else {
+            out.push_str(new);
+            replaced += 1;
+        }
+        rest = &rest[at + old.len()..];
+    }
+    out.push_str(rest);
+    *text = out;
+    replaced
+}
+
+/// Points the `kseal.dev/sealing-key` annotations that name one of `old` at `new`, on the
+/// annotation's own line (YAML or JSON).
+fn replace_hints(text: &mut String, old: &[String], new: &str) {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        match line.find(SEALING_KEY_ANNOTATION) {
+            Some(at) => {
+                let (head, tail) = line.split_at(at + SEALING_KEY_ANNOTATION.len());
+                let mut tail = tail.to_owned();
+                if let Some(hint) = old.iter().find(|h| tail.contains(h.as_str())) {
+                    tail = tail.replacen(hint.as_str(), new, 1);
+                }
+                out.push_str(head);
+                out.push_str(&tail);
+            }
+            None => out.push_str(line),
+        }
+    }
+    *text = out;
+}
+
+impl FilePlan {
+    /// The file's new text: only the stale ciphertexts (and old hints) replaced.
+    fn rewrite(&self) -> Result<String> {
+        let mut text = self.text.clone();
+        let mut done: HashMap<&str, &str> = HashMap::new();
+        for stale in &self.stale {
+            // The same ciphertext twice (a copied object) opens under the same label: one
+            // re-sealed value serves both.
+            if done.contains_key(stale.ciphertext.as_str()) {
+                continue;
+            }
+            if replace_token(&mut text, &stale.ciphertext, &stale.resealed) == 0 {
+                bail!(
+                    "`{}`: the ciphertext of {} item `{}` is not written on one line, so it \
+                     cannot be replaced in place; reseal the file with `kseal reseal \
+                     --in-place` (which rewrites it whole)",
+                    self.path.display(),
+                    stale.object,
+                    stale.item
+                );
+            }
+            done.insert(&stale.ciphertext, &stale.resealed);
+        }
+        if !self.old_hints.is_empty() {
+            replace_hints(&mut text, &self.old_hints, self.target.as_str());
+        }
+        Ok(text)
+    }
+}
+
+pub(crate) fn run(args: &ResealArgs) -> Result<()> {
+    let paths = args.files.all();
+    if paths.is_empty() || paths.iter().any(|p| p == Path::new("-")) {
+        bail!("--stale rewrites files in place: name files or directories (not standard input)");
+    }
+    let mut backing = Backing::new(args)?;
+    let files = crate::walk::manifest_files(&paths)?;
+    // Everything is planned and re-sealed in memory first: one failure writes nothing.
+    let mut plans = Vec::new();
+    for file in &files {
+        if let Some(plan) = plan_file(file, &mut backing)? {
+            plans.push(plan);
+        }
+    }
+    let mut rewrites = Vec::new();
+    for plan in plans.iter().filter(|p| !p.stale.is_empty()) {
+        rewrites.push((plan, plan.rewrite()?));
+    }
+    let mut report = String::new();
+    let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+    for (plan, _) in &rewrites {
+        let mut objects: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for stale in &plan.stale {
+            objects
+                .entry(stale.object.as_str())
+                .or_default()
+                .push(stale.item.as_str());
+            *by_key
+                .entry(stale.old.clone().unwrap_or_else(|| "unknown".to_owned()))
+                .or_default() += 1;
+        }
+        for (object, items) in objects {
+            let _ = writeln!(
+                report,
+                "{}: {object}: {}",
+                plan.path.display(),
+                items.join(", ")
+            );
+        }
+    }
+    let stale_objects: usize = rewrites
+        .iter()
+        .map(|(p, _)| {
+            let mut names: Vec<&str> = p.stale.iter().map(|s| s.object.as_str()).collect();
+            names.dedup();
+            names.len()
+        })
+        .sum();
+    let items: usize = rewrites.iter().map(|(p, _)| p.stale.len()).sum();
+    let verb = if args.dry_run {
+        "would re-seal"
+    } else {
+        "re-sealed"
+    };
+    let _ = write!(
+        report,
+        "{verb} {} of {} in {} ({} read in {} of {} manifest files)",
+        count(items, "item"),
+        count(stale_objects, "SealedSecret"),
+        count(rewrites.len(), "file"),
+        count(
+            plans.iter().map(|p| p.objects).sum::<usize>(),
+            "SealedSecret"
+        ),
+        plans.len(),
+        files.len()
+    );
+    if by_key.is_empty() {
+        report.push_str(": nothing is stale\n");
+    } else {
+        let keys: Vec<String> = by_key
+            .iter()
+            .map(|(k, n)| format!("{} sealed with {k}", count(*n, "item")))
+            .collect();
+        let _ = writeln!(report, "; {}", keys.join(", "));
+    }
+    if !args.dry_run {
+        for (plan, text) in &rewrites {
+            crate::manifest::write_atomic(&plan.path, text.as_bytes(), false)?;
+        }
+    }
+    crate::output::stdout(&report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_whole_tokens_are_replaced() {
+        let mut text = "a: QUJD\nb: xQUJD\nc: \"QUJD\"\n".to_owned();
+        assert_eq!(replace_token(&mut text, "QUJD", "WFla"), 2);
+        assert_eq!(text, "a: WFla\nb: xQUJD\nc: \"WFla\"\n");
+    }
+
+    #[test]
+    fn hints_are_replaced_on_their_own_line_only() {
+        let mut text =
+            "    kseal.dev/sealing-key: old # keep\nother: old\n    \"kseal.dev/sealing-key\": \"old\",\n"
+                .to_owned();
+        replace_hints(&mut text, &["old".to_owned()], "new");
+        assert_eq!(
+            text,
+            "    kseal.dev/sealing-key: new # keep\nother: old\n    \"kseal.dev/sealing-key\": \"new\",\n"
+        );
+    }
+}
