@@ -977,14 +977,15 @@ pub(crate) struct ConfirmArgs {
 /// working), hidden, and said to have no effect.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct NeverAsksArgs {
-    #[arg(short = 'y', long = "yes", hide = true)]
+    #[arg(short = 'y', long = "yes", hide = true, env = env::KSEAL_YES)]
     pub(crate) yes: bool,
 }
 
 impl NeverAsksArgs {
-    /// Warns that `--yes` does nothing for `command`.
+    /// Warns that `--yes` does nothing for `command` (given on the command line: a `KSEAL_YES`
+    /// set for a whole script is meant for the commands that ask).
     pub(crate) fn warn(&self, command: &str) {
-        if self.yes {
+        if self.yes && std::env::var_os(env::KSEAL_YES).is_none() {
             eprintln!("warning: --yes has no effect: `{command}` never asks");
         }
     }
