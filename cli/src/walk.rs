@@ -79,7 +79,8 @@ fn with_rules_of(dir: &Path, rules: &Rules) -> Result<Rules> {
     if !file.is_file() {
         return Ok(Rc::clone(rules));
     }
-    let mut builder = GitignoreBuilder::new(dir);
+    // Rules and the paths they are matched against are absolute, however the walk was named.
+    let mut builder = GitignoreBuilder::new(std::path::absolute(dir)?);
     if let Some(e) = builder.add(&file) {
         anyhow::bail!("failed to read `{}`: {e}", file.display());
     }
@@ -94,8 +95,11 @@ fn with_rules_of(dir: &Path, rules: &Rules) -> Result<Rules> {
 
 /// Whether the nearest rule that matches `path` ignores it (a `!pattern` re-includes).
 fn ignored(rules: &Rules, path: &Path, is_dir: bool) -> bool {
+    let Ok(path) = std::path::absolute(path) else {
+        return false;
+    };
     for gitignore in rules.iter() {
-        let matched = gitignore.matched(path, is_dir);
+        let matched = gitignore.matched(&path, is_dir);
         if matched.is_ignore() {
             return true;
         }
@@ -113,6 +117,9 @@ fn rules_above(path: &Path) -> Result<Rules> {
     let Ok(absolute) = std::path::absolute(path) else {
         return Ok(none);
     };
+    if absolute.join(".git").exists() {
+        return Ok(none);
+    }
     let mut dirs = Vec::new();
     let mut dir = absolute.parent();
     while let Some(d) = dir {
