@@ -1158,11 +1158,7 @@ fn junit(reports: &[FileReport], totals: &Totals, strict: bool) -> String {
                 })
                 .collect();
             if !notes.is_empty() {
-                let _ = writeln!(
-                    cases,
-                    "      <system-out>{}</system-out>",
-                    notes.join("\n")
-                );
+                let _ = writeln!(cases, "      <system-out>{}</system-out>", notes.join("\n"));
             }
             cases.push_str("    </testcase>\n");
         };
