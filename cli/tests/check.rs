@@ -467,3 +467,76 @@ fn sarif_is_valid_sarif_2_1_0_and_junit_parses_with_the_same_findings() {
         BTreeSet::from(["prod/api (document 3)", "staging/registry (document 1)"])
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn a_key_ring_gives_every_key_and_its_active_one() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tree = tree();
+    let ring_dir = tree.root.join("ring");
+    std::fs::create_dir(&ring_dir).unwrap();
+    std::fs::set_permissions(&ring_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let ring = format!("dir://{}", ring_dir.display());
+    // The older key is the ring's first, so it seals; the newer one is only added.
+    let old_dir = common::fixtures().join("keys");
+    for from in [
+        old_dir.display().to_string(),
+        tree.root.join("new").display().to_string(),
+    ] {
+        let run = kseal(
+            &["keys", "push", "--ring", &ring, "--from", &from],
+            None,
+            &tree.root,
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    let list = kseal(
+        &["keys", "list", "--ring", &ring, "-o", "json"],
+        None,
+        &tree.root,
+    );
+    let listed: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let anchor = listed["active"].as_str().unwrap().to_owned();
+
+    // Not pinned: refused, as for sealing (exit 2).
+    let unpinned = kseal(&["check", "--cert", &ring, "repo"], None, &tree.root);
+    assert_eq!(unpinned.code, 2, "{}", unpinned.stderr);
+    assert!(
+        unpinned.stderr.contains("is not pinned"),
+        "{}",
+        unpinned.stderr
+    );
+
+    let run = kseal(
+        &[
+            "check",
+            "--cert",
+            &ring,
+            "--ring-anchor",
+            &anchor,
+            "--format",
+            "json",
+            "repo",
+        ],
+        None,
+        &tree.root,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // Now what the newer key sealed is stale.
+    let mut expected = Vec::new();
+    for (file, object) in [
+        (PROD, "prod/db"),
+        ("repo/clusters/prod/cache.json", "prod/cache"),
+        (STAGING, "staging/web"),
+        (STAGING, "staging/queue"),
+    ] {
+        for item in ["password", "user"] {
+            expected.push((
+                "stale-sealing-key".to_owned(),
+                file.to_owned(),
+                format!("{object}:{item}"),
+            ));
+        }
+    }
+    assert_eq!(findings(&run), expected.into_iter().collect());
+}
