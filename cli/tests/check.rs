@@ -540,3 +540,191 @@ fn a_key_ring_gives_every_key_and_its_active_one() {
     }
     assert_eq!(findings(&run), expected.into_iter().collect());
 }
+
+/// A Kubernetes API server stand-in whose service proxy reaches a controller that opens every
+/// SealedSecret but `staging/queue` (the tampered one); returns its port and the requests.
+fn fake_controller() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let requests = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut reader = std::io::BufReader::new(stream);
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            let mut body = vec![0u8; length];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let body = String::from_utf8_lossy(&body).into_owned();
+            let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+            let (status, answer) = if path.ends_with("/services/kseal-controller") {
+                (
+                    200,
+                    r#"{"spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
+                )
+            } else if path.ends_with("/proxy/v1/verify") && body.contains(r#""name":"queue""#) {
+                (409, "no key could decrypt secret\n".to_owned())
+            } else if path.ends_with("/proxy/v1/verify") {
+                (200, "ok: 2 sealed values decrypt\n".to_owned())
+            } else {
+                (404, r#"{"kind":"Status","message":"not found"}"#.to_owned())
+            };
+            requests.lock().unwrap().push(format!("{path} {body}"));
+            let stream = reader.get_mut();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = stream.flush();
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn with_controller_the_controller_opens_every_sealed_secret() {
+    let tree = tree();
+    let (port, requests) = fake_controller();
+    std::fs::write(
+        tree.root.join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\nclusters:\n- name: c\n  \
+             cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    \
+             token: t0ken\ncontexts:\n- name: test\n  context:\n    cluster: c\n    user: u\n"
+        ),
+    )
+    .unwrap();
+    let run = kseal_env(
+        &[
+            "check",
+            "--cert",
+            &tree.new_crt,
+            "--cert",
+            &tree.old_crt,
+            "--controller",
+            "--format",
+            "json",
+            "repo",
+        ],
+        None,
+        &tree.root,
+        &[("KUBECONFIG", "kubeconfig")],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let mut expected = stale();
+    expected.push(("item-does-not-open", STAGING, "staging/queue:-"));
+    assert_eq!(findings(&run), set(&expected));
+    assert!(
+        run.stdout
+            .contains("controller: no key could decrypt secret"),
+        "{}",
+        run.stdout
+    );
+    // One verify request per SealedSecret.
+    let verified = requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.contains("/proxy/v1/verify"))
+        .count();
+    assert_eq!(verified, 6);
+}
+
+#[test]
+fn scope_template_and_malformed_items_are_errors_with_their_lines() {
+    let tree = tree();
+    // A real value (sealed for prod/db), reused where only the public checks matter.
+    let sealed = seal(&tree.root, &tree.new_crt, "prod", "db", false);
+    let value = sealed
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("password: "))
+        .unwrap()
+        .to_owned();
+    let object = |name: &str, metadata: &str, spec: &str| {
+        format!(
+            "---\napiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: \
+             {name}\n{metadata}spec:\n  encryptedData:\n    password: {value}\n{spec}"
+        )
+    };
+    let text = [
+        object(
+            "both",
+            "  namespace: dev\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\"\n    \
+             sealedsecrets.bitnami.com/namespace-wide: \"true\"\n",
+            "",
+        ),
+        object("nowhere", "", ""),
+        object(
+            "yes",
+            "  namespace: dev\n  annotations:\n    sealedsecrets.bitnami.com/namespace-wide: \"yes\"\n",
+            "",
+        ),
+        object(
+            "moved",
+            "  namespace: dev\n",
+            "  template:\n    metadata:\n      namespace: other\n",
+        ),
+        object(
+            "template",
+            "  namespace: dev\n",
+            "  template:\n    data:\n      url: \"{{ .password \"\n",
+        ),
+        "---\napiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: bad\n  \
+         namespace: dev\nspec:\n  encryptedData:\n    # not sealed\n    password: not base64!\n"
+            .to_owned(),
+    ]
+    .concat();
+    std::fs::create_dir_all(tree.root.join("odd")).unwrap();
+    std::fs::write(tree.root.join("odd/odd.yaml"), &text).unwrap();
+    let run = kseal(
+        &["check", "--cert", &tree.new_crt, "--format", "json", "odd"],
+        None,
+        &tree.root,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let file = "odd/odd.yaml";
+    let expected = [
+        ("scope-inconsistent", "dev/both:-"),
+        ("scope-inconsistent", "-/nowhere:-"),
+        ("scope-inconsistent", "dev/yes:-"),
+        ("scope-inconsistent", "dev/moved:-"),
+        ("template-does-not-render", "dev/template:-"),
+        ("malformed-item", "dev/bad:password"),
+    ]
+    .iter()
+    .map(|(rule, what)| ((*rule).to_owned(), file.to_owned(), (*what).to_owned()))
+    .collect::<BTreeSet<_>>();
+    assert_eq!(findings(&run), expected);
+    // The malformed item's line is its own, below a comment.
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let bad = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "malformed-item")
+        .unwrap();
+    let line = usize::try_from(bad["line"].as_u64().unwrap()).unwrap();
+    assert_eq!(
+        text.lines().nth(line - 1),
+        Some("    password: not base64!")
+    );
+}
