@@ -5,7 +5,15 @@
 //!
 //! Run with `cargo bench -p kseal-cli --bench check`; prints its figures (no assertion on
 //! time). `KSEAL_BENCH_CHECK_OBJECTS` and `KSEAL_BENCH_CHECK_PRIVATE` change the sizes
-//! (default 10,000 and 200 SealedSecrets, two items each).
+//! (default 10,000 and 200 SealedSecrets, two items each). Where the release dependencies are
+//! not built, the dev profile with kseal's own crates optimised gives release-like figures
+//! without rebuilding any dependency:
+//!
+//! ```text
+//! cargo $(for p in kseal-cli kseal-keys kseal-api kseal-keystore; do
+//!   printf -- '--config profile.dev.package.%s.%s ' $p opt-level=3 $p debug-assertions=false \
+//!     $p overflow-checks=false; done) bench -p kseal-cli --bench check --profile dev
+//! ```
 #![allow(clippy::print_stdout)]
 
 use std::fmt::Write as _;
