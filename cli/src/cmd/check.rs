@@ -667,17 +667,13 @@ fn check_public(file: &Path, object: &mut Object, ring: &RingView, now: SystemTi
         if let Err(e) = kseal_api::render_template_data(templates, &items) {
             out.push(Finding {
                 rule: Rule::Template,
-                line: line_of_template(object),
+                line: object.line,
                 item: None,
                 message: format!("spec.template.data does not render: {e}"),
             });
         }
     }
     object.findings.extend(out);
-}
-
-fn line_of_template(object: &Object) -> usize {
-    object.line
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -935,7 +931,7 @@ fn check(args: &CheckArgs) -> Result<u8> {
         CheckFormat::Human => human(&reports, &totals),
         CheckFormat::Json => json(&reports, &totals)?,
         CheckFormat::Sarif => sarif(&reports)?,
-        CheckFormat::Junit => junit(&reports, &totals, args.strict),
+        CheckFormat::Junit => junit(&reports, args.strict),
     };
     crate::output::stdout(&text)?;
     if args.format != CheckFormat::Human {
@@ -1112,7 +1108,7 @@ fn xml(text: &str) -> String {
 /// JUnit XML: one test suite per file, one test case per SealedSecret (and one per document
 /// that does not parse); errors fail, warnings are listed in `system-out` (and fail with
 /// `--strict`).
-fn junit(reports: &[FileReport], totals: &Totals, strict: bool) -> String {
+fn junit(reports: &[FileReport], strict: bool) -> String {
     use std::fmt::Write as _;
     let fails = |f: &Finding| f.rule.level() == Level::Error || strict;
     let mut suites = String::new();
@@ -1180,7 +1176,6 @@ fn junit(reports: &[FileReport], totals: &Totals, strict: bool) -> String {
              errors=\"0\" skipped=\"0\">\n{cases}  </testsuite>\n"
         );
     }
-    let _ = totals;
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kseal check\" \
          tests=\"{tests}\" failures=\"{failures}\" errors=\"0\">\n{suites}</testsuites>\n"
