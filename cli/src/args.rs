@@ -1311,10 +1311,26 @@ pub(crate) struct CheckArgs {
     /// hidden entries and what .gitignore files ignore skipped) [default: .]
     #[arg(value_name = "PATH")]
     pub(crate) paths: Vec<PathBuf>,
-    // The ring's keys: --cert certificate files (the first is the active key, the others
-    // older keys) or a key ring (every key of its verified index); default: the --key files'.
+    /// The ring's keys: certificate files or https URLs (the first is the active key, the
+    /// others older keys), or a key ring (secretsmanager://PREFIX or dir://PATH: every key of
+    /// its verified index and its active key); repeat or separate with commas [default: the
+    /// certificates of the --key files]
+    #[arg(
+        long,
+        env = env::KSEAL_CERT,
+        value_delimiter = ',',
+        value_name = "FILE|URL|RING"
+    )]
+    pub(crate) cert: Vec<String>,
+    /// Trust anchor of a key ring given as --cert secretsmanager://… or dir://… (a kid, as
+    /// `kseal keys trust` prints it); default: the pin in the nearest .kseal.yaml
+    #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
+    pub(crate) ring_anchor: Option<String>,
+    /// Allow a plain http certificate URL
+    #[arg(long, env = env::KSEAL_ALLOW_HTTP)]
+    pub(crate) allow_http: bool,
     #[command(flatten)]
-    pub(crate) cert: CertArgs,
+    pub(crate) controller: ControllerArgs,
     /// Private tier, offline: private keys (as for `unseal`) every item must open with;
     /// repeat or separate with commas
     #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', value_name = "FILE")]

@@ -127,7 +127,7 @@ pub(crate) fn read_ring_index(location: &str, anchor: Option<&str>) -> Result<Ri
 /// the `--key` files, else the controller's certificate with `--controller`.
 fn ring_view(args: &CheckArgs, keys: Option<&crate::cmd::unseal::LoadedRing>) -> Result<RingView> {
     let mut view = RingView::default();
-    if args.cert.cert.is_empty() {
+    if args.cert.is_empty() {
         if let Some(loaded) = keys {
             for pair in loaded.ring.keys() {
                 view.add(pair.certificate(), pair.certificate().not_before());
@@ -142,7 +142,20 @@ fn ring_view(args: &CheckArgs, keys: Option<&crate::cmd::unseal::LoadedRing>) ->
             );
         }
     }
-    let request = CertRequest::from_args(&args.cert)?;
+    let request = CertRequest {
+        specs: args
+            .cert
+            .iter()
+            .map(|c| crate::certs::parse_spec(c))
+            .collect::<Result<Vec<_>>>()?,
+        controller: ControllerTarget::from_args(&args.controller),
+        allow_http: args.allow_http,
+        ring_anchor: args.ring_anchor.clone(),
+    };
+    if request.specs.is_empty() {
+        // --controller without --cert: the ring is the controller's certificate.
+        return controller_view(&request);
+    }
     for spec in &request.specs {
         if let Source::Ring(location) = &spec.source {
             let Some(read) = INDEX_READER.get() else {
@@ -167,6 +180,23 @@ fn ring_view(args: &CheckArgs, keys: Option<&crate::cmd::unseal::LoadedRing>) ->
         }
         view.add(&cert, cert.not_before());
     }
+    Ok(view)
+}
+
+/// The ring as the controller's certificate (`--controller` without `--cert`).
+fn controller_view(request: &CertRequest) -> Result<RingView> {
+    let text = request.fetch_pem(&Source::Controller)?;
+    let cert = Certificate::from_pem(&text).with_context(|| {
+        format!(
+            "{} is not a PEM certificate",
+            request.describe(&Source::Controller)
+        )
+    })?;
+    let mut view = RingView {
+        active: Some(cert.id().clone()),
+        ..RingView::default()
+    };
+    view.add(&cert, cert.not_before());
     Ok(view)
 }
 
@@ -861,7 +891,7 @@ fn check(args: &CheckArgs) -> Result<u8> {
     let view = ring_view(args, loaded.as_ref())?;
     let checker = if args.use_controller {
         Some(Checker::Controller(Controller::connect(
-            &ControllerTarget::from_args(&args.cert.controller),
+            &ControllerTarget::from_args(&args.controller),
         )?))
     } else {
         None
