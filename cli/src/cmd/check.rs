@@ -109,7 +109,7 @@ pub(crate) fn read_rings_with(reader: IndexReader) {
 /// Every key of the verified index of the ring at `location` (the reader [`crate::run`]
 /// installs).
 pub(crate) fn read_ring_index(location: &str, anchor: Option<&str>) -> Result<RingIndex> {
-    let snapshot = crate::cmd::ring::verified_index(location, anchor)?;
+    let (snapshot, _) = crate::cmd::ring::verified_index(location, anchor)?;
     let mut keys = Vec::new();
     let mut active = None;
     for entry in &snapshot.index.keys {
