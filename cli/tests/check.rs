@@ -381,7 +381,7 @@ fn report_python() -> Option<String> {
 }
 
 #[test]
-fn sarif_is_valid_sarif_2_1_0_and_junit_parses_with_the_same_findings() {
+fn sarif_is_valid_sarif_2_1_0_junit_parses_and_pre_commit_reads_the_hook() {
     let tree = tree();
     let keys = tree.keys();
     let sarif = tree.check(&["--key", &keys, "--format", "sarif"]);
@@ -408,10 +408,12 @@ fn sarif_is_valid_sarif_2_1_0_and_junit_parses_with_the_same_findings() {
     std::fs::write(&junit_file, &junit.stdout).unwrap();
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/check/validate_reports.py");
+    let hooks = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.pre-commit-hooks.yaml");
     let out = std::process::Command::new(&python)
         .arg(&script)
         .arg(&sarif_file)
         .arg(&junit_file)
+        .arg(&hooks)
         .output()
         .unwrap();
     assert!(
@@ -465,6 +467,20 @@ fn sarif_is_valid_sarif_2_1_0_and_junit_parses_with_the_same_findings() {
     assert_eq!(
         noted,
         BTreeSet::from(["prod/api (document 3)", "staging/registry (document 1)"])
+    );
+
+    // The pre-commit hook, as pre-commit loads it: `kseal check` on the staged YAML and JSON
+    // files, given as arguments (what the tests above run). The manifest says `system`, which
+    // every pre-commit version runs; the pinned 4.7 reports it as `unsupported`.
+    assert_eq!(
+        seen["hooks"],
+        serde_json::json!([{
+            "id": "kseal-check",
+            "entry": "kseal check",
+            "language": "unsupported",
+            "types_or": ["yaml", "json"],
+            "pass_filenames": true,
+        }])
     );
 }
 
