@@ -340,6 +340,21 @@ fn usage_and_io_errors_exit_2() {
         "{}",
         no_ring.stderr
     );
+    // Nothing to check passes, with a warning (a wrong path would pass the gate too).
+    std::fs::create_dir(tree.root.join("empty")).unwrap();
+    let empty = kseal(
+        &["check", "--cert", &tree.new_crt, "empty"],
+        None,
+        &tree.root,
+    );
+    assert_eq!(empty.code, 0, "{}", empty.stderr);
+    assert!(
+        empty
+            .stderr
+            .contains("warning: found no SealedSecret under `empty`"),
+        "{}",
+        empty.stderr
+    );
     let bad_flag = kseal(&["check", "--format", "xml", "repo"], None, &tree.root);
     assert_eq!(bad_flag.code, 2);
     // The format also comes from its environment variable.

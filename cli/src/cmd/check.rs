@@ -967,6 +967,17 @@ fn check(args: &CheckArgs) -> Result<u8> {
     if args.format != CheckFormat::Human {
         eprintln!("{}", summary(&totals));
     }
+    if totals.objects == 0 {
+        // Not an error (a repository may hold none), but a wrong path passes the gate too.
+        eprintln!(
+            "warning: found no SealedSecret under {}",
+            paths
+                .iter()
+                .map(|p| format!("`{}`", p.display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let failed = totals.errors > 0 || (args.strict && totals.warnings > 0);
     Ok(u8::from(failed))
 }
