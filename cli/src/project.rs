@@ -747,7 +747,7 @@ pub(crate) fn apply_cert(cert: &mut Vec<String>, rule: Option<&MatchedRule>) -> 
 
 /// For `kseal check`: why a cluster-wide SealedSecret at `path` is forbidden (the rule that
 /// forbids it, from the `.kseal.yaml` nearest to `path`), or `None` when it is allowed.
-#[allow(dead_code)] // called by `kseal check`
+// called by `kseal check`
 pub(crate) fn forbid_cluster_wide(path: &Path) -> Result<Option<String>> {
     let absolute = if path.is_absolute() {
         path.to_owned()

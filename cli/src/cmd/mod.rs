@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub(crate) mod cert;
+pub(crate) mod check;
 pub(crate) mod completions;
 pub(crate) mod config;
 pub(crate) mod create;

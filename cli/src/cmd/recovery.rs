@@ -121,8 +121,8 @@ fn quoted(items: &[String]) -> String {
         .join(", ")
 }
 
-/// How `validate` checks an object.
-enum Checker {
+/// How `validate` (and `check --controller`) checks an object.
+pub(crate) enum Checker {
     Keys(KeyRing),
     Controller(Controller),
 }
@@ -130,7 +130,7 @@ enum Checker {
 impl Checker {
     /// `Ok(summary)` when every item opens, `Err(reason)` when not; `Err` of the outer
     /// result when the check itself could not run.
-    fn check(&self, s: &SealedSecret) -> Result<std::result::Result<String, String>> {
+    pub(crate) fn check(&self, s: &SealedSecret) -> Result<std::result::Result<String, String>> {
         match self {
             Checker::Keys(ring) => Ok(match open_items(s, ring) {
                 Err(e) => Err(format!("{e:#}")),

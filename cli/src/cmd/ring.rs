@@ -1068,6 +1068,19 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
 /// or `KSEAL_RING_ANCHOR`, else the nearest `.kseal.yaml`) is sealed to: whoever can write the
 /// index but not the ring's private keys cannot choose the key.
 pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Result<String> {
+    let (snapshot, label) = verified_index(location, anchor)?;
+    let entry = snapshot
+        .index
+        .active_entry()
+        .with_context(|| format!("key ring {label} has no active key"))?;
+    Ok(entry.crt.clone())
+}
+
+/// The index of the key ring at `location` (a `--cert` ring URL), verified against `anchor`
+/// or the nearest `.kseal.yaml` pin; a ring without a pin is refused, as for sealing (what
+/// `kseal seal` and `kseal check` read the ring's keys from), with the ring's name for
+/// messages.
+pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Snapshot, String)> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let args = RingArgs {
         ring: location.to_owned(),
@@ -1096,12 +1109,7 @@ pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Re
                 ring_arg(&args)
             );
         }
-        let snapshot = read_index(&ring).await?;
-        let entry = snapshot
-            .index
-            .active_entry()
-            .with_context(|| format!("key ring {} has no active key", ring_label(&ring)))?;
-        anyhow::Ok(entry.crt.clone())
+        Ok((read_index(&ring).await?, ring_label(&ring)))
     })?
 }
 
