@@ -136,9 +136,14 @@ pub struct Opened {
 
 /// Counters an open adds to, also when it fails.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpenStats {
     /// RSA private-key operations performed.
     pub rsa_operations: u64,
+    /// Keys passed over without an RSA operation because the envelope's RSA block cannot be
+    /// one of their ciphertexts (its length differs from the modulus's, or its value is not
+    /// below the modulus). Every key an open considers counts here or in `rsa_operations`.
+    pub keys_ruled_out: u64,
 }
 
 /// What a failed hinted key means to [`KeyRing::open_with`].
@@ -261,10 +266,12 @@ impl KeyRing {
     /// Opens `sealed` (raw envelope bytes) for `label`.
     ///
     /// Keys are tried in a fixed order: the `hint` key if the ring has it, then the sealing
-    /// key, then the rest newest first; keys whose modulus length differs from the envelope's
-    /// RSA block are skipped without an RSA operation (the length is public). Every failure
-    /// is the one opaque [`Error::Open`]; structural problems of the envelope are reported
-    /// before any key is tried.
+    /// key, then the rest newest first. A key is ruled out without an RSA operation when the
+    /// envelope's RSA block cannot be one of its ciphertexts: a different length than its
+    /// modulus, or a value not below its modulus (public data only; the private operation
+    /// would reject such a block anyway, so the result is the same). Every failure is the one
+    /// opaque [`Error::Open`]; structural problems of the envelope are reported before any
+    /// key is tried.
     pub fn open(&self, label: &Label, sealed: &[u8], hint: Option<&KeyId>) -> Result<Opened> {
         self.open_counted(label, sealed, hint, &mut OpenStats::default())
     }
@@ -307,11 +314,15 @@ impl KeyRing {
         } else {
             Box::new(first.into_iter().flatten().chain(rest))
         };
-        let rsa_len = envelope.rsa_ciphertext().len();
+        let rsa_block = envelope.rsa_ciphertext();
         let mut rsa_operations = 0u32;
         for index in order {
             let pair = &self.keys[index];
-            if pair.public_key().ciphertext_len() != rsa_len {
+            // Public checks (length, block < modulus) before the private operation: they
+            // read only the ciphertext and the public modulus, so they need not be
+            // constant-time, and a key they rule out could not have opened the value.
+            if !pair.public_key().fits_rsa_block(rsa_block) {
+                stats.keys_ruled_out += 1;
                 continue;
             }
             rsa_operations += 1;
@@ -341,5 +352,130 @@ impl FromIterator<KeyPair> for KeyRing {
             ring.insert(pair);
         }
         ring
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+
+    use super::*;
+    use crate::{Scope, seal};
+
+    /// Two 2048-bit pairs, generated once. Test-only key size for speed: do not copy.
+    fn pairs() -> &'static [KeyPair; 2] {
+        static PAIRS: OnceLock<[KeyPair; 2]> = OnceLock::new();
+        PAIRS.get_or_init(|| {
+            let generate =
+                || KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+            [generate(), generate()]
+        })
+    }
+
+    /// The pairs ordered by modulus: (smaller, larger).
+    fn by_modulus() -> (&'static KeyPair, &'static KeyPair) {
+        let [a, b] = pairs();
+        if a.public_key().modulus() < b.public_key().modulus() {
+            (a, b)
+        } else {
+            (b, a)
+        }
+    }
+
+    /// An envelope around `rsa_block` with an empty AES-GCM part (tag only).
+    fn envelope_with(rsa_block: &[u8]) -> Vec<u8> {
+        crate::envelope::frame(rsa_block, &[0; crate::envelope::TAG_LEN]).unwrap()
+    }
+
+    #[test]
+    fn a_block_not_below_the_modulus_rules_the_key_out_without_rsa_work() {
+        let (small, large) = by_modulus();
+        let ring: KeyRing = [small.clone(), large.clone()].into_iter().collect();
+        let label = Scope::Strict.label("ns", "name");
+        // The larger modulus minus one: below the larger modulus, not below the smaller.
+        let mut block = large.public_key().modulus().to_vec();
+        if let Some(last) = block.last_mut() {
+            *last = last.wrapping_sub(1);
+        }
+        assert!(block.as_slice() < large.public_key().modulus());
+        assert!(block.as_slice() >= small.public_key().modulus());
+        let mut stats = OpenStats::default();
+        let result = ring.open_counted(&label, &envelope_with(&block), None, &mut stats);
+        assert_eq!(result.unwrap_err(), Error::Open);
+        assert_eq!(
+            (stats.rsa_operations, stats.keys_ruled_out),
+            (1, 1),
+            "only the larger key spends an RSA operation"
+        );
+        assert!(!small.public_key().may_have_sealed(&envelope_with(&block)));
+        assert!(large.public_key().may_have_sealed(&envelope_with(&block)));
+    }
+
+    #[test]
+    fn a_block_equal_to_or_above_every_modulus_costs_no_rsa_work() {
+        let ring: KeyRing = pairs().iter().cloned().collect();
+        let label = Scope::Cluster.label("", "");
+        let (_, large) = by_modulus();
+        let equal = large.public_key().modulus().to_vec();
+        for block in [equal, vec![0xff; 256]] {
+            let mut stats = OpenStats::default();
+            let result = ring.open_counted(&label, &envelope_with(&block), None, &mut stats);
+            assert_eq!(result.unwrap_err(), Error::Open);
+            assert_eq!((stats.rsa_operations, stats.keys_ruled_out), (0, 2));
+        }
+    }
+
+    #[test]
+    fn a_block_of_another_length_rules_every_key_out() {
+        let ring: KeyRing = pairs().iter().cloned().collect();
+        let label = Scope::Cluster.label("", "");
+        for len in [1, 255, 257, 512] {
+            let mut stats = OpenStats::default();
+            let sealed = envelope_with(&vec![0; len]);
+            let result = ring.open_counted(&label, &sealed, None, &mut stats);
+            assert_eq!(result.unwrap_err(), Error::Open, "{len}");
+            assert_eq!(
+                (stats.rsa_operations, stats.keys_ruled_out),
+                (0, 2),
+                "{len}"
+            );
+            assert!(!pairs()[0].public_key().may_have_sealed(&sealed));
+        }
+    }
+
+    #[test]
+    fn a_value_always_fits_the_key_that_sealed_it() {
+        let label = Scope::Strict.label("ns", "name");
+        for pair in pairs() {
+            for i in 0..32u8 {
+                let sealed = seal(pair.public_key(), &label, &[i]).unwrap();
+                assert!(pair.public_key().may_have_sealed(&sealed));
+            }
+        }
+        assert!(!pairs()[0].public_key().may_have_sealed(&[0, 1]));
+    }
+
+    #[test]
+    fn every_key_considered_is_either_ruled_out_or_costs_one_operation() {
+        let ring: KeyRing = pairs().iter().cloned().collect();
+        let label = Scope::Strict.label("ns", "name");
+        let wrong = Scope::Strict.label("ns", "other");
+        for pair in pairs() {
+            for i in 0..8u8 {
+                let sealed = seal(pair.public_key(), &label, &[i]).unwrap();
+                let mut stats = OpenStats::default();
+                assert_eq!(
+                    ring.open_counted(&wrong, &sealed, None, &mut stats)
+                        .unwrap_err(),
+                    Error::Open
+                );
+                assert_eq!(stats.rsa_operations + stats.keys_ruled_out, 2);
+                let fits = pairs()
+                    .iter()
+                    .filter(|p| p.public_key().may_have_sealed(&sealed))
+                    .count() as u64;
+                assert_eq!(stats.rsa_operations, fits);
+            }
+        }
     }
 }
