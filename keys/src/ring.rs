@@ -159,6 +159,47 @@ pub enum HintPolicy {
     Binds,
 }
 
+/// Which keys an open tries first ([`KeyRing::open_ordered`]); the ring's own order (the
+/// sealing key, then the rest newest first) follows.
+///
+/// The attempts go: the `hint` key (if the ring has it; with [`HintPolicy::Binds`] no other
+/// key is tried then), then the `prefer` keys in the order given (ids the ring lacks, and
+/// repeats, are skipped), then the ring's order. Preferences only order the attempts: the
+/// result never depends on them, only the RSA work spent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOrder<'a> {
+    hint: Option<&'a KeyId>,
+    policy: HintPolicy,
+    prefer: &'a [KeyId],
+}
+
+impl<'a> OpenOrder<'a> {
+    /// The ring's order: no hint, no preference.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The key the value names (the `kseal.dev/sealing-key` annotation, or the key that
+    /// opened this item last time), tried first.
+    pub fn hint(mut self, hint: Option<&'a KeyId>) -> Self {
+        self.hint = hint;
+        self
+    }
+
+    /// What a failed hint means (see [`HintPolicy`]).
+    pub fn policy(mut self, policy: HintPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Keys to try after the hint and before the ring's order, e.g. the keys that opened
+    /// other values of the same object or namespace lately.
+    pub fn prefer(mut self, keys: &'a [KeyId]) -> Self {
+        self.prefer = keys;
+        self
+    }
+}
+
 /// All keys a controller can open with; the newest seals.
 ///
 /// Keys are kept newest first (by [`KeyPair::order_time`], ties broken by fingerprint), so
@@ -299,24 +340,27 @@ impl KeyRing {
         policy: HintPolicy,
         stats: &mut OpenStats,
     ) -> Result<Opened> {
+        let order = OpenOrder::new().hint(hint).policy(policy);
+        self.open_ordered(label, sealed, &order, stats)
+    }
+
+    /// Opens `sealed` trying keys in `order` (see [`OpenOrder`]): the hint, then the
+    /// preferred keys, then the ring's order; keys the public checks rule out cost no RSA
+    /// operation. Adds to `stats` whatever the outcome.
+    pub fn open_ordered(
+        &self,
+        label: &Label,
+        sealed: &[u8],
+        order: &OpenOrder<'_>,
+        stats: &mut OpenStats,
+    ) -> Result<Opened> {
         let envelope = Envelope::parse(sealed)?;
         if self.keys.is_empty() {
             return Err(Error::EmptyKeyRing);
         }
-        let position = |id: &KeyId| self.keys.iter().position(|k| k.id() == id);
-        let hinted = hint.and_then(position);
-        let only_hinted = policy == HintPolicy::Binds && hinted.is_some();
-        let sealing = self.preferred.as_ref().and_then(position).or(Some(0));
-        let first = [hinted, sealing.filter(|s| Some(*s) != hinted)];
-        let rest = (0..self.keys.len()).filter(|i| Some(*i) != hinted && Some(*i) != sealing);
-        let order: Box<dyn Iterator<Item = usize>> = if only_hinted {
-            Box::new(hinted.into_iter())
-        } else {
-            Box::new(first.into_iter().flatten().chain(rest))
-        };
         let rsa_block = envelope.rsa_ciphertext();
         let mut rsa_operations = 0u32;
-        for index in order {
+        for index in self.attempts(order) {
             let pair = &self.keys[index];
             // Public checks (length, block < modulus) before the private operation: they
             // read only the ciphertext and the public modulus, so they need not be
@@ -336,6 +380,31 @@ impl KeyRing {
             }
         }
         Err(Error::Open)
+    }
+
+    /// Ring indices in the order `order` tries them, each once.
+    fn attempts(&self, order: &OpenOrder<'_>) -> Vec<usize> {
+        let position = |id: &KeyId| self.keys.iter().position(|k| k.id() == id);
+        let hinted = order.hint.and_then(position);
+        if let Some(hinted) = hinted
+            && order.policy == HintPolicy::Binds
+        {
+            return vec![hinted];
+        }
+        let sealing = self.preferred.as_ref().and_then(position).unwrap_or(0);
+        let mut attempts = Vec::with_capacity(self.keys.len());
+        let candidates = hinted
+            .into_iter()
+            .chain(order.prefer.iter().filter_map(position))
+            .chain([sealing])
+            .chain(0..self.keys.len());
+        // Rings hold a few dozen keys at most: a linear membership test is cheaper than a set.
+        for index in candidates {
+            if !attempts.contains(&index) {
+                attempts.push(index);
+            }
+        }
+        attempts
     }
 
     /// Opens standard base64 text, as found in `spec.encryptedData`.
@@ -453,6 +522,65 @@ mod tests {
             }
         }
         assert!(!pairs()[0].public_key().may_have_sealed(&[0, 1]));
+    }
+
+    fn ids(ring: &KeyRing, order: &OpenOrder<'_>) -> Vec<KeyId> {
+        ring.attempts(order)
+            .into_iter()
+            .map(|i| ring.keys[i].id().clone())
+            .collect()
+    }
+
+    #[test]
+    fn preferred_keys_come_after_the_hint_and_before_the_ring_order() {
+        let [a, b] = pairs();
+        let t0 = SystemTime::UNIX_EPOCH;
+        let (older, newer) = (
+            a.clone().with_order_time(t0),
+            b.clone()
+                .with_order_time(t0 + std::time::Duration::from_secs(1)),
+        );
+        let ring: KeyRing = [older.clone(), newer.clone()].into_iter().collect();
+        let (o, n) = (older.id().clone(), newer.id().clone());
+        let unknown = KeyId::parse("SHA256:mOu37IQKwNgtj0FeKeyH6IwE9tIV4Wv0EQyI/vw5vxQ").unwrap();
+        assert_eq!(ids(&ring, &OpenOrder::new()), [n.clone(), o.clone()]);
+        let prefer_older = [unknown.clone(), o.clone(), o.clone()];
+        let order = OpenOrder::new().prefer(&prefer_older);
+        assert_eq!(ids(&ring, &order), [o.clone(), n.clone()]);
+        // The hint still goes first, and with Binds it is the only key tried.
+        let order = OpenOrder::new().hint(Some(&n)).prefer(&prefer_older);
+        assert_eq!(ids(&ring, &order), [n.clone(), o.clone()]);
+        let order = order.policy(HintPolicy::Binds);
+        assert_eq!(ids(&ring, &order), std::slice::from_ref(&n));
+        // A binding hint the ring lacks only orders, and preferences apply.
+        let order = OpenOrder::new()
+            .hint(Some(&unknown))
+            .policy(HintPolicy::Binds)
+            .prefer(&prefer_older);
+        assert_eq!(ids(&ring, &order), [o, n]);
+    }
+
+    #[test]
+    fn a_right_preference_opens_with_one_rsa_operation() {
+        let [a, b] = pairs();
+        let t0 = SystemTime::UNIX_EPOCH;
+        let older = a.clone().with_order_time(t0);
+        let newer = b
+            .clone()
+            .with_order_time(t0 + std::time::Duration::from_secs(1));
+        let ring: KeyRing = [older.clone(), newer].into_iter().collect();
+        let label = Scope::Strict.label("ns", "name");
+        let prefer = [older.id().clone()];
+        for i in 0..8u8 {
+            let sealed = seal(older.public_key(), &label, &[i]).unwrap();
+            let mut stats = OpenStats::default();
+            let order = OpenOrder::new().prefer(&prefer);
+            let opened = ring
+                .open_ordered(&label, &sealed, &order, &mut stats)
+                .unwrap();
+            assert_eq!((opened.key, opened.rsa_operations), (older.id().clone(), 1));
+            assert_eq!((stats.rsa_operations, stats.keys_ruled_out), (1, 0));
+        }
     }
 
     #[test]
