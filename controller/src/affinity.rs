@@ -11,7 +11,11 @@
 //!
 //! Suggestions only order the attempts: the result of an unseal never depends on them, and
 //! a wrong one costs at most one RSA operation per suggested key, for the first item of an
-//! object only (its later items try the key that opened the first). The memory is bounded
+//! object only (its later items try the key that opened the first). Where unhinted values
+//! follow no pattern (each sealed by a different key), suggestions would only push the
+//! active key back: a running hit rate (did the key that opened a value appear among the
+//! suggestions?) switches them off while it stays below [`MIN_HIT_RATE`], and back on when
+//! the values cluster again. The memory is bounded
 //! ([`Affinity::with_capacity`]) and holds object names and key fingerprints only, never
 //! secret data.
 
@@ -29,6 +33,10 @@ pub const DEFAULT_NAMESPACES: usize = 1024;
 /// Keys remembered cluster-wide (most recent first). Kept short: each one is tried before
 /// the active key, so an unhinted value sealed by the active key pays for every wrong one.
 pub const RECENT_KEYS: usize = 2;
+/// Below this share of hits (over roughly the last 8 unhinted values) no key is suggested.
+pub const MIN_HIT_RATE: f64 = 0.25;
+/// Fixed-point scale of the running hit rate.
+const RATE_ONE: u32 = 1 << 16;
 
 /// The controller's memory of which keys opened unhinted values (see the module docs).
 /// Thread-safe; every method takes `&self`.
@@ -42,6 +50,8 @@ struct Inner {
     objects: Generations<(String, String), KeyId>,
     namespaces: Generations<String, KeyId>,
     recent: VecDeque<KeyId>,
+    /// Running hit rate of the suggestions, `RATE_ONE` = every one a hit (the start).
+    hit_rate: u32,
 }
 
 impl Default for Affinity {
@@ -59,6 +69,7 @@ impl Affinity {
                 objects: Generations::new(objects),
                 namespaces: Generations::new(namespaces),
                 recent: VecDeque::with_capacity(RECENT_KEYS + 1),
+                hit_rate: RATE_ONE,
             }),
         }
     }
@@ -71,27 +82,29 @@ impl Affinity {
     /// Keys to try first for `sealed`'s values ([`kseal_api::UnsealOptions::preferred_keys`]):
     /// the key that last opened an unhinted value of this object, of its namespace, then the
     /// latest such keys cluster-wide; each once, at most `2 + RECENT_KEYS`.
+    /// Empty while the hit rate is below [`MIN_HIT_RATE`].
     pub fn suggest(&self, sealed: &SealedSecret) -> Vec<KeyId> {
         let (namespace, name) = identity(sealed);
         let mut inner = self.lock();
-        let mut keys: Vec<KeyId> = Vec::with_capacity(2 + RECENT_KEYS);
-        let object = inner.objects.get(&(namespace.to_owned(), name.to_owned()));
-        let in_namespace = inner.namespaces.get(namespace);
-        for key in [object, in_namespace]
-            .into_iter()
-            .flatten()
-            .chain(inner.recent.iter().cloned())
-        {
-            if !keys.contains(&key) {
-                keys.push(key);
-            }
+        if f64::from(inner.hit_rate) < MIN_HIT_RATE * f64::from(RATE_ONE) {
+            return Vec::new();
         }
-        keys
+        inner.candidates(namespace, name)
+    }
+
+    /// Whether suggestions are made now (the hit rate is at least [`MIN_HIT_RATE`]).
+    pub fn suggesting(&self) -> bool {
+        f64::from(self.lock().hit_rate) >= MIN_HIT_RATE * f64::from(RATE_ONE)
     }
 
     /// Remembers that `key` opened an unhinted value of the SealedSecret `namespace/name`.
+    /// Counts towards the hit rate: a hit when [`Affinity::suggest`] would have named `key`
+    /// (whether or not suggestions are on, so they come back when values cluster again).
     pub fn record(&self, namespace: &str, name: &str, key: &KeyId) {
         let mut inner = self.lock();
+        let hit = inner.candidates(namespace, name).contains(key);
+        // An exponential moving average over about 8 values.
+        inner.hit_rate = inner.hit_rate - inner.hit_rate / 8 + if hit { RATE_ONE / 8 } else { 0 };
         inner
             .objects
             .insert((namespace.to_owned(), name.to_owned()), key.clone());
@@ -123,6 +136,25 @@ impl Affinity {
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == (0, 0)
+    }
+}
+
+impl Inner {
+    /// The object's key, the namespace's, then the recent ones; each once.
+    fn candidates(&mut self, namespace: &str, name: &str) -> Vec<KeyId> {
+        let mut keys: Vec<KeyId> = Vec::with_capacity(2 + RECENT_KEYS);
+        let object = self.objects.get(&(namespace.to_owned(), name.to_owned()));
+        let in_namespace = self.namespaces.get(namespace);
+        for key in [object, in_namespace]
+            .into_iter()
+            .flatten()
+            .chain(self.recent.iter().cloned())
+        {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        keys
     }
 }
 
@@ -305,7 +337,8 @@ mod tests {
                         let ns = format!("ns-{}", i % 16);
                         affinity.record(&ns, &format!("s-{t}-{i}"), &key(t));
                         let suggested = affinity.suggest(&sealed(&ns, "any", None));
-                        assert!(!suggested.is_empty() && suggested.len() <= 1 + RECENT_KEYS);
+                        // No object entry for "any": the namespace's key and the recent ones.
+                        assert!(suggested.len() <= 1 + RECENT_KEYS);
                     }
                 })
             })
@@ -315,6 +348,23 @@ mod tests {
         }
         let (objects, namespaces) = affinity.len();
         assert!(objects <= 64 && namespaces <= 8, "{objects} {namespaces}");
+    }
+
+    #[test]
+    fn suggestions_stop_while_they_keep_missing_and_return_when_values_cluster() {
+        let affinity = Affinity::default();
+        // Every value sealed by another key than the ones before: suggestions only miss.
+        for i in 0..16u8 {
+            affinity.record("ns", &format!("s-{i}"), &key(i));
+        }
+        assert!(!affinity.suggesting());
+        assert!(affinity.suggest(&sealed("ns", "new", None)).is_empty());
+        // Values sealed by one key again: its hits bring suggestions back.
+        for i in 0..8u8 {
+            affinity.record("ns", &format!("t-{i}"), &key(100));
+        }
+        assert!(affinity.suggesting());
+        assert_eq!(affinity.suggest(&sealed("ns", "new", None))[0], key(100));
     }
 
     #[test]
