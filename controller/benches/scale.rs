@@ -17,7 +17,10 @@
 //! - `SCALE_CONCURRENCY` (`--concurrency`): the controller's `--concurrency`, default the
 //!   number of cores;
 //! - `SCALE_LEADER_ELECT` (`--leader-elect`): `true` (default) or `false`;
-//! - `SCALE_CONTROLLER_BIN`: another `kseal-controller` binary to run (before/after figures).
+//! - `SCALE_CONTROLLER_BIN`: another `kseal-controller` binary to run (before/after figures);
+//! - `SCALE_KEY_CACHE` (`--key-cache`): a folder keeping the 24 generated keys between runs
+//!   (default: `scale-keys` under Cargo's target tmp folder; `none` generates afresh). They
+//!   are throwaway bench keys, written with mode 0600: never use them for anything real.
 //!
 //! Method: the test API server runs in this process and is served on 127.0.0.1; the
 //! controller is the release `kseal-controller` binary in a child process over a kubeconfig
@@ -99,6 +102,7 @@ impl std::fmt::Display for UnhintedKeys {
 
 #[derive(Debug, Clone)]
 struct Options {
+    key_cache: Option<std::path::PathBuf>,
     n: usize,
     namespaces: usize,
     no_hint_percent: usize,
@@ -111,7 +115,12 @@ impl Options {
     fn parse() -> anyhow::Result<Self> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let env = |name: &str| std::env::var(name).ok();
+        let cache = |v: String| (v != "none").then(|| std::path::PathBuf::from(v));
         let mut o = Options {
+            key_cache: env("SCALE_KEY_CACHE").map_or_else(
+                || Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("scale-keys")),
+                cache,
+            ),
             n: env("SCALE_N").map_or(Ok(10_000), |v| v.parse())?,
             namespaces: env("SCALE_NAMESPACES").map_or(Ok(4), |v| v.parse())?,
             no_hint_percent: env("SCALE_NO_HINT_PERCENT").map_or(Ok(10), |v| v.parse())?,
@@ -135,6 +144,7 @@ impl Options {
                 "--unhinted-keys",
                 "--concurrency",
                 "--leader-elect",
+                "--key-cache",
             ];
             if known.contains(&flag.as_str()) {
                 let value = match inline {
@@ -150,6 +160,7 @@ impl Options {
                     "--no-hint-percent" => o.no_hint_percent = value.parse()?,
                     "--unhinted-keys" => o.unhinted_keys = value.parse()?,
                     "--concurrency" => o.concurrency = value.parse()?,
+                    "--key-cache" => o.key_cache = cache(value),
                     _ => o.leader_elect = value.parse()?,
                 }
             }
@@ -201,6 +212,51 @@ fn generate_keys() -> Vec<KeyPair> {
         }
     });
     slots.into_iter().map(|k| k.expect("generated")).collect()
+}
+
+/// The bench keys from `cache` when it holds all of them, else generated (and stored there).
+fn cached_keys(cache: Option<&Path>) -> anyhow::Result<Vec<KeyPair>> {
+    let Some(dir) = cache else {
+        return Ok(generate_keys());
+    };
+    let paths = |i: usize| {
+        (
+            dir.join(format!("key{i:02}.pem")),
+            dir.join(format!("key{i:02}.crt")),
+        )
+    };
+    let load = || -> anyhow::Result<Vec<KeyPair>> {
+        (0..KEYS)
+            .map(|i| {
+                let (key, crt) = paths(i);
+                Ok(KeyPair::from_pem(
+                    &std::fs::read_to_string(key)?,
+                    &std::fs::read_to_string(crt)?,
+                )?)
+            })
+            .collect()
+    };
+    if let Ok(keys) = load() {
+        eprintln!("  {KEYS} keys read from {}", dir.display());
+        return Ok(keys);
+    }
+    let keys = generate_keys();
+    std::fs::create_dir_all(dir)?;
+    for (i, pair) in keys.iter().enumerate() {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let (key, crt) = paths(i);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&key)?
+            .write_all(pair.private_key().to_pkcs8_pem().as_bytes())?;
+        std::fs::write(crt, pair.certificate().to_pem())?;
+    }
+    eprintln!("  {KEYS} keys stored in {}", dir.display());
+    Ok(keys)
 }
 
 /// Mean time of one RSA-4096 open (envelope + RSA-OAEP + AES-GCM) on a 1-key ring, and the
@@ -619,7 +675,11 @@ async fn run(o: Options) -> anyhow::Result<()> {
     }
 
     eprintln!("generating {KEYS} RSA-4096 keys…");
-    let keys = tokio::task::spawn_blocking(generate_keys).await?;
+    let keys = tokio::task::spawn_blocking({
+        let cache = o.key_cache.clone();
+        move || cached_keys(cache.as_deref())
+    })
+    .await??;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), CONTROLLER_NS);
     for (i, pair) in keys.iter().enumerate() {
         let mut s = keys::key_secret("sealed-secrets-key", CONTROLLER_NS, pair)?;
