@@ -15,7 +15,10 @@
 //! follow no pattern (each sealed by a different key), suggestions would only push the
 //! active key back: a running hit rate (did the key that opened a value appear among the
 //! suggestions?) switches them off while it stays below [`MIN_HIT_RATE`], and back on when
-//! the values cluster again. The memory is bounded
+//! the values cluster again. While the memory is still empty (a cold start), unhinted values
+//! take their turn ([`Affinity::suggest_waiting`]): the first one's trial decryption runs
+//! alone, and the ones queued behind it start from the key it found instead of each trying
+//! the whole ring at once. The memory is bounded
 //! ([`Affinity::with_capacity`]) and holds object names and key fingerprints only, never
 //! secret data.
 
@@ -43,6 +46,8 @@ const RATE_ONE: u32 = 1 << 16;
 #[derive(Debug)]
 pub struct Affinity {
     inner: Mutex<Inner>,
+    /// Taken by unhinted unseals while nothing has been learned yet.
+    cold: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -71,6 +76,7 @@ impl Affinity {
                 recent: VecDeque::with_capacity(RECENT_KEYS + 1),
                 hit_rate: RATE_ONE,
             }),
+            cold: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -90,6 +96,28 @@ impl Affinity {
             return Vec::new();
         }
         inner.candidates(namespace, name)
+    }
+
+    /// [`Affinity::suggest`], except that while nothing has been learned yet an unhinted
+    /// `sealed` waits for the unhinted unseal before it: hold the guard returned until the
+    /// unseal is over and [`Affinity::learn`] has run. Once one key is known this never
+    /// waits again; a hinted object never waits.
+    pub async fn suggest_waiting(
+        &self,
+        sealed: &SealedSecret,
+    ) -> (Vec<KeyId>, Option<tokio::sync::MutexGuard<'_, ()>>) {
+        if sealed.sealing_key_hint().is_none() && self.cold() {
+            let turn = self.cold.lock().await;
+            if self.cold() {
+                return (self.suggest(sealed), Some(turn));
+            }
+        }
+        (self.suggest(sealed), None)
+    }
+
+    /// Nothing learned yet.
+    fn cold(&self) -> bool {
+        self.lock().recent.is_empty()
     }
 
     /// Whether suggestions are made now (the hit rate is at least [`MIN_HIT_RATE`]).
@@ -365,6 +393,28 @@ mod tests {
         }
         assert!(affinity.suggesting());
         assert_eq!(affinity.suggest(&sealed("ns", "new", None))[0], key(100));
+    }
+
+    #[tokio::test]
+    async fn while_cold_unhinted_unseals_take_turns_and_the_next_starts_from_what_was_learned() {
+        use futures::FutureExt as _;
+        let affinity = Affinity::default();
+        let (first, second) = (sealed("ns", "a", None), sealed("ns", "b", None));
+        let (keys, turn) = affinity.suggest_waiting(&first).await;
+        assert!(keys.is_empty() && turn.is_some());
+        // A hinted object never waits.
+        let hinted = sealed("ns", "c", Some(&key(9)));
+        let (_, none) = affinity.suggest_waiting(&hinted).now_or_never().unwrap();
+        assert!(none.is_none());
+        // The second unhinted one waits while the first holds its turn...
+        let mut waiting = Box::pin(affinity.suggest_waiting(&second));
+        assert!(waiting.as_mut().now_or_never().is_none());
+        // ...and starts from the key the first one found.
+        affinity.record("ns", "a", &key(3));
+        drop(turn);
+        let (keys, turn) = waiting.await;
+        assert_eq!(keys, [key(3)]);
+        assert!(turn.is_none(), "no turns once a key is known");
     }
 
     #[test]

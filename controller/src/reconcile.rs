@@ -468,11 +468,13 @@ async fn unseal(
     }
     let (item_hints, object_hint) =
         ctx.with_object(oref, |o| (o.item_hints.clone(), o.object_hint.clone()));
+    // Held until this unseal has taught the affinity (only waits on a cold start).
+    let (preferred_keys, _cold_turn) = ctx.affinity.suggest_waiting(ss).await;
     let options = UnsealOptions {
         accept_deprecated_v1_data: ctx.config.accept_deprecated_v1_data,
         item_hints,
         object_hint,
-        preferred_keys: ctx.affinity.suggest(ss),
+        preferred_keys,
         ..UnsealOptions::default()
     };
     let (sealed, keys) = (ss.clone(), ring.clone());
