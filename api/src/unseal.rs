@@ -7,7 +7,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kseal_keys::envelope::{self, Envelope};
-use kseal_keys::{KeyId, KeyRing, Label, OpenStats, Plaintext, Scope};
+use kseal_keys::{KeyId, KeyRing, Label, OpenOrder, OpenStats, Plaintext, Scope};
 
 use crate::constants::{API_VERSION, KIND, SKIP_SET_OWNER_REFERENCES_ANNOTATION, TRUE};
 use crate::seal::strip_server_fields;
@@ -29,6 +29,12 @@ pub struct UnsealOptions {
     /// `kseal.dev/sealing-key` annotation first (default true). Hints only order the
     /// attempts; a wrong hint costs at most one extra RSA operation per item.
     pub use_annotation_hint: bool,
+    /// Keys to try after an item's hint (if any) and before the ring's own order, first
+    /// one first: e.g. the keys that opened unhinted values of the same object or namespace
+    /// lately. Within one SealedSecret the key that opened an item is tried before these
+    /// for the items after it (their items are almost always sealed by one key). Only
+    /// orders the attempts, like the hints: the result never depends on it.
+    pub preferred_keys: Vec<KeyId>,
     /// Render `spec.template.data` (default true, as Bitnami's controller does). Turn it
     /// off where the template is attacker-controlled and rendering would leak anything,
     /// e.g. the controller's verify and rotate endpoints; `template.data` is then ignored.
@@ -42,6 +48,7 @@ impl Default for UnsealOptions {
             item_hints: BTreeMap::new(),
             object_hint: None,
             use_annotation_hint: true,
+            preferred_keys: Vec::new(),
             render_template_data: true,
         }
     }
@@ -162,7 +169,10 @@ pub fn unseal_counted(
 
     let start = stats.rsa_operations;
     let mut unsealed = if let Some(blob) = deprecated {
-        let (secret, key) = open_deprecated(blob, (&label, &tried), ring, object_hint, stats)?;
+        let order = OpenOrder::new()
+            .hint(object_hint)
+            .prefer(&options.preferred_keys);
+        let (secret, key) = open_deprecated(blob, (&label, &tried), ring, &order, stats)?;
         Unsealed {
             secret,
             rsa_operations: 0,
@@ -258,10 +268,19 @@ fn open_items(
     let mut keys = BTreeMap::new();
     let mut failed = Vec::new();
     let mut failure = None;
+    // The caller's preferences, with the key that opened the latest item of this object
+    // moved to the front: one object's items are almost always sealed by one key, so an
+    // unhinted object costs its trial decryptions once, not once per item.
+    let mut prefer = options.preferred_keys.clone();
     for (item, bytes) in &envelopes {
         let hint = options.item_hints.get(*item).or(object_hint);
-        match ring.open_counted(label, bytes, hint, stats) {
+        let order = OpenOrder::new().hint(hint).prefer(&prefer);
+        match ring.open_ordered(label, bytes, &order, stats) {
             Ok(open) => {
+                if prefer.first() != Some(&open.key) {
+                    prefer.retain(|k| k != &open.key);
+                    prefer.insert(0, open.key.clone());
+                }
                 keys.insert((*item).clone(), open.key);
                 opened.push((item, open.plaintext));
             }
@@ -295,7 +314,7 @@ fn open_deprecated(
     blob: &str,
     (label, tried): (&Label, &ScopeTarget),
     ring: &KeyRing,
-    hint: Option<&KeyId>,
+    order: &OpenOrder<'_>,
     stats: &mut OpenStats,
 ) -> Result<(Secret, KeyId)> {
     let bytes =
@@ -304,7 +323,7 @@ fn open_deprecated(
         return Err(Error::NoKeys);
     }
     let opened = ring
-        .open_counted(label, &bytes, hint, stats)
+        .open_ordered(label, &bytes, order, stats)
         .map_err(|source| Error::DecryptDeprecatedData {
             tried: tried.clone(),
             source,

@@ -825,12 +825,22 @@ fn sealing_key_annotation_makes_each_item_one_rsa_operation() {
     assert!(hinted.keys.values().all(|k| k == pair().id()));
     assert_eq!(hinted.keys.len(), 3);
 
+    // Whether the other key spends an RSA operation on an item before the right key opens it
+    // (it is ruled out for free when the item's RSA block is not below its modulus).
+    let tried = |item: &str| {
+        let bytes =
+            kseal_keys::envelope::decode_base64(&sealed.spec.encrypted_data[item]).expect("base64");
+        u64::from(other_pair().public_key().may_have_sealed(&bytes))
+    };
     let no_hint = UnsealOptions {
         use_annotation_hint: false,
         ..UnsealOptions::default()
     };
+    // Without a hint only the first item tries the other key: the key that opened it goes
+    // first for the items after it.
     let unhinted = unseal_with(&sealed, &ring, &no_hint).expect("unseal");
-    assert_eq!(unhinted.rsa_operations, 6);
+    assert_eq!(unhinted.rsa_operations, 3 + tried("a"));
+    assert!(unhinted.keys.values().all(|k| k == pair().id()));
 
     // Item hints win over the annotation; a wrong hint costs one extra attempt per item.
     let wrong = UnsealOptions {
@@ -841,15 +851,67 @@ fn sealing_key_annotation_makes_each_item_one_rsa_operation() {
         unseal_with(&sealed, &ring, &wrong)
             .expect("unseal")
             .rsa_operations,
-        4
+        3 + tried("a")
     );
 
-    // Failures still count.
+    // Failures still count: every key tried, except those ruled out.
     let mut stats = OpenStats::default();
     let result =
         kseal_api::unseal_counted(&moved(&sealed, "prod", "x"), &ring, &no_hint, &mut stats);
     assert!(result.is_err());
-    assert_eq!(stats.rsa_operations, 6);
+    assert_eq!(
+        stats.rsa_operations,
+        3 + tried("a") + tried("b") + tried("c")
+    );
+    assert_eq!(stats.rsa_operations + stats.keys_ruled_out, 6);
+}
+
+#[test]
+fn preferred_keys_make_unhinted_items_one_rsa_operation_each() {
+    // A ring whose sealing key (tried first by default) did not seal the value.
+    let old = pair()
+        .clone()
+        .with_order_time(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1));
+    let ring: KeyRing = [old, other_pair().clone()].into_iter().collect();
+    let mut sealed = seal(
+        &secret(Some("prod"), "db", &[("a", b"1"), ("b", b"2"), ("c", b"3")]),
+        &SealOptions::default(),
+    );
+    // As kubeseal or an older kseal writes it: no sealing-key annotation.
+    if let Some(annotations) = sealed.metadata.annotations.as_mut() {
+        annotations.remove(SEALING_KEY_ANNOTATION);
+    }
+    assert!(sealed.sealing_key_hint().is_none());
+    let right = UnsealOptions {
+        preferred_keys: vec![pair().id().clone()],
+        ..UnsealOptions::default()
+    };
+    let unsealed = unseal_with(&sealed, &ring, &right).expect("unseal");
+    assert_eq!(unsealed.rsa_operations, 3);
+    assert_eq!(data_of(&unsealed.secret)["b"], b"2");
+
+    // A wrong preference costs the first item one attempt at most (the other key may be
+    // ruled out by the public checks); the items after it try the key that opened it.
+    let wrong = UnsealOptions {
+        preferred_keys: vec![other_pair().id().clone()],
+        ..UnsealOptions::default()
+    };
+    let bytes =
+        kseal_keys::envelope::decode_base64(&sealed.spec.encrypted_data["a"]).expect("base64");
+    let first_tried = u64::from(other_pair().public_key().may_have_sealed(&bytes));
+    let mut stats = OpenStats::default();
+    let unsealed = kseal_api::unseal_counted(&sealed, &ring, &wrong, &mut stats).expect("unseal");
+    assert_eq!(unsealed.rsa_operations, 3 + first_tried);
+    assert_eq!(stats.rsa_operations + stats.keys_ruled_out, 4);
+
+    // The hint still comes first: a right item hint beats a wrong preference.
+    let hinted = UnsealOptions {
+        item_hints: [("a".to_owned(), pair().id().clone())].into(),
+        preferred_keys: vec![other_pair().id().clone()],
+        ..UnsealOptions::default()
+    };
+    let unsealed = unseal_with(&sealed, &ring, &hinted).expect("unseal");
+    assert_eq!(unsealed.rsa_operations, 3);
 }
 
 #[test]

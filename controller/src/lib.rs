@@ -11,6 +11,7 @@
 //!   ring-state Secret replicas share it through;
 //! - [`renewal`]: when a new key is due (Bitnami's `--key-renew-period`, `--key-cutoff-time`);
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
+//! - [`affinity`]: which keys opened unhinted values lately, tried first for the next ones;
 //! - [`formats`]: the spec digest and data MAC stored on written Secrets, byte by byte;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
 //! - [`rsapool`]: the RSA slots the reconciler and the HTTP API share, reconciles first;
@@ -20,6 +21,7 @@
 //!   and HTTP answers;
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 
+pub mod affinity;
 pub mod config;
 pub mod conn;
 pub mod env;

@@ -201,6 +201,8 @@ pub struct Context {
     /// (each namespace runs its own controller); shared with the HTTP API, which it goes
     /// before.
     rsa_slots: Arc<crate::rsapool::RsaPool>,
+    /// Keys that opened unhinted values lately, tried first for the next ones.
+    affinity: crate::affinity::Affinity,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -229,6 +231,7 @@ impl Context {
             mac_keys: Mutex::default(),
             objects: Mutex::default(),
             rsa_slots,
+            affinity: crate::affinity::Affinity::default(),
         }
     }
 
@@ -465,10 +468,13 @@ async fn unseal(
     }
     let (item_hints, object_hint) =
         ctx.with_object(oref, |o| (o.item_hints.clone(), o.object_hint.clone()));
+    // Held until this unseal has taught the affinity (only waits on a cold start).
+    let (preferred_keys, _cold_turn) = ctx.affinity.suggest_waiting(ss).await;
     let options = UnsealOptions {
         accept_deprecated_v1_data: ctx.config.accept_deprecated_v1_data,
         item_hints,
         object_hint,
+        preferred_keys,
         ..UnsealOptions::default()
     };
     let (sealed, keys) = (ss.clone(), ring.clone());
@@ -486,6 +492,7 @@ async fn unseal(
         .rsa_operations
         .inc_by(stats.rsa_operations);
     let unsealed = result.map_err(Error::Unseal)?;
+    ctx.affinity.learn(ss, &unsealed);
     ctx.with_object(oref, |o| {
         o.item_hints = unsealed.keys.clone();
         if unsealed.deprecated_data_key.is_some() {

@@ -30,4 +30,4 @@ pub use secret::Plaintext;
 #[cfg(feature = "aws-lc")]
 pub use private::{CertificateOptions, KeySize, PrivateKey};
 #[cfg(feature = "aws-lc")]
-pub use ring::{HintPolicy, KeyPair, KeyRing, OpenStats, Opened};
+pub use ring::{HintPolicy, KeyPair, KeyRing, OpenOrder, OpenStats, Opened};

@@ -186,6 +186,28 @@ impl PublicKey {
         self.bits.div_ceil(8)
     }
 
+    /// Whether `rsa_block` can be an RSA ciphertext of this key at all: exactly as long as
+    /// the modulus, and numerically smaller than it (big-endian). A block that fails either
+    /// check is rejected by the private-key operation too, so a ring rules this key out
+    /// without spending one (see [`crate::KeyRing::open`]).
+    ///
+    /// Not constant-time, and need not be: both inputs are public (the ciphertext is read
+    /// from git, the modulus is in the certificate), and no private key is involved.
+    pub(crate) fn fits_rsa_block(&self, rsa_block: &[u8]) -> bool {
+        // The modulus is kept without leading zeros, so it is `ciphertext_len()` bytes long;
+        // for equal lengths, comparing big-endian bytes in order compares the numbers.
+        rsa_block.len() == self.modulus.len() && rsa_block < &*self.modulus
+    }
+
+    /// Whether `sealed` (raw envelope bytes) may have been sealed with this key, judged
+    /// from public data only: its RSA block fits this key's modulus (length and value).
+    /// `false` means this key certainly cannot open it; `true` means only that it might.
+    /// A value sealed with this key always fits. Malformed envelopes give `false`.
+    pub fn may_have_sealed(&self, sealed: &[u8]) -> bool {
+        crate::envelope::Envelope::parse(sealed)
+            .is_ok_and(|envelope| self.fits_rsa_block(envelope.rsa_ciphertext()))
+    }
+
     /// The key as DER `SubjectPublicKeyInfo`.
     pub fn to_spki_der(&self) -> &[u8] {
         &self.spki_der

@@ -136,9 +136,14 @@ pub struct Opened {
 
 /// Counters an open adds to, also when it fails.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpenStats {
     /// RSA private-key operations performed.
     pub rsa_operations: u64,
+    /// Keys passed over without an RSA operation because the envelope's RSA block cannot be
+    /// one of their ciphertexts (its length differs from the modulus's, or its value is not
+    /// below the modulus). Every key an open considers counts here or in `rsa_operations`.
+    pub keys_ruled_out: u64,
 }
 
 /// What a failed hinted key means to [`KeyRing::open_with`].
@@ -152,6 +157,47 @@ pub enum HintPolicy {
     /// When the ring has the hinted key, only that key is tried (untrusted requests: the
     /// RSA work one value costs is bounded by one operation when it names a key).
     Binds,
+}
+
+/// Which keys an open tries first ([`KeyRing::open_ordered`]); the ring's own order (the
+/// sealing key, then the rest newest first) follows.
+///
+/// The attempts go: the `hint` key (if the ring has it; with [`HintPolicy::Binds`] no other
+/// key is tried then), then the `prefer` keys in the order given (ids the ring lacks, and
+/// repeats, are skipped), then the ring's order. Preferences only order the attempts: the
+/// result never depends on them, only the RSA work spent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOrder<'a> {
+    hint: Option<&'a KeyId>,
+    policy: HintPolicy,
+    prefer: &'a [KeyId],
+}
+
+impl<'a> OpenOrder<'a> {
+    /// The ring's order: no hint, no preference.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The key the value names (the `kseal.dev/sealing-key` annotation, or the key that
+    /// opened this item last time), tried first.
+    pub fn hint(mut self, hint: Option<&'a KeyId>) -> Self {
+        self.hint = hint;
+        self
+    }
+
+    /// What a failed hint means (see [`HintPolicy`]).
+    pub fn policy(mut self, policy: HintPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Keys to try after the hint and before the ring's order, e.g. the keys that opened
+    /// other values of the same object or namespace lately.
+    pub fn prefer(mut self, keys: &'a [KeyId]) -> Self {
+        self.prefer = keys;
+        self
+    }
 }
 
 /// All keys a controller can open with; the newest seals.
@@ -261,10 +307,12 @@ impl KeyRing {
     /// Opens `sealed` (raw envelope bytes) for `label`.
     ///
     /// Keys are tried in a fixed order: the `hint` key if the ring has it, then the sealing
-    /// key, then the rest newest first; keys whose modulus length differs from the envelope's
-    /// RSA block are skipped without an RSA operation (the length is public). Every failure
-    /// is the one opaque [`Error::Open`]; structural problems of the envelope are reported
-    /// before any key is tried.
+    /// key, then the rest newest first. A key is ruled out without an RSA operation when the
+    /// envelope's RSA block cannot be one of its ciphertexts: a different length than its
+    /// modulus, or a value not below its modulus (public data only; the private operation
+    /// would reject such a block anyway, so the result is the same). Every failure is the one
+    /// opaque [`Error::Open`]; structural problems of the envelope are reported before any
+    /// key is tried.
     pub fn open(&self, label: &Label, sealed: &[u8], hint: Option<&KeyId>) -> Result<Opened> {
         self.open_counted(label, sealed, hint, &mut OpenStats::default())
     }
@@ -292,26 +340,33 @@ impl KeyRing {
         policy: HintPolicy,
         stats: &mut OpenStats,
     ) -> Result<Opened> {
+        let order = OpenOrder::new().hint(hint).policy(policy);
+        self.open_ordered(label, sealed, &order, stats)
+    }
+
+    /// Opens `sealed` trying keys in `order` (see [`OpenOrder`]): the hint, then the
+    /// preferred keys, then the ring's order; keys the public checks rule out cost no RSA
+    /// operation. Adds to `stats` whatever the outcome.
+    pub fn open_ordered(
+        &self,
+        label: &Label,
+        sealed: &[u8],
+        order: &OpenOrder<'_>,
+        stats: &mut OpenStats,
+    ) -> Result<Opened> {
         let envelope = Envelope::parse(sealed)?;
         if self.keys.is_empty() {
             return Err(Error::EmptyKeyRing);
         }
-        let position = |id: &KeyId| self.keys.iter().position(|k| k.id() == id);
-        let hinted = hint.and_then(position);
-        let only_hinted = policy == HintPolicy::Binds && hinted.is_some();
-        let sealing = self.preferred.as_ref().and_then(position).or(Some(0));
-        let first = [hinted, sealing.filter(|s| Some(*s) != hinted)];
-        let rest = (0..self.keys.len()).filter(|i| Some(*i) != hinted && Some(*i) != sealing);
-        let order: Box<dyn Iterator<Item = usize>> = if only_hinted {
-            Box::new(hinted.into_iter())
-        } else {
-            Box::new(first.into_iter().flatten().chain(rest))
-        };
-        let rsa_len = envelope.rsa_ciphertext().len();
+        let rsa_block = envelope.rsa_ciphertext();
         let mut rsa_operations = 0u32;
-        for index in order {
+        for index in self.attempts(order) {
             let pair = &self.keys[index];
-            if pair.public_key().ciphertext_len() != rsa_len {
+            // Public checks (length, block < modulus) before the private operation: they
+            // read only the ciphertext and the public modulus, so they need not be
+            // constant-time, and a key they rule out could not have opened the value.
+            if !pair.public_key().fits_rsa_block(rsa_block) {
+                stats.keys_ruled_out += 1;
                 continue;
             }
             rsa_operations += 1;
@@ -325,6 +380,31 @@ impl KeyRing {
             }
         }
         Err(Error::Open)
+    }
+
+    /// Ring indices in the order `order` tries them, each once.
+    fn attempts(&self, order: &OpenOrder<'_>) -> Vec<usize> {
+        let position = |id: &KeyId| self.keys.iter().position(|k| k.id() == id);
+        let hinted = order.hint.and_then(position);
+        if let Some(hinted) = hinted
+            && order.policy == HintPolicy::Binds
+        {
+            return vec![hinted];
+        }
+        let sealing = self.preferred.as_ref().and_then(position).unwrap_or(0);
+        let mut attempts = Vec::with_capacity(self.keys.len());
+        let candidates = hinted
+            .into_iter()
+            .chain(order.prefer.iter().filter_map(position))
+            .chain([sealing])
+            .chain(0..self.keys.len());
+        // Rings hold a few dozen keys at most: a linear membership test is cheaper than a set.
+        for index in candidates {
+            if !attempts.contains(&index) {
+                attempts.push(index);
+            }
+        }
+        attempts
     }
 
     /// Opens standard base64 text, as found in `spec.encryptedData`.
@@ -341,5 +421,189 @@ impl FromIterator<KeyPair> for KeyRing {
             ring.insert(pair);
         }
         ring
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+
+    use super::*;
+    use crate::{Scope, seal};
+
+    /// Two 2048-bit pairs, generated once. Test-only key size for speed: do not copy.
+    fn pairs() -> &'static [KeyPair; 2] {
+        static PAIRS: OnceLock<[KeyPair; 2]> = OnceLock::new();
+        PAIRS.get_or_init(|| {
+            let generate =
+                || KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+            [generate(), generate()]
+        })
+    }
+
+    /// The pairs ordered by modulus: (smaller, larger).
+    fn by_modulus() -> (&'static KeyPair, &'static KeyPair) {
+        let [a, b] = pairs();
+        if a.public_key().modulus() < b.public_key().modulus() {
+            (a, b)
+        } else {
+            (b, a)
+        }
+    }
+
+    /// An envelope around `rsa_block` with an empty AES-GCM part (tag only).
+    fn envelope_with(rsa_block: &[u8]) -> Vec<u8> {
+        crate::envelope::frame(rsa_block, &[0; crate::envelope::TAG_LEN]).unwrap()
+    }
+
+    #[test]
+    fn a_block_not_below_the_modulus_rules_the_key_out_without_rsa_work() {
+        let (small, large) = by_modulus();
+        let ring: KeyRing = [small.clone(), large.clone()].into_iter().collect();
+        let label = Scope::Strict.label("ns", "name");
+        // The larger modulus minus one: below the larger modulus, not below the smaller.
+        let mut block = large.public_key().modulus().to_vec();
+        if let Some(last) = block.last_mut() {
+            *last = last.wrapping_sub(1);
+        }
+        assert!(block.as_slice() < large.public_key().modulus());
+        assert!(block.as_slice() >= small.public_key().modulus());
+        let mut stats = OpenStats::default();
+        let result = ring.open_counted(&label, &envelope_with(&block), None, &mut stats);
+        assert_eq!(result.unwrap_err(), Error::Open);
+        assert_eq!(
+            (stats.rsa_operations, stats.keys_ruled_out),
+            (1, 1),
+            "only the larger key spends an RSA operation"
+        );
+        assert!(!small.public_key().may_have_sealed(&envelope_with(&block)));
+        assert!(large.public_key().may_have_sealed(&envelope_with(&block)));
+    }
+
+    #[test]
+    fn a_block_equal_to_or_above_every_modulus_costs_no_rsa_work() {
+        let ring: KeyRing = pairs().iter().cloned().collect();
+        let label = Scope::Cluster.label("", "");
+        let (_, large) = by_modulus();
+        let equal = large.public_key().modulus().to_vec();
+        for block in [equal, vec![0xff; 256]] {
+            let mut stats = OpenStats::default();
+            let result = ring.open_counted(&label, &envelope_with(&block), None, &mut stats);
+            assert_eq!(result.unwrap_err(), Error::Open);
+            assert_eq!((stats.rsa_operations, stats.keys_ruled_out), (0, 2));
+        }
+    }
+
+    #[test]
+    fn a_block_of_another_length_rules_every_key_out() {
+        let ring: KeyRing = pairs().iter().cloned().collect();
+        let label = Scope::Cluster.label("", "");
+        for len in [1, 255, 257, 512] {
+            let mut stats = OpenStats::default();
+            let sealed = envelope_with(&vec![0; len]);
+            let result = ring.open_counted(&label, &sealed, None, &mut stats);
+            assert_eq!(result.unwrap_err(), Error::Open, "{len}");
+            assert_eq!(
+                (stats.rsa_operations, stats.keys_ruled_out),
+                (0, 2),
+                "{len}"
+            );
+            assert!(!pairs()[0].public_key().may_have_sealed(&sealed));
+        }
+    }
+
+    #[test]
+    fn a_value_always_fits_the_key_that_sealed_it() {
+        let label = Scope::Strict.label("ns", "name");
+        for pair in pairs() {
+            for i in 0..32u8 {
+                let sealed = seal(pair.public_key(), &label, &[i]).unwrap();
+                assert!(pair.public_key().may_have_sealed(&sealed));
+            }
+        }
+        assert!(!pairs()[0].public_key().may_have_sealed(&[0, 1]));
+    }
+
+    fn ids(ring: &KeyRing, order: &OpenOrder<'_>) -> Vec<KeyId> {
+        ring.attempts(order)
+            .into_iter()
+            .map(|i| ring.keys[i].id().clone())
+            .collect()
+    }
+
+    #[test]
+    fn preferred_keys_come_after_the_hint_and_before_the_ring_order() {
+        let [a, b] = pairs();
+        let t0 = SystemTime::UNIX_EPOCH;
+        let (older, newer) = (
+            a.clone().with_order_time(t0),
+            b.clone()
+                .with_order_time(t0 + std::time::Duration::from_secs(1)),
+        );
+        let ring: KeyRing = [older.clone(), newer.clone()].into_iter().collect();
+        let (o, n) = (older.id().clone(), newer.id().clone());
+        let unknown = KeyId::parse("SHA256:mOu37IQKwNgtj0FeKeyH6IwE9tIV4Wv0EQyI/vw5vxQ").unwrap();
+        assert_eq!(ids(&ring, &OpenOrder::new()), [n.clone(), o.clone()]);
+        let prefer_older = [unknown.clone(), o.clone(), o.clone()];
+        let order = OpenOrder::new().prefer(&prefer_older);
+        assert_eq!(ids(&ring, &order), [o.clone(), n.clone()]);
+        // The hint still goes first, and with Binds it is the only key tried.
+        let order = OpenOrder::new().hint(Some(&n)).prefer(&prefer_older);
+        assert_eq!(ids(&ring, &order), [n.clone(), o.clone()]);
+        let order = order.policy(HintPolicy::Binds);
+        assert_eq!(ids(&ring, &order), std::slice::from_ref(&n));
+        // A binding hint the ring lacks only orders, and preferences apply.
+        let order = OpenOrder::new()
+            .hint(Some(&unknown))
+            .policy(HintPolicy::Binds)
+            .prefer(&prefer_older);
+        assert_eq!(ids(&ring, &order), [o, n]);
+    }
+
+    #[test]
+    fn a_right_preference_opens_with_one_rsa_operation() {
+        let [a, b] = pairs();
+        let t0 = SystemTime::UNIX_EPOCH;
+        let older = a.clone().with_order_time(t0);
+        let newer = b
+            .clone()
+            .with_order_time(t0 + std::time::Duration::from_secs(1));
+        let ring: KeyRing = [older.clone(), newer].into_iter().collect();
+        let label = Scope::Strict.label("ns", "name");
+        let prefer = [older.id().clone()];
+        for i in 0..8u8 {
+            let sealed = seal(older.public_key(), &label, &[i]).unwrap();
+            let mut stats = OpenStats::default();
+            let order = OpenOrder::new().prefer(&prefer);
+            let opened = ring
+                .open_ordered(&label, &sealed, &order, &mut stats)
+                .unwrap();
+            assert_eq!((opened.key, opened.rsa_operations), (older.id().clone(), 1));
+            assert_eq!((stats.rsa_operations, stats.keys_ruled_out), (1, 0));
+        }
+    }
+
+    #[test]
+    fn every_key_considered_is_either_ruled_out_or_costs_one_operation() {
+        let ring: KeyRing = pairs().iter().cloned().collect();
+        let label = Scope::Strict.label("ns", "name");
+        let wrong = Scope::Strict.label("ns", "other");
+        for pair in pairs() {
+            for i in 0..8u8 {
+                let sealed = seal(pair.public_key(), &label, &[i]).unwrap();
+                let mut stats = OpenStats::default();
+                assert_eq!(
+                    ring.open_counted(&wrong, &sealed, None, &mut stats)
+                        .unwrap_err(),
+                    Error::Open
+                );
+                assert_eq!(stats.rsa_operations + stats.keys_ruled_out, 2);
+                let fits = pairs()
+                    .iter()
+                    .filter(|p| p.public_key().may_have_sealed(&sealed))
+                    .count() as u64;
+                assert_eq!(stats.rsa_operations, fits);
+            }
+        }
     }
 }

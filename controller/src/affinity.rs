@@ -1,0 +1,427 @@
+//! Which keys opened unhinted values lately, so the next unhinted value tries them first.
+//!
+//! Values sealed by kubeseal or an older kseal carry no `kseal.dev/sealing-key` hint, and
+//! Bitnami's envelope names no key: without a guess they are tried key after key, one RSA
+//! operation each (most of a cold start's RSA work with a long ring). But they cluster: after
+//! a migration from kubeseal they were sealed by one or two legacy keys, and one object's (or
+//! namespace's) values by the same key. This memory keeps, per SealedSecret and per
+//! namespace, the key that last opened such a value, plus the last few such keys
+//! cluster-wide; [`Affinity::suggest`] turns them into the unseal's preferred keys, tried
+//! after any hint and before the ring's own order (active key first).
+//!
+//! Suggestions only order the attempts: the result of an unseal never depends on them, and
+//! a wrong one costs at most one RSA operation per suggested key, for the first item of an
+//! object only (its later items try the key that opened the first). Where unhinted values
+//! follow no pattern (each sealed by a different key), suggestions would only push the
+//! active key back: a running hit rate (did the key that opened a value appear among the
+//! suggestions?) switches them off while it stays below [`MIN_HIT_RATE`], and back on when
+//! the values cluster again. While the memory is still empty (a cold start), unhinted values
+//! take their turn ([`Affinity::suggest_waiting`]): the first one's trial decryption runs
+//! alone, and the ones queued behind it start from the key it found instead of each trying
+//! the whole ring at once. The memory is bounded
+//! ([`Affinity::with_capacity`]) and holds object names and key fingerprints only, never
+//! secret data.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use kseal_api::{SealedSecret, Unsealed};
+use kseal_keys::KeyId;
+
+/// SealedSecrets remembered by default.
+pub const DEFAULT_OBJECTS: usize = 8192;
+/// Namespaces remembered by default.
+pub const DEFAULT_NAMESPACES: usize = 1024;
+/// Keys remembered cluster-wide (most recent first). Kept short: each one is tried before
+/// the active key, so an unhinted value sealed by the active key pays for every wrong one.
+pub const RECENT_KEYS: usize = 2;
+/// Below this share of hits (over roughly the last 8 unhinted values) no key is suggested.
+pub const MIN_HIT_RATE: f64 = 0.25;
+/// Fixed-point scale of the running hit rate.
+const RATE_ONE: u32 = 1 << 16;
+
+/// The controller's memory of which keys opened unhinted values (see the module docs).
+/// Thread-safe; every method takes `&self`.
+#[derive(Debug)]
+pub struct Affinity {
+    inner: Mutex<Inner>,
+    /// Taken by unhinted unseals while nothing has been learned yet.
+    cold: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    objects: Generations<(String, String), KeyId>,
+    namespaces: Generations<String, KeyId>,
+    recent: VecDeque<KeyId>,
+    /// Running hit rate of the suggestions, `RATE_ONE` = every one a hit (the start).
+    hit_rate: u32,
+}
+
+impl Default for Affinity {
+    fn default() -> Self {
+        Self::with_capacity(DEFAULT_OBJECTS, DEFAULT_NAMESPACES)
+    }
+}
+
+impl Affinity {
+    /// A memory of at most `objects` SealedSecrets and `namespaces` namespaces (each at
+    /// least 2), the least recently used forgotten first.
+    pub fn with_capacity(objects: usize, namespaces: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                objects: Generations::new(objects),
+                namespaces: Generations::new(namespaces),
+                recent: VecDeque::with_capacity(RECENT_KEYS + 1),
+                hit_rate: RATE_ONE,
+            }),
+            cold: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every update leaves the maps consistent, even one interrupted by a panic.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keys to try first for `sealed`'s values ([`kseal_api::UnsealOptions::preferred_keys`]):
+    /// the key that last opened an unhinted value of this object, of its namespace, then the
+    /// latest such keys cluster-wide; each once, at most `2 + RECENT_KEYS`.
+    /// Empty while the hit rate is below [`MIN_HIT_RATE`].
+    pub fn suggest(&self, sealed: &SealedSecret) -> Vec<KeyId> {
+        let (namespace, name) = identity(sealed);
+        let mut inner = self.lock();
+        if f64::from(inner.hit_rate) < MIN_HIT_RATE * f64::from(RATE_ONE) {
+            return Vec::new();
+        }
+        inner.candidates(namespace, name)
+    }
+
+    /// [`Affinity::suggest`], except that while nothing has been learned yet an unhinted
+    /// `sealed` waits for the unhinted unseal before it: hold the guard returned until the
+    /// unseal is over and [`Affinity::learn`] has run. Once one key is known this never
+    /// waits again; a hinted object never waits.
+    pub async fn suggest_waiting(
+        &self,
+        sealed: &SealedSecret,
+    ) -> (Vec<KeyId>, Option<tokio::sync::MutexGuard<'_, ()>>) {
+        if sealed.sealing_key_hint().is_none() && self.cold() {
+            let turn = self.cold.lock().await;
+            if self.cold() {
+                return (self.suggest(sealed), Some(turn));
+            }
+        }
+        (self.suggest(sealed), None)
+    }
+
+    /// Nothing learned yet.
+    fn cold(&self) -> bool {
+        self.lock().recent.is_empty()
+    }
+
+    /// Whether suggestions are made now (the hit rate is at least [`MIN_HIT_RATE`]).
+    pub fn suggesting(&self) -> bool {
+        f64::from(self.lock().hit_rate) >= MIN_HIT_RATE * f64::from(RATE_ONE)
+    }
+
+    /// Remembers that `key` opened an unhinted value of the SealedSecret `namespace/name`.
+    /// Counts towards the hit rate: a hit when [`Affinity::suggest`] would have named `key`
+    /// (whether or not suggestions are on, so they come back when values cluster again).
+    pub fn record(&self, namespace: &str, name: &str, key: &KeyId) {
+        let mut inner = self.lock();
+        let hit = inner.candidates(namespace, name).contains(key);
+        // An exponential moving average over about 8 values.
+        inner.hit_rate = inner.hit_rate - inner.hit_rate / 8 + if hit { RATE_ONE / 8 } else { 0 };
+        inner
+            .objects
+            .insert((namespace.to_owned(), name.to_owned()), key.clone());
+        inner.namespaces.insert(namespace.to_owned(), key.clone());
+        inner.recent.retain(|k| k != key);
+        inner.recent.push_front(key.clone());
+        inner.recent.truncate(RECENT_KEYS);
+    }
+
+    /// After `sealed` was unsealed: remembers the key that opened most of its values, unless
+    /// the object's `kseal.dev/sealing-key` annotation named that key (hinted values need no
+    /// memory). Returns the key remembered.
+    pub fn learn(&self, sealed: &SealedSecret, unsealed: &Unsealed) -> Option<KeyId> {
+        let key = most_common(unsealed.keys.values()).or(unsealed.deprecated_data_key.as_ref())?;
+        if sealed.sealing_key_hint().as_ref() == Some(key) {
+            return None;
+        }
+        let (namespace, name) = identity(sealed);
+        self.record(namespace, name, key);
+        Some(key.clone())
+    }
+
+    /// How many SealedSecrets and namespaces are remembered (for tests and metrics).
+    pub fn len(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.objects.len(), inner.namespaces.len())
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == (0, 0)
+    }
+}
+
+impl Inner {
+    /// The object's key, the namespace's, then the recent ones; each once.
+    fn candidates(&mut self, namespace: &str, name: &str) -> Vec<KeyId> {
+        let mut keys: Vec<KeyId> = Vec::with_capacity(2 + RECENT_KEYS);
+        let object = self.objects.get(&(namespace.to_owned(), name.to_owned()));
+        let in_namespace = self.namespaces.get(namespace);
+        for key in [object, in_namespace]
+            .into_iter()
+            .flatten()
+            .chain(self.recent.iter().cloned())
+        {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        keys
+    }
+}
+
+fn identity(sealed: &SealedSecret) -> (&str, &str) {
+    (
+        sealed.metadata.namespace.as_deref().unwrap_or_default(),
+        sealed.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The most frequent key; ties go to the first in iteration order.
+fn most_common<'a>(keys: impl Iterator<Item = &'a KeyId>) -> Option<&'a KeyId> {
+    let mut counts: Vec<(&KeyId, usize)> = Vec::new();
+    for key in keys {
+        match counts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((key, 1)),
+        }
+    }
+    let best = counts.iter().map(|(_, n)| *n).max()?;
+    counts.into_iter().find(|(_, n)| *n == best).map(|(k, _)| k)
+}
+
+/// A bounded map that forgets the least recently used entries in bulk: two generations of at
+/// most `capacity / 2` entries each; when the young one fills up it becomes the old one and
+/// the previous old one is dropped. A hit in the old generation moves the entry to the young
+/// one. O(1) per operation, never more than `capacity` entries.
+#[derive(Debug)]
+struct Generations<K, V> {
+    young: HashMap<K, V>,
+    old: HashMap<K, V>,
+    half: usize,
+}
+
+impl<K: Hash + Eq, V: Clone> Generations<K, V> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            young: HashMap::new(),
+            old: HashMap::new(),
+            half: (capacity / 2).max(1),
+        }
+    }
+
+    fn get<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if let Some(value) = self.young.get(key) {
+            return Some(value.clone());
+        }
+        let (key, value) = self.old.remove_entry(key)?;
+        self.insert(key, value.clone());
+        Some(value)
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        self.old.remove(&key);
+        self.young.insert(key, value);
+        if self.young.len() >= self.half {
+            self.old = std::mem::take(&mut self.young);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.young.len() + self.old.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Secret;
+    use kseal_api::SealedSecretSpec;
+
+    use super::*;
+
+    fn key(i: u8) -> KeyId {
+        use base64::Engine as _;
+        let digest = [i; 32];
+        let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest);
+        KeyId::parse(&format!("SHA256:{text}")).unwrap()
+    }
+
+    fn sealed(namespace: &str, name: &str, hint: Option<&KeyId>) -> SealedSecret {
+        let annotations = hint.map(|k| {
+            BTreeMap::from([(
+                kseal_api::constants::SEALING_KEY_ANNOTATION.to_owned(),
+                k.to_string(),
+            )])
+        });
+        let mut sealed = SealedSecret::new(name, SealedSecretSpec::default());
+        sealed.metadata.namespace = Some(namespace.to_owned());
+        sealed.metadata.annotations = annotations;
+        sealed
+    }
+
+    fn unsealed(keys: &[(&str, &KeyId)]) -> Unsealed {
+        Unsealed {
+            secret: Secret::default(),
+            rsa_operations: 0,
+            keys: keys
+                .iter()
+                .map(|(item, k)| ((*item).to_owned(), (*k).clone()))
+                .collect(),
+            deprecated_data_key: None,
+        }
+    }
+
+    #[test]
+    fn suggestions_go_object_then_namespace_then_recent_keys() {
+        let affinity = Affinity::default();
+        assert!(affinity.suggest(&sealed("a", "x", None)).is_empty());
+        affinity.record("a", "x", &key(1));
+        affinity.record("a", "y", &key(2));
+        affinity.record("b", "z", &key(3));
+        // Object a/x: its own key, then namespace a's latest, then the recent keys.
+        assert_eq!(
+            affinity.suggest(&sealed("a", "x", None)),
+            [key(1), key(2), key(3)]
+        );
+        // A new object in namespace a: the namespace's key, then the recent ones.
+        assert_eq!(
+            affinity.suggest(&sealed("a", "new", None)),
+            [key(2), key(3)]
+        );
+        // A namespace never seen: the latest keys cluster-wide, at most RECENT_KEYS.
+        assert_eq!(affinity.suggest(&sealed("c", "w", None)), [key(3), key(2)]);
+    }
+
+    #[test]
+    fn learning_skips_values_whose_annotation_named_the_key_that_opened_them() {
+        let affinity = Affinity::default();
+        let hinted = sealed("a", "x", Some(&key(9)));
+        assert_eq!(affinity.learn(&hinted, &unsealed(&[("p", &key(9))])), None);
+        assert!(affinity.is_empty());
+        // A wrong annotation is as good as none: the key that opened is remembered.
+        assert_eq!(
+            affinity.learn(&hinted, &unsealed(&[("p", &key(4))])),
+            Some(key(4))
+        );
+        let plain = sealed("a", "y", None);
+        let opened = unsealed(&[("p", &key(5)), ("q", &key(6)), ("r", &key(6))]);
+        assert_eq!(affinity.learn(&plain, &opened), Some(key(6)));
+        assert_eq!(affinity.suggest(&plain), [key(6), key(4)]);
+        assert_eq!(affinity.learn(&plain, &unsealed(&[])), None);
+    }
+
+    #[test]
+    fn memory_stays_within_its_capacity_and_keeps_recent_entries() {
+        let affinity = Affinity::with_capacity(100, 10);
+        for i in 0..10_000u32 {
+            affinity.record(&format!("ns-{}", i % 50), &format!("s-{i}"), &key(1));
+            let (objects, namespaces) = affinity.len();
+            assert!(objects <= 100 && namespaces <= 10, "{objects} {namespaces}");
+        }
+        // The latest entries survive.
+        assert_eq!(
+            affinity.suggest(&sealed("ns-49", "s-9999", None))[0],
+            key(1)
+        );
+        // An entry read often stays, however many others are written.
+        affinity.record("kept", "hot", &key(7));
+        for i in 0..1000u32 {
+            affinity.record("other", &format!("t-{i}"), &key(8));
+            assert_eq!(affinity.suggest(&sealed("kept", "hot", None))[0], key(7));
+        }
+    }
+
+    #[test]
+    fn concurrent_use_from_many_threads_stays_bounded() {
+        let affinity = Arc::new(Affinity::with_capacity(64, 8));
+        let threads: Vec<_> = (0..8u8)
+            .map(|t| {
+                let affinity = affinity.clone();
+                std::thread::spawn(move || {
+                    for i in 0..500u32 {
+                        let ns = format!("ns-{}", i % 16);
+                        affinity.record(&ns, &format!("s-{t}-{i}"), &key(t));
+                        let suggested = affinity.suggest(&sealed(&ns, "any", None));
+                        // No object entry for "any": the namespace's key and the recent ones.
+                        assert!(suggested.len() <= 1 + RECENT_KEYS);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let (objects, namespaces) = affinity.len();
+        assert!(objects <= 64 && namespaces <= 8, "{objects} {namespaces}");
+    }
+
+    #[test]
+    fn suggestions_stop_while_they_keep_missing_and_return_when_values_cluster() {
+        let affinity = Affinity::default();
+        // Every value sealed by another key than the ones before: suggestions only miss.
+        for i in 0..16u8 {
+            affinity.record("ns", &format!("s-{i}"), &key(i));
+        }
+        assert!(!affinity.suggesting());
+        assert!(affinity.suggest(&sealed("ns", "new", None)).is_empty());
+        // Values sealed by one key again: its hits bring suggestions back.
+        for i in 0..8u8 {
+            affinity.record("ns", &format!("t-{i}"), &key(100));
+        }
+        assert!(affinity.suggesting());
+        assert_eq!(affinity.suggest(&sealed("ns", "new", None))[0], key(100));
+    }
+
+    #[tokio::test]
+    async fn while_cold_unhinted_unseals_take_turns_and_the_next_starts_from_what_was_learned() {
+        use futures::FutureExt as _;
+        let affinity = Affinity::default();
+        let (first, second) = (sealed("ns", "a", None), sealed("ns", "b", None));
+        let (keys, turn) = affinity.suggest_waiting(&first).await;
+        assert!(keys.is_empty() && turn.is_some());
+        // A hinted object never waits.
+        let hinted = sealed("ns", "c", Some(&key(9)));
+        let (_, none) = affinity.suggest_waiting(&hinted).now_or_never().unwrap();
+        assert!(none.is_none());
+        // The second unhinted one waits while the first holds its turn...
+        let mut waiting = Box::pin(affinity.suggest_waiting(&second));
+        assert!(waiting.as_mut().now_or_never().is_none());
+        // ...and starts from the key the first one found.
+        affinity.record("ns", "a", &key(3));
+        drop(turn);
+        let (keys, turn) = waiting.await;
+        assert_eq!(keys, [key(3)]);
+        assert!(turn.is_none(), "no turns once a key is known");
+    }
+
+    #[test]
+    fn most_common_breaks_ties_by_order() {
+        let (a, b) = (key(1), key(2));
+        assert_eq!(most_common([&a, &b].into_iter()), Some(&a));
+        assert_eq!(most_common([&a, &b, &b].into_iter()), Some(&b));
+        assert_eq!(most_common(std::iter::empty()), None);
+    }
+}
