@@ -53,12 +53,15 @@ pub enum Error {
     },
     /// No key could open these items (wrong key, wrong name, namespace or scope, or
     /// tampering; deliberately not told apart).
-    #[error("failed to decrypt items {} (tried {tried})", list(.items))]
+    #[error("failed to decrypt items {} (tried {tried}){}", list(.items), hint_note(.hint.as_deref()))]
     Decrypt {
         /// The item keys that failed, sorted.
         items: Vec<String>,
         /// The scope and label that were tried (public metadata).
         tried: crate::ScopeTarget,
+        /// The key the object's `kseal.dev/sealing-key` annotation names, if any, and whether
+        /// the ring holds it (public metadata: says which key to look for).
+        hint: Option<Box<HintNote>>,
         /// Always the opaque [`kseal_keys::Error::Open`].
         #[source]
         source: kseal_keys::Error,
@@ -124,6 +127,7 @@ mod tests {
         let err = Error::Decrypt {
             items: vec!["a".into(), "b".into()],
             tried: crate::ScopeTarget::new(kseal_keys::Scope::Strict, "prod", "db"),
+            hint: None,
             source: kseal_keys::Error::Open,
         };
         assert_eq!(
@@ -132,5 +136,28 @@ mod tests {
         );
         let source = std::error::Error::source(&err).map(ToString::to_string);
         assert_eq!(source.as_deref(), Some("no key could decrypt secret"));
+    }
+}
+
+/// The key a SealedSecret's `kseal.dev/sealing-key` annotation names, as a failed unseal
+/// reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HintNote {
+    /// The key, as the annotation names it.
+    pub key: kseal_keys::KeyId,
+    /// Whether the key ring that was tried holds that key.
+    pub held: bool,
+}
+
+fn hint_note(hint: Option<&HintNote>) -> String {
+    match hint {
+        None => String::new(),
+        Some(HintNote { key, held: false }) => format!(
+            "; its kseal.dev/sealing-key annotation names key {key}, which this key ring does not hold"
+        ),
+        Some(HintNote { key, held: true }) => format!(
+            "; its kseal.dev/sealing-key annotation names key {key}, which this key ring holds: \
+             sealed for another name, namespace or scope, or altered"
+        ),
     }
 }

@@ -12,7 +12,7 @@ pub mod template;
 mod unseal;
 pub mod validation;
 
-pub use error::{Error, Result};
+pub use error::{Error, HintNote, Result};
 pub use resource::{
     SealedSecret, SealedSecretCondition, SealedSecretSpec, SealedSecretStatus, SecretTemplateSpec,
 };

@@ -292,9 +292,16 @@ fn open_items(
     }
     if let Some(source) = failure {
         // `opened` is dropped here, zeroizing the items that did open.
+        let hint = sealed.sealing_key_hint().map(|key| {
+            Box::new(crate::error::HintNote {
+                held: ring.get(&key).is_some(),
+                key,
+            })
+        });
         return Err(Error::Decrypt {
             items: failed,
             tried: tried.clone(),
+            hint,
             source,
         });
     }

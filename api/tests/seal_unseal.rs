@@ -532,15 +532,20 @@ fn failing_items_are_all_named_sorted_without_secret_material() {
         Error::Decrypt {
             items: vec!["a-bad".into(), "c-bad".into()],
             tried: kseal_api::ScopeTarget::new(Scope::Strict, "prod", "db"),
+            hint: Some(Box::new(kseal_api::HintNote {
+                key: pair().id().clone(),
+                held: true
+            })),
             source: kseal_keys::Error::Open
         }
     );
     let shown = format!("{err} {err:?}");
     assert_no_leak(&shown, b"TOPSECRET");
     assert!(!shown.contains("fine"), "{shown}");
-    assert_eq!(
-        err.to_string(),
-        "failed to decrypt items `a-bad`, `c-bad` (tried strict scope \"prod/db\")"
+    assert!(
+        err.to_string()
+            .starts_with("failed to decrypt items `a-bad`, `c-bad` (tried strict scope \"prod/db\"); its kseal.dev/sealing-key annotation names key SHA256:"),
+        "{err}"
     );
 }
 
@@ -551,18 +556,20 @@ fn decrypt_failures_name_the_scope_and_label_tried() {
         &SealOptions::default(),
     );
     let err = unseal(&moved(&sealed, "prod", "renamed"), &ring()).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "failed to decrypt items `a` (tried strict scope \"prod/renamed\")"
+    assert!(
+        err.to_string()
+            .starts_with("failed to decrypt items `a` (tried strict scope \"prod/renamed\");"),
+        "{err}"
     );
     let wide = seal(
         &secret(Some("prod"), "db", &[("a", b"TOPSECRET")]),
         &scoped(Scope::Namespace),
     );
     let err = unseal(&moved(&wide, "dev", "db"), &ring()).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "failed to decrypt items `a` (tried namespace-wide scope \"dev\")"
+    assert!(
+        err.to_string()
+            .starts_with("failed to decrypt items `a` (tried namespace-wide scope \"dev\");"),
+        "{err}"
     );
     let cluster = seal(
         &secret(Some("prod"), "db", &[("a", b"TOPSECRET")]),
@@ -570,9 +577,10 @@ fn decrypt_failures_name_the_scope_and_label_tried() {
     );
     let other: KeyRing = [other_pair().clone()].into_iter().collect();
     let err = unseal(&cluster, &other).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "failed to decrypt items `a` (tried cluster-wide scope)"
+    assert!(
+        err.to_string()
+            .starts_with("failed to decrypt items `a` (tried cluster-wide scope);"),
+        "{err}"
     );
     let deprecated = deprecated_v1("prod", "db");
     let err = unseal(&moved(&deprecated, "prod", "other"), &ring()).unwrap_err();
@@ -991,4 +999,38 @@ fn assert_no_leak(shown: &str, secret: &[u8]) {
         !compact.contains(&numbers),
         "the secret shows as bytes ({numbers}) in {shown}"
     );
+}
+
+#[test]
+fn a_failed_unseal_names_the_key_its_hint_points_to() {
+    let sealed = seal(
+        &secret(Some("prod"), "db", &[("password", b"TOPSECRET-9")]),
+        &SealOptions::default(),
+    );
+    let hinted = pair().id().to_string();
+    // The ring lacks that key: say so, and which key to look for.
+    let other: KeyRing = [other_pair().clone()].into_iter().collect();
+    let err = unseal(&sealed, &other).unwrap_err();
+    assert!(
+        matches!(&err, Error::Decrypt { hint: Some(h), .. } if !h.held && h.key.to_string() == hinted),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "failed to decrypt items `password` (tried strict scope \"prod/db\"); its \
+             kseal.dev/sealing-key annotation names key {hinted}, which this key ring does not hold"
+        )
+    );
+    // The ring holds it: then the value was sealed for another object, or altered.
+    let err = unseal(&moved(&sealed, "prod", "other"), &ring()).unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        shown.ends_with(&format!(
+            "names key {hinted}, which this key ring holds: sealed for another name, namespace \
+             or scope, or altered"
+        )),
+        "{shown}"
+    );
+    assert_no_leak(&format!("{err} {err:?}"), b"TOPSECRET");
 }
