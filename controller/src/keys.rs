@@ -57,14 +57,7 @@ use crate::renewal::{self, Due, Reason};
 use crate::ringview::RingView;
 use crate::state::{SealingProblem, State};
 
-/// `tls.key`: the PEM private key in a key Secret.
-pub const PRIVATE_KEY_ITEM: &str = "tls.key";
-/// `tls.crt`: the PEM certificate in a key Secret.
-pub const CERTIFICATE_ITEM: &str = "tls.crt";
-/// Type of key Secrets.
-pub const KEY_SECRET_TYPE: &str = "kubernetes.io/tls";
-/// Reporter name of the controller's events.
-pub const REPORTER: &str = "kseal-controller";
+pub use crate::keylayout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
 
 /// How often the loader re-checks generation and refreshes the key-age gauge.
 const TICK: Duration = Duration::from_secs(2);
@@ -260,7 +253,7 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
     };
     let mirror = secret
         .labels()
-        .get(crate::remote::MIRROR_LABEL)
+        .get(crate::keylayout::MIRROR_LABEL)
         .is_some_and(|v| v == "true");
     KeyMaterial {
         mirror,

@@ -18,15 +18,21 @@
 //! - [`metrics`]: Prometheus metrics (Bitnami's names plus kseal's);
 //! - [`scrub`]: error text that may quote Secret data, made safe for status, Events, logs
 //!   and HTTP answers;
-//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
+//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease;
+//! - [`leadership`]: leadership as an event ([`leadership::Term`]) and the fence every write
+//!   goes through;
+//! - leaf modules every task shares without importing each other: [`keylayout`] (the key
+//!   Secret layout), [`timing`] (jitter), [`signals`] (requests between tasks).
 
 pub mod config;
 pub mod conn;
 pub mod env;
 pub mod formats;
 pub mod http;
+pub mod keylayout;
 pub mod keys;
 pub mod leader;
+pub mod leadership;
 pub mod metrics;
 pub mod ratelimit;
 pub mod reconcile;
@@ -35,7 +41,9 @@ pub mod renewal;
 pub mod ringview;
 pub mod rsapool;
 pub mod scrub;
+pub mod signals;
 pub mod state;
+pub mod timing;
 
 pub use config::Config;
 pub use state::State;

@@ -68,7 +68,9 @@ pub struct KeyGenerationLabels {
 /// Labels of the reconcile outcome counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `created`, `updated`, `unchanged` (skipped without RSA work), `failed`.
+    /// `created`, `updated`, `unchanged` (skipped without RSA work), `failed`,
+    /// `waiting_for_keys` (no key loaded yet: nothing done), `fenced` (leadership lost before
+    /// a write: the write was refused).
     pub outcome: String,
 }
 
@@ -116,6 +118,10 @@ pub struct Metrics {
     /// `kseal_key_source_requests_total{operation,outcome}`: key-source calls
     /// (`describe_index`, `get_index`, `get_key`) and syncs (`sync`), by outcome.
     pub key_source_requests: Family<KeySourceLabels, Counter>,
+    /// `kseal_key_source_sync_triggers_total{trigger}`: the leader's syncs by what started
+    /// them: `start`, `leadership` (this replica just became leader), `interval`, `refresh`
+    /// (SIGUSR1, `POST /v1/refresh`).
+    pub key_source_sync_triggers: Family<TriggerLabels, Counter>,
     /// `kseal_key_source_last_success_timestamp_seconds`: Unix time of the last good sync.
     pub key_source_last_success: Gauge,
     /// `kseal_key_source_ring_keys`: keys in the ring's index.
@@ -178,6 +184,13 @@ pub struct KeySourceLabels {
     pub outcome: String,
 }
 
+/// Labels of `kseal_key_source_sync_triggers_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TriggerLabels {
+    /// What started the sync.
+    pub trigger: String,
+}
+
 /// Labels of per-key gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KidLabels {
@@ -207,6 +220,7 @@ impl Metrics {
             reconciles: Family::default(),
             is_leader: Gauge::default(),
             key_source_requests: Family::default(),
+            key_source_sync_triggers: Family::default(),
             key_source_last_success: Gauge::default(),
             key_source_ring_keys: Gauge::default(),
             key_source_key_age_seconds: Family::default(),
@@ -295,6 +309,11 @@ impl Metrics {
                 "key_source_requests",
                 "Key-source calls (describe_index, get_index, get_key) and syncs, by outcome",
                 m.key_source_requests.clone(),
+            );
+            r.register(
+                "key_source_sync_triggers",
+                "The leader's key-source syncs by what started them (start, leadership, interval, refresh)",
+                m.key_source_sync_triggers.clone(),
             );
             r.register_with_unit(
                 "key_source_last_success_timestamp",

@@ -46,10 +46,14 @@
 //!   including one synced before: `Synced=False` with reason `DeprecatedDataRejected`, one
 //!   Warning event, no RSA work. Its existing Secret is kept as it is (nothing is lost) but no
 //!   longer updated; re-sealing into `spec.encryptedData` brings it back.
+//! - **Nothing happens before the first keys are loaded.** While the key ring is empty (the
+//!   key source not read yet, no mirror, no key Secret), a SealedSecret waits untouched: no
+//!   `UnsealFailed`, no Warning event, no status write, no backoff; the ring's first keys
+//!   reconcile everything. A key missing from a loaded ring fails as before, with its reason.
 //! - Only the leader writes; other replicas requeue without touching anything.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasher as _, Hasher as _};
+use std::hash::Hasher as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -77,9 +81,11 @@ use zeroize::Zeroizing;
 
 use crate::config::{Config, Namespaces};
 use crate::formats::{self, MacVersion};
-use crate::keys::{KeysLoaded, REPORTER};
+use crate::keylayout::REPORTER;
+use crate::keys::KeysLoaded;
 use crate::metrics::{ConditionLabels, OutcomeLabels};
 use crate::state::State;
+use crate::timing::jitter;
 use crate::{Error, Result};
 
 /// Secret annotation: digest of the SealedSecret spec and scope the Secret was written from.
@@ -108,8 +114,6 @@ pub mod reason {
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// Longest retry delay: failures are retried forever, at least this often.
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
-/// Requeue when keys are not loaded yet.
-const KEYS_PENDING_RETRY: Duration = Duration::from_secs(2);
 /// Requeue on a replica that is not the leader (gaining leadership reconciles everything).
 const NOT_LEADER_RECHECK: Duration = Duration::from_secs(60);
 /// Requeue after a failure that only a change can fix, when resync is off.
@@ -194,7 +198,6 @@ pub struct Context {
     /// count repeats into a series).
     recorder: Recorder,
     reporter: Reporter,
-    keys_loaded: KeysLoaded,
     mac_keys: Mutex<MacKeys>,
     objects: Mutex<HashMap<ObjectRef<SealedSecret>, ObjectState>>,
     /// Bounds RSA work to `--concurrency` unseals at a time across every watched namespace
@@ -209,8 +212,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Context {
-    /// A context for `run` (public for tests that drive `reconcile` directly).
-    pub fn new(client: Client, config: Arc<Config>, state: State, keys_loaded: KeysLoaded) -> Self {
+    /// A context for `run` (public for tests that drive `reconcile` directly). `_keys_loaded`
+    /// is no longer read: a reconcile waits while the ring itself is empty.
+    pub fn new(
+        client: Client,
+        config: Arc<Config>,
+        state: State,
+        _keys_loaded: KeysLoaded,
+    ) -> Self {
         let slots = usize::from(config.concurrency.max(1));
         let reporter = Reporter {
             controller: REPORTER.to_owned(),
@@ -225,7 +234,6 @@ impl Context {
             state,
             recorder,
             reporter,
-            keys_loaded,
             mac_keys: Mutex::default(),
             objects: Mutex::default(),
             rsa_slots,
@@ -863,16 +871,6 @@ async fn publish_event(
     }
 }
 
-/// `d` scaled by a uniform random factor in `[1 - fraction, 1 + fraction)`, never negative:
-/// the one jitter of the controller's resyncs, backoffs and key-source polls.
-pub(crate) fn jitter(d: Duration, fraction: f64) -> Duration {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(d.as_nanos() as u64);
-    // A uniform value in [-1, 1) from a randomly keyed hash.
-    let unit = (h.finish() as f64 / u64::MAX as f64) * 2.0 - 1.0;
-    d.mul_f64((1.0 + fraction * unit).max(0.0))
-}
-
 fn backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(16);
     let d = BACKOFF_BASE.saturating_mul(1u32 << exp).min(BACKOFF_CAP);
@@ -892,10 +890,20 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     if !ctx.state.is_leader() {
         return Ok(Action::requeue(NOT_LEADER_RECHECK));
     }
-    if !ctx.keys_loaded.is_done() {
-        return Ok(Action::requeue(KEYS_PENDING_RETRY));
-    }
     let metrics = &ctx.state.metrics;
+    if ctx.state.keys.ring().is_empty() {
+        // No key loaded yet (from the key source, its mirror or key Secrets): not a failure
+        // of this object. It waits untouched (no status, no event, no backoff) and the
+        // ring's first keys reconcile everything (`ring_changes`). A ring that is not empty
+        // implies the first load finished.
+        metrics
+            .reconciles
+            .get_or_create(&OutcomeLabels {
+                outcome: "waiting_for_keys".to_owned(),
+            })
+            .inc();
+        return Ok(Action::await_change());
+    }
     metrics.unseal_requests.inc();
     let start = Instant::now();
     let oref = ObjectRef::from_obj(&*obj);
@@ -1169,17 +1177,15 @@ fn ring_changes(state: &State) -> impl futures::Stream<Item = ()> + Send + 'stat
     })
 }
 
-/// Emits when this replica becomes the leader.
+/// Emits when this replica becomes the leader (each new term), as the elector publishes it.
 fn leadership_gained(state: &State) -> impl futures::Stream<Item = ()> + Send + 'static {
-    let was = state.is_leader();
-    futures::stream::unfold((state.clone(), was), |(state, mut was)| async move {
+    let mut rx = state.leadership.subscribe();
+    rx.mark_unchanged();
+    futures::stream::unfold(rx, |mut rx| async move {
         loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let now = state.is_leader();
-            let gained = now && !was;
-            was = now;
-            if gained {
-                return Some(((), (state, was)));
+            rx.changed().await.ok()?;
+            if rx.borrow_and_update().leading {
+                return Some(((), rx));
             }
         }
     })
@@ -1325,20 +1331,6 @@ async fn prune(ctx: Arc<Context>, stores: Vec<Store<SealedSecret>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jitter_stays_within_its_fraction() {
-        let d = Duration::from_secs(3600);
-        let mut seen = BTreeSet::new();
-        for _ in 0..1000 {
-            let j = jitter(d, 0.1);
-            assert!(j >= d.mul_f64(0.9) && j <= d.mul_f64(1.1), "{j:?}");
-            seen.insert(j.as_secs() / 60);
-        }
-        // Spread over the window, not a constant.
-        assert!(seen.len() > 5, "{seen:?}");
-        assert_eq!(jitter(Duration::ZERO, 0.1), Duration::ZERO);
-    }
 
     #[tokio::test]
     async fn the_watch_event_of_our_own_write_triggers_nothing() {

@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
@@ -39,9 +40,9 @@ use kube::api::{
 };
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource as _, ResourceExt as _};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
-use crate::keys::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
+use crate::keylayout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
 use crate::metrics::{KeyErrorLabels, KeySourceLabels};
 use crate::ringview::{
     INDEX_ITEM, KIDS_EVER_ITEM, LAST_ACTIVE_ITEM, Pin, RING_STATE_LABEL, RING_STATE_PREFIX,
@@ -49,8 +50,8 @@ use crate::ringview::{
 };
 use crate::state::State;
 
-/// Label on mirrored key Secrets.
-pub const MIRROR_LABEL: &str = "kseal.dev/mirror";
+pub use crate::keylayout::MIRROR_LABEL;
+pub use crate::signals::Refresh;
 /// The full kid of a mirrored key.
 pub const KID_ANNOTATION: &str = "kseal.dev/kid";
 /// The ring a mirrored key belongs to.
@@ -76,25 +77,8 @@ const REFRESH_SPACING: Duration = Duration::from_secs(5);
 const FOLLOWER_STORE_READ: Duration = Duration::from_secs(300);
 /// How soon such a follower tries again after the store failed.
 const FOLLOWER_STORE_RETRY: Duration = Duration::from_secs(30);
-/// How often a follower checks whether it became the leader.
-const LEADER_CHECK: Duration = Duration::from_secs(2);
-/// How often a follower reads the ring-state Secret.
+/// How often a follower reads the ring-state Secret (besides each change the watch reports).
 const STATE_POLL: Duration = Duration::from_secs(10);
-
-/// Asks the key-source loop to check the ring now (SIGUSR1, `POST /v1/refresh`).
-#[derive(Clone, Debug, Default)]
-pub struct Refresh(Arc<Notify>);
-
-impl Refresh {
-    /// Requests a check (merged with one already waiting).
-    pub fn request(&self) {
-        self.0.notify_one();
-    }
-
-    async fn requested(&self) {
-        self.0.notified().await;
-    }
-}
 
 /// The `generateName` of the mirror Secret of `kid`: the API server appends a random suffix,
 /// so nobody can create a Secret under the mirror's name before it exists.
@@ -1171,9 +1155,32 @@ fn mirrored_pair(secret: &Secret, kid: &Kid) -> Option<KeyPair> {
         .filter(|pair| &Kid::of(pair.public_key()) == kid)
 }
 
+/// Changes of ring-state Secrets in `namespace` (metadata only): a follower reads the view
+/// the moment the leader writes it, not at its next poll. Errors are retried by the watcher.
+fn ring_state_changes(client: Client, namespace: &str) -> futures::stream::BoxStream<'static, ()> {
+    use kube::runtime::WatchStreamExt as _;
+    let api: Api<kube::api::PartialObjectMeta<Secret>> = Api::namespaced(client, namespace);
+    kube::runtime::watcher::watcher(
+        api,
+        kube::runtime::watcher::Config::default().labels(&format!("{RING_STATE_LABEL}=true")),
+    )
+    .default_backoff()
+    .filter_map(|event| {
+        futures::future::ready(match event {
+            Ok(
+                kube::runtime::watcher::Event::Apply(_) | kube::runtime::watcher::Event::InitDone,
+            ) => Some(()),
+            _ => None,
+        })
+    })
+    .boxed()
+}
+
 /// Runs the key-source loop of `config.key_source` until `shutdown` turns true (returns at
-/// once without a key source). Only the leader polls and mirrors; followers see the mirror
-/// through the key loader's watch. `state.refresh` asks for a check now.
+/// once without a key source). Only the leader polls and mirrors: it reads the ring the
+/// moment it becomes leader (a [`crate::leadership::Term`] event, no polling), then every
+/// interval. Followers see the mirror through the key loader's watch, and read the ring view
+/// each time the ring-state Secret changes. `state.refresh` asks for a check now.
 pub async fn run(
     client: Client,
     config: Arc<crate::Config>,
@@ -1220,6 +1227,7 @@ pub async fn run(
             }
         }
     };
+    let mut state_changes = ring_state_changes(client.clone(), &namespace);
     let mut mirror = Mirror::new(
         ring,
         source.clone(),
@@ -1232,30 +1240,35 @@ pub async fn run(
     tracing::info!(key_source = %source, interval = ?config.interval, "reading keys from the fleet key ring");
     let mut backoff = BACKOFF_MIN;
     let mut next = tokio::time::Instant::now();
-    let mut was_leader = false;
+    let mut terms = state.leadership.subscribe();
     let mut last_poll: Option<tokio::time::Instant> = None;
+    let mut trigger;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
+            _ = tokio::time::sleep_until(next) => {
+                trigger = if last_poll.is_none() { "start" } else { "interval" };
+            }
             _ = refresh.requested() => {
+                trigger = "refresh";
                 if last_poll.is_some_and(|t| t.elapsed() < REFRESH_SPACING) {
                     next = next.min(last_poll.map_or(next, |t| t + REFRESH_SPACING));
                     continue;
                 }
                 tracing::info!("key ring refresh requested");
             }
-            _ = tokio::time::sleep(LEADER_CHECK) => {
-                let leader = state.is_leader();
-                let became = leader && !was_leader;
-                was_leader = leader;
-                if !became {
+            // `state` holds the sender: this never ends.
+            Ok(()) = terms.changed() => {
+                let term = *terms.borrow_and_update();
+                if !term.leading {
                     continue;
                 }
+                tracing::info!(epoch = term.epoch, "leading: reading the key ring now");
+                trigger = "leadership";
             }
+            Some(()) = state_changes.next(), if !state.is_leader() => trigger = "ring_state",
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        was_leader = state.is_leader();
-        if !was_leader {
+        if !state.is_leader() {
             // Followers take the ring view from the ring-state Secret the leader writes, and
             // the keys from the mirror; they poll the store once leading.
             if let Err(e) = mirror.follow().await {
@@ -1268,6 +1281,13 @@ pub async fn run(
             continue;
         }
         last_poll = Some(tokio::time::Instant::now());
+        state
+            .metrics
+            .key_source_sync_triggers
+            .get_or_create(&crate::metrics::TriggerLabels {
+                trigger: trigger.to_owned(),
+            })
+            .inc();
         match mirror.sync().await {
             Ok(report) => {
                 backoff = BACKOFF_MIN;
@@ -1280,7 +1300,7 @@ pub async fn run(
                 if report != SyncReport::default() {
                     tracing::debug!(?report, "key ring synced");
                 }
-                next = tokio::time::Instant::now() + crate::reconcile::jitter(config.interval, 0.1);
+                next = tokio::time::Instant::now() + crate::timing::jitter(config.interval, 0.1);
             }
             Err(e) => {
                 let message = crate::error_chain(&e);

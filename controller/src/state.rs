@@ -206,10 +206,11 @@ pub struct State {
     pub metrics: Arc<Metrics>,
     /// Readiness.
     pub readiness: Arc<Readiness>,
-    /// Whether this replica currently holds the leader Lease (always true without election).
-    pub leader: Arc<AtomicBool>,
+    /// Whether this replica holds the leader Lease (always, without election), as an event
+    /// and as the fence of every write.
+    pub leadership: crate::leadership::Leadership,
     /// Asks the key-source loop to check the ring now.
-    pub refresh: crate::remote::Refresh,
+    pub refresh: crate::signals::Refresh,
     /// With a key source: the ring view the sealing key is chosen from.
     pub ring_view: crate::ringview::RingViews,
     /// RSA slots, shared by the reconciler (first) and the HTTP API.
@@ -223,16 +224,16 @@ impl State {
             keys: Keys::new(),
             metrics: Arc::new(Metrics::new()),
             readiness: Arc::new(Readiness::default()),
-            leader: Arc::new(AtomicBool::new(false)),
-            refresh: crate::remote::Refresh::default(),
+            leadership: crate::leadership::Leadership::new(),
+            refresh: crate::signals::Refresh::default(),
             ring_view: crate::ringview::RingViews::new(),
             rsa: crate::rsapool::RsaPool::new(crate::rsapool::DEFAULT_SLOTS),
         }
     }
 
-    /// Whether this replica may write.
+    /// Whether this replica may write (it leads and its local lease deadline has not passed).
     pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::Acquire)
+        self.leadership.is_leader()
     }
 }
 
