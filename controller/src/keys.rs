@@ -922,6 +922,7 @@ async fn generate_and_store(
     config: &Config,
     reason: Reason,
 ) -> Option<KeyId> {
+    let fence = state.leadership.fence()?;
     tracing::info!(reason = reason.as_str(), "generating a new sealing key");
     let pair = match generate(config).await {
         Ok(pair) => pair,
@@ -930,8 +931,10 @@ async fn generate_and_store(
             return None;
         }
     };
-    if !state.is_leader() {
-        tracing::warn!("no longer the leader: the generated key is discarded");
+    // Generation takes seconds: the leadership may have ended (or changed term) meanwhile.
+    if let Err(e) = fence.check() {
+        state.metrics.count_fenced("key");
+        tracing::warn!(reason = %e, "no longer the leader: the generated key is discarded");
         return None;
     }
     match source.store(&pair).await {

@@ -128,6 +128,10 @@ pub enum Error {
     /// Reading or writing the leader-election Lease failed.
     #[error("leader election failed")]
     LeaderElection(#[source] kube::Error),
+    /// A write was refused because this replica's leadership ended (or its term changed, or
+    /// its local lease deadline passed) since the work began.
+    #[error("write refused: leadership lost")]
+    Fenced(#[source] leadership::Fenced),
 }
 
 impl Error {
@@ -148,6 +152,7 @@ impl Error {
             Error::Task => "internal",
             Error::Serve { .. } => "serve",
             Error::LeaderElection(_) => "leader",
+            Error::Fenced(_) => "fenced",
         }
     }
 }

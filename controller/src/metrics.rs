@@ -113,6 +113,10 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     /// `kseal_reconciles_total{outcome}`.
     pub reconciles: Family<OutcomeLabels, Counter>,
+    /// `kseal_fenced_writes_total{write}`: writes refused because the leadership ended, its
+    /// term changed or the local lease deadline passed since the work began (`secret`,
+    /// `status`, `event`, `key`, `mirror`).
+    pub fenced_writes: Family<WriteLabels, Counter>,
     /// `kseal_is_leader`: 1 while this replica holds the Lease.
     pub is_leader: Gauge,
     /// `kseal_key_source_requests_total{operation,outcome}`: key-source calls
@@ -184,6 +188,13 @@ pub struct KeySourceLabels {
     pub outcome: String,
 }
 
+/// Labels of `kseal_fenced_writes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// What was to be written.
+    pub write: String,
+}
+
 /// Labels of `kseal_key_source_sync_triggers_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TriggerLabels {
@@ -219,6 +230,7 @@ impl Metrics {
             reconcile_duration: latency_histogram(),
             reconciles: Family::default(),
             is_leader: Gauge::default(),
+            fenced_writes: Family::default(),
             key_source_requests: Family::default(),
             key_source_sync_triggers: Family::default(),
             key_source_last_success: Gauge::default(),
@@ -306,6 +318,11 @@ impl Metrics {
                 m.is_leader.clone(),
             );
             r.register(
+                "fenced_writes",
+                "Writes refused because the leadership ended, changed term or passed its local lease deadline, by write",
+                m.fenced_writes.clone(),
+            );
+            r.register(
                 "key_source_requests",
                 "Key-source calls (describe_index, get_index, get_key) and syncs, by outcome",
                 m.key_source_requests.clone(),
@@ -386,6 +403,15 @@ impl Metrics {
         self.keys_generated
             .get_or_create(&KeyGenerationLabels {
                 reason: reason.as_str().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a write refused by the leadership fence.
+    pub fn count_fenced(&self, write: &str) {
+        self.fenced_writes
+            .get_or_create(&WriteLabels {
+                write: write.to_owned(),
             })
             .inc();
     }

@@ -50,7 +50,16 @@
 //!   key source not read yet, no mirror, no key Secret), a SealedSecret waits untouched: no
 //!   `UnsealFailed`, no Warning event, no status write, no backoff; the ring's first keys
 //!   reconcile everything. A key missing from a loaded ring fails as before, with its reason.
-//! - Only the leader writes; other replicas requeue without touching anything.
+//! - Only the leader writes; other replicas requeue without touching anything. Each write
+//!   (Secret create or replace, status patch, Event) first checks the fence taken when the
+//!   reconcile began ([`crate::leadership::Fence`]): once the leadership ended, changed term
+//!   or outlived its local lease deadline (a frozen or partitioned leader), the write is
+//!   refused (`kseal_fenced_writes_total{write}`) and the reconcile ends without touching the
+//!   object's status, warnings or backoff.
+//! - **The status speaks for the generation the reconcile read**: a status patch is skipped
+//!   when the object has a newer generation (its own reconcile follows) and never lowers
+//!   `observedGeneration`; a status found behind its generation (a deposed leader's late
+//!   write) triggers a reconcile, which repairs it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hasher as _;
@@ -83,6 +92,7 @@ use crate::config::{Config, Namespaces};
 use crate::formats::{self, MacVersion};
 use crate::keylayout::REPORTER;
 use crate::keys::KeysLoaded;
+use crate::leadership::Fence;
 use crate::metrics::{ConditionLabels, OutcomeLabels};
 use crate::state::State;
 use crate::timing::jitter;
@@ -199,6 +209,8 @@ pub struct Context {
     recorder: Recorder,
     reporter: Reporter,
     mac_keys: Mutex<MacKeys>,
+    /// The leadership epoch whose first fenced write was logged (see [`fenced`]).
+    fenced_logged: std::sync::atomic::AtomicU64,
     objects: Mutex<HashMap<ObjectRef<SealedSecret>, ObjectState>>,
     /// Bounds RSA work to `--concurrency` unseals at a time across every watched namespace
     /// (each namespace runs its own controller); shared with the HTTP API, which it goes
@@ -235,6 +247,7 @@ impl Context {
             recorder,
             reporter,
             mac_keys: Mutex::default(),
+            fenced_logged: std::sync::atomic::AtomicU64::new(u64::MAX),
             objects: Mutex::default(),
             rsa_slots,
         }
@@ -625,7 +638,7 @@ fn api_code(e: &kube::Error) -> Option<u16> {
 }
 
 /// Brings the Secret in line with `ss`.
-async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
+async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Outcome> {
     let name = ss
         .metadata
         .name
@@ -668,6 +681,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
                 }
                 let Some(d) = &desired else { continue };
                 let managed = ctx.with_object(&oref, |o| o.recreate_managed);
+                fence.check().map_err(Error::Fenced)?;
                 let created = if managed {
                     let mut s = d.secret.clone();
                     s.metadata
@@ -704,6 +718,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
                         name: name.to_owned(),
                     });
                 }
+                fence.check().map_err(Error::Fenced)?;
                 secrets
                     .replace(name, &pp, &next)
                     .await
@@ -776,7 +791,12 @@ fn condition_matches(
 }
 
 /// Writes the Synced condition if it changed. Returns whether it wrote.
-async fn write_status(ctx: &Context, ss: &SealedSecret, want: &DesiredCondition) -> Result<bool> {
+async fn write_status(
+    ctx: &Context,
+    ss: &SealedSecret,
+    want: &DesiredCondition,
+    fence: &Fence,
+) -> Result<bool> {
     let generation = ss.metadata.generation;
     if !ctx.config.update_status || condition_matches(ss.status.as_ref(), want, generation) {
         return Ok(false);
@@ -800,6 +820,12 @@ async fn write_status(ctx: &Context, ss: &SealedSecret, want: &DesiredCondition)
             Err(e) => return Err(Error::Status(e)),
         };
         if fresh.metadata.uid != ss.metadata.uid {
+            return Ok(false);
+        }
+        // The status speaks for the generation this reconcile read. A newer generation's
+        // reconcile writes its own, and an observedGeneration never goes back.
+        let observed = fresh.status.as_ref().and_then(|s| s.observed_generation);
+        if fresh.metadata.generation > generation || observed > generation {
             return Ok(false);
         }
         if condition_matches(fresh.status.as_ref(), want, generation) {
@@ -834,6 +860,7 @@ async fn write_status(ctx: &Context, ss: &SealedSecret, want: &DesiredCondition)
             "metadata": {"resourceVersion": fresh.metadata.resource_version},
             "status": {"conditions": conditions, "observedGeneration": generation},
         });
+        fence.check().map_err(Error::Fenced)?;
         match api.patch_status(name, &pp, &Patch::Merge(&patch)).await {
             Ok(_) => return Ok(true),
             Err(e) if api_code(&e) == Some(409) && attempt < WRITE_ATTEMPTS => continue,
@@ -846,11 +873,16 @@ async fn write_status(ctx: &Context, ss: &SealedSecret, want: &DesiredCondition)
 
 async fn publish_event(
     ctx: &Context,
+    fence: &Fence,
     ss: &SealedSecret,
     type_: EventType,
     reason: &str,
     note: String,
 ) {
+    if let Err(e) = fence.check() {
+        fenced(ctx, "event", e);
+        return;
+    }
     let event = Event {
         type_,
         reason: reason.to_owned(),
@@ -887,9 +919,11 @@ fn success_action(config: &Config) -> Action {
 /// Reconciles one SealedSecret.
 #[instrument(skip(obj, ctx))]
 pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Action> {
-    if !ctx.state.is_leader() {
+    // Every write below checks this fence first: a replica whose leadership ended, changed
+    // term or outlived its local lease deadline (frozen, partitioned) writes nothing more.
+    let Some(fence) = ctx.state.leadership.fence() else {
         return Ok(Action::requeue(NOT_LEADER_RECHECK));
-    }
+    };
     let metrics = &ctx.state.metrics;
     if ctx.state.keys.ring().is_empty() {
         // No key loaded yet (from the key source, its mirror or key Secrets): not a failure
@@ -909,7 +943,10 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     let oref = ObjectRef::from_obj(&*obj);
     let namespace = obj.namespace().unwrap_or_default();
 
-    let result = sync(&ctx, &obj).await;
+    let result = sync(&ctx, &obj, &fence).await;
+    if let Err(Error::Fenced(e)) = &result {
+        return Ok(fenced(&ctx, "secret", *e));
+    }
     ctx.with_object(&oref, |o| o.failing = result.is_err());
     let want = condition_for(&result);
     let was_true = obj
@@ -927,8 +964,11 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     let status_result = if holding {
         Ok(false)
     } else {
-        write_status(&ctx, &obj, &want).await
+        write_status(&ctx, &obj, &want, &fence).await
     };
+    if let Err(Error::Fenced(e)) = &status_result {
+        return Ok(fenced(&ctx, "status", *e));
+    }
 
     match &result {
         Ok(outcome) => {
@@ -939,6 +979,7 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
             if matches!(outcome, Outcome::Created | Outcome::Updated) || flipped {
                 publish_event(
                     &ctx,
+                    &fence,
                     &obj,
                     EventType::Normal,
                     "Unsealed",
@@ -969,7 +1010,15 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
                     fresh
                 });
             if fresh && !already_shown {
-                publish_event(&ctx, &obj, EventType::Warning, event_reason, message).await;
+                publish_event(
+                    &ctx,
+                    &fence,
+                    &obj,
+                    EventType::Warning,
+                    event_reason,
+                    message,
+                )
+                .await;
             }
         }
     }
@@ -1026,6 +1075,33 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     }
 }
 
+/// A write refused by the fence: counted, logged, and the reconcile ends without touching
+/// the object's memory (status, backoff, warnings). Gaining leadership again reconciles
+/// everything.
+fn fenced(ctx: &Context, write: &'static str, reason: crate::leadership::Fenced) -> Action {
+    // One line per term (the first refusal), the rest at debug: a deposed leader may hold
+    // thousands of reconciles.
+    let epoch = ctx.state.leadership.term().epoch;
+    let first = ctx
+        .fenced_logged
+        .swap(epoch, std::sync::atomic::Ordering::Relaxed)
+        != epoch;
+    ctx.state.metrics.count_fenced(write);
+    ctx.state
+        .metrics
+        .reconciles
+        .get_or_create(&OutcomeLabels {
+            outcome: "fenced".to_owned(),
+        })
+        .inc();
+    if first {
+        tracing::warn!(write, reason = %reason, "write refused: this replica no longer leads; in-flight reconciles are dropped");
+    } else {
+        tracing::debug!(write, reason = %reason, "write refused: this replica no longer leads");
+    }
+    Action::requeue(NOT_LEADER_RECHECK)
+}
+
 /// Retry policy: capped exponential backoff per object, never giving up.
 pub fn error_policy(obj: Arc<SealedSecret>, _error: &Error, ctx: Arc<Context>) -> Action {
     let failures = ctx.with_object(&ObjectRef::from_obj(&*obj), |o| {
@@ -1078,15 +1154,26 @@ fn secret_trigger(
     failing.then_some(oref)
 }
 
+/// Whether the status speaks for an older generation than the object's: written by a replica
+/// that read a stale object (a deposed leader). Turning behind triggers a reconcile, which
+/// repairs it; the controller's own status writes never turn it behind.
+fn status_behind(ss: &SealedSecret) -> bool {
+    ss.status
+        .as_ref()
+        .and_then(|s| s.observed_generation)
+        .is_some_and(|observed| Some(observed) < ss.metadata.generation)
+}
+
 /// SealedSecrets to reconcile from their watch: every object of a (re-)list, since changes may
 /// have been missed while the watch was down, then only updates that change
-/// [`relevant_fields`] (like Bitnami, our own status writes do not trigger a reconcile).
+/// [`relevant_fields`] (like Bitnami, our own status writes do not trigger a reconcile), or
+/// that turn the status [behind](status_behind) the generation.
 fn sealed_triggers(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<SealedSecret>>> + Send + 'static,
 ) -> impl futures::Stream<Item = watcher::Result<SealedSecret>> + Send + 'static {
     events
         .scan(
-            HashMap::<ObjectRef<SealedSecret>, u64>::new(),
+            HashMap::<ObjectRef<SealedSecret>, (u64, bool)>::new(),
             |seen, event| {
                 let out = match event {
                     Ok(watcher::Event::Init) => {
@@ -1094,13 +1181,17 @@ fn sealed_triggers(
                         None
                     }
                     Ok(watcher::Event::InitApply(ss)) => {
-                        seen.insert(ObjectRef::from_obj(&ss), relevant_fields(&ss));
+                        seen.insert(
+                            ObjectRef::from_obj(&ss),
+                            (relevant_fields(&ss), status_behind(&ss)),
+                        );
                         Some(Ok(ss))
                     }
                     Ok(watcher::Event::Apply(ss)) => {
-                        let hash = relevant_fields(&ss);
-                        let before = seen.insert(ObjectRef::from_obj(&ss), hash);
-                        (before != Some(hash)).then_some(Ok(ss))
+                        let now = (relevant_fields(&ss), status_behind(&ss));
+                        let before = seen.insert(ObjectRef::from_obj(&ss), now);
+                        let turned_behind = now.1 && !before.is_some_and(|b| b.1);
+                        (before.map(|b| b.0) != Some(now.0) || turned_behind).then_some(Ok(ss))
                     }
                     Ok(watcher::Event::Delete(ss)) => {
                         seen.remove(&ObjectRef::from_obj(&ss));
@@ -1381,14 +1472,26 @@ mod tests {
         .unwrap();
         let config = Arc::new(Config::from_args(args, None).unwrap());
         let client = kseal_testkit::TestApiServer::new().client();
-        let ctx = Context::new(client.clone(), config, State::new(), KeysLoaded::done());
+        let state = State::new();
+        state.leadership.assume(true);
+        let fence = state.leadership.fence().unwrap();
+        let ctx = Context::new(client.clone(), config, state, KeysLoaded::done());
         let mut ss = SealedSecret::new("s", kseal_api::SealedSecretSpec::default());
         ss.metadata.namespace = Some("default".into());
         ss.metadata.uid = Some("u".into());
         for _ in 0..2 {
-            publish_event(&ctx, &ss, EventType::Normal, "Unsealed", "ok".into()).await;
             publish_event(
                 &ctx,
+                &fence,
+                &ss,
+                EventType::Normal,
+                "Unsealed",
+                "ok".into(),
+            )
+            .await;
+            publish_event(
+                &ctx,
+                &fence,
                 &ss,
                 EventType::Warning,
                 "ErrUnsealFailed",

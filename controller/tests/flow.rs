@@ -102,3 +102,190 @@ async fn a_key_missing_from_a_loaded_ring_still_fails_with_its_reason() {
     wait_event(&client, &app, "x", "ErrUnsealFailed").await;
     running.stop().await;
 }
+
+/// A client of `server` that runs `hook` when a request for the Secret `name` is sent (the
+/// moment a reconcile is waiting on the API server), then forwards it.
+fn hooked_client(
+    server: &TestApiServer,
+    name: &str,
+    hook: impl Fn() + Send + Sync + 'static,
+) -> kube::Client {
+    use tower::ServiceExt as _;
+    let router = server.router();
+    let suffix = format!("/secrets/{name}");
+    let hook = std::sync::Arc::new(hook);
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        if request.uri().path().ends_with(&suffix) {
+            hook();
+        }
+        let router = router.clone();
+        async move {
+            Ok::<_, std::convert::Infallible>(
+                router
+                    .oneshot(request)
+                    .await
+                    .expect("axum routers are infallible"),
+            )
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// A reconcile driven directly, as the controller runs it, through `client`, with key 0
+/// loaded.
+struct Direct {
+    state: kseal_controller::State,
+    ctx: std::sync::Arc<kseal_controller::reconcile::Context>,
+}
+
+impl Direct {
+    fn new(cluster: &Cluster, client: kube::Client, state: kseal_controller::State) -> Self {
+        let mut ring = kseal_keys::KeyRing::new();
+        ring.insert(key(0).clone());
+        kseal_controller::keys::publish(&state, ring);
+        let ctx = std::sync::Arc::new(kseal_controller::reconcile::Context::new(
+            client,
+            std::sync::Arc::new(cluster.config()),
+            state.clone(),
+            kseal_controller::keys::KeysLoaded::done(),
+        ));
+        Self { state, ctx }
+    }
+
+    fn fenced(&self, write: &str) -> u64 {
+        self.state
+            .metrics
+            .fenced_writes
+            .get_or_create(&kseal_controller::metrics::WriteLabels {
+                write: write.to_owned(),
+            })
+            .get()
+    }
+
+    async fn reconcile(&self, ss: SealedSecret) {
+        kseal_controller::reconcile::reconcile(std::sync::Arc::new(ss), self.ctx.clone())
+            .await
+            .unwrap();
+    }
+}
+
+/// Nothing happened to the object: no Secret, no status, no event.
+async fn untouched(client: &kube::Client, ns: &str, name: &str) {
+    let ss = Api::<SealedSecret>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    assert!(ss.status.is_none(), "no status was written");
+    assert!(
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_none(),
+        "no Secret was written"
+    );
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(events.items.is_empty(), "no event was published");
+}
+
+/// A frozen leader: its local lease deadline passes while a reconcile waits on the API
+/// server (here: the moment it asks for the Secret). The write that would follow is refused
+/// and counted, and nothing else is written (no status, no event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_the_lease_deadline_is_refused() {
+    let server = TestApiServer::new();
+    let cluster = Cluster::new(server.client()).await;
+    let (client, app) = (cluster.client.clone(), cluster.app.clone());
+    let ss = create_ss(&client, &seal(&secret(&app, "s", &[("k", "v")]), key(0))).await;
+    let state = kseal_controller::State::new();
+    let leadership = state.leadership.clone();
+    // Leading with an hour left; while the Secret is read, the hour is over.
+    leadership.hold(Some(
+        tokio::time::Instant::now() + std::time::Duration::from_secs(3600),
+    ));
+    let hook = move || {
+        leadership.hold(Some(tokio::time::Instant::now()));
+    };
+    let direct = Direct::new(&cluster, hooked_client(&server, "s", hook), state);
+    direct.reconcile(ss).await;
+    assert_eq!(direct.fenced("secret"), 1);
+    assert_eq!(direct.state.leadership.refused(), 1);
+    assert_eq!(direct.state.leadership.term().epoch, 1);
+    untouched(&client, &app, "s").await;
+}
+
+/// Work begun in one leadership term is dropped when a later term has begun by the time it
+/// writes (lost and won again while a request was in flight); the new term's own reconcile
+/// writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_from_an_older_term_is_dropped() {
+    let server = TestApiServer::new();
+    let cluster = Cluster::new(server.client()).await;
+    let (client, app) = (cluster.client.clone(), cluster.app.clone());
+    let ss = create_ss(&client, &seal(&secret(&app, "s", &[("k", "v")]), key(0))).await;
+    let state = kseal_controller::State::new();
+    state.leadership.assume(true);
+    let leadership = state.leadership.clone();
+    let flipped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = flipped.clone();
+    let hook = move || {
+        if !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            leadership.assume(false);
+            leadership.assume(true);
+        }
+    };
+    let direct = Direct::new(&cluster, hooked_client(&server, "s", hook), state);
+    direct.reconcile(ss).await;
+    assert_eq!(direct.state.leadership.term().epoch, 2);
+    assert_eq!(direct.fenced("secret"), 1);
+    untouched(&client, &app, "s").await;
+
+    let ss = Api::<SealedSecret>::namespaced(client.clone(), &app)
+        .get("s")
+        .await
+        .unwrap();
+    direct.reconcile(ss).await;
+    assert_eq!(direct.fenced("secret"), 1);
+    wait_synced(&client, &app, "s", "True", "Unsealed").await;
+    wait_secret(&client, &app, "s", "the Secret", |_| true).await;
+}
+
+/// A status written for an older generation (by a replica that read a stale object) is
+/// repaired at once, not at the next resync (resync is off here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_behind_its_generation_is_repaired() {
+    let server = TestApiServer::new();
+    let cluster = Cluster::new(server.client()).await;
+    let (client, app) = (cluster.client.clone(), cluster.app.clone());
+    let mut config = cluster.config();
+    config.resync_period = None;
+    let running = Running::start(&client, config).await;
+    create_ss(&client, &seal(&secret(&app, "s", &[("k", "v1")]), key(0))).await;
+    wait_synced(&client, &app, "s", "True", "Unsealed").await;
+    // A new generation.
+    let api = Api::<SealedSecret>::namespaced(client.clone(), &app);
+    let mut ss = api.get("s").await.unwrap();
+    ss.spec = seal(&secret(&app, "s", &[("k", "v2")]), key(0)).spec;
+    let ss = api.replace("s", &Default::default(), &ss).await.unwrap();
+    let generation = ss.metadata.generation.unwrap();
+    let synced = wait_synced(&client, &app, "s", "True", "Unsealed").await;
+    assert_eq!(synced.metadata.generation, Some(generation));
+    // A deposed leader's late write: the status of the generation before.
+    let patch = serde_json::json!({"status": {"observedGeneration": generation - 1}});
+    api.patch_status(
+        "s",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    let repaired = wait_synced(&client, &app, "s", "True", "Unsealed").await;
+    assert_eq!(
+        repaired.status.and_then(|s| s.observed_generation),
+        Some(generation)
+    );
+    running.stop().await;
+}
