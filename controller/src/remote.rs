@@ -162,6 +162,9 @@ pub struct Mirror {
     expected_ring: Option<String>,
     /// The anchor and version floor every index must satisfy.
     pin: Pin,
+    /// The leadership term the current sync runs in: every write checks it first (`None`:
+    /// unfenced, for callers that drive [`Mirror::sync`] themselves).
+    fence: Option<crate::leadership::Fence>,
 }
 
 fn count(state: &State, operation: &'static str, outcome: &'static str) {
@@ -204,6 +207,10 @@ pub enum SyncError {
         /// The store.
         store: String,
     },
+    /// A write was refused: this replica's leadership ended (or changed term, or passed its
+    /// local lease deadline) during the sync.
+    #[error("mirroring stopped: leadership lost")]
+    Fenced(#[source] crate::leadership::Fenced),
     /// Writing the mirror failed.
     #[error("mirroring key ring {ring:?} into key Secrets failed")]
     Kube {
@@ -222,6 +229,7 @@ impl SyncError {
             SyncError::Store { source, .. } => source.reason(),
             SyncError::NoRing { .. } => "not_found",
             SyncError::Kube { .. } => "kube",
+            SyncError::Fenced(_) => "fenced",
         }
     }
 }
@@ -251,6 +259,7 @@ impl Mirror {
         Self {
             expected_ring,
             pin: Pin::configured(ring.trust().anchor().cloned()),
+            fence: None,
             ring,
             source,
             namespace: namespace.to_owned(),
@@ -275,6 +284,22 @@ impl Mirror {
                 follower_next: None,
                 state_merged: false,
             },
+        }
+    }
+
+    /// Sets the leadership term the next syncs run in (`None`: unfenced).
+    pub fn set_fence(&mut self, fence: Option<crate::leadership::Fence>) {
+        self.fence = fence;
+    }
+
+    /// Checks the fence right before a write (see [`crate::leadership`]).
+    fn may_write(&self) -> Result<(), SyncError> {
+        match &self.fence {
+            Some(fence) => fence.check().map_err(|e| {
+                self.state.metrics.count_fenced("mirror");
+                SyncError::Fenced(e)
+            }),
+            None => Ok(()),
         }
     }
 
@@ -534,6 +559,9 @@ impl Mirror {
             action: "VerifyRing".into(),
             secondary: None,
         };
+        if self.may_write().is_err() {
+            return;
+        }
         if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
@@ -567,6 +595,9 @@ impl Mirror {
                 return;
             }
             self.cache.state_name = None;
+        }
+        if self.may_write().is_err() {
+            return;
         }
         match self.put_state(&data).await {
             Ok(written) => {
@@ -878,6 +909,9 @@ impl Mirror {
             action: "MirrorKey".into(),
             secondary: None,
         };
+        if self.may_write().is_err() {
+            return;
+        }
         if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
@@ -955,6 +989,7 @@ impl Mirror {
                     let Some(secret) = self.desired_secret(&entry.kid, &pair, active) else {
                         continue;
                     };
+                    self.may_write()?;
                     match self.api.create(&PostParams::default(), &secret).await {
                         Ok(created) => {
                             mirrored_in_index += 1;
@@ -1027,6 +1062,7 @@ impl Mirror {
                             ACTIVE_ANNOTATION: active.to_string(),
                             MISSING_SINCE_ANNOTATION: null,
                         }}});
+                        self.may_write()?;
                         let patched = self
                             .api
                             .patch(
@@ -1086,6 +1122,7 @@ impl Mirror {
                 if annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true") {
                     patch["metadata"]["annotations"][ACTIVE_ANNOTATION] = "false".into();
                 }
+                self.may_write()?;
                 self.api
                     .patch(
                         &secret.name_any(),
@@ -1119,6 +1156,7 @@ impl Mirror {
                 }),
                 ..DeleteParams::default()
             };
+            self.may_write()?;
             match self.api.delete(&secret.name_any(), &params).await {
                 Ok(_) => {
                     report.retired.push(secret.name_any());
@@ -1281,6 +1319,11 @@ pub async fn run(
             continue;
         }
         last_poll = Some(tokio::time::Instant::now());
+        // Taken before the first read: a sync that outlives this term writes nothing more.
+        let Some(fence) = state.leadership.fence() else {
+            continue;
+        };
+        mirror.set_fence(Some(fence));
         state
             .metrics
             .key_source_sync_triggers
@@ -1301,6 +1344,12 @@ pub async fn run(
                     tracing::debug!(?report, "key ring synced");
                 }
                 next = tokio::time::Instant::now() + crate::timing::jitter(config.interval, 0.1);
+            }
+            Err(SyncError::Fenced(e)) => {
+                // Not a problem of the key source: followers read the view the new leader
+                // writes.
+                tracing::info!(reason = %e, "key-source sync stopped: this replica no longer leads");
+                next = tokio::time::Instant::now();
             }
             Err(e) => {
                 let message = crate::error_chain(&e);

@@ -1682,3 +1682,41 @@ async fn a_new_leader_reads_the_ring_because_it_became_leader() {
     assert_eq!(mirrors(&client, &ctrl).await.len(), 1);
     replica.stop().await;
 }
+
+/// A sync begun by a leader that lost the lead writes nothing: no mirror, no ring-state
+/// Secret, no event; the refusal is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_of_a_deposed_leader_writes_nothing() {
+    let (_dir, location, _ring) = dir_ring(&[key(0)]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let (mut mirror, state) = dir_mirror(&location, &client, &ctrl, PATIENCE).await;
+    state.leadership.assume(true);
+    let fence = state.leadership.fence().unwrap();
+    state.leadership.assume(false);
+    mirror.set_fence(Some(fence));
+    let err = mirror.sync().await.unwrap_err();
+    assert_eq!(err.reason(), "fenced");
+    assert!(
+        Api::<Secret>::namespaced(client.clone(), &ctrl)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let fenced = state
+        .metrics
+        .fenced_writes
+        .get_or_create(&kseal_controller::metrics::WriteLabels {
+            write: "mirror".to_owned(),
+        })
+        .get();
+    assert_eq!(fenced, 1);
+    // Leading again (a new term, a new fence), the same mirror writes.
+    state.leadership.assume(true);
+    mirror.set_fence(state.leadership.fence());
+    let report = mirror.sync().await.unwrap();
+    assert_eq!(report.created.len(), 1);
+}
