@@ -21,9 +21,12 @@
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease;
 //! - [`leadership`]: leadership as an event ([`leadership::Term`]) and the fence every write
 //!   goes through;
+//! - [`apihealth`]: whether the API server answers, and errors repeated in a burst logged
+//!   once with a count;
 //! - leaf modules every task shares without importing each other: [`keylayout`] (the key
 //!   Secret layout), [`timing`] (jitter), [`signals`] (requests between tasks).
 
+pub mod apihealth;
 pub mod config;
 pub mod conn;
 pub mod env;

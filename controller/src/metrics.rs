@@ -117,6 +117,12 @@ pub struct Metrics {
     /// term changed or the local lease deadline passed since the work began (`secret`,
     /// `status`, `event`, `key`, `mirror`).
     pub fenced_writes: Family<WriteLabels, Counter>,
+    /// `kseal_api_server_reachable`: 0 from a watch failure or a reconcile that could not
+    /// reach the API server (transport error, 5xx) until the next answer, else 1.
+    pub api_server_reachable: Gauge,
+    /// `kseal_watch_failures_total{watch}`: failed watch or list requests (`sealedsecrets`,
+    /// `secrets`), each retried after at most 5 s.
+    pub watch_failures: Family<WatchLabels, Counter>,
     /// `kseal_is_leader`: 1 while this replica holds the Lease.
     pub is_leader: Gauge,
     /// `kseal_key_source_requests_total{operation,outcome}`: key-source calls
@@ -188,6 +194,13 @@ pub struct KeySourceLabels {
     pub outcome: String,
 }
 
+/// Labels of `kseal_watch_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    /// The watched resource.
+    pub watch: String,
+}
+
 /// Labels of `kseal_fenced_writes_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
@@ -230,6 +243,8 @@ impl Metrics {
             reconcile_duration: latency_histogram(),
             reconciles: Family::default(),
             is_leader: Gauge::default(),
+            api_server_reachable: Gauge::default(),
+            watch_failures: Family::default(),
             fenced_writes: Family::default(),
             key_source_requests: Family::default(),
             key_source_sync_triggers: Family::default(),
@@ -318,6 +333,16 @@ impl Metrics {
                 m.is_leader.clone(),
             );
             r.register(
+                "api_server_reachable",
+                "0 from a failed watch or a reconcile that could not reach the API server until its next answer, else 1",
+                m.api_server_reachable.clone(),
+            );
+            r.register(
+                "watch_failures",
+                "Failed watch or list requests, by watched resource",
+                m.watch_failures.clone(),
+            );
+            r.register(
                 "fenced_writes",
                 "Writes refused because the leadership ended, changed term or passed its local lease deadline, by write",
                 m.fenced_writes.clone(),
@@ -395,6 +420,7 @@ impl Metrics {
                 m.http_connections_dropped.clone(),
             );
         }
+        m.api_server_reachable.set(1);
         Self { registry, ..m }
     }
 

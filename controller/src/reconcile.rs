@@ -95,7 +95,7 @@ use crate::keys::KeysLoaded;
 use crate::leadership::Fence;
 use crate::metrics::{ConditionLabels, OutcomeLabels};
 use crate::state::State;
-use crate::timing::jitter;
+use crate::timing::{WatchBackoff, jitter};
 use crate::{Error, Result};
 
 /// Secret annotation: digest of the SealedSecret spec and scope the Secret was written from.
@@ -184,6 +184,9 @@ struct ObjectState {
     gauge: Option<ConditionLabels>,
     /// Whether the last reconcile failed (a same-named Secret changing may unblock it).
     failing: bool,
+    /// Whether that failure was transient (the API server away, throttling, a conflict): the
+    /// API server's return resets its backoff.
+    transient: bool,
     /// The resourceVersion of the Secret as this controller last wrote it: the watch event
     /// of our own write triggers no reconcile (it would only confirm what was just written).
     written_version: Option<String>,
@@ -209,6 +212,8 @@ pub struct Context {
     recorder: Recorder,
     reporter: Reporter,
     mac_keys: Mutex<MacKeys>,
+    /// Transient reconcile failures, logged once per burst.
+    transient_failures: crate::apihealth::Burst,
     /// The leadership epoch whose first fenced write was logged (see [`fenced`]).
     fenced_logged: std::sync::atomic::AtomicU64,
     objects: Mutex<HashMap<ObjectRef<SealedSecret>, ObjectState>>,
@@ -248,6 +253,7 @@ impl Context {
             reporter,
             mac_keys: Mutex::default(),
             fenced_logged: std::sync::atomic::AtomicU64::new(u64::MAX),
+            transient_failures: crate::apihealth::Burst::default(),
             objects: Mutex::default(),
             rsa_slots,
         }
@@ -630,6 +636,17 @@ fn is_transient(error: &Error) -> bool {
     }
 }
 
+/// Whether the request did not reach an answering API server: a transport error, or a 5xx
+/// (not a 409 conflict nor a 429, which an answering server sends).
+fn unreachable(error: &Error) -> bool {
+    match error {
+        Error::GetSecret(e) | Error::ApplySecret(e) | Error::Status(e) | Error::Kube(e) => {
+            api_code(e).is_none_or(|code| code >= 500)
+        }
+        _ => false,
+    }
+}
+
 fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
@@ -947,7 +964,15 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     if let Err(Error::Fenced(e)) = &result {
         return Ok(fenced(&ctx, "secret", *e));
     }
-    ctx.with_object(&oref, |o| o.failing = result.is_err());
+    ctx.with_object(&oref, |o| {
+        o.failing = result.is_err();
+        o.transient = result.as_ref().is_err_and(is_transient);
+    });
+    match &result {
+        Err(e) if unreachable(e) => ctx.state.api_unreachable("reconciling", e),
+        // A write or read went through.
+        _ => ctx.state.api_answered(),
+    }
     let want = condition_for(&result);
     let was_true = obj
         .synced_condition()
@@ -991,7 +1016,17 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
         }
         Err(e) => {
             let message = want.message.clone().unwrap_or_default();
-            tracing::warn!(reason = want.reason, error = %message, "reconcile failed");
+            if is_transient(e) {
+                // Retried with backoff; during an outage every object fails the same way:
+                // one line per burst, with the count of the others.
+                if let Some(not_logged) = ctx.transient_failures.hit() {
+                    tracing::warn!(reason = want.reason, error = %message, not_logged, "reconcile failed (transient; retrying)");
+                } else {
+                    tracing::debug!(reason = want.reason, error = %message, "reconcile failed (transient; retrying)");
+                }
+            } else {
+                tracing::warn!(reason = want.reason, error = %message, "reconcile failed");
+            }
             metrics.count_error(e, &namespace);
             let event_reason = match want.reason {
                 reason::UNSEAL_FAILED | reason::DEPRECATED_DATA_REJECTED => "ErrUnsealFailed",
@@ -1053,7 +1088,9 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
         .observe(start.elapsed().as_secs_f64());
 
     if let Err(e) = status_result {
-        tracing::warn!(error = %crate::error_chain(&e), "failed to write status");
+        if !is_transient(&e) || ctx.transient_failures.hit().is_some() {
+            tracing::warn!(error = %crate::error_chain(&e), "failed to write status");
+        }
         metrics.count_error(&e, &namespace);
         return Err(e);
     }
@@ -1170,11 +1207,15 @@ fn status_behind(ss: &SealedSecret) -> bool {
 /// that turn the status [behind](status_behind) the generation.
 fn sealed_triggers(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<SealedSecret>>> + Send + 'static,
+    state: State,
 ) -> impl futures::Stream<Item = watcher::Result<SealedSecret>> + Send + 'static {
     events
         .scan(
             HashMap::<ObjectRef<SealedSecret>, (u64, bool)>::new(),
-            |seen, event| {
+            move |seen, event| {
+                if event.is_ok() {
+                    state.api_answered();
+                }
                 let out = match event {
                     Ok(watcher::Event::Init) => {
                         seen.clear();
@@ -1198,7 +1239,11 @@ fn sealed_triggers(
                         None
                     }
                     Ok(watcher::Event::InitDone) => None,
-                    Err(e) => Some(Err(e)),
+                    // Counted and logged here (once per burst); the watcher retries it.
+                    Err(e) => {
+                        state.watch_failed("sealedsecrets", &e);
+                        None
+                    }
                 };
                 futures::future::ready(Some(out))
             },
@@ -1218,6 +1263,9 @@ fn secret_triggers(
 ) -> impl futures::Stream<Item = ObjectRef<SealedSecret>> + Send + 'static {
     events
         .scan(false, move |listed_before, event| {
+            if event.is_ok() {
+                ctx.state.api_answered();
+            }
             let refs: Vec<ObjectRef<SealedSecret>> = match event {
                 Ok(watcher::Event::Apply(s)) => {
                     secret_trigger(&ctx, &s, false).into_iter().collect()
@@ -1239,7 +1287,7 @@ fn secret_triggers(
                 }
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
                 Err(e) => {
-                    tracing::debug!(error = %crate::error_chain(&e), "watching Secrets failed; retrying");
+                    ctx.state.watch_failed("secrets", &e);
                     Vec::new()
                 }
             };
@@ -1256,6 +1304,48 @@ fn relevant_fields(ss: &SealedSecret) -> u64 {
     std::hash::Hash::hash(&(&m.uid, m.generation, &m.labels, &m.annotations), &mut h);
     std::hash::Hash::hash(&m.deletion_timestamp.is_some(), &mut h);
     h.finish()
+}
+
+/// After the API server came back: the objects whose last reconcile failed only because it
+/// was away (a transient error), with their backoff reset, so they are retried now rather
+/// than at the end of a backoff that grew during the outage.
+fn recovered_triggers(
+    ctx: Arc<Context>,
+    store: Store<SealedSecret>,
+) -> impl futures::Stream<Item = ObjectRef<SealedSecret>> + Send + 'static {
+    let mut rx = ctx.state.api.recoveries();
+    rx.mark_unchanged();
+    futures::stream::unfold(rx, move |mut rx| {
+        let (ctx, store) = (ctx.clone(), store.clone());
+        async move {
+            rx.changed().await.ok()?;
+            let refs: Vec<ObjectRef<SealedSecret>> = {
+                let mut objects = lock(&ctx.objects);
+                store
+                    .state()
+                    .iter()
+                    .map(|ss| ObjectRef::from_obj(&**ss))
+                    .filter(|r| {
+                        objects.get_mut(r).is_some_and(|o| {
+                            let retry = o.failing && o.transient;
+                            if retry {
+                                o.failures = 0;
+                            }
+                            retry
+                        })
+                    })
+                    .collect()
+            };
+            if !refs.is_empty() {
+                tracing::info!(
+                    objects = refs.len(),
+                    "retrying the SealedSecrets that failed while the API server was away"
+                );
+            }
+            Some((futures::stream::iter(refs), rx))
+        }
+    })
+    .flatten()
 }
 
 /// Emits once per change of the key ring.
@@ -1332,21 +1422,26 @@ pub async fn run(
         };
         let (store, writer) = reflector::store();
         let sealed_events = watcher(sealed, wc.clone())
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .modify(slim)
             .reflect(writer);
-        let mut c = Controller::for_stream(sealed_triggers(sealed_events), store.clone())
-            .with_config(controller::Config::default().concurrency(reconcile_concurrency(&config)));
+        let mut c =
+            Controller::for_stream(sealed_triggers(sealed_events, state.clone()), store.clone())
+                .with_config(
+                    controller::Config::default().concurrency(reconcile_concurrency(&config)),
+                );
         stores.push(store.clone());
         if !config.skip_recreate {
             // Not filtered by --label-selector: the Secrets a selected SealedSecret writes need
             // not carry its labels, and their deletion must still re-create them at once.
             // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
             // not in the store, so nothing happens.
-            let secret_events = watcher(secrets, watcher::Config::default()).default_backoff();
+            let secret_events =
+                watcher(secrets, watcher::Config::default()).backoff(WatchBackoff::default());
             c = c.reconcile_on(secret_triggers(secret_events, ctx.clone(), store.clone()));
         }
         let c = c
+            .reconcile_on(recovered_triggers(ctx.clone(), store.clone()))
             .reconcile_all_on(ring_changes(&state))
             .reconcile_all_on(leadership_gained(&state))
             .graceful_shutdown_on(until_true(shutdown.clone()));
@@ -1572,6 +1667,69 @@ mod tests {
         assert_eq!(slimmed, expected);
         assert_eq!(relevant_fields(&slimmed), relevant_fields(&ss));
         assert_eq!(formats::spec_digest(&slimmed), formats::spec_digest(&ss));
+    }
+
+    #[tokio::test]
+    async fn the_api_server_coming_back_retries_what_failed_only_because_it_was_away() {
+        use clap::Parser as _;
+        let args = crate::config::Args::try_parse_from([
+            "kseal-controller",
+            "--controller-namespace",
+            "ctrl",
+        ])
+        .unwrap();
+        let config = Arc::new(Config::from_args(args, None).unwrap());
+        let state = State::new();
+        let ctx = Arc::new(Context::new(
+            kseal_testkit::TestApiServer::new().client(),
+            config,
+            state.clone(),
+            KeysLoaded::done(),
+        ));
+        let (store, mut writer) = reflector::store::<SealedSecret>();
+        let mut orefs = Vec::new();
+        for name in ["away", "bad-key", "fine"] {
+            let mut ss = SealedSecret::new(name, kseal_api::SealedSecretSpec::default());
+            ss.metadata.namespace = Some("ns".into());
+            writer.apply_watcher_event(&watcher::Event::Apply(ss.clone()));
+            orefs.push(ObjectRef::from_obj(&ss));
+        }
+        let set = |i: usize, failing: bool, transient: bool| {
+            ctx.with_object(&orefs[i], |o| {
+                o.failing = failing;
+                o.transient = transient;
+                o.failures = 9;
+            });
+        };
+        set(0, true, true);
+        set(1, true, false);
+        set(2, false, false);
+        let mut triggers = Box::pin(recovered_triggers(ctx.clone(), store));
+        let away = std::io::Error::other("connection refused");
+        state.api_unreachable("reconciling", &away);
+        assert!(!state.api.is_reachable());
+        assert!(
+            state
+                .metrics
+                .encode()
+                .contains("kseal_api_server_reachable 0")
+        );
+        state.api_answered();
+        assert!(
+            state
+                .metrics
+                .encode()
+                .contains("kseal_api_server_reachable 1")
+        );
+        // Only the object that failed because the API server was away, its backoff reset.
+        assert_eq!(triggers.next().await, Some(orefs[0].clone()));
+        assert_eq!(ctx.with_object(&orefs[0], |o| o.failures), 0);
+        assert_eq!(ctx.with_object(&orefs[1], |o| o.failures), 9);
+        // The next outage and recovery: the same object again (had the others been retried
+        // the first time, one of them would come next).
+        state.api_unreachable("reconciling", &away);
+        state.api_answered();
+        assert_eq!(triggers.next().await, Some(orefs[0].clone()));
     }
 
     #[test]

@@ -215,6 +215,8 @@ pub struct State {
     pub ring_view: crate::ringview::RingViews,
     /// RSA slots, shared by the reconciler (first) and the HTTP API.
     pub rsa: Arc<crate::rsapool::RsaPool>,
+    /// Whether the API server answers.
+    pub api: Arc<crate::apihealth::ApiHealth>,
 }
 
 impl State {
@@ -228,6 +230,53 @@ impl State {
             refresh: crate::signals::Refresh::default(),
             ring_view: crate::ringview::RingViews::new(),
             rsa: crate::rsapool::RsaPool::new(crate::rsapool::DEFAULT_SLOTS),
+            api: Arc::new(crate::apihealth::ApiHealth::default()),
+        }
+    }
+
+    /// Watching `watch` failed: counted, and the API server is taken for unreachable.
+    pub fn watch_failed(&self, watch: &'static str, error: &(dyn std::error::Error + 'static)) {
+        self.metrics
+            .watch_failures
+            .get_or_create(&crate::metrics::WatchLabels {
+                watch: watch.to_owned(),
+            })
+            .inc();
+        self.api_unreachable(watch, error);
+    }
+
+    /// A request could not reach the API server while doing `what`: one warn line when it
+    /// was reachable until now, then one per burst with the count of the others.
+    pub fn api_unreachable(&self, what: &'static str, error: &(dyn std::error::Error + 'static)) {
+        use crate::apihealth::Failure;
+        self.metrics.api_server_reachable.set(0);
+        let error = crate::error_chain(error);
+        match self.api.failed() {
+            Failure::Lost => {
+                tracing::warn!(during = what, %error, "the API server is unreachable; retrying");
+            }
+            Failure::Again(Some(not_logged)) => tracing::warn!(
+                during = what,
+                %error,
+                not_logged,
+                "the API server is still unreachable; retrying"
+            ),
+            Failure::Again(None) => {
+                tracing::debug!(during = what, %error, "the API server is unreachable");
+            }
+        }
+    }
+
+    /// The API server answered: if it was unreachable, say so once and wake the reconciler
+    /// (backoffs reset, failed objects retried).
+    pub fn api_answered(&self) {
+        if let Some((failures, down_for)) = self.api.answered() {
+            self.metrics.api_server_reachable.set(1);
+            tracing::info!(
+                failures,
+                down_for = ?down_for,
+                "the API server is reachable again: retrying what failed meanwhile"
+            );
         }
     }
 

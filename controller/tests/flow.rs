@@ -289,3 +289,64 @@ async fn a_status_behind_its_generation_is_repaired() {
     );
     running.stop().await;
 }
+
+fn watch_failures(state: &kseal_controller::State, watch: &str) -> u64 {
+    state
+        .metrics
+        .watch_failures
+        .get_or_create(&kseal_controller::metrics::WatchLabels {
+            watch: watch.to_owned(),
+        })
+        .get()
+}
+
+/// The API server stops answering for Secrets: the watch failure is counted, objects fail
+/// and back off; once it answers again, the watch re-lists and what failed is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_outage_is_counted_and_recovered_from() {
+    let server = TestApiServer::new();
+    let cluster = Cluster::new(server.client()).await;
+    let (client, app) = (cluster.client.clone(), cluster.app.clone());
+    let running = Running::start(&client, cluster.config()).await;
+    create_ss(
+        &client,
+        &seal(&secret(&app, "before", &[("k", "v")]), key(0)),
+    )
+    .await;
+    wait_synced(&client, &app, "before", "True", "Unsealed").await;
+
+    server.faults().fail(
+        kseal_testkit::FaultRule::new(503)
+            .resource("secrets")
+            .times(usize::MAX),
+    );
+    server.faults().drop_watches();
+    create_ss(
+        &client,
+        &seal(&secret(&app, "during", &[("k", "v")]), key(0)),
+    )
+    .await;
+    wait_synced(&client, &app, "during", "False", "UpdateFailed").await;
+    eventually("the Secret watch failure is counted", DEADLINE, || async {
+        Ok((watch_failures(&running.state, "secrets") >= 1).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(watch_failures(&running.state, "sealedsecrets"), 0);
+
+    server.faults().clear();
+    wait_synced(&client, &app, "during", "True", "Unsealed").await;
+    let s = wait_secret(&client, &app, "during", "the Secret", |_| true).await;
+    assert_eq!(data_of(&s)["k"], "v");
+    eventually("the API server is reachable again", DEADLINE, || async {
+        Ok(running
+            .state
+            .metrics
+            .encode()
+            .contains("kseal_api_server_reachable 1")
+            .then_some(()))
+    })
+    .await
+    .unwrap();
+    running.stop().await;
+}
