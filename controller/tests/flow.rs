@@ -26,10 +26,7 @@ fn reconciles(state: &kseal_controller::State, outcome: &str) -> u64 {
 /// A new cluster: SealedSecrets exist before any key does. They wait untouched (no
 /// `UnsealFailed`, no Warning event, no status, no error count) and are unsealed as soon as
 /// the first key loads.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sealed_secrets_wait_untouched_until_the_first_keys_load() {
-    let server = TestApiServer::new();
-    let client = server.client();
+async fn sealed_secrets_wait_untouched_until_the_first_keys_load(client: kube::Client) {
     ensure_crd(&client).await;
     let ctrl = namespace(&client, "kseal-ctrl").await;
     let app = namespace(&client, "kseal-app").await;
@@ -87,6 +84,20 @@ async fn sealed_secrets_wait_untouched_until_the_first_keys_load() {
     }
     assert_eq!(reconciles(&running.state, "failed"), 0);
     running.stop().await;
+    delete_namespace(&client, &app).await;
+    delete_namespace(&client, &ctrl).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_secrets_wait_untouched_until_the_first_keys_load_on_the_test_server() {
+    sealed_secrets_wait_untouched_until_the_first_keys_load(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_secrets_wait_untouched_until_the_first_keys_load_on_a_real_apiserver() {
+    if let Some(client) = real_client("waiting for the first keys").await {
+        sealed_secrets_wait_untouched_until_the_first_keys_load(client).await;
+    }
 }
 
 /// A key that is genuinely missing from a loaded ring still fails, with its reason.
