@@ -73,6 +73,11 @@ pub struct ApiHealth {
     since: Mutex<Option<Instant>>,
     /// Watch failures while unreachable, logged once per burst.
     burst: Burst,
+    /// Changes of reachability, logged once per burst too: a partial outage (one resource
+    /// failing, others answering) flips it at every request.
+    flips: Burst,
+    /// Whether the current outage was announced (its recovery is then announced too).
+    announced: AtomicBool,
     /// Counts recoveries (unreachable → reachable).
     recovered: watch::Sender<u64>,
 }
@@ -84,15 +89,29 @@ impl Default for ApiHealth {
             failures: AtomicU64::new(0),
             since: Mutex::new(None),
             burst: Burst::default(),
+            flips: Burst::default(),
+            announced: AtomicBool::new(false),
             recovered: watch::channel(0).0,
         }
     }
 }
 
+/// The API server answered again after failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// Failures seen while it was unreachable.
+    pub failures: u64,
+    /// How long it was unreachable.
+    pub down_for: Duration,
+    /// Whether to log it: the outage was announced (not a flip within a burst window).
+    pub announce: bool,
+}
+
 /// What a failure changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// It was reachable until now: log a warning.
+    /// It was reachable until now: log a warning (`Again(None)` instead when it already
+    /// flipped within the burst window).
     Lost,
     /// Still unreachable; `Some(n)`: log a line now (`n` failures not logged since).
     Again(Option<u64>),
@@ -111,15 +130,21 @@ impl ApiHealth {
             *self.since.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
             self.burst.settle();
             self.burst.hit();
-            Failure::Lost
+            let announce = self.flips.hit().is_some();
+            self.announced.store(announce, Ordering::Release);
+            if announce {
+                Failure::Lost
+            } else {
+                Failure::Again(None)
+            }
         } else {
             Failure::Again(self.burst.hit())
         }
     }
 
-    /// The API server answered. Returns `Some((failures, down_for))` when it was unreachable
-    /// until now (and wakes [`ApiHealth::recoveries`]).
-    pub fn answered(&self) -> Option<(u64, Duration)> {
+    /// The API server answered. Returns `Some` when it was unreachable until now (and wakes
+    /// [`ApiHealth::recoveries`]).
+    pub fn answered(&self) -> Option<Recovery> {
         if self.reachable.load(Ordering::Acquire) || self.reachable.swap(true, Ordering::AcqRel) {
             return None;
         }
@@ -132,7 +157,11 @@ impl ApiHealth {
             .map_or(Duration::ZERO, |s| s.elapsed());
         self.burst.settle();
         self.recovered.send_modify(|n| *n += 1);
-        Some((failures, down_for))
+        Some(Recovery {
+            failures,
+            down_for,
+            announce: self.announced.swap(false, Ordering::AcqRel),
+        })
     }
 
     /// Woken after each recovery.
@@ -157,13 +186,20 @@ mod tests {
         }
         assert!(!health.is_reachable());
         assert!(!rx.has_changed().unwrap());
-        let (failures, _) = health.answered().unwrap();
-        assert_eq!(failures, 101);
+        let recovery = health.answered().unwrap();
+        assert_eq!(recovery.failures, 101);
+        assert!(recovery.announce);
         assert!(rx.has_changed().unwrap());
         assert_eq!(*rx.borrow_and_update(), 1);
         assert_eq!(health.answered(), None);
-        // The next outage is announced again.
-        assert_eq!(health.failed(), Failure::Lost);
+        // Flapping within the burst window (a partial outage) is quiet, and still tracked.
+        for n in 2..12 {
+            assert_eq!(health.failed(), Failure::Again(None));
+            assert!(!health.is_reachable());
+            let recovery = health.answered().unwrap();
+            assert!(!recovery.announce);
+            assert_eq!(*rx.borrow_and_update(), n);
+        }
     }
 
     #[test]

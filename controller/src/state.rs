@@ -270,13 +270,15 @@ impl State {
     /// The API server answered: if it was unreachable, say so once and wake the reconciler
     /// (backoffs reset, failed objects retried).
     pub fn api_answered(&self) {
-        if let Some((failures, down_for)) = self.api.answered() {
+        if let Some(recovery) = self.api.answered() {
             self.metrics.api_server_reachable.set(1);
-            tracing::info!(
-                failures,
-                down_for = ?down_for,
-                "the API server is reachable again: retrying what failed meanwhile"
-            );
+            if recovery.announce {
+                tracing::info!(
+                    failures = recovery.failures,
+                    down_for = ?recovery.down_for,
+                    "the API server is reachable again: retrying what failed meanwhile"
+                );
+            }
         }
     }
 
