@@ -157,6 +157,8 @@ pub struct SecretKeySource {
     extra_labels: BTreeMap<String, String>,
     extra_annotations: BTreeMap<String, String>,
     recorder: Recorder,
+    /// Where watch failures are counted and the API server's reachability is tracked.
+    state: Option<State>,
 }
 
 impl SecretKeySource {
@@ -177,7 +179,15 @@ impl SecretKeySource {
             extra_labels: config.key_labels.clone(),
             extra_annotations: config.key_annotations.clone(),
             recorder,
+            state: None,
         }
+    }
+
+    /// Counts watch failures in `state` (`kseal_watch_failures_total{watch="key_secrets"}`)
+    /// and reports the API server's reachability there, instead of one warn line per failure.
+    pub fn reporting_to(mut self, state: State) -> Self {
+        self.state = Some(state);
+        self
     }
 }
 
@@ -270,6 +280,7 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
 
 impl KeySource for SecretKeySource {
     fn snapshots(&mut self) -> BoxStream<'static, Vec<KeyMaterial>> {
+        let state = self.state.clone();
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let labelled = watcher(
             api.clone(),
@@ -287,10 +298,19 @@ impl KeySource for SecretKeySource {
         futures::stream::select(labelled, legacy)
             .scan(
                 [WatchedSet::default(), WatchedSet::default()],
-                |sets, (which, event)| {
-                    let changed = match event {
-                        Ok(event) => sets[which].apply(event),
-                        Err(e) => {
+                move |sets, (which, event)| {
+                    let changed = match (event, &state) {
+                        (Ok(event), state) => {
+                            if let Some(state) = state {
+                                state.api_answered();
+                            }
+                            sets[which].apply(event)
+                        }
+                        (Err(e), Some(state)) => {
+                            state.watch_failed("key_secrets", &e);
+                            false
+                        }
+                        (Err(e), None) => {
                             tracing::warn!(error = %crate::error_chain(&e), "watching key Secrets failed; retrying");
                             false
                         }

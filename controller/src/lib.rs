@@ -210,7 +210,7 @@ pub fn spawn(
     let (loaded_tx, loaded) = keys::KeysLoaded::channel();
     Tasks {
         keys: tokio::spawn(keys::run(
-            keys::SecretKeySource::new(client.clone(), config),
+            keys::SecretKeySource::new(client.clone(), config).reporting_to(state.clone()),
             state.clone(),
             config.clone(),
             loaded_tx,

@@ -121,7 +121,7 @@ pub struct Metrics {
     /// reach the API server (transport error, 5xx) until the next answer, else 1.
     pub api_server_reachable: Gauge,
     /// `kseal_watch_failures_total{watch}`: failed watch or list requests (`sealedsecrets`,
-    /// `secrets`), each retried after at most 5 s.
+    /// `secrets`, retried after at most 5 s; `key_secrets`).
     pub watch_failures: Family<WatchLabels, Counter>,
     /// `kseal_is_leader`: 1 while this replica holds the Lease.
     pub is_leader: Gauge,

@@ -338,9 +338,15 @@ async fn an_api_outage_is_counted_and_recovered_from() {
     )
     .await;
     wait_synced(&client, &app, "during", "False", "UpdateFailed").await;
-    eventually("the Secret watch failure is counted", DEADLINE, || async {
-        Ok((watch_failures(&running.state, "secrets") >= 1).then_some(()))
-    })
+    eventually(
+        "the Secret watch failures are counted",
+        DEADLINE,
+        || async {
+            Ok((watch_failures(&running.state, "secrets") >= 1
+                && watch_failures(&running.state, "key_secrets") >= 1)
+                .then_some(()))
+        },
+    )
     .await
     .unwrap();
     assert_eq!(watch_failures(&running.state, "sealedsecrets"), 0);
