@@ -1422,7 +1422,7 @@ pub async fn run(
         };
         let (store, writer) = reflector::store();
         let sealed_events = watcher(sealed, wc.clone())
-            .backoff(WatchBackoff::default())
+            .backoff(WatchBackoff::resetting_on(state.api.recoveries()))
             .modify(slim)
             .reflect(writer);
         let mut c =
@@ -1436,8 +1436,8 @@ pub async fn run(
             // not carry its labels, and their deletion must still re-create them at once.
             // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
             // not in the store, so nothing happens.
-            let secret_events =
-                watcher(secrets, watcher::Config::default()).backoff(WatchBackoff::default());
+            let secret_events = watcher(secrets, watcher::Config::default())
+                .backoff(WatchBackoff::resetting_on(state.api.recoveries()));
             c = c.reconcile_on(secret_triggers(secret_events, ctx.clone(), store.clone()));
         }
         let c = c

@@ -234,15 +234,29 @@ impl State {
         }
     }
 
-    /// Watching `watch` failed: counted, and the API server is taken for unreachable.
-    pub fn watch_failed(&self, watch: &'static str, error: &(dyn std::error::Error + 'static)) {
+    /// Watching `watch` failed: counted, and unless the API server answered (e.g. `410 Gone`:
+    /// re-list), it is taken for unreachable.
+    pub fn watch_failed(&self, watch: &'static str, error: &kube::runtime::watcher::Error) {
+        use kube::runtime::watcher::Error as W;
         self.metrics
             .watch_failures
             .get_or_create(&crate::metrics::WatchLabels {
                 watch: watch.to_owned(),
             })
             .inc();
-        self.api_unreachable(watch, error);
+        let answered = match error {
+            W::WatchError(_) => true,
+            W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => {
+                matches!(e, kube::Error::Api(status) if status.code < 500)
+            }
+            W::NoResourceVersion => true,
+        };
+        if answered {
+            self.api_answered();
+            tracing::debug!(watch, error = %crate::error_chain(error), "watch ended by the API server; re-listing");
+        } else {
+            self.api_unreachable(watch, error);
+        }
     }
 
     /// A request could not reach the API server while doing `what`: one warn line when it

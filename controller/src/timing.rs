@@ -21,16 +21,32 @@ const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// The retry delays of the controller's watches: from [`WATCH_RETRY_MIN`] doubling to
-/// [`WATCH_RETRY_MAX`], ±20 % jitter, back to the minimum after any successful event.
+/// [`WATCH_RETRY_MAX`], ±20 % jitter, back to the minimum after any successful event, and
+/// after each recovery of the API server signalled by [`WatchBackoff::resetting_on`] (a
+/// watch whose first answer after an outage is an error, e.g. `410 Gone`, re-lists at once
+/// rather than after the delay the outage built up).
 #[derive(Debug, Clone)]
 pub struct WatchBackoff {
     next: Duration,
+    recoveries: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl Default for WatchBackoff {
     fn default() -> Self {
         Self {
             next: WATCH_RETRY_MIN,
+            recoveries: None,
+        }
+    }
+}
+
+impl WatchBackoff {
+    /// Starts over at the minimum delay whenever `recoveries` changes.
+    pub fn resetting_on(mut recoveries: tokio::sync::watch::Receiver<u64>) -> Self {
+        recoveries.mark_unchanged();
+        Self {
+            recoveries: Some(recoveries),
+            ..Self::default()
         }
     }
 }
@@ -39,6 +55,12 @@ impl Iterator for WatchBackoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
+        if let Some(rx) = &mut self.recoveries
+            && rx.has_changed().unwrap_or(false)
+        {
+            rx.mark_unchanged();
+            self.next = WATCH_RETRY_MIN;
+        }
         let current = self.next;
         self.next = (current * 2).min(WATCH_RETRY_MAX);
         Some(jitter(current, 0.2))
@@ -79,6 +101,13 @@ mod tests {
         assert!(delays.iter().all(|d| *d <= WATCH_RETRY_MAX.mul_f64(1.2)));
         assert!(delays[9] >= WATCH_RETRY_MAX.mul_f64(0.8));
         b.reset();
+        assert!(b.next().is_some_and(|d| d <= WATCH_RETRY_MIN.mul_f64(1.2)));
+
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let mut b = WatchBackoff::resetting_on(rx);
+        let grown = (&mut b).take(10).last();
+        assert!(grown.is_some_and(|d| d >= WATCH_RETRY_MAX.mul_f64(0.8)));
+        tx.send_modify(|n| *n += 1);
         assert!(b.next().is_some_and(|d| d <= WATCH_RETRY_MIN.mul_f64(1.2)));
     }
 }
