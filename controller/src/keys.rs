@@ -281,19 +281,29 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
 impl KeySource for SecretKeySource {
     fn snapshots(&mut self) -> BoxStream<'static, Vec<KeyMaterial>> {
         let state = self.state.clone();
+        // With a state: the controller's watch retries (at most 5 s, reset when the API
+        // server answers again); without: kube-runtime's default (up to 30 s).
+        let backoff = || -> Box<dyn kube::runtime::utils::Backoff> {
+            match &state {
+                Some(state) => Box::new(crate::timing::WatchBackoff::resetting_on(
+                    state.api.recoveries(),
+                )),
+                None => Box::new(watcher::DefaultBackoff::default()),
+            }
+        };
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let labelled = watcher(
             api.clone(),
             watcher::Config::default()
                 .labels(&format!("{SEALING_KEY_LABEL}={SEALING_KEY_LABEL_ACTIVE}")),
         )
-        .default_backoff()
+        .backoff(backoff())
         .map(|e| (0usize, e));
         let legacy = watcher(
             api,
             watcher::Config::default().fields(&format!("metadata.name={}", self.prefix)),
         )
-        .default_backoff()
+        .backoff(backoff())
         .map(|e| (1usize, e));
         futures::stream::select(labelled, legacy)
             .scan(
