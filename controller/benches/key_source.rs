@@ -253,9 +253,7 @@ impl Controller {
         config.key_source = Some(source);
         let config = Arc::new(config);
         let state = State::new();
-        state
-            .leader
-            .store(true, std::sync::atomic::Ordering::Release);
+        state.leadership.assume(true);
         let (stop, stop_rx) = watch::channel(false);
         // Dropping the requester closes the loader's request channel: no key generation here.
         let (_, requests) = KeyRequests::channel();

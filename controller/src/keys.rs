@@ -57,14 +57,7 @@ use crate::renewal::{self, Due, Reason};
 use crate::ringview::RingView;
 use crate::state::{SealingProblem, State};
 
-/// `tls.key`: the PEM private key in a key Secret.
-pub const PRIVATE_KEY_ITEM: &str = "tls.key";
-/// `tls.crt`: the PEM certificate in a key Secret.
-pub const CERTIFICATE_ITEM: &str = "tls.crt";
-/// Type of key Secrets.
-pub const KEY_SECRET_TYPE: &str = "kubernetes.io/tls";
-/// Reporter name of the controller's events.
-pub const REPORTER: &str = "kseal-controller";
+pub use crate::keylayout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
 
 /// How often the loader re-checks generation and refreshes the key-age gauge.
 const TICK: Duration = Duration::from_secs(2);
@@ -164,6 +157,8 @@ pub struct SecretKeySource {
     extra_labels: BTreeMap<String, String>,
     extra_annotations: BTreeMap<String, String>,
     recorder: Recorder,
+    /// Where watch failures are counted and the API server's reachability is tracked.
+    state: Option<State>,
 }
 
 impl SecretKeySource {
@@ -184,7 +179,15 @@ impl SecretKeySource {
             extra_labels: config.key_labels.clone(),
             extra_annotations: config.key_annotations.clone(),
             recorder,
+            state: None,
         }
+    }
+
+    /// Counts watch failures in `state` (`kseal_watch_failures_total{watch="key_secrets"}`)
+    /// and reports the API server's reachability there, instead of one warn line per failure.
+    pub fn reporting_to(mut self, state: State) -> Self {
+        self.state = Some(state);
+        self
     }
 }
 
@@ -260,7 +263,7 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
     };
     let mirror = secret
         .labels()
-        .get(crate::remote::MIRROR_LABEL)
+        .get(crate::keylayout::MIRROR_LABEL)
         .is_some_and(|v| v == "true");
     KeyMaterial {
         mirror,
@@ -277,27 +280,47 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
 
 impl KeySource for SecretKeySource {
     fn snapshots(&mut self) -> BoxStream<'static, Vec<KeyMaterial>> {
+        let state = self.state.clone();
+        // With a state: the controller's watch retries (at most 5 s, reset when the API
+        // server answers again); without: kube-runtime's default (up to 30 s).
+        let backoff = || -> Box<dyn kube::runtime::utils::Backoff> {
+            match &state {
+                Some(state) => Box::new(crate::timing::WatchBackoff::resetting_on(
+                    state.api.recoveries(),
+                )),
+                None => Box::new(watcher::DefaultBackoff::default()),
+            }
+        };
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let labelled = watcher(
             api.clone(),
             watcher::Config::default()
                 .labels(&format!("{SEALING_KEY_LABEL}={SEALING_KEY_LABEL_ACTIVE}")),
         )
-        .default_backoff()
+        .backoff(backoff())
         .map(|e| (0usize, e));
         let legacy = watcher(
             api,
             watcher::Config::default().fields(&format!("metadata.name={}", self.prefix)),
         )
-        .default_backoff()
+        .backoff(backoff())
         .map(|e| (1usize, e));
         futures::stream::select(labelled, legacy)
             .scan(
                 [WatchedSet::default(), WatchedSet::default()],
-                |sets, (which, event)| {
-                    let changed = match event {
-                        Ok(event) => sets[which].apply(event),
-                        Err(e) => {
+                move |sets, (which, event)| {
+                    let changed = match (event, &state) {
+                        (Ok(event), state) => {
+                            if let Some(state) = state {
+                                state.api_answered();
+                            }
+                            sets[which].apply(event)
+                        }
+                        (Err(e), Some(state)) => {
+                            state.watch_failed("key_secrets", &e);
+                            false
+                        }
+                        (Err(e), None) => {
                             tracing::warn!(error = %crate::error_chain(&e), "watching key Secrets failed; retrying");
                             false
                         }
@@ -929,6 +952,7 @@ async fn generate_and_store(
     config: &Config,
     reason: Reason,
 ) -> Option<KeyId> {
+    let fence = state.leadership.fence()?;
     tracing::info!(reason = reason.as_str(), "generating a new sealing key");
     let pair = match generate(config).await {
         Ok(pair) => pair,
@@ -937,8 +961,10 @@ async fn generate_and_store(
             return None;
         }
     };
-    if !state.is_leader() {
-        tracing::warn!("no longer the leader: the generated key is discarded");
+    // Generation takes seconds: the leadership may have ended (or changed term) meanwhile.
+    if let Err(e) = fence.check() {
+        state.metrics.count_fenced("key");
+        tracing::warn!(reason = %e, "no longer the leader: the generated key is discarded");
         return None;
     }
     match source.store(&pair).await {

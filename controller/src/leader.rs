@@ -2,7 +2,10 @@
 //!
 //! Every replica serves HTTP; only the leader writes (Secrets, status, generated keys). A
 //! replica is leader while it holds the Lease `--leader-election-lease` in the controller
-//! namespace, and [`State::leader`] (plus the `kseal_is_leader` gauge) says so.
+//! namespace. [`State::leadership`] publishes it as an event (a new term, with a new epoch, on
+//! every acquisition; see [`crate::leadership`]) and fences every write with the local lease
+//! deadline (the moment before the last successful write of the Lease was sent, plus
+//! [`LeaderConfig::renew_deadline`]); the `kseal_is_leader` gauge says so too.
 //!
 //! The protocol is client-go's:
 //! - **Acquire** when the Lease is absent (create; `409 AlreadyExists` means another replica
@@ -24,7 +27,6 @@
 //! Without election (`--leader-elect=false`) the replica is always leader.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -111,7 +113,7 @@ impl LeaderConfig {
     }
 }
 
-/// Runs leader election until `shutdown` completes, keeping [`State::leader`] and the
+/// Runs leader election until `shutdown` completes, keeping [`State::leadership`] and the
 /// `kseal_is_leader` gauge up to date, then releases the Lease if held.
 ///
 /// With `config == None` (election disabled) the replica is leader until shutdown.
@@ -124,9 +126,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let Some(config) = config else {
-        set_leader(&state, true);
+        set_leader(&state, Some(None));
         shutdown.await;
-        set_leader(&state, false);
+        set_leader(&state, None);
         return Ok(());
     };
     let mut elector = Elector::new(client, state, config.sanitized());
@@ -146,14 +148,19 @@ pub async fn run(
     elector.release().await
 }
 
-fn set_leader(state: &State, leader: bool) {
-    let was = state.leader.swap(leader, Ordering::AcqRel);
-    state.metrics.is_leader.set(i64::from(leader));
-    if was != leader {
-        if leader {
-            tracing::info!("became leader");
-        } else {
-            tracing::info!("no longer leader");
+/// `Some(deadline)`: leading (until `deadline`, `None` without one); `None`: not leading.
+fn set_leader(state: &State, leading: Option<Option<Instant>>) {
+    state.metrics.is_leader.set(i64::from(leading.is_some()));
+    match leading {
+        Some(deadline) => {
+            if state.leadership.hold(deadline) {
+                tracing::info!(epoch = state.leadership.term().epoch, "became leader");
+            }
+        }
+        None => {
+            if state.leadership.lose() {
+                tracing::info!("no longer leader");
+            }
         }
     }
 }
@@ -188,7 +195,7 @@ struct Elector {
 
 impl Elector {
     fn new(client: kube::Client, state: State, config: LeaderConfig) -> Self {
-        set_leader(&state, false);
+        set_leader(&state, None);
         Self {
             api: Api::namespaced(client, &config.namespace),
             state,
@@ -208,7 +215,7 @@ impl Elector {
 
     fn step_down(&mut self) {
         self.valid_until = None;
-        set_leader(&self.state, false);
+        set_leader(&self.state, None);
     }
 
     /// One attempt to acquire or renew; the leadership deadline also bounds the request.
@@ -232,9 +239,12 @@ impl Elector {
         };
         match attempt {
             Attempt::Held => {
-                self.valid_until = Some(started + self.config.renew_deadline);
+                // Measured from before the request was sent: the server may have written
+                // the Lease at any moment after that.
+                let until = started + self.config.renew_deadline;
+                self.valid_until = Some(until);
                 self.next_attempt = started + self.config.renew_period;
-                set_leader(&self.state, true);
+                set_leader(&self.state, Some(Some(until)));
             }
             Attempt::Lost => {
                 if self.valid_until.is_some() {

@@ -19,16 +19,25 @@
 //! - [`metrics`]: Prometheus metrics (Bitnami's names plus kseal's);
 //! - [`scrub`]: error text that may quote Secret data, made safe for status, Events, logs
 //!   and HTTP answers;
-//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
+//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease;
+//! - [`leadership`]: leadership as an event ([`leadership::Term`]) and the fence every write
+//!   goes through;
+//! - [`apihealth`]: whether the API server answers, and errors repeated in a burst logged
+//!   once with a count;
+//! - leaf modules every task shares without importing each other: [`keylayout`] (the key
+//!   Secret layout), [`timing`] (jitter), [`signals`] (requests between tasks).
 
 pub mod affinity;
+pub mod apihealth;
 pub mod config;
 pub mod conn;
 pub mod env;
 pub mod formats;
 pub mod http;
+pub mod keylayout;
 pub mod keys;
 pub mod leader;
+pub mod leadership;
 pub mod metrics;
 pub mod ratelimit;
 pub mod reconcile;
@@ -37,7 +46,9 @@ pub mod renewal;
 pub mod ringview;
 pub mod rsapool;
 pub mod scrub;
+pub mod signals;
 pub mod state;
+pub mod timing;
 
 pub use config::Config;
 pub use state::State;
@@ -122,6 +133,10 @@ pub enum Error {
     /// Reading or writing the leader-election Lease failed.
     #[error("leader election failed")]
     LeaderElection(#[source] kube::Error),
+    /// A write was refused because this replica's leadership ended (or its term changed, or
+    /// its local lease deadline passed) since the work began.
+    #[error("write refused: leadership lost")]
+    Fenced(#[source] leadership::Fenced),
 }
 
 impl Error {
@@ -142,6 +157,7 @@ impl Error {
             Error::Task => "internal",
             Error::Serve { .. } => "serve",
             Error::LeaderElection(_) => "leader",
+            Error::Fenced(_) => "fenced",
         }
     }
 }
@@ -196,7 +212,7 @@ pub fn spawn(
     let (loaded_tx, loaded) = keys::KeysLoaded::channel();
     Tasks {
         keys: tokio::spawn(keys::run(
-            keys::SecretKeySource::new(client.clone(), config),
+            keys::SecretKeySource::new(client.clone(), config).reporting_to(state.clone()),
             state.clone(),
             config.clone(),
             loaded_tx,

@@ -68,7 +68,9 @@ pub struct KeyGenerationLabels {
 /// Labels of the reconcile outcome counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `created`, `updated`, `unchanged` (skipped without RSA work), `failed`.
+    /// `created`, `updated`, `unchanged` (skipped without RSA work), `failed`,
+    /// `waiting_for_keys` (no key loaded yet: nothing done), `fenced` (leadership lost before
+    /// a write: the write was refused).
     pub outcome: String,
 }
 
@@ -111,11 +113,25 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     /// `kseal_reconciles_total{outcome}`.
     pub reconciles: Family<OutcomeLabels, Counter>,
+    /// `kseal_fenced_writes_total{write}`: writes refused because the leadership ended, its
+    /// term changed or the local lease deadline passed since the work began (`secret`,
+    /// `status`, `event`, `key`, `mirror`).
+    pub fenced_writes: Family<WriteLabels, Counter>,
+    /// `kseal_api_server_reachable`: 0 from a watch failure or a reconcile that could not
+    /// reach the API server (transport error, 5xx) until the next answer, else 1.
+    pub api_server_reachable: Gauge,
+    /// `kseal_watch_failures_total{watch}`: failed watch or list requests (`sealedsecrets`,
+    /// `secrets`, retried after at most 5 s; `key_secrets`).
+    pub watch_failures: Family<WatchLabels, Counter>,
     /// `kseal_is_leader`: 1 while this replica holds the Lease.
     pub is_leader: Gauge,
     /// `kseal_key_source_requests_total{operation,outcome}`: key-source calls
     /// (`describe_index`, `get_index`, `get_key`) and syncs (`sync`), by outcome.
     pub key_source_requests: Family<KeySourceLabels, Counter>,
+    /// `kseal_key_source_sync_triggers_total{trigger}`: the leader's syncs by what started
+    /// them: `start`, `leadership` (this replica just became leader), `interval`, `refresh`
+    /// (SIGUSR1, `POST /v1/refresh`).
+    pub key_source_sync_triggers: Family<TriggerLabels, Counter>,
     /// `kseal_key_source_last_success_timestamp_seconds`: Unix time of the last good sync.
     pub key_source_last_success: Gauge,
     /// `kseal_key_source_ring_keys`: keys in the ring's index.
@@ -178,6 +194,27 @@ pub struct KeySourceLabels {
     pub outcome: String,
 }
 
+/// Labels of `kseal_watch_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    /// The watched resource.
+    pub watch: String,
+}
+
+/// Labels of `kseal_fenced_writes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// What was to be written.
+    pub write: String,
+}
+
+/// Labels of `kseal_key_source_sync_triggers_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TriggerLabels {
+    /// What started the sync.
+    pub trigger: String,
+}
+
 /// Labels of per-key gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KidLabels {
@@ -206,7 +243,11 @@ impl Metrics {
             reconcile_duration: latency_histogram(),
             reconciles: Family::default(),
             is_leader: Gauge::default(),
+            api_server_reachable: Gauge::default(),
+            watch_failures: Family::default(),
+            fenced_writes: Family::default(),
             key_source_requests: Family::default(),
+            key_source_sync_triggers: Family::default(),
             key_source_last_success: Gauge::default(),
             key_source_ring_keys: Gauge::default(),
             key_source_key_age_seconds: Family::default(),
@@ -292,9 +333,29 @@ impl Metrics {
                 m.is_leader.clone(),
             );
             r.register(
+                "api_server_reachable",
+                "0 from a failed watch or a reconcile that could not reach the API server until its next answer, else 1",
+                m.api_server_reachable.clone(),
+            );
+            r.register(
+                "watch_failures",
+                "Failed watch or list requests, by watched resource",
+                m.watch_failures.clone(),
+            );
+            r.register(
+                "fenced_writes",
+                "Writes refused because the leadership ended, changed term or passed its local lease deadline, by write",
+                m.fenced_writes.clone(),
+            );
+            r.register(
                 "key_source_requests",
                 "Key-source calls (describe_index, get_index, get_key) and syncs, by outcome",
                 m.key_source_requests.clone(),
+            );
+            r.register(
+                "key_source_sync_triggers",
+                "The leader's key-source syncs by what started them (start, leadership, interval, refresh)",
+                m.key_source_sync_triggers.clone(),
             );
             r.register_with_unit(
                 "key_source_last_success_timestamp",
@@ -359,6 +420,7 @@ impl Metrics {
                 m.http_connections_dropped.clone(),
             );
         }
+        m.api_server_reachable.set(1);
         Self { registry, ..m }
     }
 
@@ -367,6 +429,15 @@ impl Metrics {
         self.keys_generated
             .get_or_create(&KeyGenerationLabels {
                 reason: reason.as_str().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a write refused by the leadership fence.
+    pub fn count_fenced(&self, write: &str) {
+        self.fenced_writes
+            .get_or_create(&WriteLabels {
+                write: write.to_owned(),
             })
             .inc();
     }

@@ -46,10 +46,23 @@
 //!   including one synced before: `Synced=False` with reason `DeprecatedDataRejected`, one
 //!   Warning event, no RSA work. Its existing Secret is kept as it is (nothing is lost) but no
 //!   longer updated; re-sealing into `spec.encryptedData` brings it back.
-//! - Only the leader writes; other replicas requeue without touching anything.
+//! - **Nothing happens before the first keys are loaded.** While the key ring is empty (the
+//!   key source not read yet, no mirror, no key Secret), a SealedSecret waits untouched: no
+//!   `UnsealFailed`, no Warning event, no status write, no backoff; the ring's first keys
+//!   reconcile everything. A key missing from a loaded ring fails as before, with its reason.
+//! - Only the leader writes; other replicas requeue without touching anything. Each write
+//!   (Secret create or replace, status patch, Event) first checks the fence taken when the
+//!   reconcile began ([`crate::leadership::Fence`]): once the leadership ended, changed term
+//!   or outlived its local lease deadline (a frozen or partitioned leader), the write is
+//!   refused (`kseal_fenced_writes_total{write}`) and the reconcile ends without touching the
+//!   object's status, warnings or backoff.
+//! - **The status speaks for the generation the reconcile read**: a status patch is skipped
+//!   when the object has a newer generation (its own reconcile follows) and never lowers
+//!   `observedGeneration`; a status found behind its generation (a deposed leader's late
+//!   write) triggers a reconcile, which repairs it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasher as _, Hasher as _};
+use std::hash::Hasher as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -77,9 +90,12 @@ use zeroize::Zeroizing;
 
 use crate::config::{Config, Namespaces};
 use crate::formats::{self, MacVersion};
-use crate::keys::{KeysLoaded, REPORTER};
+use crate::keylayout::REPORTER;
+use crate::keys::KeysLoaded;
+use crate::leadership::Fence;
 use crate::metrics::{ConditionLabels, OutcomeLabels};
 use crate::state::State;
+use crate::timing::{WatchBackoff, jitter};
 use crate::{Error, Result};
 
 /// Secret annotation: digest of the SealedSecret spec and scope the Secret was written from.
@@ -108,8 +124,6 @@ pub mod reason {
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// Longest retry delay: failures are retried forever, at least this often.
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
-/// Requeue when keys are not loaded yet.
-const KEYS_PENDING_RETRY: Duration = Duration::from_secs(2);
 /// Requeue on a replica that is not the leader (gaining leadership reconciles everything).
 const NOT_LEADER_RECHECK: Duration = Duration::from_secs(60);
 /// Requeue after a failure that only a change can fix, when resync is off.
@@ -170,6 +184,9 @@ struct ObjectState {
     gauge: Option<ConditionLabels>,
     /// Whether the last reconcile failed (a same-named Secret changing may unblock it).
     failing: bool,
+    /// Whether that failure was transient (the API server away, throttling, a conflict): the
+    /// API server's return resets its backoff.
+    transient: bool,
     /// The resourceVersion of the Secret as this controller last wrote it: the watch event
     /// of our own write triggers no reconcile (it would only confirm what was just written).
     written_version: Option<String>,
@@ -194,8 +211,11 @@ pub struct Context {
     /// count repeats into a series).
     recorder: Recorder,
     reporter: Reporter,
-    keys_loaded: KeysLoaded,
     mac_keys: Mutex<MacKeys>,
+    /// Transient reconcile failures, logged once per burst.
+    transient_failures: crate::apihealth::Burst,
+    /// The leadership epoch whose first fenced write was logged (see [`fenced`]).
+    fenced_logged: std::sync::atomic::AtomicU64,
     objects: Mutex<HashMap<ObjectRef<SealedSecret>, ObjectState>>,
     /// Bounds RSA work to `--concurrency` unseals at a time across every watched namespace
     /// (each namespace runs its own controller); shared with the HTTP API, which it goes
@@ -211,8 +231,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Context {
-    /// A context for `run` (public for tests that drive `reconcile` directly).
-    pub fn new(client: Client, config: Arc<Config>, state: State, keys_loaded: KeysLoaded) -> Self {
+    /// A context for `run` (public for tests that drive `reconcile` directly). `_keys_loaded`
+    /// is no longer read: a reconcile waits while the ring itself is empty.
+    pub fn new(
+        client: Client,
+        config: Arc<Config>,
+        state: State,
+        _keys_loaded: KeysLoaded,
+    ) -> Self {
         let slots = usize::from(config.concurrency.max(1));
         let reporter = Reporter {
             controller: REPORTER.to_owned(),
@@ -227,8 +253,9 @@ impl Context {
             state,
             recorder,
             reporter,
-            keys_loaded,
             mac_keys: Mutex::default(),
+            fenced_logged: std::sync::atomic::AtomicU64::new(u64::MAX),
+            transient_failures: crate::apihealth::Burst::default(),
             objects: Mutex::default(),
             rsa_slots,
             affinity: crate::affinity::Affinity::default(),
@@ -616,6 +643,17 @@ fn is_transient(error: &Error) -> bool {
     }
 }
 
+/// Whether the request did not reach an answering API server: a transport error, or a 5xx
+/// (not a 409 conflict nor a 429, which an answering server sends).
+fn unreachable(error: &Error) -> bool {
+    match error {
+        Error::GetSecret(e) | Error::ApplySecret(e) | Error::Status(e) | Error::Kube(e) => {
+            api_code(e).is_none_or(|code| code >= 500)
+        }
+        _ => false,
+    }
+}
+
 fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
@@ -624,7 +662,7 @@ fn api_code(e: &kube::Error) -> Option<u16> {
 }
 
 /// Brings the Secret in line with `ss`.
-async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
+async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Outcome> {
     let name = ss
         .metadata
         .name
@@ -667,6 +705,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
                 }
                 let Some(d) = &desired else { continue };
                 let managed = ctx.with_object(&oref, |o| o.recreate_managed);
+                fence.check().map_err(Error::Fenced)?;
                 let created = if managed {
                     let mut s = d.secret.clone();
                     s.metadata
@@ -703,6 +742,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>) -> Result<Outcome> {
                         name: name.to_owned(),
                     });
                 }
+                fence.check().map_err(Error::Fenced)?;
                 secrets
                     .replace(name, &pp, &next)
                     .await
@@ -775,7 +815,12 @@ fn condition_matches(
 }
 
 /// Writes the Synced condition if it changed. Returns whether it wrote.
-async fn write_status(ctx: &Context, ss: &SealedSecret, want: &DesiredCondition) -> Result<bool> {
+async fn write_status(
+    ctx: &Context,
+    ss: &SealedSecret,
+    want: &DesiredCondition,
+    fence: &Fence,
+) -> Result<bool> {
     let generation = ss.metadata.generation;
     if !ctx.config.update_status || condition_matches(ss.status.as_ref(), want, generation) {
         return Ok(false);
@@ -799,6 +844,12 @@ async fn write_status(ctx: &Context, ss: &SealedSecret, want: &DesiredCondition)
             Err(e) => return Err(Error::Status(e)),
         };
         if fresh.metadata.uid != ss.metadata.uid {
+            return Ok(false);
+        }
+        // The status speaks for the generation this reconcile read. A newer generation's
+        // reconcile writes its own, and an observedGeneration never goes back.
+        let observed = fresh.status.as_ref().and_then(|s| s.observed_generation);
+        if fresh.metadata.generation > generation || observed > generation {
             return Ok(false);
         }
         if condition_matches(fresh.status.as_ref(), want, generation) {
@@ -833,6 +884,7 @@ async fn write_status(ctx: &Context, ss: &SealedSecret, want: &DesiredCondition)
             "metadata": {"resourceVersion": fresh.metadata.resource_version},
             "status": {"conditions": conditions, "observedGeneration": generation},
         });
+        fence.check().map_err(Error::Fenced)?;
         match api.patch_status(name, &pp, &Patch::Merge(&patch)).await {
             Ok(_) => return Ok(true),
             Err(e) if api_code(&e) == Some(409) && attempt < WRITE_ATTEMPTS => continue,
@@ -845,11 +897,16 @@ async fn write_status(ctx: &Context, ss: &SealedSecret, want: &DesiredCondition)
 
 async fn publish_event(
     ctx: &Context,
+    fence: &Fence,
     ss: &SealedSecret,
     type_: EventType,
     reason: &str,
     note: String,
 ) {
+    if let Err(e) = fence.check() {
+        fenced(ctx, "event", e);
+        return;
+    }
     let event = Event {
         type_,
         reason: reason.to_owned(),
@@ -870,16 +927,6 @@ async fn publish_event(
     }
 }
 
-/// `d` scaled by a uniform random factor in `[1 - fraction, 1 + fraction)`, never negative:
-/// the one jitter of the controller's resyncs, backoffs and key-source polls.
-pub(crate) fn jitter(d: Duration, fraction: f64) -> Duration {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(d.as_nanos() as u64);
-    // A uniform value in [-1, 1) from a randomly keyed hash.
-    let unit = (h.finish() as f64 / u64::MAX as f64) * 2.0 - 1.0;
-    d.mul_f64((1.0 + fraction * unit).max(0.0))
-}
-
 fn backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(16);
     let d = BACKOFF_BASE.saturating_mul(1u32 << exp).min(BACKOFF_CAP);
@@ -896,20 +943,43 @@ fn success_action(config: &Config) -> Action {
 /// Reconciles one SealedSecret.
 #[instrument(skip(obj, ctx))]
 pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Action> {
-    if !ctx.state.is_leader() {
+    // Every write below checks this fence first: a replica whose leadership ended, changed
+    // term or outlived its local lease deadline (frozen, partitioned) writes nothing more.
+    let Some(fence) = ctx.state.leadership.fence() else {
         return Ok(Action::requeue(NOT_LEADER_RECHECK));
-    }
-    if !ctx.keys_loaded.is_done() {
-        return Ok(Action::requeue(KEYS_PENDING_RETRY));
-    }
+    };
     let metrics = &ctx.state.metrics;
+    if ctx.state.keys.ring().is_empty() {
+        // No key loaded yet (from the key source, its mirror or key Secrets): not a failure
+        // of this object. It waits untouched (no status, no event, no backoff) and the
+        // ring's first keys reconcile everything (`ring_changes`). A ring that is not empty
+        // implies the first load finished.
+        metrics
+            .reconciles
+            .get_or_create(&OutcomeLabels {
+                outcome: "waiting_for_keys".to_owned(),
+            })
+            .inc();
+        return Ok(Action::await_change());
+    }
     metrics.unseal_requests.inc();
     let start = Instant::now();
     let oref = ObjectRef::from_obj(&*obj);
     let namespace = obj.namespace().unwrap_or_default();
 
-    let result = sync(&ctx, &obj).await;
-    ctx.with_object(&oref, |o| o.failing = result.is_err());
+    let result = sync(&ctx, &obj, &fence).await;
+    if let Err(Error::Fenced(e)) = &result {
+        return Ok(fenced(&ctx, "secret", *e));
+    }
+    ctx.with_object(&oref, |o| {
+        o.failing = result.is_err();
+        o.transient = result.as_ref().is_err_and(is_transient);
+    });
+    match &result {
+        Err(e) if unreachable(e) => ctx.state.api_unreachable("reconciling", e),
+        // A write or read went through.
+        _ => ctx.state.api_answered(),
+    }
     let want = condition_for(&result);
     let was_true = obj
         .synced_condition()
@@ -926,8 +996,11 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     let status_result = if holding {
         Ok(false)
     } else {
-        write_status(&ctx, &obj, &want).await
+        write_status(&ctx, &obj, &want, &fence).await
     };
+    if let Err(Error::Fenced(e)) = &status_result {
+        return Ok(fenced(&ctx, "status", *e));
+    }
 
     match &result {
         Ok(outcome) => {
@@ -938,6 +1011,7 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
             if matches!(outcome, Outcome::Created | Outcome::Updated) || flipped {
                 publish_event(
                     &ctx,
+                    &fence,
                     &obj,
                     EventType::Normal,
                     "Unsealed",
@@ -949,7 +1023,17 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
         }
         Err(e) => {
             let message = want.message.clone().unwrap_or_default();
-            tracing::warn!(reason = want.reason, error = %message, "reconcile failed");
+            if is_transient(e) {
+                // Retried with backoff; during an outage every object fails the same way:
+                // one line per burst, with the count of the others.
+                if let Some(not_logged) = ctx.transient_failures.hit() {
+                    tracing::warn!(reason = want.reason, error = %message, not_logged, "reconcile failed (transient; retrying)");
+                } else {
+                    tracing::debug!(reason = want.reason, error = %message, "reconcile failed (transient; retrying)");
+                }
+            } else {
+                tracing::warn!(reason = want.reason, error = %message, "reconcile failed");
+            }
             metrics.count_error(e, &namespace);
             let event_reason = match want.reason {
                 reason::UNSEAL_FAILED | reason::DEPRECATED_DATA_REJECTED => "ErrUnsealFailed",
@@ -968,7 +1052,15 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
                     fresh
                 });
             if fresh && !already_shown {
-                publish_event(&ctx, &obj, EventType::Warning, event_reason, message).await;
+                publish_event(
+                    &ctx,
+                    &fence,
+                    &obj,
+                    EventType::Warning,
+                    event_reason,
+                    message,
+                )
+                .await;
             }
         }
     }
@@ -1003,7 +1095,9 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
         .observe(start.elapsed().as_secs_f64());
 
     if let Err(e) = status_result {
-        tracing::warn!(error = %crate::error_chain(&e), "failed to write status");
+        if !is_transient(&e) || ctx.transient_failures.hit().is_some() {
+            tracing::warn!(error = %crate::error_chain(&e), "failed to write status");
+        }
         metrics.count_error(&e, &namespace);
         return Err(e);
     }
@@ -1023,6 +1117,33 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
         }
         Err(e) => Err(e),
     }
+}
+
+/// A write refused by the fence: counted, logged, and the reconcile ends without touching
+/// the object's memory (status, backoff, warnings). Gaining leadership again reconciles
+/// everything.
+fn fenced(ctx: &Context, write: &'static str, reason: crate::leadership::Fenced) -> Action {
+    // One line per term (the first refusal), the rest at debug: a deposed leader may hold
+    // thousands of reconciles.
+    let epoch = ctx.state.leadership.term().epoch;
+    let first = ctx
+        .fenced_logged
+        .swap(epoch, std::sync::atomic::Ordering::Relaxed)
+        != epoch;
+    ctx.state.metrics.count_fenced(write);
+    ctx.state
+        .metrics
+        .reconciles
+        .get_or_create(&OutcomeLabels {
+            outcome: "fenced".to_owned(),
+        })
+        .inc();
+    if first {
+        tracing::warn!(write, reason = %reason, "write refused: this replica no longer leads; in-flight reconciles are dropped");
+    } else {
+        tracing::debug!(write, reason = %reason, "write refused: this replica no longer leads");
+    }
+    Action::requeue(NOT_LEADER_RECHECK)
 }
 
 /// Retry policy: capped exponential backoff per object, never giving up.
@@ -1077,36 +1198,59 @@ fn secret_trigger(
     failing.then_some(oref)
 }
 
+/// Whether the status speaks for an older generation than the object's: written by a replica
+/// that read a stale object (a deposed leader). Turning behind triggers a reconcile, which
+/// repairs it; the controller's own status writes never turn it behind.
+fn status_behind(ss: &SealedSecret) -> bool {
+    ss.status
+        .as_ref()
+        .and_then(|s| s.observed_generation)
+        .is_some_and(|observed| Some(observed) < ss.metadata.generation)
+}
+
 /// SealedSecrets to reconcile from their watch: every object of a (re-)list, since changes may
 /// have been missed while the watch was down, then only updates that change
-/// [`relevant_fields`] (like Bitnami, our own status writes do not trigger a reconcile).
+/// [`relevant_fields`] (like Bitnami, our own status writes do not trigger a reconcile), or
+/// that turn the status [behind](status_behind) the generation.
 fn sealed_triggers(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<SealedSecret>>> + Send + 'static,
+    state: State,
 ) -> impl futures::Stream<Item = watcher::Result<SealedSecret>> + Send + 'static {
     events
         .scan(
-            HashMap::<ObjectRef<SealedSecret>, u64>::new(),
-            |seen, event| {
+            HashMap::<ObjectRef<SealedSecret>, (u64, bool)>::new(),
+            move |seen, event| {
+                if event.is_ok() {
+                    state.api_answered();
+                }
                 let out = match event {
                     Ok(watcher::Event::Init) => {
                         seen.clear();
                         None
                     }
                     Ok(watcher::Event::InitApply(ss)) => {
-                        seen.insert(ObjectRef::from_obj(&ss), relevant_fields(&ss));
+                        seen.insert(
+                            ObjectRef::from_obj(&ss),
+                            (relevant_fields(&ss), status_behind(&ss)),
+                        );
                         Some(Ok(ss))
                     }
                     Ok(watcher::Event::Apply(ss)) => {
-                        let hash = relevant_fields(&ss);
-                        let before = seen.insert(ObjectRef::from_obj(&ss), hash);
-                        (before != Some(hash)).then_some(Ok(ss))
+                        let now = (relevant_fields(&ss), status_behind(&ss));
+                        let before = seen.insert(ObjectRef::from_obj(&ss), now);
+                        let turned_behind = now.1 && !before.is_some_and(|b| b.1);
+                        (before.map(|b| b.0) != Some(now.0) || turned_behind).then_some(Ok(ss))
                     }
                     Ok(watcher::Event::Delete(ss)) => {
                         seen.remove(&ObjectRef::from_obj(&ss));
                         None
                     }
                     Ok(watcher::Event::InitDone) => None,
-                    Err(e) => Some(Err(e)),
+                    // Counted and logged here (once per burst); the watcher retries it.
+                    Err(e) => {
+                        state.watch_failed("sealedsecrets", &e);
+                        None
+                    }
                 };
                 futures::future::ready(Some(out))
             },
@@ -1126,6 +1270,9 @@ fn secret_triggers(
 ) -> impl futures::Stream<Item = ObjectRef<SealedSecret>> + Send + 'static {
     events
         .scan(false, move |listed_before, event| {
+            if event.is_ok() {
+                ctx.state.api_answered();
+            }
             let refs: Vec<ObjectRef<SealedSecret>> = match event {
                 Ok(watcher::Event::Apply(s)) => {
                     secret_trigger(&ctx, &s, false).into_iter().collect()
@@ -1147,7 +1294,7 @@ fn secret_triggers(
                 }
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
                 Err(e) => {
-                    tracing::debug!(error = %crate::error_chain(&e), "watching Secrets failed; retrying");
+                    ctx.state.watch_failed("secrets", &e);
                     Vec::new()
                 }
             };
@@ -1166,6 +1313,48 @@ fn relevant_fields(ss: &SealedSecret) -> u64 {
     h.finish()
 }
 
+/// After the API server came back: the objects whose last reconcile failed only because it
+/// was away (a transient error), with their backoff reset, so they are retried now rather
+/// than at the end of a backoff that grew during the outage.
+fn recovered_triggers(
+    ctx: Arc<Context>,
+    store: Store<SealedSecret>,
+) -> impl futures::Stream<Item = ObjectRef<SealedSecret>> + Send + 'static {
+    let mut rx = ctx.state.api.recoveries();
+    rx.mark_unchanged();
+    futures::stream::unfold(rx, move |mut rx| {
+        let (ctx, store) = (ctx.clone(), store.clone());
+        async move {
+            rx.changed().await.ok()?;
+            let refs: Vec<ObjectRef<SealedSecret>> = {
+                let mut objects = lock(&ctx.objects);
+                store
+                    .state()
+                    .iter()
+                    .map(|ss| ObjectRef::from_obj(&**ss))
+                    .filter(|r| {
+                        objects.get_mut(r).is_some_and(|o| {
+                            let retry = o.failing && o.transient;
+                            if retry {
+                                o.failures = 0;
+                            }
+                            retry
+                        })
+                    })
+                    .collect()
+            };
+            if !refs.is_empty() {
+                tracing::info!(
+                    objects = refs.len(),
+                    "retrying the SealedSecrets that failed while the API server was away"
+                );
+            }
+            Some((futures::stream::iter(refs), rx))
+        }
+    })
+    .flatten()
+}
+
 /// Emits once per change of the key ring.
 fn ring_changes(state: &State) -> impl futures::Stream<Item = ()> + Send + 'static {
     let mut rx = state.keys.subscribe();
@@ -1176,17 +1365,15 @@ fn ring_changes(state: &State) -> impl futures::Stream<Item = ()> + Send + 'stat
     })
 }
 
-/// Emits when this replica becomes the leader.
+/// Emits when this replica becomes the leader (each new term), as the elector publishes it.
 fn leadership_gained(state: &State) -> impl futures::Stream<Item = ()> + Send + 'static {
-    let was = state.is_leader();
-    futures::stream::unfold((state.clone(), was), |(state, mut was)| async move {
+    let mut rx = state.leadership.subscribe();
+    rx.mark_unchanged();
+    futures::stream::unfold(rx, |mut rx| async move {
         loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let now = state.is_leader();
-            let gained = now && !was;
-            was = now;
-            if gained {
-                return Some(((), (state, was)));
+            rx.changed().await.ok()?;
+            if rx.borrow_and_update().leading {
+                return Some(((), rx));
             }
         }
     })
@@ -1242,21 +1429,26 @@ pub async fn run(
         };
         let (store, writer) = reflector::store();
         let sealed_events = watcher(sealed, wc.clone())
-            .default_backoff()
+            .backoff(WatchBackoff::resetting_on(state.api.recoveries()))
             .modify(slim)
             .reflect(writer);
-        let mut c = Controller::for_stream(sealed_triggers(sealed_events), store.clone())
-            .with_config(controller::Config::default().concurrency(reconcile_concurrency(&config)));
+        let mut c =
+            Controller::for_stream(sealed_triggers(sealed_events, state.clone()), store.clone())
+                .with_config(
+                    controller::Config::default().concurrency(reconcile_concurrency(&config)),
+                );
         stores.push(store.clone());
         if !config.skip_recreate {
             // Not filtered by --label-selector: the Secrets a selected SealedSecret writes need
             // not carry its labels, and their deletion must still re-create them at once.
             // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
             // not in the store, so nothing happens.
-            let secret_events = watcher(secrets, watcher::Config::default()).default_backoff();
+            let secret_events = watcher(secrets, watcher::Config::default())
+                .backoff(WatchBackoff::resetting_on(state.api.recoveries()));
             c = c.reconcile_on(secret_triggers(secret_events, ctx.clone(), store.clone()));
         }
         let c = c
+            .reconcile_on(recovered_triggers(ctx.clone(), store.clone()))
             .reconcile_all_on(ring_changes(&state))
             .reconcile_all_on(leadership_gained(&state))
             .graceful_shutdown_on(until_true(shutdown.clone()));
@@ -1333,20 +1525,6 @@ async fn prune(ctx: Arc<Context>, stores: Vec<Store<SealedSecret>>) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn jitter_stays_within_its_fraction() {
-        let d = Duration::from_secs(3600);
-        let mut seen = BTreeSet::new();
-        for _ in 0..1000 {
-            let j = jitter(d, 0.1);
-            assert!(j >= d.mul_f64(0.9) && j <= d.mul_f64(1.1), "{j:?}");
-            seen.insert(j.as_secs() / 60);
-        }
-        // Spread over the window, not a constant.
-        assert!(seen.len() > 5, "{seen:?}");
-        assert_eq!(jitter(Duration::ZERO, 0.1), Duration::ZERO);
-    }
-
     #[tokio::test]
     async fn the_watch_event_of_our_own_write_triggers_nothing() {
         use clap::Parser as _;
@@ -1396,14 +1574,26 @@ mod tests {
         .unwrap();
         let config = Arc::new(Config::from_args(args, None).unwrap());
         let client = kseal_testkit::TestApiServer::new().client();
-        let ctx = Context::new(client.clone(), config, State::new(), KeysLoaded::done());
+        let state = State::new();
+        state.leadership.assume(true);
+        let fence = state.leadership.fence().unwrap();
+        let ctx = Context::new(client.clone(), config, state, KeysLoaded::done());
         let mut ss = SealedSecret::new("s", kseal_api::SealedSecretSpec::default());
         ss.metadata.namespace = Some("default".into());
         ss.metadata.uid = Some("u".into());
         for _ in 0..2 {
-            publish_event(&ctx, &ss, EventType::Normal, "Unsealed", "ok".into()).await;
             publish_event(
                 &ctx,
+                &fence,
+                &ss,
+                EventType::Normal,
+                "Unsealed",
+                "ok".into(),
+            )
+            .await;
+            publish_event(
+                &ctx,
+                &fence,
                 &ss,
                 EventType::Warning,
                 "ErrUnsealFailed",
@@ -1484,6 +1674,69 @@ mod tests {
         assert_eq!(slimmed, expected);
         assert_eq!(relevant_fields(&slimmed), relevant_fields(&ss));
         assert_eq!(formats::spec_digest(&slimmed), formats::spec_digest(&ss));
+    }
+
+    #[tokio::test]
+    async fn the_api_server_coming_back_retries_what_failed_only_because_it_was_away() {
+        use clap::Parser as _;
+        let args = crate::config::Args::try_parse_from([
+            "kseal-controller",
+            "--controller-namespace",
+            "ctrl",
+        ])
+        .unwrap();
+        let config = Arc::new(Config::from_args(args, None).unwrap());
+        let state = State::new();
+        let ctx = Arc::new(Context::new(
+            kseal_testkit::TestApiServer::new().client(),
+            config,
+            state.clone(),
+            KeysLoaded::done(),
+        ));
+        let (store, mut writer) = reflector::store::<SealedSecret>();
+        let mut orefs = Vec::new();
+        for name in ["away", "bad-key", "fine"] {
+            let mut ss = SealedSecret::new(name, kseal_api::SealedSecretSpec::default());
+            ss.metadata.namespace = Some("ns".into());
+            writer.apply_watcher_event(&watcher::Event::Apply(ss.clone()));
+            orefs.push(ObjectRef::from_obj(&ss));
+        }
+        let set = |i: usize, failing: bool, transient: bool| {
+            ctx.with_object(&orefs[i], |o| {
+                o.failing = failing;
+                o.transient = transient;
+                o.failures = 9;
+            });
+        };
+        set(0, true, true);
+        set(1, true, false);
+        set(2, false, false);
+        let mut triggers = Box::pin(recovered_triggers(ctx.clone(), store));
+        let away = std::io::Error::other("connection refused");
+        state.api_unreachable("reconciling", &away);
+        assert!(!state.api.is_reachable());
+        assert!(
+            state
+                .metrics
+                .encode()
+                .contains("kseal_api_server_reachable 0")
+        );
+        state.api_answered();
+        assert!(
+            state
+                .metrics
+                .encode()
+                .contains("kseal_api_server_reachable 1")
+        );
+        // Only the object that failed because the API server was away, its backoff reset.
+        assert_eq!(triggers.next().await, Some(orefs[0].clone()));
+        assert_eq!(ctx.with_object(&orefs[0], |o| o.failures), 0);
+        assert_eq!(ctx.with_object(&orefs[1], |o| o.failures), 9);
+        // The next outage and recovery: the same object again (had the others been retried
+        // the first time, one of them would come next).
+        state.api_unreachable("reconciling", &away);
+        state.api_answered();
+        assert_eq!(triggers.next().await, Some(orefs[0].clone()));
     }
 
     #[test]

@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
@@ -39,9 +40,9 @@ use kube::api::{
 };
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource as _, ResourceExt as _};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
-use crate::keys::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
+use crate::keylayout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
 use crate::metrics::{KeyErrorLabels, KeySourceLabels};
 use crate::ringview::{
     INDEX_ITEM, KIDS_EVER_ITEM, LAST_ACTIVE_ITEM, Pin, RING_STATE_LABEL, RING_STATE_PREFIX,
@@ -49,8 +50,8 @@ use crate::ringview::{
 };
 use crate::state::State;
 
-/// Label on mirrored key Secrets.
-pub const MIRROR_LABEL: &str = "kseal.dev/mirror";
+pub use crate::keylayout::MIRROR_LABEL;
+pub use crate::signals::Refresh;
 /// The full kid of a mirrored key.
 pub const KID_ANNOTATION: &str = "kseal.dev/kid";
 /// The ring a mirrored key belongs to.
@@ -76,25 +77,8 @@ const REFRESH_SPACING: Duration = Duration::from_secs(5);
 const FOLLOWER_STORE_READ: Duration = Duration::from_secs(300);
 /// How soon such a follower tries again after the store failed.
 const FOLLOWER_STORE_RETRY: Duration = Duration::from_secs(30);
-/// How often a follower checks whether it became the leader.
-const LEADER_CHECK: Duration = Duration::from_secs(2);
-/// How often a follower reads the ring-state Secret.
+/// How often a follower reads the ring-state Secret (besides each change the watch reports).
 const STATE_POLL: Duration = Duration::from_secs(10);
-
-/// Asks the key-source loop to check the ring now (SIGUSR1, `POST /v1/refresh`).
-#[derive(Clone, Debug, Default)]
-pub struct Refresh(Arc<Notify>);
-
-impl Refresh {
-    /// Requests a check (merged with one already waiting).
-    pub fn request(&self) {
-        self.0.notify_one();
-    }
-
-    async fn requested(&self) {
-        self.0.notified().await;
-    }
-}
 
 /// The `generateName` of the mirror Secret of `kid`: the API server appends a random suffix,
 /// so nobody can create a Secret under the mirror's name before it exists.
@@ -178,6 +162,9 @@ pub struct Mirror {
     expected_ring: Option<String>,
     /// The anchor and version floor every index must satisfy.
     pin: Pin,
+    /// The leadership term the current sync runs in: every write checks it first (`None`:
+    /// unfenced, for callers that drive [`Mirror::sync`] themselves).
+    fence: Option<crate::leadership::Fence>,
 }
 
 fn count(state: &State, operation: &'static str, outcome: &'static str) {
@@ -220,6 +207,10 @@ pub enum SyncError {
         /// The store.
         store: String,
     },
+    /// A write was refused: this replica's leadership ended (or changed term, or passed its
+    /// local lease deadline) during the sync.
+    #[error("mirroring stopped: leadership lost")]
+    Fenced(#[source] crate::leadership::Fenced),
     /// Writing the mirror failed.
     #[error("mirroring key ring {ring:?} into key Secrets failed")]
     Kube {
@@ -238,6 +229,7 @@ impl SyncError {
             SyncError::Store { source, .. } => source.reason(),
             SyncError::NoRing { .. } => "not_found",
             SyncError::Kube { .. } => "kube",
+            SyncError::Fenced(_) => "fenced",
         }
     }
 }
@@ -267,6 +259,7 @@ impl Mirror {
         Self {
             expected_ring,
             pin: Pin::configured(ring.trust().anchor().cloned()),
+            fence: None,
             ring,
             source,
             namespace: namespace.to_owned(),
@@ -291,6 +284,22 @@ impl Mirror {
                 follower_next: None,
                 state_merged: false,
             },
+        }
+    }
+
+    /// Sets the leadership term the next syncs run in (`None`: unfenced).
+    pub fn set_fence(&mut self, fence: Option<crate::leadership::Fence>) {
+        self.fence = fence;
+    }
+
+    /// Checks the fence right before a write (see [`crate::leadership`]).
+    fn may_write(&self) -> Result<(), SyncError> {
+        match &self.fence {
+            Some(fence) => fence.check().map_err(|e| {
+                self.state.metrics.count_fenced("mirror");
+                SyncError::Fenced(e)
+            }),
+            None => Ok(()),
         }
     }
 
@@ -550,6 +559,9 @@ impl Mirror {
             action: "VerifyRing".into(),
             secondary: None,
         };
+        if self.may_write().is_err() {
+            return;
+        }
         if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
@@ -583,6 +595,9 @@ impl Mirror {
                 return;
             }
             self.cache.state_name = None;
+        }
+        if self.may_write().is_err() {
+            return;
         }
         match self.put_state(&data).await {
             Ok(written) => {
@@ -894,6 +909,9 @@ impl Mirror {
             action: "MirrorKey".into(),
             secondary: None,
         };
+        if self.may_write().is_err() {
+            return;
+        }
         if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
@@ -971,6 +989,7 @@ impl Mirror {
                     let Some(secret) = self.desired_secret(&entry.kid, &pair, active) else {
                         continue;
                     };
+                    self.may_write()?;
                     match self.api.create(&PostParams::default(), &secret).await {
                         Ok(created) => {
                             mirrored_in_index += 1;
@@ -1043,6 +1062,7 @@ impl Mirror {
                             ACTIVE_ANNOTATION: active.to_string(),
                             MISSING_SINCE_ANNOTATION: null,
                         }}});
+                        self.may_write()?;
                         let patched = self
                             .api
                             .patch(
@@ -1102,6 +1122,7 @@ impl Mirror {
                 if annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true") {
                     patch["metadata"]["annotations"][ACTIVE_ANNOTATION] = "false".into();
                 }
+                self.may_write()?;
                 self.api
                     .patch(
                         &secret.name_any(),
@@ -1135,6 +1156,7 @@ impl Mirror {
                 }),
                 ..DeleteParams::default()
             };
+            self.may_write()?;
             match self.api.delete(&secret.name_any(), &params).await {
                 Ok(_) => {
                     report.retired.push(secret.name_any());
@@ -1171,9 +1193,32 @@ fn mirrored_pair(secret: &Secret, kid: &Kid) -> Option<KeyPair> {
         .filter(|pair| &Kid::of(pair.public_key()) == kid)
 }
 
+/// Changes of ring-state Secrets in `namespace` (metadata only): a follower reads the view
+/// the moment the leader writes it, not at its next poll. Errors are retried by the watcher.
+fn ring_state_changes(client: Client, namespace: &str) -> futures::stream::BoxStream<'static, ()> {
+    use kube::runtime::WatchStreamExt as _;
+    let api: Api<kube::api::PartialObjectMeta<Secret>> = Api::namespaced(client, namespace);
+    kube::runtime::watcher::watcher(
+        api,
+        kube::runtime::watcher::Config::default().labels(&format!("{RING_STATE_LABEL}=true")),
+    )
+    .default_backoff()
+    .filter_map(|event| {
+        futures::future::ready(match event {
+            Ok(
+                kube::runtime::watcher::Event::Apply(_) | kube::runtime::watcher::Event::InitDone,
+            ) => Some(()),
+            _ => None,
+        })
+    })
+    .boxed()
+}
+
 /// Runs the key-source loop of `config.key_source` until `shutdown` turns true (returns at
-/// once without a key source). Only the leader polls and mirrors; followers see the mirror
-/// through the key loader's watch. `state.refresh` asks for a check now.
+/// once without a key source). Only the leader polls and mirrors: it reads the ring the
+/// moment it becomes leader (a [`crate::leadership::Term`] event, no polling), then every
+/// interval. Followers see the mirror through the key loader's watch, and read the ring view
+/// each time the ring-state Secret changes. `state.refresh` asks for a check now.
 pub async fn run(
     client: Client,
     config: Arc<crate::Config>,
@@ -1220,6 +1265,7 @@ pub async fn run(
             }
         }
     };
+    let mut state_changes = ring_state_changes(client.clone(), &namespace);
     let mut mirror = Mirror::new(
         ring,
         source.clone(),
@@ -1232,30 +1278,35 @@ pub async fn run(
     tracing::info!(key_source = %source, interval = ?config.interval, "reading keys from the fleet key ring");
     let mut backoff = BACKOFF_MIN;
     let mut next = tokio::time::Instant::now();
-    let mut was_leader = false;
+    let mut terms = state.leadership.subscribe();
     let mut last_poll: Option<tokio::time::Instant> = None;
+    let mut trigger;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
+            _ = tokio::time::sleep_until(next) => {
+                trigger = if last_poll.is_none() { "start" } else { "interval" };
+            }
             _ = refresh.requested() => {
+                trigger = "refresh";
                 if last_poll.is_some_and(|t| t.elapsed() < REFRESH_SPACING) {
                     next = next.min(last_poll.map_or(next, |t| t + REFRESH_SPACING));
                     continue;
                 }
                 tracing::info!("key ring refresh requested");
             }
-            _ = tokio::time::sleep(LEADER_CHECK) => {
-                let leader = state.is_leader();
-                let became = leader && !was_leader;
-                was_leader = leader;
-                if !became {
+            // `state` holds the sender: this never ends.
+            Ok(()) = terms.changed() => {
+                let term = *terms.borrow_and_update();
+                if !term.leading {
                     continue;
                 }
+                tracing::info!(epoch = term.epoch, "leading: reading the key ring now");
+                trigger = "leadership";
             }
+            Some(()) = state_changes.next(), if !state.is_leader() => trigger = "ring_state",
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        was_leader = state.is_leader();
-        if !was_leader {
+        if !state.is_leader() {
             // Followers take the ring view from the ring-state Secret the leader writes, and
             // the keys from the mirror; they poll the store once leading.
             if let Err(e) = mirror.follow().await {
@@ -1268,6 +1319,18 @@ pub async fn run(
             continue;
         }
         last_poll = Some(tokio::time::Instant::now());
+        // Taken before the first read: a sync that outlives this term writes nothing more.
+        let Some(fence) = state.leadership.fence() else {
+            continue;
+        };
+        mirror.set_fence(Some(fence));
+        state
+            .metrics
+            .key_source_sync_triggers
+            .get_or_create(&crate::metrics::TriggerLabels {
+                trigger: trigger.to_owned(),
+            })
+            .inc();
         match mirror.sync().await {
             Ok(report) => {
                 backoff = BACKOFF_MIN;
@@ -1280,7 +1343,13 @@ pub async fn run(
                 if report != SyncReport::default() {
                     tracing::debug!(?report, "key ring synced");
                 }
-                next = tokio::time::Instant::now() + crate::reconcile::jitter(config.interval, 0.1);
+                next = tokio::time::Instant::now() + crate::timing::jitter(config.interval, 0.1);
+            }
+            Err(SyncError::Fenced(e)) => {
+                // Not a problem of the key source: followers read the view the new leader
+                // writes.
+                tracing::info!(reason = %e, "key-source sync stopped: this replica no longer leads");
+                next = tokio::time::Instant::now();
             }
             Err(e) => {
                 let message = crate::error_chain(&e);

@@ -206,14 +206,17 @@ pub struct State {
     pub metrics: Arc<Metrics>,
     /// Readiness.
     pub readiness: Arc<Readiness>,
-    /// Whether this replica currently holds the leader Lease (always true without election).
-    pub leader: Arc<AtomicBool>,
+    /// Whether this replica holds the leader Lease (always, without election), as an event
+    /// and as the fence of every write.
+    pub leadership: crate::leadership::Leadership,
     /// Asks the key-source loop to check the ring now.
-    pub refresh: crate::remote::Refresh,
+    pub refresh: crate::signals::Refresh,
     /// With a key source: the ring view the sealing key is chosen from.
     pub ring_view: crate::ringview::RingViews,
     /// RSA slots, shared by the reconciler (first) and the HTTP API.
     pub rsa: Arc<crate::rsapool::RsaPool>,
+    /// Whether the API server answers.
+    pub api: Arc<crate::apihealth::ApiHealth>,
 }
 
 impl State {
@@ -223,16 +226,79 @@ impl State {
             keys: Keys::new(),
             metrics: Arc::new(Metrics::new()),
             readiness: Arc::new(Readiness::default()),
-            leader: Arc::new(AtomicBool::new(false)),
-            refresh: crate::remote::Refresh::default(),
+            leadership: crate::leadership::Leadership::new(),
+            refresh: crate::signals::Refresh::default(),
             ring_view: crate::ringview::RingViews::new(),
             rsa: crate::rsapool::RsaPool::new(crate::rsapool::DEFAULT_SLOTS),
+            api: Arc::new(crate::apihealth::ApiHealth::default()),
         }
     }
 
-    /// Whether this replica may write.
+    /// Watching `watch` failed: counted, and unless the API server answered (e.g. `410 Gone`:
+    /// re-list), it is taken for unreachable.
+    pub fn watch_failed(&self, watch: &'static str, error: &kube::runtime::watcher::Error) {
+        use kube::runtime::watcher::Error as W;
+        self.metrics
+            .watch_failures
+            .get_or_create(&crate::metrics::WatchLabels {
+                watch: watch.to_owned(),
+            })
+            .inc();
+        let answered = match error {
+            W::WatchError(_) => true,
+            W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => {
+                matches!(e, kube::Error::Api(status) if status.code < 500)
+            }
+            W::NoResourceVersion => true,
+        };
+        if answered {
+            self.api_answered();
+            tracing::debug!(watch, error = %crate::error_chain(error), "watch ended by the API server; re-listing");
+        } else {
+            self.api_unreachable(watch, error);
+        }
+    }
+
+    /// A request could not reach the API server while doing `what`: one warn line when it
+    /// was reachable until now, then one per burst with the count of the others.
+    pub fn api_unreachable(&self, what: &'static str, error: &(dyn std::error::Error + 'static)) {
+        use crate::apihealth::Failure;
+        self.metrics.api_server_reachable.set(0);
+        let error = crate::error_chain(error);
+        match self.api.failed() {
+            Failure::Lost => {
+                tracing::warn!(during = what, %error, "the API server is unreachable; retrying");
+            }
+            Failure::Again(Some(not_logged)) => tracing::warn!(
+                during = what,
+                %error,
+                not_logged,
+                "the API server is still unreachable; retrying"
+            ),
+            Failure::Again(None) => {
+                tracing::debug!(during = what, %error, "the API server is unreachable");
+            }
+        }
+    }
+
+    /// The API server answered: if it was unreachable, say so once and wake the reconciler
+    /// (backoffs reset, failed objects retried).
+    pub fn api_answered(&self) {
+        if let Some(recovery) = self.api.answered() {
+            self.metrics.api_server_reachable.set(1);
+            if recovery.announce {
+                tracing::info!(
+                    failures = recovery.failures,
+                    down_for = ?recovery.down_for,
+                    "the API server is reachable again: retrying what failed meanwhile"
+                );
+            }
+        }
+    }
+
+    /// Whether this replica may write (it leads and its local lease deadline has not passed).
     pub fn is_leader(&self) -> bool {
-        self.leader.load(Ordering::Acquire)
+        self.leadership.is_leader()
     }
 }
 

@@ -1626,3 +1626,97 @@ async fn a_planted_ring_state_secret_never_chooses_a_followers_sealing_key() {
         leader.stop().await;
     }
 }
+
+fn syncs_triggered_by(state: &State, trigger: &str) -> u64 {
+    state
+        .metrics
+        .key_source_sync_triggers
+        .get_or_create(&kseal_controller::metrics::TriggerLabels {
+            trigger: trigger.to_owned(),
+        })
+        .get()
+}
+
+/// Leadership is an event: a follower that becomes leader reads the ring at once, because it
+/// became leader (no leader poll, no interval: the interval here is an hour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_reads_the_ring_because_it_became_leader() {
+    let (_dir, location, _ring) = dir_ring(&[key(0)]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let replica = Running::start_as(
+        &client,
+        with_source(&ctrl, &[&ctrl], dir_source(&location, PATIENCE)),
+        false,
+    )
+    .await;
+    // As a follower it takes its view from the store (no anchor pinned) and never syncs.
+    eventually("the follower has a ring view", PATIENCE, || async {
+        Ok(replica.state.ring_view.current().map(|_| ()))
+    })
+    .await
+    .unwrap();
+    let describes = || {
+        replica
+            .state
+            .metrics
+            .key_source_requests
+            .get_or_create(&kseal_controller::metrics::KeySourceLabels {
+                operation: "describe_index".to_owned(),
+                outcome: "ok".to_owned(),
+            })
+            .get()
+    };
+    assert_eq!(describes(), 0);
+    assert!(mirrors(&client, &ctrl).await.is_empty());
+
+    replica.state.leadership.assume(true);
+    wait_sealing_key(&replica.state, key(0), 1).await;
+    assert_eq!(syncs_triggered_by(&replica.state, "leadership"), 1);
+    for other in ["start", "interval", "refresh"] {
+        assert_eq!(syncs_triggered_by(&replica.state, other), 0, "{other}");
+    }
+    assert_eq!(describes(), 1);
+    assert_eq!(mirrors(&client, &ctrl).await.len(), 1);
+    replica.stop().await;
+}
+
+/// A sync begun by a leader that lost the lead writes nothing: no mirror, no ring-state
+/// Secret, no event; the refusal is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_of_a_deposed_leader_writes_nothing() {
+    let (_dir, location, _ring) = dir_ring(&[key(0)]).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let (mut mirror, state) = dir_mirror(&location, &client, &ctrl, PATIENCE).await;
+    state.leadership.assume(true);
+    let fence = state.leadership.fence().unwrap();
+    state.leadership.assume(false);
+    mirror.set_fence(Some(fence));
+    let err = mirror.sync().await.unwrap_err();
+    assert_eq!(err.reason(), "fenced");
+    assert!(
+        Api::<Secret>::namespaced(client.clone(), &ctrl)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let fenced = state
+        .metrics
+        .fenced_writes
+        .get_or_create(&kseal_controller::metrics::WriteLabels {
+            write: "mirror".to_owned(),
+        })
+        .get();
+    assert_eq!(fenced, 1);
+    // Leading again (a new term, a new fence), the same mirror writes.
+    state.leadership.assume(true);
+    mirror.set_fence(state.leadership.fence());
+    let report = mirror.sync().await.unwrap();
+    assert_eq!(report.created.len(), 1);
+}

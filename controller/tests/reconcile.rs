@@ -900,10 +900,7 @@ async fn only_the_leader_writes_and_a_new_leader_catches_up() {
     let cl = Cluster::new(server.client()).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     let running = Running::start(&client, cl.config()).await;
-    running
-        .state
-        .leader
-        .store(false, std::sync::atomic::Ordering::Release);
+    running.state.leadership.assume(false);
     eventually("caches synced", DEADLINE, || async {
         Ok(running
             .state
@@ -925,10 +922,7 @@ async fn only_the_leader_writes_and_a_new_leader_catches_up() {
         .collect();
     assert!(writes.is_empty(), "a follower wrote: {writes:?}");
     assert_eq!(running.state.metrics.unseal_requests.get(), 0);
-    running
-        .state
-        .leader
-        .store(true, std::sync::atomic::Ordering::Release);
+    running.state.leadership.assume(true);
     wait_secret(&client, &ns, "l", "written once leader", |_| true).await;
     wait_synced(&client, &ns, "l", "True", "Unsealed").await;
     running.stop().await;

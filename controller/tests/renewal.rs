@@ -318,10 +318,7 @@ async fn a_follower_never_generates_until_it_leads() {
 
     // Leading, it renews once: the new key is fresh, so neither the period nor the cutoff
     // asks for another.
-    follower
-        .state
-        .leader
-        .store(true, std::sync::atomic::Ordering::Release);
+    follower.state.leadership.assume(true);
     wait_key_secrets(&client, &ctrl, 2).await;
     wait_ring(&follower.state, 2).await;
     loader_ticks_on(&follower.state).await;
@@ -345,10 +342,7 @@ async fn a_new_leader_continues_the_schedule_without_a_duplicate_key() {
     leader.stop().await;
 
     // The follower takes over: the newest key is minutes old, not a period.
-    follower
-        .state
-        .leader
-        .store(true, std::sync::atomic::Ordering::Release);
+    follower.state.leadership.assume(true);
     loader_ticks_on(&follower.state).await;
     assert_eq!(key_secrets(&client, &ctrl).await.len(), 2);
     assert_eq!(generated_total(&follower.state), 0);

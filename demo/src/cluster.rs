@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -114,7 +113,7 @@ impl Cluster {
         );
         let state = State::new();
         // No election with one replica: this one writes (what `--leader-elect false` does).
-        state.leader.store(true, Ordering::Release);
+        state.leadership.assume(true);
         let (stop, stop_rx) = watch::channel(false);
         let (requester, requests) = KeyRequests::channel();
         let spawned = kseal_controller::spawn(&client, &config, &state, requests, &stop_rx);

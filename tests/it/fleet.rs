@@ -386,9 +386,7 @@ impl Controller {
             "keys come from the ring only"
         );
         let state = State::new();
-        state
-            .leader
-            .store(true, std::sync::atomic::Ordering::Release);
+        state.leadership.assume(true);
         let config = Arc::new(config);
         let (stop, stop_rx) = watch::channel(false);
         let (requester, requests) = KeyRequests::channel();

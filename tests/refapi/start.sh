@@ -24,6 +24,10 @@
 #   KSEAL_REFAPI_STATE          state dir to use; must be empty or absent
 #                               (default: a new mktemp dir)
 #   KSEAL_REFAPI_START_TIMEOUT  seconds to wait for readiness (default: 120)
+#   KSEAL_REFAPI_AUDIT          1 = write an audit log of every create, update,
+#                               patch and delete (Metadata level: who, what, when;
+#                               never request bodies) to logs/audit.log, as JSON
+#                               lines (default: 0, no audit log)
 #   KSEAL_REFAPI_ETCD_TMPFS     1 = keep etcd's data in /dev/shm when it has at
 #                               least 512 MiB free; 0 (default) = in the state dir
 set -euo pipefail
@@ -268,6 +272,24 @@ wait_until "etcd health" \
   env ETCDCTL_API=3 "${BIN}/etcdctl" --endpoints="http://127.0.0.1:${ETCD_CLIENT_PORT}" \
   --dial-timeout=1s --command-timeout=2s endpoint health
 
+AUDIT_ARGS=()
+if [[ "${KSEAL_REFAPI_AUDIT:-0}" == 1 ]]; then
+  cat >"${STATE}/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+POLICY
+  AUDIT_ARGS=(
+    --audit-policy-file="${STATE}/audit-policy.yaml"
+    --audit-log-path="${STATE}/logs/audit.log"
+    --audit-log-format=json
+  )
+fi
+
 start kube-apiserver "${BIN}/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:${ETCD_CLIENT_PORT}" \
   --bind-address=127.0.0.1 \
@@ -287,6 +309,7 @@ start kube-apiserver "${BIN}/kube-apiserver" \
   --service-cluster-ip-range="${SERVICE_CIDR}" \
   --endpoint-reconciler-type=none \
   --profiling=false \
+  "${AUDIT_ARGS[@]}" \
   --v=1
 wait_until "kube-apiserver /readyz" "${KUBECTL[@]}" get --raw=/readyz
 # Listing namespaces needs the certificate's user authenticated and in system:masters.

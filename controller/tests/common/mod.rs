@@ -179,12 +179,10 @@ impl Running {
         Self::start_as(client, config, true).await
     }
 
-    /// Starts as the leader or not; flip `state.leader` later to change it.
+    /// Starts as the leader or not; call `state.leadership.assume` later to change it.
     pub async fn start_as(client: &Client, config: Config, leader: bool) -> Self {
         let state = State::new();
-        state
-            .leader
-            .store(leader, std::sync::atomic::Ordering::Release);
+        state.leadership.assume(leader);
         let config = Arc::new(config);
         let (stop, stop_rx) = watch::channel(false);
         let (requester, requests) = KeyRequests::channel();

@@ -1,0 +1,214 @@
+//! Whether the API server answers, as the watches and reconciles see it, and errors repeated
+//! in a burst logged once with a count.
+//!
+//! A watch failure or a reconcile that could not reach the API server (a transport error, a
+//! 5xx) marks it unreachable: one warn line, `kseal_api_server_reachable 0`, and every watch
+//! failure counted in `kseal_watch_failures_total{watch}`. The next watch event or successful
+//! reconcile marks it reachable again: one info line with how many failures were seen, and
+//! [`ApiHealth::recoveries`] wakes the reconciler, which resets the backoff of the objects
+//! that failed only because the API server was away and reconciles them at once.
+//!
+//! This module depends on nothing else in the crate.
+
+use std::sync::Mutex;
+use std::sync::PoisonError;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How long a burst of the same error stays one log line.
+pub const BURST_WINDOW: Duration = Duration::from_secs(30);
+
+/// A kind of error logged at most once per [`BURST_WINDOW`], with the count of the ones in
+/// between.
+#[derive(Debug, Default)]
+pub struct Burst {
+    /// When the last line was logged, and how many were suppressed since.
+    last: Mutex<Option<(Instant, u64)>>,
+}
+
+impl Burst {
+    /// Records one occurrence; `Some(n)` when a line is due now (`n` occurrences were not
+    /// logged since the last line), `None` to stay quiet.
+    pub fn hit(&self) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        match &mut *last {
+            Some((at, suppressed)) if now.duration_since(*at) < BURST_WINDOW => {
+                *suppressed += 1;
+                None
+            }
+            Some((at, suppressed)) => {
+                let n = *suppressed;
+                *at = now;
+                *suppressed = 0;
+                Some(n)
+            }
+            None => {
+                *last = Some((now, 0));
+                Some(0)
+            }
+        }
+    }
+
+    /// Ends the burst: returns how many occurrences were not logged, and starts afresh.
+    pub fn settle(&self) -> u64 {
+        self.last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .map_or(0, |(_, n)| n)
+    }
+}
+
+/// What the controller knows about the API server's reachability.
+#[derive(Debug)]
+pub struct ApiHealth {
+    reachable: AtomicBool,
+    /// Failures seen since it became unreachable.
+    failures: AtomicU64,
+    /// When it became unreachable.
+    since: Mutex<Option<Instant>>,
+    /// Watch failures while unreachable, logged once per burst.
+    burst: Burst,
+    /// Changes of reachability, logged once per burst too: a partial outage (one resource
+    /// failing, others answering) flips it at every request.
+    flips: Burst,
+    /// Whether the current outage was announced (its recovery is then announced too).
+    announced: AtomicBool,
+    /// Counts recoveries (unreachable → reachable).
+    recovered: watch::Sender<u64>,
+}
+
+impl Default for ApiHealth {
+    fn default() -> Self {
+        Self {
+            reachable: AtomicBool::new(true),
+            failures: AtomicU64::new(0),
+            since: Mutex::new(None),
+            burst: Burst::default(),
+            flips: Burst::default(),
+            announced: AtomicBool::new(false),
+            recovered: watch::channel(0).0,
+        }
+    }
+}
+
+/// The API server answered again after failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// Failures seen while it was unreachable.
+    pub failures: u64,
+    /// How long it was unreachable.
+    pub down_for: Duration,
+    /// Whether to log it: the outage was announced (not a flip within a burst window).
+    pub announce: bool,
+}
+
+/// What a failure changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// It was reachable until now: log a warning (`Again(None)` instead when it already
+    /// flipped within the burst window).
+    Lost,
+    /// Still unreachable; `Some(n)`: log a line now (`n` failures not logged since).
+    Again(Option<u64>),
+}
+
+impl ApiHealth {
+    /// Whether the API server answered last time.
+    pub fn is_reachable(&self) -> bool {
+        self.reachable.load(Ordering::Acquire)
+    }
+
+    /// A request could not reach the API server.
+    pub fn failed(&self) -> Failure {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        if self.reachable.swap(false, Ordering::AcqRel) {
+            *self.since.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+            self.burst.settle();
+            self.burst.hit();
+            let announce = self.flips.hit().is_some();
+            self.announced.store(announce, Ordering::Release);
+            if announce {
+                Failure::Lost
+            } else {
+                Failure::Again(None)
+            }
+        } else {
+            Failure::Again(self.burst.hit())
+        }
+    }
+
+    /// The API server answered. Returns `Some` when it was unreachable until now (and wakes
+    /// [`ApiHealth::recoveries`]).
+    pub fn answered(&self) -> Option<Recovery> {
+        if self.reachable.load(Ordering::Acquire) || self.reachable.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let failures = self.failures.swap(0, Ordering::Relaxed);
+        let down_for = self
+            .since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .map_or(Duration::ZERO, |s| s.elapsed());
+        self.burst.settle();
+        self.recovered.send_modify(|n| *n += 1);
+        Some(Recovery {
+            failures,
+            down_for,
+            announce: self.announced.swap(false, Ordering::AcqRel),
+        })
+    }
+
+    /// Woken after each recovery.
+    pub fn recoveries(&self) -> watch::Receiver<u64> {
+        self.recovered.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_one_line_and_recovery_wakes_subscribers() {
+        let health = ApiHealth::default();
+        let mut rx = health.recoveries();
+        assert!(health.is_reachable());
+        assert_eq!(health.answered(), None);
+        assert_eq!(health.failed(), Failure::Lost);
+        for _ in 0..100 {
+            assert_eq!(health.failed(), Failure::Again(None));
+        }
+        assert!(!health.is_reachable());
+        assert!(!rx.has_changed().unwrap());
+        let recovery = health.answered().unwrap();
+        assert_eq!(recovery.failures, 101);
+        assert!(recovery.announce);
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), 1);
+        assert_eq!(health.answered(), None);
+        // Flapping within the burst window (a partial outage) is quiet, and still tracked.
+        for n in 2..12 {
+            assert_eq!(health.failed(), Failure::Again(None));
+            assert!(!health.is_reachable());
+            let recovery = health.answered().unwrap();
+            assert!(!recovery.announce);
+            assert_eq!(*rx.borrow_and_update(), n);
+        }
+    }
+
+    #[test]
+    fn a_burst_counts_what_it_did_not_log() {
+        let burst = Burst::default();
+        assert_eq!(burst.hit(), Some(0));
+        assert_eq!(burst.hit(), None);
+        assert_eq!(burst.hit(), None);
+        assert_eq!(burst.settle(), 2);
+        assert_eq!(burst.hit(), Some(0));
+    }
+}
