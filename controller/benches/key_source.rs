@@ -247,6 +247,7 @@ impl Controller {
             location: location(ring),
             interval: INTERVAL,
             retire_grace: Duration::from_secs(168 * 3600),
+            refresh_spacing: Duration::from_secs(5),
             aws: aws(endpoint),
             anchor: None,
         };

@@ -81,6 +81,10 @@ pub struct Args {
     /// stays)
     #[arg(long, env = env::KSEAL_KEY_SOURCE_RETIRE_GRACE, default_value = "168h", value_parser = parse_duration, value_name = "DURATION")]
     pub key_source_retire_grace: Duration,
+    /// Refresh requests (SIGUSR1, POST /v1/refresh) sooner than this after the last read of
+    /// the ring wait for the rest of it, so a flood of them costs the key store one read
+    #[arg(long, env = env::KSEAL_KEY_SOURCE_REFRESH_SPACING, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub key_source_refresh_spacing: Duration,
     /// The key ring's trust anchor (a kid, as `kseal keys trust` prints it): only an index
     /// whose signed history starts there is used. Without it the anchor of the first signed
     /// history read is pinned (and said so in a log line, an Event and a metric)
@@ -285,6 +289,8 @@ pub struct KeySourceConfig {
     pub interval: Duration,
     /// How long a mirrored key outlives its removal from the ring.
     pub retire_grace: Duration,
+    /// Refresh requests closer than this to the last read are merged into one read.
+    pub refresh_spacing: Duration,
     /// How to reach AWS.
     pub aws: kseal_keystore::AwsOptions,
     /// `--ring-anchor`: the anchor every index's history must start at (`None`: pinned on
@@ -493,6 +499,7 @@ impl Config {
                     location,
                     interval: args.key_source_interval,
                     retire_grace: args.key_source_retire_grace,
+                    refresh_spacing: args.key_source_refresh_spacing,
                     aws: kseal_keystore::AwsOptions {
                         region: args.aws_region.filter(|r| !r.is_empty()),
                         endpoint_url: args.aws_endpoint_url.filter(|u| !u.is_empty()),

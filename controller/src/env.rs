@@ -29,6 +29,8 @@ pub const KSEAL_KEY_SOURCE: &str = "KSEAL_KEY_SOURCE";
 pub const KSEAL_KEY_SOURCE_INTERVAL: &str = "KSEAL_KEY_SOURCE_INTERVAL";
 /// `--key-source-retire-grace`.
 pub const KSEAL_KEY_SOURCE_RETIRE_GRACE: &str = "KSEAL_KEY_SOURCE_RETIRE_GRACE";
+/// `--key-source-refresh-spacing`.
+pub const KSEAL_KEY_SOURCE_REFRESH_SPACING: &str = "KSEAL_KEY_SOURCE_REFRESH_SPACING";
 /// `--ring-anchor`.
 pub const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
 /// `--aws-region`.

@@ -70,8 +70,6 @@ pub const NAME_PREFIX: &str = "kseal-ring-";
 const FIELD_MANAGER: &str = "kseal-controller";
 const BACKOFF_MIN: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// Refresh requests closer together than this are merged.
-const REFRESH_SPACING: Duration = Duration::from_secs(5);
 /// How often a follower with no anchor pinned (an unsigned ring, or the store unreachable)
 /// reads the index from the store again.
 const FOLLOWER_STORE_READ: Duration = Duration::from_secs(300);
@@ -1288,8 +1286,8 @@ pub async fn run(
             }
             _ = refresh.requested() => {
                 trigger = "refresh";
-                if last_poll.is_some_and(|t| t.elapsed() < REFRESH_SPACING) {
-                    next = next.min(last_poll.map_or(next, |t| t + REFRESH_SPACING));
+                if last_poll.is_some_and(|t| t.elapsed() < config.refresh_spacing) {
+                    next = next.min(last_poll.map_or(next, |t| t + config.refresh_spacing));
                     continue;
                 }
                 tracing::info!("key ring refresh requested");

@@ -60,6 +60,7 @@ fn source(prefix: &str, endpoint: &str) -> KeySourceConfig {
         location: location(prefix),
         interval: Duration::from_secs(3600),
         retire_grace: Duration::from_secs(7 * 86_400),
+        refresh_spacing: Duration::from_secs(5),
         aws: aws(endpoint),
         anchor: None,
     }
@@ -798,6 +799,7 @@ fn dir_source(location: &Location, retire_grace: Duration) -> KeySourceConfig {
         location: location.clone(),
         interval: Duration::from_secs(3600),
         retire_grace,
+        refresh_spacing: Duration::from_secs(5),
         aws: AwsOptions::default(),
         anchor: None,
     }

@@ -525,7 +525,8 @@ async fn run(cli: Cli) -> Result<()> {
         .context("the key ring has no active key")?;
     note(
         "cluster A's controller checks the ring every hour; the demo asks it now, as SIGUSR1 or \
-         POST /v1/refresh does (requests less than 5 s after its last check wait for the rest)",
+         POST /v1/refresh does (--key-source-refresh-spacing, 5 s by default, merges requests that come \
+         sooner after a check; the demo sets 100 ms)",
     );
     a.state.refresh.request();
     wait_for(

@@ -376,6 +376,7 @@ impl Controller {
             },
             interval: Duration::from_secs(3600),
             retire_grace: Duration::from_secs(168 * 3600),
+            refresh_spacing: Duration::from_secs(5),
             aws: aws_options(endpoint),
             // The anchor the README tells a user to give (Helm keySource.ringAnchor).
             anchor: Some(anchor_of(endpoint, ring).await),
