@@ -123,6 +123,30 @@ impl ApiHealth {
         self.reachable.load(Ordering::Acquire)
     }
 
+    /// While unreachable: for how long, and how many requests failed meanwhile.
+    pub fn outage(&self) -> Option<(Duration, u64)> {
+        if self.is_reachable() {
+            return None;
+        }
+        let since = *self.since.lock().unwrap_or_else(PoisonError::into_inner);
+        Some((
+            since.map_or(Duration::ZERO, |t| t.elapsed()),
+            self.failures.load(Ordering::Relaxed),
+        ))
+    }
+
+    /// The line the metrics port's `/readyz` adds while the API server is unreachable
+    /// (readiness itself does not change: the replica keeps serving its certificates).
+    pub fn readyz_line(&self) -> Option<String> {
+        self.outage().map(|(down, failures)| {
+            format!(
+                "api server: unreachable for {} s ({failures} failed requests); certificates are \
+                 served from the keys already loaded\n",
+                down.as_secs()
+            )
+        })
+    }
+
     /// A request could not reach the API server.
     pub fn failed(&self) -> Failure {
         self.failures.fetch_add(1, Ordering::Relaxed);
@@ -200,6 +224,21 @@ mod tests {
             assert!(!recovery.announce);
             assert_eq!(*rx.borrow_and_update(), n);
         }
+    }
+
+    #[test]
+    fn the_detailed_readyz_names_an_outage_only_while_it_lasts() {
+        let health = ApiHealth::default();
+        assert_eq!(health.readyz_line(), None);
+        health.failed();
+        health.failed();
+        let line = health.readyz_line().unwrap();
+        assert!(
+            line.starts_with("api server: unreachable for 0 s (2 failed requests)"),
+            "{line}"
+        );
+        health.answered();
+        assert_eq!(health.readyz_line(), None);
     }
 
     #[test]

@@ -435,9 +435,13 @@ async fn readyz(AxumState(app): AxumState<App>) -> Response {
     text(status, body)
 }
 
-/// The metrics port's `/readyz`: the same answer, plus the key source's last error.
+/// The metrics port's `/readyz`: the same answer, plus the key source's last error and an
+/// API server outage (`kseal_api_server_reachable` says the same).
 async fn readyz_detail(AxumState(state): AxumState<State>) -> Response {
-    let (status, body) = readiness_report(&state.readiness, true);
+    let (status, mut body) = readiness_report(&state.readiness, true);
+    if let Some(line) = state.api.readyz_line() {
+        body.push_str(&line);
+    }
     text(status, body)
 }
 
