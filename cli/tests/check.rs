@@ -574,61 +574,21 @@ fn a_key_ring_gives_every_key_and_its_active_one() {
 
 /// A Kubernetes API server stand-in whose service proxy reaches a controller that opens every
 /// SealedSecret but `staging/queue` (the tampered one); returns its port and the requests.
-fn fake_controller() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::{BufRead as _, Read as _, Write as _};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let requests = std::sync::Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let mut reader = std::io::BufReader::new(stream);
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                head.push_str(&line);
-            }
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (name, value) = l.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            let mut body = vec![0u8; length];
-            if reader.read_exact(&mut body).is_err() {
-                continue;
-            }
-            let body = String::from_utf8_lossy(&body).into_owned();
-            let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
-            let (status, answer) = if path.ends_with("/services/kseal-controller") {
-                (
-                    200,
-                    r#"{"spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
-                )
-            } else if path.ends_with("/proxy/v1/verify") && body.contains(r#""name":"queue""#) {
-                (409, "no key could decrypt secret\n".to_owned())
-            } else if path.ends_with("/proxy/v1/verify") {
-                (200, "ok: 2 sealed values decrypt\n".to_owned())
-            } else {
-                (404, r#"{"kind":"Status","message":"not found"}"#.to_owned())
-            };
-            requests.lock().unwrap().push(format!("{path} {body}"));
-            let stream = reader.get_mut();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-            let _ = stream.flush();
+fn fake_controller() -> (u16, common::Requests) {
+    common::fake_http(|_, path, body| {
+        if path.ends_with("/services/kseal-controller") {
+            (
+                200,
+                r#"{"spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
+            )
+        } else if path.ends_with("/proxy/v1/verify") && body.contains(r#""name":"queue""#) {
+            (409, "no key could decrypt secret\n".to_owned())
+        } else if path.ends_with("/proxy/v1/verify") {
+            (200, "ok: 2 sealed values decrypt\n".to_owned())
+        } else {
+            (404, r#"{"kind":"Status","message":"not found"}"#.to_owned())
         }
-    });
-    (port, seen)
+    })
 }
 
 #[test]

@@ -425,54 +425,13 @@ fn after_reseal_stale_the_old_key_of_a_ring_retires() {
 
 /// A fake API server: answers each request by its path from `routes` (404 otherwise) and
 /// records the request lines and bodies.
-fn serve(routes: Vec<(String, String)>) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::{BufRead as _, Read as _, Write as _};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = std::sync::Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let mut reader = std::io::BufReader::new(stream);
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                head.push_str(&line);
-            }
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (name, value) = l.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            let mut body = vec![0u8; length];
-            if reader.read_exact(&mut body).is_err() {
-                continue;
-            }
-            let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
-            let method = head.split_whitespace().next().unwrap_or("").to_owned();
-            log.lock().unwrap().push(format!(
-                "{method} {path} {}",
-                String::from_utf8_lossy(&body)
-            ));
-            let (status, answer) = routes
-                .iter()
-                .find(|(p, _)| *p == path)
-                .map_or((404, "{}".to_owned()), |(_, b)| (200, b.clone()));
-            let _ = write!(
-                reader.get_mut(),
-                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-        }
-    });
-    (port, seen)
+fn serve(routes: Vec<(String, String)>) -> (u16, common::Requests) {
+    common::fake_http(move |_, path, _| {
+        routes
+            .iter()
+            .find(|(p, _)| p == path)
+            .map_or((404, "{}".to_owned()), |(_, b)| (200, b.clone()))
+    })
 }
 
 #[test]

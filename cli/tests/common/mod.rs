@@ -94,3 +94,60 @@ macro_rules! snap {
         });
     };
 }
+
+/// Every request a [`fake_http`] server answered, as `METHOD PATH BODY`.
+pub type Requests = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// An HTTP/1.1 stand-in on 127.0.0.1 for an API server and its service proxy: one request per
+/// connection, answered by `answer(method, path, body)` with a status and a body, each request
+/// recorded. Returns its port and the record.
+pub fn fake_http<F>(answer: F) -> (u16, Requests)
+where
+    F: Fn(&str, &str, &str) -> (u16, String) + Send + 'static,
+{
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Requests::default();
+    let log = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut reader = std::io::BufReader::new(stream);
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            let mut body = vec![0u8; length];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let body = String::from_utf8_lossy(&body).into_owned();
+            let mut words = head.split_whitespace();
+            let method = words.next().unwrap_or("").to_owned();
+            let path = words.next().unwrap_or("").to_owned();
+            let (status, reply) = answer(&method, &path, &body);
+            log.lock().unwrap().push(format!("{method} {path} {body}"));
+            let stream = reader.get_mut();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+            let _ = stream.flush();
+        }
+    });
+    (port, seen)
+}
