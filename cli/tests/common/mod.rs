@@ -106,8 +106,8 @@ where
     F: Fn(&str, &str, &str) -> (u16, String) + Send + 'static,
 {
     use std::io::{BufRead as _, Read as _, Write as _};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let port = listener.local_addr().expect("local address").port();
     let seen = Requests::default();
     let log = std::sync::Arc::clone(&seen);
     std::thread::spawn(move || {
@@ -139,7 +139,9 @@ where
             let method = words.next().unwrap_or("").to_owned();
             let path = words.next().unwrap_or("").to_owned();
             let (status, reply) = answer(&method, &path, &body);
-            log.lock().unwrap().push(format!("{method} {path} {body}"));
+            log.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(format!("{method} {path} {body}"));
             let stream = reader.get_mut();
             let _ = write!(
                 stream,
