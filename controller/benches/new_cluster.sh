@@ -85,8 +85,10 @@ run_once() {
     k -n "$ctl" label secret bench-key sealedsecrets.bitnami.com/sealed-secrets-key=active >/dev/null
   fi
   k -n "$app" apply -f "$work/$mode.sealed.yaml" >/dev/null
-  : >"$work/watch.out"
-  k -n "$app" get secrets --field-selector metadata.name=app -w -o name >"$work/watch.out" 2>/dev/null &
+  # A file per run, and kubectl itself as the background job (not a function's subshell), so
+  # an earlier run's watch can neither linger nor write here.
+  local out=$work/watch-$mode-$n.out
+  "$kubectl" -n "$app" get secrets --field-selector metadata.name=app -w -o name >"$out" 2>/dev/null &
   watch_pid=$!
   sleep 1 # the watch is established before the controller starts
   local args=(--controller-namespace "$ctl" --listen-addr 127.0.0.1:0 --listen-metrics-addr 127.0.0.1:0)
@@ -97,7 +99,7 @@ run_once() {
   controller_pid=$!
   local seen=""
   for _ in $(seq 1 6000); do
-    if [[ -s "$work/watch.out" ]]; then
+    if [[ -s "$out" ]]; then
       seen=$(now)
       break
     fi
