@@ -14,11 +14,11 @@ pub fn jitter(d: Duration, fraction: f64) -> Duration {
 }
 
 /// Shortest wait before a failed watch is retried.
-const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
+pub const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 /// Longest wait before a failed watch is retried: once the API server is back, every watch
 /// re-lists within this (kube-runtime's default waits up to 30 s, and an outage of a minute
 /// left the reconciler blind for about 35 s after it ended).
-const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
+pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// The retry delays of the controller's watches: from [`WATCH_RETRY_MIN`] doubling to
 /// [`WATCH_RETRY_MAX`], ±20 % jitter, back to the minimum after any successful event, and
