@@ -419,6 +419,23 @@ impl Controller {
         })
     }
 
+    /// `POST /v1/rotate` of one SealedSecret (`body`, JSON): the controller's answer, the
+    /// SealedSecret re-sealed to its sealing key; a refusal is an error with its message.
+    pub(crate) fn rotate(&self, body: &str) -> Result<String> {
+        let response = self.request("POST", "/v1/rotate", Some(body))?;
+        if response.status != 200 {
+            let message = match status_message(&response.body) {
+                m if m.is_empty() => response.body.trim().to_owned(),
+                m => m.trim_start_matches(": ").to_owned(),
+            };
+            bail!(
+                "the controller refused (HTTP {}): {message}",
+                response.status
+            );
+        }
+        Ok(response.body)
+    }
+
     /// Calls the controller's `path` (e.g. `/v1/verify`) through the service proxy.
     pub(crate) fn request(
         &self,

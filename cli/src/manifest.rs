@@ -460,6 +460,53 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8], private: bool) -> Resul
     Ok(())
 }
 
+/// The SealedSecrets of a manifest file's `text` (in `List`s too); none when it holds none.
+/// A document that does not parse is named, `failed to parse document N of `PATH``, followed
+/// by `suffix`.
+pub(crate) fn sealed_secrets_in(
+    path: &Path,
+    text: &str,
+    suffix: &str,
+) -> Result<Vec<kseal_api::SealedSecret>> {
+    if !text.contains("SealedSecret") {
+        return Ok(Vec::new());
+    }
+    let documents: Vec<serde_json::Value> = crate::yaml::from_multiple(text).map_err(|error| {
+        let what = match error.location() {
+            Some(at) => format!("document {}", document_at(text, at.line())),
+            None => "a document".to_owned(),
+        };
+        anyhow::Error::new(error).context(format!(
+            "failed to parse {what} of `{}`{suffix}",
+            path.display()
+        ))
+    })?;
+    let mut out = Vec::new();
+    for (i, value) in documents.into_iter().enumerate() {
+        let values = if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
+            value
+                .get("items")
+                .and_then(|i| i.as_array())
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            vec![value]
+        };
+        for value in values {
+            if value.get("kind").and_then(|k| k.as_str()) == Some(kseal_api::constants::KIND) {
+                out.push(serde_json::from_value(value).with_context(|| {
+                    format!(
+                        "document {} of `{}` is not a valid SealedSecret",
+                        i + 1,
+                        path.display()
+                    )
+                })?);
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

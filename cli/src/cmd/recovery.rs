@@ -342,18 +342,8 @@ impl Resealer {
             }
             Resealer::Controller(controller) => {
                 let body = serde_json::to_string(doc).context("failed to encode the document")?;
-                let response = controller.request("POST", "/v1/rotate", Some(&body))?;
-                if response.status != 200 {
-                    let message = match crate::certs::status_message(&response.body) {
-                        m if m.is_empty() => response.body.trim().to_owned(),
-                        m => m.trim_start_matches(": ").to_owned(),
-                    };
-                    bail!(
-                        "the controller refused (HTTP {}): {message}",
-                        response.status
-                    );
-                }
-                let rotated: crate::yaml::Doc = crate::yaml::from_str(&response.body)
+                let answer = controller.rotate(&body)?;
+                let rotated: crate::yaml::Doc = crate::yaml::from_str(&answer)
                     .context("the controller's answer is not a SealedSecret")?;
                 if rotated.get("kind").and_then(|k| k.as_str()) != Some(kseal_api::constants::KIND)
                 {

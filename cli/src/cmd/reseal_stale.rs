@@ -62,44 +62,6 @@ struct FilePlan {
     target: KeyId,
 }
 
-/// The SealedSecrets of a manifest file (in `List`s too); none when it holds none.
-fn sealed_secrets_in(path: &Path, text: &str) -> Result<Vec<SealedSecret>> {
-    if !text.contains("SealedSecret") {
-        return Ok(Vec::new());
-    }
-    let documents: Vec<serde_json::Value> = crate::yaml::from_multiple(text).map_err(|error| {
-        let what = match error.location() {
-            Some(at) => format!("document {}", crate::manifest::document_at(text, at.line())),
-            None => "a document".to_owned(),
-        };
-        anyhow::Error::new(error).context(format!("failed to parse {what} of `{}`", path.display()))
-    })?;
-    let mut out = Vec::new();
-    for (i, value) in documents.into_iter().enumerate() {
-        let values = if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
-            value
-                .get("items")
-                .and_then(|i| i.as_array())
-                .cloned()
-                .unwrap_or_default()
-        } else {
-            vec![value]
-        };
-        for value in values {
-            if value.get("kind").and_then(|k| k.as_str()) == Some(kseal_api::constants::KIND) {
-                out.push(serde_json::from_value(value).with_context(|| {
-                    format!(
-                        "document {} of `{}` is not a valid SealedSecret",
-                        i + 1,
-                        path.display()
-                    )
-                })?);
-            }
-        }
-    }
-    Ok(out)
-}
-
 fn object_name(s: &SealedSecret) -> String {
     format!(
         "{}/{}",
@@ -219,7 +181,7 @@ fn cert_for(text: &str, allow_http: bool) -> Result<Certificate> {
 /// Finds the stale items of one file and re-seals them in memory.
 fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
     let text = fs_err::read_to_string(path)?;
-    let sealed = sealed_secrets_in(path, &text)?;
+    let sealed = crate::manifest::sealed_secrets_in(path, &text, "")?;
     if sealed.is_empty() {
         return Ok(None);
     }
@@ -319,18 +281,8 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
 /// `POST /v1/rotate` of one SealedSecret.
 fn rotate(controller: &Controller, sealed: &SealedSecret) -> Result<SealedSecret> {
     let body = serde_json::to_string(sealed).context("failed to encode the SealedSecret")?;
-    let response = controller.request("POST", "/v1/rotate", Some(&body))?;
-    if response.status != 200 {
-        let message = match crate::certs::status_message(&response.body) {
-            m if m.is_empty() => response.body.trim().to_owned(),
-            m => m.trim_start_matches(": ").to_owned(),
-        };
-        bail!(
-            "the controller refused (HTTP {}): {message}",
-            response.status
-        );
-    }
-    serde_json::from_str(&response.body).context("the controller's answer is not a SealedSecret")
+    let answer = controller.rotate(&body)?;
+    serde_json::from_str(&answer).context("the controller's answer is not a SealedSecret")
 }
 
 fn is_base64_byte(b: u8) -> bool {

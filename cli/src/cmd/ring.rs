@@ -828,45 +828,7 @@ pub(crate) fn import(args: ImportArgs) -> Result<()> {
 /// The SealedSecrets of one file (other kinds are skipped).
 fn sealed_secrets_in(path: &Path) -> Result<Vec<SealedSecret>> {
     let text = fs_err::read_to_string(path)?;
-    if !text.contains("SealedSecret") {
-        return Ok(Vec::new());
-    }
-    let documents: Vec<serde_json::Value> = crate::yaml::from_multiple(&text).map_err(|error| {
-        let what = match error.location() {
-            Some(at) => format!(
-                "document {}",
-                crate::manifest::document_at(&text, at.line())
-            ),
-            None => "a document".to_owned(),
-        };
-        anyhow::Error::new(error).context(format!(
-            "failed to parse {what} of `{}`, so it cannot be checked",
-            path.display()
-        ))
-    })?;
-    let mut out = Vec::new();
-    for (i, value) in documents.into_iter().enumerate() {
-        let mut values = vec![value];
-        if values[0].get("kind").and_then(|k| k.as_str()) == Some("List") {
-            values = values[0]
-                .get("items")
-                .and_then(|i| i.as_array())
-                .cloned()
-                .unwrap_or_default();
-        }
-        for value in values {
-            if value.get("kind").and_then(|k| k.as_str()) == Some("SealedSecret") {
-                out.push(serde_json::from_value(value).with_context(|| {
-                    format!(
-                        "document {} of `{}` is not a valid SealedSecret",
-                        i + 1,
-                        path.display()
-                    )
-                })?);
-            }
-        }
-    }
-    Ok(out)
+    crate::manifest::sealed_secrets_in(path, &text, ", so it cannot be checked")
 }
 
 /// What scanning the `--check` paths found.
