@@ -935,8 +935,10 @@ async fn metrics_endpoint_exposes_bitnami_names_and_counts_requests() {
         .trim()
         .parse()
         .expect("number");
-    // Two items opened by the one key; the old-key object tries the same key and fails.
-    assert!(rsa >= 3, "{rsa}");
+    // Two items opened by the one key; the old-key object tries the same key and fails,
+    // with RSA work unless the public pre-check rules the key out (its RSA block not below
+    // the key's modulus), so at least two.
+    assert!(rsa >= 2, "{rsa}");
 }
 
 #[tokio::test]
