@@ -460,6 +460,19 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8], private: bool) -> Resul
     Ok(())
 }
 
+/// The objects of one document: the items of a `List`, else the document itself.
+pub(crate) fn list_items(value: serde_json::Value) -> Vec<serde_json::Value> {
+    if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
+        value
+            .get("items")
+            .and_then(|i| i.as_array())
+            .cloned()
+            .unwrap_or_default()
+    } else {
+        vec![value]
+    }
+}
+
 /// The SealedSecrets of a manifest file's `text` (in `List`s too); none when it holds none.
 /// A document that does not parse is named, `failed to parse document N of `PATH``, followed
 /// by `suffix`.
@@ -483,15 +496,7 @@ pub(crate) fn sealed_secrets_in(
     })?;
     let mut out = Vec::new();
     for (i, value) in documents.into_iter().enumerate() {
-        let values = if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
-            value
-                .get("items")
-                .and_then(|i| i.as_array())
-                .cloned()
-                .unwrap_or_default()
-        } else {
-            vec![value]
-        };
+        let values = crate::manifest::list_items(value);
         for value in values {
             if value.get("kind").and_then(|k| k.as_str()) == Some(kseal_api::constants::KIND) {
                 out.push(serde_json::from_value(value).with_context(|| {

@@ -413,15 +413,7 @@ fn read_file(path: &Path) -> Result<FileReport> {
                 continue;
             }
         };
-        let values = if value.get("kind").and_then(|k| k.as_str()) == Some("List") {
-            value
-                .get("items")
-                .and_then(|i| i.as_array())
-                .cloned()
-                .unwrap_or_default()
-        } else {
-            vec![value]
-        };
+        let values = crate::manifest::list_items(value);
         let mut from = first;
         for value in values {
             if value.get("kind").and_then(|k| k.as_str()) != Some(KIND)
