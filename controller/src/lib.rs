@@ -46,6 +46,7 @@ pub mod renewal;
 pub mod ringview;
 pub mod rsapool;
 pub mod scrub;
+pub mod secretcache;
 pub mod signals;
 pub mod state;
 pub mod timing;

@@ -12,8 +12,10 @@
 //!   data (both defined byte by byte in [`crate::formats`]; never a plain hash of
 //!   secret data: UIs such as Argo CD display annotations, and a hash of a short password is
 //!   a dictionary lookup away). When the digest matches and the MAC verifies, the reconcile
-//!   ends without unsealing: a restart costs a GET per SealedSecret and no RSA operation, no
-//!   write and no event. A MAC that does not verify means the data was edited (drift): with
+//!   ends without unsealing: a restart costs no RSA operation, no write, no event and no
+//!   request per object (the Secret watch's list is checked against the MACs as it arrives;
+//!   see [`crate::secretcache`]; a reconcile right after start waits up to 30 s for that first
+//!   list). A MAC that does not verify means the data was edited (drift): with
 //!   drift correction on, the Secret is unsealed again and rewritten.
 //! - **Where the MAC key comes from.** It is derived (HKDF-SHA256) from the DER of a private
 //!   key in the ring, so it needs no extra Secret, survives restarts and is the same on
@@ -24,9 +26,13 @@
 //!   and get a MAC from a remaining key. A digest or MAC in the older v1 forms (Secrets
 //!   written before v2) is still accepted, so upgrading rewrites nothing; the next write of
 //!   such a Secret, for whatever reason, stores the v2 forms.
-//! - **Status** is written with a JSON merge patch of the status subresource, computed from a
-//!   fresh GET and guarded by its resourceVersion (retried on conflict), only when the
-//!   condition or `observedGeneration` changes. The condition has a `reason`.
+//! - **Status** is written with a JSON merge patch of the status subresource, only when the
+//!   condition or `observedGeneration` changes, guarded by the resourceVersion it was computed
+//!   from: first the watched object (no read), then, after a conflict, a fresh GET. The
+//!   condition has a `reason`.
+//! - **A missing Secret is created without reading it first** when the Secret watch has listed
+//!   its namespace and holds none; one that exists after all answers AlreadyExists and is read
+//!   and judged as before.
 //! - **Retries never give up**: capped exponential backoff per object, plus a periodic resync
 //!   with jitter; a key ring change, gaining leadership or a re-list of either watch (events
 //!   may have been missed) reconciles everything again. Like Bitnami, updates of a
@@ -77,7 +83,7 @@ use kseal_api::constants::{
 };
 use kseal_api::{SealedSecret, SealedSecretCondition, UnsealOptions};
 use kseal_keys::{KeyId, KeyRing, OpenStats};
-use kube::api::{Api, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -94,6 +100,7 @@ use crate::keylayout::REPORTER;
 use crate::keys::KeysLoaded;
 use crate::leadership::Fence;
 use crate::metrics::{ConditionLabels, OutcomeLabels};
+use crate::secretcache::{CachedSecret, Lookup, MacVerdict, SecretCache};
 use crate::state::State;
 use crate::timing::{WatchBackoff, jitter};
 use crate::{Error, Result};
@@ -223,6 +230,8 @@ pub struct Context {
     rsa_slots: Arc<crate::rsapool::RsaPool>,
     /// Keys that opened unhinted values lately, tried first for the next ones.
     affinity: crate::affinity::Affinity,
+    /// Secrets as the Secret watches last delivered them, without data.
+    secrets: SecretCache,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -259,6 +268,7 @@ impl Context {
             objects: Mutex::default(),
             rsa_slots,
             affinity: crate::affinity::Affinity::default(),
+            secrets: SecretCache::default(),
         }
     }
 
@@ -383,6 +393,7 @@ fn in_sync(
     existing: &Secret,
     mode: Mode,
     digest: &str,
+    mac: MacCheck<'_>,
 ) -> bool {
     let meta = &existing.metadata;
     // From here on `digest` is the digest as stored, which the MAC covers.
@@ -410,7 +421,7 @@ fn in_sync(
                 .all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
         };
         let Some(tm) = template_meta else {
-            return verify_mac(ctx, ring, ss, existing, mode, digest);
+            return mac.verifies(ctx, ring, ss, existing, mode, digest);
         };
         let mut want_annotations = tm.annotations.clone().unwrap_or_default();
         want_annotations.remove(SPEC_DIGEST_ANNOTATION);
@@ -426,7 +437,77 @@ fn in_sync(
             return false;
         }
     }
-    verify_mac(ctx, ring, ss, existing, mode, digest)
+    mac.verifies(ctx, ring, ss, existing, mode, digest)
+}
+
+/// Where the in-sync check takes the data-MAC verdict from.
+#[derive(Clone, Copy)]
+enum MacCheck<'a> {
+    /// Computed here over the Secret's data (a Secret read with a GET).
+    Data,
+    /// Decided when the watch delivered the Secret ([`crate::secretcache`]): it holds for a
+    /// Secret written whole (not `patch`) while the ring still holds the key it names (the
+    /// MAC key is derived from that key alone).
+    Cached(&'a MacVerdict),
+}
+
+impl MacCheck<'_> {
+    fn verifies(
+        self,
+        ctx: &Context,
+        ring: &Arc<KeyRing>,
+        ss: &SealedSecret,
+        existing: &Secret,
+        mode: Mode,
+        digest: &str,
+    ) -> bool {
+        match self {
+            MacCheck::Data => verify_mac(ctx, ring, ss, existing, mode, digest),
+            MacCheck::Cached(MacVerdict::Verified(id)) => {
+                mode == Mode::Replace && ring.get(id).is_some()
+            }
+            MacCheck::Cached(MacVerdict::Unknown) => false,
+        }
+    }
+}
+
+/// The data-MAC verdict over every item of a Secret the watch delivered (before its data is
+/// wiped; see [`crate::secretcache`]).
+fn mac_verdict(ctx: &Context, secret: &Secret) -> MacVerdict {
+    let meta = &secret.metadata;
+    if is_true(meta, PATCH_ANNOTATION) {
+        return MacVerdict::Unknown;
+    }
+    let Some(digest) = annotation(meta, SPEC_DIGEST_ANNOTATION) else {
+        return MacVerdict::Unknown;
+    };
+    let Some((version, id, tag)) =
+        annotation(meta, DATA_MAC_ANNOTATION).and_then(formats::parse_mac)
+    else {
+        return MacVerdict::Unknown;
+    };
+    let ring = ctx.state.keys.ring();
+    let Some(key) = ctx.mac_key(&ring, version, &id) else {
+        return MacVerdict::Unknown;
+    };
+    let empty = empty_data();
+    let Some(mac) = formats::mac_over(
+        version,
+        &key,
+        digest,
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        secret_type(secret),
+        secret.data.as_ref().unwrap_or(&empty).iter(),
+    ) else {
+        return MacVerdict::Unknown;
+    };
+    // Constant-time comparison.
+    if mac.verify_slice(&tag).is_ok() {
+        MacVerdict::Verified(id)
+    } else {
+        MacVerdict::Unknown
+    }
 }
 
 fn verify_mac(
@@ -697,7 +778,26 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let existing = secrets.get_opt(name).await.map_err(Error::GetSecret)?;
+        // The first look goes to the watched cache: a Secret in sync ends here and a missing
+        // one is created without a read. Anything else, and every retry, reads the Secret.
+        let cached = if attempt == 1 {
+            ctx.secrets.lookup(namespace, name)
+        } else {
+            Lookup::NotListed
+        };
+        let existing = match cached {
+            Lookup::Absent => None,
+            Lookup::Present(c) => {
+                let mode = mode_for(&c.secret, ss, uid);
+                let mac = MacCheck::Cached(&c.mac);
+                if mode.is_ok_and(|m| in_sync(ctx, &ring, ss, &c.secret, m, &digest, mac)) {
+                    ctx.with_object(&oref, |o| o.recreate_managed = false);
+                    return Ok(Outcome::Unchanged);
+                }
+                secrets.get_opt(name).await.map_err(Error::GetSecret)?
+            }
+            Lookup::NotListed => secrets.get_opt(name).await.map_err(Error::GetSecret)?,
+        };
         let result = match &existing {
             None => {
                 if desired.is_none() {
@@ -724,7 +824,9 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
             Some(existing) => {
                 ctx.with_object(&oref, |o| o.recreate_managed = false);
                 let mode = mode_for(existing, ss, uid)?;
-                if desired.is_none() && in_sync(ctx, &ring, ss, existing, mode, &digest) {
+                if desired.is_none()
+                    && in_sync(ctx, &ring, ss, existing, mode, &digest, MacCheck::Data)
+                {
                     return Ok(Outcome::Unchanged);
                 }
                 if desired.is_none() {
@@ -836,12 +938,19 @@ async fn write_status(
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PatchParams::default()
     };
+    let mut read: Option<SealedSecret> = None;
     for attempt in 1..=WRITE_ATTEMPTS {
-        // Decide from a fresh object, never from a possibly stale cache.
-        let fresh = match api.get_status(name).await {
-            Ok(f) => f,
-            Err(e) if api_code(&e) == Some(404) => return Ok(false),
-            Err(e) => return Err(Error::Status(e)),
+        // The first patch is computed from the object this reconcile read (the watch's cache:
+        // no request) and guarded by its resourceVersion, so it applies only if nothing
+        // changed since; after a conflict, from a fresh read.
+        let fresh: &SealedSecret = if attempt == 1 && ss.metadata.resource_version.is_some() {
+            ss
+        } else {
+            match api.get_status(name).await {
+                Ok(f) => read.insert(f),
+                Err(e) if api_code(&e) == Some(404) => return Ok(false),
+                Err(e) => return Err(Error::Status(e)),
+            }
         };
         if fresh.metadata.uid != ss.metadata.uid {
             return Ok(false);
@@ -961,6 +1070,13 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
             })
             .inc();
         return Ok(Action::await_change());
+    }
+    if !ctx.config.skip_recreate {
+        // Right after start, the Secret watch is still listing: waiting for it lets this
+        // reconcile confirm the Secret from the list instead of with a GET of its own.
+        ctx.secrets
+            .wait_listed(obj.metadata.namespace.as_deref().unwrap_or_default())
+            .await;
     }
     metrics.unseal_requests.inc();
     let start = Instant::now();
@@ -1161,10 +1277,9 @@ pub fn error_policy(obj: Arc<SealedSecret>, _error: &Error, ctx: Arc<Context>) -
 /// once). Deleting an unowned Secret does not re-create it (as in Bitnami).
 fn secret_trigger(
     ctx: &Context,
-    secret: &PartialObjectMeta<Secret>,
+    meta: &kube::api::ObjectMeta,
     deleted: bool,
 ) -> Option<ObjectRef<SealedSecret>> {
-    let meta = &secret.metadata;
     let namespace = meta.namespace.as_deref()?;
     let managed = is_true(meta, MANAGED_ANNOTATION);
     if let Some(owner) = meta.owner_references.iter().flatten().find(|o| {
@@ -1258,16 +1373,24 @@ fn sealed_triggers(
         .filter_map(futures::future::ready)
 }
 
-/// SealedSecrets to reconcile from the Secret watch: [`secret_trigger`] for each change, and
-/// every SealedSecret after a re-list (a Secret deleted while the watch was down shows up as
-/// nothing at all).
+/// SealedSecrets to reconcile from the Secret watch of `scope`: [`secret_trigger`] for each
+/// change, and every SealedSecret after a re-list (a Secret deleted while the watch was down
+/// shows up as nothing at all). Each event first updates the [Secret cache](SecretCache),
+/// so a reconcile it triggers reads the Secret as the event delivered it.
 fn secret_triggers(
-    events: impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<Secret>>>>
-    + Send
-    + 'static,
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<Secret>>> + Send + 'static,
     ctx: Arc<Context>,
     store: Store<SealedSecret>,
+    scope: Option<String>,
 ) -> impl futures::Stream<Item = ObjectRef<SealedSecret>> + Send + 'static {
+    let cache = {
+        let scope = scope.clone();
+        move |ctx: &Context, secret: Secret| {
+            let mac = mac_verdict(ctx, &secret);
+            let secret = crate::secretcache::strip(secret);
+            ctx.secrets.apply(&scope, CachedSecret { secret, mac });
+        }
+    };
     events
         .scan(false, move |listed_before, event| {
             if event.is_ok() {
@@ -1275,12 +1398,26 @@ fn secret_triggers(
             }
             let refs: Vec<ObjectRef<SealedSecret>> = match event {
                 Ok(watcher::Event::Apply(s)) => {
-                    secret_trigger(&ctx, &s, false).into_iter().collect()
+                    let refs = secret_trigger(&ctx, &s.metadata, false);
+                    cache(&ctx, s);
+                    refs.into_iter().collect()
                 }
                 Ok(watcher::Event::Delete(s)) => {
-                    secret_trigger(&ctx, &s, true).into_iter().collect()
+                    ctx.secrets.delete(&s);
+                    secret_trigger(&ctx, &s.metadata, true)
+                        .into_iter()
+                        .collect()
+                }
+                Ok(watcher::Event::Init) => {
+                    ctx.secrets.list_started(&scope);
+                    Vec::new()
+                }
+                Ok(watcher::Event::InitApply(s)) => {
+                    cache(&ctx, s);
+                    Vec::new()
                 }
                 Ok(watcher::Event::InitDone) => {
+                    ctx.secrets.list_done(&scope);
                     let relist = std::mem::replace(listed_before, true);
                     if relist {
                         store
@@ -1292,7 +1429,6 @@ fn secret_triggers(
                         Vec::new()
                     }
                 }
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
                 Err(e) => {
                     ctx.state.watch_failed("secrets", &e);
                     Vec::new()
@@ -1301,6 +1437,19 @@ fn secret_triggers(
             futures::future::ready(Some(futures::stream::iter(refs)))
         })
         .flatten()
+}
+
+/// Resolves once the key ring holds a key (at once when it already does).
+async fn first_keys(state: State) {
+    let mut rx = state.keys.subscribe();
+    loop {
+        if !rx.borrow_and_update().is_empty() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            futures::future::pending::<()>().await;
+        }
+    }
 }
 
 /// What a SealedSecret change must touch to trigger a reconcile: identity, spec (through the
@@ -1420,7 +1569,7 @@ pub async fn run(
     let mut stores = Vec::new();
     let mut runs = Vec::new();
     for scope in scopes {
-        let (sealed, secrets): (Api<SealedSecret>, Api<PartialObjectMeta<Secret>>) = match &scope {
+        let (sealed, secrets): (Api<SealedSecret>, Api<Secret>) = match &scope {
             None => (Api::all(client.clone()), Api::all(client.clone())),
             Some(ns) => (
                 Api::namespaced(client.clone(), ns),
@@ -1443,9 +1592,22 @@ pub async fn run(
             // not carry its labels, and their deletion must still re-create them at once.
             // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
             // not in the store, so nothing happens.
-            let secret_events = watcher(secrets, watcher::Config::default())
-                .backoff(WatchBackoff::resetting_on(state.api.recoveries()));
-            c = c.reconcile_on(secret_triggers(secret_events, ctx.clone(), store.clone()));
+            //
+            // Whole Secrets, not metadata: each is checked against its data MAC as it arrives,
+            // then its data is wiped (`secretcache`). The watch starts with the ring's first
+            // keys (no reconcile runs before them anyway), so that check can be made.
+            let recoveries = state.api.recoveries();
+            let secret_events =
+                futures::stream::once(first_keys(state.clone())).flat_map(move |()| {
+                    watcher(secrets.clone(), watcher::Config::default())
+                        .backoff(WatchBackoff::resetting_on(recoveries.clone()))
+                });
+            c = c.reconcile_on(secret_triggers(
+                secret_events,
+                ctx.clone(),
+                store.clone(),
+                scope.clone(),
+            ));
         }
         let c = c
             .reconcile_on(recovered_triggers(ctx.clone(), store.clone()))
@@ -1537,15 +1699,11 @@ mod tests {
         let config = Arc::new(Config::from_args(args, None).unwrap());
         let client = kseal_testkit::TestApiServer::new().client();
         let ctx = Context::new(client, config, State::new(), KeysLoaded::done());
-        let secret = |version: &str| -> PartialObjectMeta<Secret> {
+        let secret = |version: &str| -> kube::api::ObjectMeta {
             serde_json::from_value(serde_json::json!({
-                "apiVersion": "meta.k8s.io/v1",
-                "kind": "PartialObjectMetadata",
-                "metadata": {
                     "name": "s", "namespace": "ns", "resourceVersion": version,
                     "ownerReferences": [{"apiVersion": "bitnami.com/v1alpha1",
                         "kind": "SealedSecret", "name": "s", "uid": "u", "controller": true}]
-                }
             }))
             .unwrap()
         };

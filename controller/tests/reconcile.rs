@@ -828,7 +828,7 @@ async fn a_transient_api_error_does_not_flip_the_status() {
     let running = Running::start(&client, cl.config()).await;
     create_ss(&client, &seal(&secret(&ns, "t", &[("a", "1")]), key(0))).await;
     wait_synced(&client, &ns, "t", "True", "Unsealed").await;
-    let unchanged = running.reconciles("unchanged");
+    let updated = running.reconciles("updated");
     server.clear_requests();
     server.faults().fail(
         FaultRule::new(500)
@@ -836,18 +836,19 @@ async fn a_transient_api_error_does_not_flip_the_status() {
             .path_contains(&format!("/namespaces/{ns}/secrets/t"))
             .watch(false),
     );
-    // A metadata change triggers a reconcile, which hits the 500, then retries.
-    Api::<SealedSecret>::namespaced(client.clone(), &ns)
+    // Drift: the reconcile it triggers cannot confirm the Secret from the watched cache (its
+    // data MAC no longer verifies), so it reads the Secret, hits the 500, then retries.
+    Api::<Secret>::namespaced(client.clone(), &ns)
         .patch(
             "t",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+            &Patch::Merge(json!({"data": {"a": "ZHJpZnQ="}})),
         )
         .await
         .unwrap();
     eventually("retried after the 500", DEADLINE, || async {
         Ok(
-            (server.faults().pending() == 0 && running.reconciles("unchanged") > unchanged)
+            (server.faults().pending() == 0 && running.reconciles("updated") > updated)
                 .then_some(()),
         )
     })
@@ -1086,6 +1087,14 @@ async fn many_sealed_secrets_sync_and_restart_without_rsa_work() {
         2 * COUNT as u64,
         "one RSA operation per item"
     );
+    // Each Secret was created without reading it first (the watched cache knew it was
+    // absent), and each status patch was computed from the watched SealedSecret.
+    let (secret_gets, status_gets) = single_reads(&server.requests(), &ns);
+    eprintln!("cold start: {secret_gets} GET secret, {status_gets} GET status");
+    assert!(
+        secret_gets + status_gets <= COUNT / 10,
+        "{secret_gets} GET secret and {status_gets} GET status for {COUNT} new objects"
+    );
     first.stop().await;
 
     server.clear_requests();
@@ -1101,8 +1110,28 @@ async fn many_sealed_secrets_sync_and_restart_without_rsa_work() {
         restarted.elapsed()
     );
     assert_eq!(second.rsa_operations(), 0);
-    assert!(server.requests().iter().all(|r| r.method == "GET"));
+    let requests = server.requests();
+    assert!(requests.iter().all(|r| r.method == "GET"));
+    // Confirmed from the lists of the watches: not one read per object.
+    assert_eq!(single_reads(&requests, &ns), (0, 0), "reads per object");
     second.stop().await;
+}
+
+/// Single-object reads in `ns`: (GET of one Secret, GET of one SealedSecret's status).
+fn single_reads(requests: &[kseal_testkit::RequestRecord], ns: &str) -> (usize, usize) {
+    let secret = format!("/api/v1/namespaces/{ns}/secrets/");
+    let sealed = format!("/namespaces/{ns}/sealedsecrets/");
+    let gets = || {
+        requests
+            .iter()
+            .filter(|r| r.method == "GET" && !r.is_watch())
+    };
+    (
+        gets().filter(|r| r.path.starts_with(&secret)).count(),
+        gets()
+            .filter(|r| r.path.contains(&sealed) && r.path.ends_with("/status"))
+            .count(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
