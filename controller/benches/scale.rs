@@ -15,18 +15,36 @@
 //!   `legacy2` (the two oldest keys, each value's picked by a hash of its index: about half
 //!   each, mixed within every namespace, so no order of attempts can guess it);
 //! - `SCALE_CONCURRENCY` (`--concurrency`): the controller's `--concurrency`, default the
-//!   number of cores;
+//!   number of cores (those of `SCALE_CONTROLLER_CPUS` when set);
 //! - `SCALE_LEADER_ELECT` (`--leader-elect`): `true` (default) or `false`;
 //! - `SCALE_CONTROLLER_BIN`: another `kseal-controller` binary to run (before/after figures);
 //! - `SCALE_KEY_CACHE` (`--key-cache`): a folder keeping the 24 generated keys between runs
 //!   (default: `scale-keys` under Cargo's target tmp folder; `none` generates afresh). They
-//!   are throwaway bench keys, written with mode 0600: never use them for anything real.
+//!   are throwaway bench keys, written with mode 0600: never use them for anything real;
+//! - `SCALE_FIXTURE_CACHE` (`--fixture-cache`): a folder keeping the sealed fixture
+//!   SealedSecrets between runs, one JSON-lines file per combination of N, namespaces,
+//!   no-hint share, unhinted keys and the 24 key ids (named by a hash of them, so new keys or
+//!   settings never reuse a file; files of other combinations are kept). Default:
+//!   `scale-fixtures` under Cargo's target tmp folder; `none` seals afresh. Sealing stays
+//!   parallel (one thread per core); the objects are still created on the server each run;
+//! - `SCALE_SERVER` (`--server`): where the test API server runs: `inline` (default) in this
+//!   process, or `process`: in a child process of its own (this executable run again with
+//!   `--scale-serve-testapi`, serving as `kseal-testapi` does), so its CPU time is not the
+//!   bench's, and the table reports its CPU time (`/proc/PID/stat`) and peak RSS apart; the
+//!   bench creates the fixtures over TCP and reads and clears the request log over the
+//!   test-only `/_testkit/requests` endpoint;
+//! - `SCALE_SERVER_CPUS` (`--server-cpus`), `SCALE_CONTROLLER_CPUS` (`--controller-cpus`):
+//!   CPU lists (`0-7`, `0,2,4-5`) to pin the server process (needs `SCALE_SERVER=process`)
+//!   and the controller to, with `taskset -c` (the bench fails if `taskset` cannot be run).
+//!   The RSA floors then divide by the controller's CPUs.
 //!
-//! Method: the test API server runs in this process and is served on 127.0.0.1; the
-//! controller is the release `kseal-controller` binary in a child process over a kubeconfig
-//! (default flags: all namespaces, leader election on), so its peak RSS (`VmHWM`) is its
-//! own. Progress goes to stderr, the result table to stdout. Figures are recorded in
-//! docs/benchmarks.md.
+//! Method: the test API server runs in this process (or its own, above) and is served on
+//! 127.0.0.1; the controller is the release `kseal-controller` binary in a child process over
+//! a kubeconfig (default flags: all namespaces, leader election on), so its peak RSS (`VmHWM`)
+//! is its own. Cold start is done when the `created` reconcile counter reaches N, the restart
+//! when the `unchanged` counter does (however the controller confirms the Secrets: the table's
+//! request rows show how many GETs, list pages and watches that took). Progress goes to
+//! stderr, the result table to stdout. Figures are recorded in docs/benchmarks.md.
 
 #![allow(
     clippy::print_stdout,
@@ -45,6 +63,7 @@ use anyhow::{Context as _, bail};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kseal_api::constants::{SEALING_KEY_ANNOTATION, SEALING_KEY_LABEL};
 use kseal_api::{SealOptions, SealedSecret, seal_secret};
 use kseal_controller::keys;
@@ -67,6 +86,10 @@ const PER_OP_SAMPLES: usize = 100;
 const POLL: Duration = Duration::from_millis(200);
 /// Gives up waiting after this long (a hung run, not a measurement).
 const GIVE_UP: Duration = Duration::from_secs(900);
+/// First argument that makes this executable the test API server of `SCALE_SERVER=process`
+/// (`<exe> --scale-serve-testapi KUBECONFIG`; see `kseal_testkit::standalone`). The bench runs
+/// itself rather than `kseal-testapi`, which `cargo bench -p kseal-controller` does not build.
+const SERVE_ARG: &str = "--scale-serve-testapi";
 
 /// Which older keys sealed the values without a hint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,9 +123,36 @@ impl std::fmt::Display for UnhintedKeys {
     }
 }
 
+/// Where the test API server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServerMode {
+    /// In this process (its CPU time is counted with the bench's own).
+    Inline,
+    /// In a child process of its own (this executable again, see [`SERVE_ARG`]).
+    Process,
+}
+
+impl std::str::FromStr for ServerMode {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> anyhow::Result<Self> {
+        match text {
+            "inline" => Ok(Self::Inline),
+            "process" => Ok(Self::Process),
+            _ => bail!("--server {text:?}: expected inline or process"),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Options {
     key_cache: Option<std::path::PathBuf>,
+    fixture_cache: Option<std::path::PathBuf>,
+    server: ServerMode,
+    /// CPU list (`taskset -c`) for the test API server process.
+    server_cpus: Option<String>,
+    /// CPU list (`taskset -c`) for the controller.
+    controller_cpus: Option<String>,
     n: usize,
     namespaces: usize,
     no_hint_percent: usize,
@@ -121,12 +171,19 @@ impl Options {
                 || Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("scale-keys")),
                 cache,
             ),
+            fixture_cache: env("SCALE_FIXTURE_CACHE").map_or_else(
+                || Some(Path::new(env!("CARGO_TARGET_TMPDIR")).join("scale-fixtures")),
+                cache,
+            ),
+            server: env("SCALE_SERVER").map_or(Ok(ServerMode::Inline), |v| v.parse())?,
+            server_cpus: env("SCALE_SERVER_CPUS").filter(|v| !v.is_empty()),
+            controller_cpus: env("SCALE_CONTROLLER_CPUS").filter(|v| !v.is_empty()),
             n: env("SCALE_N").map_or(Ok(10_000), |v| v.parse())?,
             namespaces: env("SCALE_NAMESPACES").map_or(Ok(4), |v| v.parse())?,
             no_hint_percent: env("SCALE_NO_HINT_PERCENT").map_or(Ok(10), |v| v.parse())?,
             unhinted_keys: env("SCALE_UNHINTED_KEYS")
                 .map_or(Ok(UnhintedKeys::Random), |v| v.parse())?,
-            concurrency: env("SCALE_CONCURRENCY").map_or(Ok(cores), |v| v.parse())?,
+            concurrency: env("SCALE_CONCURRENCY").map_or(Ok(0), |v| v.parse())?,
             leader_elect: env("SCALE_LEADER_ELECT").map_or(Ok(true), |v| v.parse())?,
         };
         // `cargo bench` passes `--bench`; anything unknown is ignored.
@@ -145,6 +202,10 @@ impl Options {
                 "--concurrency",
                 "--leader-elect",
                 "--key-cache",
+                "--fixture-cache",
+                "--server",
+                "--server-cpus",
+                "--controller-cpus",
             ];
             if known.contains(&flag.as_str()) {
                 let value = match inline {
@@ -161,19 +222,104 @@ impl Options {
                     "--unhinted-keys" => o.unhinted_keys = value.parse()?,
                     "--concurrency" => o.concurrency = value.parse()?,
                     "--key-cache" => o.key_cache = cache(value),
+                    "--fixture-cache" => o.fixture_cache = cache(value),
+                    "--server" => o.server = value.parse()?,
+                    "--server-cpus" => o.server_cpus = Some(value),
+                    "--controller-cpus" => o.controller_cpus = Some(value),
                     _ => o.leader_elect = value.parse()?,
                 }
             }
             i += 1;
         }
-        if o.n == 0 || o.namespaces == 0 || o.concurrency == 0 || o.no_hint_percent > 100 {
+        if o.n == 0 || o.namespaces == 0 || o.no_hint_percent > 100 {
             bail!("invalid settings: {o:?}");
         }
+        if o.server_cpus.is_some() && o.server == ServerMode::Inline {
+            bail!(
+                "SCALE_SERVER_CPUS (--server-cpus) pins the test API server's own process: it \
+                 needs SCALE_SERVER=process (--server process)"
+            );
+        }
+        for (name, list) in [
+            ("SCALE_SERVER_CPUS", &o.server_cpus),
+            ("SCALE_CONTROLLER_CPUS", &o.controller_cpus),
+        ] {
+            if let Some(list) = list {
+                cpu_count(list).with_context(|| format!("{name}={list:?}"))?;
+                check_taskset(name)?;
+            }
+        }
+        // Unset (0): one reconcile per core the controller may use.
+        if o.concurrency == 0 {
+            o.concurrency = o.controller_cores(cores);
+        }
         Ok(o)
+    }
+
+    /// Cores the controller runs on: its CPU list's, else the machine's (`cores`).
+    fn controller_cores(&self, cores: usize) -> usize {
+        self.controller_cpus
+            .as_deref()
+            .and_then(|l| cpu_count(l).ok())
+            .unwrap_or(cores)
+    }
+}
+
+/// Number of CPUs in a `taskset -c` list such as `0-7` or `0,2,4-5`.
+fn cpu_count(list: &str) -> anyhow::Result<usize> {
+    let mut cpus = HashSet::new();
+    for part in list.split(',') {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let (first, last): (usize, usize) = (first.trim().parse()?, last.trim().parse()?);
+        if first > last {
+            bail!("CPU range {part:?} runs backwards");
+        }
+        cpus.extend(first..=last);
+    }
+    Ok(cpus.len())
+}
+
+/// Fails clearly when `taskset` (util-linux) cannot be run.
+fn check_taskset(setting: &str) -> anyhow::Result<()> {
+    match Command::new("taskset")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(_) => Ok(()),
+        Err(e) => bail!(
+            "{setting} is set, which pins with `taskset`, but `taskset` could not be run ({e}); \
+             install util-linux or unset {setting}"
+        ),
+    }
+}
+
+/// A command for `program`, under `taskset -c cpus` when `cpus` is set (taskset execs the
+/// program, so the child's PID is the program's).
+fn pinned(cpus: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", cpus]).arg(program);
+            cmd
+        }
+        None => Command::new(program),
     }
 }
 
 fn main() -> anyhow::Result<()> {
+    // This executable is also the test API server process of `SCALE_SERVER=process`.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().take(3).collect();
+    if args.get(1).is_some_and(|a| a == SERVE_ARG) {
+        let kubeconfig = args.get(2).context("kubeconfig path")?;
+        return tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(kseal_testkit::standalone::serve_until_stopped(Path::new(
+                kubeconfig,
+            )));
+    }
     let options = Options::parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -364,6 +510,112 @@ fn seal_all(o: &Options, keys: &[KeyPair]) -> Vec<SealedSecret> {
     })
 }
 
+/// Bump when `sealed_secret` changes what it makes, so that cached fixtures of the older
+/// format are not reused.
+const FIXTURE_FORMAT: u32 = 1;
+
+/// The fixture cache file for these settings and keys: named by a hash of everything the
+/// fixtures depend on, so other keys (a regenerated key cache) or settings never reuse it.
+fn fixture_file(dir: &Path, o: &Options, keys: &[KeyPair]) -> std::path::PathBuf {
+    use sha2::{Digest as _, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(format!(
+        "kseal scale fixtures v{FIXTURE_FORMAT}\nn {}\nnamespaces {}\nno-hint-percent {}\n\
+         unhinted-keys {:?}\n",
+        o.n, o.namespaces, o.no_hint_percent, o.unhinted_keys
+    ));
+    for pair in keys {
+        hash.update(pair.id().as_str());
+        hash.update(b"\n");
+    }
+    let name: String = hash.finalize()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    dir.join(format!("fixtures-{}-{name}.jsonl", o.n))
+}
+
+/// SealedSecrets from JSON lines, parsed on one thread per core.
+fn parse_fixtures(text: &str) -> anyhow::Result<Vec<SealedSecret>> {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = lines.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = lines
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|line| serde_json::from_str::<SealedSecret>(line))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+            })
+            .collect();
+        let mut objects = Vec::with_capacity(lines.len());
+        for part in parts {
+            objects.extend(part.join().expect("parsing thread")?);
+        }
+        Ok(objects)
+    })
+}
+
+/// The fixture SealedSecrets from the fixture cache when it holds them for these settings and
+/// keys, else sealed (on one thread per core) and stored there as JSON lines.
+fn cached_fixtures(o: &Options, keys: &[KeyPair]) -> anyhow::Result<Vec<SealedSecret>> {
+    let start = Instant::now();
+    let Some(dir) = o.fixture_cache.as_deref() else {
+        let objects = seal_all(o, keys);
+        eprintln!(
+            "  {} SealedSecrets sealed ({:.1} s; fixture cache off)",
+            o.n,
+            start.elapsed().as_secs_f64()
+        );
+        return Ok(objects);
+    };
+    let file = fixture_file(dir, o, keys);
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        match parse_fixtures(&text) {
+            Ok(objects) if objects.len() == o.n => {
+                eprintln!(
+                    "  {} SealedSecrets read from {} ({:.1} s)",
+                    o.n,
+                    file.display(),
+                    start.elapsed().as_secs_f64()
+                );
+                return Ok(objects);
+            }
+            Ok(objects) => eprintln!(
+                "  {} holds {} objects, not {}: sealing afresh",
+                file.display(),
+                objects.len(),
+                o.n
+            ),
+            Err(e) => eprintln!("  {} unreadable ({e:#}): sealing afresh", file.display()),
+        }
+    }
+    let objects = seal_all(o, keys);
+    eprintln!(
+        "  {} SealedSecrets sealed ({:.1} s)",
+        o.n,
+        start.elapsed().as_secs_f64()
+    );
+    // Written whole, then renamed: an interrupted run leaves no short cache file.
+    std::fs::create_dir_all(dir)?;
+    let partial = file.with_extension("partial");
+    {
+        use std::io::Write as _;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+        for ss in &objects {
+            serde_json::to_writer(&mut out, ss)?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+    }
+    std::fs::rename(&partial, &file)?;
+    eprintln!("  stored in {}", file.display());
+    Ok(objects)
+}
+
 /// SplitMix64's finalizer: a fixed, well-spread hash (which legacy key sealed a value must
 /// not follow its namespace or its position in a list).
 fn mix(mut x: u64) -> u64 {
@@ -460,6 +712,13 @@ fn cpu_time(pid: &str) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
+/// CPU time `pid` used since `before`.
+fn cpu_since(pid: &str, before: Option<Duration>) -> Option<Duration> {
+    cpu_time(pid)
+        .zip(before)
+        .map(|(now, before)| now.saturating_sub(before))
+}
+
 fn secs(d: Option<Duration>) -> String {
     d.map_or("?".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
 }
@@ -473,7 +732,10 @@ struct Controller {
 impl Controller {
     fn start(o: &Options, kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Self> {
         let (api_port, metrics_port) = (free_port(), free_port());
-        let mut cmd = Command::new(std::env::var_os(BIN_ENV).unwrap_or_else(|| BIN.into()));
+        let mut cmd = pinned(
+            o.controller_cpus.as_deref(),
+            std::env::var_os(BIN_ENV).unwrap_or_else(|| BIN.into()),
+        );
         for (name, _) in std::env::vars() {
             if name.starts_with("KSEAL_") || name == "POD_NAMESPACE" || name == "POD_NAME" {
                 cmd.env_remove(name);
@@ -537,6 +799,145 @@ impl Controller {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// The test API server: in this process, or in a child process of its own.
+enum ApiServer {
+    Inline {
+        server: TestApiServer,
+        /// Serving while held.
+        served: kseal_testkit::ServedApiServer,
+    },
+    Process {
+        child: Child,
+        /// Closing it (dropping it) stops the server, also when the bench fails.
+        stdin: Option<std::process::ChildStdin>,
+        /// Over TCP, for the fixtures and the request log.
+        client: Client,
+    },
+}
+
+impl ApiServer {
+    /// Starts the server and writes a kubeconfig for it to `kubeconfig`.
+    async fn start(o: &Options, kubeconfig: &Path) -> anyhow::Result<Self> {
+        match o.server {
+            ServerMode::Inline => {
+                let server = TestApiServer::new();
+                let served = server.serve().await?;
+                served.write_kubeconfig(kubeconfig)?;
+                Ok(Self::Inline { server, served })
+            }
+            ServerMode::Process => {
+                let mut child = pinned(o.server_cpus.as_deref(), std::env::current_exe()?)
+                    .arg(SERVE_ARG)
+                    .arg(kubeconfig)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .context("starting the test API server process")?;
+                let stdin = child.stdin.take();
+                let stdout = child.stdout.take().context("server stdout")?;
+                // Its first line is its URL, printed once the kubeconfig is written.
+                let url = tokio::task::spawn_blocking(move || {
+                    use std::io::BufRead as _;
+                    let mut line = String::new();
+                    std::io::BufReader::new(stdout)
+                        .read_line(&mut line)
+                        .map(|_| line)
+                })
+                .await??;
+                let url = url.trim();
+                if url.is_empty() {
+                    bail!("the test API server process exited before serving");
+                }
+                let client = Client::try_from(kube::Config::new(url.parse()?))?;
+                eprintln!("  test API server: process {} at {url}", child.id());
+                Ok(Self::Process {
+                    child,
+                    stdin,
+                    client,
+                })
+            }
+        }
+    }
+
+    /// A client for the fixtures: in-process (no socket) for an inline server.
+    fn client(&self) -> Client {
+        match self {
+            Self::Inline { server, .. } => server.client(),
+            Self::Process { client, .. } => client.clone(),
+        }
+    }
+
+    /// The server's process, for `/proc`: this one (`self`) when inline.
+    fn pid(&self) -> String {
+        match self {
+            Self::Inline { .. } => "self".to_owned(),
+            Self::Process { child, .. } => child.id().to_string(),
+        }
+    }
+
+    async fn apply_crd(&self) -> anyhow::Result<()> {
+        match self {
+            Self::Inline { server, .. } => {
+                server.apply_yaml(CRD_YAML)?;
+            }
+            Self::Process { client, .. } => {
+                let crd: CustomResourceDefinition = serde_saphyr::from_str(CRD_YAML)?;
+                Api::<CustomResourceDefinition>::all(client.clone())
+                    .create(&PostParams::default(), &crd)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn requests(&self) -> anyhow::Result<Vec<kseal_testkit::RequestRecord>> {
+        match self {
+            Self::Inline { server, .. } => Ok(server.requests()),
+            Self::Process { client, .. } => Ok(client
+                .request(http::Request::get(kseal_testkit::ADMIN_REQUESTS_PATH).body(Vec::new())?)
+                .await
+                .context("reading the request log")?),
+        }
+    }
+
+    async fn clear_requests(&self) -> anyhow::Result<()> {
+        match self {
+            Self::Inline { server, .. } => server.clear_requests(),
+            Self::Process { client, .. } => {
+                client
+                    .request_text(
+                        http::Request::delete(kseal_testkit::ADMIN_REQUESTS_PATH)
+                            .body(Vec::new())?,
+                    )
+                    .await
+                    .context("clearing the request log")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops serving; a server process is waited for (stdin closed, then SIGKILL after 10 s).
+    async fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Self::Inline { served, .. } => drop(served),
+            Self::Process {
+                mut child, stdin, ..
+            } => {
+                drop(stdin);
+                let start = Instant::now();
+                while child.try_wait()?.is_none() {
+                    if start.elapsed() > Duration::from_secs(10) {
+                        child.kill()?;
+                        bail!("the test API server process did not exit within 10 s");
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -611,35 +1012,63 @@ fn writes(log: &[kseal_testkit::RequestRecord]) -> (usize, usize, BTreeMap<Strin
     (objects, leases, by_kind)
 }
 
-/// Reads in a request log by kind: single GETs of Secrets and of SealedSecret status, lists
-/// and watches.
-fn reads(log: &[kseal_testkit::RequestRecord]) -> String {
-    let (mut secret, mut status, mut lists, mut watches, mut other) = (0, 0, 0, 0, 0);
-    for r in log.iter().filter(|r| r.method == "GET") {
-        if r.is_watch() {
-            watches += 1;
-        } else if r.path.ends_with("/status") {
-            status += 1;
-        } else if r.path.contains("/secrets/") {
-            secret += 1;
-        } else if r.path.ends_with("/secrets") || r.path.ends_with("/sealedsecrets") {
-            lists += 1;
-        } else {
-            other += 1;
-        }
-    }
-    format!(
-        "GET secret {secret}, GET status {status}, list pages {lists}, watches {watches}, \
-         other GETs {other}"
-    )
+/// Reads in a request log by kind.
+#[derive(Debug, Default, Clone, Copy)]
+struct Reads {
+    /// Single GETs of a Secret.
+    secret: usize,
+    /// Single GETs of a SealedSecret's status subresource.
+    status: usize,
+    /// List requests (pages) of Secrets or SealedSecrets.
+    list_pages: usize,
+    watches: usize,
+    other: usize,
 }
 
-fn distinct_secret_gets(log: &[kseal_testkit::RequestRecord]) -> usize {
-    log.iter()
-        .filter(|r| r.method == "GET" && !r.is_watch() && r.path.contains("/secrets/"))
-        .map(|r| r.path.as_str())
-        .collect::<HashSet<_>>()
-        .len()
+impl Reads {
+    fn of(log: &[kseal_testkit::RequestRecord]) -> Self {
+        let mut reads = Self::default();
+        for r in log.iter().filter(|r| r.method == "GET") {
+            let count = if r.is_watch() {
+                &mut reads.watches
+            } else if r.path.ends_with("/status") {
+                &mut reads.status
+            } else if r.path.contains("/secrets/") {
+                &mut reads.secret
+            } else if r.path.ends_with("/secrets") || r.path.ends_with("/sealedsecrets") {
+                &mut reads.list_pages
+            } else {
+                &mut reads.other
+            };
+            *count += 1;
+        }
+        reads
+    }
+
+    /// `GET secret / GET status / list pages / watches`, as in the table.
+    fn row(&self) -> String {
+        format!(
+            "{} / {} / {} / {}",
+            self.secret, self.status, self.list_pages, self.watches
+        )
+    }
+}
+
+impl std::fmt::Display for Reads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GET secret {}, GET status {}, list pages {}, watches {}, other GETs {}",
+            self.secret, self.status, self.list_pages, self.watches, self.other
+        )
+    }
+}
+
+fn placement(mode: ServerMode) -> &'static str {
+    match mode {
+        ServerMode::Inline => "in the bench process",
+        ServerMode::Process => "in its own process",
+    }
 }
 
 fn mib(kib: Option<u64>) -> String {
@@ -648,19 +1077,31 @@ fn mib(kib: Option<u64>) -> String {
 
 async fn run(o: Options) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let controller_cores = o.controller_cores(cores);
     eprintln!(
         "scale bench: N={} over {} namespaces, {}% older key without hint ({}), {KEYS} keys, \
-         --concurrency {}, leader election {}, {cores} cores",
-        o.n, o.namespaces, o.no_hint_percent, o.unhinted_keys, o.concurrency, o.leader_elect
+         --concurrency {}, leader election {}, {cores} cores; test API server {}{}; \
+         controller on {}",
+        o.n,
+        o.namespaces,
+        o.no_hint_percent,
+        o.unhinted_keys,
+        o.concurrency,
+        o.leader_elect,
+        placement(o.server),
+        o.server_cpus
+            .as_deref()
+            .map_or(String::new(), |c| format!(" on CPUs {c}")),
+        o.controller_cpus
+            .as_deref()
+            .map_or("any CPU".to_owned(), |c| format!("CPUs {c}")),
     );
-    let server = TestApiServer::new();
-    let served = server.serve().await?;
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
-    served.write_kubeconfig(&kubeconfig)?;
+    let server = ApiServer::start(&o, &kubeconfig).await?;
     let client = server.client();
 
-    server.apply_yaml(CRD_YAML)?;
+    server.apply_crd().await?;
     let ss_all: Api<SealedSecret> = Api::all(client.clone());
     let crd_start = Instant::now();
     while ss_all.list(&ListParams::default().limit(1)).await.is_err() {
@@ -716,9 +1157,9 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let t = Instant::now();
     let objects: Vec<SealedSecret> = tokio::task::spawn_blocking({
         let (o, keys) = (o.clone(), keys.clone());
-        move || seal_all(&o, &keys)
+        move || cached_fixtures(&o, &keys)
     })
-    .await?;
+    .await??;
     let hinted = objects
         .iter()
         .filter(|s| s.sealing_key_hint().is_some())
@@ -772,8 +1213,8 @@ async fn run(o: Options) -> anyhow::Result<()> {
     // Cold start.
     eprintln!("cold start…");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    server.clear_requests();
-    let bench_cpu_before = cpu_time("self");
+    server.clear_requests().await?;
+    let (bench_cpu_before, server_cpu_before) = (cpu_time("self"), cpu_time(&server.pid()));
     let start = Instant::now();
     let mut ctrl = Controller::start(&o, &kubeconfig, &dir.path().join("cold.log"), &[])?;
     let mut last = Counters::default();
@@ -804,11 +1245,10 @@ async fn run(o: Options) -> anyhow::Result<()> {
     };
     let cold_rss = peak_rss_kib(&ctrl.pid());
     let cold_ctrl_cpu = cpu_time(&ctrl.pid());
-    let cold_server_cpu = cpu_time("self")
-        .zip(bench_cpu_before)
-        .map(|(a, b)| a.saturating_sub(b));
+    let cold_bench_cpu = cpu_since("self", bench_cpu_before);
+    let cold_server_cpu = cpu_since(&server.pid(), server_cpu_before);
     let cold_counters = last;
-    let cold_log = server.requests();
+    let cold_log = server.requests().await?;
     let unsynced = not_synced(&client, &o).await?;
     eprintln!(
         "  done in {:.2} s; {cold_counters:?}; {unsynced} not Synced=True or without Secret",
@@ -819,7 +1259,8 @@ async fn run(o: Options) -> anyhow::Result<()> {
     }
     let (cold_writes, cold_lease_writes, cold_by_kind) = writes(&cold_log);
     eprintln!("  writes: {cold_writes} objects, {cold_lease_writes} lease; {cold_by_kind:?}");
-    eprintln!("  reads by completion: {}", reads(&cold_log));
+    let cold_reads = Reads::of(&cold_log);
+    eprintln!("  reads by completion: {cold_reads}");
     // Let the re-triggered checks (each created Secret triggers one) finish.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let settled = counters(&scrape(ctrl.metrics_port).await?);
@@ -829,8 +1270,8 @@ async fn run(o: Options) -> anyhow::Result<()> {
     // Restart on the same state.
     eprintln!("restart…");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    server.clear_requests();
-    let bench_cpu_before = cpu_time("self");
+    server.clear_requests().await?;
+    let (bench_cpu_before, server_cpu_before) = (cpu_time("self"), cpu_time(&server.pid()));
     let start = Instant::now();
     let mut ctrl = Controller::start(&o, &kubeconfig, &dir.path().join("restart.log"), &[])?;
     let mut ready: Option<Duration> = None;
@@ -849,25 +1290,24 @@ async fn run(o: Options) -> anyhow::Result<()> {
         };
         last = counters(&m);
         let elapsed = start.elapsed();
-        // Complete: every object reconciled without work (the counter) and every object's
-        // Secret read by this replica (the request log, against duplicate reconciles).
+        // Complete: every object reconciled without work. Whether the controller confirmed
+        // each Secret with a GET or from its watch cache, the counter is what says so; the
+        // request log only shows how (the reads row). A duplicate reconcile counts twice, so
+        // the counter can reach N a little before the last object is confirmed: the counters
+        // 2 s later show how many there were.
         if last.unchanged as usize >= o.n {
-            let log = server.requests();
-            if distinct_secret_gets(&log) >= o.n {
-                break (elapsed, log.len());
-            }
+            break (elapsed, server.requests().await?.len());
         }
     };
     let restart_ctrl_cpu = cpu_time(&ctrl.pid());
-    let restart_server_cpu = cpu_time("self")
-        .zip(bench_cpu_before)
-        .map(|(a, b)| a.saturating_sub(b));
+    let restart_bench_cpu = cpu_since("self", bench_cpu_before);
+    let restart_server_cpu = cpu_since(&server.pid(), server_cpu_before);
     let ready = ready.unwrap_or(restart);
     // Writes during the restart, and a little after (late duplicate reconciles).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = counters(&scrape(ctrl.metrics_port).await?);
     let restart_rss = peak_rss_kib(&ctrl.pid());
-    let restart_log = server.requests();
+    let restart_log = server.requests().await?;
     let (restart_writes, restart_lease_writes, restart_by_kind) = writes(&restart_log);
     eprintln!(
         "  done in {:.2} s (ready at {:.2} s); {last:?}; 2 s later {after:?}; {} requests by \
@@ -878,13 +1318,19 @@ async fn run(o: Options) -> anyhow::Result<()> {
         log_len,
         restart_log.len()
     );
-    eprintln!("  reads: {}", reads(&restart_log));
+    let restart_reads = Reads::of(&restart_log);
+    eprintln!("  reads: {restart_reads}");
     ctrl.stop().await?;
-    let server_rss = peak_rss_kib("self");
-    drop(served);
+    let bench_rss = peak_rss_kib("self");
+    let process_server_rss = match o.server {
+        ServerMode::Process => peak_rss_kib(&server.pid()),
+        ServerMode::Inline => None,
+    };
+    server.stop().await?;
 
-    let rsa_floor = per_op.mul_f64(cold_counters.rsa as f64 / cores as f64);
-    let value_floor = per_op.mul_f64(o.n as f64 / cores as f64);
+    // The floors divide by the cores the controller may use (its CPU list when pinned).
+    let rsa_floor = per_op.mul_f64(cold_counters.rsa as f64 / controller_cores as f64);
+    let value_floor = per_op.mul_f64(o.n as f64 / controller_cores as f64);
     let ratio = cold.as_secs_f64() / rsa_floor.as_secs_f64();
     println!();
     println!("| item | value | goal |");
@@ -904,8 +1350,15 @@ async fn run(o: Options) -> anyhow::Result<()> {
     );
     println!("| keys (RSA-4096) | {KEYS} | — |");
     println!(
-        "| cores / --concurrency | {cores} / {} | — |",
+        "| cores (machine / controller's) / --concurrency | {cores} / {controller_cores} / {} | — |",
         o.concurrency
+    );
+    println!(
+        "| test API server | {}{} | — |",
+        placement(o.server),
+        o.server_cpus
+            .as_deref()
+            .map_or(String::new(), |c| format!(", CPUs {c}"))
     );
     println!(
         "| per-op open time (1 key, {PER_OP_SAMPLES} decrypts) | {:.3} ms | — |",
@@ -962,10 +1415,22 @@ async fn run(o: Options) -> anyhow::Result<()> {
     );
     println!("| cold-start writes (objects / Lease) | {cold_writes} / {cold_lease_writes} | — |");
     println!(
-        "| cold-start CPU: controller / bench process (test API server, polling) | {} / {} | — |",
-        secs(cold_ctrl_cpu),
-        secs(cold_server_cpu)
+        "| cold start: requests to the API server (GET secret / GET status / list pages / watches) | {} | — |",
+        cold_reads.row()
     );
+    match o.server {
+        ServerMode::Inline => println!(
+            "| cold-start CPU: controller / bench process (test API server, polling) | {} / {} | — |",
+            secs(cold_ctrl_cpu),
+            secs(cold_server_cpu)
+        ),
+        ServerMode::Process => println!(
+            "| cold-start CPU: controller / test API server process / bench process (polling) | {} / {} / {} | — |",
+            secs(cold_ctrl_cpu),
+            secs(cold_server_cpu),
+            secs(cold_bench_cpu)
+        ),
+    }
     let rsa_cpu = per_op.mul_f64(cold_counters.rsa as f64);
     println!(
         "| cold-start CPU in RSA (ops × per-op) | {:.1} s | — |",
@@ -991,10 +1456,22 @@ async fn run(o: Options) -> anyhow::Result<()> {
         "| restart: every object confirmed | {:.2} s | < 10 s |",
         restart.as_secs_f64()
     );
+    match o.server {
+        ServerMode::Inline => println!(
+            "| restart CPU: controller / bench process | {} / {} | — |",
+            secs(restart_ctrl_cpu),
+            secs(restart_server_cpu)
+        ),
+        ServerMode::Process => println!(
+            "| restart CPU: controller / test API server process / bench process | {} / {} / {} | — |",
+            secs(restart_ctrl_cpu),
+            secs(restart_server_cpu),
+            secs(restart_bench_cpu)
+        ),
+    }
     println!(
-        "| restart CPU: controller / bench process | {} / {} | — |",
-        secs(restart_ctrl_cpu),
-        secs(restart_server_cpu)
+        "| restart: requests to the API server (GET secret / GET status / list pages / watches) | {} | O(pages) |",
+        restart_reads.row()
     );
     println!("| restart RSA ops | {} | 0 |", after.rsa);
     println!(
@@ -1019,9 +1496,21 @@ async fn run(o: Options) -> anyhow::Result<()> {
                 cold.saturating_sub(idle) as f64 / o.n as f64
             ))
     );
-    println!(
-        "| bench process peak RSS (test API server + fixtures, not the controller) | {} | — |",
-        mib(server_rss)
-    );
+    match o.server {
+        ServerMode::Inline => println!(
+            "| bench process peak RSS (test API server + fixtures, not the controller) | {} | — |",
+            mib(bench_rss)
+        ),
+        ServerMode::Process => {
+            println!(
+                "| test API server process peak RSS (VmHWM) | {} | — |",
+                mib(process_server_rss)
+            );
+            println!(
+                "| bench process peak RSS (fixtures, not the server or the controller) | {} | — |",
+                mib(bench_rss)
+            );
+        }
+    }
     Ok(())
 }

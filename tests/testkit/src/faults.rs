@@ -7,8 +7,9 @@ use http::Method;
 
 use crate::store::State;
 
-/// One request the server answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One request the server answered. Serializable for `GET /_testkit/requests`
+/// ([`crate::TestApiServer::serve_with_admin`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RequestRecord {
     /// HTTP method, e.g. `PATCH`.
     pub method: String,

@@ -58,6 +58,7 @@ pub mod scenarios;
 mod selector;
 mod server;
 pub mod sm;
+pub mod standalone;
 mod store;
 
 use std::net::SocketAddr;
@@ -72,6 +73,10 @@ pub use faults::{FaultRule, Faults, RequestRecord};
 pub use proxy::ProxyTarget;
 
 use server::Inner;
+
+/// The request log of a server started with [`TestApiServer::serve_with_admin`]: `GET` for the
+/// log (a JSON array of [`RequestRecord`]s), `DELETE` to clear it. Test-only.
+pub const ADMIN_REQUESTS_PATH: &str = "/_testkit/requests";
 use store::State;
 
 /// An in-memory Kubernetes API server for tests. Cheap to clone (shared state).
@@ -125,13 +130,39 @@ impl TestApiServer {
 
     /// Serves the API on `127.0.0.1` on a free port until the returned handle is dropped.
     pub async fn serve(&self) -> std::io::Result<ServedApiServer> {
+        self.serve_router(self.router()).await
+    }
+
+    /// Like [`TestApiServer::serve`], plus test-only admin endpoints for a client in another
+    /// process (the `kseal-testapi` binary, the scale benchmark's separate server):
+    /// `GET /_testkit/requests` returns the request log as a JSON array of [`RequestRecord`]s
+    /// and `DELETE /_testkit/requests` clears it. These paths are not Kubernetes API paths,
+    /// are not themselves logged, and, like the API, are served on `127.0.0.1` only.
+    pub async fn serve_with_admin(&self) -> std::io::Result<ServedApiServer> {
+        self.serve_router(self.admin_router().merge(self.router()))
+            .await
+    }
+
+    /// The admin endpoints of [`TestApiServer::serve_with_admin`].
+    fn admin_router(&self) -> axum::Router {
+        use axum::routing::get;
+        let (get_log, clear_log) = (self.clone(), self.clone());
+        axum::Router::new().route(
+            ADMIN_REQUESTS_PATH,
+            get(move || async move { axum::Json(get_log.requests()) }).delete(move || async move {
+                clear_log.clear_requests();
+                http::StatusCode::NO_CONTENT
+            }),
+        )
+    }
+
+    async fn serve_router(&self, router: axum::Router) -> std::io::Result<ServedApiServer> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         if let Ok(mut a) = self.inner.address.lock() {
             *a = addr.to_string();
         }
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let router = self.router();
         let task = tokio::spawn(async move {
             let shutdown = async {
                 let _ = rx.await;

@@ -272,6 +272,39 @@ async fn injected_faults_fail_matching_requests_and_the_log_records_them() {
     server.faults().set_delay(None);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoint_serves_and_clears_the_request_log_over_tcp() {
+    let server = TestApiServer::new();
+    let served = server.serve_with_admin().await.unwrap();
+    let client = served.client().unwrap();
+    let admin = || kseal_testkit::ADMIN_REQUESTS_PATH;
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let log: Vec<kseal_testkit::RequestRecord> = client
+        .request(http::Request::get(admin()).body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    // The admin request itself is not logged.
+    assert_eq!(log, server.requests());
+    assert_eq!(
+        log.iter()
+            .map(|r| (r.method.as_str(), r.path.as_str()))
+            .collect::<Vec<_>>(),
+        [("GET", "/api/v1/namespaces/default/configmaps")]
+    );
+    client
+        .request_text(http::Request::delete(admin()).body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    assert!(server.requests().is_empty());
+    // The plain `serve` has no admin endpoint: the path is not an API path.
+    let plain = server.serve().await.unwrap();
+    let (code, _) = raw_http(&plain.addr().to_string(), "GET", admin(), "", "").await;
+    assert_eq!(code, 404);
+}
+
 #[tokio::test]
 async fn watcher_relists_after_compaction_and_dropped_watches() {
     let server = TestApiServer::new();
