@@ -656,6 +656,8 @@ async fn get_status(port: u16, path: &str) -> Option<u16> {
 #[derive(Debug, Default, Clone, Copy)]
 struct Counters {
     rsa: u64,
+    /// `kseal_unseal_cpu_seconds_total`: CPU time of the controller's unsealing threads.
+    unseal_cpu: f64,
     created: u64,
     updated: u64,
     unchanged: u64,
@@ -671,6 +673,10 @@ fn counters(metrics: &str) -> Counters {
         let Ok(v) = value.parse::<f64>() else {
             continue;
         };
+        if name == "kseal_unseal_cpu_seconds_total" {
+            c.unseal_cpu = v;
+            continue;
+        }
         let v = v as u64;
         match name {
             "kseal_rsa_operations_total" => c.rsa = v,
@@ -1442,10 +1448,21 @@ async fn run(o: Options) -> anyhow::Result<()> {
     // estimate: RSA under full load can run slower than the idle measurement (shared caches,
     // clocks), which shows up here as extra "outside RSA" time; CPU is counted in 10 ms ticks.
     println!(
-        "| controller CPU per object outside RSA ((CPU − RSA ops × per-op) / N) | {} | — |",
+        "| controller CPU per object outside RSA, estimated ((CPU − RSA ops × idle per-op) / N) | {} | — |",
         cold_ctrl_cpu.map_or("?".to_owned(), |cpu| format!(
             "{:.2} ms",
             cpu.saturating_sub(rsa_cpu).as_secs_f64() * 1e3 / o.n as f64
+        ))
+    );
+    // Measured instead of estimated: the controller counts the thread CPU time of its
+    // unsealing work (RSA, AES-GCM, templates) as it runs, under the real load.
+    println!(
+        "| controller CPU per object outside unsealing, measured ((CPU − kseal_unseal_cpu_seconds_total) / N; unsealing {:.2} s, {:.3} ms per RSA op) | {} | ≤ 0.3 ms |",
+        cold_counters.unseal_cpu,
+        cold_counters.unseal_cpu * 1e3 / cold_counters.rsa.max(1) as f64,
+        cold_ctrl_cpu.map_or("?".to_owned(), |cpu| format!(
+            "{:.2} ms",
+            (cpu.as_secs_f64() - cold_counters.unseal_cpu).max(0.0) * 1e3 / o.n as f64
         ))
     );
     println!(

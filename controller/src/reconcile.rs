@@ -588,10 +588,11 @@ async fn unseal(
     let (sealed, keys) = (ss.clone(), ring.clone());
     let _slot = ctx.rsa_slots.reconcile().await;
     // RSA work runs on the blocking pool, off the async worker threads.
-    let (result, stats) = tokio::task::spawn_blocking(move || {
+    let (result, stats, cpu) = tokio::task::spawn_blocking(move || {
+        let started = thread_cpu_time();
         let mut stats = OpenStats::default();
         let result = kseal_api::unseal_counted(&sealed, &keys, &options, &mut stats);
-        (result, stats)
+        (result, stats, thread_cpu_time().saturating_sub(started))
     })
     .await
     .map_err(|_| Error::Task)?;
@@ -599,6 +600,7 @@ async fn unseal(
         .metrics
         .rsa_operations
         .inc_by(stats.rsa_operations);
+    ctx.state.metrics.unseal_cpu.inc_by(cpu.as_secs_f64());
     let unsealed = result.map_err(Error::Unseal)?;
     ctx.affinity.learn(ss, &unsealed);
     ctx.with_object(oref, |o| {
@@ -638,6 +640,15 @@ async fn unseal(
         formats::format_mac(sealing.id(), tag.as_slice()),
     );
     Ok(Desired { secret })
+}
+
+/// CPU time of the calling thread so far.
+fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or_default(),
+        u32::try_from(t.tv_nsec).unwrap_or_default(),
+    )
 }
 
 /// Empty maps and lists read back from the API server as absent; compare like with like.
