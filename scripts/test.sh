@@ -171,6 +171,22 @@ if [[ "$status" == 0 ]]; then
 else
   log "the documents' commands: not run, cargo test failed (the binaries may be stale)"
 fi
+# Fencing, end to end (controller/tests/scenarios/frozen-leader.sh): two replicas of the
+# kseal-controller binary `cargo test` has just built, on a reference apiserver of their own
+# with its audit log on (the witness); the leader is frozen (SIGSTOP) past its lease with work
+# queued, and must write nothing after it wakes. About a minute.
+if [[ "$status" == 0 && -n "$refapi_state" ]]; then
+  log "frozen leader: no write after it wakes (controller/tests/scenarios/frozen-leader.sh)"
+  frozen_env=$(KSEAL_REFAPI_AUDIT=1 bash tests/refapi/start.sh)
+  (
+    eval "$frozen_env"
+    trap 'bash tests/refapi/stop.sh "$KSEAL_REFAPI_STATE" || true' EXIT
+    export KSEAL_REFAPI_KUBECONFIG KSEAL_REFAPI_KUBECTL KSEAL_REFAPI_STATE
+    timeout 300 bash controller/tests/scenarios/frozen-leader.sh
+  ) || status=$?
+elif [[ "$status" != 0 ]]; then
+  log "frozen leader: not run, an earlier step failed"
+fi
 # Stop the reference apiserver and the emulator now, so the totals are the last lines printed.
 cleanup
 refapi_state=""

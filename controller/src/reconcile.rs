@@ -1665,9 +1665,16 @@ pub async fn run(
 }
 
 /// Drops what the controller never reads from a cached SealedSecret: `managedFields` (nested
-/// JSON maps, most of a cached object's memory; measured with `cargo bench --bench scale`).
+/// JSON maps, most of a cached object's memory; measured with `cargo bench --bench scale`) and
+/// the `kubectl.kubernetes.io/last-applied-configuration` annotation, a second copy of the
+/// whole object (every encrypted value) on objects applied client-side (`kubectl apply`,
+/// Argo CD's default). Neither takes part in the spec digest, the scope or the sealing-key
+/// hint.
 fn slim(ss: &mut SealedSecret) {
     ss.metadata.managed_fields = None;
+    if let Some(annotations) = ss.metadata.annotations.as_mut() {
+        annotations.remove(crate::secretcache::LAST_APPLIED_ANNOTATION);
+    }
 }
 
 /// Forgets deleted SealedSecrets (hints, backoff, their condition gauge).
@@ -1821,13 +1828,16 @@ mod tests {
     }
 
     #[test]
-    fn cached_objects_keep_everything_but_managed_fields() {
+    fn cached_objects_keep_everything_but_managed_fields_and_the_last_applied_copy() {
         let ss: SealedSecret = serde_json::from_value(serde_json::json!({
             "apiVersion": "bitnami.com/v1alpha1",
             "kind": "SealedSecret",
             "metadata": {
                 "name": "n", "namespace": "ns", "uid": "u", "generation": 2,
-                "labels": {"a": "b"}, "annotations": {"c": "d"},
+                "labels": {"a": "b"},
+                "annotations": {"c": "d",
+                    "sealedsecrets.bitnami.com/namespace-wide": "true",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}"},
                 "managedFields": [{"manager": "kubectl", "operation": "Update",
                     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
             },
@@ -1840,8 +1850,11 @@ mod tests {
         assert!(slimmed.metadata.managed_fields.is_none());
         let mut expected = ss.clone();
         expected.metadata.managed_fields = None;
+        if let Some(a) = expected.metadata.annotations.as_mut() {
+            a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        }
         assert_eq!(slimmed, expected);
-        assert_eq!(relevant_fields(&slimmed), relevant_fields(&ss));
+        assert_eq!(slimmed.scope(), ss.scope());
         assert_eq!(formats::spec_digest(&slimmed), formats::spec_digest(&ss));
     }
 

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use zeroize::Zeroize as _;
 
 /// `kubectl apply` keeps the whole applied object here, data included.
-const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(crate) const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// What the data-MAC annotation says of the data, decided when the Secret arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
