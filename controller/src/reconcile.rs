@@ -179,8 +179,9 @@ impl Outcome {
 /// Per-SealedSecret memory (never holds secret data).
 #[derive(Default)]
 struct ObjectState {
-    /// Which key opened which item last time (the next unseal tries it first).
-    item_hints: BTreeMap<String, KeyId>,
+    /// Which key opened which item last time (the next unseal tries it first), for the items
+    /// whose key the object hint or the sealing-key annotation does not already name.
+    item_hints: Box<[(String, KeyId)]>,
     /// The key that opened the deprecated `spec.data`.
     object_hint: Option<KeyId>,
     /// Consecutive failures (backoff).
@@ -277,7 +278,11 @@ impl Context {
         oref: &ObjectRef<SealedSecret>,
         f: impl FnOnce(&mut ObjectState) -> T,
     ) -> T {
-        f(lock(&self.objects).entry(oref.clone()).or_default())
+        let mut objects = lock(&self.objects);
+        if let Some(o) = objects.get_mut(oref) {
+            return f(o);
+        }
+        f(objects.entry(bare(oref)).or_default())
     }
 
     /// The `version` MAC key derived from `id`, if `ring` holds that key.
@@ -300,6 +305,14 @@ impl Context {
         cache.keys.insert(slot, key.clone());
         Some(key)
     }
+}
+
+/// `oref` without its resourceVersion and UID (which neither equality nor hashing reads): the
+/// form kept as a key in per-object maps, two strings fewer per object.
+fn bare(oref: &ObjectRef<SealedSecret>) -> ObjectRef<SealedSecret> {
+    let mut key = oref.clone();
+    key.extra = Default::default();
+    key
 }
 
 /// The data items a SealedSecret produces, when known without decrypting (not for the
@@ -574,8 +587,12 @@ async fn unseal(
     if ring.is_empty() {
         return Err(Error::NoKeys);
     }
-    let (item_hints, object_hint) =
-        ctx.with_object(oref, |o| (o.item_hints.clone(), o.object_hint.clone()));
+    let (item_hints, object_hint) = ctx.with_object(oref, |o| {
+        (
+            o.item_hints.iter().cloned().collect(),
+            o.object_hint.clone(),
+        )
+    });
     // Held until this unseal has taught the affinity (only waits on a cold start).
     let (preferred_keys, _cold_turn) = ctx.affinity.suggest_waiting(ss).await;
     let options = UnsealOptions {
@@ -603,11 +620,20 @@ async fn unseal(
     ctx.state.metrics.unseal_cpu.inc_by(cpu.as_secs_f64());
     let unsealed = result.map_err(Error::Unseal)?;
     ctx.affinity.learn(ss, &unsealed);
+    let annotation_hint = ss.sealing_key_hint();
     ctx.with_object(oref, |o| {
-        o.item_hints = unsealed.keys.clone();
         if unsealed.deprecated_data_key.is_some() {
             o.object_hint = unsealed.deprecated_data_key.clone();
         }
+        // An item opened by the key the next unseal tries first anyway (the object hint, or
+        // the sealing-key annotation) needs no hint of its own: most objects keep none.
+        let implied = o.object_hint.as_ref().or(annotation_hint.as_ref());
+        o.item_hints = unsealed
+            .keys
+            .iter()
+            .filter(|(_, key)| Some(*key) != implied)
+            .map(|(item, key)| (item.clone(), key.clone()))
+            .collect();
     });
     let mut secret = unsealed.secret;
     normalize(&mut secret);
@@ -799,9 +825,10 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
         let existing = match cached {
             Lookup::Absent => None,
             Lookup::Present(c) => {
-                let mode = mode_for(&c.secret, ss, uid);
+                let seen = c.to_secret();
+                let mode = mode_for(&seen, ss, uid);
                 let mac = MacCheck::Cached(&c.mac);
-                if mode.is_ok_and(|m| in_sync(ctx, &ring, ss, &c.secret, m, &digest, mac)) {
+                if mode.is_ok_and(|m| in_sync(ctx, &ring, ss, &seen, m, &digest, mac)) {
                     ctx.with_object(&oref, |o| o.recreate_managed = false);
                     return Ok(Outcome::Unchanged);
                 }
@@ -1356,14 +1383,14 @@ fn sealed_triggers(
                     }
                     Ok(watcher::Event::InitApply(ss)) => {
                         seen.insert(
-                            ObjectRef::from_obj(&ss),
+                            bare(&ObjectRef::from_obj(&ss)),
                             (relevant_fields(&ss), status_behind(&ss)),
                         );
                         Some(Ok(ss))
                     }
                     Ok(watcher::Event::Apply(ss)) => {
                         let now = (relevant_fields(&ss), status_behind(&ss));
-                        let before = seen.insert(ObjectRef::from_obj(&ss), now);
+                        let before = seen.insert(bare(&ObjectRef::from_obj(&ss)), now);
                         let turned_behind = now.1 && !before.is_some_and(|b| b.1);
                         (before.map(|b| b.0) != Some(now.0) || turned_behind).then_some(Ok(ss))
                     }
@@ -1398,8 +1425,7 @@ fn secret_triggers(
         let scope = scope.clone();
         move |ctx: &Context, secret: Secret| {
             let mac = mac_verdict(ctx, &secret);
-            let secret = crate::secretcache::strip(secret);
-            ctx.secrets.apply(&scope, CachedSecret { secret, mac });
+            ctx.secrets.apply(&scope, CachedSecret::new(secret, mac));
         }
     };
     events

@@ -2,10 +2,10 @@
 //! Secret that is already in sync costs no request and creating a missing one needs no read
 //! first (a cold start, a restart and a resync of N objects read O(pages), not N GETs).
 //!
-//! Only what the in-sync check reads is kept per Secret: name, namespace, resourceVersion,
+//! Only what the in-sync check reads is kept per Secret, in compact form: name, namespace,
 //! labels, annotations (without `kubectl.kubernetes.io/last-applied-configuration`, which
-//! can hold the data of a Secret applied with kubectl), owner references, type and
-//! `immutable`. The data is checked when the event arrives against the
+//! can hold the data of a Secret applied with kubectl), the controlling owner's UID and the
+//! type. The data is checked when the event arrives against the
 //! `kseal.dev/data-mac` annotation (an HMAC keyed from the ring, see [`crate::formats`]) and
 //! then wiped: the cache keeps the verdict and the key it was made with, never a byte of
 //! data nor a hash of it.
@@ -24,7 +24,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kseal_keys::KeyId;
 use tokio::sync::watch;
 use zeroize::Zeroize as _;
@@ -42,15 +45,90 @@ pub enum MacVerdict {
     Unknown,
 }
 
-/// One Secret as the reconciler needs it: no data.
+/// One Secret as the reconciler needs it: no data, and in compact form (a map node or a
+/// `Secret` struct per cached Secret is most of its memory at 10,000 objects).
 #[derive(Debug)]
 pub struct CachedSecret {
-    /// The Secret with `data`, `stringData`, `managedFields` and the last-applied
-    /// annotation removed.
-    pub secret: Secret,
+    name: Box<str>,
+    namespace: Box<str>,
+    labels: Box<[(Box<str>, Box<str>)]>,
+    /// Without the last-applied annotation.
+    annotations: Box<[(Box<str>, Box<str>)]>,
+    /// The UID of the controlling owner, if any (what the in-sync check compares).
+    controller_uid: Option<Box<str>>,
+    type_: Option<Box<str>>,
     /// The data-MAC verdict over every item (what a Secret written whole by the controller
     /// carries; a `patch` Secret's MAC covers only some items and is always read).
     pub mac: MacVerdict,
+}
+
+fn compact(map: Option<BTreeMap<String, String>>) -> Box<[(Box<str>, Box<str>)]> {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+        .collect()
+}
+
+fn expand(pairs: &[(Box<str>, Box<str>)]) -> Option<BTreeMap<String, String>> {
+    (!pairs.is_empty()).then(|| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
+}
+
+impl CachedSecret {
+    /// The cached form of a Secret the watch delivered, with `mac` its data-MAC verdict;
+    /// the data is wiped.
+    pub fn new(secret: Secret, mac: MacVerdict) -> Self {
+        let secret = strip(secret);
+        let meta = secret.metadata;
+        let controller_uid = meta
+            .owner_references
+            .into_iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.into_boxed_str());
+        Self {
+            name: meta.name.unwrap_or_default().into_boxed_str(),
+            namespace: meta.namespace.unwrap_or_default().into_boxed_str(),
+            labels: compact(meta.labels),
+            annotations: compact(meta.annotations),
+            controller_uid,
+            type_: secret.type_.map(String::into_boxed_str),
+            mac,
+        }
+    }
+
+    /// The Secret as the in-sync check reads it: name, namespace, labels, annotations, the
+    /// controlling owner's UID and the type; no data, no resourceVersion (a write always
+    /// reads the Secret first).
+    pub fn to_secret(&self) -> Secret {
+        let owner = self.controller_uid.as_ref().map(|uid| {
+            vec![OwnerReference {
+                controller: Some(true),
+                uid: uid.to_string(),
+                ..OwnerReference::default()
+            }]
+        });
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(self.name.to_string()),
+                namespace: Some(self.namespace.to_string()),
+                labels: expand(&self.labels),
+                annotations: expand(&self.annotations),
+                owner_references: owner,
+                ..ObjectMeta::default()
+            },
+            type_: self.type_.as_ref().map(|t| t.to_string()),
+            ..Secret::default()
+        }
+    }
+
+    fn key(&self) -> Key {
+        (self.namespace.to_string(), self.name.to_string())
+    }
 }
 
 /// What the cache says of a Secret.
@@ -161,11 +239,12 @@ impl SecretCache {
         listed.contains(&None) || listed.contains(&Some(namespace.to_owned()))
     }
 
-    /// Stores a Secret seen by the watch of `scope` (already [stripped](strip)).
+    /// Stores a Secret seen by the watch of `scope`.
     pub fn apply(&self, scope: &Option<String>, cached: CachedSecret) {
-        let Some(key) = key_of(&cached.secret) else {
+        if cached.name.is_empty() || cached.namespace.is_empty() {
             return;
-        };
+        }
+        let key = cached.key();
         if let Some(seen) = lock(&self.relisting).get_mut(scope) {
             seen.insert(key.clone());
         }
@@ -212,8 +291,6 @@ impl SecretCache {
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
-    use kube::api::ObjectMeta;
-    use std::collections::BTreeMap;
 
     fn secret(ns: &str, name: &str) -> Secret {
         Secret {
@@ -239,10 +316,46 @@ mod tests {
     }
 
     fn cached(s: Secret) -> CachedSecret {
-        CachedSecret {
-            secret: strip(s),
-            mac: MacVerdict::Unknown,
-        }
+        CachedSecret::new(s, MacVerdict::Unknown)
+    }
+
+    #[test]
+    fn the_compact_form_keeps_what_the_in_sync_check_reads() {
+        let mut s = secret("a", "s");
+        s.metadata.labels = Some(BTreeMap::from([("l".to_owned(), "v".to_owned())]));
+        s.metadata.uid = Some("secret-uid".to_owned());
+        s.metadata.resource_version = Some("7".to_owned());
+        s.type_ = Some("kubernetes.io/basic-auth".to_owned());
+        s.metadata.owner_references = Some(vec![
+            OwnerReference {
+                uid: "other".to_owned(),
+                ..OwnerReference::default()
+            },
+            OwnerReference {
+                controller: Some(true),
+                uid: "ss-uid".to_owned(),
+                kind: "SealedSecret".to_owned(),
+                ..OwnerReference::default()
+            },
+        ]);
+        let back = CachedSecret::new(s.clone(), MacVerdict::Unknown).to_secret();
+        assert_eq!(back.metadata.name, s.metadata.name);
+        assert_eq!(back.metadata.namespace, s.metadata.namespace);
+        assert_eq!(back.metadata.labels, s.metadata.labels);
+        assert_eq!(
+            back.metadata.annotations,
+            Some(BTreeMap::from([("keep".to_owned(), "me".to_owned())]))
+        );
+        assert_eq!(back.type_, s.type_);
+        assert_eq!(back.data, None);
+        let owners = back.metadata.owner_references.unwrap_or_default();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].uid, "ss-uid");
+        assert_eq!(owners[0].controller, Some(true));
+        let bare = CachedSecret::new(Secret::default(), MacVerdict::Unknown).to_secret();
+        assert_eq!(bare.metadata.labels, None);
+        assert_eq!(bare.metadata.annotations, None);
+        assert_eq!(bare.metadata.owner_references, None);
     }
 
     #[test]
