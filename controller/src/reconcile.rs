@@ -198,6 +198,14 @@ struct ObjectState {
     /// The resourceVersion of the Secret as this controller last wrote it: the watch event
     /// of our own write triggers no reconcile (it would only confirm what was just written).
     written_version: Option<String>,
+    /// A write of the Secret is in flight: its watch event may come back before its response
+    /// (then the response's resourceVersion is not known yet to recognise it).
+    writing: bool,
+    /// The resourceVersion of the last Secret event seen while `writing`: if it is not the
+    /// version the write returned, someone else wrote, and the object is reconciled again.
+    raced_version: Option<String>,
+    /// Reconcile again at once (set when a change raced with our own write).
+    recheck: bool,
     /// The Secret was deleted while marked `managed`: its re-creation carries the mark again,
     /// so that deleting it once more brings it back too.
     recreate_managed: bool,
@@ -779,6 +787,26 @@ fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// Marks a write of an object's Secret as in flight, until dropped (also when the reconcile
+/// is cancelled mid-write).
+struct Writing<'a> {
+    ctx: &'a Context,
+    oref: &'a ObjectRef<SealedSecret>,
+}
+
+impl<'a> Writing<'a> {
+    fn start(ctx: &'a Context, oref: &'a ObjectRef<SealedSecret>) -> Self {
+        ctx.with_object(oref, |o| o.writing = true);
+        Self { ctx, oref }
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.ctx.with_object(self.oref, |o| o.writing = false);
+    }
+}
+
 /// Brings the Secret in line with `ss`.
 async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Outcome> {
     let name = ss
@@ -844,6 +872,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
                 let Some(d) = &desired else { continue };
                 let managed = ctx.with_object(&oref, |o| o.recreate_managed);
                 fence.check().map_err(Error::Fenced)?;
+                let _writing = Writing::start(ctx, &oref);
                 let created = if managed {
                     let mut s = d.secret.clone();
                     s.metadata
@@ -883,15 +912,24 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
                     });
                 }
                 fence.check().map_err(Error::Fenced)?;
+                let _writing = Writing::start(ctx, &oref);
                 secrets
                     .replace(name, &pp, &next)
                     .await
                     .map(|s| (Outcome::Updated, s.metadata.resource_version))
             }
         };
+        let raced = ctx.with_object(&oref, |o| {
+            o.writing = false;
+            o.raced_version.take()
+        });
         match result {
             Ok((outcome, version)) => {
-                ctx.with_object(&oref, |o| o.written_version = version);
+                ctx.with_object(&oref, |o| {
+                    // A Secret event that arrived during the write and is not the write itself.
+                    o.recheck |= raced.is_some_and(|r| Some(r) != version);
+                    o.written_version = version;
+                });
                 return Ok(outcome);
             }
             Err(e) if is_immutable_error(&e) => {
@@ -1257,7 +1295,13 @@ pub async fn reconcile(obj: Arc<SealedSecret>, ctx: Arc<Context>) -> Result<Acti
     }
     match result {
         Ok(_) => {
-            ctx.with_object(&oref, |o| o.failures = 0);
+            let recheck = ctx.with_object(&oref, |o| {
+                o.failures = 0;
+                std::mem::take(&mut o.recheck)
+            });
+            if recheck {
+                return Ok(Action::requeue(Duration::ZERO));
+            }
             Ok(success_action(&ctx.config))
         }
         // Only a change (of the Secret, the SealedSecret or the keys) can fix these; the
@@ -1331,9 +1375,14 @@ fn secret_trigger(
         // resourceVersion; a deletion always triggers).
         let own_write = !deleted
             && meta.resource_version.is_some()
-            && lock(&ctx.objects)
-                .get(&oref)
-                .is_some_and(|o| o.written_version == meta.resource_version);
+            && lock(&ctx.objects).get_mut(&oref).is_some_and(|o| {
+                if o.writing {
+                    // Decided when the write returns (see `sync`): ours, or a recheck.
+                    o.raced_version.clone_from(&meta.resource_version);
+                    return true;
+                }
+                o.written_version == meta.resource_version
+            });
         return (!own_write).then_some(oref);
     }
     let oref = ObjectRef::new(meta.name.as_deref()?).within(namespace);
@@ -1761,7 +1810,19 @@ mod tests {
         // Our own write: no trigger; a deletion of it, or any later change: a trigger.
         assert_eq!(secret_trigger(&ctx, &secret("7"), false), None);
         assert_eq!(secret_trigger(&ctx, &secret("7"), true), Some(oref.clone()));
-        assert_eq!(secret_trigger(&ctx, &secret("8"), false), Some(oref));
+        assert_eq!(
+            secret_trigger(&ctx, &secret("8"), false),
+            Some(oref.clone())
+        );
+        // A write in flight: its event may come back before its response. Held, and
+        // remembered for `sync` to compare with the version the write returns.
+        ctx.with_object(&oref, |o| o.writing = true);
+        assert_eq!(secret_trigger(&ctx, &secret("9"), false), None);
+        assert_eq!(
+            ctx.with_object(&oref, |o| o.raced_version.clone()),
+            Some("9".to_owned())
+        );
+        assert_eq!(secret_trigger(&ctx, &secret("9"), true), Some(oref));
     }
 
     #[tokio::test]
