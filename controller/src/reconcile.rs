@@ -502,32 +502,11 @@ fn mac_verdict(ctx: &Context, secret: &Secret) -> MacVerdict {
     let Some(digest) = annotation(meta, SPEC_DIGEST_ANNOTATION) else {
         return MacVerdict::Unknown;
     };
-    let Some((version, id, tag)) =
-        annotation(meta, DATA_MAC_ANNOTATION).and_then(formats::parse_mac)
-    else {
-        return MacVerdict::Unknown;
-    };
-    let ring = ctx.state.keys.ring();
-    let Some(key) = ctx.mac_key(&ring, version, &id) else {
-        return MacVerdict::Unknown;
-    };
     let empty = empty_data();
-    let Some(mac) = formats::mac_over(
-        version,
-        &key,
-        digest,
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default(),
-        secret_type(secret),
-        secret.data.as_ref().unwrap_or(&empty).iter(),
-    ) else {
-        return MacVerdict::Unknown;
-    };
-    // Constant-time comparison.
-    if mac.verify_slice(&tag).is_ok() {
-        MacVerdict::Verified(id)
-    } else {
-        MacVerdict::Unknown
+    let data = secret.data.as_ref().unwrap_or(&empty);
+    match mac_key_verifying(ctx, &ctx.state.keys.ring(), secret, digest, data.iter()) {
+        Some(id) => MacVerdict::Verified(id),
+        None => MacVerdict::Unknown,
     }
 }
 
@@ -539,14 +518,6 @@ fn verify_mac(
     mode: Mode,
     digest: &str,
 ) -> bool {
-    let Some((version, id, tag)) =
-        annotation(&existing.metadata, DATA_MAC_ANNOTATION).and_then(formats::parse_mac)
-    else {
-        return false;
-    };
-    let Some(key) = ctx.mac_key(ring, version, &id) else {
-        return false;
-    };
     let empty = empty_data();
     let data = existing.data.as_ref().unwrap_or(&empty);
     let covered: Vec<(&String, &ByteString)> = match mode {
@@ -565,19 +536,31 @@ fn verify_mac(
             covered
         }
     };
-    let Some(mac) = formats::mac_over(
+    mac_key_verifying(ctx, ring, existing, digest, covered.into_iter()).is_some()
+}
+
+/// The ring key whose MAC key verifies `secret`'s data-MAC annotation over `covered` and the
+/// stored spec `digest`, if any (the comparison is constant-time).
+fn mac_key_verifying<'a>(
+    ctx: &Context,
+    ring: &Arc<KeyRing>,
+    secret: &Secret,
+    digest: &str,
+    covered: impl Iterator<Item = (&'a String, &'a ByteString)>,
+) -> Option<KeyId> {
+    let meta = &secret.metadata;
+    let (version, id, tag) = annotation(meta, DATA_MAC_ANNOTATION).and_then(formats::parse_mac)?;
+    let key = ctx.mac_key(ring, version, &id)?;
+    let mac = formats::mac_over(
         version,
         &key,
         digest,
-        existing.metadata.namespace.as_deref().unwrap_or_default(),
-        existing.metadata.name.as_deref().unwrap_or_default(),
-        secret_type(existing),
-        covered.into_iter(),
-    ) else {
-        return false;
-    };
-    // Constant-time comparison.
-    mac.verify_slice(&tag).is_ok()
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        secret_type(secret),
+        covered,
+    )?;
+    mac.verify_slice(&tag).is_ok().then_some(id)
 }
 
 /// The unsealed Secret with our annotations, ready to write.

@@ -268,6 +268,22 @@ pub async fn crud_and_errors(client: Client) -> anyhow::Result<()> {
         ensure!(l.items.len() == 1 && l.metadata.continue_.is_some(), "pagination");
         let next = cms.list(&ListParams::default().limit(1).continue_token(l.metadata.continue_.as_deref().unwrap_or_default())).await?;
         ensure!(next.items.len() == 1 && next.items[0].name_any() != l.items[0].name_any(), "second page");
+        // Walking every page of one: each object once, in order, and no token after the last.
+        let whole: Vec<String> = cms.list(&ListParams::default()).await?.items.iter().map(|c| c.name_any()).collect();
+        let (mut walked, mut token) = (Vec::new(), None::<String>);
+        loop {
+            let mut lp = ListParams::default().limit(1);
+            if let Some(t) = &token {
+                lp = lp.continue_token(t);
+            }
+            let page = cms.list(&lp).await?;
+            walked.extend(page.items.iter().map(|c| c.name_any()));
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() || walked.len() > whole.len() {
+                break;
+            }
+        }
+        ensure!(walked == whole, "paged walk {walked:?} against the whole list {whole:?}");
 
         // Delete: immediate deletion returns a Status; preconditions conflict.
         let b = cms.get("b").await?;

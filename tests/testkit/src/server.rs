@@ -562,22 +562,20 @@ fn list(
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    // Skip the earlier pages by key first, and render (a deep copy) only to evaluate a
-    // selector: each page of a paged list of N objects must not copy all N of them.
-    let all: Vec<&Value> = st
-        .list(&rt.key(), ns)
-        .into_iter()
-        .filter(|o| start.as_ref().is_none_or(|s| &obj_key(o) > s))
-        .filter(|o| {
-            if label.is_empty() && field.is_empty() {
-                return true;
-            }
-            let shown = render(rt, version, o);
-            label.matches(&shown) && field.matches(&shown)
-        })
-        .collect();
+    // Start after the last page's key (a range of the ordered store, not a walk of the
+    // objects before it), and render (a deep copy) only to evaluate a selector: each page of
+    // a paged list of N objects must not copy, nor key, all N of them.
+    let mut matching = st.list_after(&rt.key(), ns, start.as_ref()).filter(|o| {
+        if label.is_empty() && field.is_empty() {
+            return true;
+        }
+        let shown = render(rt, version, o);
+        label.matches(&shown) && field.matches(&shown)
+    });
+    let page: Vec<&Value> = matching.by_ref().take(limit).collect();
+    let remaining = matching.count();
     let mut items: Vec<Value> = Vec::new();
-    for o in all.iter().take(limit) {
+    for o in &page {
         let mut o = render(rt, version, o);
         if partial {
             o = partial_metadata(&o);
@@ -590,11 +588,11 @@ fn list(
         items.push(o);
     }
     let mut metadata = json!({"resourceVersion": st.rv().to_string()});
-    if all.len() > limit
-        && let Some(last) = all.get(limit - 1)
+    if remaining > 0
+        && let Some(last) = page.last()
     {
         metadata["continue"] = encode_continue(&obj_key(last)).into();
-        metadata["remainingItemCount"] = (all.len() - limit).into();
+        metadata["remainingItemCount"] = remaining.into();
     }
     Ok(json_response(
         200,

@@ -372,6 +372,25 @@ impl State {
     }
 
     /// Objects of a type, optionally in one namespace, in (namespace, name) order.
+    /// The objects of a type (in `ns`, if given) after the (namespace, name) key `after`, in
+    /// key order: a page of a paged list starts where the last one ended instead of walking
+    /// the objects before it.
+    pub(crate) fn list_after<'a>(
+        &'a self,
+        tk: &TypeKey,
+        ns: Option<&'a str>,
+        after: Option<&ObjName>,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
+        use std::ops::Bound;
+        let lower = after.map_or(Bound::Unbounded, |k| Bound::Excluded(k.clone()));
+        self.objects
+            .get(tk)
+            .into_iter()
+            .flat_map(move |m| m.range((lower.clone(), Bound::Unbounded)))
+            .filter(move |((n, _), _)| ns.is_none_or(|ns| ns == n))
+            .map(|(_, o)| o)
+    }
+
     pub(crate) fn list(&self, tk: &TypeKey, ns: Option<&str>) -> Vec<&Value> {
         self.objects
             .get(tk)
