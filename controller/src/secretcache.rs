@@ -222,7 +222,7 @@ impl SecretCache {
         }
     }
 
-    /// Waits until `namespace` has been listed, for at most [`FIRST_LIST_WAIT`] after start
+    /// Waits until `namespace` has been listed, for at most 30 s after start
     /// (a restart then confirms every Secret from the list, not with a GET each).
     pub async fn wait_listed(&self, namespace: &str) {
         let mut rx = self.lists.subscribe();
