@@ -177,7 +177,7 @@ fi
 # queued, and must write nothing after it wakes. About a minute.
 if [[ "$status" == 0 && -n "$refapi_state" ]]; then
   log "frozen leader: no write after it wakes (controller/tests/scenarios/frozen-leader.sh)"
-  frozen_env=$(KSEAL_REFAPI_AUDIT=1 bash tests/refapi/start.sh)
+  frozen_env=$(env -u KSEAL_REFAPI_STATE KSEAL_REFAPI_AUDIT=1 bash tests/refapi/start.sh)
   (
     eval "$frozen_env"
     trap 'bash tests/refapi/stop.sh "$KSEAL_REFAPI_STATE" || true' EXIT
