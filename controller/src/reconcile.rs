@@ -902,10 +902,8 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
                     .map(|s| (Outcome::Updated, s.metadata.resource_version))
             }
         };
-        let raced = ctx.with_object(&oref, |o| {
-            o.writing = false;
-            o.raced_version.take()
-        });
+        // (`Writing` has already cleared `writing`.)
+        let raced = ctx.with_object(&oref, |o| o.raced_version.take());
         match result {
             Ok((outcome, version)) => {
                 ctx.with_object(&oref, |o| {
@@ -1511,13 +1509,9 @@ fn secret_triggers(
 /// Resolves once the key ring holds a key (at once when it already does).
 async fn first_keys(state: State) {
     let mut rx = state.keys.subscribe();
-    loop {
-        if !rx.borrow_and_update().is_empty() {
-            return;
-        }
-        if rx.changed().await.is_err() {
-            futures::future::pending::<()>().await;
-        }
+    if rx.wait_for(|ring| !ring.is_empty()).await.is_err() {
+        // The ring's sender is gone: no key will ever come.
+        futures::future::pending::<()>().await;
     }
 }
 
@@ -1598,14 +1592,9 @@ fn leadership_gained(state: &State) -> impl futures::Stream<Item = ()> + Send + 
 }
 
 async fn until_true(mut rx: watch::Receiver<bool>) {
-    loop {
-        if *rx.borrow_and_update() {
-            return;
-        }
-        if rx.changed().await.is_err() {
-            // The sender is gone: nobody can ask for shutdown any more; keep running.
-            futures::future::pending::<()>().await;
-        }
+    if rx.wait_for(|v| *v).await.is_err() {
+        // The sender is gone: nobody can ask for shutdown any more; keep running.
+        futures::future::pending::<()>().await;
     }
 }
 

@@ -225,13 +225,14 @@ impl SecretCache {
     /// Waits until `namespace` has been listed, for at most 30 s after start
     /// (a restart then confirms every Secret from the list, not with a GET each).
     pub async fn wait_listed(&self, namespace: &str) {
-        let mut rx = self.lists.subscribe();
-        while !self.is_listed(namespace) {
-            match tokio::time::timeout_at(self.wait_until, rx.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return,
-            }
+        if self.is_listed(namespace) {
+            return;
         }
+        let mut rx = self.lists.subscribe();
+        // Past the deadline (or without a sender), the reconcile goes on and reads instead.
+        let _ =
+            tokio::time::timeout_at(self.wait_until, rx.wait_for(|_| self.is_listed(namespace)))
+                .await;
     }
 
     fn is_listed(&self, namespace: &str) -> bool {
