@@ -725,6 +725,30 @@ fn cpu_since(pid: &str, before: Option<Duration>) -> Option<Duration> {
         .map(|(now, before)| now.saturating_sub(before))
 }
 
+/// The table row of one phase's CPU time: the controller's, and the test API server's apart
+/// from the bench's when it runs in its own process (inline, the bench process holds both).
+fn cpu_row(
+    phase: &str,
+    server: ServerMode,
+    ctrl: Option<Duration>,
+    server_cpu: Option<Duration>,
+    bench: Option<Duration>,
+) {
+    match server {
+        ServerMode::Inline => println!(
+            "| {phase} CPU: controller / bench process (test API server, polling) | {} / {} | — |",
+            secs(ctrl),
+            secs(server_cpu)
+        ),
+        ServerMode::Process => println!(
+            "| {phase} CPU: controller / test API server process / bench process (polling) | {} / {} / {} | — |",
+            secs(ctrl),
+            secs(server_cpu),
+            secs(bench)
+        ),
+    }
+}
+
 fn secs(d: Option<Duration>) -> String {
     d.map_or("?".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()))
 }
@@ -1424,19 +1448,13 @@ async fn run(o: Options) -> anyhow::Result<()> {
         "| cold start: requests to the API server (GET secret / GET status / list pages / watches) | {} | — |",
         cold_reads.row()
     );
-    match o.server {
-        ServerMode::Inline => println!(
-            "| cold-start CPU: controller / bench process (test API server, polling) | {} / {} | — |",
-            secs(cold_ctrl_cpu),
-            secs(cold_server_cpu)
-        ),
-        ServerMode::Process => println!(
-            "| cold-start CPU: controller / test API server process / bench process (polling) | {} / {} / {} | — |",
-            secs(cold_ctrl_cpu),
-            secs(cold_server_cpu),
-            secs(cold_bench_cpu)
-        ),
-    }
+    cpu_row(
+        "cold-start",
+        o.server,
+        cold_ctrl_cpu,
+        cold_server_cpu,
+        cold_bench_cpu,
+    );
     let rsa_cpu = per_op.mul_f64(cold_counters.rsa as f64);
     println!(
         "| cold-start CPU in RSA (ops × per-op) | {:.1} s | — |",
@@ -1473,19 +1491,13 @@ async fn run(o: Options) -> anyhow::Result<()> {
         "| restart: every object confirmed | {:.2} s | < 10 s |",
         restart.as_secs_f64()
     );
-    match o.server {
-        ServerMode::Inline => println!(
-            "| restart CPU: controller / bench process | {} / {} | — |",
-            secs(restart_ctrl_cpu),
-            secs(restart_server_cpu)
-        ),
-        ServerMode::Process => println!(
-            "| restart CPU: controller / test API server process / bench process | {} / {} / {} | — |",
-            secs(restart_ctrl_cpu),
-            secs(restart_server_cpu),
-            secs(restart_bench_cpu)
-        ),
-    }
+    cpu_row(
+        "restart",
+        o.server,
+        restart_ctrl_cpu,
+        restart_server_cpu,
+        restart_bench_cpu,
+    );
     println!(
         "| restart: requests to the API server (GET secret / GET status / list pages / watches) | {} | O(pages) |",
         restart_reads.row()
