@@ -46,6 +46,7 @@ pub mod renewal;
 pub mod ringview;
 pub mod rsapool;
 pub mod scrub;
+pub mod sealedcache;
 pub mod secretcache;
 pub mod signals;
 pub mod state;
@@ -115,6 +116,10 @@ pub enum Error {
     /// A background task (RSA work on the blocking pool) panicked or was cancelled.
     #[error("internal task failed")]
     Task,
+    /// A SealedSecret kept in the controller's cache no longer parses (cannot happen: the
+    /// controller wrote that JSON itself; see [`sealedcache`]).
+    #[error("cached SealedSecret does not parse")]
+    Cache(#[source] serde_json::Error),
     /// The SealedSecret uses the deprecated whole-Secret `spec.data` and the controller runs
     /// with `--accept-deprecated-v1-data=false`. Checked before anything else, so a v1
     /// SealedSecret synced earlier stops too: its Secret is kept as it is, never updated.
@@ -155,7 +160,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Immutable { .. } => "update",
             Error::KeyGeneration => "keys",
-            Error::Task => "internal",
+            Error::Task | Error::Cache(_) => "internal",
             Error::Serve { .. } => "serve",
             Error::LeaderElection(_) => "leader",
             Error::Fenced(_) => "fenced",

@@ -174,7 +174,8 @@ impl Direct {
     }
 
     async fn reconcile(&self, ss: SealedSecret) {
-        kseal_controller::reconcile::reconcile(std::sync::Arc::new(ss), self.ctx.clone())
+        let cached = kseal_controller::sealedcache::CachedSealed::new(ss).unwrap();
+        kseal_controller::reconcile::reconcile(std::sync::Arc::new(cached), self.ctx.clone())
             .await
             .unwrap();
     }

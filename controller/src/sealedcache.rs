@@ -1,0 +1,266 @@
+//! SealedSecrets as the controller keeps them between reconciles: one compact entry per
+//! object in the reflector's store.
+//!
+//! A whole `SealedSecret` struct costs about 3 KiB in memory for one RSA-4096 value (`cargo
+//! bench --bench scale`, measured with heaptrack): every map of `ObjectMeta` and of the spec
+//! allocates a full B-tree node however few entries it holds, and every string its own block.
+//! The store keeps instead, per object:
+//!
+//! - the name, namespace and resourceVersion (what the reflector and the watcher key on);
+//! - the object itself as compact JSON (one allocation, shared by the store and the event
+//!   that delivered it), without `managedFields` and `last-applied-configuration` (see
+//!   [`slim`]);
+//! - what decides whether an update triggers a reconcile ([`CachedSealed::trigger_fields`]),
+//!   computed once as the object arrives.
+//!
+//! A reconcile parses the JSON back ([`CachedSealed::sealed`]): some microseconds against the
+//! RSA work or the round trip of a write. Nothing in it is secret: the values are encrypted.
+
+use std::borrow::Cow;
+use std::hash::{Hash as _, Hasher as _};
+use std::sync::Arc;
+
+use k8s_openapi::NamespaceResourceScope;
+use kseal_api::SealedSecret;
+use kube::Resource;
+use kube::api::ObjectMeta;
+use serde::{Deserialize, Deserializer};
+
+use crate::secretcache::LAST_APPLIED_ANNOTATION;
+
+/// A SealedSecret as the reflector stores it (see the [module docs](self)).
+///
+/// It deserializes from a SealedSecret's JSON (so the watcher builds it straight from list
+/// pages and watch events) and speaks for the SealedSecret kind in requests.
+#[derive(Clone)]
+pub struct CachedSealed {
+    /// Name, namespace and resourceVersion only.
+    metadata: ObjectMeta,
+    /// The slimmed object as JSON.
+    body: Arc<[u8]>,
+    /// [`relevant_fields`] of the object.
+    relevant: u64,
+    /// [`status_behind`] of the object.
+    behind: bool,
+}
+
+impl CachedSealed {
+    /// The compact form of `ss` (slimmed first).
+    ///
+    /// # Errors
+    /// When `ss` cannot be written as JSON (a SealedSecret always can).
+    pub fn new(mut ss: SealedSecret) -> Result<Self, serde_json::Error> {
+        slim(&mut ss);
+        let body: Arc<[u8]> = serde_json::to_vec(&ss)?.into();
+        let metadata = ObjectMeta {
+            name: ss.metadata.name.take(),
+            namespace: ss.metadata.namespace.take(),
+            resource_version: ss.metadata.resource_version.take(),
+            ..ObjectMeta::default()
+        };
+        Ok(Self {
+            relevant: relevant_fields(&ss),
+            behind: status_behind(&ss),
+            metadata,
+            body,
+        })
+    }
+
+    /// The SealedSecret, parsed back.
+    ///
+    /// # Errors
+    /// Never for an entry made by [`CachedSealed::new`]; a parse error otherwise.
+    pub fn sealed(&self) -> Result<SealedSecret, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+
+    /// What decides whether an update of the object triggers a reconcile: its
+    /// [relevant fields](relevant_fields) and whether its status is [behind](status_behind)
+    /// its generation.
+    pub fn trigger_fields(&self) -> (u64, bool) {
+        (self.relevant, self.behind)
+    }
+
+    /// Drops the resourceVersion once the watcher has read it: the store's key then carries
+    /// no copy of it (the JSON keeps it for the reconcile).
+    pub(crate) fn forget_version(&mut self) {
+        self.metadata.resource_version = None;
+    }
+}
+
+impl TryFrom<SealedSecret> for CachedSealed {
+    type Error = serde_json::Error;
+
+    fn try_from(ss: SealedSecret) -> Result<Self, Self::Error> {
+        Self::new(ss)
+    }
+}
+
+impl std::fmt::Debug for CachedSealed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedSealed")
+            .field("namespace", &self.metadata.namespace)
+            .field("name", &self.metadata.name)
+            .field("bytes", &self.body.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedSealed {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let ss = SealedSecret::deserialize(deserializer)?;
+        Self::new(ss).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Resource for CachedSealed {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        SealedSecret::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        SealedSecret::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        SealedSecret::version(dt)
+    }
+
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        SealedSecret::api_version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        SealedSecret::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Drops what the controller never reads from a cached SealedSecret: `managedFields` (nested
+/// JSON maps, most of a cached object's memory; measured with `cargo bench --bench scale`) and
+/// the `kubectl.kubernetes.io/last-applied-configuration` annotation, a second copy of the
+/// whole object (every encrypted value) on objects applied client-side (`kubectl apply`,
+/// Argo CD's default). Neither takes part in the spec digest, the scope or the sealing-key
+/// hint.
+pub fn slim(ss: &mut SealedSecret) {
+    ss.metadata.managed_fields = None;
+    if let Some(annotations) = ss.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+    }
+}
+
+/// What a SealedSecret change must touch to trigger a reconcile: identity, spec (through the
+/// generation), labels, annotations (scope) and deletion. Status-only updates do not.
+pub fn relevant_fields(ss: &SealedSecret) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let m = &ss.metadata;
+    (&m.uid, m.generation, &m.labels, &m.annotations).hash(&mut h);
+    m.deletion_timestamp.is_some().hash(&mut h);
+    h.finish()
+}
+
+/// Whether the status speaks for an older generation than the object's: written by a replica
+/// that read a stale object (a deposed leader). Turning behind triggers a reconcile, which
+/// repairs it; the controller's own status writes never turn it behind.
+pub fn status_behind(ss: &SealedSecret) -> bool {
+    ss.status
+        .as_ref()
+        .and_then(|s| s.observed_generation)
+        .is_some_and(|observed| Some(observed) < ss.metadata.generation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt as _;
+
+    fn object() -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "bitnami.com/v1alpha1",
+            "kind": "SealedSecret",
+            "metadata": {
+                "name": "n", "namespace": "ns", "uid": "u", "generation": 2,
+                "resourceVersion": "17",
+                "labels": {"a": "b"},
+                "annotations": {"c": "d",
+                    "sealedsecrets.bitnami.com/namespace-wide": "true",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+            },
+            "spec": {
+                "encryptedData": {"k": "AgA="},
+                "template": {"metadata": {"labels": {"x": "y"}}, "type": "Opaque"}
+            },
+            "status": {"observedGeneration": 1, "conditions": [
+                {"type": "Synced", "status": "True", "reason": "Unsealed"}]}
+        })
+    }
+
+    #[test]
+    fn the_cached_form_gives_back_the_object_without_managed_fields_and_the_last_applied_copy() {
+        let ss: SealedSecret = serde_json::from_value(object()).unwrap();
+        let cached: CachedSealed = serde_json::from_value(object()).unwrap();
+        let mut expected = ss.clone();
+        slim(&mut expected);
+        assert!(expected.metadata.managed_fields.is_none());
+        assert!(!expected.annotations().contains_key(LAST_APPLIED_ANNOTATION));
+        assert_eq!(cached.sealed().unwrap(), expected);
+        assert_eq!(expected.scope(), ss.scope());
+        assert_eq!(
+            crate::formats::spec_digest(&expected),
+            crate::formats::spec_digest(&ss)
+        );
+        // The store keys on name and namespace; the watcher reads the resourceVersion.
+        assert_eq!(cached.name_any(), "n");
+        assert_eq!(cached.namespace().as_deref(), Some("ns"));
+        assert_eq!(cached.resource_version().as_deref(), Some("17"));
+        assert!(cached.uid().is_none() && cached.labels().is_empty());
+        assert_eq!(
+            cached.trigger_fields(),
+            (relevant_fields(&expected), status_behind(&expected))
+        );
+        assert!(
+            cached.trigger_fields().1,
+            "observedGeneration 1 < generation 2"
+        );
+        let mut forgotten = cached.clone();
+        forgotten.forget_version();
+        assert!(forgotten.resource_version().is_none());
+        assert_eq!(forgotten.sealed().unwrap(), expected, "the JSON keeps it");
+        // Debug output names the object, nothing of its values.
+        let debug = format!("{cached:?}");
+        assert!(
+            debug.contains("\"n\"") && !debug.contains("AgA="),
+            "{debug}"
+        );
+        assert_eq!(
+            CachedSealed::url_path(&(), Some("ns")),
+            SealedSecret::url_path(&(), Some("ns"))
+        );
+    }
+
+    #[test]
+    fn relevant_fields_ignore_the_status_and_the_resource_version() {
+        let ss: SealedSecret = serde_json::from_value(object()).unwrap();
+        let mut other = ss.clone();
+        other.status = None;
+        other.metadata.resource_version = Some("18".into());
+        assert_eq!(relevant_fields(&ss), relevant_fields(&other));
+        other.metadata.generation = Some(3);
+        assert_ne!(relevant_fields(&ss), relevant_fields(&other));
+        let mut labelled = ss.clone();
+        labelled.labels_mut().insert("e".into(), "f".into());
+        assert_ne!(relevant_fields(&ss), relevant_fields(&labelled));
+    }
+}
