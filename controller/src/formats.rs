@@ -80,10 +80,19 @@ const DIGEST_DOMAIN: &[u8] = b"kseal.dev/spec-digest\0";
 
 /// The spec digest the reconciler writes (v2, see the module docs).
 pub fn spec_digest(ss: &SealedSecret) -> String {
-    let digest = Sha256::digest(canonical_spec(ss));
+    format_spec_digest(&spec_digest_bytes(ss))
+}
+
+/// The SHA-256 hash inside [`spec_digest`] (32 bytes to keep, where the text takes 74).
+pub fn spec_digest_bytes(ss: &SealedSecret) -> [u8; 32] {
+    Sha256::digest(canonical_spec(ss)).into()
+}
+
+/// [`spec_digest`]'s text for the hash [`spec_digest_bytes`] returned.
+pub fn format_spec_digest(digest: &[u8; 32]) -> String {
     let mut out = String::with_capacity(DIGEST_V2_PREFIX.len() + 64);
     out.push_str(DIGEST_V2_PREFIX);
-    for byte in digest.as_slice() {
+    for byte in digest {
         // Writing to a String cannot fail.
         let _ = write!(out, "{byte:02x}");
     }

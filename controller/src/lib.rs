@@ -120,6 +120,11 @@ pub enum Error {
     /// controller wrote that JSON itself; see [`sealedcache`]).
     #[error("cached SealedSecret does not parse")]
     Cache(#[source] serde_json::Error),
+    /// Internal to a reconcile: the cached SealedSecret was kept without its encrypted values
+    /// and they are needed; the reconcile reads the object whole and goes on (see
+    /// [`sealedcache`]).
+    #[error("the cached SealedSecret holds no encrypted values")]
+    Incomplete,
     /// The SealedSecret uses the deprecated whole-Secret `spec.data` and the controller runs
     /// with `--accept-deprecated-v1-data=false`. Checked before anything else, so a v1
     /// SealedSecret synced earlier stops too: its Secret is kept as it is, never updated.
@@ -160,7 +165,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Immutable { .. } => "update",
             Error::KeyGeneration => "keys",
-            Error::Task | Error::Cache(_) => "internal",
+            Error::Task | Error::Cache(_) | Error::Incomplete => "internal",
             Error::Serve { .. } => "serve",
             Error::LeaderElection(_) => "leader",
             Error::Fenced(_) => "fenced",

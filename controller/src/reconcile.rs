@@ -190,9 +190,11 @@ struct ObjectState {
     /// Consecutive failures (backoff).
     failures: u32,
     /// The last Warning event published (reason, note), to publish each failure once.
-    last_warning: Option<(String, String)>,
+    last_warning: Option<Box<(String, String)>>,
     /// Labels of the condition gauge, to remove it when the object goes away.
-    gauge: Option<ConditionLabels>,
+    /// (Its namespace and name are the object's, its condition `Synced`: only the instance
+    /// label is kept.)
+    gauge: Option<Box<str>>,
     /// Whether the last reconcile failed (a same-named Secret changing may unblock it).
     failing: bool,
     /// Whether that failure was transient (the API server away, throttling, a conflict): the
@@ -789,8 +791,15 @@ impl Drop for Writing<'_> {
     }
 }
 
-/// Brings the Secret in line with `ss`.
-async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Outcome> {
+/// Brings the Secret in line with `ss`. `stripped_digest`: `ss` was cached without its
+/// encrypted values and this is its spec digest; if the Secret cannot be confirmed without
+/// them, [`Error::Incomplete`] (before any write).
+async fn sync(
+    ctx: &Context,
+    ss: &Arc<SealedSecret>,
+    stripped_digest: Option<&str>,
+    fence: &Fence,
+) -> Result<Outcome> {
     let name = ss
         .metadata
         .name
@@ -815,8 +824,14 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
     }
     let oref = SsRef::new(name).within(namespace);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let digest = formats::spec_digest(ss);
+    let digest = stripped_digest.map_or_else(|| formats::spec_digest(ss), str::to_owned);
     let ring = ctx.state.keys.ring();
+    let unseal = async || {
+        if stripped_digest.is_some() {
+            return Err(Error::Incomplete);
+        }
+        unseal(ctx, &oref, ss, &ring, &digest).await
+    };
     let mut desired: Option<Desired> = None;
     let pp = PostParams {
         dry_run: false,
@@ -849,7 +864,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
         let result = match &existing {
             None => {
                 if desired.is_none() {
-                    desired = Some(unseal(ctx, &oref, ss, &ring, &digest).await?);
+                    desired = Some(unseal().await?);
                 }
                 let Some(d) = &desired else { continue };
                 let managed = ctx.with_object(&oref, |o| o.recreate_managed);
@@ -879,7 +894,7 @@ async fn sync(ctx: &Context, ss: &Arc<SealedSecret>, fence: &Fence) -> Result<Ou
                     return Ok(Outcome::Unchanged);
                 }
                 if desired.is_none() {
-                    desired = Some(unseal(ctx, &oref, ss, &ring, &digest).await?);
+                    desired = Some(unseal().await?);
                 }
                 let Some(d) = &desired else { continue };
                 let mut current = existing.clone();
@@ -1113,7 +1128,7 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     let Some(fence) = ctx.state.leadership.fence() else {
         return Ok(Action::requeue(NOT_LEADER_RECHECK));
     };
-    let obj = Arc::new(cached.sealed().map_err(Error::Cache)?);
+    let mut obj = Arc::new(cached.sealed().map_err(Error::Cache)?);
     let metrics = &ctx.state.metrics;
     if ctx.state.keys.ring().is_empty() {
         // No key loaded yet (from the key source, its mirror or key Secrets): not a failure
@@ -1140,7 +1155,20 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     let oref = bare(&ObjectRef::from_obj(&*cached));
     let namespace = obj.namespace().unwrap_or_default();
 
-    let result = sync(&ctx, &obj, &fence).await;
+    let mut result = sync(&ctx, &obj, cached.stripped_digest().as_deref(), &fence).await;
+    if matches!(result, Err(Error::Incomplete)) {
+        // Kept without its encrypted values, and they are needed: read it whole.
+        let api: Api<SealedSecret> = Api::namespaced(ctx.client.clone(), &namespace);
+        result = match api.get_opt(&obj.name_any()).await {
+            Ok(Some(whole)) => {
+                obj = Arc::new(whole);
+                sync(&ctx, &obj, None, &fence).await
+            }
+            // Deleted since: its deletion event follows.
+            Ok(None) => return Ok(Action::await_change()),
+            Err(e) => Err(Error::Kube(e)),
+        };
+    }
     if let Err(Error::Fenced(e)) = &result {
         return Ok(fenced(&ctx, "secret", *e));
     }
@@ -1220,8 +1248,8 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
             let key = (event_reason.to_owned(), message.clone());
             let fresh = !holding
                 && ctx.with_object(&oref, |o| {
-                    let fresh = o.last_warning.as_ref() != Some(&key);
-                    o.last_warning = Some(key);
+                    let fresh = o.last_warning.as_deref() != Some(&key);
+                    o.last_warning = Some(Box::new(key));
                     fresh
                 });
             if fresh && !already_shown {
@@ -1238,21 +1266,25 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
         }
     }
 
-    let labels = ConditionLabels {
-        namespace: namespace.clone(),
-        name: obj.name_any(),
-        condition: CONDITION_SYNCED.to_owned(),
-        ss_app_kubernetes_io_instance: obj
-            .labels()
-            .get(INSTANCE_LABEL)
-            .cloned()
-            .unwrap_or_default(),
-    };
+    let instance = obj
+        .labels()
+        .get(INSTANCE_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    let labels = condition_labels(&namespace, &obj.name_any(), &instance);
     metrics
         .condition_info
         .get_or_create(&labels)
         .set(if result.is_ok() { 1 } else { -1 });
-    ctx.with_object(&oref, |o| o.gauge = Some(labels));
+    let before = ctx.with_object(&oref, |o| o.gauge.replace(instance.into_boxed_str()));
+    if let Some(before) = before
+        && *before != labels.ss_app_kubernetes_io_instance
+    {
+        // The instance label changed: the series under the old one goes.
+        metrics
+            .condition_info
+            .remove(&condition_labels(&labels.namespace, &labels.name, &before));
+    }
     let outcome = match &result {
         Ok(o) => o.label(),
         Err(_) => "failed",
@@ -1687,12 +1719,22 @@ pub async fn run(
     pruner.abort();
 }
 
+/// The labels of an object's `sealed_secrets_controller_condition_info` series.
+fn condition_labels(namespace: &str, name: &str, instance: &str) -> ConditionLabels {
+    ConditionLabels {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        condition: CONDITION_SYNCED.to_owned(),
+        ss_app_kubernetes_io_instance: instance.to_owned(),
+    }
+}
+
 /// Forgets deleted SealedSecrets (hints, backoff, their condition gauge).
 async fn prune(ctx: Arc<Context>, stores: Vec<Store<CachedSealed>>) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
-        let gone: Vec<(SsRef, Option<ConditionLabels>)> = {
+        let gone: Vec<(SsRef, Option<Box<str>>)> = {
             let mut objects = lock(&ctx.objects);
             let gone: Vec<_> = objects
                 .keys()
@@ -1703,8 +1745,10 @@ async fn prune(ctx: Arc<Context>, stores: Vec<Store<CachedSealed>>) {
                 .filter_map(|r| objects.remove(&r).map(|o| (r, o.gauge)))
                 .collect()
         };
-        for (_, labels) in gone {
-            if let Some(labels) = labels {
+        for (oref, instance) in gone {
+            if let Some(instance) = instance {
+                let namespace = oref.namespace.as_deref().unwrap_or_default();
+                let labels = condition_labels(namespace, &oref.name, &instance);
                 ctx.state.metrics.condition_info.remove(&labels);
             }
         }

@@ -15,6 +15,18 @@
 //!
 //! A reconcile parses the JSON back ([`CachedSealed::sealed`]): some microseconds against the
 //! RSA work or the round trip of a write. Nothing in it is secret: the values are encrypted.
+//!
+//! **Synced objects are kept without their encrypted values.** An object whose status says
+//! `Synced=True` for its current generation (every object after a restart, and each one once
+//! its status write comes back) keeps its item names but not their ciphertexts (on a
+//! one-value RSA-4096 object, about half of what is left), and keeps its spec digest
+//! instead ([`CachedSealed::stripped_digest`]). What such an object's reconcile can do
+//! without them is confirm its Secret as in sync from the Secret cache; anything else (the
+//! Secret missing, changed or not ours, an older digest format) reads the SealedSecret whole
+//! from the API server first (one GET, on a path that writes anyway). A spec change always
+//! changes the generation, so an object with values to unseal arrives with them. Should a
+//! path ever try to unseal a stripped object anyway, its empty values fail to open: the
+//! reconcile fails visibly and writes no Secret.
 
 use std::borrow::Cow;
 use std::hash::{Hash as _, Hasher as _};
@@ -22,6 +34,7 @@ use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
 use kseal_api::SealedSecret;
+use kseal_api::constants::CONDITION_TRUE;
 use kube::Resource;
 use kube::api::ObjectMeta;
 use serde::{Deserialize, Deserializer};
@@ -42,6 +55,9 @@ pub struct CachedSealed {
     relevant: u64,
     /// [`status_behind`] of the object.
     behind: bool,
+    /// For an object kept without its encrypted values: its spec digest (the one its Secret
+    /// carries when in sync), computed from the whole object as it arrived.
+    stripped_digest: Option<[u8; 32]>,
 }
 
 impl CachedSealed {
@@ -51,6 +67,13 @@ impl CachedSealed {
     /// When `ss` cannot be written as JSON (a SealedSecret always can).
     pub fn new(mut ss: SealedSecret) -> Result<Self, serde_json::Error> {
         slim(&mut ss);
+        let stripped_digest = synced(&ss).then(|| {
+            let digest = crate::formats::spec_digest_bytes(&ss);
+            for value in ss.spec.encrypted_data.values_mut() {
+                *value = String::new();
+            }
+            digest
+        });
         let body: Arc<[u8]> = serde_json::to_vec(&ss)?.into();
         let metadata = ObjectMeta {
             name: ss.metadata.name.take(),
@@ -63,6 +86,7 @@ impl CachedSealed {
             behind: status_behind(&ss),
             metadata,
             body,
+            stripped_digest,
         })
     }
 
@@ -72,6 +96,14 @@ impl CachedSealed {
     /// Never for an entry made by [`CachedSealed::new`]; a parse error otherwise.
     pub fn sealed(&self) -> Result<SealedSecret, serde_json::Error> {
         serde_json::from_slice(&self.body)
+    }
+
+    /// The spec digest of an object kept without its encrypted values (see the
+    /// [module docs](self)); `None` for an object kept whole.
+    pub fn stripped_digest(&self) -> Option<String> {
+        self.stripped_digest
+            .as_ref()
+            .map(crate::formats::format_spec_digest)
     }
 
     /// What decides whether an update of the object triggers a reconcile: its
@@ -144,6 +176,18 @@ impl Resource for CachedSealed {
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
+}
+
+/// Whether the status says the object is unsealed as it is now: `Synced=True` for its current
+/// generation. Such an object is kept without its encrypted values.
+fn synced(ss: &SealedSecret) -> bool {
+    let status = ss.status.as_ref();
+    ss.spec.encrypted_data.values().any(|v| !v.is_empty())
+        && status.and_then(|s| s.observed_generation).is_some()
+        && status.and_then(|s| s.observed_generation) == ss.metadata.generation
+        && ss
+            .synced_condition()
+            .is_some_and(|c| c.status == CONDITION_TRUE)
 }
 
 /// Drops what the controller never reads from a cached SealedSecret: `managedFields` (nested
@@ -262,5 +306,50 @@ mod tests {
         let mut labelled = ss.clone();
         labelled.labels_mut().insert("e".into(), "f".into());
         assert_ne!(relevant_fields(&ss), relevant_fields(&labelled));
+    }
+
+    #[test]
+    fn only_an_object_synced_for_its_generation_is_kept_without_its_values() {
+        let with = |observed: Option<i64>, status: Option<&str>| {
+            let mut v = object();
+            v["metadata"].as_object_mut().unwrap().remove("annotations");
+            match (observed, status) {
+                (None, None) => {
+                    v.as_object_mut().unwrap().remove("status");
+                }
+                _ => {
+                    v["status"] = serde_json::json!({"observedGeneration": observed,
+                        "conditions": [{"type": "Synced", "status": status}]});
+                }
+            }
+            let mut ss: SealedSecret = serde_json::from_value(v).unwrap();
+            slim(&mut ss);
+            (ss.clone(), CachedSealed::new(ss).unwrap())
+        };
+        let (whole, stripped) = with(Some(2), Some("True"));
+        assert_eq!(
+            stripped.stripped_digest(),
+            Some(crate::formats::spec_digest(&whole)),
+            "the digest of the object with its values"
+        );
+        let kept = stripped.sealed().unwrap();
+        assert_eq!(kept.spec.encrypted_data.len(), 1);
+        assert_eq!(kept.spec.encrypted_data["k"], "");
+        assert_eq!(kept.spec.template, whole.spec.template);
+        assert_eq!(kept.status, whole.status);
+        assert_eq!(stripped.trigger_fields(), (relevant_fields(&whole), false));
+        for (observed, status) in [
+            (Some(1), Some("True")),
+            (Some(2), Some("False")),
+            (None, Some("True")),
+            (None, None),
+        ] {
+            let (whole, cached) = with(observed, status);
+            assert!(
+                cached.stripped_digest().is_none(),
+                "{observed:?} {status:?}"
+            );
+            assert_eq!(cached.sealed().unwrap(), whole);
+        }
     }
 }

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kseal_api::SealedSecret;
 use kseal_testkit::TestApiServer;
 use kseal_testkit::scenarios::eventually;
+use kube::ResourceExt as _;
 use kube::api::Api;
 
 fn reconciles(state: &kseal_controller::State, outcome: &str) -> u64 {
@@ -154,9 +155,12 @@ impl Direct {
         let mut ring = kseal_keys::KeyRing::new();
         ring.insert(key(0).clone());
         kseal_controller::keys::publish(&state, ring);
+        // No Secret watch runs here: say so, or each reconcile waits for its first list.
+        let mut config = cluster.config();
+        config.skip_recreate = true;
         let ctx = std::sync::Arc::new(kseal_controller::reconcile::Context::new(
             client,
-            std::sync::Arc::new(cluster.config()),
+            std::sync::Arc::new(config),
             state.clone(),
             kseal_controller::keys::KeysLoaded::done(),
         ));
@@ -175,6 +179,10 @@ impl Direct {
 
     async fn reconcile(&self, ss: SealedSecret) {
         let cached = kseal_controller::sealedcache::CachedSealed::new(ss).unwrap();
+        self.reconcile_cached(cached).await;
+    }
+
+    async fn reconcile_cached(&self, cached: kseal_controller::sealedcache::CachedSealed) {
         kseal_controller::reconcile::reconcile(std::sync::Arc::new(cached), self.ctx.clone())
             .await
             .unwrap();
@@ -367,4 +375,131 @@ async fn an_api_outage_is_counted_and_recovered_from() {
     .await
     .unwrap();
     running.stop().await;
+}
+
+/// A client of `server` that counts the GETs of the SealedSecret `name`.
+fn counting_client(
+    server: &TestApiServer,
+    name: &str,
+) -> (kube::Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tower::ServiceExt as _;
+    let router = server.router();
+    let suffix = format!("/sealedsecrets/{name}");
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        if request.method() == http::Method::GET && request.uri().path().ends_with(&suffix) {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        let router = router.clone();
+        async move {
+            Ok::<_, std::convert::Infallible>(
+                router
+                    .oneshot(request)
+                    .await
+                    .expect("axum routers are infallible"),
+            )
+        }
+    });
+    (kube::Client::new(service, "default"), count)
+}
+
+/// A synced SealedSecret is cached without its encrypted values. Its Secret confirmed in sync
+/// costs no read of it; its Secret deleted is re-created from one read of the whole object,
+/// with the right data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_object_cached_without_its_values_recreates_its_secret_from_a_whole_read() {
+    let server = TestApiServer::new();
+    let cluster = Cluster::new(server.client()).await;
+    let (client, app) = (cluster.client.clone(), cluster.app.clone());
+    let ss = create_ss(
+        &client,
+        &seal(&secret(&app, "s", &[("k", "v"), ("k2", "w")]), key(0)),
+    )
+    .await;
+    let state = kseal_controller::State::new();
+    state.leadership.assume(true);
+    let (counting, ss_reads) = counting_client(&server, "s");
+    let direct = Direct::new(&cluster, counting, state);
+    // Not synced yet: kept whole, unsealed without a read.
+    let whole = kseal_controller::sealedcache::CachedSealed::new(ss).unwrap();
+    assert!(whole.stripped_digest().is_none());
+    direct.reconcile_cached(whole).await;
+    wait_synced(&client, &app, "s", "True", "Unsealed").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &app);
+    let first = secrets.get("s").await.unwrap();
+    assert_eq!(data_of(&first)["k"], "v");
+    assert_eq!(ss_reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // Synced for its generation: the cache keeps item names, no values.
+    let synced = Api::<SealedSecret>::namespaced(client.clone(), &app)
+        .get("s")
+        .await
+        .unwrap();
+    let stripped = kseal_controller::sealedcache::CachedSealed::new(synced).unwrap();
+    assert!(stripped.stripped_digest().is_some());
+    let kept = stripped.sealed().unwrap();
+    assert_eq!(
+        kept.spec.encrypted_data.keys().collect::<Vec<_>>(),
+        ["k", "k2"]
+    );
+    assert!(kept.spec.encrypted_data.values().all(String::is_empty));
+
+    // In sync: confirmed without reading the SealedSecret, nothing written.
+    direct.reconcile_cached(stripped.clone()).await;
+    assert_eq!(ss_reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(
+        secrets.get("s").await.unwrap().resource_version(),
+        first.resource_version()
+    );
+
+    // Deleted: re-created from one whole read, same data.
+    secrets
+        .delete("s", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    direct.reconcile_cached(stripped).await;
+    assert_eq!(ss_reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let again = secrets.get("s").await.unwrap();
+    assert_ne!(again.uid(), first.uid());
+    assert_eq!(data_of(&again), data_of(&first));
+    wait_synced(&client, &app, "s", "True", "Unsealed").await;
+}
+
+/// The condition gauge follows the object's `app.kubernetes.io/instance` label: a changed
+/// label moves the series, it does not leave the old one behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_condition_gauge_follows_the_instance_label() {
+    let server = TestApiServer::new();
+    let cluster = Cluster::new(server.client()).await;
+    let (client, app) = (cluster.client.clone(), cluster.app.clone());
+    let mut sealed = seal(&secret(&app, "s", &[("k", "v")]), key(0));
+    sealed
+        .labels_mut()
+        .insert("app.kubernetes.io/instance".into(), "first".into());
+    let ss = create_ss(&client, &sealed).await;
+    let state = kseal_controller::State::new();
+    state.leadership.assume(true);
+    let direct = Direct::new(&cluster, client.clone(), state);
+    direct.reconcile(ss).await;
+    let series = |instance: &str| {
+        format!(
+            "sealed_secrets_controller_condition_info{{namespace=\"{app}\",name=\"s\",condition=\"Synced\",ss_app_kubernetes_io_instance=\"{instance}\"}} 1"
+        )
+    };
+    let text = direct.state.metrics.encode();
+    assert!(text.contains(&series("first")), "{text}");
+
+    let api = Api::<SealedSecret>::namespaced(client.clone(), &app);
+    let mut ss = api.get("s").await.unwrap();
+    ss.labels_mut()
+        .insert("app.kubernetes.io/instance".into(), "second".into());
+    let ss = api.replace("s", &Default::default(), &ss).await.unwrap();
+    direct.reconcile(ss).await;
+    let text = direct.state.metrics.encode();
+    assert!(text.contains(&series("second")), "{text}");
+    assert!(
+        !text.contains("ss_app_kubernetes_io_instance=\"first\""),
+        "{text}"
+    );
 }
