@@ -1157,15 +1157,17 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
 
     let mut result = sync(&ctx, &obj, cached.stripped_digest().as_deref(), &fence).await;
     if matches!(result, Err(Error::Incomplete)) {
-        // Kept without its encrypted values, and they are needed: read it whole.
+        // Kept without its encrypted values, and they are needed: read it whole, through the
+        // status subresource (which returns the whole object; the controller's RBAC has no
+        // `get` on SealedSecrets themselves).
         let api: Api<SealedSecret> = Api::namespaced(ctx.client.clone(), &namespace);
-        result = match api.get_opt(&obj.name_any()).await {
-            Ok(Some(whole)) => {
+        result = match api.get_status(&obj.name_any()).await {
+            Ok(whole) => {
                 obj = Arc::new(whole);
                 sync(&ctx, &obj, None, &fence).await
             }
             // Deleted since: its deletion event follows.
-            Ok(None) => return Ok(Action::await_change()),
+            Err(e) if api_code(&e) == Some(404) => return Ok(Action::await_change()),
             Err(e) => Err(Error::Kube(e)),
         };
     }

@@ -377,7 +377,8 @@ async fn an_api_outage_is_counted_and_recovered_from() {
     running.stop().await;
 }
 
-/// A client of `server` that counts the GETs of the SealedSecret `name`.
+/// A client of `server` that counts the GETs of the SealedSecret `name` (the object or its
+/// status subresource, which returns the whole object too).
 fn counting_client(
     server: &TestApiServer,
     name: &str,
@@ -388,7 +389,10 @@ fn counting_client(
     let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = count.clone();
     let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-        if request.method() == http::Method::GET && request.uri().path().ends_with(&suffix) {
+        let path = request.uri().path();
+        if request.method() == http::Method::GET
+            && (path.ends_with(&suffix) || path.ends_with(&format!("{suffix}/status")))
+        {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         let router = router.clone();

@@ -64,7 +64,7 @@ unavailable() { # unavailable REASON: fail under CI, skip otherwise
 # Verbs whose removal may break nothing in these scenarios, each with its reason (every other
 # verb of deploy/'s RBAC is proven by a broken part of the job). Format: "Kind/name rule verb"
 # (rule: its index in the rendered Role or ClusterRole).
-why_status_get="read only after a status patch conflicts (the patch is computed from the watched SealedSecret, guarded by its resourceVersion); these scenarios cause no conflict"
+why_status_get="read after a status patch conflicts (none here), or to re-create the Secret of an object cached without its encrypted values (the deleted-Secret step, when its status event came back before the deletion: timing)"
 declare -A UNPROVEN=(
   ["ClusterRole/kseal-unsealer 1 get"]=$why_status_get
   ["Role/kseal-unsealer 1 get"]=$why_status_get
