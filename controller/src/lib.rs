@@ -11,6 +11,9 @@
 //!   ring-state Secret replicas share it through;
 //! - [`renewal`]: when a new key is due (Bitnami's `--key-renew-period`, `--key-cutoff-time`);
 //! - [`reconcile`]: the kube-runtime `Controller` and `reconcile`;
+//! - [`sealedcache`]: SealedSecrets as the store keeps them (compact; synced ones without
+//!   their encrypted values); [`secretcache`]: Secrets as their watch delivered them, without
+//!   data;
 //! - [`affinity`]: which keys opened unhinted values lately, tried first for the next ones;
 //! - [`formats`]: the spec digest and data MAC stored on written Secrets, byte by byte;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
