@@ -115,21 +115,16 @@ async fn a_key_missing_from_a_loaded_ring_still_fails_with_its_reason() {
     running.stop().await;
 }
 
-/// A client of `server` that runs `hook` when a request for the Secret `name` is sent (the
-/// moment a reconcile is waiting on the API server), then forwards it.
-fn hooked_client(
+/// A client of `server` that shows each request to `observe` before forwarding it.
+fn observed_client(
     server: &TestApiServer,
-    name: &str,
-    hook: impl Fn() + Send + Sync + 'static,
+    observe: impl Fn(&http::Request<kube::client::Body>) + Send + Sync + 'static,
 ) -> kube::Client {
     use tower::ServiceExt as _;
     let router = server.router();
-    let suffix = format!("/secrets/{name}");
-    let hook = std::sync::Arc::new(hook);
+    let observe = std::sync::Arc::new(observe);
     let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-        if request.uri().path().ends_with(&suffix) {
-            hook();
-        }
+        observe(&request);
         let router = router.clone();
         async move {
             Ok::<_, std::convert::Infallible>(
@@ -141,6 +136,21 @@ fn hooked_client(
         }
     });
     kube::Client::new(service, "default")
+}
+
+/// A client of `server` that runs `hook` when a request for the Secret `name` is sent (the
+/// moment a reconcile is waiting on the API server), then forwards it.
+fn hooked_client(
+    server: &TestApiServer,
+    name: &str,
+    hook: impl Fn() + Send + Sync + 'static,
+) -> kube::Client {
+    let suffix = format!("/secrets/{name}");
+    observed_client(server, move |request| {
+        if request.uri().path().ends_with(&suffix) {
+            hook();
+        }
+    })
 }
 
 /// A reconcile driven directly, as the controller runs it, through `client`, with key 0
@@ -383,29 +393,21 @@ fn counting_client(
     server: &TestApiServer,
     name: &str,
 ) -> (kube::Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use tower::ServiceExt as _;
-    let router = server.router();
-    let suffix = format!("/sealedsecrets/{name}");
+    let (object, status) = (
+        format!("/sealedsecrets/{name}"),
+        format!("/sealedsecrets/{name}/status"),
+    );
     let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = count.clone();
-    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+    let client = observed_client(server, move |request| {
         let path = request.uri().path();
         if request.method() == http::Method::GET
-            && (path.ends_with(&suffix) || path.ends_with(&format!("{suffix}/status")))
+            && (path.ends_with(&object) || path.ends_with(&status))
         {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
-        let router = router.clone();
-        async move {
-            Ok::<_, std::convert::Infallible>(
-                router
-                    .oneshot(request)
-                    .await
-                    .expect("axum routers are infallible"),
-            )
-        }
     });
-    (kube::Client::new(service, "default"), count)
+    (client, count)
 }
 
 /// A synced SealedSecret is cached without its encrypted values. Its Secret confirmed in sync

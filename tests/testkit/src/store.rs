@@ -371,7 +371,6 @@ impl State {
         self.objects.get(tk)?.get(&(ns.to_owned(), name.to_owned()))
     }
 
-    /// Objects of a type, optionally in one namespace, in (namespace, name) order.
     /// The objects of a type (in `ns`, if given) after the (namespace, name) key `after`, in
     /// key order: a page of a paged list starts where the last one ended instead of walking
     /// the objects before it.
@@ -391,16 +390,9 @@ impl State {
             .map(|(_, o)| o)
     }
 
-    pub(crate) fn list(&self, tk: &TypeKey, ns: Option<&str>) -> Vec<&Value> {
-        self.objects
-            .get(tk)
-            .map(|m| {
-                m.iter()
-                    .filter(|((n, _), _)| ns.is_none_or(|ns| ns == n))
-                    .map(|(_, o)| o)
-                    .collect()
-            })
-            .unwrap_or_default()
+    /// Objects of a type, optionally in one namespace, in (namespace, name) order.
+    pub(crate) fn list<'a>(&'a self, tk: &TypeKey, ns: Option<&'a str>) -> Vec<&'a Value> {
+        self.list_after(tk, ns, None).collect()
     }
 
     /// Subscribes to the changes of a type. Call under the same lock as reading the snapshot or
