@@ -797,7 +797,7 @@ impl Drop for Writing<'_> {
 async fn sync(
     ctx: &Context,
     ss: &Arc<SealedSecret>,
-    stripped_digest: Option<&str>,
+    stripped_digest: Option<String>,
     fence: &Fence,
 ) -> Result<Outcome> {
     let name = ss
@@ -824,10 +824,11 @@ async fn sync(
     }
     let oref = SsRef::new(name).within(namespace);
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let digest = stripped_digest.map_or_else(|| formats::spec_digest(ss), str::to_owned);
+    let stripped = stripped_digest.is_some();
+    let digest = stripped_digest.unwrap_or_else(|| formats::spec_digest(ss));
     let ring = ctx.state.keys.ring();
     let unseal = async || {
-        if stripped_digest.is_some() {
+        if stripped {
             return Err(Error::Incomplete);
         }
         unseal(ctx, &oref, ss, &ring, &digest).await
@@ -1152,10 +1153,10 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     }
     metrics.unseal_requests.inc();
     let start = Instant::now();
-    let oref = bare(&ObjectRef::from_obj(&*cached));
+    let oref = ObjectRef::from_obj(&*cached);
     let namespace = obj.namespace().unwrap_or_default();
 
-    let mut result = sync(&ctx, &obj, cached.stripped_digest().as_deref(), &fence).await;
+    let mut result = sync(&ctx, &obj, cached.stripped_digest(), &fence).await;
     if matches!(result, Err(Error::Incomplete)) {
         // Kept without its encrypted values, and they are needed: read it whole, through the
         // status subresource (which returns the whole object; the controller's RBAC has no
@@ -1424,7 +1425,7 @@ fn sealed_triggers(
 ) -> impl futures::Stream<Item = watcher::Result<CachedSealed>> + Send + 'static {
     let reader = writer.as_reader();
     events.filter_map(move |event| {
-        let event = match event {
+        let mut event = match event {
             Ok(event) => {
                 state.api_answered();
                 event
@@ -1435,31 +1436,27 @@ fn sealed_triggers(
                 return futures::future::ready(None);
             }
         };
-        let event = match event {
-            watcher::Event::Apply(mut ss) => {
-                ss.forget_version();
-                watcher::Event::Apply(ss)
-            }
-            watcher::Event::InitApply(mut ss) => {
-                ss.forget_version();
-                watcher::Event::InitApply(ss)
-            }
-            other => other,
-        };
+        if let watcher::Event::Apply(ss) | watcher::Event::InitApply(ss) = &mut event {
+            ss.forget_version();
+        }
         let trigger = match &event {
-            watcher::Event::InitApply(ss) => Some(ss.clone()),
+            watcher::Event::InitApply(_) => true,
             watcher::Event::Apply(ss) => {
                 let now = ss.trigger_fields();
                 let before = reader
                     .get(&ObjectRef::from_obj(ss))
                     .map(|b| b.trigger_fields());
                 let turned_behind = now.1 && !before.is_some_and(|b| b.1);
-                (before.map(|b| b.0) != Some(now.0) || turned_behind).then(|| ss.clone())
+                before.map(|b| b.0) != Some(now.0) || turned_behind
             }
-            watcher::Event::Init | watcher::Event::InitDone | watcher::Event::Delete(_) => None,
+            watcher::Event::Init | watcher::Event::InitDone | watcher::Event::Delete(_) => false,
         };
+        // The store takes its own copy; the event's object goes on as the trigger.
         writer.apply_watcher_event(&event);
-        futures::future::ready(trigger.map(Ok))
+        futures::future::ready(match event {
+            watcher::Event::Apply(ss) | watcher::Event::InitApply(ss) if trigger => Some(Ok(ss)),
+            _ => None,
+        })
     })
 }
 

@@ -120,14 +120,6 @@ impl CachedSealed {
     }
 }
 
-impl TryFrom<SealedSecret> for CachedSealed {
-    type Error = serde_json::Error;
-
-    fn try_from(ss: SealedSecret) -> Result<Self, Self::Error> {
-        Self::new(ss)
-    }
-}
-
 impl std::fmt::Debug for CachedSealed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachedSealed")

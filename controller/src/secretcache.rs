@@ -20,11 +20,9 @@
 //! - anything else (out of sync, not ours, patched, a MAC made with a key the ring lacks,
 //!   a namespace whose watch has not listed yet) reads the Secret with a GET, as before.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-
-use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
