@@ -27,6 +27,7 @@
 //!   goes through;
 //! - [`apihealth`]: whether the API server answers, and errors repeated in a burst logged
 //!   once with a count;
+//! - [`writes`]: the reconciler's writes, reading back only the resourceVersion of the answer;
 //! - leaf modules every task shares without importing each other: [`keylayout`] (the key
 //!   Secret layout), [`timing`] (jitter), [`signals`] (requests between tasks).
 
@@ -54,6 +55,7 @@ pub mod secretcache;
 pub mod signals;
 pub mod state;
 pub mod timing;
+pub mod writes;
 
 pub use config::Config;
 pub use state::State;

@@ -103,6 +103,7 @@ use crate::sealedcache::CachedSealed;
 use crate::secretcache::{CachedSecret, Lookup, MacVerdict, SecretCache};
 use crate::state::State;
 use crate::timing::{WatchBackoff, jitter};
+use crate::writes;
 use crate::{Error, Result};
 
 /// A SealedSecret's key in per-object maps and in the controller's queue.
@@ -877,14 +878,14 @@ async fn sync(
                         .annotations
                         .get_or_insert_with(BTreeMap::new)
                         .insert(MANAGED_ANNOTATION.to_owned(), TRUE.to_owned());
-                    secrets.create(&pp, &s).await
+                    writes::create(&ctx.client, namespace, &pp, &s).await
                 } else {
-                    secrets.create(&pp, &d.secret).await
+                    writes::create(&ctx.client, namespace, &pp, &d.secret).await
                 };
                 if created.is_ok() && managed {
                     ctx.with_object(&oref, |o| o.recreate_managed = false);
                 }
-                created.map(|s| (Outcome::Created, s.metadata.resource_version))
+                created.map(|version| (Outcome::Created, version))
             }
             Some(existing) => {
                 ctx.with_object(&oref, |o| o.recreate_managed = false);
@@ -911,10 +912,9 @@ async fn sync(
                 }
                 fence.check().map_err(Error::Fenced)?;
                 let _writing = Writing::start(ctx, &oref);
-                secrets
-                    .replace(name, &pp, &next)
+                writes::replace(&ctx.client, namespace, name, &pp, &next)
                     .await
-                    .map(|s| (Outcome::Updated, s.metadata.resource_version))
+                    .map(|version| (Outcome::Updated, version))
             }
         };
         // (`Writing` has already cleared `writing`.)
@@ -1066,7 +1066,15 @@ async fn write_status(
             "status": {"conditions": conditions, "observedGeneration": generation},
         });
         fence.check().map_err(Error::Fenced)?;
-        match api.patch_status(name, &pp, &Patch::Merge(&patch)).await {
+        let patched = writes::patch_status::<SealedSecret, _>(
+            &ctx.client,
+            namespace,
+            name,
+            &pp,
+            &Patch::Merge(&patch),
+        )
+        .await;
+        match patched {
             Ok(_) => return Ok(true),
             Err(e) if api_code(&e) == Some(409) && attempt < WRITE_ATTEMPTS => continue,
             Err(e) if api_code(&e) == Some(404) => return Ok(false),
@@ -1075,6 +1083,9 @@ async fn write_status(
     }
     Ok(false)
 }
+
+/// The `action` of the controller's Events.
+const EVENT_ACTION: &str = "Unseal";
 
 async fn publish_event(
     ctx: &Context,
@@ -1088,23 +1099,42 @@ async fn publish_event(
         fenced(ctx, "event", e);
         return;
     }
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: "Unseal".to_owned(),
-        secondary: None,
-    };
-    // A Normal event goes out once per write of the Secret: through a recorder of its own,
-    // so the shared recorder does not keep one event per SealedSecret for 6 minutes after a
-    // cold start (27 MiB for 10,000 objects, `cargo bench --bench scale`) only to count
-    // repeats that the reconciler does not produce.
-    let recorder = match event.type_ {
-        EventType::Normal => &Recorder::new(ctx.client.clone(), ctx.reporter.clone()),
-        EventType::Warning => &ctx.recorder,
-    };
-    if let Err(e) = recorder.publish(&event, &ss.object_ref(&())).await {
-        tracing::debug!(error = %crate::error_chain(&e), "failed to publish event");
+    match type_ {
+        // A Normal event goes out once per write of the Secret, so it starts no series: written
+        // directly, reading nothing of the answer back. (kube's `Recorder` would keep one event
+        // per SealedSecret for 6 minutes after a cold start, 27 MiB for 10,000 objects, only to
+        // count repeats the reconciler does not produce, and parse each answer whole.)
+        EventType::Normal => {
+            let Some(namespace) = ss.metadata.namespace.as_deref() else {
+                return;
+            };
+            let event = writes::event(
+                &ctx.reporter,
+                ss.object_ref(&()),
+                "Normal",
+                reason,
+                EVENT_ACTION,
+                note,
+            );
+            let pp = PostParams::default();
+            if let Err(e) = writes::create(&ctx.client, namespace, &pp, &event).await {
+                tracing::debug!(error = %crate::error_chain(&e), "failed to publish event");
+            }
+        }
+        // Warnings repeat while an object keeps failing: the shared recorder counts them into
+        // a series instead of writing one event each time.
+        EventType::Warning => {
+            let event = Event {
+                type_,
+                reason: reason.to_owned(),
+                note: Some(note),
+                action: EVENT_ACTION.to_owned(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&event, &ss.object_ref(&())).await {
+                tracing::debug!(error = %crate::error_chain(&e), "failed to publish event");
+            }
+        }
     }
 }
 

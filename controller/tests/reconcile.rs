@@ -72,7 +72,18 @@ pub async fn core_scenario(client: Client) {
     let c = synced.synced_condition().unwrap();
     assert_eq!(c.last_transition_time, c.last_update_time);
     assert_eq!(synced.status.as_ref().unwrap().observed_generation, Some(1));
-    wait_event(&client, &ns, "db", "Unsealed").await;
+    let event = wait_event(&client, &ns, "db", "Unsealed").await;
+    assert_eq!(event.type_.as_deref(), Some("Normal"));
+    assert_eq!(event.action.as_deref(), Some("Unseal"));
+    assert_eq!(
+        event.reporting_controller.as_deref(),
+        Some("kseal-controller")
+    );
+    assert!(event.event_time.is_some() && event.series.is_none());
+    let regarding = event.regarding.as_ref().unwrap();
+    assert_eq!(regarding.kind.as_deref(), Some("SealedSecret"));
+    assert_eq!(regarding.uid, ss.metadata.uid);
+    assert!(event.metadata.name.as_deref().unwrap().starts_with("db."));
 
     // Update: new value, renamed and appended items; observedGeneration 2.
     let updated = seal(

@@ -727,9 +727,16 @@ impl WatchStart {
     }
 }
 
+/// One watch event line, `type` first as kube-apiserver writes it: a client decodes an
+/// adjacently tagged event in one pass only when the tag comes before the object (a `json!`
+/// map would sort `object` first and make every client buffer the whole object).
 fn event_line(etype: &str, object: Value) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": etype, "object": object})).unwrap_or_default();
-    v.push(b'\n');
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(b"{\"type\":");
+    serde_json::to_writer(&mut v, etype).unwrap_or_default();
+    v.extend_from_slice(b",\"object\":");
+    serde_json::to_writer(&mut v, &object).unwrap_or_default();
+    v.extend_from_slice(b"}\n");
     Bytes::from(v)
 }
 
@@ -916,5 +923,18 @@ mod tests {
             (None, "namespaces", Some("ns"))
         );
         assert!(parse_parts("/api/v1").is_none());
+    }
+
+    #[test]
+    fn watch_event_line_has_the_type_first_like_kube_apiserver() {
+        let line = event_line(
+            "ADDED",
+            json!({"metadata": {"name": "a"}, "kind": "Secret"}),
+        );
+        let text = std::str::from_utf8(&line).unwrap();
+        assert!(text.starts_with(r#"{"type":"ADDED","object":{"#), "{text}");
+        assert!(text.ends_with("}\n"), "{text}");
+        let v: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(v["object"]["metadata"]["name"], "a");
     }
 }

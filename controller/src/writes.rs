@@ -1,0 +1,188 @@
+//! The reconciler's writes, reading back only what it keeps of the answer.
+//!
+//! kube's `Api::create`, `Api::replace` and `Api::patch_status` parse the API server's answer
+//! into the whole object: a Secret with its data, a SealedSecret with every ciphertext and
+//! its `managedFields`, an Event. The reconciler keeps at most the resourceVersion a Secret
+//! write returned. These functions send the same requests (same paths, parameters, bodies and
+//! error handling: a refusal is the same `kube::Error::Api`) and read only that metadata;
+//! serde skips the rest of the answer without building it. On a cold start this is three
+//! objects parsed and dropped per SealedSecret that no longer are.
+//!
+//! A Secret's answer holds its data in base64: skipped here, it is never copied out of the
+//! response text, which `kube::Client` owns and drops.
+
+use std::fmt::Debug;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::Request;
+use kube::runtime::events::Reporter;
+use kube::{Client, Resource};
+use serde::{Deserialize, Serialize};
+
+/// The part of a write's answer the reconciler keeps.
+#[derive(Debug, Default, Deserialize)]
+struct Written {
+    #[serde(default)]
+    metadata: WrittenMeta,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    resource_version: Option<String>,
+}
+
+fn request<K: Resource<DynamicType = ()>>(namespace: &str) -> Request {
+    Request::new(K::url_path(&(), Some(namespace)))
+}
+
+fn body<K: Serialize>(object: &K) -> kube::Result<Vec<u8>> {
+    serde_json::to_vec(object).map_err(kube::Error::SerdeError)
+}
+
+/// `Api::<K>::namespaced(client, namespace).create(pp, object)`, returning the created
+/// object's resourceVersion.
+pub async fn create<K>(
+    client: &Client,
+    namespace: &str,
+    pp: &PostParams,
+    object: &K,
+) -> kube::Result<Option<String>>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let mut req = request::<K>(namespace)
+        .create(pp, body(object)?)
+        .map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert("create");
+    let written: Written = client.request(req).await?;
+    Ok(written.metadata.resource_version)
+}
+
+/// `Api::<K>::namespaced(client, namespace).replace(name, pp, object)`, returning the new
+/// resourceVersion.
+pub async fn replace<K>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pp: &PostParams,
+    object: &K,
+) -> kube::Result<Option<String>>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let mut req = request::<K>(namespace)
+        .replace(name, pp, body(object)?)
+        .map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert("replace");
+    let written: Written = client.request(req).await?;
+    Ok(written.metadata.resource_version)
+}
+
+/// `Api::<K>::namespaced(client, namespace).patch_status(name, pp, patch)`.
+pub async fn patch_status<K, P>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pp: &PatchParams,
+    patch: &Patch<P>,
+) -> kube::Result<()>
+where
+    K: Resource<DynamicType = ()>,
+    P: Serialize + Debug,
+{
+    let mut req = request::<K>(namespace)
+        .patch_subresource("status", name, pp, patch)
+        .map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert("patch_status");
+    let _: Written = client.request(req).await?;
+    Ok(())
+}
+
+/// A new `events.k8s.io/v1` Event about `regarding`, as kube's `Recorder` builds one that
+/// starts no series: named `<object>.<nanoseconds, hex>`, in the object's namespace.
+pub fn event(
+    reporter: &Reporter,
+    regarding: ObjectReference,
+    type_: &str,
+    reason: &str,
+    action: &str,
+    note: String,
+) -> K8sEvent {
+    let now = jiff::Timestamp::now();
+    let name = format!(
+        "{}.{:x}",
+        regarding.name.as_deref().unwrap_or(&reporter.controller),
+        now.as_nanosecond()
+    );
+    K8sEvent {
+        action: Some(action.to_owned()),
+        reason: Some(reason.to_owned()),
+        event_time: Some(MicroTime(now)),
+        note: Some(note),
+        metadata: ObjectMeta {
+            namespace: regarding.namespace.clone(),
+            name: Some(name),
+            ..ObjectMeta::default()
+        },
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(
+            reporter
+                .instance
+                .clone()
+                .unwrap_or_else(|| reporter.controller.clone()),
+        ),
+        type_: Some(type_.to_owned()),
+        regarding: Some(regarding),
+        ..K8sEvent::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_read_for_its_resource_version_only() {
+        let answer = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"a","resourceVersion":"42",
+            "managedFields":[{"manager":"m","fieldsV1":{"f:data":{}}}]},"data":{"k":"c2VjcmV0"}}"#;
+        let w: Written = serde_json::from_str(answer).unwrap();
+        assert_eq!(w.metadata.resource_version.as_deref(), Some("42"));
+        let bare: Written = serde_json::from_str("{}").unwrap();
+        assert_eq!(bare.metadata.resource_version, None);
+    }
+
+    #[test]
+    fn an_event_matches_what_kubes_recorder_writes() {
+        let reporter = Reporter {
+            controller: "kseal".into(),
+            instance: Some("kseal-0".into()),
+        };
+        let regarding = ObjectReference {
+            name: Some("db".into()),
+            namespace: Some("team".into()),
+            ..ObjectReference::default()
+        };
+        let e = event(
+            &reporter,
+            regarding.clone(),
+            "Normal",
+            "Unsealed",
+            "Unseal",
+            "done".into(),
+        );
+        assert!(e.metadata.name.as_deref().unwrap().starts_with("db."));
+        assert_eq!(e.metadata.namespace.as_deref(), Some("team"));
+        assert_eq!(e.regarding, Some(regarding));
+        assert_eq!(e.type_.as_deref(), Some("Normal"));
+        assert_eq!(e.reason.as_deref(), Some("Unsealed"));
+        assert_eq!(e.action.as_deref(), Some("Unseal"));
+        assert_eq!(e.note.as_deref(), Some("done"));
+        assert_eq!(e.reporting_controller.as_deref(), Some("kseal"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("kseal-0"));
+        assert!(e.event_time.is_some() && e.series.is_none());
+    }
+}
