@@ -14,6 +14,7 @@
 //! - [`sealedcache`]: SealedSecrets as the store keeps them (compact; synced ones without
 //!   their encrypted values); [`secretcache`]: Secrets as their watch delivered them, without
 //!   data;
+//! - [`admission`]: how many SealedSecrets kube-runtime's scheduler holds at once;
 //! - [`affinity`]: which keys opened unhinted values lately, tried first for the next ones;
 //! - [`formats`]: the spec digest and data MAC stored on written Secrets, byte by byte;
 //! - [`http`]: `/healthz`, `/readyz`, `/v1/cert.pem`, `/v1/verify`, `/v1/rotate`, `/metrics`;
@@ -31,6 +32,7 @@
 //! - leaf modules every task shares without importing each other: [`keylayout`] (the key
 //!   Secret layout), [`timing`] (jitter), [`signals`] (requests between tasks).
 
+pub mod admission;
 pub mod affinity;
 pub mod apihealth;
 pub mod config;

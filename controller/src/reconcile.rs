@@ -93,6 +93,7 @@ use tokio::sync::watch;
 use tracing::instrument;
 use zeroize::Zeroizing;
 
+use crate::admission::Admission;
 use crate::config::{Config, Namespaces};
 use crate::formats::{self, MacVersion};
 use crate::keylayout::REPORTER;
@@ -158,6 +159,10 @@ fn reconcile_concurrency(config: &Config) -> u16 {
         .max(1)
         .saturating_mul(RECONCILES_PER_UNSEAL_SLOT)
 }
+
+/// SealedSecrets handed to kube-runtime's scheduler and not started yet, per reconcile it
+/// runs at a time: enough that a free reconcile always finds one ready.
+const ADMITTED_PER_RECONCILE: usize = 4;
 
 /// What one reconcile did to the Secret.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,6 +252,8 @@ pub struct Context {
     affinity: crate::affinity::Affinity,
     /// Secrets as the Secret watches last delivered them, without data.
     secrets: SecretCache,
+    /// SealedSecret triggers waiting for room in kube-runtime's scheduler.
+    admission: Arc<Admission>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -271,6 +278,8 @@ impl Context {
         let recorder = Recorder::new(client.clone(), reporter.clone());
         state.rsa.configure(slots);
         let rsa_slots = state.rsa.clone();
+        let admitted =
+            usize::from(reconcile_concurrency(&config)).saturating_mul(ADMITTED_PER_RECONCILE);
         Self {
             client,
             config,
@@ -284,6 +293,7 @@ impl Context {
             rsa_slots,
             affinity: crate::affinity::Affinity::default(),
             secrets: SecretCache::default(),
+            admission: Arc::new(Admission::new(admitted)),
         }
     }
 
@@ -1144,16 +1154,19 @@ fn backoff(failures: u32) -> Duration {
     jitter(d, 0.1)
 }
 
-fn success_action(config: &Config) -> Action {
-    match config.resync_period {
-        Some(period) => Action::requeue(jitter(period, 0.1)),
-        None => Action::await_change(),
-    }
+/// After a success the object waits for a change; the resync (`--resync-period`) re-queues
+/// every object through `admission` (`bulk_triggers`), so kube-runtime's scheduler does not
+/// hold a timer for each of them.
+fn success_action() -> Action {
+    Action::await_change()
 }
 
 /// Reconciles one SealedSecret.
 #[instrument(skip(cached, ctx))]
 pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<Action> {
+    if let (Some(namespace), Some(name)) = (&cached.meta().namespace, &cached.meta().name) {
+        ctx.admission.started(namespace, name);
+    }
     // Every write below checks this fence first: a replica whose leadership ended, changed
     // term or outlived its local lease deadline (frozen, partitioned) writes nothing more.
     let Some(fence) = ctx.state.leadership.fence() else {
@@ -1348,7 +1361,7 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
             if recheck {
                 return Ok(Action::requeue(Duration::ZERO));
             }
-            Ok(success_action(&ctx.config))
+            Ok(success_action())
         }
         // Only a change (of the Secret, the SealedSecret or the keys) can fix these; the
         // watches trigger on such changes, so no hot retry loop.
@@ -1452,6 +1465,8 @@ fn sealed_triggers(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<CachedSealed>>> + Send + 'static,
     state: State,
     mut writer: reflector::store::Writer<CachedSealed>,
+    admission: Arc<Admission>,
+    scope: Option<String>,
 ) -> impl futures::Stream<Item = watcher::Result<CachedSealed>> + Send + 'static {
     let reader = writer.as_reader();
     events.filter_map(move |event| {
@@ -1481,12 +1496,15 @@ fn sealed_triggers(
             }
             watcher::Event::Init | watcher::Event::InitDone | watcher::Event::Delete(_) => false,
         };
-        // The store takes its own copy; the event's object goes on as the trigger.
         writer.apply_watcher_event(&event);
-        futures::future::ready(match event {
-            watcher::Event::Apply(ss) | watcher::Event::InitApply(ss) if trigger => Some(Ok(ss)),
-            _ => None,
-        })
+        // Triggers queue for the scheduler (`admission`); this stream itself yields nothing.
+        if let watcher::Event::Apply(ss) | watcher::Event::InitApply(ss) = &event
+            && trigger
+            && let (Some(namespace), Some(name)) = (&ss.meta().namespace, &ss.meta().name)
+        {
+            admission.push(scope.as_deref(), namespace, name);
+        }
+        futures::future::ready(None)
     })
 }
 
@@ -1607,6 +1625,38 @@ fn recovered_triggers(
 }
 
 /// Emits once per change of the key ring.
+/// Every SealedSecret of `store`, queued for the scheduler whenever the ring changes, this
+/// replica starts leading or the resync period (with jitter) passes: what
+/// `Controller::reconcile_all_on` and a requeue per object would do, through `admission`.
+fn bulk_triggers(
+    state: &State,
+    store: Store<CachedSealed>,
+    admission: Arc<Admission>,
+    scope: Option<String>,
+    resync: Option<Duration>,
+) -> impl futures::Stream<Item = SsRef> + Send + 'static {
+    let resyncs = match resync {
+        Some(period) => futures::stream::unfold((), move |()| async move {
+            tokio::time::sleep(jitter(period, 0.1)).await;
+            Some(((), ()))
+        })
+        .boxed(),
+        None => futures::stream::pending().boxed(),
+    };
+    let signals = futures::stream::select(
+        futures::stream::select(ring_changes(state), leadership_gained(state)),
+        resyncs,
+    );
+    signals.filter_map(move |()| {
+        for ss in store.state() {
+            if let (Some(namespace), Some(name)) = (&ss.meta().namespace, &ss.meta().name) {
+                admission.push(scope.as_deref(), namespace, name);
+            }
+        }
+        futures::future::ready(None)
+    })
+}
+
 fn ring_changes(state: &State) -> impl futures::Stream<Item = ()> + Send + 'static {
     let mut rx = state.keys.subscribe();
     rx.mark_unchanged();
@@ -1677,7 +1727,13 @@ pub async fn run(
         let sealed_events =
             watcher(sealed, wc.clone()).backoff(WatchBackoff::resetting_on(state.api.recoveries()));
         let mut c = Controller::for_stream(
-            sealed_triggers(sealed_events, state.clone(), writer),
+            sealed_triggers(
+                sealed_events,
+                state.clone(),
+                writer,
+                ctx.admission.clone(),
+                scope.clone(),
+            ),
             store.clone(),
         )
         .with_config(controller::Config::default().concurrency(reconcile_concurrency(&config)));
@@ -1704,10 +1760,19 @@ pub async fn run(
                 scope.clone(),
             ));
         }
+        let admitted = futures::stream::select(
+            ctx.admission.clone().stream(scope.clone()),
+            bulk_triggers(
+                &state,
+                store.clone(),
+                ctx.admission.clone(),
+                scope.clone(),
+                config.resync_period,
+            ),
+        );
         let c = c
+            .reconcile_on(admitted)
             .reconcile_on(recovered_triggers(ctx.clone(), store.clone()))
-            .reconcile_all_on(ring_changes(&state))
-            .reconcile_all_on(leadership_gained(&state))
             .graceful_shutdown_on(until_true(shutdown.clone()));
         runs.push(c.run(reconcile, error_policy, ctx.clone()).boxed());
     }
@@ -1736,7 +1801,12 @@ pub async fn run(
         .for_each(|result| {
             if let Err(e) = result {
                 match e {
-                    controller::Error::ObjectNotFound(_) => {}
+                    // Deleted before its reconcile started: it no longer waits.
+                    controller::Error::ObjectNotFound(r) => {
+                        if let Some(namespace) = &r.namespace {
+                            ctx.admission.started(namespace, &r.name);
+                        }
+                    }
                     controller::Error::ReconcilerFailed(..) => {}
                     other => tracing::debug!(error = %crate::error_chain(&other), "controller stream error"),
                 }

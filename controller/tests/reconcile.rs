@@ -190,7 +190,40 @@ on_both!(
     edited_secret_data_is_reverted,
     key_ring_follows_key_secrets_and_skips_bad_ones,
     unmanaged_secret_is_left_alone_until_marked_managed,
+    the_resync_period_rechecks_every_object,
 );
+
+/// Without the Secret watch (`--skip-recreate`), only the resync notices a deleted Secret:
+/// every SealedSecret is queued again each period, and each deleted Secret comes back.
+async fn the_resync_period_rechecks_every_object(client: Client) {
+    let cl = Cluster::new(client).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let mut config = cl.config();
+    config.skip_recreate = true;
+    config.resync_period = Some(std::time::Duration::from_secs(2));
+    let running = Running::start(&client, config).await;
+    let names = ["r1", "r2", "r3"];
+    for name in names {
+        create_ss(&client, &seal(&secret(&ns, name, &[("k", name)]), key(0))).await;
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let mut uids = BTreeMap::new();
+    for name in names {
+        let s = wait_secret(&client, &ns, name, "written", |_| true).await;
+        uids.insert(name, s.uid());
+    }
+    for name in names {
+        secrets.delete(name, &Default::default()).await.unwrap();
+    }
+    for name in names {
+        let s = wait_secret(&client, &ns, name, "re-created by the resync", |s| {
+            s.uid() != uids[name]
+        })
+        .await;
+        assert_eq!(data_of(&s), map(&[("k", name)]));
+    }
+    running.stop().await;
+}
 
 async fn existing_secrets_are_taken_over_merged_or_left_alone_per_annotation(client: Client) {
     let cl = Cluster::new(client).await;
