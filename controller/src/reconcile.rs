@@ -191,12 +191,10 @@ struct ObjectState {
     /// Which key opened which item last time (the next unseal tries it first), for the items
     /// whose key the object hint or the sealing-key annotation does not already name.
     item_hints: Box<[(String, KeyId)]>,
-    /// The key that opened the deprecated `spec.data`.
-    object_hint: Option<KeyId>,
     /// Consecutive failures (backoff).
     failures: u32,
-    /// The last Warning event published (reason, note), to publish each failure once.
-    last_warning: Option<Box<(String, String)>>,
+    /// What few objects need (boxed: one pointer for the others).
+    rare: Option<Box<RareState>>,
     /// Labels of the condition gauge, to remove it when the object goes away.
     /// (Its namespace and name are the object's, its condition `Synced`: only the instance
     /// label is kept.)
@@ -208,18 +206,94 @@ struct ObjectState {
     transient: bool,
     /// The resourceVersion of the Secret as this controller last wrote it: the watch event
     /// of our own write triggers no reconcile (it would only confirm what was just written).
-    written_version: Option<String>,
+    written_version: Option<Box<str>>,
     /// A write of the Secret is in flight: its watch event may come back before its response
     /// (then the response's resourceVersion is not known yet to recognise it).
     writing: bool,
-    /// The resourceVersion of the last Secret event seen while `writing`: if it is not the
-    /// version the write returned, someone else wrote, and the object is reconciled again.
-    raced_version: Option<String>,
     /// Reconcile again at once (set when a change raced with our own write).
     recheck: bool,
     /// The Secret was deleted while marked `managed`: its re-creation carries the mark again,
     /// so that deleting it once more brings it back too.
     recreate_managed: bool,
+}
+
+/// The part of [`ObjectState`] most objects never use.
+#[derive(Default)]
+struct RareState {
+    /// The key that opened the deprecated `spec.data`.
+    object_hint: Option<KeyId>,
+    /// The last Warning event published (reason, note), to publish each failure once.
+    last_warning: Option<(String, String)>,
+    /// The resourceVersion of the last Secret event seen while `writing`: if it is not the
+    /// version the write returned, someone else wrote, and the object is reconciled again.
+    raced_version: Option<String>,
+}
+
+impl ObjectState {
+    fn rare(&mut self) -> &mut RareState {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    fn object_hint(&self) -> Option<&KeyId> {
+        self.rare.as_ref()?.object_hint.as_ref()
+    }
+
+    fn take_raced_version(&mut self) -> Option<String> {
+        self.rare.as_mut()?.raced_version.take()
+    }
+
+    fn forget_warning(&mut self) {
+        if let Some(rare) = self.rare.as_mut() {
+            rare.last_warning = None;
+        }
+    }
+}
+
+/// [`ObjectState`]s per namespace and name: keys of 16 bytes and one allocation instead of a
+/// 96-byte `ObjectRef` and two.
+#[derive(Default)]
+struct Objects(HashMap<Box<str>, HashMap<Box<str>, ObjectState>>);
+
+impl Objects {
+    fn get(&self, oref: &SsRef) -> Option<&ObjectState> {
+        self.0
+            .get(oref.namespace.as_deref().unwrap_or_default())?
+            .get(oref.name.as_str())
+    }
+
+    fn get_mut(&mut self, oref: &SsRef) -> Option<&mut ObjectState> {
+        self.0
+            .get_mut(oref.namespace.as_deref().unwrap_or_default())?
+            .get_mut(oref.name.as_str())
+    }
+
+    /// The entry of `oref`, created if missing (allocating its keys: look up first).
+    fn entry(&mut self, oref: &SsRef) -> &mut ObjectState {
+        let namespace = oref.namespace.as_deref().unwrap_or_default();
+        self.0
+            .entry(namespace.into())
+            .or_default()
+            .entry(oref.name.as_str().into())
+            .or_default()
+    }
+
+    fn remove(&mut self, oref: &SsRef) -> Option<ObjectState> {
+        let namespace = oref.namespace.as_deref().unwrap_or_default();
+        let names = self.0.get_mut(namespace)?;
+        let removed = names.remove(oref.name.as_str());
+        if names.is_empty() {
+            self.0.remove(namespace);
+        }
+        removed
+    }
+
+    fn refs(&self) -> impl Iterator<Item = SsRef> + '_ {
+        self.0.iter().flat_map(|(namespace, names)| {
+            names
+                .keys()
+                .map(move |name| SsRef::new(name).within(namespace))
+        })
+    }
 }
 
 /// MAC keys derived from the current ring, rebuilt when the ring changes.
@@ -243,7 +317,7 @@ pub struct Context {
     transient_failures: crate::apihealth::Burst,
     /// The leadership epoch whose first fenced write was logged (see [`fenced`]).
     fenced_logged: std::sync::atomic::AtomicU64,
-    objects: Mutex<HashMap<SsRef, ObjectState>>,
+    objects: Mutex<Objects>,
     /// Bounds RSA work to `--concurrency` unseals at a time across every watched namespace
     /// (each namespace runs its own controller); shared with the HTTP API, which it goes
     /// before.
@@ -302,7 +376,7 @@ impl Context {
         if let Some(o) = objects.get_mut(oref) {
             return f(o);
         }
-        f(objects.entry(bare(oref)).or_default())
+        f(objects.entry(oref))
     }
 
     /// The `version` MAC key derived from `id`, if `ring` holds that key.
@@ -325,14 +399,6 @@ impl Context {
         cache.keys.insert(slot, key.clone());
         Some(key)
     }
-}
-
-/// `oref` without its resourceVersion and UID (which neither equality nor hashing reads): the
-/// form kept as a key in per-object maps, two strings fewer per object.
-fn bare(oref: &SsRef) -> SsRef {
-    let mut key = oref.clone();
-    key.extra = Default::default();
-    key
 }
 
 /// The data items a SealedSecret produces, when known without decrypting (not for the
@@ -593,7 +659,7 @@ async fn unseal(
     let (item_hints, object_hint) = ctx.with_object(oref, |o| {
         (
             o.item_hints.iter().cloned().collect(),
-            o.object_hint.clone(),
+            o.object_hint().cloned(),
         )
     });
     // Held until this unseal has taught the affinity (only waits on a cold start).
@@ -626,15 +692,15 @@ async fn unseal(
     let annotation_hint = ss.sealing_key_hint();
     ctx.with_object(oref, |o| {
         if unsealed.deprecated_data_key.is_some() {
-            o.object_hint = unsealed.deprecated_data_key.clone();
+            o.rare().object_hint = unsealed.deprecated_data_key.clone();
         }
         // An item opened by the key the next unseal tries first anyway (the object hint, or
         // the sealing-key annotation) needs no hint of its own: most objects keep none.
-        let implied = o.object_hint.as_ref().or(annotation_hint.as_ref());
+        let implied = o.object_hint().or(annotation_hint.as_ref()).cloned();
         o.item_hints = unsealed
             .keys
             .iter()
-            .filter(|(_, key)| Some(*key) != implied)
+            .filter(|(_, key)| implied.as_ref() != Some(*key))
             .map(|(item, key)| (item.clone(), key.clone()))
             .collect();
     });
@@ -928,13 +994,13 @@ async fn sync(
             }
         };
         // (`Writing` has already cleared `writing`.)
-        let raced = ctx.with_object(&oref, |o| o.raced_version.take());
+        let raced = ctx.with_object(&oref, |o| o.take_raced_version());
         match result {
             Ok((outcome, version)) => {
                 ctx.with_object(&oref, |o| {
                     // A Secret event that arrived during the write and is not the write itself.
                     o.recheck |= raced.is_some_and(|r| Some(r) != version);
-                    o.written_version = version;
+                    o.written_version = version.map(String::into_boxed_str);
                 });
                 return Ok(outcome);
             }
@@ -1266,7 +1332,7 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
                 )
                 .await;
             }
-            ctx.with_object(&oref, |o| o.last_warning = None);
+            ctx.with_object(&oref, ObjectState::forget_warning);
         }
         Err(e) => {
             let message = want.message.clone().unwrap_or_default();
@@ -1294,8 +1360,9 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
             let key = (event_reason.to_owned(), message.clone());
             let fresh = !holding
                 && ctx.with_object(&oref, |o| {
-                    let fresh = o.last_warning.as_deref() != Some(&key);
-                    o.last_warning = Some(Box::new(key));
+                    let rare = o.rare();
+                    let fresh = rare.last_warning.as_ref() != Some(&key);
+                    rare.last_warning = Some(key);
                     fresh
                 });
             if fresh && !already_shown {
@@ -1433,10 +1500,10 @@ fn secret_trigger(ctx: &Context, meta: &kube::api::ObjectMeta, deleted: bool) ->
             && lock(&ctx.objects).get_mut(&oref).is_some_and(|o| {
                 if o.writing {
                     // Decided when the write returns (see `sync`): ours, or a recheck.
-                    o.raced_version.clone_from(&meta.resource_version);
+                    o.rare().raced_version.clone_from(&meta.resource_version);
                     return true;
                 }
-                o.written_version == meta.resource_version
+                o.written_version.as_deref() == meta.resource_version.as_deref()
             });
         return (!own_write).then_some(oref);
     }
@@ -1836,9 +1903,8 @@ async fn prune(ctx: Arc<Context>, stores: Vec<Store<CachedSealed>>) {
         let gone: Vec<(SsRef, Option<Box<str>>)> = {
             let mut objects = lock(&ctx.objects);
             let gone: Vec<_> = objects
-                .keys()
+                .refs()
                 .filter(|r| stores.iter().all(|s| s.get(r).is_none()))
-                .cloned()
                 .collect();
             gone.into_iter()
                 .filter_map(|r| objects.remove(&r).map(|o| (r, o.gauge)))
@@ -1857,6 +1923,35 @@ async fn prune(ctx: Arc<Context>, stores: Vec<Store<CachedSealed>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_object_state_is_kept_per_namespace_and_name() {
+        let mut objects = Objects::default();
+        let (a, b, c) = (
+            SsRef::new("a").within("one"),
+            SsRef::new("b").within("one"),
+            SsRef::new("a").within("two"),
+        );
+        assert!(objects.get(&a).is_none());
+        objects.entry(&a).failures = 1;
+        objects.entry(&b).failures = 2;
+        objects.entry(&c).failures = 3;
+        objects.entry(&a).failures += 10;
+        assert_eq!(objects.get(&a).map(|o| o.failures), Some(11));
+        assert_eq!(objects.get_mut(&c).map(|o| o.failures), Some(3));
+        let mut refs: Vec<SsRef> = objects.refs().collect();
+        refs.sort_by(|x, y| (&x.namespace, &x.name).cmp(&(&y.namespace, &y.name)));
+        assert_eq!(refs, vec![a.clone(), b.clone(), c.clone()]);
+        assert_eq!(objects.remove(&c).map(|o| o.failures), Some(3));
+        assert!(objects.remove(&c).is_none());
+        // An emptied namespace goes too.
+        assert_eq!(objects.0.len(), 1);
+        // What few objects need stays unallocated until used.
+        assert!(objects.get(&b).is_some_and(|o| o.rare.is_none()));
+        let o = objects.entry(&b);
+        o.forget_warning();
+        assert!(o.rare.is_none() && o.object_hint().is_none() && o.take_raced_version().is_none());
+    }
 
     #[tokio::test]
     async fn the_watch_event_of_our_own_write_triggers_nothing() {
@@ -1884,7 +1979,7 @@ mod tests {
             secret_trigger(&ctx, &secret("7"), false),
             Some(oref.clone())
         );
-        ctx.with_object(&oref, |o| o.written_version = Some("7".to_owned()));
+        ctx.with_object(&oref, |o| o.written_version = Some("7".into()));
         // Our own write: no trigger; a deletion of it, or any later change: a trigger.
         assert_eq!(secret_trigger(&ctx, &secret("7"), false), None);
         assert_eq!(secret_trigger(&ctx, &secret("7"), true), Some(oref.clone()));
@@ -1897,7 +1992,7 @@ mod tests {
         ctx.with_object(&oref, |o| o.writing = true);
         assert_eq!(secret_trigger(&ctx, &secret("9"), false), None);
         assert_eq!(
-            ctx.with_object(&oref, |o| o.raced_version.clone()),
+            ctx.with_object(&oref, |o| o.rare().raced_version.clone()),
             Some("9".to_owned())
         );
         assert_eq!(secret_trigger(&ctx, &secret("9"), true), Some(oref));
