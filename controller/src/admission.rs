@@ -83,20 +83,24 @@ impl Admission {
             return;
         }
         inner.queued.insert(k.clone());
-        inner
-            .waiting
-            .entry(scope.map(Into::into))
-            .or_default()
-            .push_back(k);
+        let queue = inner.waiting.entry(scope.map(Into::into)).or_default();
+        queue.push_back(k);
+        // A consumer waits on a push only while its queue is empty (a full bound waits for a
+        // start instead): one wake-up per burst, not one per object.
+        let was_empty = queue.len() == 1;
         drop(inner);
-        self.changed.notify_waiters();
+        if was_empty {
+            self.changed.notify_waiters();
+        }
     }
 
     /// The reconcile of `namespace/name` started (or the object is gone): it no longer
     /// counts against the bound.
     pub fn started(&self, namespace: &str, name: &str) {
         let mut inner = self.lock();
-        if inner.admitted.remove(&key(namespace, name)).is_some() {
+        // Only a full bound keeps a consumer with objects waiting from taking the next.
+        let was_full = inner.admitted.len() >= self.bound;
+        if inner.admitted.remove(&key(namespace, name)).is_some() && was_full {
             drop(inner);
             self.changed.notify_waiters();
         }
