@@ -129,6 +129,11 @@ pub struct Args {
     /// once, so that API round trips overlap the RSA work
     #[arg(long, env = env::KSEAL_CONCURRENCY, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: u16,
+    /// Threads running the controller's async work (API requests, watches, the HTTP API);
+    /// 0: one per CPU. RSA work runs on threads of its own. Fewer save some CPU per object
+    /// and cost peak memory on a cold start (docs/benchmarks.md)
+    #[arg(long, env = env::KSEAL_ASYNC_THREADS, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub async_threads: u16,
     /// /v1/verify and /v1/rotate sustained requests per second
     #[arg(long, env = env::KSEAL_RATE_LIMIT, default_value_t = 2.0)]
     pub rate_limit: f64,
@@ -254,6 +259,8 @@ pub struct Config {
     pub resync_period: Option<Duration>,
     /// Parallel unseals (RSA work); reconciles run up to 4 times as many.
     pub concurrency: u16,
+    /// Async worker threads (`--async-threads`, 0 resolved from the CPU count).
+    pub async_threads: usize,
     /// verify/rotate rate limit (per second) and burst.
     pub rate_limit: (f64, u32),
     /// Sealed values one verify/rotate request may hold.
@@ -534,6 +541,7 @@ impl Config {
             drift_correction: args.drift_correction && !args.skip_recreate,
             resync_period: (!args.resync_period.is_zero()).then_some(args.resync_period),
             concurrency: args.concurrency,
+            async_threads: async_threads(args.async_threads, cpus()),
             rate_limit: (args.rate_limit, args.rate_limit_burst),
             max_request_items: usize::try_from(args.max_request_items).unwrap_or(usize::MAX),
             trusted_proxies,
@@ -652,6 +660,27 @@ pub fn parse_cutoff_time(text: &str) -> Option<SystemTime> {
 
 /// The leader-election identity without `POD_NAME`: the host name plus a random suffix, so
 /// that two processes never share one (a PID alone would: it is 1 in most containers).
+/// CPUs this process may use (the cgroup quota included), at least 1.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// The async worker threads for `--async-threads` (`flag`) on `cpus` CPUs: the flag when
+/// set, else one per CPU (tokio's default).
+///
+/// Fewer workers spend less CPU parking and waking each other while RSA threads hold the
+/// cores, but raise the cold-start peak memory: 2 cores, `--concurrency 2`, one worker
+/// instead of two: CPU per object outside unsealing 0.48 -> 0.41 ms at 10,000 objects,
+/// peak RSS 54.5 -> 60 MiB; at 100,000 358 -> 417 MiB (docs/benchmarks.md). Memory is what
+/// gets a pod killed, so the default keeps one per CPU.
+#[must_use]
+pub fn async_threads(flag: u16, cpus: usize) -> usize {
+    match usize::from(flag) {
+        0 => cpus.max(1),
+        n => n,
+    }
+}
+
 fn fallback_identity() -> String {
     use std::hash::BuildHasher as _;
     let host = std::env::var(env::HOSTNAME)
@@ -676,6 +705,20 @@ mod tests {
         let mut argv = vec!["kseal-controller"];
         argv.extend_from_slice(extra);
         Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn async_threads_default_to_one_per_cpu() {
+        assert_eq!(async_threads(0, 0), 1);
+        assert_eq!(async_threads(0, 2), 2);
+        assert_eq!(async_threads(0, 16), 16);
+        assert_eq!(async_threads(3, 2), 3, "the flag wins");
+        let config = Config::from_args(args(&["--async-threads", "2"]), None).unwrap();
+        assert_eq!(config.async_threads, 2);
+        assert!(Config::from_args(args(&[]), None).unwrap().async_threads >= 1);
+        let err = Args::try_parse_from(["kseal-controller", "--async-threads", "999"]).unwrap_err();
+        assert!(err.to_string().contains("--async-threads"), "{err}");
+        assert!(err.to_string().contains("999"), "{err}");
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub const KSEAL_DRIFT_CORRECTION: &str = "KSEAL_DRIFT_CORRECTION";
 pub const KSEAL_RESYNC_PERIOD: &str = "KSEAL_RESYNC_PERIOD";
 /// `--concurrency`.
 pub const KSEAL_CONCURRENCY: &str = "KSEAL_CONCURRENCY";
+/// `--async-threads`.
+pub const KSEAL_ASYNC_THREADS: &str = "KSEAL_ASYNC_THREADS";
 /// `--rate-limit`.
 pub const KSEAL_RATE_LIMIT: &str = "KSEAL_RATE_LIMIT";
 /// `--rate-limit-burst`.

@@ -542,7 +542,13 @@ async fn certs(AxumState(app): AxumState<App>) -> Response {
 }
 
 async fn metrics(AxumState(state): AxumState<State>) -> Response {
-    let mut response = (StatusCode::OK, state.metrics.encode()).into_response();
+    // One series per SealedSecret: at 100,000 objects encoding takes tens of milliseconds,
+    // which would stall the (few) async workers that run watches and reconciles.
+    let metrics = state.metrics.clone();
+    let Ok(text) = tokio::task::spawn_blocking(move || metrics.encode()).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(OPENMETRICS_CONTENT_TYPE),

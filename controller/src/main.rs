@@ -53,6 +53,7 @@ fn main() -> ExitCode {
         ),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.async_threads)
         .enable_all()
         .build()
     {
@@ -153,6 +154,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         commit = kseal_controller::COMMIT,
         namespace = %config.controller_namespace,
         identity = %config.identity,
+        async_threads = config.async_threads,
+        concurrency = config.concurrency,
         generate_keys = config.generate_key_if_missing,
         key_source = config.key_source.as_ref().map(|s| s.location.to_string()),
         "starting kseal-controller"
