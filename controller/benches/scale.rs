@@ -37,6 +37,11 @@
 //!   CPU lists (`0-7`, `0,2,4-5`) to pin the server process (needs `SCALE_SERVER=process`)
 //!   and the controller to, with `taskset -c` (the bench fails if `taskset` cannot be run).
 //!   The RSA floors then divide by the controller's CPUs.
+//! - `SCALE_ASYNC_THREADS` (`--async-threads`): the controller's `--async-threads`, default 0
+//!   (its own default: one per CPU);
+//! - `SCALE_MALLOC_ENV` (`--malloc-env`): `image` (default) runs the controller with the
+//!   `MALLOC_*` settings the image's Dockerfile sets (what a user's pod gets; a variable
+//!   already set in the bench's environment wins), `none` with glibc's defaults.
 //!
 //! Method: the test API server runs in this process (or its own, above) and is served on
 //! 127.0.0.1; the controller is the release `kseal-controller` binary in a child process over
@@ -78,12 +83,25 @@ const BIN: &str = env!("CARGO_BIN_EXE_kseal-controller");
 /// Overrides the controller binary (e.g. an older build, for before/after figures).
 const BIN_ENV: &str = "SCALE_CONTROLLER_BIN";
 const CRD_YAML: &str = include_str!("../../deploy/crd.yaml");
+/// The image's build file: its `ENV MALLOC_*` settings are the controller's malloc tuning.
+const DOCKERFILE: &str = include_str!("../../Dockerfile");
 const CONTROLLER_NS: &str = "kseal-system";
 const KEYS: usize = 24;
 /// Decrypts timed on one key for the per-operation RSA time.
 const PER_OP_SAMPLES: usize = 100;
-/// How often the controller's `/metrics` is scraped while waiting.
+/// How often the controller's `/metrics` is scraped while waiting, per [`POLL_PER`] objects
+/// (at least once): each scrape encodes one condition series per object, so a fixed interval
+/// would charge the controller a cost per object that grows with N (at 100,000 objects and
+/// 200 ms, about a tenth of its CPU on a cold start), which no Prometheus scraping every 15
+/// to 60 s does.
 const POLL: Duration = Duration::from_millis(200);
+/// Objects per [`POLL`] of scrape interval.
+const POLL_PER: usize = 10_000;
+
+/// The scrape interval for `n` objects.
+fn poll_interval(n: usize) -> Duration {
+    POLL * u32::try_from(n.div_ceil(POLL_PER).max(1)).unwrap_or(u32::MAX)
+}
 /// Gives up waiting after this long (a hung run, not a measurement).
 const GIVE_UP: Duration = Duration::from_secs(900);
 /// First argument that makes this executable the test API server of `SCALE_SERVER=process`
@@ -159,6 +177,30 @@ struct Options {
     unhinted_keys: UnhintedKeys,
     concurrency: usize,
     leader_elect: bool,
+    /// The controller's `--async-threads` (0: its default).
+    async_threads: u16,
+    /// Run the controller with the image's `MALLOC_*` environment.
+    image_malloc_env: bool,
+}
+
+/// The `NAME=value` settings of the Dockerfile's `ENV` lines whose name starts with `MALLOC_`.
+fn image_malloc_env() -> Vec<(String, String)> {
+    DOCKERFILE
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("ENV "))
+        .flat_map(str::split_whitespace)
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| k.starts_with("MALLOC_"))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn malloc_env_setting(text: &str) -> anyhow::Result<bool> {
+    match text {
+        "image" => Ok(true),
+        "none" => Ok(false),
+        _ => bail!("--malloc-env {text:?}: expected image or none"),
+    }
 }
 
 impl Options {
@@ -185,6 +227,9 @@ impl Options {
                 .map_or(Ok(UnhintedKeys::Random), |v| v.parse())?,
             concurrency: env("SCALE_CONCURRENCY").map_or(Ok(0), |v| v.parse())?,
             leader_elect: env("SCALE_LEADER_ELECT").map_or(Ok(true), |v| v.parse())?,
+            async_threads: env("SCALE_ASYNC_THREADS").map_or(Ok(0), |v| v.parse())?,
+            image_malloc_env: env("SCALE_MALLOC_ENV")
+                .map_or(Ok(true), |v| malloc_env_setting(&v))?,
         };
         // `cargo bench` passes `--bench`; anything unknown is ignored.
         let args: Vec<String> = std::env::args().skip(1).collect();
@@ -206,6 +251,8 @@ impl Options {
                 "--server",
                 "--server-cpus",
                 "--controller-cpus",
+                "--malloc-env",
+                "--async-threads",
             ];
             if known.contains(&flag.as_str()) {
                 let value = match inline {
@@ -226,6 +273,8 @@ impl Options {
                     "--server" => o.server = value.parse()?,
                     "--server-cpus" => o.server_cpus = Some(value),
                     "--controller-cpus" => o.controller_cpus = Some(value),
+                    "--malloc-env" => o.image_malloc_env = malloc_env_setting(&value)?,
+                    "--async-threads" => o.async_threads = value.parse()?,
                     _ => o.leader_elect = value.parse()?,
                 }
             }
@@ -771,6 +820,13 @@ impl Controller {
                 cmd.env_remove(name);
             }
         }
+        if o.image_malloc_env {
+            for (name, value) in image_malloc_env() {
+                if std::env::var_os(&name).is_none() {
+                    cmd.env(name, value);
+                }
+            }
+        }
         let child = cmd
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", "kseal-controller-scale-0")
@@ -786,6 +842,13 @@ impl Controller {
                 "--leader-elect",
                 &o.leader_elect.to_string(),
             ])
+            // Only when set: older binaries (SCALE_CONTROLLER_BIN) lack the flag.
+            .args(
+                (o.async_threads != 0)
+                    .then(|| ["--async-threads".to_owned(), o.async_threads.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log)?)
@@ -1249,8 +1312,9 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let mut ctrl = Controller::start(&o, &kubeconfig, &dir.path().join("cold.log"), &[])?;
     let mut last = Counters::default();
     let mut printed = Instant::now();
+    let poll = poll_interval(o.n);
     let cold = loop {
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll).await;
         ctrl.check_running()?;
         if start.elapsed() > GIVE_UP {
             bail!("cold start did not finish: {last:?}");
@@ -1307,7 +1371,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let mut ready: Option<Duration> = None;
     let mut last = Counters::default();
     let (restart, log_len) = loop {
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll).await;
         ctrl.check_running()?;
         if start.elapsed() > GIVE_UP {
             bail!("restart did not finish: {last:?}");
@@ -1384,11 +1448,32 @@ async fn run(o: Options) -> anyhow::Result<()> {
         o.concurrency
     );
     println!(
+        "| controller async threads (--async-threads) | {} | — |",
+        kseal_controller::config::async_threads(o.async_threads, controller_cores)
+    );
+    let malloc: Vec<String> = image_malloc_env()
+        .into_iter()
+        .filter(|_| o.image_malloc_env)
+        .map(|(k, v)| std::env::var(&k).map_or(format!("{k}={v}"), |own| format!("{k}={own}")))
+        .collect();
+    println!(
+        "| controller malloc environment | {} | — |",
+        if malloc.is_empty() {
+            "glibc defaults".to_owned()
+        } else {
+            format!("{} (the image's)", malloc.join(" "))
+        }
+    );
+    println!(
         "| test API server | {}{} | — |",
         placement(o.server),
         o.server_cpus
             .as_deref()
             .map_or(String::new(), |c| format!(", CPUs {c}"))
+    );
+    println!(
+        "| bench's /metrics scrape interval while waiting | {:.1} s | — |",
+        poll_interval(o.n).as_secs_f64()
     );
     println!(
         "| per-op open time (1 key, {PER_OP_SAMPLES} decrypts) | {:.3} ms | — |",
