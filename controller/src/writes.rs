@@ -43,6 +43,19 @@ fn body<K: Serialize>(object: &K) -> kube::Result<Vec<u8>> {
     serde_json::to_vec(object).map_err(kube::Error::SerdeError)
 }
 
+/// Sends a built request as kube's `Api` method `verb` does (the verb names the request in
+/// kube's tracing) and returns the answer's resourceVersion.
+async fn send(
+    client: &Client,
+    built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    verb: &'static str,
+) -> kube::Result<Option<String>> {
+    let mut req = built.map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert(verb);
+    let written: Written = client.request(req).await?;
+    Ok(written.metadata.resource_version)
+}
+
 /// `Api::<K>::namespaced(client, namespace).create(pp, object)`, returning the created
 /// object's resourceVersion.
 pub async fn create<K>(
@@ -54,12 +67,12 @@ pub async fn create<K>(
 where
     K: Resource<DynamicType = ()> + Serialize,
 {
-    let mut req = request::<K>(namespace)
-        .create(pp, body(object)?)
-        .map_err(kube::Error::BuildRequest)?;
-    req.extensions_mut().insert("create");
-    let written: Written = client.request(req).await?;
-    Ok(written.metadata.resource_version)
+    send(
+        client,
+        request::<K>(namespace).create(pp, body(object)?),
+        "create",
+    )
+    .await
 }
 
 /// `Api::<K>::namespaced(client, namespace).replace(name, pp, object)`, returning the new
@@ -74,12 +87,12 @@ pub async fn replace<K>(
 where
     K: Resource<DynamicType = ()> + Serialize,
 {
-    let mut req = request::<K>(namespace)
-        .replace(name, pp, body(object)?)
-        .map_err(kube::Error::BuildRequest)?;
-    req.extensions_mut().insert("replace");
-    let written: Written = client.request(req).await?;
-    Ok(written.metadata.resource_version)
+    send(
+        client,
+        request::<K>(namespace).replace(name, pp, body(object)?),
+        "replace",
+    )
+    .await
 }
 
 /// `Api::<K>::namespaced(client, namespace).patch_status(name, pp, patch)`.
@@ -94,12 +107,13 @@ where
     K: Resource<DynamicType = ()>,
     P: Serialize + Debug,
 {
-    let mut req = request::<K>(namespace)
-        .patch_subresource("status", name, pp, patch)
-        .map_err(kube::Error::BuildRequest)?;
-    req.extensions_mut().insert("patch_status");
-    let _: Written = client.request(req).await?;
-    Ok(())
+    send(
+        client,
+        request::<K>(namespace).patch_subresource("status", name, pp, patch),
+        "patch_status",
+    )
+    .await
+    .map(drop)
 }
 
 /// A new `events.k8s.io/v1` Event about `regarding`, as kube's `Recorder` builds one that
