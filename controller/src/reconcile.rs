@@ -136,7 +136,9 @@ pub mod reason {
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// Longest retry delay: failures are retried forever, at least this often.
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
-/// Requeue on a replica that is not the leader (gaining leadership reconciles everything).
+/// Requeue on a replica that holds the leader Lease but may not write (its local lease
+/// deadline passed): a renewal in the same term publishes no event. A replica that does not
+/// lead waits for a change instead ([`not_writing`]).
 const NOT_LEADER_RECHECK: Duration = Duration::from_secs(60);
 /// Requeue after a failure that only a change can fix, when resync is off.
 const PERMANENT_FAILURE_RECHECK: Duration = Duration::from_secs(600);
@@ -1236,7 +1238,7 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     // Every write below checks this fence first: a replica whose leadership ended, changed
     // term or outlived its local lease deadline (frozen, partitioned) writes nothing more.
     let Some(fence) = ctx.state.leadership.fence() else {
-        return Ok(Action::requeue(NOT_LEADER_RECHECK));
+        return Ok(not_writing(ctx.state.leadership.term().leading));
     };
     let mut obj = Arc::new(cached.sealed().map_err(Error::Cache)?);
     let metrics = &ctx.state.metrics;
@@ -1467,7 +1469,26 @@ fn fenced(ctx: &Context, write: &'static str, reason: crate::leadership::Fenced)
     } else {
         tracing::debug!(write, reason = %reason, "write refused: this replica no longer leads");
     }
-    Action::requeue(NOT_LEADER_RECHECK)
+    not_writing(ctx.state.leadership.term().leading)
+}
+
+/// What a reconcile that may not write waits for, given whether this replica holds the
+/// leader Lease (`leading`).
+///
+/// - Not leading (a follower, or deposed): nothing but a change. Gaining leadership starts a
+///   new term, which queues every object ([`leadership_gained`]); a per-object timer would
+///   keep every object of a follower in the scheduler for good (about 700 bytes each) and
+///   wake each once a minute for nothing. Should the term start while this reconcile runs,
+///   the object is queued again and runs once this one ends.
+/// - Leading, but past the local lease deadline (a frozen process, a late renewal): a
+///   recheck after [`NOT_LEADER_RECHECK`], since a renewal in the same term publishes no
+///   event; losing the Lease meanwhile leaves the object waiting for the next term, as above.
+fn not_writing(leading: bool) -> Action {
+    if leading {
+        Action::requeue(NOT_LEADER_RECHECK)
+    } else {
+        Action::await_change()
+    }
 }
 
 /// Retry policy: capped exponential backoff per object, never giving up.
@@ -1923,6 +1944,14 @@ async fn prune(ctx: Arc<Context>, stores: Vec<Store<CachedSealed>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_follower_waits_for_its_term_and_a_leader_past_its_deadline_rechecks() {
+        // No timer per object on a follower: the next term queues every object.
+        assert_eq!(not_writing(false), Action::await_change());
+        // A renewal in the same term publishes nothing: recheck.
+        assert_eq!(not_writing(true), Action::requeue(NOT_LEADER_RECHECK));
+    }
 
     #[test]
     fn per_object_state_is_kept_per_namespace_and_name() {

@@ -13,6 +13,10 @@ use kseal_testkit::TestApiServer;
 use kseal_testkit::scenarios::eventually;
 use kube::ResourceExt as _;
 use kube::api::Api;
+use kube::runtime::controller::Action;
+
+/// reconcile.rs's `NOT_LEADER_RECHECK`: a leader past its lease deadline rechecks this often.
+const LEADER_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn reconciles(state: &kseal_controller::State, outcome: &str) -> u64 {
     state
@@ -187,15 +191,18 @@ impl Direct {
             .get()
     }
 
-    async fn reconcile(&self, ss: SealedSecret) {
+    async fn reconcile(&self, ss: SealedSecret) -> Action {
         let cached = kseal_controller::sealedcache::CachedSealed::new(ss).unwrap();
-        self.reconcile_cached(cached).await;
+        self.reconcile_cached(cached).await
     }
 
-    async fn reconcile_cached(&self, cached: kseal_controller::sealedcache::CachedSealed) {
+    async fn reconcile_cached(
+        &self,
+        cached: kseal_controller::sealedcache::CachedSealed,
+    ) -> Action {
         kseal_controller::reconcile::reconcile(std::sync::Arc::new(cached), self.ctx.clone())
             .await
-            .unwrap();
+            .unwrap()
     }
 }
 
@@ -240,10 +247,31 @@ async fn a_write_after_the_lease_deadline_is_refused() {
         leadership.hold(Some(tokio::time::Instant::now()));
     };
     let direct = Direct::new(&cluster, hooked_client(&server, "s", hook), state);
-    direct.reconcile(ss).await;
+    // Still holding the Lease, past its deadline: a renewal publishes nothing, so recheck.
+    assert_eq!(direct.reconcile(ss).await, Action::requeue(LEADER_RECHECK));
     assert_eq!(direct.fenced("secret"), 1);
     assert_eq!(direct.state.leadership.refused(), 1);
     assert_eq!(direct.state.leadership.term().epoch, 1);
+    untouched(&client, &app, "s").await;
+}
+
+/// A follower's reconcile writes nothing and leaves no timer behind: the object waits for a
+/// change, and the term this replica may start later queues every object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_writes_nothing_and_waits_for_its_term() {
+    let server = TestApiServer::new();
+    let cluster = Cluster::new(server.client()).await;
+    let (client, app) = (cluster.client.clone(), cluster.app.clone());
+    let ss = create_ss(&client, &seal(&secret(&app, "s", &[("k", "v")]), key(0))).await;
+    let direct = Direct::new(&cluster, client.clone(), kseal_controller::State::new());
+    server.clear_requests();
+    assert_eq!(direct.reconcile(ss.clone()).await, Action::await_change());
+    assert!(server.requests().is_empty(), "{:?}", server.requests());
+    untouched(&client, &app, "s").await;
+    // Deposed: the same.
+    direct.state.leadership.assume(true);
+    direct.state.leadership.assume(false);
+    assert_eq!(direct.reconcile(ss).await, Action::await_change());
     untouched(&client, &app, "s").await;
 }
 
@@ -268,7 +296,8 @@ async fn work_from_an_older_term_is_dropped() {
         }
     };
     let direct = Direct::new(&cluster, hooked_client(&server, "s", hook), state);
-    direct.reconcile(ss).await;
+    // Leading again (term 2), whose start queued every object anyway.
+    assert_eq!(direct.reconcile(ss).await, Action::requeue(LEADER_RECHECK));
     assert_eq!(direct.state.leadership.term().epoch, 2);
     assert_eq!(direct.fenced("secret"), 1);
     untouched(&client, &app, "s").await;
