@@ -39,6 +39,8 @@
 //!   The RSA floors then divide by the controller's CPUs.
 //! - `SCALE_ASYNC_THREADS` (`--async-threads`): the controller's `--async-threads`, default 0
 //!   (its own default: one per CPU);
+//! - `SCALE_FOLLOWER_SECONDS`: how long the follower phase (below) watches the second
+//!   replica once it is ready, default 5 (past 60 shows any per-object recheck timer);
 //! - `SCALE_MALLOC_ENV` (`--malloc-env`): `image` (default) runs the controller with the
 //!   `MALLOC_*` settings the image's Dockerfile sets (what a user's pod gets; a variable
 //!   already set in the bench's environment wins), `none` with glibc's defaults.
@@ -50,6 +52,10 @@
 //! when the `unchanged` counter does (however the controller confirms the Secrets: the table's
 //! request rows show how many GETs, list pages and watches that took). Progress goes to
 //! stderr, the result table to stdout. Figures are recorded in docs/benchmarks.md.
+//!
+//! With leader election on, a follower phase follows the restart: a second replica starts
+//! while the first still leads, and the table reports its peak RSS and its CPU time over a
+//! window after it is ready (it lists and watches every object and may write nothing).
 
 #![allow(
     clippy::print_stdout,
@@ -177,6 +183,8 @@ struct Options {
     unhinted_keys: UnhintedKeys,
     concurrency: usize,
     leader_elect: bool,
+    /// How long the follower phase watches the second replica once it is ready.
+    follower_seconds: u64,
     /// The controller's `--async-threads` (0: its default).
     async_threads: u16,
     /// Run the controller with the image's `MALLOC_*` environment.
@@ -227,6 +235,7 @@ impl Options {
                 .map_or(Ok(UnhintedKeys::Random), |v| v.parse())?,
             concurrency: env("SCALE_CONCURRENCY").map_or(Ok(0), |v| v.parse())?,
             leader_elect: env("SCALE_LEADER_ELECT").map_or(Ok(true), |v| v.parse())?,
+            follower_seconds: env("SCALE_FOLLOWER_SECONDS").map_or(Ok(5), |v| v.parse())?,
             async_threads: env("SCALE_ASYNC_THREADS").map_or(Ok(0), |v| v.parse())?,
             image_malloc_env: env("SCALE_MALLOC_ENV")
                 .map_or(Ok(true), |v| malloc_env_setting(&v))?,
@@ -810,6 +819,17 @@ struct Controller {
 
 impl Controller {
     fn start(o: &Options, kubeconfig: &Path, log: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        Self::start_as(o, kubeconfig, log, extra, "kseal-controller-scale-0")
+    }
+
+    /// [`Controller::start`] as the replica `pod` (its leader-election identity).
+    fn start_as(
+        o: &Options,
+        kubeconfig: &Path,
+        log: &Path,
+        extra: &[&str],
+        pod: &str,
+    ) -> anyhow::Result<Self> {
         let (api_port, metrics_port) = (free_port(), free_port());
         let mut cmd = pinned(
             o.controller_cpus.as_deref(),
@@ -829,7 +849,7 @@ impl Controller {
         }
         let child = cmd
             .env("KUBECONFIG", kubeconfig)
-            .env("POD_NAME", "kseal-controller-scale-0")
+            .env("POD_NAME", pod)
             .args([
                 "--controller-namespace",
                 CONTROLLER_NS,
@@ -1414,6 +1434,47 @@ async fn run(o: Options) -> anyhow::Result<()> {
     );
     let restart_reads = Reads::of(&restart_log);
     eprintln!("  reads: {restart_reads}");
+
+    // A follower: a second replica while the first still leads. It lists and watches every
+    // object like the leader and may write nothing.
+    let follower_rss = if o.leader_elect {
+        eprintln!("follower (a second replica while the first leads)…");
+        let mut follower = Controller::start_as(
+            &o,
+            &kubeconfig,
+            &dir.path().join("follower.log"),
+            &[],
+            "kseal-controller-scale-1",
+        )?;
+        let start = Instant::now();
+        while get_status(follower.api_port, "/readyz").await != Some(200) {
+            follower.check_running()?;
+            if start.elapsed() > GIVE_UP {
+                bail!("the follower was not ready within {GIVE_UP:?}");
+            }
+            tokio::time::sleep(poll).await;
+        }
+        let ready = start.elapsed();
+        let cpu_ready = cpu_time(&follower.pid());
+        // Every object's (refused) reconcile has run well within the window.
+        let window = Duration::from_secs(o.follower_seconds).max(poll * 5);
+        tokio::time::sleep(window).await;
+        let rss = peak_rss_kib(&follower.pid());
+        let cpu = cpu_time(&follower.pid())
+            .zip(cpu_ready)
+            .map(|(now, then)| now.saturating_sub(then));
+        eprintln!(
+            "  ready at {:.2} s; peak RSS {}; CPU in the {:.0} s after ready: {}",
+            ready.as_secs_f64(),
+            mib(rss),
+            window.as_secs_f64(),
+            cpu.map_or("?".to_owned(), |c| format!("{:.2} s", c.as_secs_f64()))
+        );
+        follower.stop().await?;
+        Some((rss, window, cpu))
+    } else {
+        None
+    };
     ctrl.stop().await?;
     let bench_rss = peak_rss_kib("self");
     let process_server_rss = match o.server {
@@ -1600,6 +1661,20 @@ async fn run(o: Options) -> anyhow::Result<()> {
         mib(cold_rss),
         mib(restart_rss)
     );
+    match follower_rss {
+        Some((rss, window, cpu)) => {
+            println!(
+                "| follower (a second replica while the first leads): peak RSS (VmHWM) | {} | — |",
+                mib(rss)
+            );
+            println!(
+                "| follower: CPU in the {:.0} s after it is ready | {} | — |",
+                window.as_secs_f64(),
+                cpu.map_or("?".to_owned(), |c| format!("{:.2} s", c.as_secs_f64()))
+            );
+        }
+        None => println!("| follower | — (no leader election) | — |"),
+    }
     println!(
         "| controller RSS per object ((cold peak − idle peak) / N; idle: {} with the ring loaded) | {} | — |",
         mib(idle_rss),
