@@ -659,34 +659,6 @@ fn choose_ring_key(
     }
 }
 
-/// Tells the reconciler when the first key load finished (with or without keys).
-#[derive(Clone, Debug)]
-pub struct KeysLoaded(watch::Receiver<bool>);
-
-impl KeysLoaded {
-    /// A pair: the sender for the loader, the receiver for readers.
-    pub fn channel() -> (watch::Sender<bool>, Self) {
-        let (tx, rx) = watch::channel(false);
-        (tx, Self(rx))
-    }
-
-    /// Already loaded (for tests and callers that load keys themselves).
-    pub fn done() -> Self {
-        let (_tx, rx) = watch::channel(true);
-        Self(rx)
-    }
-
-    /// Whether the first load has finished.
-    pub fn is_done(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Waits for the first load (returns at once if the loader is gone).
-    pub async fn wait(&mut self) {
-        let _ = self.0.wait_for(|done| *done).await;
-    }
-}
-
 /// Publishes why the fleet ring's active key does not seal (or that it does) into readiness
 /// and `kseal_key_source_active_unavailable`, logging each change.
 fn publish_ring_sealing(state: &State, sealing: &RingSealing) {

@@ -227,7 +227,8 @@ pub fn spawn(
     requests: keys::KeyRequests,
     shutdown: &tokio::sync::watch::Receiver<bool>,
 ) -> Tasks {
-    let (loaded_tx, loaded) = keys::KeysLoaded::channel();
+    // The loader marks its first load done here (it reads the mark back itself).
+    let (loaded_tx, _) = tokio::sync::watch::channel(false);
     Tasks {
         keys: tokio::spawn(keys::run(
             keys::SecretKeySource::new(client.clone(), config).reporting_to(state.clone()),
@@ -247,7 +248,6 @@ pub fn spawn(
             client.clone(),
             config.clone(),
             state.clone(),
-            loaded,
             shutdown.clone(),
         )),
     }

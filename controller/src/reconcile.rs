@@ -97,7 +97,6 @@ use crate::admission::Admission;
 use crate::config::{Config, Namespaces};
 use crate::formats::{self, MacVersion};
 use crate::keylayout::REPORTER;
-use crate::keys::KeysLoaded;
 use crate::leadership::Fence;
 use crate::metrics::{ConditionLabels, OutcomeLabels};
 use crate::sealedcache::CachedSealed;
@@ -338,14 +337,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Context {
-    /// A context for `run` (public for tests that drive `reconcile` directly). `_keys_loaded`
-    /// is no longer read: a reconcile waits while the ring itself is empty.
-    pub fn new(
-        client: Client,
-        config: Arc<Config>,
-        state: State,
-        _keys_loaded: KeysLoaded,
-    ) -> Self {
+    /// A context for `run` (public for tests that drive `reconcile` directly). A reconcile
+    /// waits while the key ring is empty.
+    pub fn new(client: Client, config: Arc<Config>, state: State) -> Self {
         let slots = usize::from(config.concurrency.max(1));
         let reporter = Reporter {
             controller: REPORTER.to_owned(),
@@ -1784,15 +1778,9 @@ pub async fn run(
     client: Client,
     config: Arc<Config>,
     state: State,
-    keys_loaded: KeysLoaded,
     shutdown: watch::Receiver<bool>,
 ) {
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        config.clone(),
-        state.clone(),
-        keys_loaded,
-    ));
+    let ctx = Arc::new(Context::new(client.clone(), config.clone(), state.clone()));
     let scopes: Vec<Option<String>> = match &config.namespaces {
         Namespaces::All => vec![None],
         Namespaces::Only(list) => list.iter().cloned().map(Some).collect(),
@@ -1993,7 +1981,7 @@ mod tests {
         .unwrap();
         let config = Arc::new(Config::from_args(args, None).unwrap());
         let client = kseal_testkit::TestApiServer::new().client();
-        let ctx = Context::new(client, config, State::new(), KeysLoaded::done());
+        let ctx = Context::new(client, config, State::new());
         let secret = |version: &str| -> kube::api::ObjectMeta {
             serde_json::from_value(serde_json::json!({
                     "name": "s", "namespace": "ns", "resourceVersion": version,
@@ -2042,7 +2030,7 @@ mod tests {
         let state = State::new();
         state.leadership.assume(true);
         let fence = state.leadership.fence().unwrap();
-        let ctx = Context::new(client.clone(), config, state, KeysLoaded::done());
+        let ctx = Context::new(client.clone(), config, state);
         let mut ss = SealedSecret::new("s", kseal_api::SealedSecretSpec::default());
         ss.metadata.namespace = Some("default".into());
         ss.metadata.uid = Some("u".into());
@@ -2106,7 +2094,6 @@ mod tests {
                 kseal_testkit::TestApiServer::new().client(),
                 Arc::new(config.clone()),
                 State::new(),
-                KeysLoaded::done(),
             );
             assert_eq!(ctx.rsa_slots.shape().slots, usize::from(c));
             assert_eq!(
@@ -2131,7 +2118,6 @@ mod tests {
             kseal_testkit::TestApiServer::new().client(),
             config,
             state.clone(),
-            KeysLoaded::done(),
         ));
         let (store, mut writer) = reflector::store::<CachedSealed>();
         let mut orefs = Vec::new();

@@ -176,7 +176,6 @@ impl Direct {
             client,
             std::sync::Arc::new(config),
             state.clone(),
-            kseal_controller::keys::KeysLoaded::done(),
         ));
         Self { state, ctx }
     }
