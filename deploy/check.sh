@@ -244,7 +244,7 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
     fail "the namespaced chart does not pass --additional-namespaces"
   expect_kinds helm-key-source "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
   for want in '- "--key-source=secretsmanager://kseal/fleet"' '- "--key-source-interval=1h"' \
-    '- "--key-source-retire-grace=168h"' \
+    '- "--key-source-retire-grace=168h"' '- "--key-source-refresh-spacing=5s"' \
     '- "--ring-anchor=4034c72f56d5236d32b909de25579bc93dd6e075a4204efe04465127cb959771"' \
     '- "--aws-assume-role=arn:aws:iam::111122223333:role/kseal-fleet-reader"' \
     '- name: AWS_REGION' 'value: "eu-west-1"' '- name: AWS_ENDPOINT_URL_SECRETS_MANAGER' \
