@@ -658,10 +658,8 @@ pub fn parse_cutoff_time(text: &str) -> Option<SystemTime> {
         .map(SystemTime::from)
 }
 
-/// The leader-election identity without `POD_NAME`: the host name plus a random suffix, so
-/// that two processes never share one (a PID alone would: it is 1 in most containers).
 /// CPUs this process may use (the cgroup quota included), at least 1.
-fn cpus() -> usize {
+pub(crate) fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
@@ -681,6 +679,8 @@ pub fn async_threads(flag: u16, cpus: usize) -> usize {
     }
 }
 
+/// The leader-election identity without `POD_NAME`: the host name plus a random suffix, so
+/// that two processes never share one (a PID alone would: it is 1 in most containers).
 fn fallback_identity() -> String {
     use std::hash::BuildHasher as _;
     let host = std::env::var(env::HOSTNAME)

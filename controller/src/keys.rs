@@ -762,12 +762,11 @@ struct Pending {
 /// Runs the key loader until `shutdown` turns true: publishes every snapshot of `source` into
 /// `state`, reports rejected keys, and (when `config.generate_key_if_missing`, and only on the
 /// leader) generates a key when none exists, when [`renewal::due`] says so, and on each of
-/// `requests`. `loaded` turns true after the first snapshot.
+/// `requests`. Nothing is generated before the first snapshot.
 pub async fn run(
     mut source: impl KeySource,
     state: State,
     config: Arc<Config>,
-    loaded: watch::Sender<bool>,
     mut requests: KeyRequests,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -784,6 +783,8 @@ pub async fn run(
     // The last active key of the fleet ring verified here (loaded, material checked): it
     // keeps sealing while a newer active key cannot.
     let mut last_verified: Option<Kid> = None;
+    // Whether the first snapshot has been published.
+    let mut loaded = false;
     loop {
         let mut requested = false;
         let mut ring_changed = false;
@@ -847,7 +848,7 @@ pub async fn run(
                 publish_ring_sealing(&state, &built.ring_sealing);
             }
             ring_changed = publish(&state, built.ring);
-            loaded.send_replace(true);
+            loaded = true;
         }
         if !config.generate_key_if_missing {
             if requested {
@@ -888,7 +889,7 @@ pub async fn run(
         } else {
             match scheduled {
                 Due::Now(reason)
-                    if *loaded.borrow()
+                    if loaded
                         && state.is_leader()
                         && pending
                             .as_ref()

@@ -227,14 +227,11 @@ pub fn spawn(
     requests: keys::KeyRequests,
     shutdown: &tokio::sync::watch::Receiver<bool>,
 ) -> Tasks {
-    // The loader marks its first load done here (it reads the mark back itself).
-    let (loaded_tx, _) = tokio::sync::watch::channel(false);
     Tasks {
         keys: tokio::spawn(keys::run(
             keys::SecretKeySource::new(client.clone(), config).reporting_to(state.clone()),
             state.clone(),
             config.clone(),
-            loaded_tx,
             requests,
             shutdown.clone(),
         )),

@@ -117,10 +117,7 @@ impl Inner {
 impl RsaPool {
     /// A pool of `slots` slots (at least one) on this machine's CPUs.
     pub fn new(slots: usize) -> Arc<Self> {
-        Self::with_cores(
-            slots,
-            std::thread::available_parallelism().map_or(1, usize::from),
-        )
+        Self::with_cores(slots, crate::config::cpus())
     }
 
     /// A pool of `slots` slots for a machine with `cores` CPUs.
