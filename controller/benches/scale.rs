@@ -43,7 +43,8 @@
 //!   replica once it is ready, default 5 (past 60 shows any per-object recheck timer);
 //! - `SCALE_MALLOC_ENV` (`--malloc-env`): `image` (default) runs the controller with the
 //!   `MALLOC_*` settings the image's Dockerfile sets (what a user's pod gets; a variable
-//!   already set in the bench's environment wins), `none` with glibc's defaults.
+//!   already set in the bench's environment wins), `none` with glibc's defaults. The test
+//!   API server's own process (`SCALE_SERVER=process`) gets the same settings;
 //!
 //! Method: the test API server runs in this process (or its own, above) and is served on
 //! 127.0.0.1; the controller is the release `kseal-controller` binary in a child process over
@@ -201,6 +202,20 @@ fn image_malloc_env() -> Vec<(String, String)> {
         .filter(|(k, _)| k.starts_with("MALLOC_"))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
+}
+
+/// Gives `cmd` the image's `MALLOC_*` settings (where the bench's own environment has none)
+/// when `SCALE_MALLOC_ENV=image`: the controller, and the test API server's own process, whose
+/// paged lists and write bursts otherwise spend much of their time in glibc's free-chunk
+/// consolidation.
+fn with_malloc_env(o: &Options, cmd: &mut Command) {
+    if o.image_malloc_env {
+        for (name, value) in image_malloc_env() {
+            if std::env::var_os(&name).is_none() {
+                cmd.env(name, value);
+            }
+        }
+    }
 }
 
 fn malloc_env_setting(text: &str) -> anyhow::Result<bool> {
@@ -840,13 +855,7 @@ impl Controller {
                 cmd.env_remove(name);
             }
         }
-        if o.image_malloc_env {
-            for (name, value) in image_malloc_env() {
-                if std::env::var_os(&name).is_none() {
-                    cmd.env(name, value);
-                }
-            }
-        }
+        with_malloc_env(o, &mut cmd);
         let child = cmd
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", pod)
@@ -942,7 +951,9 @@ impl ApiServer {
                 Ok(Self::Inline { server, served })
             }
             ServerMode::Process => {
-                let mut child = pinned(o.server_cpus.as_deref(), std::env::current_exe()?)
+                let mut cmd = pinned(o.server_cpus.as_deref(), std::env::current_exe()?);
+                with_malloc_env(o, &mut cmd);
+                let mut child = cmd
                     .arg(SERVE_ARG)
                     .arg(kubeconfig)
                     .stdin(Stdio::piped())
@@ -1518,7 +1529,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
         .map(|(k, v)| std::env::var(&k).map_or(format!("{k}={v}"), |own| format!("{k}={own}")))
         .collect();
     println!(
-        "| controller malloc environment | {} | — |",
+        "| controller (and test API server process) malloc environment | {} | — |",
         if malloc.is_empty() {
             "glibc defaults".to_owned()
         } else {

@@ -85,7 +85,19 @@ pub(crate) fn parse_parts(path: &str) -> Option<Parts> {
 }
 
 fn json_response(code: u16, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
+    bytes_response(code, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// `json_response(code, &render(rt, version, obj))`, written without copying `obj`.
+fn shown_response(code: u16, rt: &ResourceType, version: &str, obj: &Value) -> Response {
+    if rt.events_v1 {
+        return json_response(code, &render(rt, version, obj));
+    }
+    let shown = Shown::with_api_version(obj, rt.api_version(version));
+    bytes_response(code, serde_json::to_vec(&shown).unwrap_or_default())
+}
+
+fn bytes_response(code: u16, body: Vec<u8>) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
@@ -264,6 +276,18 @@ fn resource_request(
     body: &[u8],
 ) -> ApiResult<Response> {
     let parts = parse_parts(path).ok_or_else(ApiError::no_route)?;
+    // A JSON body is decoded before the server's one lock is taken (it needs no state, and
+    // is much of a write's cost); its error still comes where it came before (after the
+    // route's). An apply patch is YAML, decoded under the lock as before.
+    let is_apply = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/apply-patch+yaml"));
+    let mut parsed = (matches!(*method, Method::POST | Method::PUT | Method::PATCH)
+        && parts.name.is_some() != (*method == Method::POST)
+        && !is_apply)
+        .then(|| parse_json(body));
+    let mut body_json = move || parsed.take().unwrap_or_else(|| parse_json(body));
     let mut st = inner.lock();
     let rt = st
         .resolve(&parts.group, &parts.version, &parts.plural)
@@ -321,10 +345,10 @@ fn resource_request(
                 }
             }
             Method::POST => {
-                let obj = to_store(parse_json(body)?);
+                let obj = to_store(body_json()?);
                 let created =
                     st.create(&wrt, ns_filter, obj, &manager, "Update", &wversion, dry_run)?;
-                Ok(json_response(201, &render(&rt, &version, &created)))
+                Ok(shown_response(201, &rt, &version, &created))
             }
             Method::DELETE => {
                 let label = LabelSelector::parse(q.get("labelSelector").map(String::as_str))?;
@@ -375,7 +399,7 @@ fn resource_request(
             ))
         }
         Method::PUT => {
-            let obj = to_store(parse_json(body)?);
+            let obj = to_store(body_json()?);
             if st.get(&tk, &ns, &name).is_none() {
                 if rt.create_on_update && !status_sub {
                     let nsarg = rt.namespaced.then_some(ns.as_str());
@@ -393,7 +417,7 @@ fn resource_request(
                     crate::store::meta_mut(&mut obj).insert("name".into(), name.clone().into());
                     let created =
                         st.create(&wrt, nsarg, obj, &manager, "Update", &wversion, dry_run)?;
-                    return Ok(json_response(201, &render(&rt, &version, &created)));
+                    return Ok(shown_response(201, &rt, &version, &created));
                 }
                 return Err(ApiError::not_found(&rt.group, &rt.plural, &name));
             }
@@ -411,7 +435,7 @@ fn resource_request(
                     dry_run,
                 },
             )?;
-            Ok(json_response(200, &render(&rt, &version, &out)))
+            Ok(shown_response(200, &rt, &version, &out))
         }
         Method::PATCH => {
             let ct = headers
@@ -453,10 +477,9 @@ fn resource_request(
             }
             let old = st
                 .get(&tk, &ns, &name)
-                .cloned()
                 .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
-            let patch = parse_json(body)?;
-            let mut new = render(&rt, &version, &old);
+            let patch = body_json()?;
+            let mut new = render(&rt, &version, old);
             match ct.as_str() {
                 "application/merge-patch+json" => {
                     if !patch.is_object() {
@@ -496,7 +519,7 @@ fn resource_request(
                     dry_run,
                 },
             )?;
-            Ok(json_response(200, &render(&rt, &version, &out)))
+            Ok(shown_response(200, &rt, &version, &out))
         }
         Method::DELETE => {
             if status_sub {
@@ -574,19 +597,30 @@ fn list(
     });
     let page: Vec<&Value> = matching.by_ref().take(limit).collect();
     let remaining = matching.count();
-    let mut items: Vec<Value> = Vec::new();
-    for o in &page {
-        let mut o = render(rt, version, o);
-        if partial {
-            o = partial_metadata(&o);
-        } else if rt.builtin
-            && let Some(m) = o.as_object_mut()
-        {
-            m.remove("apiVersion");
-            m.remove("kind");
-        }
-        items.push(o);
-    }
+    // Items are serialized straight from the store (no deep copy of each object, which cost
+    // a paged list of N objects most of its time and, under the server's one lock, held up
+    // every other request); partial metadata and events.k8s.io Events are still rendered.
+    let items: Vec<ListItem<'_>> = page
+        .iter()
+        .map(|o| {
+            if partial {
+                ListItem::Owned(partial_metadata(&render(rt, version, o)))
+            } else if rt.events_v1 {
+                let mut o = render(rt, version, o);
+                if rt.builtin
+                    && let Some(m) = o.as_object_mut()
+                {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                ListItem::Owned(o)
+            } else if rt.builtin {
+                ListItem::Shown(Shown::without_type(o))
+            } else {
+                ListItem::Shown(Shown::with_api_version(o, rt.api_version(version)))
+            }
+        })
+        .collect();
     let mut metadata = json!({"resourceVersion": st.rv().to_string()});
     if remaining > 0
         && let Some(last) = page.last()
@@ -594,15 +628,102 @@ fn list(
         metadata["continue"] = encode_continue(&obj_key(last)).into();
         metadata["remainingItemCount"] = remaining.into();
     }
-    Ok(json_response(
+    let api_version = if partial {
+        "meta.k8s.io/v1".to_owned()
+    } else {
+        rt.api_version(version)
+    };
+    let kind = if partial {
+        "PartialObjectMetadataList"
+    } else {
+        rt.list_kind.as_str()
+    };
+    // The keys in the order a `Value` map writes them (sorted), as before.
+    let body = ListBody {
+        api_version: &api_version,
+        items,
+        kind,
+        metadata,
+    };
+    Ok(bytes_response(
         200,
-        &json!({
-            "kind": if partial { "PartialObjectMetadataList" } else { rt.list_kind.as_str() },
-            "apiVersion": if partial { "meta.k8s.io/v1".to_owned() } else { rt.api_version(version) },
-            "metadata": metadata,
-            "items": items,
-        }),
+        serde_json::to_vec(&body).unwrap_or_default(),
     ))
+}
+
+/// A list response, serialized with its keys in `serde_json::Map`'s (sorted) order.
+#[derive(serde::Serialize)]
+struct ListBody<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'a str,
+    items: Vec<ListItem<'a>>,
+    kind: &'a str,
+    metadata: Value,
+}
+
+/// One item of a list response: a stored object shown as is, or one rendered apart.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum ListItem<'a> {
+    Shown(Shown<'a>),
+    Owned(Value),
+}
+
+/// A stored object serialized as [`render`] shows it (its `apiVersion` set to the served
+/// version's), or, as a built-in type's list item, without `apiVersion` and `kind`; written
+/// straight from the store, with the same bytes as rendering a copy.
+struct Shown<'a> {
+    obj: &'a Value,
+    /// `Some`: the `apiVersion` to show; `None`: show neither `apiVersion` nor `kind`.
+    api_version: Option<String>,
+}
+
+impl<'a> Shown<'a> {
+    fn with_api_version(obj: &'a Value, api_version: String) -> Self {
+        Self {
+            obj,
+            api_version: Some(api_version),
+        }
+    }
+
+    fn without_type(obj: &'a Value) -> Self {
+        Self {
+            obj,
+            api_version: None,
+        }
+    }
+}
+
+impl serde::Serialize for Shown<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let Some(map) = self.obj.as_object() else {
+            return self.obj.serialize(s);
+        };
+        let mut m = s.serialize_map(None)?;
+        // `apiVersion` goes where a sorted map would put it: replacing the stored one, or
+        // before the first key after it.
+        let mut pending = self.api_version.as_deref();
+        for (k, v) in map {
+            if let Some(av) = pending
+                && k.as_str() >= "apiVersion"
+            {
+                m.serialize_entry("apiVersion", av)?;
+                pending = None;
+                if k == "apiVersion" {
+                    continue;
+                }
+            }
+            if self.api_version.is_none() && (k == "apiVersion" || k == "kind") {
+                continue;
+            }
+            m.serialize_entry(k, v)?;
+        }
+        if let Some(av) = pending {
+            m.serialize_entry("apiVersion", av)?;
+        }
+        m.end()
+    }
 }
 
 fn obj_key(o: &Value) -> (String, String) {
@@ -869,6 +990,39 @@ fn partial_metadata(obj: &Value) -> Value {
 mod tests {
     use super::*;
     use tower::ServiceExt as _;
+
+    /// A list item written straight from the store has the bytes of a rendered copy: the
+    /// served `apiVersion` in a sorted map's place (replaced, inserted first, in the middle or
+    /// last), or neither `apiVersion` nor `kind` for a built-in type's list.
+    #[test]
+    fn shown_items_match_rendered_copies() {
+        let objects = [
+            json!({"apiVersion": "old/v0", "kind": "K", "metadata": {"name": "a"}, "spec": {"x": [1, 2]}}),
+            json!({"kind": "K", "metadata": {"name": "b"}}),
+            json!({"Zed": 1, "b": {"c": "d"}}),
+            json!({"Zed": 1}),
+            json!({}),
+        ];
+        for o in &objects {
+            let mut copy = o.clone();
+            copy["apiVersion"] = "g/v1".into();
+            assert_eq!(
+                serde_json::to_string(&Shown::with_api_version(o, "g/v1".to_owned())).unwrap(),
+                serde_json::to_string(&copy).unwrap(),
+                "{o}"
+            );
+            let mut copy = o.clone();
+            if let Some(m) = copy.as_object_mut() {
+                m.remove("apiVersion");
+                m.remove("kind");
+            }
+            assert_eq!(
+                serde_json::to_string(&Shown::without_type(o)).unwrap(),
+                serde_json::to_string(&copy).unwrap(),
+                "{o}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn client_disconnect_ends_the_watch_task() {
