@@ -54,6 +54,10 @@
 //! request rows show how many GETs, list pages and watches that took). Progress goes to
 //! stderr, the result table to stdout. Figures are recorded in docs/benchmarks.md.
 //!
+//! The table also gives how long the test API server's state lock was held during the cold
+//! start and the restart (its share of the phase): every request that reads or writes objects
+//! holds it, one at a time, so a share near 100 % means the server set the pace.
+//!
 //! With leader election on, a follower phase follows the restart: a second replica starts
 //! while the first still leads, and the table reports its peak RSS and its CPU time over a
 //! window after it is ready (it lists and watches every object and may write nothing).
@@ -791,6 +795,26 @@ fn cpu_time(pid: &str) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
+/// Lock time held between two readings of [`Server::lock_held`].
+fn held_since(now: Option<Duration>, before: Option<Duration>) -> Option<Duration> {
+    now.zip(before)
+        .map(|(now, before)| now.saturating_sub(before))
+}
+
+/// The table row of how long the test API server's state lock was held during a phase of
+/// `wall` time: every request that reads or writes objects holds it, one at a time, so a
+/// share near 100 % means the server, not the controller, set the pace.
+fn lock_row(phase: &str, held: Option<Duration>, wall: Duration) {
+    println!(
+        "| {phase}: test API server state lock held (share of the phase) | {} | — |",
+        held.map_or("?".to_owned(), |h| format!(
+            "{:.1} s ({:.0} %)",
+            h.as_secs_f64(),
+            100.0 * h.as_secs_f64() / wall.as_secs_f64().max(1e-9)
+        ))
+    );
+}
+
 /// CPU time `pid` used since `before`.
 fn cpu_since(pid: &str, before: Option<Duration>) -> Option<Duration> {
     cpu_time(pid)
@@ -1024,6 +1048,24 @@ impl ApiServer {
                 .request(http::Request::get(kseal_testkit::ADMIN_REQUESTS_PATH).body(Vec::new())?)
                 .await
                 .context("reading the request log")?),
+        }
+    }
+
+    /// How long the server's state lock has been held in all (`None` if it could not be read).
+    async fn lock_held(&self) -> Option<Duration> {
+        match self {
+            Self::Inline { server, .. } => Some(server.lock_held()),
+            Self::Process { client, .. } => {
+                let v: serde_json::Value = client
+                    .request(
+                        http::Request::get(kseal_testkit::ADMIN_LOCK_PATH)
+                            .body(Vec::new())
+                            .ok()?,
+                    )
+                    .await
+                    .ok()?;
+                v["heldNanos"].as_u64().map(Duration::from_nanos)
+            }
         }
     }
 
@@ -1339,6 +1381,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.clear_requests().await?;
     let (bench_cpu_before, server_cpu_before) = (cpu_time("self"), cpu_time(&server.pid()));
+    let lock_before = server.lock_held().await;
     let start = Instant::now();
     let mut ctrl = Controller::start(&o, &kubeconfig, &dir.path().join("cold.log"), &[])?;
     let mut last = Counters::default();
@@ -1372,6 +1415,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let cold_ctrl_cpu = cpu_time(&ctrl.pid());
     let cold_bench_cpu = cpu_since("self", bench_cpu_before);
     let cold_server_cpu = cpu_since(&server.pid(), server_cpu_before);
+    let cold_lock = held_since(server.lock_held().await, lock_before);
     let cold_counters = last;
     let cold_log = server.requests().await?;
     let unsynced = not_synced(&client, &o).await?;
@@ -1397,6 +1441,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.clear_requests().await?;
     let (bench_cpu_before, server_cpu_before) = (cpu_time("self"), cpu_time(&server.pid()));
+    let lock_before = server.lock_held().await;
     let start = Instant::now();
     let mut ctrl = Controller::start(&o, &kubeconfig, &dir.path().join("restart.log"), &[])?;
     let mut ready: Option<Duration> = None;
@@ -1427,6 +1472,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let restart_ctrl_cpu = cpu_time(&ctrl.pid());
     let restart_bench_cpu = cpu_since("self", bench_cpu_before);
     let restart_server_cpu = cpu_since(&server.pid(), server_cpu_before);
+    let restart_lock = held_since(server.lock_held().await, lock_before);
     let ready = ready.unwrap_or(restart);
     // Writes during the restart, and a little after (late duplicate reconciles).
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1612,6 +1658,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
         cold_server_cpu,
         cold_bench_cpu,
     );
+    lock_row("cold start", cold_lock, cold);
     let rsa_cpu = per_op.mul_f64(cold_counters.rsa as f64);
     println!(
         "| cold-start CPU in RSA (ops × per-op) | {:.1} s | — |",
@@ -1655,6 +1702,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
         restart_server_cpu,
         restart_bench_cpu,
     );
+    lock_row("restart", restart_lock, restart);
     println!(
         "| restart: requests to the API server (GET secret / GET status / list pages / watches) | {} | O(pages) |",
         restart_reads.row()

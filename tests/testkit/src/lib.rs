@@ -77,6 +77,10 @@ use server::Inner;
 /// The request log of a server started with [`TestApiServer::serve_with_admin`]: `GET` for the
 /// log (a JSON array of [`RequestRecord`]s), `DELETE` to clear it. Test-only.
 pub const ADMIN_REQUESTS_PATH: &str = "/_testkit/requests";
+/// `GET`: how long the server's state lock has been held in all, as
+/// `{"heldNanos": N}` ([`TestApiServer::lock_held`]), for a client in another process.
+/// Test-only, served like [`ADMIN_REQUESTS_PATH`].
+pub const ADMIN_LOCK_PATH: &str = "/_testkit/lock";
 use store::State;
 
 /// An in-memory Kubernetes API server for tests. Cheap to clone (shared state).
@@ -111,6 +115,7 @@ impl TestApiServer {
                 bookmark_interval: Mutex::new(Duration::from_secs(1)),
                 address: Mutex::new("127.0.0.1:0".to_owned()),
                 proxies: Mutex::default(),
+                lock_held_nanos: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -136,7 +141,8 @@ impl TestApiServer {
     /// Like [`TestApiServer::serve`], plus test-only admin endpoints for a client in another
     /// process (the `kseal-testapi` binary, the scale benchmark's separate server):
     /// `GET /_testkit/requests` returns the request log as a JSON array of [`RequestRecord`]s
-    /// and `DELETE /_testkit/requests` clears it. These paths are not Kubernetes API paths,
+    /// and `DELETE /_testkit/requests` clears it; `GET /_testkit/lock` gives
+    /// [`TestApiServer::lock_held`] (`{"heldNanos": N}`). These paths are not Kubernetes API paths,
     /// are not themselves logged, and, like the API, are served on `127.0.0.1` only.
     pub async fn serve_with_admin(&self) -> std::io::Result<ServedApiServer> {
         self.serve_router(self.admin_router().merge(self.router()))
@@ -146,14 +152,24 @@ impl TestApiServer {
     /// The admin endpoints of [`TestApiServer::serve_with_admin`].
     fn admin_router(&self) -> axum::Router {
         use axum::routing::get;
-        let (get_log, clear_log) = (self.clone(), self.clone());
-        axum::Router::new().route(
-            ADMIN_REQUESTS_PATH,
-            get(move || async move { axum::Json(get_log.requests()) }).delete(move || async move {
-                clear_log.clear_requests();
-                http::StatusCode::NO_CONTENT
-            }),
-        )
+        let (get_log, clear_log, held) = (self.clone(), self.clone(), self.clone());
+        axum::Router::new()
+            .route(
+                ADMIN_REQUESTS_PATH,
+                get(move || async move { axum::Json(get_log.requests()) }).delete(
+                    move || async move {
+                        clear_log.clear_requests();
+                        http::StatusCode::NO_CONTENT
+                    },
+                ),
+            )
+            .route(
+                ADMIN_LOCK_PATH,
+                get(move || async move {
+                    let nanos = u64::try_from(held.lock_held().as_nanos()).unwrap_or(u64::MAX);
+                    axum::Json(serde_json::json!({ "heldNanos": nanos }))
+                }),
+            )
     }
 
     async fn serve_router(&self, router: axum::Router) -> std::io::Result<ServedApiServer> {
@@ -206,6 +222,18 @@ impl TestApiServer {
     /// Clears the request log.
     pub fn clear_requests(&self) {
         self.inner.faults.clear_requests();
+    }
+
+    /// How long the state lock has been held in all since the server was created. Every
+    /// request that reads or writes objects holds it, one at a time, so over a stretch of
+    /// wall time its growth says how close the server came to answering one request at a
+    /// time (a share near 100 % means requests queued for it).
+    pub fn lock_held(&self) -> Duration {
+        Duration::from_nanos(
+            self.inner
+                .lock_held_nanos
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK (default 1 s).

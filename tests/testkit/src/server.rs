@@ -2,8 +2,9 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -26,6 +27,9 @@ pub(crate) struct Inner {
     pub(crate) bookmark_interval: Mutex<Duration>,
     pub(crate) address: Mutex<String>,
     pub(crate) proxies: Mutex<crate::proxy::ProxyTargets>,
+    /// Nanoseconds the API's state lock has been held in all, through [`Inner::lock`]: every
+    /// request that reads or writes objects holds it, one at a time.
+    pub(crate) lock_held_nanos: AtomicU64,
 }
 
 impl Inner {
@@ -37,11 +41,45 @@ impl Inner {
             .cloned()
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> Held<'_> {
         // A panic while holding the lock already failed the test; keep serving.
-        self.state
+        let guard = self
+            .state
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Held {
+            guard,
+            since: Instant::now(),
+            total: &self.lock_held_nanos,
+        }
+    }
+}
+
+/// The state lock, held: adds how long to [`Inner::lock_held_nanos`] when released.
+pub(crate) struct Held<'a> {
+    guard: MutexGuard<'a, State>,
+    since: Instant,
+    total: &'a AtomicU64,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let nanos = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.total.fetch_add(nanos, Ordering::Relaxed);
     }
 }
 

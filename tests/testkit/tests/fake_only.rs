@@ -305,6 +305,37 @@ async fn admin_endpoint_serves_and_clears_the_request_log_over_tcp() {
     assert_eq!(code, 404);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_lock_endpoint_reports_the_time_the_state_lock_was_held() {
+    let server = TestApiServer::new();
+    let served = server.serve_with_admin().await.unwrap();
+    let client = served.client().unwrap();
+    let held = || async {
+        let v: serde_json::Value = client
+            .request(
+                http::Request::get(kseal_testkit::ADMIN_LOCK_PATH)
+                    .body(Vec::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        v["heldNanos"].as_u64().expect("heldNanos")
+    };
+    let before = held().await;
+    assert_eq!(u128::from(before), server.lock_held().as_nanos());
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    for i in 0..20 {
+        cms.create(&PostParams::default(), &cm(&format!("c{i}")))
+            .await
+            .unwrap();
+    }
+    cms.list(&ListParams::default()).await.unwrap();
+    let after = held().await;
+    // Every create and the list held it; the admin requests themselves do not.
+    assert!(after > before, "{before} -> {after}");
+    assert_eq!(u128::from(after), server.lock_held().as_nanos());
+}
+
 #[tokio::test]
 async fn watcher_relists_after_compaction_and_dropped_watches() {
     let server = TestApiServer::new();
