@@ -1070,12 +1070,16 @@ async fn an_unmirrorable_active_key_keeps_the_last_verified_one_sealing_across_a
     // A restart remembers the last verified active key from the ring-state Secret.
     let restarted = Running::start(&client, config()).await;
     wait_ready(&restarted.state).await;
+    // Until the restart has read the ring-state Secret, no active key is verified here and
+    // nothing seals (the gauge is 1 then too): wait for the remembered key, not the gauge
+    // alone (seen in CI: the gauge first, an empty sealing key read right after).
     refresh_until(&restarted.state, "the restart read the ring", || {
         restarted
             .state
             .metrics
             .encode()
             .contains("kseal_key_source_active_unavailable 1")
+            && restarted.state.keys.ring().sealing_key().map(|k| k.id()) == Some(older_key().id())
     })
     .await;
     assert_eq!(
