@@ -131,7 +131,8 @@ fn shown_response(code: u16, rt: &ResourceType, version: &str, obj: &Value) -> R
     if rt.events_v1 {
         return json_response(code, &render(rt, version, obj));
     }
-    let shown = Shown::with_api_version(obj, rt.api_version(version));
+    let api_version = rt.api_version(version);
+    let shown = Shown::with_api_version(obj, &api_version);
     bytes_response(code, serde_json::to_vec(&shown).unwrap_or_default())
 }
 
@@ -638,6 +639,7 @@ fn list(
     // Items are serialized straight from the store (no deep copy of each object, which cost
     // a paged list of N objects most of its time and, under the server's one lock, held up
     // every other request); partial metadata and events.k8s.io Events are still rendered.
+    let served_version = rt.api_version(version);
     let items: Vec<ListItem<'_>> = page
         .iter()
         .map(|o| {
@@ -655,7 +657,7 @@ fn list(
             } else if rt.builtin {
                 ListItem::Shown(Shown::without_type(o))
             } else {
-                ListItem::Shown(Shown::with_api_version(o, rt.api_version(version)))
+                ListItem::Shown(Shown::with_api_version(o, &served_version))
             }
         })
         .collect();
@@ -667,9 +669,9 @@ fn list(
         metadata["remainingItemCount"] = remaining.into();
     }
     let api_version = if partial {
-        "meta.k8s.io/v1".to_owned()
+        "meta.k8s.io/v1"
     } else {
-        rt.api_version(version)
+        served_version.as_str()
     };
     let kind = if partial {
         "PartialObjectMetadataList"
@@ -678,7 +680,7 @@ fn list(
     };
     // The keys in the order a `Value` map writes them (sorted), as before.
     let body = ListBody {
-        api_version: &api_version,
+        api_version,
         items,
         kind,
         metadata,
@@ -713,11 +715,11 @@ enum ListItem<'a> {
 struct Shown<'a> {
     obj: &'a Value,
     /// `Some`: the `apiVersion` to show; `None`: show neither `apiVersion` nor `kind`.
-    api_version: Option<String>,
+    api_version: Option<&'a str>,
 }
 
 impl<'a> Shown<'a> {
-    fn with_api_version(obj: &'a Value, api_version: String) -> Self {
+    fn with_api_version(obj: &'a Value, api_version: &'a str) -> Self {
         Self {
             obj,
             api_version: Some(api_version),
@@ -741,7 +743,7 @@ impl serde::Serialize for Shown<'_> {
         let mut m = s.serialize_map(None)?;
         // `apiVersion` goes where a sorted map would put it: replacing the stored one, or
         // before the first key after it.
-        let mut pending = self.api_version.as_deref();
+        let mut pending = self.api_version;
         for (k, v) in map {
             if let Some(av) = pending
                 && k.as_str() >= "apiVersion"
@@ -1045,7 +1047,7 @@ mod tests {
             let mut copy = o.clone();
             copy["apiVersion"] = "g/v1".into();
             assert_eq!(
-                serde_json::to_string(&Shown::with_api_version(o, "g/v1".to_owned())).unwrap(),
+                serde_json::to_string(&Shown::with_api_version(o, "g/v1")).unwrap(),
                 serde_json::to_string(&copy).unwrap(),
                 "{o}"
             );
