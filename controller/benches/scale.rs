@@ -795,8 +795,8 @@ fn cpu_time(pid: &str) -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-/// Lock time held between two readings of [`Server::lock_held`].
-fn held_since(now: Option<Duration>, before: Option<Duration>) -> Option<Duration> {
+/// The growth of a running total (CPU time, lock time held) between two readings.
+fn since(now: Option<Duration>, before: Option<Duration>) -> Option<Duration> {
     now.zip(before)
         .map(|(now, before)| now.saturating_sub(before))
 }
@@ -817,9 +817,7 @@ fn lock_row(phase: &str, held: Option<Duration>, wall: Duration) {
 
 /// CPU time `pid` used since `before`.
 fn cpu_since(pid: &str, before: Option<Duration>) -> Option<Duration> {
-    cpu_time(pid)
-        .zip(before)
-        .map(|(now, before)| now.saturating_sub(before))
+    since(cpu_time(pid), before)
 }
 
 /// The table row of one phase's CPU time: the controller's, and the test API server's apart
@@ -1415,7 +1413,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let cold_ctrl_cpu = cpu_time(&ctrl.pid());
     let cold_bench_cpu = cpu_since("self", bench_cpu_before);
     let cold_server_cpu = cpu_since(&server.pid(), server_cpu_before);
-    let cold_lock = held_since(server.lock_held().await, lock_before);
+    let cold_lock = since(server.lock_held().await, lock_before);
     let cold_counters = last;
     let cold_log = server.requests().await?;
     let unsynced = not_synced(&client, &o).await?;
@@ -1472,7 +1470,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let restart_ctrl_cpu = cpu_time(&ctrl.pid());
     let restart_bench_cpu = cpu_since("self", bench_cpu_before);
     let restart_server_cpu = cpu_since(&server.pid(), server_cpu_before);
-    let restart_lock = held_since(server.lock_held().await, lock_before);
+    let restart_lock = since(server.lock_held().await, lock_before);
     let ready = ready.unwrap_or(restart);
     // Writes during the restart, and a little after (late duplicate reconciles).
     tokio::time::sleep(Duration::from_secs(2)).await;
