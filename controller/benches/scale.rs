@@ -1083,7 +1083,9 @@ impl ApiServer {
         Ok(())
     }
 
-    /// Stops serving; a server process is waited for (stdin closed, then SIGKILL after 10 s).
+    /// Stops serving; a server process is waited for (stdin closed, then SIGKILL after 60 s:
+    /// freeing the objects of a large N takes a while on a loaded machine, and the figures
+    /// are all in by then, so a slow exit is only reported).
     async fn stop(self) -> anyhow::Result<()> {
         match self {
             Self::Inline { served, .. } => drop(served),
@@ -1093,9 +1095,11 @@ impl ApiServer {
                 drop(stdin);
                 let start = Instant::now();
                 while child.try_wait()?.is_none() {
-                    if start.elapsed() > Duration::from_secs(10) {
+                    if start.elapsed() > Duration::from_secs(60) {
                         child.kill()?;
-                        bail!("the test API server process did not exit within 10 s");
+                        child.wait()?;
+                        eprintln!("  the test API server process did not exit within 60 s: killed");
+                        break;
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }

@@ -134,6 +134,11 @@ pub struct Args {
     /// and cost peak memory on a cold start (docs/benchmarks.md)
     #[arg(long, env = env::KSEAL_ASYNC_THREADS, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
     pub async_threads: u16,
+    /// MiB of encrypted values kept in memory for SealedSecrets waiting to be unsealed; past
+    /// it, a waiting object is kept without them and read whole (one GET) when its turn
+    /// comes. Bounds the memory of a cold start over many objects (docs/benchmarks.md)
+    #[arg(long, env = env::KSEAL_PENDING_VALUES_MIB, default_value_t = crate::sealedcache::DEFAULT_VALUE_BUDGET_MIB, value_parser = clap::value_parser!(u32).range(0..=65536))]
+    pub pending_values_mib: u32,
     /// /v1/verify and /v1/rotate sustained requests per second
     #[arg(long, env = env::KSEAL_RATE_LIMIT, default_value_t = 2.0)]
     pub rate_limit: f64,
@@ -261,6 +266,9 @@ pub struct Config {
     pub concurrency: u16,
     /// Async worker threads (`--async-threads`, 0 resolved from the CPU count).
     pub async_threads: usize,
+    /// Bytes of encrypted values cached for SealedSecrets not yet synced
+    /// (`--pending-values-mib`).
+    pub pending_value_bytes: usize,
     /// verify/rotate rate limit (per second) and burst.
     pub rate_limit: (f64, u32),
     /// Sealed values one verify/rotate request may hold.
@@ -542,6 +550,9 @@ impl Config {
             resync_period: (!args.resync_period.is_zero()).then_some(args.resync_period),
             concurrency: args.concurrency,
             async_threads: async_threads(args.async_threads, cpus()),
+            pending_value_bytes: usize::try_from(args.pending_values_mib)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(1024 * 1024),
             rate_limit: (args.rate_limit, args.rate_limit_burst),
             max_request_items: usize::try_from(args.max_request_items).unwrap_or(usize::MAX),
             trusted_proxies,

@@ -66,6 +66,8 @@ pub const KSEAL_RESYNC_PERIOD: &str = "KSEAL_RESYNC_PERIOD";
 pub const KSEAL_CONCURRENCY: &str = "KSEAL_CONCURRENCY";
 /// `--async-threads`.
 pub const KSEAL_ASYNC_THREADS: &str = "KSEAL_ASYNC_THREADS";
+/// `--pending-values-mib`.
+pub const KSEAL_PENDING_VALUES_MIB: &str = "KSEAL_PENDING_VALUES_MIB";
 /// `--rate-limit`.
 pub const KSEAL_RATE_LIMIT: &str = "KSEAL_RATE_LIMIT";
 /// `--rate-limit-burst`.

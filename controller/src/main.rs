@@ -156,6 +156,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         identity = %config.identity,
         async_threads = config.async_threads,
         concurrency = config.concurrency,
+        pending_values_mib = config.pending_value_bytes / (1024 * 1024),
         generate_keys = config.generate_key_if_missing,
         key_source = config.key_source.as_ref().map(|s| s.location.to_string()),
         "starting kseal-controller"

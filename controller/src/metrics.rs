@@ -18,17 +18,78 @@ pub struct ErrorLabels {
     pub namespace: String,
 }
 
-/// Labels of `sealed_secrets_controller_condition_info`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConditionLabels {
-    /// Namespace of the SealedSecret.
-    pub namespace: String,
-    /// Name of the SealedSecret.
-    pub name: String,
-    /// Condition type (`Synced`).
-    pub condition: String,
-    /// The SealedSecret's `app.kubernetes.io/instance` label.
-    pub ss_app_kubernetes_io_instance: String,
+/// Where `sealed_secrets_controller_condition_info` reads its series: the reconciler's
+/// per-object state, so that each SealedSecret's series costs no copy of its namespace and
+/// name (a label family kept about 220 bytes per object: 22 MB at 100,000).
+pub trait ConditionSeries: Send + Sync + 'static {
+    /// Calls `each(namespace, name, instance, value)` for every object's series (`value`: 1
+    /// Synced=True, -1 Synced=False), stopping at the first error.
+    ///
+    /// # Errors
+    /// The first error of `each`.
+    fn for_each_series(
+        &self,
+        each: &mut dyn FnMut(&str, &str, &str, i64) -> std::fmt::Result,
+    ) -> std::fmt::Result;
+}
+
+/// The help text of `sealed_secrets_controller_condition_info`.
+const CONDITION_INFO_HELP: &str =
+    "Synced condition of each SealedSecret: -1 false, 0 unknown, 1 true";
+
+/// `sealed_secrets_controller_condition_info{namespace,name,condition,ss_app_kubernetes_io_instance}`,
+/// encoded at each scrape from a [`ConditionSeries`] (Bitnami's labels, in Bitnami's order).
+#[derive(Default)]
+pub struct ConditionInfo {
+    source: std::sync::RwLock<Option<std::sync::Arc<dyn ConditionSeries>>>,
+}
+
+impl ConditionInfo {
+    /// Reports the series of `source` from now on (the last bound source wins).
+    pub fn bind(&self, source: std::sync::Arc<dyn ConditionSeries>) {
+        let mut slot = self
+            .source
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Some(source);
+    }
+}
+
+impl std::fmt::Debug for ConditionInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConditionInfo").finish_non_exhaustive()
+    }
+}
+
+impl prometheus_client::collector::Collector for ConditionInfo {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> std::fmt::Result {
+        let source = self
+            .source
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut family = encoder.encode_descriptor(
+            "condition_info",
+            CONDITION_INFO_HELP,
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        let Some(source) = source else {
+            return Ok(());
+        };
+        source.for_each_series(&mut |namespace, name, instance, value| {
+            let labels = [
+                ("namespace", namespace),
+                ("name", name),
+                ("condition", "Synced"),
+                ("ss_app_kubernetes_io_instance", instance),
+            ];
+            family.encode_family(&labels)?.encode_gauge(&value)
+        })
+    }
 }
 
 /// Labels of the HTTP request counter.
@@ -93,8 +154,9 @@ pub struct Metrics {
     pub unseal_requests: Counter,
     /// `sealed_secrets_controller_unseal_errors_total{reason,namespace}`.
     pub unseal_errors: Family<ErrorLabels, Counter>,
-    /// `sealed_secrets_controller_condition_info`: −1 false, 0 unknown, 1 true.
-    pub condition_info: Family<ConditionLabels, Gauge>,
+    /// `sealed_secrets_controller_condition_info`: −1 false, 0 unknown, 1 true; its series
+    /// come from the [`ConditionSeries`] bound to it.
+    pub condition_info: std::sync::Arc<ConditionInfo>,
     /// `sealed_secrets_controller_http_requests_total{path,code,method}`.
     pub http_requests: Family<HttpLabels, Counter>,
     /// `sealed_secrets_controller_http_request_duration_seconds{path,method}`.
@@ -236,7 +298,7 @@ impl Metrics {
         let m = Self {
             unseal_requests: Counter::default(),
             unseal_errors: Family::default(),
-            condition_info: Family::default(),
+            condition_info: std::sync::Arc::default(),
             http_requests: Family::default(),
             http_duration: Family::new_with_constructor(latency_histogram),
             keys_loaded: Gauge::default(),
@@ -280,11 +342,7 @@ impl Metrics {
                 "SealedSecret reconciles that failed, by reason",
                 m.unseal_errors.clone(),
             );
-            r.register(
-                "condition_info",
-                "Synced condition of each SealedSecret: -1 false, 0 unknown, 1 true",
-                m.condition_info.clone(),
-            );
+            r.register_collector(Box::new(m.condition_info.clone()));
             r.register(
                 "http_requests",
                 "HTTP requests to the controller API",

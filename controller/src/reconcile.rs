@@ -98,7 +98,7 @@ use crate::config::{Config, Namespaces};
 use crate::formats::{self, MacVersion};
 use crate::keylayout::REPORTER;
 use crate::leadership::Fence;
-use crate::metrics::{ConditionLabels, OutcomeLabels};
+use crate::metrics::OutcomeLabels;
 use crate::sealedcache::CachedSealed;
 use crate::secretcache::{CachedSecret, Lookup, MacVerdict, SecretCache};
 use crate::state::State;
@@ -200,6 +200,8 @@ struct ObjectState {
     /// (Its namespace and name are the object's, its condition `Synced`: only the instance
     /// label is kept.)
     gauge: Option<Box<str>>,
+    /// The value of the condition gauge (when `gauge` is set): Synced=True.
+    synced: bool,
     /// Whether the last reconcile failed (a same-named Secret changing may unblock it).
     failing: bool,
     /// Whether that failure was transient (the API server away, throttling, a conflict): the
@@ -318,7 +320,7 @@ pub struct Context {
     transient_failures: crate::apihealth::Burst,
     /// The leadership epoch whose first fenced write was logged (see [`fenced`]).
     fenced_logged: std::sync::atomic::AtomicU64,
-    objects: Mutex<Objects>,
+    objects: Arc<Mutex<Objects>>,
     /// Bounds RSA work to `--concurrency` unseals at a time across every watched namespace
     /// (each namespace runs its own controller); shared with the HTTP API, which it goes
     /// before.
@@ -346,6 +348,8 @@ impl Context {
             instance: Some(config.identity.clone()),
         };
         let recorder = Recorder::new(client.clone(), reporter.clone());
+        let objects: Arc<Mutex<Objects>> = Arc::default();
+        state.metrics.condition_info.bind(objects.clone());
         state.rsa.configure(slots);
         let rsa_slots = state.rsa.clone();
         let admitted =
@@ -359,7 +363,7 @@ impl Context {
             mac_keys: Mutex::default(),
             fenced_logged: std::sync::atomic::AtomicU64::new(u64::MAX),
             transient_failures: crate::apihealth::Burst::default(),
-            objects: Mutex::default(),
+            objects,
             rsa_slots,
             affinity: crate::affinity::Affinity::default(),
             secrets: SecretCache::default(),
@@ -1375,25 +1379,13 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
         }
     }
 
-    let instance = obj
-        .labels()
-        .get(INSTANCE_LABEL)
-        .cloned()
-        .unwrap_or_default();
-    let labels = condition_labels(&namespace, &obj.name_any(), &instance);
-    metrics
-        .condition_info
-        .get_or_create(&labels)
-        .set(if result.is_ok() { 1 } else { -1 });
-    let before = ctx.with_object(&oref, |o| o.gauge.replace(instance.into_boxed_str()));
-    if let Some(before) = before
-        && *before != labels.ss_app_kubernetes_io_instance
-    {
-        // The instance label changed: the series under the old one goes.
-        metrics
-            .condition_info
-            .remove(&condition_labels(&labels.namespace, &labels.name, &before));
-    }
+    let instance = obj.labels().get(INSTANCE_LABEL).map_or("", String::as_str);
+    ctx.with_object(&oref, |o| {
+        if o.gauge.as_deref() != Some(instance) {
+            o.gauge = Some(instance.into());
+        }
+        o.synced = result.is_ok();
+    });
     let outcome = match &result {
         Ok(o) => o.label(),
         Err(_) => "failed",
@@ -1780,6 +1772,7 @@ pub async fn run(
     state: State,
     shutdown: watch::Receiver<bool>,
 ) {
+    crate::sealedcache::set_value_budget(config.pending_value_bytes);
     let ctx = Arc::new(Context::new(client.clone(), config.clone(), state.clone()));
     let scopes: Vec<Option<String>> = match &config.namespaces {
         Namespaces::All => vec![None],
@@ -1894,13 +1887,22 @@ pub async fn run(
     pruner.abort();
 }
 
-/// The labels of an object's `sealed_secrets_controller_condition_info` series.
-fn condition_labels(namespace: &str, name: &str, instance: &str) -> ConditionLabels {
-    ConditionLabels {
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-        condition: CONDITION_SYNCED.to_owned(),
-        ss_app_kubernetes_io_instance: instance.to_owned(),
+/// The condition gauge's series: one per object reconciled since it arrived, from its state.
+/// Encoding holds the lock (reconciles wait for a scrape: about 10 ms per 100,000 objects).
+impl crate::metrics::ConditionSeries for Mutex<Objects> {
+    fn for_each_series(
+        &self,
+        each: &mut dyn FnMut(&str, &str, &str, i64) -> std::fmt::Result,
+    ) -> std::fmt::Result {
+        let objects = lock(self);
+        for (namespace, names) in &objects.0 {
+            for (name, o) in names {
+                if let Some(instance) = &o.gauge {
+                    each(namespace, name, instance, if o.synced { 1 } else { -1 })?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1909,22 +1911,14 @@ async fn prune(ctx: Arc<Context>, stores: Vec<Store<CachedSealed>>) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
-        let gone: Vec<(SsRef, Option<Box<str>>)> = {
-            let mut objects = lock(&ctx.objects);
-            let gone: Vec<_> = objects
-                .refs()
-                .filter(|r| stores.iter().all(|s| s.get(r).is_none()))
-                .collect();
-            gone.into_iter()
-                .filter_map(|r| objects.remove(&r).map(|o| (r, o.gauge)))
-                .collect()
-        };
-        for (oref, instance) in gone {
-            if let Some(instance) = instance {
-                let namespace = oref.namespace.as_deref().unwrap_or_default();
-                let labels = condition_labels(namespace, &oref.name, &instance);
-                ctx.state.metrics.condition_info.remove(&labels);
-            }
+        // Their condition gauge series go with their state.
+        let mut objects = lock(&ctx.objects);
+        let gone: Vec<_> = objects
+            .refs()
+            .filter(|r| stores.iter().all(|s| s.get(r).is_none()))
+            .collect();
+        for r in &gone {
+            objects.remove(r);
         }
     }
 }
@@ -1968,6 +1962,49 @@ mod tests {
         let o = objects.entry(&b);
         o.forget_warning();
         assert!(o.rare.is_none() && o.object_hint().is_none() && o.take_raced_version().is_none());
+    }
+
+    #[test]
+    fn the_condition_gauge_reports_each_reconciled_object_from_its_state() {
+        let metrics = crate::metrics::Metrics::new();
+        let objects: Arc<Mutex<Objects>> = Arc::default();
+        metrics.condition_info.bind(objects.clone());
+        let series = |ns: &str, name: &str, instance: &str, value: i64| {
+            format!(
+                "sealed_secrets_controller_condition_info{{namespace=\"{ns}\",name=\"{name}\",condition=\"Synced\",ss_app_kubernetes_io_instance=\"{instance}\"}} {value}\n"
+            )
+        };
+        let (a, b, c) = (
+            SsRef::new("a").within("one"),
+            SsRef::new("b").within("one"),
+            SsRef::new("a").within("two"),
+        );
+        {
+            let mut o = lock(&objects);
+            o.entry(&a).gauge = Some("app".into());
+            o.entry(&a).synced = true;
+            o.entry(&b).gauge = Some("".into());
+            // Known but never reconciled here (a follower's object): no series.
+            o.entry(&c).failures = 1;
+        }
+        let text = metrics.encode();
+        assert!(
+            text.contains("# TYPE sealed_secrets_controller_condition_info gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains(&series("one", "a", "app", 1)), "{text}");
+        assert!(text.contains(&series("one", "b", "", -1)), "{text}");
+        assert_eq!(
+            text.matches("sealed_secrets_controller_condition_info{")
+                .count(),
+            2,
+            "{text}"
+        );
+        // A forgotten object's series goes with its state.
+        lock(&objects).remove(&a);
+        let text = metrics.encode();
+        assert!(!text.contains("name=\"a\""), "{text}");
+        assert!(text.contains(&series("one", "b", "", -1)), "{text}");
     }
 
     #[tokio::test]

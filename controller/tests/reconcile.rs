@@ -1018,18 +1018,11 @@ async fn without_status_updates_or_secret_watch_the_secret_is_still_written() {
         secret_watches.is_empty(),
         "--skip-recreate watches no Secrets"
     );
-    let gauge = running
-        .state
-        .metrics
-        .condition_info
-        .get_or_create(&kseal_controller::metrics::ConditionLabels {
-            namespace: ns.clone(),
-            name: "quiet".into(),
-            condition: "Synced".into(),
-            ss_app_kubernetes_io_instance: String::new(),
-        })
-        .get();
-    assert_eq!(gauge, 1);
+    let text = running.state.metrics.encode();
+    let series = format!(
+        "sealed_secrets_controller_condition_info{{namespace=\"{ns}\",name=\"quiet\",condition=\"Synced\",ss_app_kubernetes_io_instance=\"\"}} 1\n"
+    );
+    assert!(text.contains(&series), "{text}");
     running.stop().await;
 }
 
