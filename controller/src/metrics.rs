@@ -84,7 +84,7 @@ impl prometheus_client::collector::Collector for ConditionInfo {
             let labels = [
                 ("namespace", namespace),
                 ("name", name),
-                ("condition", "Synced"),
+                ("condition", kseal_api::constants::CONDITION_SYNCED),
                 ("ss_app_kubernetes_io_instance", instance),
             ];
             family.encode_family(&labels)?.encode_gauge(&value)

@@ -196,9 +196,8 @@ struct ObjectState {
     failures: u32,
     /// What few objects need (boxed: one pointer for the others).
     rare: Option<Box<RareState>>,
-    /// Labels of the condition gauge, to remove it when the object goes away.
-    /// (Its namespace and name are the object's, its condition `Synced`: only the instance
-    /// label is kept.)
+    /// The instance label of the object's condition gauge series, once a reconcile here set
+    /// it (its namespace and name are the object's, its condition `Synced`); `None`: no series.
     gauge: Option<Box<str>>,
     /// The value of the condition gauge (when `gauge` is set): Synced=True.
     synced: bool,
@@ -1888,7 +1887,8 @@ pub async fn run(
 }
 
 /// The condition gauge's series: one per object reconciled since it arrived, from its state.
-/// Encoding holds the lock (reconciles wait for a scrape: about 10 ms per 100,000 objects).
+/// Encoding holds the lock, so reconciles wait for a scrape: at 100,000 objects on 2 cores the
+/// scale bench's longest whole scrape took 71 ms on a restart, 154 ms under a cold start.
 impl crate::metrics::ConditionSeries for Mutex<Objects> {
     fn for_each_series(
         &self,
