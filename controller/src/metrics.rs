@@ -183,6 +183,11 @@ pub struct Metrics {
     /// term changed or the local lease deadline passed since the work began (`secret`,
     /// `status`, `event`, `key`, `mirror`).
     pub fenced_writes: Family<WriteLabels, Counter>,
+    /// `kseal_sealed_secret_reads_total`: SealedSecrets read whole from the API server
+    /// because their cached copy was kept without its encrypted values (past
+    /// `--pending-values-mib`, or synced and then in need of a rewrite): the value budget's
+    /// price, in requests.
+    pub sealed_secret_reads: Counter,
     /// `kseal_api_server_reachable`: 0 from a watch failure or a reconcile that could not
     /// reach the API server (transport error, 5xx) until the next answer, else 1.
     pub api_server_reachable: Gauge,
@@ -313,6 +318,7 @@ impl Metrics {
             api_server_reachable: Gauge::default(),
             watch_failures: Family::default(),
             fenced_writes: Family::default(),
+            sealed_secret_reads: Counter::default(),
             key_source_requests: Family::default(),
             key_source_sync_triggers: Family::default(),
             key_source_last_success: Gauge::default(),
@@ -410,6 +416,11 @@ impl Metrics {
                 "watch_failures",
                 "Failed watch or list requests, by watched resource",
                 m.watch_failures.clone(),
+            );
+            r.register(
+                "sealed_secret_reads",
+                "SealedSecrets read whole because their cached copy was kept without its encrypted values (past --pending-values-mib, or synced and in need of a rewrite)",
+                m.sealed_secret_reads.clone(),
             );
             r.register(
                 "fenced_writes",
@@ -562,6 +573,7 @@ mod tests {
             "kseal_keys_loaded 0",
             "kseal_rsa_operations_total 0",
             "kseal_unseal_cpu_seconds_total 0",
+            "kseal_sealed_secret_reads_total 0",
             "kseal_keys_generated_total{reason=\"period\"} 1",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");

@@ -162,8 +162,17 @@ fn reconcile_concurrency(config: &Config) -> u16 {
 }
 
 /// SealedSecrets handed to kube-runtime's scheduler and not started yet, per reconcile it
-/// runs at a time: enough that a free reconcile always finds one ready.
-const ADMITTED_PER_RECONCILE: usize = 4;
+/// runs at a time.
+///
+/// The scheduler releases objects through a `DelayQueue`, whose deadlines are rounded up to
+/// the next millisecond and which hands out what expired only when a timer fires: every
+/// object handed over waits about a millisecond there, so at most this bound of them reaches
+/// the reconciles per millisecond. A restart confirms an unchanged object in about 20 µs of
+/// CPU, so a bound of 4 per reconcile (32 with `--concurrency 2`) capped it near 30 objects a
+/// millisecond with the cores mostly idle (100,000 objects: 6 s after the list; the scale
+/// bench, docs/benchmarks.md). 32 per reconcile keeps the scheduler ahead of the reconciles
+/// and still holds it to a few hundred objects (about 700 bytes each) instead of every one.
+const ADMITTED_PER_RECONCILE: usize = 32;
 
 /// What one reconcile did to the Secret.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1270,6 +1279,7 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
         // status subresource (which returns the whole object; the controller's RBAC has no
         // `get` on SealedSecrets themselves).
         let api: Api<SealedSecret> = Api::namespaced(ctx.client.clone(), &namespace);
+        metrics.sealed_secret_reads.inc();
         result = match api.get_status(&obj.name_any()).await {
             Ok(whole) => {
                 obj = Arc::new(whole);

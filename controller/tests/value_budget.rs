@@ -1,7 +1,13 @@
 //! `--pending-values-mib`: SealedSecrets waiting to be unsealed keep their encrypted values in
 //! memory only within a budget; past it they are cached without them and read whole (one GET
 //! through the status subresource) when reconciled. The budget is process-wide, so this file
-//! is a test binary of its own.
+//! is a test binary of its own, and its tests take turns ([`SERIAL`]).
+//!
+//! The same scenario runs on the in-process test API server (which also shows each read in
+//! its request log) and on the reference kube-apiserver (where the controller's
+//! `kseal_sealed_secret_reads_total` counts them): that the status subresource answers a
+//! `get` with the whole object, spec and encrypted values included, is what the read path
+//! relies on.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,6 +15,9 @@ mod common;
 
 use common::*;
 use kseal_testkit::TestApiServer;
+
+/// The budget is one static for the whole process: one scenario at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn status_reads(server: &TestApiServer, ns: &str) -> Vec<String> {
     server
@@ -25,10 +34,37 @@ fn status_reads(server: &TestApiServer, ns: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_value_budget_waiting_objects_are_read_whole_and_unsealed_all_the_same() {
-    let server = TestApiServer::new();
-    let cl = Cluster::new(server.client()).await;
+/// What the scenario can ask of the API server it runs on.
+trait Server {
+    /// Forgets the requests seen so far (a no-op where they cannot be seen).
+    fn clear_requests(&self) {}
+    /// The paths of the status reads of SealedSecrets in `ns` since the last clear, sorted,
+    /// where the server shows them.
+    fn status_reads(&self, _ns: &str) -> Option<Vec<String>> {
+        None
+    }
+}
+
+struct Reference;
+impl Server for Reference {}
+
+impl Server for TestApiServer {
+    fn clear_requests(&self) {
+        TestApiServer::clear_requests(self);
+    }
+    fn status_reads(&self, ns: &str) -> Option<Vec<String>> {
+        let mut reads = status_reads(self, ns);
+        reads.sort();
+        Some(reads)
+    }
+}
+
+async fn past_the_value_budget_waiting_objects_are_read_whole(
+    client: kube::Client,
+    server: &impl Server,
+) {
+    let _turn = SERIAL.lock().await;
+    let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     // Created before the controller starts: they arrive in its initial list, not synced.
     for (name, value) in [("a", "1"), ("b", "2"), ("c", "3")] {
@@ -38,6 +74,9 @@ async fn past_the_value_budget_waiting_objects_are_read_whole_and_unsealed_all_t
     let mut config = cl.config();
     config.pending_value_bytes = 0;
     let running = Running::start(&client, config).await;
+    let reads = || running.state.metrics.sealed_secret_reads.get();
+    // Kept without their values, they can only have been unsealed from the object read whole:
+    // a stripped object's empty values open nothing and fail the reconcile.
     for (name, value) in [("a", "1"), ("b", "2"), ("c", "3")] {
         wait_secret(&client, &ns, name, "unsealed from the read object", |s| {
             data_of(s) == map(&[("v", value)])
@@ -45,15 +84,15 @@ async fn past_the_value_budget_waiting_objects_are_read_whole_and_unsealed_all_t
         .await;
         wait_synced(&client, &ns, name, "True", "Unsealed").await;
     }
-    let mut reads = status_reads(&server, &ns);
-    reads.sort();
-    assert_eq!(
-        reads,
-        ["a", "b", "c"].map(|n| format!(
-            "/apis/bitnami.com/v1alpha1/namespaces/{ns}/sealedsecrets/{n}/status"
-        )),
-        "one read each, none kept its values"
-    );
+    assert_eq!(reads(), 3, "one read each, none kept its values");
+    if let Some(paths) = server.status_reads(&ns) {
+        assert_eq!(
+            paths,
+            ["a", "b", "c"].map(|n| format!(
+                "/apis/bitnami.com/v1alpha1/namespaces/{ns}/sealedsecrets/{n}/status"
+            )),
+        );
+    }
     assert_eq!(kseal_controller::sealedcache::value_budget_held(), 0);
 
     // One created while it runs: past the budget too, the same way.
@@ -63,7 +102,10 @@ async fn past_the_value_budget_waiting_objects_are_read_whole_and_unsealed_all_t
         data_of(s) == map(&[("v", "4")])
     })
     .await;
-    assert_eq!(status_reads(&server, &ns).len(), 1);
+    assert_eq!(reads(), 4);
+    if let Some(paths) = server.status_reads(&ns) {
+        assert_eq!(paths.len(), 1);
+    }
 
     // With room, a new object is unsealed from the cache, without a read, and the budget it
     // held is given back once it is synced (its cached entry is kept without values).
@@ -75,14 +117,29 @@ async fn past_the_value_budget_waiting_objects_are_read_whole_and_unsealed_all_t
     })
     .await;
     wait_synced(&client, &ns, "e", "True", "Unsealed").await;
-    assert!(
-        status_reads(&server, &ns).is_empty(),
-        "no read within the budget"
-    );
+    assert_eq!(reads(), 4, "no read within the budget");
+    if let Some(paths) = server.status_reads(&ns) {
+        assert!(paths.is_empty(), "no read within the budget: {paths:?}");
+    }
     kseal_testkit::scenarios::eventually("budget given back", DEADLINE, || async {
         Ok((kseal_controller::sealedcache::value_budget_held() == 0).then_some(()))
     })
     .await
     .unwrap();
     running.stop().await;
+    cl.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_value_budget_waiting_objects_are_read_whole_on_the_test_server() {
+    let server = TestApiServer::new();
+    past_the_value_budget_waiting_objects_are_read_whole(server.client(), &server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_value_budget_waiting_objects_are_read_whole_on_a_real_apiserver() {
+    if let Some(client) = real_client("past_the_value_budget_waiting_objects_are_read_whole").await
+    {
+        past_the_value_budget_waiting_objects_are_read_whole(client, &Reference).await;
+    }
 }
