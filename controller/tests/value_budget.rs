@@ -19,21 +19,6 @@ use kseal_testkit::TestApiServer;
 /// The budget is one static for the whole process: one scenario at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn status_reads(server: &TestApiServer, ns: &str) -> Vec<String> {
-    server
-        .requests()
-        .into_iter()
-        .filter(|r| {
-            r.method == "GET"
-                && r.path.starts_with(&format!(
-                    "/apis/bitnami.com/v1alpha1/namespaces/{ns}/sealedsecrets/"
-                ))
-                && r.path.ends_with("/status")
-        })
-        .map(|r| r.path)
-        .collect()
-}
-
 /// What the scenario can ask of the API server it runs on.
 trait Server {
     /// Forgets the requests seen so far (a no-op where they cannot be seen).
@@ -53,7 +38,15 @@ impl Server for TestApiServer {
         TestApiServer::clear_requests(self);
     }
     fn status_reads(&self, ns: &str) -> Option<Vec<String>> {
-        let mut reads = status_reads(self, ns);
+        let prefix = format!("/apis/bitnami.com/v1alpha1/namespaces/{ns}/sealedsecrets/");
+        let mut reads: Vec<String> = self
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.method == "GET" && r.path.starts_with(&prefix) && r.path.ends_with("/status")
+            })
+            .map(|r| r.path)
+            .collect();
         reads.sort();
         Some(reads)
     }
