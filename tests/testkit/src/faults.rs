@@ -19,6 +19,10 @@ pub struct RequestRecord {
     pub query: Option<String>,
     /// Response status code (200 for watches, which stream).
     pub status: u16,
+    /// When the answer was ready (a watch: when it started streaming), in microseconds
+    /// since the Unix epoch: benchmarks time a phase by its last write to the microsecond.
+    #[serde(default)]
+    pub at_us: u64,
 }
 
 impl RequestRecord {
