@@ -942,18 +942,37 @@ impl Controller {
     }
 
     /// SIGTERM, then waits for the exit (graceful shutdown releases the Lease).
+    ///
+    /// A `SCALE_CONTROLLER_BIN` wrapper that forks the controller rather than `exec`s it
+    /// (heaptrack, `perf record`) has its children signalled instead, and is waited for as
+    /// it ends with them: signalled alone, it would leave the controller running, holding
+    /// its ports and some CPU, into the next phase.
     async fn stop(mut self) -> anyhow::Result<()> {
-        Command::new("kill")
-            .args(["-TERM", &self.pid()])
+        let wrapped = Command::new("pkill")
+            .args(["-TERM", "-P", &self.pid()])
             .status()
-            .context("kill -TERM")?;
+            .is_ok_and(|s| s.success());
+        let term = |pid: &str| {
+            Command::new("kill")
+                .args(["-TERM", pid])
+                .status()
+                .context("kill -TERM")
+        };
+        if !wrapped {
+            term(&self.pid())?;
+        }
         let start = Instant::now();
+        let mut wrapper_signalled = !wrapped;
         loop {
             if let Some(status) = self.child.try_wait()? {
                 if !status.success() {
                     eprintln!("  controller exited with {status}");
                 }
                 return Ok(());
+            }
+            if !wrapper_signalled && start.elapsed() > Duration::from_secs(30) {
+                term(&self.pid())?;
+                wrapper_signalled = true;
             }
             if start.elapsed() > Duration::from_secs(60) {
                 self.child.kill()?;
