@@ -1217,13 +1217,6 @@ fn writes(log: &[kseal_testkit::RequestRecord]) -> (usize, usize, BTreeMap<Strin
     (objects, leases, by_kind)
 }
 
-/// Now, in microseconds since the Unix epoch (the clock of [`kseal_testkit::RequestRecord`]).
-fn unix_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-}
-
 /// Time from `start_us` to the last Secret write or status write in a request log: when the
 /// last object of a phase was done. `None` when the log has no such write or no times.
 fn last_write_since(log: &[kseal_testkit::RequestRecord], start_us: u64) -> Option<Duration> {
@@ -1445,7 +1438,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let lock_before = server.lock_held().await;
     longest_scrape();
     let start = Instant::now();
-    let start_us = unix_micros();
+    let start_us = kseal_testkit::unix_micros();
     let mut ctrl = Controller::start(&o, &kubeconfig, &dir.path().join("cold.log"), &[])?;
     let mut last = Counters::default();
     let mut printed = Instant::now();

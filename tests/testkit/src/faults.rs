@@ -25,6 +25,14 @@ pub struct RequestRecord {
     pub at_us: u64,
 }
 
+/// Now, in microseconds since the Unix epoch: the clock of [`RequestRecord::at_us`], for a
+/// benchmark to compare its own times with the log's.
+pub fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 impl RequestRecord {
     /// Whether this was a watch request.
     pub fn is_watch(&self) -> bool {

@@ -69,7 +69,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::Value;
 
-pub use faults::{FaultRule, Faults, RequestRecord};
+pub use faults::{FaultRule, Faults, RequestRecord, unix_micros};
 pub use proxy::ProxyTarget;
 
 use server::Inner;

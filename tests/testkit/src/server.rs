@@ -198,9 +198,7 @@ pub(crate) async fn handle(
         path,
         query: uri.query().map(str::to_owned),
         status: resp.status().as_u16(),
-        at_us: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        at_us: crate::faults::unix_micros(),
     });
     resp
 }
