@@ -1,6 +1,8 @@
 //! Prometheus metrics: Bitnami's `sealed_secrets_controller_*` names (so existing dashboards
 //! and the `SealedSecretsUnsealErrorHigh` alert keep working) plus kseal's own `kseal_*`.
 
+use std::fmt::Write as _;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -22,23 +24,44 @@ pub struct ErrorLabels {
 /// per-object state, so that each SealedSecret's series costs no copy of its namespace and
 /// name (a label family kept about 220 bytes per object: 22 MB at 100,000).
 pub trait ConditionSeries: Send + Sync + 'static {
-    /// Calls `each(namespace, name, instance, value)` for every object's series (`value`: 1
-    /// Synced=True, -1 Synced=False), stopping at the first error.
-    ///
-    /// # Errors
-    /// The first error of `each`.
-    fn for_each_series(
+    /// Visits up to `max` objects that sort after `after` by (namespace, name), in that order,
+    /// calling `each(namespace, name, instance, value)` for those with a series (`value`: 1
+    /// Synced=True, -1 Synced=False). Returns the last object visited when `max` were visited
+    /// and more may follow, `None` once every object was visited. A scrape reads the series a
+    /// few hundred at a time this way, so it neither holds the reconciler's state for the
+    /// whole scrape nor builds the whole text in memory.
+    fn series_after(
         &self,
-        each: &mut dyn FnMut(&str, &str, &str, i64) -> std::fmt::Result,
-    ) -> std::fmt::Result;
+        after: Option<&SeriesCursor>,
+        max: usize,
+        each: &mut dyn FnMut(&str, &str, &str, i64),
+    ) -> Option<SeriesCursor>;
 }
+
+/// Where a scrape stopped in a [`ConditionSeries`]: the last object it visited.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeriesCursor {
+    /// Namespace of the last object visited.
+    pub namespace: Box<str>,
+    /// Name of the last object visited.
+    pub name: Box<str>,
+}
+
+/// The name of the condition gauge.
+const CONDITION_INFO: &str = "sealed_secrets_controller_condition_info";
 
 /// The help text of `sealed_secrets_controller_condition_info`.
 const CONDITION_INFO_HELP: &str =
     "Synced condition of each SealedSecret: -1 false, 0 unknown, 1 true";
 
-/// `sealed_secrets_controller_condition_info{namespace,name,condition,ss_app_kubernetes_io_instance}`,
-/// encoded at each scrape from a [`ConditionSeries`] (Bitnami's labels, in Bitnami's order).
+/// Objects visited per chunk of a scrape: about 30 KB of text, well under a millisecond
+/// with the reconciler's state locked.
+const SERIES_PER_CHUNK: usize = 256;
+
+/// `sealed_secrets_controller_condition_info{namespace,name,condition,ss_app_kubernetes_io_instance}`
+/// (Bitnami's labels, in Bitnami's order), read at each scrape from a [`ConditionSeries`].
+/// It is not in the registry: [`Scrape`] writes it after the registry's families, a chunk
+/// at a time.
 #[derive(Default)]
 pub struct ConditionInfo {
     source: std::sync::RwLock<Option<std::sync::Arc<dyn ConditionSeries>>>,
@@ -53,6 +76,13 @@ impl ConditionInfo {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *slot = Some(source);
     }
+
+    fn source(&self) -> Option<std::sync::Arc<dyn ConditionSeries>> {
+        self.source
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl std::fmt::Debug for ConditionInfo {
@@ -61,34 +91,101 @@ impl std::fmt::Debug for ConditionInfo {
     }
 }
 
-impl prometheus_client::collector::Collector for ConditionInfo {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
-    ) -> std::fmt::Result {
-        let source = self
-            .source
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let mut family = encoder.encode_descriptor(
-            "condition_info",
-            CONDITION_INFO_HELP,
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
-        )?;
-        let Some(source) = source else {
-            return Ok(());
+/// Appends a label value as the OpenMetrics text format quotes it (as prometheus-client
+/// does: backslash, double quote and line feed escaped).
+fn push_label_value(out: &mut String, value: &str) {
+    let mut last = 0;
+    for (index, byte) in value.bytes().enumerate() {
+        let escaped = match byte {
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            b'\n' => "\\n",
+            _ => continue,
         };
-        source.for_each_series(&mut |namespace, name, instance, value| {
-            let labels = [
-                ("namespace", namespace),
-                ("name", name),
-                ("condition", kseal_api::constants::CONDITION_SYNCED),
-                ("ss_app_kubernetes_io_instance", instance),
-            ];
-            family.encode_family(&labels)?.encode_gauge(&value)
-        })
+        out.push_str(&value[last..index]);
+        out.push_str(escaped);
+        last = index + 1;
+    }
+    out.push_str(&value[last..]);
+}
+
+/// Appends one series of the condition gauge.
+fn push_condition_series(
+    out: &mut String,
+    namespace: &str,
+    name: &str,
+    instance: &str,
+    value: i64,
+) {
+    out.push_str(CONDITION_INFO);
+    out.push_str("{namespace=\"");
+    push_label_value(out, namespace);
+    out.push_str("\",name=\"");
+    push_label_value(out, name);
+    out.push_str("\",condition=\"");
+    push_label_value(out, kseal_api::constants::CONDITION_SYNCED);
+    out.push_str("\",ss_app_kubernetes_io_instance=\"");
+    push_label_value(out, instance);
+    // Writing into a String cannot fail.
+    let _ = writeln!(out, "\"}} {value}");
+}
+
+/// One scrape of [`Metrics`] in the text exposition format, a chunk at a time: first the
+/// registry's families and the condition gauge's descriptor, then its series a few hundred
+/// objects at a time, then `# EOF`. Memory stays bounded by a chunk however many
+/// SealedSecrets there are (one text of 100,000 series is about 13 MB), and the
+/// reconciler's state is locked only while a chunk is written.
+pub struct Scrape {
+    head: Option<String>,
+    source: Option<std::sync::Arc<dyn ConditionSeries>>,
+    cursor: Option<SeriesCursor>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrape")
+            .field("cursor", &self.cursor)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Iterator for Scrape {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        if let Some(head) = self.head.take() {
+            return Some(head);
+        }
+        if self.done {
+            return None;
+        }
+        let mut chunk = String::new();
+        // A follower's objects have no series: go on until a chunk has some, or the end.
+        while chunk.is_empty() {
+            let Some(source) = &self.source else {
+                break;
+            };
+            let next = source.series_after(
+                self.cursor.as_ref(),
+                SERIES_PER_CHUNK,
+                &mut |namespace, name, instance, value| {
+                    push_condition_series(&mut chunk, namespace, name, instance, value);
+                },
+            );
+            match next {
+                Some(cursor) => self.cursor = Some(cursor),
+                None => {
+                    self.source = None;
+                }
+            }
+        }
+        if self.source.is_none() {
+            self.done = true;
+            chunk.push_str("# EOF\n");
+        }
+        Some(chunk)
     }
 }
 
@@ -348,7 +445,6 @@ impl Metrics {
                 "SealedSecret reconciles that failed, by reason",
                 m.unseal_errors.clone(),
             );
-            r.register_collector(Box::new(m.condition_info.clone()));
             r.register(
                 "http_requests",
                 "HTTP requests to the controller API",
@@ -532,12 +628,29 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition format.
+    /// The text exposition format, whole (tests; `/metrics` streams a [`Metrics::scrape`]).
     pub fn encode(&self) -> String {
-        let mut out = String::new();
+        self.scrape().collect()
+    }
+
+    /// A scrape in the text exposition format, to be sent a chunk at a time.
+    pub fn scrape(&self) -> Scrape {
+        let mut head = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        let _ = prometheus_client::encoding::text::encode_registry(&mut head, &self.registry);
+        head.push_str("# HELP ");
+        head.push_str(CONDITION_INFO);
+        head.push(' ');
+        head.push_str(CONDITION_INFO_HELP);
+        head.push_str("\n# TYPE ");
+        head.push_str(CONDITION_INFO);
+        head.push_str(" gauge\n");
+        Scrape {
+            head: Some(head),
+            source: self.condition_info.source(),
+            cursor: None,
+            done: false,
+        }
     }
 }
 
@@ -578,5 +691,180 @@ mod tests {
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }
+    }
+
+    /// Objects by (namespace, name): their condition series, `None` for no series.
+    type Fake =
+        std::sync::Mutex<std::collections::BTreeMap<(String, String), Option<(String, i64)>>>;
+
+    impl ConditionSeries for Fake {
+        fn series_after(
+            &self,
+            after: Option<&SeriesCursor>,
+            max: usize,
+            each: &mut dyn FnMut(&str, &str, &str, i64),
+        ) -> Option<SeriesCursor> {
+            let objects = self.lock().unwrap();
+            let after = objects.iter().filter(|((ns, name), _)| {
+                after.is_none_or(|c| (ns.as_str(), name.as_str()) > (&c.namespace, &c.name))
+            });
+            let mut last = None;
+            for (count, ((ns, name), series)) in after.enumerate() {
+                if count == max {
+                    return last;
+                }
+                if let Some((instance, value)) = series {
+                    each(ns, name, instance, *value);
+                }
+                last = Some(SeriesCursor {
+                    namespace: ns.as_str().into(),
+                    name: name.as_str().into(),
+                });
+            }
+            None
+        }
+    }
+
+    /// The series as prometheus-client's own gauge family writes them (the encoder the
+    /// condition gauge used before it was streamed).
+    struct Reference(Vec<(String, String, String, i64)>);
+
+    impl std::fmt::Debug for Reference {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Reference")
+        }
+    }
+
+    impl prometheus_client::collector::Collector for Reference {
+        fn encode(
+            &self,
+            mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+        ) -> std::fmt::Result {
+            let mut family = encoder.encode_descriptor(
+                "condition_info",
+                CONDITION_INFO_HELP,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (namespace, name, instance, value) in &self.0 {
+                let labels = [
+                    ("namespace", namespace.as_str()),
+                    ("name", name.as_str()),
+                    ("condition", kseal_api::constants::CONDITION_SYNCED),
+                    ("ss_app_kubernetes_io_instance", instance.as_str()),
+                ];
+                family.encode_family(&labels)?.encode_gauge(value)?;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn condition_series_are_written_as_prometheus_client_writes_them() {
+        let series = vec![
+            ("ns".to_owned(), "a".to_owned(), "app".to_owned(), 1),
+            ("ns".to_owned(), "b".to_owned(), String::new(), -1),
+            // Kubernetes names cannot hold these, an instance label from a user could.
+            ("ns".to_owned(), "c".to_owned(), "q\"u\\o\nte".to_owned(), 1),
+        ];
+        let mut registry = Registry::default();
+        registry
+            .sub_registry_with_prefix("sealed_secrets_controller")
+            .register_collector(Box::new(Reference(series.clone())));
+        let mut expected = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut expected, &registry).unwrap();
+
+        let m = Metrics::new();
+        let fake: std::sync::Arc<Fake> = std::sync::Arc::default();
+        for (ns, name, instance, value) in series {
+            fake.lock()
+                .unwrap()
+                .insert((ns, name), Some((instance, value)));
+        }
+        m.condition_info.bind(fake);
+        let text = m.encode();
+        let start = text
+            .find("# HELP sealed_secrets_controller_condition_info ")
+            .unwrap();
+        assert_eq!(&text[start..], format!("{expected}# EOF\n"));
+    }
+
+    #[test]
+    fn a_scrape_streams_the_condition_series_in_chunks_once_each_and_ends_once() {
+        let m = Metrics::new();
+        m.unseal_requests.inc();
+        let fake: std::sync::Arc<Fake> = std::sync::Arc::default();
+        {
+            let mut objects = fake.lock().unwrap();
+            for ns in ["a", "b", "c"] {
+                for i in 0..SERIES_PER_CHUNK {
+                    // Every third object has no series (reconciled elsewhere).
+                    let series = (i % 3 != 0).then(|| ("app".to_owned(), 1));
+                    objects.insert((ns.to_owned(), format!("s{i:04}")), series);
+                }
+            }
+        }
+        m.condition_info.bind(fake.clone());
+        let mut scrape = m.scrape();
+        let head = scrape.next().unwrap();
+        assert!(head.contains("sealed_secrets_controller_unseal_requests_total 1\n"));
+        assert!(head.ends_with("# TYPE sealed_secrets_controller_condition_info gauge\n"));
+        assert!(!head.contains("# EOF"));
+        let first = scrape.next().unwrap();
+        // Changes while a scrape is under way: before its position (not seen, not repeated),
+        // after it (seen), the position itself removed (the scrape still goes on after it).
+        {
+            let mut objects = fake.lock().unwrap();
+            objects.insert(("a".into(), "s0000a".into()), Some(("new".into(), 1)));
+            objects.insert(("c".into(), "t".into()), Some(("late".into(), -1)));
+            objects.remove(&("a".to_owned(), format!("s{:04}", SERIES_PER_CHUNK - 1)));
+        }
+        let rest: Vec<String> = scrape.collect();
+        assert!(rest.len() >= 2, "{} chunks after the first", rest.len());
+        assert!(rest.iter().all(|chunk| !chunk.is_empty()));
+        let body = format!("{head}{first}{}", rest.concat());
+        assert!(body.ends_with("# EOF\n") && body.matches("# EOF").count() == 1);
+        let names: Vec<(&str, &str)> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("sealed_secrets_controller_condition_info{namespace=\""))
+            .map(|l| {
+                let (ns, rest) = l.split_once('"').unwrap();
+                let name = rest
+                    .strip_prefix(",name=\"")
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap();
+                (ns, name)
+            })
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names, sorted, "in order, each once");
+        assert!(!names.contains(&("a", "s0000a")));
+        assert!(names.contains(&("c", "t")));
+        assert_eq!(
+            names.len(),
+            3 * (SERIES_PER_CHUNK - SERIES_PER_CHUNK.div_ceil(3)) + 1
+        );
+    }
+
+    #[test]
+    fn a_scrape_with_no_series_has_the_descriptor_and_the_end() {
+        let m = Metrics::new();
+        let text = m.encode();
+        assert!(text.ends_with("# TYPE sealed_secrets_controller_condition_info gauge\n# EOF\n"));
+        // Objects that all have no series (a follower's): no empty chunks.
+        let fake: std::sync::Arc<Fake> = std::sync::Arc::default();
+        for i in 0..3 * SERIES_PER_CHUNK {
+            fake.lock()
+                .unwrap()
+                .insert(("a".into(), format!("s{i:04}")), None);
+        }
+        m.condition_info.bind(fake);
+        let chunks: Vec<String> = m.scrape().collect();
+        assert_eq!(chunks.len(), 2);
+        assert_eq!(chunks[1], "# EOF\n");
     }
 }
