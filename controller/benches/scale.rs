@@ -983,6 +983,22 @@ impl Controller {
     }
 }
 
+/// A bench that fails mid-phase (an error returned with `?`, a panic) drops its controller
+/// without [`Controller::stop`]: kill it (and a wrapper's children), so that it does not
+/// keep its ports and CPU into the next run.
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-P", &self.pid()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The test API server: in this process, or in a child process of its own.
 enum ApiServer {
     Inline {

@@ -130,8 +130,8 @@ pub struct Args {
     #[arg(long, env = env::KSEAL_CONCURRENCY, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: u16,
     /// Threads running the controller's async work (API requests, watches, the HTTP API);
-    /// 0: one per CPU. RSA work runs on threads of its own. Fewer save some CPU per object
-    /// and cost a little peak memory on a cold start (docs/benchmarks.md)
+    /// 0: one per two CPUs, at least one. RSA work runs on threads of its own. Fewer save some
+    /// CPU per object and cost a little peak memory on a cold start (docs/benchmarks.md)
     #[arg(long, env = env::KSEAL_ASYNC_THREADS, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
     pub async_threads: u16,
     /// MiB of encrypted values kept in memory for SealedSecrets waiting to be unsealed; past
@@ -675,20 +675,21 @@ pub(crate) fn cpus() -> usize {
 }
 
 /// The async worker threads for `--async-threads` (`flag`) on `cpus` CPUs: the flag when
-/// set, else one per CPU (tokio's default).
+/// set, else one per two CPUs (at least one).
 ///
 /// Fewer workers spend less CPU parking and waking each other while RSA threads hold the
 /// cores, for a little more peak memory on a cold start. 2 cores, `--concurrency 2`, one
-/// worker instead of two: CPU per object outside unsealing 0.34-0.39 against 0.38-0.53 ms at
-/// 2,000 objects (three runs each, alternating), 0.45 against 0.48-0.56 ms at 100,000; peak
-/// RSS the same at 10,000 (48-51 MiB) and 300.1-300.2 against 295.1-296.3 MiB at 100,000,
-/// where the goal is 300 (docs/benchmarks.md). Before the value budget
-/// (`--pending-values-mib`) one worker cost 60 MiB there. The default keeps one per CPU,
-/// the side of the memory goal.
+/// worker instead of two, with `/metrics` streamed: CPU per object outside unsealing 0.35,
+/// 0.40, 0.35 against 0.45, 0.40, 0.48 ms at 2,000 objects (runs alternated), 0.42 against
+/// 0.48-0.50 ms at 100,000; peak RSS at 100,000 291.5 against 287.6-290.3 MiB on the cold
+/// start (goal 300), 265.5 against 269.3-270.1 MiB on restart; cold start the same
+/// (docs/benchmarks.md). Before the streamed scrape the one-worker peak was 300.1-300.2 MiB,
+/// and the default was one per CPU. The async side of a cold start needs well under half
+/// the cores even at 16 slots (about 0.4 ms per object against 1.5 ms per RSA operation).
 #[must_use]
 pub fn async_threads(flag: u16, cpus: usize) -> usize {
     match usize::from(flag) {
-        0 => cpus.max(1),
+        0 => (cpus / 2).max(1),
         n => n,
     }
 }
@@ -722,10 +723,12 @@ mod tests {
     }
 
     #[test]
-    fn async_threads_default_to_one_per_cpu() {
+    fn async_threads_default_to_one_per_two_cpus() {
         assert_eq!(async_threads(0, 0), 1);
-        assert_eq!(async_threads(0, 2), 2);
-        assert_eq!(async_threads(0, 16), 16);
+        assert_eq!(async_threads(0, 1), 1);
+        assert_eq!(async_threads(0, 2), 1);
+        assert_eq!(async_threads(0, 3), 1);
+        assert_eq!(async_threads(0, 16), 8);
         assert_eq!(async_threads(3, 2), 3, "the flag wins");
         let config = Config::from_args(args(&["--async-threads", "2"]), None).unwrap();
         assert_eq!(config.async_threads, 2);
