@@ -926,6 +926,7 @@ async fn metrics_endpoint_exposes_bitnami_names_and_counts_requests() {
     ] {
         assert!(text.contains(line), "missing {line} in\n{text}");
     }
+    assert!(text.ends_with("\n# EOF\n") && text.matches("# EOF").count() == 1);
     // Health checks are not instrumented (as in Bitnami), and RSA work is counted.
     assert!(!text.contains("/healthz"));
     let rsa: u64 = text
@@ -939,6 +940,87 @@ async fn metrics_endpoint_exposes_bitnami_names_and_counts_requests() {
     // with RSA work unless the public pre-check rules the key out (its RSA block not below
     // the key's modulus), so at least two.
     assert!(rsa >= 2, "{rsa}");
+}
+
+/// `count` objects in one namespace, `obj00000`, `obj00001`, ...: every one with a series.
+struct ManyObjects {
+    count: usize,
+}
+
+impl kseal_controller::metrics::ConditionSeries for ManyObjects {
+    fn series_after(
+        &self,
+        after: Option<&kseal_controller::metrics::SeriesCursor>,
+        max: usize,
+        each: &mut dyn FnMut(&str, &str, &str, i64),
+    ) -> Option<kseal_controller::metrics::SeriesCursor> {
+        let start = after.map_or(0, |c| {
+            c.name
+                .trim_start_matches("obj")
+                .parse::<usize>()
+                .expect("own name")
+                + 1
+        });
+        let end = (start + max).min(self.count);
+        for i in start..end {
+            each(
+                "ns",
+                &format!("obj{i:05}"),
+                "app",
+                if i % 2 == 0 { 1 } else { -1 },
+            );
+        }
+        (end < self.count).then(|| kseal_controller::metrics::SeriesCursor {
+            namespace: "ns".into(),
+            name: format!("obj{:05}", end - 1).into(),
+        })
+    }
+}
+
+/// `/metrics` streams one series per SealedSecret a chunk at a time: every series once, in
+/// one well-formed text that ends with `# EOF`.
+#[tokio::test]
+async fn metrics_endpoint_streams_every_condition_series_once() {
+    let state = state_with(ring_of(&[new_key()]));
+    let count = 5_000;
+    state
+        .metrics
+        .condition_info
+        .bind(std::sync::Arc::new(ManyObjects { count }));
+    let metrics = metrics_router(state.clone());
+    let response = send(&metrics, "GET", "/metrics", Body::empty()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = body_text(response).await;
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("sealed_secrets_controller_condition_info{"))
+        .collect();
+    assert_eq!(series.len(), count);
+    assert_eq!(
+        series[1],
+        "sealed_secrets_controller_condition_info{namespace=\"ns\",name=\"obj00001\",condition=\"Synced\",ss_app_kubernetes_io_instance=\"app\"} -1"
+    );
+    let names: Vec<&str> = series
+        .iter()
+        .map(|l| {
+            l.split("name=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .expect("name")
+        })
+        .collect();
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "each once, in order");
+    assert_eq!(
+        text.matches("# TYPE sealed_secrets_controller_condition_info gauge\n")
+            .count(),
+        1
+    );
+    assert!(
+        text.ends_with(" 1\n# EOF\n") || text.ends_with(" -1\n# EOF\n"),
+        "{}",
+        &text[text.len() - 200..]
+    );
+    assert!(text.contains("sealed_secrets_controller_build_info{revision="));
 }
 
 #[tokio::test]
