@@ -101,16 +101,24 @@ impl CachedSealed {
             }
             digest
         });
-        let body = Arc::new(Body {
-            json: serde_json::to_vec(&ss)?.into(),
-            _kept: kept,
-        });
+        // Kept once, in the store's key, not again in the JSON.
         let metadata = ObjectMeta {
             name: ss.metadata.name.take(),
             namespace: ss.metadata.namespace.take(),
-            resource_version: ss.metadata.resource_version.take(),
+            resource_version: ss.metadata.resource_version.clone(),
             ..ObjectMeta::default()
         };
+        // Read by nothing the controller does with a SealedSecret.
+        ss.metadata.creation_timestamp = None;
+        let body = Arc::new(Body {
+            json: serde_json::to_vec(&Stored {
+                metadata: &ss.metadata,
+                spec: &ss.spec,
+                status: ss.status.as_ref(),
+            })?
+            .into(),
+            _kept: kept,
+        });
         Ok(Self {
             relevant: relevant_fields(&ss),
             behind: status_behind(&ss),
@@ -125,7 +133,10 @@ impl CachedSealed {
     /// # Errors
     /// Never for an entry made by [`CachedSealed::new`]; a parse error otherwise.
     pub fn sealed(&self) -> Result<SealedSecret, serde_json::Error> {
-        serde_json::from_slice(&self.body.json)
+        let mut ss: SealedSecret = serde_json::from_slice(&self.body.json)?;
+        ss.metadata.name.clone_from(&self.metadata.name);
+        ss.metadata.namespace.clone_from(&self.metadata.namespace);
+        Ok(ss)
     }
 
     /// The spec digest of an object kept without its encrypted values (see the
@@ -148,6 +159,18 @@ impl CachedSealed {
     pub(crate) fn forget_version(&mut self) {
         self.metadata.resource_version = None;
     }
+}
+
+/// What the JSON of a cached object holds: the SealedSecret without `apiVersion` and `kind`
+/// (the same for every object; parsing ignores them), and without the name and namespace
+/// (the store's key has them) or the creation time (never read). About 150 bytes fewer per
+/// object than the whole object's JSON, 15 MB at 100,000 objects.
+#[derive(serde::Serialize)]
+struct Stored<'a> {
+    metadata: &'a ObjectMeta,
+    spec: &'a kseal_api::SealedSecretSpec,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a kseal_api::SealedSecretStatus>,
 }
 
 /// A cached object's JSON, and the share of the value budget it holds.
@@ -324,6 +347,7 @@ mod tests {
             "kind": "SealedSecret",
             "metadata": {
                 "name": "n", "namespace": "ns", "uid": "u", "generation": 2,
+                "creationTimestamp": "2026-11-27T10:00:00Z",
                 "resourceVersion": "17",
                 "labels": {"a": "b"},
                 "annotations": {"c": "d",
@@ -347,9 +371,22 @@ mod tests {
         let cached: CachedSealed = serde_json::from_value(object()).unwrap();
         let mut expected = ss.clone();
         slim(&mut expected);
+        // The creation time is not kept either (never read).
+        assert!(expected.metadata.creation_timestamp.take().is_some());
         assert!(expected.metadata.managed_fields.is_none());
         assert!(!expected.annotations().contains_key(LAST_APPLIED_ANNOTATION));
         assert_eq!(cached.sealed().unwrap(), expected);
+        // What every object shares, or the store's key already holds, is not in the JSON.
+        let json = String::from_utf8_lossy(&cached.body.json).into_owned();
+        for absent in [
+            "apiVersion",
+            "kind",
+            "creationTimestamp",
+            "\"name\"",
+            "\"namespace\"",
+        ] {
+            assert!(!json.contains(absent), "{absent} in {json}");
+        }
         assert_eq!(expected.scope(), ss.scope());
         assert_eq!(
             crate::formats::spec_digest(&expected),
@@ -409,6 +446,7 @@ mod tests {
             let ss: SealedSecret = serde_json::from_value(v).unwrap();
             let mut whole = ss.clone();
             slim(&mut whole);
+            whole.metadata.creation_timestamp = None;
             (whole, CachedSealed::within(ss, &BUDGET).unwrap())
         };
         let (first_whole, first) = waiting("a");
@@ -475,6 +513,7 @@ mod tests {
             }
             let mut ss: SealedSecret = serde_json::from_value(v).unwrap();
             slim(&mut ss);
+            ss.metadata.creation_timestamp = None;
             (ss.clone(), CachedSealed::new(ss).unwrap())
         };
         let (whole, stripped) = with(Some(2), Some("True"));
