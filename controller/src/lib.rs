@@ -120,7 +120,7 @@ pub enum Error {
     /// Generating or encoding a new key failed.
     #[error("failed to generate a key")]
     KeyGeneration,
-    /// A background task (RSA work on the blocking pool) panicked or was cancelled.
+    /// A background task (RSA work on the RSA pool's threads) panicked or could not start.
     #[error("internal task failed")]
     Task,
     /// A SealedSecret kept in the controller's cache no longer parses (cannot happen: the

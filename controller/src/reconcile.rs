@@ -681,16 +681,17 @@ async fn unseal(
         ..UnsealOptions::default()
     };
     let (sealed, keys) = (ss.clone(), ring.clone());
-    let _slot = ctx.rsa_slots.reconcile().await;
-    // RSA work runs on the blocking pool, off the async worker threads.
-    let (result, stats, cpu) = tokio::task::spawn_blocking(move || {
-        let started = thread_cpu_time();
-        let mut stats = OpenStats::default();
-        let result = kseal_api::unseal_counted(&sealed, &keys, &options, &mut stats);
-        (result, stats, thread_cpu_time().saturating_sub(started))
-    })
-    .await
-    .map_err(|_| Error::Task)?;
+    // RSA work runs on the RSA pool's threads, off the async worker threads.
+    let (result, stats, cpu) = ctx
+        .rsa_slots
+        .unseal(move || {
+            let started = thread_cpu_time();
+            let mut stats = OpenStats::default();
+            let result = kseal_api::unseal_counted(&sealed, &keys, &options, &mut stats);
+            (result, stats, thread_cpu_time().saturating_sub(started))
+        })
+        .await
+        .map_err(|_| Error::Task)?;
     ctx.state
         .metrics
         .rsa_operations
