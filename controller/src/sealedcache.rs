@@ -8,8 +8,9 @@
 //!
 //! - the name, namespace and resourceVersion (what the reflector and the watcher key on);
 //! - the object itself as compact JSON (one allocation, shared by the store and the event
-//!   that delivered it), without `managedFields` and `last-applied-configuration` (see
-//!   [`slim`]);
+//!   that delivered it), without `managedFields`, `last-applied-configuration` and the
+//!   creation time (see [`slim`]), and without what every object shares (`apiVersion`,
+//!   `kind`) or the store's key already holds (name, namespace);
 //! - what decides whether an update triggers a reconcile ([`CachedSealed::trigger_fields`]),
 //!   computed once as the object arrives.
 //!
@@ -108,8 +109,6 @@ impl CachedSealed {
             resource_version: ss.metadata.resource_version.clone(),
             ..ObjectMeta::default()
         };
-        // Read by nothing the controller does with a SealedSecret.
-        ss.metadata.creation_timestamp = None;
         let body = Arc::new(Body {
             json: serde_json::to_vec(&Stored {
                 metadata: &ss.metadata,
@@ -307,10 +306,12 @@ fn synced(ss: &SealedSecret) -> bool {
 /// JSON maps, most of a cached object's memory; measured with `cargo bench --bench scale`) and
 /// the `kubectl.kubernetes.io/last-applied-configuration` annotation, a second copy of the
 /// whole object (every encrypted value) on objects applied client-side (`kubectl apply`,
-/// Argo CD's default). Neither takes part in the spec digest, the scope or the sealing-key
-/// hint.
+/// Argo CD's default); and the creation time, which nothing the controller does with a
+/// SealedSecret reads. None of them takes part in the spec digest, the scope or the
+/// sealing-key hint.
 pub fn slim(ss: &mut SealedSecret) {
     ss.metadata.managed_fields = None;
+    ss.metadata.creation_timestamp = None;
     if let Some(annotations) = ss.metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED_ANNOTATION);
     }
@@ -371,8 +372,8 @@ mod tests {
         let cached: CachedSealed = serde_json::from_value(object()).unwrap();
         let mut expected = ss.clone();
         slim(&mut expected);
-        // The creation time is not kept either (never read).
-        assert!(expected.metadata.creation_timestamp.take().is_some());
+        assert!(ss.metadata.creation_timestamp.is_some());
+        assert!(expected.metadata.creation_timestamp.is_none());
         assert!(expected.metadata.managed_fields.is_none());
         assert!(!expected.annotations().contains_key(LAST_APPLIED_ANNOTATION));
         assert_eq!(cached.sealed().unwrap(), expected);
@@ -446,7 +447,6 @@ mod tests {
             let ss: SealedSecret = serde_json::from_value(v).unwrap();
             let mut whole = ss.clone();
             slim(&mut whole);
-            whole.metadata.creation_timestamp = None;
             (whole, CachedSealed::within(ss, &BUDGET).unwrap())
         };
         let (first_whole, first) = waiting("a");
@@ -513,7 +513,6 @@ mod tests {
             }
             let mut ss: SealedSecret = serde_json::from_value(v).unwrap();
             slim(&mut ss);
-            ss.metadata.creation_timestamp = None;
             (ss.clone(), CachedSealed::new(ss).unwrap())
         };
         let (whole, stripped) = with(Some(2), Some("True"));
