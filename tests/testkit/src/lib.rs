@@ -309,7 +309,7 @@ impl TestApiServer {
                 false,
             )
             .map_err(|e| anyhow::anyhow!("applying {kind} {name}: {} ({})", e.message, e.code))?;
-        Ok(out)
+        Ok(Arc::unwrap_or_clone(out))
     }
 
     /// The stored object, if present (`api_version` like `v1` or `bitnami.com/v1alpha1`;

@@ -388,6 +388,8 @@ fn resource_request(
                 let obj = to_store(body_json()?);
                 let created =
                     st.create(&wrt, ns_filter, obj, &manager, "Update", &wversion, dry_run)?;
+                // The answer is encoded after the lock is released: other requests wait less.
+                drop(st);
                 Ok(shown_response(201, &rt, &version, &created))
             }
             Method::DELETE => {
@@ -432,11 +434,15 @@ fn resource_request(
             let obj = st
                 .get(&tk, &ns, &name)
                 .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
-            let out = render(&rt, &version, obj);
-            Ok(json_response(
-                200,
-                &if partial { partial_metadata(&out) } else { out },
-            ))
+            if partial {
+                Ok(json_response(
+                    200,
+                    &partial_metadata(&render(&rt, &version, obj)),
+                ))
+            } else {
+                // Encoded straight from the store: no copy of the object under the lock.
+                Ok(shown_response(200, &rt, &version, obj))
+            }
         }
         Method::PUT => {
             let obj = to_store(body_json()?);
@@ -457,6 +463,7 @@ fn resource_request(
                     crate::store::meta_mut(&mut obj).insert("name".into(), name.clone().into());
                     let created =
                         st.create(&wrt, nsarg, obj, &manager, "Update", &wversion, dry_run)?;
+                    drop(st);
                     return Ok(shown_response(201, &rt, &version, &created));
                 }
                 return Err(ApiError::not_found(&rt.group, &rt.plural, &name));
@@ -475,6 +482,7 @@ fn resource_request(
                     dry_run,
                 },
             )?;
+            drop(st);
             Ok(shown_response(200, &rt, &version, &out))
         }
         Method::PATCH => {
@@ -559,6 +567,7 @@ fn resource_request(
                     dry_run,
                 },
             )?;
+            drop(st);
             Ok(shown_response(200, &rt, &version, &out))
         }
         Method::DELETE => {
@@ -833,7 +842,7 @@ fn start_watch(
                         .unwrap_or_default()
                         .to_owned(),
                     etype: "ADDED",
-                    obj: o.clone(),
+                    obj: Arc::new(o.clone()),
                     old: None,
                 })
             })
@@ -867,10 +876,15 @@ fn start_watch(
 
 impl WatchStart {
     fn matches(&self, ev_ns: &str, obj: &Value) -> bool {
+        if self.ns.as_deref().is_some_and(|n| n != ev_ns) {
+            return false;
+        }
+        if self.label.is_empty() && self.field.is_empty() {
+            // Nothing to look at: no copy of every changed object for every watcher.
+            return true;
+        }
         let shown = render(&self.rt, &self.version, obj);
-        self.ns.as_deref().is_none_or(|n| n == ev_ns)
-            && self.label.matches(&shown)
-            && self.field.matches(&shown)
+        self.label.matches(&shown) && self.field.matches(&shown)
     }
 
     /// The event type a filtered watcher sees, if any (selector transitions included).

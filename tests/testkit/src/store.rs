@@ -26,9 +26,9 @@ pub(crate) struct Event {
     pub(crate) tkey: TypeKey,
     pub(crate) ns: String,
     pub(crate) etype: &'static str,
-    pub(crate) obj: Value,
+    pub(crate) obj: Arc<Value>,
     /// The previous state for MODIFIED events (selector transitions need it).
-    pub(crate) old: Option<Value>,
+    pub(crate) old: Option<Arc<Value>>,
 }
 
 struct Subscriber {
@@ -64,7 +64,9 @@ pub(crate) struct DeleteOpts {
 pub(crate) struct State {
     rv: u64,
     pub(crate) types: BTreeMap<TypeKey, ResourceType>,
-    objects: HashMap<TypeKey, BTreeMap<ObjName, Value>>,
+    /// Shared with the event log and the write that stored it: an object is copied only when
+    /// a write changes it.
+    objects: HashMap<TypeKey, BTreeMap<ObjName, Arc<Value>>>,
     /// uid -> where the object lives (for garbage collection).
     uids: HashMap<String, (TypeKey, ObjName)>,
     log: VecDeque<Arc<Event>>,
@@ -192,36 +194,61 @@ fn name_errors(name: &str, label: bool) -> Vec<FieldError> {
 /// Compares two objects the way the apiserver's no-op detection does: resourceVersion and
 /// managedFields timestamps do not count.
 fn same_ignoring_bookkeeping(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-            if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
-                for e in mf {
-                    if let Some(e) = e.as_object_mut() {
-                        e.remove("time");
-                    }
-                }
-            }
-        }
-        v
+    // Compared in place: this runs under the server's one lock on every write.
+    let (Some(am), Some(bm)) = (a.as_object(), b.as_object()) else {
+        return a == b;
     };
-    strip(a) == strip(b)
+    let same_meta = match (
+        am.get("metadata").and_then(Value::as_object),
+        bm.get("metadata").and_then(Value::as_object),
+    ) {
+        (Some(x), Some(y)) => {
+            same_except(x, y, |k| matches!(k, "resourceVersion" | "managedFields"))
+                && same_managed_fields(x.get("managedFields"), y.get("managedFields"))
+        }
+        _ => am.get("metadata") == bm.get("metadata"),
+    };
+    same_meta && same_except(am, bm, |k| k == "metadata")
 }
 
-/// Content that counts for `metadata.generation`: everything but metadata (and status when the
-/// type has a status subresource).
-fn spec_content(obj: &Value, status_sub: bool) -> Value {
-    let mut v = obj.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.remove("metadata");
-        m.remove("apiVersion");
-        m.remove("kind");
-        if status_sub {
-            m.remove("status");
+/// Two `managedFields` alike but for each entry's `time`.
+fn same_managed_fields(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (Some(Value::Array(x)), Some(Value::Array(y))) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|(e, f)| match (e.as_object(), f.as_object()) {
+                        (Some(e), Some(f)) => same_except(e, f, |k| k == "time"),
+                        _ => e == f,
+                    })
         }
+        _ => a == b,
     }
-    v
+}
+
+/// Two maps with the same entries, those whose key `skip` names aside.
+fn same_except(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    skip: impl Fn(&str) -> bool,
+) -> bool {
+    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skip(k))
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// Whether two objects have the same content that counts for `metadata.generation`: everything
+/// but metadata (and status when the type has a status subresource).
+fn same_spec(a: &Value, b: &Value, status_sub: bool) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => same_except(a, b, |k| {
+            matches!(k, "metadata" | "apiVersion" | "kind") || (status_sub && k == "status")
+        }),
+        _ => a == b,
+    }
 }
 
 /// Fields (as a fieldsV1 set) that differ from `old` in `new`; additions and changes only.
@@ -368,7 +395,10 @@ impl State {
     }
 
     pub(crate) fn get(&self, tk: &TypeKey, ns: &str, name: &str) -> Option<&Value> {
-        self.objects.get(tk)?.get(&(ns.to_owned(), name.to_owned()))
+        self.objects
+            .get(tk)?
+            .get(&(ns.to_owned(), name.to_owned()))
+            .map(|o| &**o)
     }
 
     /// The objects of a type (in `ns`, if given) after the (namespace, name) key `after`, in
@@ -387,7 +417,7 @@ impl State {
             .into_iter()
             .flat_map(move |m| m.range((lower.clone(), Bound::Unbounded)))
             .filter(move |((n, _), _)| ns.is_none_or(|ns| ns == n))
-            .map(|(_, o)| o)
+            .map(|(_, o)| &**o)
     }
 
     /// Objects of a type, optionally in one namespace, in (namespace, name) order.
@@ -441,8 +471,8 @@ impl State {
         etype: &'static str,
         tk: &TypeKey,
         ns: &str,
-        obj: Value,
-        old: Option<Value>,
+        obj: Arc<Value>,
+        old: Option<Arc<Value>>,
     ) {
         let ev = Arc::new(Event {
             rv: self.rv,
@@ -694,7 +724,7 @@ impl State {
         operation: &'static str,
         version: &str,
         dry_run: bool,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         self.create_inner(rt, ns, &mut obj, manager, operation, version, None, dry_run)
     }
 
@@ -709,7 +739,7 @@ impl State {
         version: &str,
         apply_cfg: Option<Value>,
         dry_run: bool,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         if !obj.is_object() {
             return Err(ApiError::bad_request(
                 "the object provided is not a JSON object",
@@ -863,21 +893,21 @@ impl State {
             }]),
         );
         if dry_run {
-            return Ok(obj.clone());
+            return Ok(Arc::new(std::mem::take(obj)));
         }
         let rv = self.bump();
         meta_mut(obj).insert("resourceVersion".into(), rv.into());
-        let stored = obj.clone();
+        let stored = Arc::new(std::mem::take(obj));
         self.objects
             .entry(tk.clone())
             .or_default()
-            .insert((ns.clone(), name.clone()), stored);
+            .insert((ns.clone(), name.clone()), stored.clone());
         self.uids.insert(uid, (tk.clone(), (ns.clone(), name)));
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
-            self.register_crd(obj);
+            self.register_crd(&stored);
         }
-        self.emit("ADDED", &tk, &ns, obj.clone(), None);
-        Ok(obj.clone())
+        self.emit("ADDED", &tk, &ns, stored.clone(), None);
+        Ok(stored)
     }
 
     fn register_crd(&mut self, crd: &Value) {
@@ -894,7 +924,7 @@ impl State {
         name: &str,
         mut new: Value,
         req: WriteReq<'_>,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Arc<Value>> {
         let tk = rt.key();
         let key = (ns.to_owned(), name.to_owned());
         let stored = self
@@ -903,7 +933,7 @@ impl State {
             .and_then(|m| m.get(&key))
             .cloned()
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-        let old = &stored;
+        let old: &Value = &stored;
         if !new.is_object() {
             return Err(ApiError::bad_request(
                 "the object provided is not a JSON object",
@@ -1050,7 +1080,7 @@ impl State {
                 ));
             }
         }
-        if rt.generation && spec_content(old, rt.status) != spec_content(&new, rt.status) {
+        if rt.generation && !same_spec(old, &new, rt.status) {
             let g = meta(old)["generation"].as_i64().unwrap_or(0) + 1;
             meta_mut(&mut new).insert("generation".into(), g.into());
         }
@@ -1082,10 +1112,10 @@ impl State {
             meta_mut(&mut new).insert("managedFields".into(), managed::entries_to_value(&entries));
         }
         if same_ignoring_bookkeeping(old, &new) {
-            return Ok(old.clone());
+            return Ok(stored);
         }
         if req.dry_run {
-            return Ok(new);
+            return Ok(Arc::new(new));
         }
         let rv = self.bump();
         meta_mut(&mut new).insert("resourceVersion".into(), rv.clone().into());
@@ -1097,22 +1127,23 @@ impl State {
             let mut gone = old.clone();
             meta_mut(&mut gone).insert("resourceVersion".into(), rv.into());
             if let Some(s) = self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)) {
-                *s = gone;
+                *s = Arc::new(gone);
             }
             self.remove(&tk, &key);
             meta_mut(&mut new).insert(
                 "resourceVersion".into(),
                 old["metadata"]["resourceVersion"].clone(),
             );
-            return Ok(new);
+            return Ok(Arc::new(new));
         }
+        let new = Arc::new(new);
         if let Some(s) = self.objects.get_mut(&tk).and_then(|m| m.get_mut(&key)) {
             *s = new.clone();
         }
         if rt.plural == "customresourcedefinitions" && rt.group == "apiextensions.k8s.io" {
             self.register_crd(&new);
         }
-        self.emit("MODIFIED", &tk, ns, new.clone(), Some(old.clone()));
+        self.emit("MODIFIED", &tk, ns, new.clone(), Some(stored));
         Ok(new)
     }
 
@@ -1129,7 +1160,7 @@ impl State {
         force: bool,
         version: &str,
         dry_run: bool,
-    ) -> ApiResult<(Value, bool)> {
+    ) -> ApiResult<(Arc<Value>, bool)> {
         if !body.is_object() {
             return Err(ApiError::bad_request(
                 "the object provided is not a JSON object",
@@ -1171,7 +1202,7 @@ impl State {
             return Ok((created, true));
         };
         let newset = managed::set_of(&merge::fields_v1(&cfg, &mut Vec::new(), rt.builtin));
-        let mut new = stored.clone();
+        let mut new = Value::clone(&stored);
         let mut entries = managed::entries_of(&new);
         let sub = status.then_some("status");
         let api_version = rt.api_version(version);
@@ -1264,7 +1295,7 @@ impl State {
     fn force_remove(&mut self, tk: &TypeKey, key: &ObjName) {
         let rv = self.bump();
         if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
-            meta_mut(s).insert("resourceVersion".into(), rv.into());
+            meta_mut(Arc::make_mut(s)).insert("resourceVersion".into(), rv.into());
         }
         self.remove(tk, key);
     }
@@ -1336,7 +1367,7 @@ impl State {
             self.force_remove(tk, key);
             return;
         }
-        let mut new = old.clone();
+        let mut new = Value::clone(&old);
         meta_mut(&mut new).insert("finalizers".into(), json!(rest));
         self.store_modified(tk, key, old, new);
     }
@@ -1345,7 +1376,7 @@ impl State {
         let Some(old) = self.objects.get(tk).and_then(|m| m.get(k)).cloned() else {
             return;
         };
-        let mut new = old.clone();
+        let mut new = Value::clone(&old);
         let m = meta_mut(&mut new);
         if refs.is_empty() {
             m.remove("ownerReferences");
@@ -1356,9 +1387,16 @@ impl State {
     }
 
     /// Stores a changed object at a new resourceVersion and sends MODIFIED.
-    fn store_modified(&mut self, tk: &TypeKey, key: &ObjName, old: Value, mut new: Value) -> Value {
+    fn store_modified(
+        &mut self,
+        tk: &TypeKey,
+        key: &ObjName,
+        old: Arc<Value>,
+        mut new: Value,
+    ) -> Arc<Value> {
         let rv = self.bump();
         meta_mut(&mut new).insert("resourceVersion".into(), rv.into());
+        let new = Arc::new(new);
         if let Some(s) = self.objects.get_mut(tk).and_then(|m| m.get_mut(key)) {
             *s = new.clone();
         }
@@ -1448,7 +1486,7 @@ impl State {
         }
         let out = self.delete_key(&tk, &key, opts)?;
         Ok(match out {
-            Some(o) => o,
+            Some(o) => Arc::unwrap_or_clone(o),
             None => json!({
                 "kind": "Status",
                 "apiVersion": "v1",
@@ -1465,7 +1503,7 @@ impl State {
         tk: &TypeKey,
         key: &ObjName,
         opts: &DeleteOpts,
-    ) -> ApiResult<Option<Value>> {
+    ) -> ApiResult<Option<Arc<Value>>> {
         let Some(old) = self.objects.get(tk).and_then(|m| m.get(key)).cloned() else {
             return Ok(None);
         };
@@ -1484,7 +1522,7 @@ impl State {
         };
         let is_ns = tk.0.is_empty() && tk.1 == "namespaces";
         if policy_finalizer.is_some() || !finalizers(&old).is_empty() || is_ns {
-            let mut new = old.clone();
+            let mut new = Value::clone(&old);
             let m = meta_mut(&mut new);
             m.insert("deletionTimestamp".into(), now().into());
             m.insert("deletionGracePeriodSeconds".into(), 0.into());
@@ -1573,7 +1611,7 @@ impl State {
                 continue;
             }
             if let (Ok(after), Some(before)) = (self.delete_key(&tk, &k, opts), before) {
-                out.push(after.unwrap_or(before));
+                out.push(after.map_or(before, Arc::unwrap_or_clone));
             }
         }
         out
@@ -1764,4 +1802,71 @@ fn metadata_errors(obj: &Value) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(spec: Value, meta: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "X", "metadata": meta, "spec": spec, "status": {"a": 1}})
+    }
+
+    #[test]
+    fn a_write_changing_only_bookkeeping_is_the_same_object() {
+        let mf = |t: &str| json!([{"manager": "m", "time": t, "fieldsV1": {"f:spec": {}}}]);
+        let a = obj(
+            json!({"x": 1}),
+            json!({"name": "n", "resourceVersion": "1", "managedFields": mf("t1")}),
+        );
+        let b = obj(
+            json!({"x": 1}),
+            json!({"name": "n", "resourceVersion": "2", "managedFields": mf("t2")}),
+        );
+        assert!(same_ignoring_bookkeeping(&a, &b));
+        // Anything else differing, in or out of metadata, is a change.
+        let labelled = obj(
+            json!({"x": 1}),
+            json!({"name": "n", "labels": {"l": "v"}, "managedFields": mf("t1")}),
+        );
+        assert!(!same_ignoring_bookkeeping(&a, &labelled));
+        let other_manager = obj(
+            json!({"x": 1}),
+            json!({"name": "n", "managedFields": [{"manager": "o", "time": "t1", "fieldsV1": {"f:spec": {}}}]}),
+        );
+        assert!(!same_ignoring_bookkeeping(&a, &other_manager));
+        let no_fields = obj(
+            json!({"x": 1}),
+            json!({"name": "n", "resourceVersion": "1"}),
+        );
+        assert!(!same_ignoring_bookkeeping(&a, &no_fields));
+        assert!(!same_ignoring_bookkeeping(
+            &a,
+            &obj(json!({"x": 2}), meta(&a).clone())
+        ));
+        let mut extra = a.clone();
+        extra["data"] = json!({});
+        assert!(!same_ignoring_bookkeeping(&a, &extra));
+        assert!(!same_ignoring_bookkeeping(&extra, &a));
+    }
+
+    #[test]
+    fn only_content_outside_metadata_counts_for_generation() {
+        let a = obj(json!({"x": 1}), json!({"name": "n"}));
+        let relabelled = obj(json!({"x": 1}), json!({"name": "n", "labels": {"l": "v"}}));
+        assert!(same_spec(&a, &relabelled, true));
+        let mut new_status = a.clone();
+        new_status["status"] = json!({"a": 2});
+        assert!(same_spec(&a, &new_status, true));
+        assert!(!same_spec(&a, &new_status, false));
+        assert!(!same_spec(
+            &a,
+            &obj(json!({"x": 2}), json!({"name": "n"})),
+            true
+        ));
+        let mut added = a.clone();
+        added["data"] = json!({"k": "v"});
+        assert!(!same_spec(&a, &added, true));
+        assert!(!same_spec(&added, &a, true));
+    }
 }
