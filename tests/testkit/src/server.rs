@@ -906,7 +906,7 @@ impl WatchStart {
 /// One watch event line, `type` first as kube-apiserver writes it: a client decodes an
 /// adjacently tagged event in one pass only when the tag comes before the object (a `json!`
 /// map would sort `object` first and make every client buffer the whole object).
-fn event_line(etype: &str, object: Value) -> Bytes {
+fn event_line(etype: &str, object: impl serde::Serialize) -> Bytes {
     let mut v = Vec::with_capacity(64);
     v.extend_from_slice(b"{\"type\":");
     serde_json::to_writer(&mut v, etype).unwrap_or_default();
@@ -942,13 +942,23 @@ fn watch_response(
             }
             event_line("BOOKMARK", shown(&json!({"kind": rt.kind, "metadata": md})))
         };
+        // A changed object is encoded straight from the event, without a copy, unless it is
+        // shown otherwise (as metadata only, or as an events.k8s.io Event).
+        let api_version = rt.api_version(&version);
+        let changed = |etype: &str, obj: &Value| {
+            if partial || rt.events_v1 {
+                event_line(etype, shown(obj))
+            } else {
+                event_line(etype, Shown::with_api_version(obj, &api_version))
+            }
+        };
         if let Some(e) = w.error.take() {
             let _ = tx.send(Ok(event_line("ERROR", e.to_status()))).await;
             return;
         }
         for ev in std::mem::take(&mut w.initial) {
             if let Some(t) = w.translate(&ev)
-                && tx.send(Ok(event_line(t, shown(&ev.obj)))).await.is_err()
+                && tx.send(Ok(changed(t, &ev.obj))).await.is_err()
             {
                 return;
             }
@@ -975,7 +985,7 @@ fn watch_response(
                     Some(ev) => {
                         last_rv = last_rv.max(ev.rv);
                         match w.translate(&ev) {
-                            Some(t) => event_line(t, shown(&ev.obj)),
+                            Some(t) => changed(t, &ev.obj),
                             None => continue,
                         }
                     }
