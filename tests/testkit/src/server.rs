@@ -432,16 +432,19 @@ fn resource_request(
     match *method {
         Method::GET => {
             let obj = st
-                .get(&tk, &ns, &name)
+                .shared(&tk, &ns, &name)
+                .cloned()
                 .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
+            // Encoded after the lock is released, from the stored object (writes replace it,
+            // never change it in place).
+            drop(st);
             if partial {
                 Ok(json_response(
                     200,
-                    &partial_metadata(&render(&rt, &version, obj)),
+                    &partial_metadata(&render(&rt, &version, &obj)),
                 ))
             } else {
-                // Encoded straight from the store: no copy of the object under the lock.
-                Ok(shown_response(200, &rt, &version, obj))
+                Ok(shown_response(200, &rt, &version, &obj))
             }
         }
         Method::PUT => {

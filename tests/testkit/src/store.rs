@@ -395,10 +395,12 @@ impl State {
     }
 
     pub(crate) fn get(&self, tk: &TypeKey, ns: &str, name: &str) -> Option<&Value> {
-        self.objects
-            .get(tk)?
-            .get(&(ns.to_owned(), name.to_owned()))
-            .map(|o| &**o)
+        self.shared(tk, ns, name).map(|o| &**o)
+    }
+
+    /// The stored object itself, to read after the lock is released.
+    pub(crate) fn shared(&self, tk: &TypeKey, ns: &str, name: &str) -> Option<&Arc<Value>> {
+        self.objects.get(tk)?.get(&(ns.to_owned(), name.to_owned()))
     }
 
     /// The objects of a type (in `ns`, if given) after the (namespace, name) key `after`, in
