@@ -55,6 +55,14 @@ impl Inner {
     }
 }
 
+/// Releases the lock, then drops the events the request's writes pushed out of the event log
+/// (with them, often the last copy of an older state of an object): not under the lock.
+fn release(mut st: Held<'_>) {
+    let retired = st.take_retired();
+    drop(st);
+    drop(retired);
+}
+
 /// The state lock, held: adds how long to [`Inner::lock_held_nanos`] when released.
 pub(crate) struct Held<'a> {
     guard: MutexGuard<'a, State>,
@@ -389,7 +397,7 @@ fn resource_request(
                 let created =
                     st.create(&wrt, ns_filter, obj, &manager, "Update", &wversion, dry_run)?;
                 // The answer is encoded after the lock is released: other requests wait less.
-                drop(st);
+                release(st);
                 Ok(shown_response(201, &rt, &version, &created))
             }
             Method::DELETE => {
@@ -437,7 +445,7 @@ fn resource_request(
                 .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
             // Encoded after the lock is released, from the stored object (writes replace it,
             // never change it in place).
-            drop(st);
+            release(st);
             if partial {
                 Ok(json_response(
                     200,
@@ -466,7 +474,7 @@ fn resource_request(
                     crate::store::meta_mut(&mut obj).insert("name".into(), name.clone().into());
                     let created =
                         st.create(&wrt, nsarg, obj, &manager, "Update", &wversion, dry_run)?;
-                    drop(st);
+                    release(st);
                     return Ok(shown_response(201, &rt, &version, &created));
                 }
                 return Err(ApiError::not_found(&rt.group, &rt.plural, &name));
@@ -485,7 +493,7 @@ fn resource_request(
                     dry_run,
                 },
             )?;
-            drop(st);
+            release(st);
             Ok(shown_response(200, &rt, &version, &out))
         }
         Method::PATCH => {
@@ -570,7 +578,7 @@ fn resource_request(
                     dry_run,
                 },
             )?;
-            drop(st);
+            release(st);
             Ok(shown_response(200, &rt, &version, &out))
         }
         Method::DELETE => {

@@ -19,6 +19,9 @@ use crate::registry::{self, ResourceType, TypeKey};
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 pub(crate) type ObjName = (String, String);
 
+/// Retired events kept for a request to drop at most (see [`State::take_retired`]).
+const RETIRED_MAX: usize = 1024;
+
 /// A change, as kept in the event log and sent to watchers.
 #[derive(Debug)]
 pub(crate) struct Event {
@@ -73,6 +76,9 @@ pub(crate) struct State {
     /// Highest resourceVersion no longer covered by the log.
     compacted: u64,
     log_limit: usize,
+    /// Events that left the log, dropped by [`State::take_retired`]'s caller once the lock is
+    /// released: the last copy of an object's older state often goes with them.
+    retired: Vec<Arc<Event>>,
     subs: Vec<Subscriber>,
 }
 
@@ -343,6 +349,7 @@ impl State {
             log: VecDeque::new(),
             compacted: 0,
             log_limit: 10_000,
+            retired: Vec::new(),
             subs: Vec::new(),
         };
         for t in registry::builtins() {
@@ -427,6 +434,12 @@ impl State {
         self.list_after(tk, ns, None).collect()
     }
 
+    /// Events that have left the log since the last call, for the caller to drop after it
+    /// releases the lock.
+    pub(crate) fn take_retired(&mut self) -> Vec<Arc<Event>> {
+        std::mem::take(&mut self.retired)
+    }
+
     /// Subscribes to the changes of a type. Call under the same lock as reading the snapshot or
     /// log, so that nothing falls between them.
     pub(crate) fn subscribe(&mut self, tk: &TypeKey) -> mpsc::UnboundedReceiver<Arc<Event>> {
@@ -485,9 +498,14 @@ impl State {
             old,
         });
         self.log.push_back(ev.clone());
+        if self.retired.len() >= RETIRED_MAX {
+            // Nobody took them (writes made outside a request): dropped here, as before.
+            self.retired.clear();
+        }
         while self.log.len() > self.log_limit {
             if let Some(e) = self.log.pop_front() {
                 self.compacted = e.rv;
+                self.retired.push(e);
             }
         }
         self.subs
