@@ -842,8 +842,7 @@ fn start_watch(
     let tk = rt.key();
     let mut error = None;
     let initial: Vec<Arc<Event>> = if send_initial || rv.is_empty() || rv == "0" {
-        st.list(&tk, ns)
-            .into_iter()
+        st.shared_after(&tk, ns, None)
             .map(|o| {
                 Arc::new(Event {
                     rv: st.rv(),
@@ -853,7 +852,7 @@ fn start_watch(
                         .unwrap_or_default()
                         .to_owned(),
                     etype: "ADDED",
-                    obj: Arc::new(o.clone()),
+                    obj: Arc::clone(o),
                     old: None,
                 })
             })

@@ -419,6 +419,16 @@ impl State {
         ns: Option<&'a str>,
         after: Option<&ObjName>,
     ) -> impl Iterator<Item = &'a Value> + 'a {
+        self.shared_after(tk, ns, after).map(|o| &**o)
+    }
+
+    /// [`State::list_after`]'s stored objects themselves, to keep past the lock.
+    pub(crate) fn shared_after<'a>(
+        &'a self,
+        tk: &TypeKey,
+        ns: Option<&'a str>,
+        after: Option<&ObjName>,
+    ) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
         use std::ops::Bound;
         let lower = after.map_or(Bound::Unbounded, |k| Bound::Excluded(k.clone()));
         self.objects
@@ -426,7 +436,7 @@ impl State {
             .into_iter()
             .flat_map(move |m| m.range((lower.clone(), Bound::Unbounded)))
             .filter(move |((n, _), _)| ns.is_none_or(|ns| ns == n))
-            .map(|(_, o)| &**o)
+            .map(|(_, o)| o)
     }
 
     /// Objects of a type, optionally in one namespace, in (namespace, name) order.
