@@ -100,7 +100,7 @@ use crate::keylayout::REPORTER;
 use crate::leadership::Fence;
 use crate::metrics::OutcomeLabels;
 use crate::sealedcache::CachedSealed;
-use crate::secretcache::{CachedSecret, Lookup, MacVerdict, SecretCache};
+use crate::secretcache::{CachedSecret, Lookup, MacVerdict, SecretCache, WatchedSecret};
 use crate::state::State;
 use crate::timing::{WatchBackoff, jitter};
 use crate::writes;
@@ -1203,7 +1203,7 @@ async fn publish_event(
                 note,
             );
             let pp = PostParams::default();
-            if let Err(e) = writes::create(&ctx.client, namespace, &pp, &event).await {
+            if let Err(e) = writes::create_unread(&ctx.client, namespace, &pp, &event).await {
                 tracing::debug!(error = %crate::error_chain(&e), "failed to publish event");
             }
         }
@@ -1598,7 +1598,7 @@ fn sealed_triggers(
 /// shows up as nothing at all). Each event first updates the [Secret cache](SecretCache),
 /// so a reconcile it triggers reads the Secret as the event delivered it.
 fn secret_triggers(
-    events: impl futures::Stream<Item = watcher::Result<watcher::Event<Secret>>> + Send + 'static,
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<WatchedSecret>>> + Send + 'static,
     ctx: Arc<Context>,
     store: Store<CachedSealed>,
     scope: Option<String>,
@@ -1616,12 +1616,12 @@ fn secret_triggers(
                 ctx.state.api_answered();
             }
             let refs: Vec<SsRef> = match event {
-                Ok(watcher::Event::Apply(s)) => {
+                Ok(watcher::Event::Apply(WatchedSecret(s))) => {
                     let refs = secret_trigger(&ctx, &s.metadata, false);
                     cache(&ctx, s);
                     refs.into_iter().collect()
                 }
-                Ok(watcher::Event::Delete(s)) => {
+                Ok(watcher::Event::Delete(WatchedSecret(s))) => {
                     ctx.secrets.delete(&s);
                     secret_trigger(&ctx, &s.metadata, true)
                         .into_iter()
@@ -1631,7 +1631,7 @@ fn secret_triggers(
                     ctx.secrets.list_started(&scope);
                     Vec::new()
                 }
-                Ok(watcher::Event::InitApply(s)) => {
+                Ok(watcher::Event::InitApply(WatchedSecret(s))) => {
                     cache(&ctx, s);
                     Vec::new()
                 }
@@ -1796,7 +1796,7 @@ pub async fn run(
     let mut stores = Vec::new();
     let mut runs = Vec::new();
     for scope in scopes {
-        let (sealed, secrets): (Api<CachedSealed>, Api<Secret>) = match &scope {
+        let (sealed, secrets): (Api<CachedSealed>, Api<WatchedSecret>) = match &scope {
             None => (Api::all(client.clone()), Api::all(client.clone())),
             Some(ns) => (
                 Api::namespaced(client.clone(), ns),

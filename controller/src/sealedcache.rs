@@ -252,9 +252,27 @@ impl std::fmt::Debug for CachedSealed {
 
 impl<'de> Deserialize<'de> for CachedSealed {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let ss = SealedSecret::deserialize(deserializer)?;
+        let wire = Wire::deserialize(deserializer)?;
+        let ss = SealedSecret {
+            metadata: wire.metadata.into_meta(),
+            spec: wire.spec,
+            status: wire.status,
+        };
         Self::new(ss).map_err(serde::de::Error::custom)
     }
+}
+
+/// A SealedSecret as the watcher reads it: what `SealedSecret`'s own parser reads (the same
+/// required fields: `metadata` and `spec`), except `managedFields`, which serde skips
+/// without building. Every write adds to them, so on a cold start each object arrives twice
+/// with them (listed, then its status written), as nested JSON maps that [`slim`] would only
+/// drop again.
+#[derive(Deserialize)]
+struct Wire {
+    metadata: crate::wire::WireMeta,
+    spec: kseal_api::SealedSecretSpec,
+    #[serde(default)]
+    status: Option<kseal_api::SealedSecretStatus>,
 }
 
 impl Resource for CachedSealed {
@@ -364,6 +382,50 @@ mod tests {
             "status": {"observedGeneration": 1, "conditions": [
                 {"type": "Synced", "status": "True", "reason": "Unsealed"}]}
         })
+    }
+
+    #[test]
+    fn the_watchers_form_reads_every_field_the_whole_object_does_but_managed_fields() {
+        let mut whole = object();
+        let meta = whole["metadata"].as_object_mut().unwrap();
+        meta.insert("deletionGracePeriodSeconds".into(), 30.into());
+        meta.insert("deletionTimestamp".into(), "2026-11-27T11:00:00Z".into());
+        meta.insert("finalizers".into(), serde_json::json!(["f"]));
+        meta.insert("generateName".into(), "n-".into());
+        meta.insert("selfLink".into(), "/x".into());
+        meta.insert(
+            "ownerReferences".into(),
+            serde_json::json!([{"apiVersion": "v1", "kind": "K", "name": "o", "uid": "ou",
+                "controller": true}]),
+        );
+        let mut expected: SealedSecret = serde_json::from_value(whole.clone()).unwrap();
+        slim(&mut expected);
+        let cached: CachedSealed = serde_json::from_value(whole.clone()).unwrap();
+        assert_eq!(cached.sealed().unwrap(), expected);
+        assert_eq!(
+            cached.trigger_fields(),
+            (relevant_fields(&expected), status_behind(&expected))
+        );
+        // `null` reads as absent, as in `ObjectMeta`; no status reads as none.
+        let mut nulls = object();
+        for key in ["labels", "annotations", "uid", "generation"] {
+            nulls["metadata"][key] = serde_json::Value::Null;
+        }
+        nulls.as_object_mut().unwrap().remove("status");
+        let mut expected: SealedSecret = serde_json::from_value(nulls.clone()).unwrap();
+        slim(&mut expected);
+        let cached: CachedSealed = serde_json::from_value(nulls).unwrap();
+        assert_eq!(cached.sealed().unwrap(), expected);
+        // What the whole object requires, this form requires too.
+        for required in ["metadata", "spec"] {
+            let mut missing = object();
+            missing.as_object_mut().unwrap().remove(required);
+            assert!(serde_json::from_value::<SealedSecret>(missing.clone()).is_err());
+            assert!(
+                serde_json::from_value::<CachedSealed>(missing).is_err(),
+                "{required}"
+            );
+        }
     }
 
     #[test]

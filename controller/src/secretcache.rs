@@ -43,6 +43,104 @@ pub enum MacVerdict {
     Unknown,
 }
 
+/// A Secret as the Secret watch reads it: whole, data included (checked against its MAC as it
+/// arrives, then wiped: [`CachedSecret::new`]), but without `managedFields`, which serde skips
+/// without building ([`crate::wire`]). Otherwise read as `Secret`'s own parser reads it: every
+/// field may be absent, and an `apiVersion` or `kind` that is there must be `v1` `Secret`.
+#[derive(Clone)]
+pub struct WatchedSecret(pub Secret);
+
+/// Never the data.
+impl std::fmt::Debug for WatchedSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchedSecret")
+            .field("namespace", &self.0.metadata.namespace)
+            .field("name", &self.0.metadata.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl kube::Resource for WatchedSecret {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Secret as kube::Resource>::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Secret as kube::Resource>::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Secret as kube::Resource>::version(dt)
+    }
+
+    fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Secret as kube::Resource>::api_version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Secret as kube::Resource>::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for WatchedSecret {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire {
+            #[serde(default)]
+            api_version: Option<String>,
+            #[serde(default)]
+            kind: Option<String>,
+            #[serde(default)]
+            data: Option<BTreeMap<String, k8s_openapi::ByteString>>,
+            #[serde(default)]
+            immutable: Option<bool>,
+            #[serde(default)]
+            metadata: Option<crate::wire::WireMeta>,
+            #[serde(default)]
+            string_data: Option<BTreeMap<String, String>>,
+            #[serde(default, rename = "type")]
+            type_: Option<String>,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let secret = Secret {
+            data: wire.data,
+            immutable: wire.immutable,
+            metadata: wire
+                .metadata
+                .map(crate::wire::WireMeta::into_meta)
+                .unwrap_or_default(),
+            string_data: wire.string_data,
+            type_: wire.type_,
+        };
+        // Checked after the data is read, so that a refused object's data is wiped too.
+        for (field, got, want) in [
+            ("apiVersion", &wire.api_version, "v1"),
+            ("kind", &wire.kind, "Secret"),
+        ] {
+            if let Some(got) = got.as_deref().filter(|g| *g != want) {
+                drop(strip(secret));
+                return Err(serde::de::Error::invalid_value(
+                    serde::de::Unexpected::Str(got),
+                    &format!("{field} {want}").as_str(),
+                ));
+            }
+        }
+        Ok(Self(secret))
+    }
+}
+
 /// One Secret as the reconciler needs it: no data, and in compact form (a map node or a
 /// `Secret` struct per cached Secret is most of its memory at 10,000 objects).
 #[derive(Debug)]
@@ -355,6 +453,46 @@ mod tests {
         assert_eq!(bare.metadata.labels, None);
         assert_eq!(bare.metadata.annotations, None);
         assert_eq!(bare.metadata.owner_references, None);
+    }
+
+    #[test]
+    fn the_watchers_form_reads_a_secret_whole_but_its_managed_fields() {
+        let whole = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": true,
+            "metadata": {
+                "name": "s", "namespace": "a", "uid": "u", "resourceVersion": "7",
+                "creationTimestamp": "2026-11-27T10:00:00Z",
+                "labels": {"l": "v"}, "annotations": {"x": "y"}, "finalizers": ["f"],
+                "ownerReferences": [{"apiVersion": "bitnami.com/v1alpha1",
+                    "kind": "SealedSecret", "name": "s", "uid": "o", "controller": true}],
+                "managedFields": [{"manager": "kseal", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}}]
+            },
+            "data": {"k": "c2VjcmV0"},
+            "stringData": {"p": "q"}
+        });
+        let mut expected: Secret = serde_json::from_value(whole.clone()).unwrap();
+        expected.metadata.managed_fields = None;
+        expected.metadata.creation_timestamp = None;
+        let watched: WatchedSecret = serde_json::from_value(whole.clone()).unwrap();
+        assert_eq!(watched.0, expected);
+        assert!(!format!("{watched:?}").contains("c2VjcmV0"));
+        assert!(!format!("{watched:?}").contains("secret"));
+        // Absent or `null` fields read as `Secret` reads them.
+        let bare: WatchedSecret = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(bare.0, Secret::default());
+        let nulls = serde_json::json!({"metadata": null, "data": null, "type": null});
+        let nulls: WatchedSecret = serde_json::from_value(nulls).unwrap();
+        assert_eq!(nulls.0, Secret::default());
+        // Another kind is refused, as `Secret` refuses it.
+        for (field, value) in [("apiVersion", "v2"), ("kind", "ConfigMap")] {
+            let mut other = whole.clone();
+            other[field] = value.into();
+            assert!(serde_json::from_value::<Secret>(other.clone()).is_err());
+            let e = serde_json::from_value::<WatchedSecret>(other).unwrap_err();
+            assert!(e.to_string().contains(value), "{e}");
+            assert!(!e.to_string().contains("c2VjcmV0"), "{e}");
+        }
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! into the whole object: a Secret with its data, a SealedSecret with every ciphertext and
 //! its `managedFields`, an Event. The reconciler keeps at most the resourceVersion a Secret
 //! write returned. These functions send the same requests (same paths, parameters, bodies and
-//! error handling: a refusal is the same `kube::Error::Api`) and read only that metadata;
-//! serde skips the rest of the answer without building it. On a cold start this is three
-//! objects parsed and dropped per SealedSecret that no longer are.
+//! error handling: a refusal is the same `kube::Error::Api`) and read only that metadata
+//! from a Secret write's answer (serde skips the rest without building it), and nothing at
+//! all from a status patch's or an Event's. On a cold start this is three objects parsed and
+//! dropped per SealedSecret that no longer are, and two answers not even scanned.
 //!
 //! A Secret's answer holds its data in base64: skipped here, it is never copied out of the
 //! response text, which `kube::Client` owns and drops.
@@ -54,6 +55,20 @@ async fn send(
     req.extensions_mut().insert(verb);
     let written: Written = client.request(req).await?;
     Ok(written.metadata.resource_version)
+}
+
+/// Sends a built request whose answer the reconciler does not read at all (a status patch,
+/// an Event): the same status handling as [`send`] (a refusal is the same
+/// `kube::Error::Api`), without parsing the answer. A status patch answers with the whole
+/// SealedSecret, every ciphertext and `managedFields` included.
+async fn send_unread(
+    client: &Client,
+    built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    verb: &'static str,
+) -> kube::Result<()> {
+    let mut req = built.map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert(verb);
+    client.request_text(req).await.map(drop)
 }
 
 /// `Api::<K>::namespaced(client, namespace).create(pp, object)`, returning the created
@@ -107,13 +122,31 @@ where
     K: Resource<DynamicType = ()>,
     P: Serialize + Debug,
 {
-    send(
+    send_unread(
         client,
         request::<K>(namespace).patch_subresource("status", name, pp, patch),
         "patch_status",
     )
     .await
-    .map(drop)
+}
+
+/// `Api::<K>::namespaced(client, namespace).create(pp, object)` for an object whose answer
+/// is not read (an Event).
+pub async fn create_unread<K>(
+    client: &Client,
+    namespace: &str,
+    pp: &PostParams,
+    object: &K,
+) -> kube::Result<()>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    send_unread(
+        client,
+        request::<K>(namespace).create(pp, body(object)?),
+        "create",
+    )
+    .await
 }
 
 /// A new `events.k8s.io/v1` Event about `regarding`, as kube's `Recorder` builds one that
