@@ -65,6 +65,14 @@
 //! start and the restart (its share of the phase): every request that reads or writes objects
 //! holds it, one at a time, so a share near 100 % means the server set the pace.
 //!
+//! Two more cold-start rows say where its time and memory go. "CPU spent ... / machine's
+//! cores" divides the cold start by all the CPU the controller, the test API server and the
+//! bench spent on it, spread over every core: near 1.00 no core sat idle (the cold start is
+//! CPU-bound, and what lies above the RSA floor is CPU spent outside RSA), well above it
+//! something waited. The RSS timeline reads the controller's `VmRSS` at each scrape: the RSS
+//! at a quarter, half, three quarters and all of the Secrets created, and the first scrape
+//! that saw the final peak (stderr has every point).
+//!
 //! With leader election on, a follower phase follows the restart: a second replica starts
 //! while the first still leads, and the table reports its peak RSS and its CPU time over a
 //! window after it is ready (it lists and watches every object and may write nothing).
@@ -78,7 +86,7 @@
 )]
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -803,11 +811,38 @@ fn free_port() -> u16 {
 
 /// `VmHWM` (peak resident set) of a process, in KiB.
 fn peak_rss_kib(pid: &str) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// `VmRSS` (resident set now) of a process, in KiB.
+fn rss_kib(pid: &str) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+fn status_kib(pid: &str, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The controller's memory as a cold start goes on, one point per scrape.
+struct RssPoint {
+    at: Duration,
+    created: u64,
+    rss_kib: u64,
+    peak_kib: u64,
+}
+
+/// The RSS when `share` of `n` Secrets had been created (the first scrape at or past it).
+fn rss_at(timeline: &[RssPoint], n: usize, share: f64) -> String {
+    timeline
+        .iter()
+        .find(|p| p.created as f64 >= n as f64 * share)
+        .map_or("?".to_owned(), |p| {
+            format!("{:.0}", p.rss_kib as f64 / 1024.0)
+        })
 }
 
 /// CPU time (user + system) a process has used, from `/proc/<pid>/stat` (ticks of 10 ms,
@@ -879,6 +914,8 @@ struct Controller {
     child: Child,
     api_port: u16,
     metrics_port: u16,
+    /// Its stderr, whose last lines an unexpected exit reports.
+    log: PathBuf,
 }
 
 impl Controller {
@@ -936,6 +973,7 @@ impl Controller {
             child,
             api_port,
             metrics_port,
+            log: log.to_owned(),
         })
     }
 
@@ -945,7 +983,10 @@ impl Controller {
 
     fn check_running(&mut self) -> anyhow::Result<()> {
         if let Some(status) = self.child.try_wait()? {
-            bail!("kseal-controller exited: {status}");
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(20)..].join("\n  ");
+            bail!("kseal-controller exited: {status}; the end of its log:\n  {tail}");
         }
         Ok(())
     }
@@ -1470,6 +1511,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
     let mut last = Counters::default();
     let mut printed = Instant::now();
     let poll = poll_interval(o.n);
+    let mut timeline = Vec::new();
     let cold_polled = loop {
         tokio::time::sleep(poll).await;
         ctrl.check_running()?;
@@ -1481,6 +1523,14 @@ async fn run(o: Options) -> anyhow::Result<()> {
         };
         last = counters(&m);
         let elapsed = start.elapsed();
+        if let (Some(rss_kib), Some(peak_kib)) = (rss_kib(&ctrl.pid()), peak_rss_kib(&ctrl.pid())) {
+            timeline.push(RssPoint {
+                at: elapsed,
+                created: last.created,
+                rss_kib,
+                peak_kib,
+            });
+        }
         if printed.elapsed() > Duration::from_secs(2) {
             printed = Instant::now();
             eprintln!(
@@ -1495,6 +1545,19 @@ async fn run(o: Options) -> anyhow::Result<()> {
         }
     };
     let cold_rss = peak_rss_kib(&ctrl.pid());
+    eprintln!(
+        "  controller RSS over the cold start (s: created, RSS MiB): {}",
+        timeline
+            .iter()
+            .map(|p| format!(
+                "{:.1}: {}, {:.1}",
+                p.at.as_secs_f64(),
+                p.created,
+                p.rss_kib as f64 / 1024.0
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     let cold_ctrl_cpu = cpu_time(&ctrl.pid());
     let cold_bench_cpu = cpu_since("self", bench_cpu_before);
     let cold_server_cpu = cpu_since(&server.pid(), server_cpu_before);
@@ -1768,6 +1831,25 @@ async fn run(o: Options) -> anyhow::Result<()> {
         cold_server_cpu,
         cold_bench_cpu,
     );
+    // Whether the cores were ever idle: the cold start against all the CPU this machine spent
+    // on it (controller, test API server, bench) spread over every core. Near 1.00 the cold
+    // start is CPU-bound, and what is left above the RSA floor is CPU spent outside RSA (here
+    // or in the test API server, which a cluster runs elsewhere); well above it, something
+    // waits (a lock, the API server, too few threads).
+    let spent = match o.server {
+        ServerMode::Inline => cold_ctrl_cpu.zip(cold_server_cpu).map(|(a, b)| a + b),
+        ServerMode::Process => cold_ctrl_cpu
+            .zip(cold_server_cpu)
+            .zip(cold_bench_cpu)
+            .map(|((a, b), c)| a + b + c),
+    };
+    println!(
+        "| cold / (CPU spent by controller + test API server + bench / machine's cores) | {} | — |",
+        spent.map_or("?".to_owned(), |cpu| format!(
+            "{:.2}",
+            cold.as_secs_f64() * cores as f64 / cpu.as_secs_f64().max(1e-9)
+        ))
+    );
     lock_row("cold start", cold_lock, cold);
     println!(
         "| cold start: longest /metrics scrape (one series per reconciled object) | {:.0} ms | — |",
@@ -1797,7 +1879,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
         cold_counters.unseal_cpu,
         cold_counters.unseal_cpu * 1e3 / cold_counters.rsa.max(1) as f64,
         cold_ctrl_cpu.map_or("?".to_owned(), |cpu| format!(
-            "{:.2} ms",
+            "{:.3} ms",
             (cpu.as_secs_f64() - cold_counters.unseal_cpu).max(0.0) * 1e3 / o.n as f64
         ))
     );
@@ -1837,6 +1919,26 @@ async fn run(o: Options) -> anyhow::Result<()> {
         "| controller peak RSS (VmHWM: cold / restart) | {} / {} | < 100 MiB |",
         mib(cold_rss),
         mib(restart_rss)
+    );
+    // Where in the cold start the peak comes: early (objects waiting with their values) or
+    // late (what every synced object keeps), from the scrapes' RSS readings.
+    println!(
+        "| cold start: controller RSS (MiB) when 25 / 50 / 75 / 100 % of Secrets were created | {} / {} / {} / {} | — |",
+        rss_at(&timeline, o.n, 0.25),
+        rss_at(&timeline, o.n, 0.5),
+        rss_at(&timeline, o.n, 0.75),
+        rss_at(&timeline, o.n, 1.0),
+    );
+    let reached = cold_rss.and_then(|peak| timeline.iter().find(|p| p.peak_kib >= peak));
+    println!(
+        "| cold start: peak RSS first seen (scrape every {:.1} s) | {} | — |",
+        poll.as_secs_f64(),
+        reached.map_or("after the last scrape".to_owned(), |p| format!(
+            "{:.1} s of {:.1} s, {:.0} % of Secrets created",
+            p.at.as_secs_f64(),
+            cold.as_secs_f64(),
+            p.created as f64 * 100.0 / o.n.max(1) as f64
+        ))
     );
     match follower_rss {
         Some((rss, window, cpu)) => {
