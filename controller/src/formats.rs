@@ -1,6 +1,5 @@
 //! The two annotations the reconciler stores on every Secret it writes, defined byte by byte:
-//! [`SPEC_DIGEST_ANNOTATION`](crate::reconcile::SPEC_DIGEST_ANNOTATION) and
-//! [`DATA_MAC_ANNOTATION`](crate::reconcile::DATA_MAC_ANNOTATION).
+//! [`SPEC_DIGEST_ANNOTATION`] and [`DATA_MAC_ANNOTATION`].
 //!
 //! Both outlive the controller that wrote them, so neither may depend on an incidental
 //! encoding (a `Debug` derive, a serializer's field order, a PEM encoder's line length): a
@@ -72,6 +71,12 @@ use kseal_api::{SealedSecret, SealedSecretSpec, SecretTemplateSpec};
 use kseal_keys::{KeyId, KeyPair, Scope};
 use sha2::{Digest as _, Sha256};
 use zeroize::Zeroizing;
+
+/// Secret annotation: digest of the SealedSecret spec and scope the Secret was written from.
+pub const SPEC_DIGEST_ANNOTATION: &str = "kseal.dev/spec-digest";
+/// Secret annotation: keyed MAC over the data the controller wrote (see
+/// [`crate::reconcile`]'s module docs).
+pub const DATA_MAC_ANNOTATION: &str = "kseal.dev/data-mac";
 
 /// How a v2 spec digest starts (a v1 digest starts with `sha256:`).
 pub const DIGEST_V2_PREFIX: &str = "v2:sha256:";

@@ -109,10 +109,7 @@ use crate::{Error, Result};
 /// A SealedSecret's key in per-object maps and in the controller's queue.
 type SsRef = ObjectRef<CachedSealed>;
 
-/// Secret annotation: digest of the SealedSecret spec and scope the Secret was written from.
-pub const SPEC_DIGEST_ANNOTATION: &str = "kseal.dev/spec-digest";
-/// Secret annotation: keyed MAC over the data the controller wrote (see the module docs).
-pub const DATA_MAC_ANNOTATION: &str = "kseal.dev/data-mac";
+pub use crate::formats::{DATA_MAC_ANNOTATION, SPEC_DIGEST_ANNOTATION};
 
 /// Condition reasons.
 pub mod reason {
