@@ -57,7 +57,7 @@ pub mod secretcache;
 pub mod signals;
 pub mod state;
 pub mod timing;
-mod wire;
+pub mod wire;
 pub mod writes;
 
 pub use config::Config;

@@ -147,8 +147,9 @@ impl<'de> serde::Deserialize<'de> for WatchedSecret {
 ///
 /// Nothing is kept twice: the name and namespace are shared with the cache's key (and the
 /// namespace with every other Secret of the namespace), and the label and annotation keys,
-/// values and types every Secret the controller writes carries ([`SHARED`]) are static
-/// strings, not a copy per Secret. At 100,000 Secrets that is about 16 MB.
+/// values and types every Secret the controller writes carries are static
+/// strings, not a copy per Secret: about 200 bytes less per Secret, 21 MiB of peak RSS at
+/// 100,000 objects (`cargo bench --bench scale`).
 #[derive(Debug)]
 pub struct CachedSecret {
     name: Arc<str>,
