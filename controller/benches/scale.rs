@@ -811,20 +811,20 @@ fn free_port() -> u16 {
 
 /// `VmHWM` (peak resident set) of a process, in KiB.
 fn peak_rss_kib(pid: &str) -> Option<u64> {
-    status_kib(pid, "VmHWM:")
+    rss_now_and_peak_kib(pid).map(|(_, peak)| peak)
 }
 
-/// `VmRSS` (resident set now) of a process, in KiB.
-fn rss_kib(pid: &str) -> Option<u64> {
-    status_kib(pid, "VmRSS:")
-}
-
-fn status_kib(pid: &str, field: &str) -> Option<u64> {
+/// `VmRSS` (resident set now) and `VmHWM` (its peak) of a process, in KiB, from one read of
+/// its status.
+fn rss_now_and_peak_kib(pid: &str) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    let field = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
 /// The controller's memory as a cold start goes on, one point per scrape.
@@ -1523,7 +1523,7 @@ async fn run(o: Options) -> anyhow::Result<()> {
         };
         last = counters(&m);
         let elapsed = start.elapsed();
-        if let (Some(rss_kib), Some(peak_kib)) = (rss_kib(&ctrl.pid()), peak_rss_kib(&ctrl.pid())) {
+        if let Some((rss_kib, peak_kib)) = rss_now_and_peak_kib(&ctrl.pid()) {
             timeline.push(RssPoint {
                 at: elapsed,
                 created: last.created,

@@ -65,23 +65,23 @@ impl kube::Resource for WatchedSecret {
     type DynamicType = ();
     type Scope = k8s_openapi::NamespaceResourceScope;
 
-    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+    fn kind(dt: &()) -> Cow<'_, str> {
         <Secret as kube::Resource>::kind(dt)
     }
 
-    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+    fn group(dt: &()) -> Cow<'_, str> {
         <Secret as kube::Resource>::group(dt)
     }
 
-    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+    fn version(dt: &()) -> Cow<'_, str> {
         <Secret as kube::Resource>::version(dt)
     }
 
-    fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
+    fn api_version(dt: &()) -> Cow<'_, str> {
         <Secret as kube::Resource>::api_version(dt)
     }
 
-    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+    fn plural(dt: &()) -> Cow<'_, str> {
         <Secret as kube::Resource>::plural(dt)
     }
 

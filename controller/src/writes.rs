@@ -51,10 +51,18 @@ async fn send(
     built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     verb: &'static str,
 ) -> kube::Result<Option<String>> {
+    let written: Written = client.request(named(built, verb)?).await?;
+    Ok(written.metadata.resource_version)
+}
+
+/// A built request, named `verb` for kube's tracing as kube's `Api` methods name theirs.
+fn named(
+    built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    verb: &'static str,
+) -> kube::Result<http::Request<Vec<u8>>> {
     let mut req = built.map_err(kube::Error::BuildRequest)?;
     req.extensions_mut().insert(verb);
-    let written: Written = client.request(req).await?;
-    Ok(written.metadata.resource_version)
+    Ok(req)
 }
 
 /// Sends a built request whose answer the reconciler does not read at all (a status patch,
@@ -66,9 +74,7 @@ async fn send_unread(
     built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     verb: &'static str,
 ) -> kube::Result<()> {
-    let mut req = built.map_err(kube::Error::BuildRequest)?;
-    req.extensions_mut().insert(verb);
-    client.request_text(req).await.map(drop)
+    client.request_text(named(built, verb)?).await.map(drop)
 }
 
 /// `Api::<K>::namespaced(client, namespace).create(pp, object)`, returning the created
