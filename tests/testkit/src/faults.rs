@@ -203,4 +203,9 @@ impl Faults {
     pub(crate) fn clear_requests(&self) {
         lock(&self.log).clear();
     }
+
+    /// How many logged requests `keep` accepts, without copying the log.
+    pub(crate) fn count_requests(&self, keep: impl Fn(&RequestRecord) -> bool) -> usize {
+        lock(&self.log).iter().filter(|r| keep(r)).count()
+    }
 }

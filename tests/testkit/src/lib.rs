@@ -81,7 +81,20 @@ pub const ADMIN_REQUESTS_PATH: &str = "/_testkit/requests";
 /// `{"heldNanos": N}` ([`TestApiServer::lock_held`]), for a client in another process.
 /// Test-only, served like [`ADMIN_REQUESTS_PATH`].
 pub const ADMIN_LOCK_PATH: &str = "/_testkit/lock";
+/// `GET ?method=M&suffix=S&status=C`: how many logged requests had method `M`, a path ending
+/// in `S` and answer `C` ([`TestApiServer::count_requests`]), as `{"count": N}`. A benchmark
+/// follows its progress with it without copying the log. Test-only, served like
+/// [`ADMIN_REQUESTS_PATH`].
+pub const ADMIN_COUNT_PATH: &str = "/_testkit/requests/count";
 use store::State;
+
+/// The query of [`ADMIN_COUNT_PATH`].
+#[derive(serde::Deserialize)]
+struct CountQuery {
+    method: String,
+    suffix: String,
+    status: u16,
+}
 
 /// An in-memory Kubernetes API server for tests. Cheap to clone (shared state).
 #[derive(Clone)]
@@ -152,7 +165,8 @@ impl TestApiServer {
     /// The admin endpoints of [`TestApiServer::serve_with_admin`].
     fn admin_router(&self) -> axum::Router {
         use axum::routing::get;
-        let (get_log, clear_log, held) = (self.clone(), self.clone(), self.clone());
+        let (get_log, clear_log, held, count) =
+            (self.clone(), self.clone(), self.clone(), self.clone());
         axum::Router::new()
             .route(
                 ADMIN_REQUESTS_PATH,
@@ -169,6 +183,15 @@ impl TestApiServer {
                     let nanos = u64::try_from(held.lock_held().as_nanos()).unwrap_or(u64::MAX);
                     axum::Json(serde_json::json!({ "heldNanos": nanos }))
                 }),
+            )
+            .route(
+                ADMIN_COUNT_PATH,
+                get(
+                    move |axum::extract::Query(q): axum::extract::Query<CountQuery>| async move {
+                        let n = count.count_requests(&q.method, &q.suffix, q.status);
+                        axum::Json(serde_json::json!({ "count": n }))
+                    },
+                ),
             )
     }
 
@@ -222,6 +245,14 @@ impl TestApiServer {
     /// Clears the request log.
     pub fn clear_requests(&self) {
         self.inner.faults.clear_requests();
+    }
+
+    /// How many logged requests had `method`, a path ending in `path_suffix` and the answer
+    /// `status`: [`TestApiServer::requests`] filtered and counted, without the copy.
+    pub fn count_requests(&self, method: &str, path_suffix: &str, status: u16) -> usize {
+        self.inner.faults.count_requests(|r| {
+            r.status == status && r.method == method && r.path.ends_with(path_suffix)
+        })
     }
 
     /// How long the state lock has been held in all since the server was created. Every

@@ -288,6 +288,26 @@ async fn admin_endpoint_serves_and_clears_the_request_log_over_tcp() {
         .unwrap();
     // The admin request itself is not logged.
     assert_eq!(log, server.requests());
+    // The count endpoint filters by method, path suffix and answer, as the in-process call.
+    let count = |query: &'static str| {
+        let client = client.clone();
+        async move {
+            let v: serde_json::Value = client
+                .request(
+                    http::Request::get(format!("{}?{query}", kseal_testkit::ADMIN_COUNT_PATH))
+                        .body(Vec::new())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            v["count"].as_u64().expect("count")
+        }
+    };
+    assert_eq!(count("method=GET&suffix=/configmaps&status=200").await, 1);
+    assert_eq!(count("method=POST&suffix=/configmaps&status=200").await, 0);
+    assert_eq!(count("method=GET&suffix=/secrets&status=200").await, 0);
+    assert_eq!(count("method=GET&suffix=/configmaps&status=404").await, 0);
+    assert_eq!(server.count_requests("GET", "/configmaps", 200), 1);
     assert_eq!(
         log.iter()
             .map(|r| (r.method.as_str(), r.path.as_str()))
