@@ -58,6 +58,9 @@ struct Inner {
     queued: HashSet<Key>,
     /// Handed to the scheduler, not started yet, with when.
     admitted: HashMap<Key, Instant>,
+    /// No entry of `admitted` is older (a lower bound; `None` while it is empty): a full
+    /// queue looks for stale entries only once one can be, not at every call.
+    oldest: Option<Instant>,
 }
 
 impl Admission {
@@ -140,12 +143,18 @@ impl Admission {
             waiting,
             queued,
             admitted,
+            oldest,
         } = &mut *inner;
         let queue = waiting.get_mut(scope)?;
         let front = queue.front()?;
+        let now = Instant::now();
         if admitted.len() >= self.bound && !admitted.contains_key(front) {
-            let now = Instant::now();
-            admitted.retain(|_, at| now.duration_since(*at) < STALE);
+            // A full bound is the steady state of a backlog (each start makes room for one),
+            // so the sweep runs only when the oldest entry may have gone stale.
+            if oldest.is_some_and(|o| now.duration_since(o) >= STALE) {
+                admitted.retain(|_, at| now.duration_since(*at) < STALE);
+                *oldest = admitted.values().min().copied();
+            }
             if admitted.len() >= self.bound {
                 return None;
             }
@@ -157,7 +166,10 @@ impl Admission {
         queued.remove(&k);
         let (namespace, name) = k.split_once('/').unwrap_or(("", &k));
         let r = ObjectRef::new(name).within(namespace);
-        admitted.insert(k, Instant::now());
+        if admitted.is_empty() {
+            *oldest = Some(now);
+        }
+        admitted.insert(k, now);
         Some(r)
     }
 
@@ -261,5 +273,34 @@ mod tests {
             waited >= STALE && waited <= STALE + STALE_CHECK,
             "{waited:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_object_goes_stale_on_its_own_clock() {
+        let a = Admission::new(2);
+        for n in ["first", "second", "third", "fourth"] {
+            a.push(None, "ns", n);
+        }
+        let t0 = Instant::now();
+        assert_eq!(name(&a.next(None).await), ("ns", "first"));
+        tokio::time::advance(STALE / 2).await;
+        assert_eq!(name(&a.next(None).await), ("ns", "second"));
+        // Full: `first` stops counting at STALE, `second` half a STALE later.
+        assert_eq!(name(&a.next(None).await), ("ns", "third"));
+        let waited = t0.elapsed();
+        assert!(
+            waited >= STALE && waited <= STALE + STALE_CHECK,
+            "{waited:?}"
+        );
+        assert_eq!(a.admitted(), 2);
+        assert_eq!(name(&a.next(None).await), ("ns", "fourth"));
+        let waited = t0.elapsed();
+        assert!(
+            waited >= STALE + STALE / 2 && waited <= STALE + STALE / 2 + STALE_CHECK,
+            "{waited:?}"
+        );
+        // A start releases at once, stale or not.
+        a.started("ns", "third");
+        assert_eq!(a.admitted(), 1);
     }
 }
