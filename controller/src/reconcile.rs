@@ -907,7 +907,8 @@ async fn sync(
         return Err(Error::DeprecatedDataRejected);
     }
     let oref = SsRef::new(name).within(namespace);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    // Built only for a read the cache cannot answer (kube formats its URL each time).
+    let secrets = || Api::<Secret>::namespaced(ctx.client.clone(), namespace);
     let stripped = stripped_digest.is_some();
     let digest = stripped_digest.unwrap_or_else(|| formats::spec_digest(ss));
     let ring = ctx.state.keys.ring();
@@ -942,9 +943,9 @@ async fn sync(
                     ctx.with_object(&oref, |o| o.recreate_managed = false);
                     return Ok(Outcome::Unchanged);
                 }
-                secrets.get_opt(name).await.map_err(Error::GetSecret)?
+                secrets().get_opt(name).await.map_err(Error::GetSecret)?
             }
-            Lookup::NotListed => secrets.get_opt(name).await.map_err(Error::GetSecret)?,
+            Lookup::NotListed => secrets().get_opt(name).await.map_err(Error::GetSecret)?,
         };
         let result = match &existing {
             None => {
@@ -1088,7 +1089,8 @@ async fn write_status(
     ) else {
         return Err(Error::MissingMetadata("name"));
     };
-    let api: Api<SealedSecret> = Api::namespaced(ctx.client.clone(), namespace);
+    // Built only for a read after a conflict (kube formats its URL each time).
+    let api = || Api::<SealedSecret>::namespaced(ctx.client.clone(), namespace);
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PatchParams::default()
@@ -1101,7 +1103,7 @@ async fn write_status(
         let fresh: &SealedSecret = if attempt == 1 && ss.metadata.resource_version.is_some() {
             ss
         } else {
-            match api.get_status(name).await {
+            match api().get_status(name).await {
                 Ok(f) => read.insert(f),
                 Err(e) if api_code(&e) == Some(404) => return Ok(false),
                 Err(e) => return Err(Error::Status(e)),
