@@ -848,6 +848,32 @@ fn unreachable(error: &Error) -> bool {
     }
 }
 
+/// What a step's result says about the API server: `Some(true)` when it answered (`wrote`:
+/// a write went through; or it answered a request with an error status of its own),
+/// `Some(false)` when it could not be reached, `None` when the step got no answer either
+/// way (its outcome came from the caches, or it failed before any request).
+fn reachability(result: Result<bool, &Error>) -> Option<bool> {
+    match result {
+        Ok(wrote) => wrote.then_some(true),
+        Err(e) if unreachable(e) => Some(false),
+        Err(Error::GetSecret(_) | Error::ApplySecret(_) | Error::Status(_) | Error::Kube(_)) => {
+            Some(true)
+        }
+        Err(_) => None,
+    }
+}
+
+/// Tells the API server's health tracker what `step` learned ([`reachability`]): only an
+/// answer marks it reachable again, so an outcome read from the caches during an outage
+/// does not announce a recovery and reset every backoff.
+fn report_reachability(ctx: &Context, step: &'static str, result: Result<bool, &Error>) {
+    match (reachability(result), result) {
+        (Some(false), Err(e)) => ctx.state.api_unreachable(step, e),
+        (Some(true), _) => ctx.state.api_answered(),
+        _ => {}
+    }
+}
+
 fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
@@ -1298,11 +1324,11 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
         o.failing = result.is_err();
         o.transient = result.as_ref().is_err_and(is_transient);
     });
-    match &result {
-        Err(e) if unreachable(e) => ctx.state.api_unreachable("reconciling", e),
-        // A write or read went through.
-        _ => ctx.state.api_answered(),
-    }
+    report_reachability(
+        &ctx,
+        "reconciling",
+        result.as_ref().map(|o| *o != Outcome::Unchanged),
+    );
     let want = condition_for(&result);
     let was_true = obj
         .synced_condition()
@@ -1324,6 +1350,7 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     if let Err(Error::Fenced(e)) = &status_result {
         return Ok(fenced(&ctx, "status", *e));
     }
+    report_reachability(&ctx, "writing status", status_result.as_ref().map(|w| *w));
 
     match &result {
         Ok(outcome) => {
@@ -2283,6 +2310,38 @@ mod tests {
         state.api_unreachable("reconciling", &away);
         state.api_answered();
         assert_eq!(triggers.next().await, Some(orefs[0].clone()));
+    }
+
+    #[test]
+    fn only_an_answer_or_a_failure_to_reach_it_says_anything_about_the_api_server() {
+        let answer = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("refused", "Refused")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        let away = || kube::Error::Service(Box::new(std::io::Error::other("connection refused")));
+        // A write went through.
+        assert_eq!(reachability(Ok(true)), Some(true));
+        // An outcome from the caches, no request: not a sign of life during an outage.
+        assert_eq!(reachability(Ok(false)), None);
+        // The server answered with its own error.
+        assert_eq!(reachability(Err(&Error::Status(answer(409)))), Some(true));
+        assert_eq!(
+            reachability(Err(&Error::ApplySecret(answer(403)))),
+            Some(true)
+        );
+        assert_eq!(
+            reachability(Err(&Error::GetSecret(answer(429)))),
+            Some(true)
+        );
+        // Not reached: a transport error or a 5xx.
+        assert_eq!(reachability(Err(&Error::Status(away()))), Some(false));
+        assert_eq!(reachability(Err(&Error::Kube(answer(503)))), Some(false));
+        // Failed before any request.
+        assert_eq!(reachability(Err(&Error::NoKeys)), None);
+        assert_eq!(reachability(Err(&Error::Task)), None);
     }
 
     #[test]
