@@ -34,8 +34,9 @@
 //!   process, or `process`: in a child process of its own (this executable run again with
 //!   `--scale-serve-testapi`, serving as `kseal-testapi` does), so its CPU time is not the
 //!   bench's, and the table reports its CPU time (`/proc/PID/stat`) and peak RSS apart; the
-//!   bench creates the fixtures over TCP and reads and clears the request log over the
-//!   test-only `/_testkit/requests` endpoint;
+//!   bench creates the fixtures over TCP, reads and clears the request log over the
+//!   test-only `/_testkit/requests` endpoint and follows the cold start's progress over
+//!   `/_testkit/requests/count`;
 //! - `SCALE_SERVER_CPUS` (`--server-cpus`), `SCALE_CONTROLLER_CPUS` (`--controller-cpus`):
 //!   CPU lists (`0-7`, `0,2,4-5`) to pin the server process (needs `SCALE_SERVER=process`)
 //!   and the controller to, with `taskset -c` (the bench fails if `taskset` cannot be run).
