@@ -37,23 +37,9 @@ now() { date +%s.%N; }
 metric() { curl -s "127.0.0.1:18381/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 failed() { local v; v="$(metric 'kseal_reconciles_total{outcome="failed"}')"; echo "${v:-0}"; }
 
-"${K[@]}" apply --server-side -f "${ROOT}/deploy/crd.yaml" >/dev/null
-"${K[@]}" wait --for=condition=Established crd/sealedsecrets.bitnami.com >/dev/null
-"${K[@]}" create namespace kseal-ctrl >/dev/null
-"${K[@]}" create namespace app >/dev/null
-"${BIN}/kseal" keys generate --key-size 2048 --out-dir "${WORK}/key" >/dev/null 2>&1
-"${K[@]}" -n kseal-ctrl create secret tls sealed-secrets-key0 \
-  --cert="${WORK}/key/tls.crt" --key="${WORK}/key/tls.key" >/dev/null
-"${K[@]}" -n kseal-ctrl label secret sealed-secrets-key0 \
-  sealedsecrets.bitnami.com/sealed-secrets-key=active >/dev/null
-seal_all() { # seal_all VALUE: N SealedSecrets whose data is VALUE-i, in sealed-VALUE.yaml
-  for i in $(seq 1 "${N}"); do
-    "${K[@]}" -n app create secret generic "s${i}" --from-literal=k="$1-${i}" \
-      --dry-run=client -o yaml >"${WORK}/s.yaml"
-    "${BIN}/kseal" seal --cert "${WORK}/key/tls.crt" "${WORK}/s.yaml"
-    echo "---"
-  done >"${WORK}/sealed-$1.yaml"
-}
+# shellcheck source=controller/tests/scenarios/common.sh
+source "$(dirname "$0")/common.sh"
+setup_cluster
 # converged VALUE: every Secret s1..sN holds VALUE-i.
 converged() {
   "${K[@]}" -n app get secrets -o json 2>/dev/null | python3 -c '

@@ -7,16 +7,18 @@
 #   controller/tests/scenarios/frozen-leader.sh [N_SEALED_SECRETS] [FREEZE_SECONDS]
 # KSEAL_FREEZE_AFTER_WRITES (default 10): how many Secrets of the second round A has written
 # when it is frozen (the rest are queued or in flight).
-# Needs target/debug/{kseal,kseal-controller}. Prints the writes replica A (the first leader,
-# frozen with SIGSTOP past its lease while it has work queued) made after its
-# "stepping down" line, as the API server's audit log records them (A and B talk to the API
-# server as different users: A the token user, B the client-certificate user). Exits 1 if A
-# wrote anything after it woke up.
+# Needs target/debug/{kseal,kseal-controller} (KSEAL_SCENARIO_BIN: another folder). Prints
+# the writes replica A (the first leader, frozen with SIGSTOP past its lease while it has
+# work queued) made after it woke up, as the API server's audit log records them with their
+# answers (A and B talk to the API server as different users: A the token user, B the
+# client-certificate user): those sent before A logged "stepping down" passed its fence
+# before it froze, those after it must not exist. Exits 1 if A wrote anything after its
+# "stepping down" line, or logged none.
 set -euo pipefail
 N="${1:-40}"
 FREEZE="${2:-20}"
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
-BIN="${ROOT}/target/debug"
+BIN="${KSEAL_SCENARIO_BIN:-${ROOT}/target/debug}"
 : "${KSEAL_REFAPI_STATE:?start tests/refapi/start.sh with KSEAL_REFAPI_AUDIT=1 first}"
 AUDIT="${KSEAL_REFAPI_STATE}/logs/audit.log"
 [[ -f "${AUDIT}" ]] || { echo "no audit log: start refapi with KSEAL_REFAPI_AUDIT=1" >&2; exit 2; }
@@ -30,23 +32,9 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "frozen-leader: $*" >&2; }
 
-"${K[@]}" apply --server-side -f "${ROOT}/deploy/crd.yaml" >/dev/null
-"${K[@]}" wait --for=condition=Established crd/sealedsecrets.bitnami.com >/dev/null
-"${K[@]}" create namespace kseal-ctrl >/dev/null
-"${K[@]}" create namespace app >/dev/null
-"${BIN}/kseal" keys generate --key-size 2048 --out-dir "${WORK}/key" >/dev/null 2>&1
-"${K[@]}" -n kseal-ctrl create secret tls sealed-secrets-key0 \
-  --cert="${WORK}/key/tls.crt" --key="${WORK}/key/tls.key" >/dev/null
-"${K[@]}" -n kseal-ctrl label secret sealed-secrets-key0 \
-  sealedsecrets.bitnami.com/sealed-secrets-key=active >/dev/null
-seal_all() { # seal_all VALUE: N SealedSecrets whose data is VALUE, in sealed-VALUE.yaml
-  for i in $(seq 1 "${N}"); do
-    "${K[@]}" -n app create secret generic "s${i}" --from-literal=k="$1-${i}" \
-      --dry-run=client -o yaml >"${WORK}/s.yaml"
-    "${BIN}/kseal" seal --cert "${WORK}/key/tls.crt" "${WORK}/s.yaml"
-    echo "---"
-  done >"${WORK}/sealed-$1.yaml"
-}
+# shellcheck source=controller/tests/scenarios/common.sh
+source "$(dirname "$0")/common.sh"
+setup_cluster
 replica() { # replica NAME KUBECONFIG PORT
   POD_NAME="$1" KUBECONFIG="$2" RUST_LOG=info "${BIN}/kseal-controller" \
     --controller-namespace kseal-ctrl --listen-addr "127.0.0.1:$3" \
@@ -83,21 +71,29 @@ grep -m1 "stepping down" "${WORK}/a.log" >&2 || log "A logged no stepping down"
 grep -m1 "write refused" "${WORK}/a.log" >&2 || true
 curl -s "127.0.0.1:18181/metrics" | grep -E '^kseal_fenced_writes_total' >&2 || true
 
-# Writes by A's user (the token user, kseal-admin) at or after SIGCONT, outside the Lease.
-WRITES="$(python3 - "${AUDIT}" "${CONT_AT}" <<'PY'
+# Writes by A's user (the token user, kseal-admin) at or after SIGCONT, outside the Lease,
+# with the API server's answer. Those received before A logged "stepping down" were checked
+# against A's fence before it froze and sent when it woke up (a frozen process cannot be
+# fenced on its side: its write carries the resourceVersion it read, so the API server
+# refuses it if the new leader changed the object since); none may come after that line.
+STEPPED="$(grep -m1 "stepping down" "${WORK}/a.log" | awk '{print $1}' || true)"
+WRITES="$(python3 - "${AUDIT}" "${CONT_AT}" "${STEPPED:-9999}" <<'PY'
 import json, sys
-path, since = sys.argv[1], sys.argv[2]
+path, since, stepped = sys.argv[1], sys.argv[2], sys.argv[3]
 count = {}
 for line in open(path):
     e = json.loads(line)
     if e.get("stage") != "ResponseComplete" or e["user"]["username"] != "kseal-admin":
         continue
-    if e["requestReceivedTimestamp"] < since:
+    at = e["requestReceivedTimestamp"]
+    if at < since:
         continue
     r = e.get("objectRef", {})
     if r.get("resource") == "leases":
         continue
-    key = f'{e["verb"]} {r.get("resource")}{"/" + r["subresource"] if r.get("subresource") else ""}'
+    when = "after stepping down" if at >= stepped else "in flight when frozen"
+    code = e.get("responseStatus", {}).get("code")
+    key = f'{when}: {e["verb"]} {r.get("resource")}{"/" + r["subresource"] if r.get("subresource") else ""} -> {code}'
     count[key] = count.get(key, 0) + 1
 for k, v in sorted(count.items()):
     print(f"{v} {k}")
@@ -108,5 +104,6 @@ import json, sys
 items = json.load(sys.stdin)["items"]
 print(sum(1 for i in items if (i.get("status") or {}).get("observedGeneration") != i["metadata"]["generation"]))')"
 echo "writes by the old leader after it resumed: ${WRITES:-none}"
+LATE="$(grep -c "after stepping down" <<<"${WRITES}" || true)"
 echo "SealedSecrets whose status is behind their generation: ${BEHIND}"
-[[ -z "${WRITES}" ]]
+[[ "${LATE}" == 0 && -n "${STEPPED}" ]]
