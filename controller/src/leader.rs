@@ -239,6 +239,7 @@ impl Elector {
         };
         match attempt {
             Attempt::Held => {
+                self.state.api_answered();
                 // Measured from before the request was sent: the server may have written
                 // the Lease at any moment after that.
                 let until = started + self.config.renew_deadline;
@@ -247,13 +248,24 @@ impl Elector {
                 set_leader(&self.state, Some(Some(until)));
             }
             Attempt::Lost => {
+                self.state.api_answered();
                 if self.valid_until.is_some() {
                     tracing::info!("the leader lease was taken over: stepping down");
                 }
                 self.step_down();
                 self.next_attempt = Instant::now() + self.config.retry_period;
             }
+            // An API server that cannot be reached is reported once for the whole outage,
+            // with the other requests' failures ([`State::api_unreachable`]), not every
+            // retry period; an answer it refused with (403, 409...) is the lease's own
+            // problem and logged each time.
+            Attempt::Failed(error) if unreachable(&error) => {
+                self.state
+                    .api_unreachable("renewing the leader lease", &error);
+                self.after_failure();
+            }
             Attempt::Failed(error) => {
+                self.state.api_answered();
                 tracing::warn!(error = %describe(&error), "leader lease request failed");
                 self.after_failure();
             }
@@ -414,6 +426,14 @@ impl Elector {
 }
 
 /// A Kubernetes error on one line (Lease requests carry no secret material).
+/// A transport error or a 5xx: the API server did not answer this request itself.
+fn unreachable(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code >= 500,
+        _ => true,
+    }
+}
+
 fn describe(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => {

@@ -331,6 +331,34 @@ async fn a_conflict_on_renew_makes_the_leader_step_down() {
     a.stop().await.expect("release");
 }
 
+/// Renewals that cannot reach the API server count towards its outage (logged once, with
+/// the other failures) instead of a warning every retry period, and one that goes through
+/// ends the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_renewals_report_an_unreachable_api_server_and_its_return() {
+    let server = TestApiServer::new();
+    let (client, cut) = partitionable_client(&server);
+    // Long deadline: the leader keeps its leadership through the short partition.
+    let a = Candidate::start(client, long("a"));
+    eventually("a leads", || async { a.is_leader() }).await;
+    assert!(a.state.api.is_reachable());
+    cut.store(true, Ordering::SeqCst);
+    eventually("renewals count as failures of the API server", || async {
+        a.state
+            .api
+            .outage()
+            .is_some_and(|(_, failures)| failures >= 3)
+    })
+    .await;
+    cut.store(false, Ordering::SeqCst);
+    eventually("a renewal ends the outage", || async {
+        a.state.api.is_reachable()
+    })
+    .await;
+    assert!(a.is_leader());
+    a.stop().await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_does_not_take_a_lease_that_another_holder_renews() {
     let server = TestApiServer::new();
