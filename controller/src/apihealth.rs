@@ -63,6 +63,15 @@ impl Burst {
     }
 }
 
+/// Whether a request's error means the API server was not reached: a transport error, or a
+/// 5xx (not a 4xx such as a 409 conflict or a 429, which an answering server sends).
+pub fn unreachable(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code >= 500,
+        _ => true,
+    }
+}
+
 /// What the controller knows about the API server's reachability.
 #[derive(Debug)]
 pub struct ApiHealth {

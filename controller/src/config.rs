@@ -16,7 +16,6 @@ use kseal_api::validation;
 use crate::env;
 use crate::renewal::{self, Renewal};
 
-/// Command-line arguments of `kseal-controller`.
 /// `--log-level`'s default: `info`, without the error line kube's client logs for each
 /// request that fails to reach the API server (its tracing layer's `on_failure`). A 60 s
 /// outage with 200 SealedSecrets waiting (`controller/tests/scenarios/apiserver-outage.sh`)
@@ -24,6 +23,7 @@ use crate::renewal::{self, Renewal};
 /// outage once, with counts.
 pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client::builder=off";
 
+/// Command-line arguments of `kseal-controller`.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "kseal-controller",

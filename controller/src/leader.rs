@@ -259,7 +259,7 @@ impl Elector {
             // with the other requests' failures ([`State::api_unreachable`]), not every
             // retry period; an answer it refused with (403, 409...) is the lease's own
             // problem and logged each time.
-            Attempt::Failed(error) if unreachable(&error) => {
+            Attempt::Failed(error) if crate::apihealth::unreachable(&error) => {
                 self.state
                     .api_unreachable("renewing the leader lease", &error);
                 self.after_failure();
@@ -426,14 +426,6 @@ impl Elector {
 }
 
 /// A Kubernetes error on one line (Lease requests carry no secret material).
-/// A transport error or a 5xx: the API server did not answer this request itself.
-fn unreachable(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => status.code >= 500,
-        _ => true,
-    }
-}
-
 fn describe(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => {

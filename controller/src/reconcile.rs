@@ -842,7 +842,7 @@ fn is_transient(error: &Error) -> bool {
 fn unreachable(error: &Error) -> bool {
     match error {
         Error::GetSecret(e) | Error::ApplySecret(e) | Error::Status(e) | Error::Kube(e) => {
-            api_code(e).is_none_or(|code| code >= 500)
+            crate::apihealth::unreachable(e)
         }
         _ => false,
     }

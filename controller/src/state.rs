@@ -247,7 +247,7 @@ impl State {
         let answered = match error {
             W::WatchError(_) => true,
             W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => {
-                matches!(e, kube::Error::Api(status) if status.code < 500)
+                !crate::apihealth::unreachable(e)
             }
             W::NoResourceVersion => true,
         };
