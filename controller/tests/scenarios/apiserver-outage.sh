@@ -26,12 +26,6 @@ BIN="${KSEAL_SCENARIO_BIN:-${ROOT}/target/debug}"
 K=("${KSEAL_REFAPI_KUBECTL}" --kubeconfig "${KSEAL_REFAPI_KUBECONFIG}")
 API_PIDFILE="${KSEAL_REFAPI_STATE}/pids/kube-apiserver.pid"
 WORK="$(mktemp -d)"
-CTRL=""
-cleanup() {
-  if [[ -n "${CTRL}" ]]; then kill "${CTRL}" 2>/dev/null || true; fi
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
 log() { echo "apiserver-outage: $*" >&2; }
 now() { date +%s.%N; }
 metric() { curl -s "127.0.0.1:18381/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
@@ -50,10 +44,8 @@ ok = all(base64.b64decode(data.get(f"s{i}", "")).decode() == f"{value}-{i}" for 
 sys.exit(0 if ok else 1)' "$1" "${N}"
 }
 
-KUBECONFIG="${KSEAL_REFAPI_KUBECONFIG}" RUST_LOG=info "${BIN}/kseal-controller" \
-  --controller-namespace kseal-ctrl --listen-addr 127.0.0.1:18380 \
-  --listen-metrics-addr 127.0.0.1:18381 >"${WORK}/controller.log" 2>&1 &
-CTRL=$!
+replica controller "${KSEAL_REFAPI_KUBECONFIG}" 18380
+CTRL="${PIDS[0]}"
 seal_all v1
 "${K[@]}" apply -f "${WORK}/sealed-v1.yaml" >/dev/null
 seal_all v2

@@ -2,6 +2,23 @@
 # Shared by the scenario scripts in this folder (sourced, not run). Expects K (the kubectl
 # command as an array), ROOT, BIN, WORK and N to be set.
 
+# Replicas started by `replica`, stopped (and resumed first, if frozen) on exit.
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# replica NAME KUBECONFIG PORT: a kseal-controller serving on PORT (metrics on PORT+1), its
+# log in WORK/NAME.log, its pid appended to PIDS.
+replica() {
+  POD_NAME="$1" KUBECONFIG="$2" "${BIN}/kseal-controller" \
+    --controller-namespace kseal-ctrl --listen-addr "127.0.0.1:$3" \
+    --listen-metrics-addr "127.0.0.1:$(($3 + 1))" >"${WORK}/$1.log" 2>&1 &
+  PIDS+=($!)
+}
+
 # setup_cluster: the CRD, the namespaces kseal-ctrl and app, and one active RSA-2048 key
 # Secret (its certificate in WORK/key/tls.crt).
 setup_cluster() {

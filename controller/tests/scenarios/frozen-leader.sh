@@ -24,23 +24,11 @@ AUDIT="${KSEAL_REFAPI_STATE}/logs/audit.log"
 [[ -f "${AUDIT}" ]] || { echo "no audit log: start refapi with KSEAL_REFAPI_AUDIT=1" >&2; exit 2; }
 K=("${KSEAL_REFAPI_KUBECTL}" --kubeconfig "${KSEAL_REFAPI_KUBECONFIG}")
 WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
 log() { echo "frozen-leader: $*" >&2; }
 
 # shellcheck source=controller/tests/scenarios/common.sh
 source "$(dirname "$0")/common.sh"
 setup_cluster
-replica() { # replica NAME KUBECONFIG PORT
-  POD_NAME="$1" KUBECONFIG="$2" RUST_LOG=info "${BIN}/kseal-controller" \
-    --controller-namespace kseal-ctrl --listen-addr "127.0.0.1:$3" \
-    --listen-metrics-addr "127.0.0.1:$(($3 + 1))" >"${WORK}/$1.log" 2>&1 &
-  PIDS+=($!)
-}
 holder() { "${K[@]}" -n kseal-ctrl get lease kseal-controller -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true; }
 
 replica a "${KSEAL_REFAPI_KUBECONFIG}" 18180
