@@ -37,7 +37,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser as _;
 use kseal_controller::config::{Args, KeySourceConfig, Namespaces};
 use kseal_controller::keys::KeyRequests;
-use kseal_controller::remote::{Mirror, SyncReport};
+use kseal_controller::keys::source::{Mirror, SyncReport};
 use kseal_controller::{Config, State};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 use kseal_keystore::{AwsOptions, Kid, Location, Ring};

@@ -17,7 +17,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kseal_controller::ratelimit::{Client, RateLimiter};
+use kseal_controller::net::Client;
+use kseal_controller::serve::ratelimit::RateLimiter;
 
 /// The controller's table size.
 const ENTRIES: usize = 65_536;

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use kseal_controller::State;
-use kseal_controller::http::{ApiOptions, serve_listeners};
+use kseal_controller::serve::http::{ApiOptions, serve_listeners};
 use kseal_keys::{CertificateOptions, KeyPair, KeyRing, KeySize, Scope};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;

@@ -14,7 +14,7 @@ use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 use kseal_api::validation;
 
 use crate::env;
-use crate::renewal::{self, Renewal};
+use crate::keys::renewal::{self, Renewal};
 
 /// `--log-level`'s default: `info`, without the error line kube's client logs for each
 /// request that fails to reach the API server (its tracing layer's `on_failure`). A 60 s
@@ -144,7 +144,7 @@ pub struct Args {
     /// MiB of encrypted values kept in memory for SealedSecrets waiting to be unsealed; past
     /// it, a waiting object is kept without them and read whole (one GET) when its turn
     /// comes. Bounds the memory of a cold start over many objects (docs/benchmarks.md)
-    #[arg(long, env = env::KSEAL_PENDING_VALUES_MIB, default_value_t = crate::sealedcache::DEFAULT_VALUE_BUDGET_MIB, value_parser = clap::value_parser!(u32).range(0..=65536))]
+    #[arg(long, env = env::KSEAL_PENDING_VALUES_MIB, default_value_t = crate::cache::sealed::DEFAULT_VALUE_BUDGET_MIB, value_parser = clap::value_parser!(u32).range(0..=65536))]
     pub pending_values_mib: u32,
     /// /v1/verify and /v1/rotate sustained requests per second
     #[arg(long, env = env::KSEAL_RATE_LIMIT, default_value_t = 2.0)]
@@ -284,7 +284,7 @@ pub struct Config {
     /// Sealed values one verify/rotate request may hold.
     pub max_request_items: usize,
     /// Proxies whose `X-Forwarded-For` entries the rate limiter believes.
-    pub trusted_proxies: crate::http::TrustedProxies,
+    pub trusted_proxies: crate::net::TrustedProxies,
     /// API server connections held at most.
     pub max_connections: usize,
     /// Connections one client holds at most on each server.
@@ -411,7 +411,7 @@ impl Config {
                 args.rate_limit, args.rate_limit_burst
             )));
         }
-        let trusted_proxies = crate::http::TrustedProxies::parse(&args.trusted_proxies)
+        let trusted_proxies = crate::net::TrustedProxies::parse(&args.trusted_proxies)
             .map_err(ConfigError::TrustedProxies)?;
         if args.header_read_timeout.is_zero() {
             return Err(ConfigError::HeaderReadTimeout);
@@ -419,17 +419,17 @@ impl Config {
         // Leave room under the open-file limit (raised to the hard limit at startup) for the
         // Kubernetes client, the other listener and the connections over the cap that are
         // accepted only to be closed.
-        let nofile = crate::conn::nofile_limit();
+        let nofile = crate::host::nofile_limit();
         let cap = |flag: Option<u32>, preferred, divisor| {
             flag.map_or_else(
-                || crate::conn::default_cap(preferred, nofile, divisor),
+                || crate::serve::conn::default_cap(preferred, nofile, divisor),
                 |n| n as usize,
             )
         };
-        let max_connections = cap(args.max_connections, crate::conn::MAX_CONNECTIONS, 4);
+        let max_connections = cap(args.max_connections, crate::serve::conn::MAX_CONNECTIONS, 4);
         let metrics_max_connections = cap(
             args.metrics_max_connections,
-            crate::conn::METRICS_MAX_CONNECTIONS,
+            crate::serve::conn::METRICS_MAX_CONNECTIONS,
             16,
         );
         let controller_namespace = args
@@ -559,7 +559,7 @@ impl Config {
             drift_correction: args.drift_correction && !args.skip_recreate,
             resync_period: (!args.resync_period.is_zero()).then_some(args.resync_period),
             concurrency: args.concurrency,
-            async_threads: async_threads(args.async_threads, cpus()),
+            async_threads: async_threads(args.async_threads, crate::host::cpus()),
             pending_value_bytes: usize::try_from(args.pending_values_mib)
                 .unwrap_or(usize::MAX)
                 .saturating_mul(1024 * 1024),
@@ -677,11 +677,6 @@ pub fn parse_cutoff_time(text: &str) -> Option<SystemTime> {
         .parse_timestamp(text.trim())
         .ok()
         .map(SystemTime::from)
-}
-
-/// CPUs this process may use (the cgroup quota included), at least 1.
-pub(crate) fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// The async worker threads for `--async-threads` (`flag`) on `cpus` CPUs: the flag when
@@ -816,7 +811,10 @@ mod tests {
         assert!(c.update_status && c.accept_deprecated_v1_data && c.drift_correction);
         assert!(!c.generate_key_if_missing);
         assert_eq!(c.rate_limit, (2.0, 2));
-        assert_eq!(c.max_request_items, crate::http::DEFAULT_MAX_REQUEST_ITEMS);
+        assert_eq!(
+            c.max_request_items,
+            crate::serve::http::DEFAULT_MAX_REQUEST_ITEMS
+        );
         assert_eq!(c.leader_election_lease.as_deref(), Some("kseal-controller"));
     }
 
@@ -1179,11 +1177,14 @@ mod tests {
     #[test]
     fn connection_limits_default_under_the_open_file_limit_and_are_validated() {
         let c = Config::from_args(args(&[]), None).unwrap();
-        let nofile = crate::conn::nofile_limit();
-        assert_eq!(c.max_connections, crate::conn::default_cap(512, nofile, 4));
+        let nofile = crate::host::nofile_limit();
+        assert_eq!(
+            c.max_connections,
+            crate::serve::conn::default_cap(512, nofile, 4)
+        );
         assert_eq!(
             c.metrics_max_connections,
-            crate::conn::default_cap(64, nofile, 16)
+            crate::serve::conn::default_cap(64, nofile, 16)
         );
         assert!(c.max_connections <= 512 && c.metrics_max_connections <= 64);
         assert_eq!(c.max_connections_per_client, 32);

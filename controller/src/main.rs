@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser as _;
+use kseal_controller::cluster::leader::{self, LeaderConfig};
 use kseal_controller::config::{Args, LogFormat};
 use kseal_controller::keys::{self, KeyRequests};
-use kseal_controller::leader::{self, LeaderConfig};
-use kseal_controller::{Config, State, http};
+use kseal_controller::serve::http;
+use kseal_controller::{Config, State};
 use tokio::sync::watch;
 
 /// The service account's namespace, mounted into every pod.
@@ -18,7 +19,7 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 fn main() -> ExitCode {
     let args = Args::parse();
     // Before the configuration: the default connection caps follow the raised limit.
-    let nofile = kseal_controller::conn::raise_nofile_limit();
+    let nofile = kseal_controller::host::raise_nofile_limit();
     let (log_level, log_format) = (args.log_level.clone(), args.log_format);
     let default_namespace = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
         .ok()
@@ -48,7 +49,7 @@ fn main() -> ExitCode {
         ),
         Err(e) => tracing::warn!(
             error = %e,
-            limit = limit(kseal_controller::conn::nofile_limit()),
+            limit = limit(kseal_controller::host::nofile_limit()),
             "cannot raise the open-file limit (RLIMIT_NOFILE); the connection caps follow the current one"
         ),
     }
@@ -112,7 +113,7 @@ async fn signalled() -> anyhow::Result<()> {
 #[cfg(unix)]
 fn forward_sigusr1(
     requester: keys::KeyRequester,
-    refresh: Option<kseal_controller::remote::Refresh>,
+    refresh: Option<kseal_controller::keys::source::Refresh>,
 ) {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::user_defined1()) {

@@ -219,7 +219,7 @@ pub struct KeyErrorLabels {
 /// Labels of the key generation counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KeyGenerationLabels {
-    /// [`crate::renewal::Reason::as_str`]: `missing`, `cutoff`, `period` or `requested`.
+    /// [`crate::keys::renewal::Reason::as_str`]: `missing`, `cutoff`, `period` or `requested`.
     pub reason: String,
 }
 
@@ -601,7 +601,7 @@ impl Metrics {
     }
 
     /// Counts a key generated and stored for `reason`.
-    pub fn count_generated_key(&self, reason: crate::renewal::Reason) {
+    pub fn count_generated_key(&self, reason: crate::keys::renewal::Reason) {
         self.keys_generated
             .get_or_create(&KeyGenerationLabels {
                 reason: reason.as_str().to_owned(),
@@ -668,7 +668,7 @@ mod tests {
     fn bitnami_metric_names_are_exported() {
         let m = Metrics::new();
         m.unseal_requests.inc();
-        m.count_generated_key(crate::renewal::Reason::Period);
+        m.count_generated_key(crate::keys::renewal::Reason::Period);
         m.count_error(&crate::Error::NoKeys, "prod");
         m.http_requests
             .get_or_create(&HttpLabels {

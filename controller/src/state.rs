@@ -208,15 +208,15 @@ pub struct State {
     pub readiness: Arc<Readiness>,
     /// Whether this replica holds the leader Lease (always, without election), as an event
     /// and as the fence of every write.
-    pub leadership: crate::leadership::Leadership,
+    pub leadership: crate::cluster::leadership::Leadership,
     /// Asks the key-source loop to check the ring now.
     pub refresh: crate::signals::Refresh,
     /// With a key source: the ring view the sealing key is chosen from.
-    pub ring_view: crate::ringview::RingViews,
+    pub ring_view: crate::keys::ringview::RingViews,
     /// RSA slots, shared by the reconciler (first) and the HTTP API.
-    pub rsa: Arc<crate::rsapool::RsaPool>,
+    pub rsa: Arc<crate::serve::rsapool::RsaPool>,
     /// Whether the API server answers.
-    pub api: Arc<crate::apihealth::ApiHealth>,
+    pub api: Arc<crate::cluster::apihealth::ApiHealth>,
 }
 
 impl State {
@@ -226,11 +226,11 @@ impl State {
             keys: Keys::new(),
             metrics: Arc::new(Metrics::new()),
             readiness: Arc::new(Readiness::default()),
-            leadership: crate::leadership::Leadership::new(),
+            leadership: crate::cluster::leadership::Leadership::new(),
             refresh: crate::signals::Refresh::default(),
-            ring_view: crate::ringview::RingViews::new(),
-            rsa: crate::rsapool::RsaPool::new(crate::rsapool::DEFAULT_SLOTS),
-            api: Arc::new(crate::apihealth::ApiHealth::default()),
+            ring_view: crate::keys::ringview::RingViews::new(),
+            rsa: crate::serve::rsapool::RsaPool::new(crate::serve::rsapool::DEFAULT_SLOTS),
+            api: Arc::new(crate::cluster::apihealth::ApiHealth::default()),
         }
     }
 
@@ -247,7 +247,7 @@ impl State {
         let answered = match error {
             W::WatchError(_) => true,
             W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => {
-                !crate::apihealth::unreachable(e)
+                !crate::cluster::apihealth::unreachable(e)
             }
             W::NoResourceVersion => true,
         };
@@ -262,7 +262,7 @@ impl State {
     /// A request could not reach the API server while doing `what`: one warn line when it
     /// was reachable until now, then one per burst with the count of the others.
     pub fn api_unreachable(&self, what: &'static str, error: &(dyn std::error::Error + 'static)) {
-        use crate::apihealth::Failure;
+        use crate::cluster::apihealth::Failure;
         self.metrics.api_server_reachable.set(0);
         let error = crate::error_chain(error);
         match self.api.failed() {

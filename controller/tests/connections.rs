@@ -142,8 +142,8 @@ fn logged_addr(log: &str, key: &str) -> Option<SocketAddr> {
 async fn idle_and_slow_clients_cannot_make_the_api_unanswerable() {
     // This process holds the hostile connections: raise its own open-file limit, and use
     // fewer connections if the hard limit is low.
-    let _ = kseal_controller::conn::raise_nofile_limit();
-    let hostile_count = match kseal_controller::conn::nofile_limit() {
+    let _ = kseal_controller::host::raise_nofile_limit();
+    let hostile_count = match kseal_controller::host::nofile_limit() {
         Some(limit) if limit < HOSTILE as u64 + 300 => {
             let n = usize::try_from(limit.saturating_sub(300))
                 .unwrap()
@@ -377,7 +377,7 @@ async fn flood(log_path: &std::path::Path, hostile_count: usize) -> anyhow::Resu
 /// request answer `503` at once, while `/healthz` still answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_requests_leave_room_for_the_probes() {
-    use kseal_controller::http::{ApiOptions, serve_listeners};
+    use kseal_controller::serve::http::{ApiOptions, serve_listeners};
     let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = api.local_addr().unwrap();

@@ -191,13 +191,13 @@ impl Direct {
     }
 
     async fn reconcile(&self, ss: SealedSecret) -> Action {
-        let cached = kseal_controller::sealedcache::CachedSealed::new(ss).unwrap();
+        let cached = kseal_controller::cache::sealed::CachedSealed::new(ss).unwrap();
         self.reconcile_cached(cached).await
     }
 
     async fn reconcile_cached(
         &self,
-        cached: kseal_controller::sealedcache::CachedSealed,
+        cached: kseal_controller::cache::sealed::CachedSealed,
     ) -> Action {
         kseal_controller::reconcile::reconcile(std::sync::Arc::new(cached), self.ctx.clone())
             .await
@@ -456,7 +456,7 @@ async fn a_synced_object_cached_without_its_values_recreates_its_secret_from_a_w
     let (counting, ss_reads) = counting_client(&server, "s");
     let direct = Direct::new(&cluster, counting, state);
     // Not synced yet: kept whole, unsealed without a read.
-    let whole = kseal_controller::sealedcache::CachedSealed::new(ss).unwrap();
+    let whole = kseal_controller::cache::sealed::CachedSealed::new(ss).unwrap();
     assert!(whole.stripped_digest().is_none());
     direct.reconcile_cached(whole).await;
     wait_synced(&client, &app, "s", "True", "Unsealed").await;
@@ -470,7 +470,7 @@ async fn a_synced_object_cached_without_its_values_recreates_its_secret_from_a_w
         .get("s")
         .await
         .unwrap();
-    let stripped = kseal_controller::sealedcache::CachedSealed::new(synced).unwrap();
+    let stripped = kseal_controller::cache::sealed::CachedSealed::new(synced).unwrap();
     assert!(stripped.stripped_digest().is_some());
     let kept = stripped.sealed().unwrap();
     assert_eq!(

@@ -14,9 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kseal_api::constants::{CLUSTER_WIDE_ANNOTATION, SEALING_KEY_ANNOTATION};
 use kseal_api::{SealOptions, SealedSecret, seal_secret};
 use kseal_controller::State;
-use kseal_controller::http::{
-    ApiOptions, TrustedProxies, api_router, metrics_router, serve_listeners,
-};
+use kseal_controller::net::TrustedProxies;
+use kseal_controller::serve::http::{ApiOptions, api_router, metrics_router, serve_listeners};
 use kseal_keys::{CertificateOptions, KeyPair, KeyRing, KeySize, Scope};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
@@ -1287,7 +1286,7 @@ async fn a_full_http_share_of_the_rsa_pool_answers_503_with_retry_after_at_once(
     let shape = state.rsa.shape();
     let held: Vec<_> = (0..shape.http_jobs)
         .map(|i| {
-            let client = kseal_controller::ratelimit::Client::V4(std::net::Ipv4Addr::new(
+            let client = kseal_controller::net::Client::V4(std::net::Ipv4Addr::new(
                 198,
                 51,
                 100,

@@ -14,7 +14,7 @@ use common::*;
 use k8s_openapi::api::core::v1::Secret;
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 use kseal_controller::config::KeySourceConfig;
-use kseal_controller::remote::{
+use kseal_controller::keys::source::{
     ACTIVE_ANNOTATION, KID_ANNOTATION, MIRROR_LABEL, MISSING_SINCE_ANNOTATION, Mirror,
     mirror_name_prefix,
 };
@@ -621,9 +621,9 @@ async fn a_missing_ring_is_reported_as_not_found_with_the_fix() {
 
 async fn call(state: &State, method: &str, path: &str) -> (http::StatusCode, String) {
     use http_body_util::BodyExt as _;
-    let router = kseal_controller::http::api_router(
+    let router = kseal_controller::serve::http::api_router(
         state.clone(),
-        kseal_controller::http::ApiOptions::default(),
+        kseal_controller::serve::http::ApiOptions::default(),
     );
     let request = http::Request::builder()
         .method(method)
@@ -927,7 +927,7 @@ async fn a_forged_mirror_opens_but_never_seals(client: Client) {
         key(1),
         &[
             (ACTIVE_ANNOTATION, "true"),
-            (kseal_controller::remote::RING_ANNOTATION, ring_name),
+            (kseal_controller::keys::source::RING_ANNOTATION, ring_name),
             (KID_ANNOTATION, kid(key(1)).as_str()),
         ],
     )
@@ -1178,7 +1178,7 @@ async fn squatted_mirror_names_cost_a_warning_never_the_key(client: Client) {
         key(1),
         &[
             (
-                kseal_controller::remote::RING_ANNOTATION,
+                kseal_controller::keys::source::RING_ANNOTATION,
                 kseal_keystore::DEFAULT_RING,
             ),
             (KID_ANNOTATION, kid(key(0)).as_str()),
@@ -1260,7 +1260,7 @@ async fn a_secret_whose_kid_was_never_in_the_ring_is_never_retired(client: Clien
         "kseal-ring-handmade",
         key(1),
         &[
-            (kseal_controller::remote::RING_ANNOTATION, ring_name),
+            (kseal_controller::keys::source::RING_ANNOTATION, ring_name),
             (KID_ANNOTATION, kid(key(1)).as_str()),
         ],
     )
@@ -1271,7 +1271,7 @@ async fn a_secret_whose_kid_was_never_in_the_ring_is_never_retired(client: Clien
         "kseal-ring-marked",
         key(2),
         &[
-            (kseal_controller::remote::RING_ANNOTATION, ring_name),
+            (kseal_controller::keys::source::RING_ANNOTATION, ring_name),
             (KID_ANNOTATION, kid(key(2)).as_str()),
             (MISSING_SINCE_ANNOTATION, long_ago),
         ],
@@ -1572,7 +1572,7 @@ async fn a_planted_ring_state_secret_never_chooses_a_followers_sealing_key() {
             labels: Some([("kseal.dev/ring-state".to_owned(), "true".to_owned())].into()),
             annotations: Some(
                 [(
-                    kseal_controller::remote::RING_ANNOTATION.to_owned(),
+                    kseal_controller::keys::source::RING_ANNOTATION.to_owned(),
                     ring.name().to_owned(),
                 )]
                 .into(),
@@ -1599,7 +1599,7 @@ async fn a_planted_ring_state_secret_never_chooses_a_followers_sealing_key() {
         "kseal-ring-planted",
         evil,
         &[
-            (kseal_controller::remote::RING_ANNOTATION, ring.name()),
+            (kseal_controller::keys::source::RING_ANNOTATION, ring.name()),
             (KID_ANNOTATION, kid(evil).as_str()),
             (ACTIVE_ANNOTATION, "true"),
         ],

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kseal_controller::State;
-use kseal_controller::leader::{self, LeaderConfig};
+use kseal_controller::cluster::leader::{self, LeaderConfig};
 use kseal_testkit::{FaultRule, TestApiServer};
 use kube::Api;
 use tokio::sync::oneshot;

@@ -86,7 +86,7 @@ async fn past_the_value_budget_waiting_objects_are_read_whole(
             )),
         );
     }
-    assert_eq!(kseal_controller::sealedcache::value_budget_held(), 0);
+    assert_eq!(kseal_controller::cache::sealed::value_budget_held(), 0);
 
     // One created while it runs: past the budget too, the same way.
     server.clear_requests();
@@ -102,7 +102,7 @@ async fn past_the_value_budget_waiting_objects_are_read_whole(
 
     // With room, a new object is unsealed from the cache, without a read, and the budget it
     // held is given back once it is synced (its cached entry is kept without values).
-    kseal_controller::sealedcache::set_value_budget(1 << 20);
+    kseal_controller::cache::sealed::set_value_budget(1 << 20);
     server.clear_requests();
     create_ss(&client, &seal(&secret(&ns, "e", &[("v", "5")]), key(0))).await;
     wait_secret(&client, &ns, "e", "unsealed", |s| {
@@ -115,7 +115,7 @@ async fn past_the_value_budget_waiting_objects_are_read_whole(
         assert!(paths.is_empty(), "no read within the budget: {paths:?}");
     }
     kseal_testkit::scenarios::eventually("budget given back", DEADLINE, || async {
-        Ok((kseal_controller::sealedcache::value_budget_held() == 0).then_some(()))
+        Ok((kseal_controller::cache::sealed::value_budget_held() == 0).then_some(()))
     })
     .await
     .unwrap();

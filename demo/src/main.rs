@@ -26,7 +26,7 @@ use clap::Parser as _;
 use k8s_openapi::api::core::v1::Secret;
 use kseal_api::SealedSecret;
 use kseal_api::constants::SEALING_KEY_ANNOTATION;
-use kseal_controller::remote::{ACTIVE_ANNOTATION, KID_ANNOTATION};
+use kseal_controller::keys::source::{ACTIVE_ANNOTATION, KID_ANNOTATION};
 use kseal_keystore::{AwsOptions, Index, Location, Ring};
 use kube::ResourceExt as _;
 

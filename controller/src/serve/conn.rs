@@ -51,8 +51,8 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tower::ServiceExt as _;
 
-use crate::http::PeerAddr;
 use crate::metrics::{ConnectionDropLabels, ListenerLabels, Metrics};
+use crate::net::{Client, PeerAddr};
 
 /// Default `--max-connections`, lowered to a quarter of the open-file limit.
 pub const MAX_CONNECTIONS: usize = 512;
@@ -88,45 +88,6 @@ impl Limits {
     }
 }
 
-/// The soft open-file limit (`RLIMIT_NOFILE`) of this process, `None` when unlimited or
-/// unknown.
-pub fn nofile_limit() -> Option<u64> {
-    #[cfg(unix)]
-    {
-        rustix::process::getrlimit(rustix::process::Resource::Nofile).current
-    }
-    #[cfg(not(unix))]
-    {
-        None
-    }
-}
-
-/// Raises the soft open-file limit to the hard limit; returns the limits before and after
-/// (`None`: unlimited). Containers often start with a soft limit of 1 024, far below what a
-/// server that holds hundreds of connections needs.
-pub fn raise_nofile_limit() -> std::io::Result<(Option<u64>, Option<u64>)> {
-    #[cfg(unix)]
-    {
-        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-        let old = getrlimit(Resource::Nofile);
-        if old.current == old.maximum {
-            return Ok((old.current, old.current));
-        }
-        setrlimit(
-            Resource::Nofile,
-            Rlimit {
-                current: old.maximum,
-                maximum: old.maximum,
-            },
-        )?;
-        Ok((old.current, getrlimit(Resource::Nofile).current))
-    }
-    #[cfg(not(unix))]
-    {
-        Ok((None, None))
-    }
-}
-
 /// `preferred`, lowered to `limit / divisor` (at least 1) under an open-file limit.
 pub fn default_cap(preferred: usize, limit: Option<u64>, divisor: u64) -> usize {
     match limit {
@@ -135,32 +96,6 @@ pub fn default_cap(preferred: usize, limit: Option<u64>, divisor: u64) -> usize 
             preferred.min(cap).max(1)
         }
         None => preferred,
-    }
-}
-
-/// Who a connection counts against: an IPv4 address, or an IPv6 /64.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ClientKey(IpAddr);
-
-impl ClientKey {
-    /// The client `ip` belongs to; an IPv4-mapped IPv6 address is its IPv4 address.
-    pub fn of(ip: IpAddr) -> Self {
-        match ip.to_canonical() {
-            IpAddr::V4(v4) => Self(IpAddr::V4(v4)),
-            IpAddr::V6(v6) => {
-                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-                Self(IpAddr::V6(prefix.into()))
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for ClientKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            IpAddr::V4(v4) => write!(f, "{v4}"),
-            IpAddr::V6(v6) => write!(f, "{v6}/64"),
-        }
     }
 }
 
@@ -198,7 +133,7 @@ pub struct Tracker {
 struct Inner {
     next_id: u64,
     connections: HashMap<u64, Entry>,
-    clients: HashMap<ClientKey, usize>,
+    clients: HashMap<Client, usize>,
     /// The connections that may be evicted, in eviction order: those waiting for a request
     /// head (rank 0), then those serving only probes (rank 1), each oldest first. A
     /// connection serving a non-probe request is not here.
@@ -209,7 +144,7 @@ struct Inner {
 
 #[derive(Debug)]
 struct Entry {
-    client: ClientKey,
+    client: Client,
     /// Non-probe requests in flight.
     general: usize,
     /// Probe requests in flight.
@@ -273,7 +208,7 @@ impl Tracker {
     /// Admits a connection from `ip`, evicting the connection that has waited longest for a
     /// request head when the listener is full.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
-        let client = ClientKey::of(ip);
+        let client = Client::from_ip(ip);
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.clients.get(&client).copied().unwrap_or(0) >= self.limits.max_per_client {
@@ -336,7 +271,7 @@ impl Tracker {
         })
     }
 
-    fn refused(&self, reason: Refused, client: ClientKey) {
+    fn refused(&self, reason: Refused, client: Client) {
         self.count_drop(reason.label());
         let mut log = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
         log.unlogged += 1;
@@ -817,26 +752,32 @@ mod tests {
 
     #[test]
     fn ipv4_clients_are_addresses_and_ipv6_clients_are_slash_64s() {
-        assert_eq!(ClientKey::of(ip("10.0.0.1")), ClientKey::of(ip("10.0.0.1")));
-        assert_ne!(ClientKey::of(ip("10.0.0.1")), ClientKey::of(ip("10.0.0.2")));
         assert_eq!(
-            ClientKey::of(ip("2001:db8:1:2::1")),
-            ClientKey::of(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"))
+            Client::from_ip(ip("10.0.0.1")),
+            Client::from_ip(ip("10.0.0.1"))
         );
         assert_ne!(
-            ClientKey::of(ip("2001:db8:1:2::1")),
-            ClientKey::of(ip("2001:db8:1:3::1"))
+            Client::from_ip(ip("10.0.0.1")),
+            Client::from_ip(ip("10.0.0.2"))
         );
         assert_eq!(
-            ClientKey::of(ip("::ffff:192.0.2.7")),
-            ClientKey::of(ip("192.0.2.7"))
+            Client::from_ip(ip("2001:db8:1:2::1")),
+            Client::from_ip(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"))
+        );
+        assert_ne!(
+            Client::from_ip(ip("2001:db8:1:2::1")),
+            Client::from_ip(ip("2001:db8:1:3::1"))
         );
         assert_eq!(
-            ClientKey::of(ip("2001:db8:1:2::1")).to_string(),
+            Client::from_ip(ip("::ffff:192.0.2.7")),
+            Client::from_ip(ip("192.0.2.7"))
+        );
+        assert_eq!(
+            Client::from_ip(ip("2001:db8:1:2::1")).to_string(),
             "2001:db8:1:2::/64"
         );
         assert_eq!(
-            ClientKey::of(ip("::ffff:192.0.2.7")).to_string(),
+            Client::from_ip(ip("::ffff:192.0.2.7")).to_string(),
             "192.0.2.7"
         );
     }

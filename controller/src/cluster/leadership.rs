@@ -1,6 +1,6 @@
 //! Leadership as an event, and the fence every write goes through.
 //!
-//! [`leader`](crate::leader) publishes; everything else subscribes or checks:
+//! [`leader`](crate::cluster::leader) publishes; everything else subscribes or checks:
 //! - [`Leadership::subscribe`] yields a [`Term`] each time this replica starts or stops
 //!   leading (the key-source loop reads the ring the moment it leads; the reconciler
 //!   reconciles everything), never on a plain renewal;

@@ -3,10 +3,10 @@
 //! A keyed GCRA limiter (a token bucket without a refill task): each key may spend `burst`
 //! units at once and `rate` per second sustained. A request is admitted while its key is not
 //! in debt; what it then costs (one unit per request, plus its RSA work: see
-//! [`crate::http`]) is charged afterwards, so one expensive request puts its client in debt
+//! [`crate::serve::http`]) is charged afterwards, so one expensive request puts its client in debt
 //! and its next requests wait.
 //!
-//! Clients are [`Client`]s: an IPv4 address, or an IPv6 /64 (one subnet hands a host
+//! Clients are [`Client`]s ([`crate::net`]): an IPv4 address, or an IPv6 /64 (one subnet hands a host
 //! billions of addresses, so they share one bucket). The table is bounded: it is split into
 //! shards, each a hash map plus an ordered index by theoretical arrival time, so a new client
 //! in a full shard evicts the entry closest to a full bucket in O(log n), under that shard's
@@ -14,45 +14,12 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Shards of the table at most (fewer for tiny tables, so the bound stays exact).
 const SHARDS: usize = 16;
-
-/// Whom a request is counted against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Client {
-    /// An IPv4 client (IPv4-mapped IPv6 addresses included).
-    V4(Ipv4Addr),
-    /// An IPv6 client's /64: the first 64 bits of its address.
-    V6Net(u64),
-    /// No connection information.
-    Unknown,
-}
-
-impl Client {
-    /// The client `ip` belongs to: itself for IPv4 (or IPv4-mapped IPv6), its /64 for IPv6.
-    pub fn from_ip(ip: IpAddr) -> Self {
-        match ip.to_canonical() {
-            IpAddr::V4(v4) => Self::V4(v4),
-            IpAddr::V6(v6) => Self::V6Net((u128::from(v6) >> 64) as u64),
-        }
-    }
-}
-
-impl fmt::Display for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::V4(ip) => write!(f, "{ip}"),
-            Self::V6Net(net) => write!(f, "{}/64", Ipv6Addr::from(u128::from(*net) << 64)),
-            Self::Unknown => f.write_str("unknown"),
-        }
-    }
-}
 
 /// One shard: each key's theoretical arrival time (TAT), and the keys ordered by it.
 #[derive(Debug)]
@@ -190,6 +157,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::Client;
 
     #[test]
     fn gcra_admits_the_burst_then_spaces_requests() {

@@ -25,7 +25,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::sealedcache::CachedSealed;
+use crate::cache::sealed::CachedSealed;
 
 /// An object handed to the scheduler that neither started nor was reported gone within this
 /// long no longer counts against the bound.

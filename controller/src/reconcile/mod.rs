@@ -14,7 +14,7 @@
 //!   a dictionary lookup away). When the digest matches and the MAC verifies, the reconcile
 //!   ends without unsealing: a restart costs no RSA operation, no write, no event and no
 //!   request per object (the Secret watch's list is checked against the MACs as it arrives;
-//!   see [`crate::secretcache`]; a reconcile right after start waits up to 30 s for that first
+//!   see [`crate::cache::secret`]; a reconcile right after start waits up to 30 s for that first
 //!   list). A MAC that does not verify means the data was edited (drift): with
 //!   drift correction on, the Secret is unsealed again and rewritten.
 //! - **Where the MAC key comes from.** It is derived (HKDF-SHA256) from the DER of a private
@@ -58,7 +58,7 @@
 //!   reconcile everything. A key missing from a loaded ring fails as before, with its reason.
 //! - Only the leader writes; other replicas requeue without touching anything. Each write
 //!   (Secret create or replace, status patch, Event) first checks the fence taken when the
-//!   reconcile began ([`crate::leadership::Fence`]): once the leadership ended, changed term
+//!   reconcile began ([`crate::cluster::leadership::Fence`]): once the leadership ended, changed term
 //!   or outlived its local lease deadline (a frozen or partitioned leader), the write is
 //!   refused (`kseal_fenced_writes_total{write}`) and the reconcile ends without touching the
 //!   object's status, warnings or backoff.
@@ -66,6 +66,10 @@
 //!   when the object has a newer generation (its own reconcile follows) and never lowers
 //!   `observedGeneration`; a status found behind its generation (a deposed leader's late
 //!   write) triggers a reconcile, which repairs it.
+
+pub mod admission;
+pub mod affinity;
+pub mod writes;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -93,17 +97,16 @@ use tokio::sync::watch;
 use tracing::instrument;
 use zeroize::Zeroizing;
 
-use crate::admission::Admission;
+use crate::cache::sealed::CachedSealed;
+use crate::cache::secret::{CachedSecret, Lookup, MacVerdict, SecretCache, WatchedSecret};
+use crate::cluster::leadership::Fence;
 use crate::config::{Config, Namespaces};
 use crate::formats::{self, MacVersion};
-use crate::keylayout::REPORTER;
-use crate::leadership::Fence;
+use crate::keys::layout::REPORTER;
 use crate::metrics::OutcomeLabels;
-use crate::sealedcache::CachedSealed;
-use crate::secretcache::{CachedSecret, Lookup, MacVerdict, SecretCache, WatchedSecret};
+use crate::reconcile::admission::Admission;
 use crate::state::State;
 use crate::timing::{WatchBackoff, jitter};
-use crate::writes;
 use crate::{Error, Result};
 
 /// A SealedSecret's key in per-object maps and in the controller's queue.
@@ -323,16 +326,16 @@ pub struct Context {
     reporter: Reporter,
     mac_keys: Mutex<MacKeys>,
     /// Transient reconcile failures, logged once per burst.
-    transient_failures: crate::apihealth::Burst,
+    transient_failures: crate::cluster::apihealth::Burst,
     /// The leadership epoch whose first fenced write was logged (see [`fenced`]).
     fenced_logged: std::sync::atomic::AtomicU64,
     objects: Arc<Mutex<Objects>>,
     /// Bounds RSA work to `--concurrency` unseals at a time across every watched namespace
     /// (each namespace runs its own controller); shared with the HTTP API, which it goes
     /// before.
-    rsa_slots: Arc<crate::rsapool::RsaPool>,
+    rsa_slots: Arc<crate::serve::rsapool::RsaPool>,
     /// Keys that opened unhinted values lately, tried first for the next ones.
-    affinity: crate::affinity::Affinity,
+    affinity: crate::reconcile::affinity::Affinity,
     /// Secrets as the Secret watches last delivered them, without data.
     secrets: SecretCache,
     /// SealedSecret triggers waiting for room in kube-runtime's scheduler.
@@ -368,10 +371,10 @@ impl Context {
             reporter,
             mac_keys: Mutex::default(),
             fenced_logged: std::sync::atomic::AtomicU64::new(u64::MAX),
-            transient_failures: crate::apihealth::Burst::default(),
+            transient_failures: crate::cluster::apihealth::Burst::default(),
             objects,
             rsa_slots,
-            affinity: crate::affinity::Affinity::default(),
+            affinity: crate::reconcile::affinity::Affinity::default(),
             secrets: SecretCache::default(),
             admission: Arc::new(Admission::new(admitted)),
         }
@@ -550,7 +553,7 @@ fn in_sync(
 enum MacCheck<'a> {
     /// Computed here over the Secret's data (a Secret read with a GET).
     Data,
-    /// Decided when the watch delivered the Secret ([`crate::secretcache`]): it holds for a
+    /// Decided when the watch delivered the Secret ([`crate::cache::secret`]): it holds for a
     /// Secret written whole (not `patch`) while the ring still holds the key it names (the
     /// MAC key is derived from that key alone).
     Cached(&'a MacVerdict),
@@ -577,7 +580,7 @@ impl MacCheck<'_> {
 }
 
 /// The data-MAC verdict over every item of a Secret the watch delivered (before its data is
-/// wiped; see [`crate::secretcache`]).
+/// wiped; see [`crate::cache::secret`]).
 fn mac_verdict(ctx: &Context, secret: &Secret) -> MacVerdict {
     let meta = &secret.metadata;
     if is_true(meta, PATCH_ANNOTATION) {
@@ -842,7 +845,7 @@ fn is_transient(error: &Error) -> bool {
 fn unreachable(error: &Error) -> bool {
     match error {
         Error::GetSecret(e) | Error::ApplySecret(e) | Error::Status(e) | Error::Kube(e) => {
-            crate::apihealth::unreachable(e)
+            crate::cluster::apihealth::unreachable(e)
         }
         _ => false,
     }
@@ -1471,7 +1474,11 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
 /// A write refused by the fence: counted, logged, and the reconcile ends without touching
 /// the object's memory (status, backoff, warnings). Gaining leadership again reconciles
 /// everything.
-fn fenced(ctx: &Context, write: &'static str, reason: crate::leadership::Fenced) -> Action {
+fn fenced(
+    ctx: &Context,
+    write: &'static str,
+    reason: crate::cluster::leadership::Fenced,
+) -> Action {
     // One line per term (the first refusal), the rest at debug: a deposed leader may hold
     // thousands of reconciles.
     let epoch = ctx.state.leadership.term().epoch;
@@ -1568,9 +1575,9 @@ fn secret_trigger(ctx: &Context, meta: &kube::api::ObjectMeta, deleted: bool) ->
 
 /// SealedSecrets to reconcile from their watch, which also fills the store (`writer`): every
 /// object of a (re-)list, since changes may have been missed while the watch was down, then
-/// only updates that change [`relevant_fields`](crate::sealedcache::relevant_fields) (like
+/// only updates that change [`relevant_fields`](crate::cache::sealed::relevant_fields) (like
 /// Bitnami, our own status writes do not trigger a reconcile), or that turn the status
-/// [behind](crate::sealedcache::status_behind) the generation. An update is compared with
+/// [behind](crate::cache::sealed::status_behind) the generation. An update is compared with
 /// the store's entry before the update is applied to it.
 fn sealed_triggers(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<CachedSealed>>> + Send + 'static,
@@ -1809,7 +1816,7 @@ pub async fn run(
     state: State,
     shutdown: watch::Receiver<bool>,
 ) {
-    crate::sealedcache::set_value_budget(config.pending_value_bytes);
+    crate::cache::sealed::set_value_budget(config.pending_value_bytes);
     let ctx = Arc::new(Context::new(client.clone(), config.clone(), state.clone()));
     let scopes: Vec<Option<String>> = match &config.namespaces {
         Namespaces::All => vec![None],

@@ -46,7 +46,7 @@ pub enum MacVerdict {
 
 /// A Secret as the Secret watch reads it: whole, data included (checked against its MAC as it
 /// arrives, then wiped: [`CachedSecret::new`]), but without `managedFields`, which serde skips
-/// without building ([`crate::wire`]). Otherwise read as `Secret`'s own parser reads it: every
+/// without building ([`crate::cache::wire`]). Otherwise read as `Secret`'s own parser reads it: every
 /// field may be absent, and an `apiVersion` or `kind` that is there must be `v1` `Secret`.
 #[derive(Clone)]
 pub struct WatchedSecret(pub Secret);
@@ -108,7 +108,7 @@ impl<'de> serde::Deserialize<'de> for WatchedSecret {
             #[serde(default)]
             immutable: Option<bool>,
             #[serde(default)]
-            metadata: Option<crate::wire::WireMeta>,
+            metadata: Option<crate::cache::wire::WireMeta>,
             #[serde(default)]
             string_data: Option<BTreeMap<String, String>>,
             #[serde(default, rename = "type")]
@@ -120,7 +120,7 @@ impl<'de> serde::Deserialize<'de> for WatchedSecret {
             immutable: wire.immutable,
             metadata: wire
                 .metadata
-                .map(crate::wire::WireMeta::into_meta)
+                .map(crate::cache::wire::WireMeta::into_meta)
                 .unwrap_or_default(),
             string_data: wire.string_data,
             type_: wire.type_,

@@ -15,7 +15,7 @@
 //! Warning event on the Secret; it never stops the controller.
 //!
 //! With `--generate-key-if-missing=true` the leader also generates keys: one when the ring is
-//! empty, then renewals as [`crate::renewal`] decides from the ring it sees
+//! empty, then renewals as [`crate::keys::renewal`] decides from the ring it sees
 //! (`--key-renew-period`, `--key-cutoff-time`), and one per [`KeyRequester::request`]
 //! (SIGUSR1). A new key only adds to the ring: older keys are never deleted or deactivated,
 //! so everything sealed with them still unseals, and `/v1/cert.pem` serves the new key as
@@ -23,13 +23,23 @@
 //!
 //! Which key seals: without a key source, the newest key whose certificate has not expired
 //! (Bitnami's rule). With `--key-source`, only the fleet ring's active key as the ring view
-//! names it ([`crate::ringview`]), once a loaded key's material hashes to that kid; labels and
+//! names it ([`crate::keys::ringview`]), once a loaded key's material hashes to that kid; labels and
 //! annotations never choose it, so any other key Secret opens but never seals. While the
 //! active key cannot seal, the last verified active key does, or none ([`SealingChoice`]).
 //!
 //! The [`KeySource`] trait is the seam for other stores (e.g. AWS Secrets Manager): a source
 //! yields snapshots of candidate keys and can store a generated key; parsing, ordering,
 //! error reporting and publishing into [`State`] are shared.
+
+//! The folder's other parts: [`source`] (the fleet ring as a key source, mirrored into key
+//! Secrets), [`ringview`] (what the controller trusts about the fleet ring's index and the
+//! ring-state Secret), [`renewal`] (when a new key is due) and [`layout`] (the key Secret
+//! layout every task shares).
+
+pub mod layout;
+pub mod renewal;
+pub mod ringview;
+pub mod source;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -52,12 +62,12 @@ use kube::{Client, Resource as _, ResourceExt as _};
 use tokio::sync::{mpsc, watch};
 use zeroize::Zeroizing;
 
+use self::renewal::{Due, Reason};
 use crate::config::{Config, KeyOrder};
-use crate::renewal::{self, Due, Reason};
-use crate::ringview::RingView;
+use crate::keys::ringview::RingView;
 use crate::state::{SealingProblem, State};
 
-pub use crate::keylayout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
+pub use crate::keys::layout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
 
 /// How often the loader re-checks generation and refreshes the key-age gauge.
 const TICK: Duration = Duration::from_secs(2);
@@ -263,7 +273,7 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
     };
     let mirror = secret
         .labels()
-        .get(crate::keylayout::MIRROR_LABEL)
+        .get(crate::keys::layout::MIRROR_LABEL)
         .is_some_and(|v| v == "true");
     KeyMaterial {
         mirror,

@@ -36,7 +36,7 @@
 //!   [`RSA_OPERATIONS_PER_UNIT`] operations; each further (started) block of that many costs
 //!   one more unit, reserved for the worst case before the work and settled after. A client
 //!   in debt is answered 429 with `Retry-After` until its bucket recovers.
-//! - The work runs on the RSA slots shared with the reconciler ([`crate::rsapool`]), which
+//! - The work runs on the RSA slots shared with the reconciler ([`crate::serve::rsapool`]), which
 //!   goes first; when the HTTP share and its short queue are taken the answer is 503 with
 //!   `Retry-After` at once.
 
@@ -52,7 +52,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use ipnet::IpNet;
 use kseal_api::SealedSecret;
 use kseal_api::constants::SEALING_KEY_ANNOTATION;
 use kseal_keys::{HintPolicy, KeyRing, Label, OpenStats, Plaintext, Scope};
@@ -60,8 +59,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::metrics::{HttpLabels, HttpRouteLabels};
-use crate::ratelimit::{Client, RateLimiter};
-use crate::rsapool::{HTTP_WAIT, HttpJob};
+use crate::net::{Client, PeerAddr, TrustedProxies};
+use crate::serve::ratelimit::RateLimiter;
+use crate::serve::rsapool::{HTTP_WAIT, HttpJob};
 use crate::{Config, Error, Result, State};
 
 /// Largest request body verify and rotate accept (a Kubernetes object is at most ~1.5 MiB;
@@ -85,50 +85,6 @@ pub const DEFAULT_MAX_REQUEST_ITEMS: usize = 256;
 /// RSA private-key operations one rate-limit unit (one request's worth) covers.
 pub const RSA_OPERATIONS_PER_UNIT: u64 = 16;
 const TEXT: &str = "text/plain; charset=utf-8";
-
-/// The proxies whose `X-Forwarded-For` entries the rate limiter believes
-/// (`--trusted-proxies`): CIDRs or single addresses, IPv4 and IPv6. Empty (the default): no
-/// forwarding header is believed, every client is its peer address.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<IpNet>);
-
-impl TrustedProxies {
-    /// Parses a comma-separated list of CIDRs (`10.0.0.0/8`, `fd00::/8`) and single addresses
-    /// (`192.0.2.1`); empty items are skipped. The error names the bad item.
-    pub fn parse(text: &str) -> std::result::Result<Self, String> {
-        let mut nets = Vec::new();
-        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let net = if item.contains('/') {
-                item.parse::<IpNet>().map(|n| n.trunc()).map_err(|_| {
-                    format!(
-                        "{item:?}: not a CIDR (an IPv4 or IPv6 address, '/', a prefix length of at most 32 or 128)"
-                    )
-                })?
-            } else {
-                let ip = item
-                    .parse::<IpAddr>()
-                    .map_err(|_| format!("{item:?}: not an IP address or CIDR"))?;
-                IpNet::from(ip)
-            };
-            nets.push(net);
-        }
-        Ok(Self(nets))
-    }
-
-    /// Whether no proxy is trusted.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Whether `ip` is a trusted proxy; an IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, how a
-    /// dual-stack socket reports an IPv4 peer) counts as its IPv4 address.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let canonical = ip.to_canonical();
-        self.0
-            .iter()
-            .any(|net| net.contains(&canonical) || net.contains(&ip))
-    }
-}
 
 /// Options of the API server, from [`Config`].
 #[derive(Debug, Clone, PartialEq)]
@@ -188,10 +144,10 @@ impl Default for ApiOptions {
             max_body_bytes: MAX_BODY_BYTES,
             max_request_items: DEFAULT_MAX_REQUEST_ITEMS,
             idle_timeout: IDLE_TIMEOUT,
-            header_read_timeout: crate::conn::HEADER_READ_TIMEOUT,
-            max_connections: crate::conn::MAX_CONNECTIONS,
-            max_connections_per_client: crate::conn::MAX_CONNECTIONS_PER_CLIENT,
-            metrics_max_connections: crate::conn::METRICS_MAX_CONNECTIONS,
+            header_read_timeout: crate::serve::conn::HEADER_READ_TIMEOUT,
+            max_connections: crate::serve::conn::MAX_CONNECTIONS,
+            max_connections_per_client: crate::serve::conn::MAX_CONNECTIONS_PER_CLIENT,
+            metrics_max_connections: crate::serve::conn::METRICS_MAX_CONNECTIONS,
             trusted_proxies: TrustedProxies::default(),
         }
     }
@@ -267,7 +223,7 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener)> {
 
 /// Serves the API and metrics routers on listeners from [`bind`] (tests bind port 0) until
 /// `shutdown` completes; in-flight requests then finish (graceful shutdown). Each listener
-/// has its own connection limits ([`crate::conn`]).
+/// has its own connection limits ([`crate::serve::conn`]).
 pub async fn serve_listeners(
     api: TcpListener,
     metrics: TcpListener,
@@ -275,7 +231,7 @@ pub async fn serve_listeners(
     options: ApiOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    use crate::conn::{self, Limits, Tracker};
+    use crate::serve::conn::{self, Limits, Tracker};
     let api_addr = local_addr(&api)?;
     let metrics_addr = local_addr(&metrics)?;
     let api_limits = Limits {
@@ -333,12 +289,7 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Connections (limits and timeouts: crate::conn)
-
-/// The peer address of a connection accepted by [`serve_listeners`] (axum's `ConnectInfo`,
-/// which every request carries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerAddr(pub SocketAddr);
+// Connections (limits and timeouts: crate::serve::conn)
 
 // ---------------------------------------------------------------------------------------
 // Responses

@@ -11,7 +11,7 @@
 //! ([`crate::keys`]) watches those Secrets like any other key Secret, so every replica sees the
 //! same ring, and a restart during a Secrets Manager outage still unseals from the mirror.
 //!
-//! Trust: only the ring's index, as read by the leader, decides (see [`crate::ringview`]).
+//! Trust: only the ring's index, as read by the leader, decides (see [`crate::keys::ringview`]).
 //! The leader publishes it as the ring view and copies it into the ring-state Secret, from
 //! which followers (and the leader after a restart) derive theirs; the key loader seals only
 //! with the view's active key. Mirrors are created under generated names
@@ -42,15 +42,15 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource as _, ResourceExt as _};
 use tokio::sync::watch;
 
-use crate::keylayout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
-use crate::metrics::{KeyErrorLabels, KeySourceLabels};
-use crate::ringview::{
+use crate::keys::layout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
+use crate::keys::ringview::{
     INDEX_ITEM, KIDS_EVER_ITEM, LAST_ACTIVE_ITEM, Pin, RING_STATE_LABEL, RING_STATE_PREFIX,
     RingView, format_kids, parse_kids, parse_ring_state,
 };
+use crate::metrics::{KeyErrorLabels, KeySourceLabels};
 use crate::state::State;
 
-pub use crate::keylayout::MIRROR_LABEL;
+pub use crate::keys::layout::MIRROR_LABEL;
 pub use crate::signals::Refresh;
 /// The full kid of a mirrored key.
 pub const KID_ANNOTATION: &str = "kseal.dev/kid";
@@ -162,7 +162,7 @@ pub struct Mirror {
     pin: Pin,
     /// The leadership term the current sync runs in: every write checks it first (`None`:
     /// unfenced, for callers that drive [`Mirror::sync`] themselves).
-    fence: Option<crate::leadership::Fence>,
+    fence: Option<crate::cluster::leadership::Fence>,
 }
 
 fn count(state: &State, operation: &'static str, outcome: &'static str) {
@@ -208,7 +208,7 @@ pub enum SyncError {
     /// A write was refused: this replica's leadership ended (or changed term, or passed its
     /// local lease deadline) during the sync.
     #[error("mirroring stopped: leadership lost")]
-    Fenced(#[source] crate::leadership::Fenced),
+    Fenced(#[source] crate::cluster::leadership::Fenced),
     /// Writing the mirror failed.
     #[error("mirroring key ring {ring:?} into key Secrets failed")]
     Kube {
@@ -286,11 +286,11 @@ impl Mirror {
     }
 
     /// Sets the leadership term the next syncs run in (`None`: unfenced).
-    pub fn set_fence(&mut self, fence: Option<crate::leadership::Fence>) {
+    pub fn set_fence(&mut self, fence: Option<crate::cluster::leadership::Fence>) {
         self.fence = fence;
     }
 
-    /// Checks the fence right before a write (see [`crate::leadership`]).
+    /// Checks the fence right before a write (see [`crate::cluster::leadership`]).
     fn may_write(&self) -> Result<(), SyncError> {
         match &self.fence {
             Some(fence) => fence.check().map_err(|e| {
@@ -1214,7 +1214,7 @@ fn ring_state_changes(client: Client, namespace: &str) -> futures::stream::BoxSt
 
 /// Runs the key-source loop of `config.key_source` until `shutdown` turns true (returns at
 /// once without a key source). Only the leader polls and mirrors: it reads the ring the
-/// moment it becomes leader (a [`crate::leadership::Term`] event, no polling), then every
+/// moment it becomes leader (a [`crate::cluster::leadership::Term`] event, no polling), then every
 /// interval. Followers see the mirror through the key loader's watch, and read the ring view
 /// each time the ring-state Secret changes. `state.refresh` asks for a check now.
 pub async fn run(

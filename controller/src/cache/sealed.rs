@@ -52,7 +52,7 @@ use kube::Resource;
 use kube::api::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 
-use crate::secretcache::LAST_APPLIED_ANNOTATION;
+use crate::cache::secret::LAST_APPLIED_ANNOTATION;
 
 /// A SealedSecret as the reflector stores it (see the [module docs](self)).
 ///
@@ -269,7 +269,7 @@ impl<'de> Deserialize<'de> for CachedSealed {
 /// drop again.
 #[derive(Deserialize)]
 struct Wire {
-    metadata: crate::wire::WireMeta,
+    metadata: crate::cache::wire::WireMeta,
     spec: kseal_api::SealedSecretSpec,
     #[serde(default)]
     status: Option<kseal_api::SealedSecretStatus>,

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::ratelimit::Client;
+use crate::net::Client;
 
 /// Slots of a pool before [`RsaPool::configure`] (`--concurrency`'s default).
 pub const DEFAULT_SLOTS: usize = 4;
@@ -196,7 +196,7 @@ fn run_jobs(shared: &Shared) {
 impl RsaPool {
     /// A pool of `slots` slots (at least one) on this machine's CPUs.
     pub fn new(slots: usize) -> Arc<Self> {
-        Self::with_cores(slots, crate::config::cpus())
+        Self::with_cores(slots, crate::host::cpus())
     }
 
     /// A pool of `slots` slots for a machine with `cores` CPUs. Its threads start with the
