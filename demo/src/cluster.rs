@@ -15,9 +15,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kseal_api::SealedSecret;
 use kseal_api::constants::CONDITION_SYNCED;
 use kseal_controller::config::Args;
-use kseal_controller::serve::http::{ApiOptions, api_router};
-use kseal_controller::keys::{KeyRequester, KeyRequests};
 use kseal_controller::keys::source as remote;
+use kseal_controller::keys::{KeyRequester, KeyRequests};
+use kseal_controller::serve::http::{ApiOptions, api_router};
 use kseal_controller::{Config, State};
 use kseal_keys::Certificate;
 use kseal_testkit::TestApiServer;

@@ -38,8 +38,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kseal_api::SealedSecret;
 use kseal_api::constants::SEALING_KEY_ANNOTATION;
 use kseal_controller::config::{Args, KeySourceConfig, Namespaces};
-use kseal_controller::keys::{KeyRequester, KeyRequests};
 use kseal_controller::keys::source as remote;
+use kseal_controller::keys::{KeyRequester, KeyRequests};
 use kseal_controller::{Config, State};
 use kseal_keystore::{AwsOptions, IndexEntry, Location, Ring};
 use kseal_testkit::TestApiServer;
