@@ -11,7 +11,7 @@
 //! - [`cluster`]: leader election, the fence every write goes through, API server health;
 //! - shared by all: [`config`] (flags → [`Config`]), [`state`] (what the tasks share),
 //!   [`metrics`], [`formats`] (the annotations written Secrets carry, byte by byte), [`scrub`] (error text safe to show), [`net`] (client addresses and trusted
-//!   proxies), [`host`] (what the machine allows), [`env`], [`timing`], [`signals`] and
+//!   proxies), [`host`] (what the machine allows), [`mod@env`], [`timing`], [`signals`] and
 //!   [`error`].
 
 pub mod cache;

@@ -6,7 +6,7 @@
 //! [`crate::serve::http`]) is charged afterwards, so one expensive request puts its client in debt
 //! and its next requests wait.
 //!
-//! Clients are [`Client`]s ([`crate::net`]): an IPv4 address, or an IPv6 /64 (one subnet hands a host
+//! Clients are [`Client`](crate::net::Client)s: an IPv4 address, or an IPv6 /64 (one subnet hands a host
 //! billions of addresses, so they share one bucket). The table is bounded: it is split into
 //! shards, each a hash map plus an ordered index by theoretical arrival time, so a new client
 //! in a full shard evicts the entry closest to a full bucket in O(log n), under that shard's

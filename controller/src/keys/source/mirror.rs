@@ -1,0 +1,503 @@
+//! The mirror: reading the ring's new keys and writing each usable key into a proven mirror
+//! key Secret, marking the active one, and removing a key that left the ring only after the
+//! grace and never the last one.
+
+use super::*;
+
+impl Mirror {
+    /// One Warning event (on the ring-state Secret) each time the active key becomes unusable
+    /// for a new reason; the key loader keeps the readiness detail and the gauge.
+    pub(super) async fn warn_active_unavailable(&mut self, active_mirrored: bool) {
+        let Some(index) = &self.cache.index else {
+            return;
+        };
+        let problem = match (&index.active, active_mirrored) {
+            (Some(_), true) => None,
+            (None, _) => Some(format!("ring {} names no active key", self.ring.name())),
+            (Some(active), false) => Some(format!(
+                "the active key {} of ring {} could not be mirrored; {}",
+                active.short(),
+                self.ring.name(),
+                match &self.cache.last_active {
+                    Some(last) if last != active => {
+                        format!(
+                            "the last verified active key {} keeps sealing",
+                            last.short()
+                        )
+                    }
+                    _ => "no key seals".to_owned(),
+                }
+            )),
+        };
+        if problem == self.cache.active_warned {
+            return;
+        }
+        self.cache.active_warned.clone_from(&problem);
+        let (Some(problem), Some(reference)) = (problem, self.cache.state_ref.clone()) else {
+            return;
+        };
+        tracing::warn!("{problem}");
+        self.event_on(
+            &reference,
+            EventType::Warning,
+            "ActiveKeyUnavailable",
+            problem,
+        )
+        .await;
+    }
+
+    /// A Secret that looks like a mirror of this ring but is not a proven one: one Warning
+    /// event and a count per Secret and reason; the Secret itself is never touched.
+    pub(super) async fn warn_unproven(
+        &mut self,
+        secret: &Secret,
+        reason: &'static str,
+        note: String,
+    ) {
+        let uid = secret
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| secret.name_any());
+        if !self.cache.warned.insert((uid, reason)) {
+            return;
+        }
+        self.state
+            .metrics
+            .key_source_mirror_conflicts
+            .get_or_create(&KeyErrorLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+        tracing::warn!(secret = %secret.name_any(), reason, "{note}");
+        self.event(secret, EventType::Warning, "NotAMirror", note)
+            .await;
+    }
+
+    /// Reads the keys of the index that are not cached yet: new ones, and ones listed but not
+    /// readable at the last poll (e.g. a replica region lagging), which are retried at every
+    /// poll without re-reading the index.
+    pub(super) async fn read_new_keys(&mut self, report: &mut SyncReport) -> Result<(), SyncError> {
+        let Some(index) = self.cache.index.clone() else {
+            return Ok(());
+        };
+        for entry in &index.keys {
+            if self.cache.keys.contains_key(&entry.kid) {
+                continue;
+            }
+            let read = self.ring.read_key(&entry.kid).await;
+            count(&self.state, "get_key", outcome(&read));
+            report.keys_read += 1;
+            match read {
+                Ok(pair) => {
+                    self.cache.keys.insert(entry.kid.clone(), Ok(pair));
+                }
+                Err(
+                    e @ (kseal_keystore::Error::BadKey { .. }
+                    | kseal_keystore::Error::Malformed { .. }),
+                ) => {
+                    tracing::warn!(
+                        kid = %entry.kid.short(),
+                        reason = e.reason(),
+                        "skipping a key of the ring: {}",
+                        crate::error_chain(&e)
+                    );
+                    self.state
+                        .metrics
+                        .key_load_errors
+                        .get_or_create(&crate::metrics::KeyErrorLabels {
+                            reason: "remote_invalid".to_owned(),
+                        })
+                        .inc();
+                    self.cache
+                        .keys
+                        .insert(entry.kid.clone(), Err(e.to_string()));
+                }
+                // Listed but not readable (yet): not cached, so the next poll tries again,
+                // without failing the other keys.
+                Err(e @ kseal_keystore::Error::NotFound { .. }) => {
+                    tracing::warn!(
+                        kid = %entry.kid.short(),
+                        "a key of the ring's index is missing; retrying at the next poll: {}",
+                        crate::error_chain(&e)
+                    );
+                }
+                Err(e) => return Err(self.store_err(e)),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn publish_gauges(&self) {
+        let Some(index) = &self.cache.index else {
+            return;
+        };
+        let metrics = &self.state.metrics;
+        metrics
+            .key_source_ring_keys
+            .set(i64::try_from(index.keys.len()).unwrap_or(i64::MAX));
+        metrics.key_source_key_age_seconds.clear();
+        let now = jiff::Timestamp::now();
+        for entry in &index.keys {
+            let age = now.duration_since(entry.added).as_secs();
+            metrics
+                .key_source_key_age_seconds
+                .get_or_create(&crate::metrics::KidLabels {
+                    kid: entry.kid.short().to_owned(),
+                })
+                .set(age);
+        }
+    }
+
+    pub(super) fn desired_secret(&self, kid: &Kid, pair: &KeyPair, active: bool) -> Option<Secret> {
+        let entry = KeyEntry::from_pair(pair).ok()?;
+        let data = BTreeMap::from([
+            (
+                PRIVATE_KEY_ITEM.to_owned(),
+                ByteString(entry.private_key_pem().as_bytes().to_vec()),
+            ),
+            (
+                CERTIFICATE_ITEM.to_owned(),
+                ByteString(entry.certificate_pem().as_bytes().to_vec()),
+            ),
+        ]);
+        Some(Secret {
+            metadata: ObjectMeta {
+                generate_name: Some(mirror_name_prefix(kid)),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (
+                        SEALING_KEY_LABEL.to_owned(),
+                        SEALING_KEY_LABEL_ACTIVE.to_owned(),
+                    ),
+                    (MIRROR_LABEL.to_owned(), "true".to_owned()),
+                    (
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        "kseal-controller".to_owned(),
+                    ),
+                ])),
+                annotations: Some(BTreeMap::from([
+                    (KID_ANNOTATION.to_owned(), kid.to_string()),
+                    (RING_ANNOTATION.to_owned(), self.ring.name().to_owned()),
+                    (SOURCE_ANNOTATION.to_owned(), self.source.clone()),
+                    (ACTIVE_ANNOTATION.to_owned(), active.to_string()),
+                ])),
+                ..ObjectMeta::default()
+            },
+            type_: Some(KEY_SECRET_TYPE.to_owned()),
+            data: Some(data),
+            ..Secret::default()
+        })
+    }
+
+    pub(super) async fn event(
+        &self,
+        secret: &Secret,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        self.event_on(&secret.object_ref(&()), type_, reason, note)
+            .await;
+    }
+
+    pub(super) async fn event_on(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "MirrorKey".into(),
+            secondary: None,
+        };
+        if self.may_write().is_err() {
+            return;
+        }
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
+        }
+    }
+
+    pub(super) async fn activated_event(&self, secret: &Secret, entry: &IndexEntry) {
+        let note = format!(
+            "key {} ({}) of ring {} seals from now on",
+            entry.kid.short(),
+            entry.fingerprint,
+            self.ring.name()
+        );
+        self.event(secret, EventType::Normal, "SealingKeyActivated", note)
+            .await;
+    }
+
+    pub(super) async fn reconcile_mirror(
+        &mut self,
+        report: &mut SyncReport,
+    ) -> Result<(), SyncError> {
+        let Some(index) = self.cache.index.clone() else {
+            return Ok(());
+        };
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{MIRROR_LABEL}=true")))
+            .await
+            .map_err(|e| self.kube_err(e))?;
+        // Labelled mirrors of this ring, with the kid they are filed under and whether their
+        // material proves it (labels and annotations alone prove nothing).
+        let ours: Vec<(Secret, Option<Kid>, bool)> = listed
+            .items
+            .into_iter()
+            .filter(|s| {
+                s.annotations().get(RING_ANNOTATION).map(String::as_str) == Some(self.ring.name())
+            })
+            .map(|s| {
+                let kid = s
+                    .annotations()
+                    .get(KID_ANNOTATION)
+                    .and_then(|k| Kid::parse(k).ok());
+                let proven = kid.as_ref().is_some_and(|k| mirrored_pair(&s, k).is_some());
+                (s, kid, proven)
+            })
+            .collect();
+        let any_proven = ours.iter().any(|(_, _, proven)| *proven);
+        // Keys of the index: create missing mirrors, fix the active flag, clear missing marks.
+        let mut mirrored_in_index = 0usize;
+        for entry in &index.keys {
+            let Some(Ok(pair)) = self.cache.keys.get(&entry.kid) else {
+                continue;
+            };
+            let pair = pair.clone();
+            let active = index.active.as_ref() == Some(&entry.kid);
+            let filed: Vec<&(Secret, Option<Kid>, bool)> = ours
+                .iter()
+                .filter(|(_, kid, _)| kid.as_ref() == Some(&entry.kid))
+                .collect();
+            let existing = filed
+                .iter()
+                .find(|(_, _, proven)| *proven)
+                .map(|(s, _, _)| s);
+            let unproven: Vec<Secret> = filed
+                .iter()
+                .filter(|(_, _, proven)| !*proven)
+                .map(|(s, _, _)| s.clone())
+                .collect();
+            for secret in &unproven {
+                let note = format!(
+                    "this Secret is labelled as the mirror of key {} of ring {} but does not hold that key: it is not used as the mirror and is left as it is",
+                    entry.kid.short(),
+                    self.ring.name()
+                );
+                self.warn_unproven(secret, "material_mismatch", note).await;
+            }
+            match existing {
+                None => {
+                    let Some(secret) = self.desired_secret(&entry.kid, &pair, active) else {
+                        continue;
+                    };
+                    self.may_write()?;
+                    match self.api.create(&PostParams::default(), &secret).await {
+                        Ok(created) => {
+                            mirrored_in_index += 1;
+                            report.active_mirrored |= active;
+                            report.created.push(created.name_any());
+                            if active && any_proven {
+                                // Mirrored and activated in one poll (`rotate --now`).
+                                report.activated = Some(created.name_any());
+                                self.activated_event(&created, entry).await;
+                            }
+                            tracing::info!(
+                                secret = %created.name_any(),
+                                kid = %entry.kid.short(),
+                                fingerprint = %entry.fingerprint,
+                                active,
+                                "mirrored a key of the fleet ring"
+                            );
+                            let (reason, note) = if unproven.is_empty() {
+                                (
+                                    "KeyMirrored",
+                                    format!(
+                                        "key {} ({}) of ring {} mirrored{}",
+                                        entry.kid.short(),
+                                        entry.fingerprint,
+                                        self.ring.name(),
+                                        if active { "; it seals" } else { "" }
+                                    ),
+                                )
+                            } else {
+                                report.repaired.push(created.name_any());
+                                (
+                                    "MirrorRepaired",
+                                    format!(
+                                        "key {} of ring {} mirrored anew: the Secret filed under it did not hold it (left as it is)",
+                                        entry.kid.short(),
+                                        self.ring.name()
+                                    ),
+                                )
+                            };
+                            self.event(&created, EventType::Normal, reason, note).await;
+                        }
+                        Err(kube::Error::Api(status)) if status.code == 409 => {
+                            // The generated name was taken: try again at the next poll.
+                            self.state
+                                .metrics
+                                .key_source_mirror_conflicts
+                                .get_or_create(&KeyErrorLabels {
+                                    reason: "name_taken".to_owned(),
+                                })
+                                .inc();
+                            tracing::warn!(
+                                kid = %entry.kid.short(),
+                                "cannot mirror key {} of ring {} yet: the generated name was taken; retrying at the next poll",
+                                entry.kid.short(),
+                                self.ring.name()
+                            );
+                        }
+                        Err(e) => return Err(self.kube_err(e)),
+                    }
+                }
+                Some(secret) => {
+                    mirrored_in_index += 1;
+                    report.active_mirrored |= active;
+                    let annotations = secret.annotations();
+                    let active_now =
+                        annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true");
+                    let missing = annotations.contains_key(MISSING_SINCE_ANNOTATION);
+                    if active_now != active || missing {
+                        let patch = serde_json::json!({"metadata": {"annotations": {
+                            ACTIVE_ANNOTATION: active.to_string(),
+                            MISSING_SINCE_ANNOTATION: null,
+                        }}});
+                        self.may_write()?;
+                        let patched = self
+                            .api
+                            .patch(
+                                &secret.name_any(),
+                                &PatchParams::apply(FIELD_MANAGER),
+                                &Patch::Merge(&patch),
+                            )
+                            .await
+                            .map_err(|e| self.kube_err(e))?;
+                        if active && !active_now {
+                            report.activated = Some(patched.name_any());
+                            tracing::info!(
+                                secret = %patched.name_any(),
+                                kid = %entry.kid.short(),
+                                "the fleet ring's sealing key changed: new SealedSecrets are sealed with {}",
+                                entry.kid.short()
+                            );
+                            self.activated_event(&patched, entry).await;
+                        }
+                    }
+                }
+            }
+        }
+        // Mirrors of keys no longer in the index: mark, then remove after the grace period,
+        // never the ring's last mirrored key, and only proven mirrors of a key this
+        // controller saw in the ring (a hand-made Secret is never touched).
+        let now = jiff::Timestamp::now();
+        for (secret, kid, proven) in &ours {
+            if kid.as_ref().is_some_and(|k| index.entry(k).is_some()) {
+                continue;
+            }
+            let Some(kid) = kid.as_ref().filter(|k| self.cache.ever.contains(*k)) else {
+                let note = format!(
+                    "this Secret is labelled as a mirror of ring {} under a key the ring never listed: it opens like any key Secret, but it is not a mirror and is never changed nor removed",
+                    self.ring.name()
+                );
+                self.warn_unproven(secret, "unknown_kid", note).await;
+                continue;
+            };
+            if !proven {
+                let note = format!(
+                    "this Secret is labelled as the mirror of key {} of ring {} but does not hold that key: it is never changed nor removed",
+                    kid.short(),
+                    self.ring.name()
+                );
+                self.warn_unproven(secret, "material_mismatch", note).await;
+                continue;
+            }
+            let annotations = secret.annotations();
+            let since = annotations
+                .get(MISSING_SINCE_ANNOTATION)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let Some(since) = since else {
+                let mut patch = serde_json::json!({"metadata": {"annotations": {
+                    MISSING_SINCE_ANNOTATION: now.to_string(),
+                }}});
+                if annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true") {
+                    patch["metadata"]["annotations"][ACTIVE_ANNOTATION] = "false".into();
+                }
+                self.may_write()?;
+                self.api
+                    .patch(
+                        &secret.name_any(),
+                        &PatchParams::apply(FIELD_MANAGER),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .map_err(|e| self.kube_err(e))?;
+                tracing::info!(
+                    secret = %secret.name_any(),
+                    grace = ?self.retire_grace,
+                    "a mirrored key left the fleet ring; its mirror is removed after the retire grace"
+                );
+                continue;
+            };
+            let gone_for = now.duration_since(since).unsigned_abs();
+            if gone_for < self.retire_grace {
+                continue;
+            }
+            if mirrored_in_index == 0 {
+                tracing::warn!(
+                    secret = %secret.name_any(),
+                    "keeping a retired key's mirror: it would leave this cluster without any key of the ring"
+                );
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: secret.metadata.uid.clone(),
+                    resource_version: secret.metadata.resource_version.clone(),
+                }),
+                ..DeleteParams::default()
+            };
+            self.may_write()?;
+            match self.api.delete(&secret.name_any(), &params).await {
+                Ok(_) => {
+                    report.retired.push(secret.name_any());
+                    tracing::info!(secret = %secret.name_any(), "removed the mirror of a key retired from the fleet ring");
+                    self.event(
+                        secret,
+                        EventType::Normal,
+                        "KeyRetired",
+                        format!(
+                            "key {} left ring {} over {} ago: its mirror is removed",
+                            kid.short(),
+                            self.ring.name(),
+                            jiff::SignedDuration::try_from(self.retire_grace)
+                                .map(|d| format!("{d:#}"))
+                                .unwrap_or_default()
+                        ),
+                    )
+                    .await;
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(e) => return Err(self.kube_err(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The key a mirror Secret holds, if it is usable (certificate matching the private key) and
+/// its hash is `kid`.
+pub(super) fn mirrored_pair(secret: &Secret, kid: &Kid) -> Option<KeyPair> {
+    let pem = crate::keys::material_from_secret(secret).pem.ok()?;
+    KeyPair::from_pem(&pem.private_key, &pem.certificate)
+        .ok()
+        .filter(|pair| &Kid::of(pair.public_key()) == kid)
+}

@@ -1,0 +1,542 @@
+//! The fleet key ring as a key source (`--key-source`): poll it cheaply, mirror its keys into
+//! labelled key Secrets.
+//!
+//! The leader checks the ring's index version with one metadata call (`DescribeSecret`) per
+//! `--key-source-interval` (±10 % jitter), and at once on SIGUSR1 or `POST /v1/refresh`. Only
+//! when the version changed does it read the index, and it reads each key secret once (keys
+//! are immutable). It then mirrors every usable key into a key Secret in the controller
+//! namespace, in Bitnami's layout (type `kubernetes.io/tls`, label
+//! `sealedsecrets.bitnami.com/sealed-secrets-key: active`), marked `kseal.dev/mirror: "true"`
+//! with the kid, the ring and whether the ring's index names it active. The key loader
+//! ([`crate::keys`]) watches those Secrets like any other key Secret, so every replica sees the
+//! same ring, and a restart during a Secrets Manager outage still unseals from the mirror.
+//!
+//! Trust: only the ring's index, as read by the leader, decides (see [`crate::keys::ringview`]).
+//! The leader publishes it as the ring view and copies it into the ring-state Secret, from
+//! which followers (and the leader after a restart) derive theirs; the key loader seals only
+//! with the view's active key. Mirrors are created under generated names
+//! (`kseal-ring-<12 hex of the kid>-<random>`), found by label and annotations, and proven by
+//! their material: a Secret counts as the mirror of a kid only if its key hashes to that kid.
+//!
+//! Safety rules: the mirror only ever writes proven mirrors of its own ring; a key that
+//! disappears from the ring is removed from the mirror only after
+//! `--key-source-retire-grace`, only if this controller once saw it in the index, and never
+//! when it would leave the ring's mirror empty; a Secret that looks like a mirror but is not
+//! proven one is never patched nor deleted (one Warning event); errors back off exponentially
+//! (5 s doubling to 5 min) and never stop the loop.
+
+//! The folder's files: this one holds the loop ([`run`]) and one sync; `ringstate` the
+//! ring-state Secret and the anchor pin; `mirror` the mirror key Secrets.
+
+mod mirror;
+mod ringstate;
+
+use self::mirror::*;
+use self::ringstate::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
+use kseal_keys::KeyPair;
+use kseal_keystore::{Index, IndexEntry, KeyEntry, Kid, Ring, Verified, Version};
+use kube::api::{
+    Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
+};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource as _, ResourceExt as _};
+use tokio::sync::watch;
+
+use crate::keys::layout::{CERTIFICATE_ITEM, KEY_SECRET_TYPE, PRIVATE_KEY_ITEM, REPORTER};
+use crate::keys::ringview::{
+    INDEX_ITEM, KIDS_EVER_ITEM, LAST_ACTIVE_ITEM, Pin, RING_STATE_LABEL, RING_STATE_PREFIX,
+    RingView, format_kids, parse_kids, parse_ring_state,
+};
+use crate::metrics::{KeyErrorLabels, KeySourceLabels};
+use crate::state::State;
+
+pub use crate::keys::layout::MIRROR_LABEL;
+pub use crate::signals::Refresh;
+/// The full kid of a mirrored key.
+pub const KID_ANNOTATION: &str = "kseal.dev/kid";
+/// The ring a mirrored key belongs to.
+pub const RING_ANNOTATION: &str = "kseal.dev/ring";
+/// Where the ring is (`secretsmanager://…`, `dir://…`).
+pub const SOURCE_ANNOTATION: &str = "kseal.dev/key-source";
+/// `"true"` on the mirror of the ring's active (sealing) key.
+pub const ACTIVE_ANNOTATION: &str = "kseal.dev/active";
+/// When the key was first seen missing from the ring (RFC 3339).
+pub const MISSING_SINCE_ANNOTATION: &str = "kseal.dev/missing-since";
+/// Name prefix of mirrored key Secrets (followed by 12 hex characters of the kid, a hyphen
+/// and the API server's random suffix; mirrors of earlier versions have 16 hex characters and
+/// no suffix, and are found by their label and annotations all the same).
+pub const NAME_PREFIX: &str = "kseal-ring-";
+
+const FIELD_MANAGER: &str = "kseal-controller";
+const BACKOFF_MIN: Duration = Duration::from_secs(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How often a follower with no anchor pinned (an unsigned ring, or the store unreachable)
+/// reads the index from the store again.
+const FOLLOWER_STORE_READ: Duration = Duration::from_secs(300);
+/// How soon such a follower tries again after the store failed.
+const FOLLOWER_STORE_RETRY: Duration = Duration::from_secs(30);
+/// How often a follower reads the ring-state Secret (besides each change the watch reports).
+const STATE_POLL: Duration = Duration::from_secs(10);
+
+/// The `generateName` of the mirror Secret of `kid`: the API server appends a random suffix,
+/// so nobody can create a Secret under the mirror's name before it exists.
+pub fn mirror_name_prefix(kid: &Kid) -> String {
+    format!("{NAME_PREFIX}{}-", &kid.as_str()[..12])
+}
+
+/// What one sync did, for logs, events and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    /// The index version had changed (it was read).
+    pub index_read: bool,
+    /// Key secrets read.
+    pub keys_read: usize,
+    /// Mirror Secrets created.
+    pub created: Vec<String>,
+    /// Mirror Secrets whose active flag changed.
+    pub activated: Option<String>,
+    /// Mirror Secrets deleted after the retire grace.
+    pub retired: Vec<String>,
+    /// Mirrors created anew because the Secrets filed under their kid did not hold the key
+    /// (those are left as they are).
+    pub repaired: Vec<String>,
+    /// A proven mirror of the index's active key exists.
+    pub active_mirrored: bool,
+}
+
+/// A ring-state Secret's view, and the Secret's name.
+#[derive(Debug, Clone)]
+pub struct FoundState {
+    /// The view derived from it.
+    pub view: RingView,
+    /// The Secret's name.
+    pub name: String,
+}
+
+/// The loop's memory between polls.
+struct Cache {
+    version: Option<Version>,
+    index: Option<Index>,
+    /// Keys read and checked, by kid. Key secrets are immutable, so a verdict (usable or
+    /// rejected) holds while the key stays in the index; keys not found are not cached.
+    keys: HashMap<Kid, Result<KeyPair, String>>,
+    /// Whether the keys of this controller's own mirror were taken into `keys` (once, at the
+    /// first sync: a restart or a new leader then reads only the index, not every key).
+    seeded: bool,
+    /// The index text exactly as read (copied into the ring-state Secret).
+    index_text: Option<String>,
+    /// Every kid seen in an index this controller read (or in the ring-state Secret).
+    ever: BTreeSet<Kid>,
+    /// The last active kid whose mirror was proven.
+    last_active: Option<Kid>,
+    /// The ring-state Secret's name and the data last written to it.
+    state_name: Option<String>,
+    state_written: Option<BTreeMap<String, ByteString>>,
+    /// Where to attach ring-level events (the ring-state Secret).
+    state_ref: Option<ObjectReference>,
+    /// Secrets already warned about (uid and reason), so each gets one Warning event.
+    warned: HashSet<(String, &'static str)>,
+    /// The active-key problem last warned about.
+    active_warned: Option<String>,
+    /// A `RingAnchorPinned` note waiting for the ring-state Secret to attach to.
+    pin_event_pending: Option<String>,
+    /// When a follower without a pinned anchor reads the index from the store next.
+    follower_next: Option<tokio::time::Instant>,
+    /// Whether the ring-state Secret's memory was taken in ([`Mirror::merge_state`]).
+    state_merged: bool,
+}
+
+/// The key-source mirror: the ring, where to mirror it, and what it remembers.
+pub struct Mirror {
+    ring: Ring,
+    source: String,
+    namespace: String,
+    api: Api<Secret>,
+    recorder: Recorder,
+    retire_grace: Duration,
+    state: State,
+    cache: Cache,
+    /// The ring an index must belong to (`None`: a directory ring holds a copy of any ring).
+    expected_ring: Option<String>,
+    /// The anchor and version floor every index must satisfy.
+    pin: Pin,
+    /// The leadership term the current sync runs in: every write checks it first (`None`:
+    /// unfenced, for callers that drive [`Mirror::sync`] themselves).
+    fence: Option<crate::cluster::leadership::Fence>,
+}
+
+fn count(state: &State, operation: &'static str, outcome: &'static str) {
+    state
+        .metrics
+        .key_source_requests
+        .get_or_create(&KeySourceLabels {
+            operation: operation.to_owned(),
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+}
+
+fn outcome<T>(r: &kseal_keystore::Result<T>) -> &'static str {
+    match r {
+        Ok(_) => "ok",
+        Err(e) => e.reason(),
+    }
+}
+
+/// Why a sync failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// Reading the ring failed.
+    #[error("reading key ring {ring:?} failed")]
+    Store {
+        /// The ring.
+        ring: String,
+        /// The cause.
+        #[source]
+        source: kseal_keystore::Error,
+    },
+    /// The ring has no index.
+    #[error(
+        "key ring {ring:?} does not exist in {store} (no index): seed it with `kseal keys push --ring {ring}`"
+    )]
+    NoRing {
+        /// The ring.
+        ring: String,
+        /// The store.
+        store: String,
+    },
+    /// A write was refused: this replica's leadership ended (or changed term, or passed its
+    /// local lease deadline) during the sync.
+    #[error("mirroring stopped: leadership lost")]
+    Fenced(#[source] crate::cluster::leadership::Fenced),
+    /// Writing the mirror failed.
+    #[error("mirroring key ring {ring:?} into key Secrets failed")]
+    Kube {
+        /// The ring.
+        ring: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl SyncError {
+    /// A short stable reason (metrics label and the start of `/readyz`'s message).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SyncError::Store { source, .. } => source.reason(),
+            SyncError::NoRing { .. } => "not_found",
+            SyncError::Kube { .. } => "kube",
+            SyncError::Fenced(_) => "fenced",
+        }
+    }
+}
+
+impl Mirror {
+    /// A mirror of `ring` into the controller namespace of `namespace`.
+    pub fn new(
+        ring: Ring,
+        source: String,
+        client: Client,
+        namespace: &str,
+        identity: &str,
+        retire_grace: Duration,
+        state: State,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: REPORTER.to_owned(),
+                instance: Some(identity.to_owned()),
+            },
+        );
+        let expected_ring = match ring.store() {
+            kseal_keystore::Store::Directory(_) => None,
+            kseal_keystore::Store::SecretsManager(_) => Some(ring.name().to_owned()),
+        };
+        Self {
+            expected_ring,
+            pin: Pin::configured(ring.trust().anchor().cloned()),
+            fence: None,
+            ring,
+            source,
+            namespace: namespace.to_owned(),
+            api: Api::namespaced(client, namespace),
+            recorder,
+            retire_grace,
+            state,
+            cache: Cache {
+                version: None,
+                index: None,
+                keys: HashMap::new(),
+                seeded: false,
+                index_text: None,
+                ever: BTreeSet::new(),
+                last_active: None,
+                state_name: None,
+                state_written: None,
+                state_ref: None,
+                warned: HashSet::new(),
+                active_warned: None,
+                pin_event_pending: None,
+                follower_next: None,
+                state_merged: false,
+            },
+        }
+    }
+
+    /// Sets the leadership term the next syncs run in (`None`: unfenced).
+    pub fn set_fence(&mut self, fence: Option<crate::cluster::leadership::Fence>) {
+        self.fence = fence;
+    }
+
+    /// Checks the fence right before a write (see [`crate::cluster::leadership`]).
+    fn may_write(&self) -> Result<(), SyncError> {
+        match &self.fence {
+            Some(fence) => fence.check().map_err(|e| {
+                self.state.metrics.count_fenced("mirror");
+                SyncError::Fenced(e)
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn store_err(&self, source: kseal_keystore::Error) -> SyncError {
+        SyncError::Store {
+            ring: self.ring.name().to_owned(),
+            source,
+        }
+    }
+
+    fn kube_err(&self, source: kube::Error) -> SyncError {
+        SyncError::Kube {
+            ring: self.ring.name().to_owned(),
+            source,
+        }
+    }
+
+    /// One poll: check the index version, read what changed, reconcile the mirror.
+    pub async fn sync(&mut self) -> Result<SyncReport, SyncError> {
+        let mut report = SyncReport::default();
+        if !self.cache.seeded {
+            self.seed_from_mirror().await?;
+            // Until the store answers, the leader's view is the ring-state Secret's, but only
+            // under a pinned anchor (`--ring-anchor`): without one, that Secret is only as
+            // trustworthy as write access to Secrets here, so it is read once the store's
+            // index has pinned the anchor (below).
+            self.merge_state(true).await?;
+        }
+        let version = self.ring.index_version().await;
+        count(&self.state, "describe_index", outcome(&version));
+        let Some(version) = version.map_err(|e| self.store_err(e))? else {
+            return Err(SyncError::NoRing {
+                ring: self.ring.name().to_owned(),
+                store: self.ring.store().describe(),
+            });
+        };
+        if self.cache.version.as_ref() != Some(&version) || self.cache.index.is_none() {
+            let snapshot = self.ring.snapshot_text(Some(&version)).await;
+            count(&self.state, "get_index", outcome(&snapshot));
+            let (text, version) =
+                snapshot
+                    .map_err(|e| self.store_err(e))?
+                    .ok_or_else(|| SyncError::NoRing {
+                        ring: self.ring.name().to_owned(),
+                        store: self.ring.store().describe(),
+                    })?;
+            let (index, verified) =
+                parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
+                    .map_err(|e| self.store_err(e))?;
+            self.accepted(&verified).await;
+            self.merge_state(false).await?;
+            report.index_read = true;
+            // A signed index lists the keys that left the ring too.
+            self.cache.ever.extend(
+                index
+                    .keys
+                    .iter()
+                    .map(|e| e.kid.clone())
+                    .chain(index.retired.iter().map(|r| r.kid.clone())),
+            );
+            self.cache.index_text = Some(text);
+            self.cache.keys.retain(|kid, _| index.entry(kid).is_some());
+            if index.active != self.cache.index.as_ref().and_then(|i| i.active.clone())
+                && let Some(active) = &index.active
+            {
+                tracing::info!(kid = %active.short(), ring = %self.ring.name(), "the ring's active key is {}", active.short());
+            }
+            self.cache.index = Some(index);
+            self.cache.version = Some(version);
+        }
+        self.read_new_keys(&mut report).await?;
+        self.reconcile_mirror(&mut report).await?;
+        self.publish_gauges();
+        if let Some(index) = &self.cache.index {
+            if report.active_mirrored {
+                self.cache.last_active.clone_from(&index.active);
+            }
+            let view = RingView::new(index, &self.cache.ever, self.cache.last_active.clone());
+            self.state.ring_view.publish(view);
+        }
+        self.write_state().await;
+        self.warn_active_unavailable(report.active_mirrored).await;
+        Ok(report)
+    }
+}
+
+/// Runs the key-source loop of `config.key_source` until `shutdown` turns true (returns at
+/// once without a key source). Only the leader polls and mirrors: it reads the ring the
+/// moment it becomes leader (a [`crate::cluster::leadership::Term`] event, no polling), then every
+/// interval. Followers see the mirror through the key loader's watch, and read the ring view
+/// each time the ring-state Secret changes. `state.refresh` asks for a check now.
+pub async fn run(
+    client: Client,
+    config: Arc<crate::Config>,
+    state: State,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(config_source) = config.key_source.clone() else {
+        return;
+    };
+    let (namespace, identity, refresh) = (
+        config.controller_namespace.clone(),
+        config.identity.clone(),
+        state.refresh.clone(),
+    );
+    let config = config_source;
+    state.readiness.key_source_configured();
+    let source = config.location.to_string();
+    let mut backoff = BACKOFF_MIN;
+    let ring = loop {
+        match Ring::open(&config.location, &config.aws).await {
+            Ok(ring) => {
+                break ring.with_trust(match &config.anchor {
+                    Some(anchor) => kseal_keystore::Trust::anchored(anchor.clone()),
+                    None => {
+                        tracing::info!(
+                            "no --ring-anchor: the anchor of the first signed ring history read is pinned"
+                        );
+                        kseal_keystore::Trust::first_use().allow_unsigned(true)
+                    }
+                });
+            }
+            Err(e) => {
+                let message = crate::error_chain(&e);
+                tracing::error!(
+                    reason = e.reason(),
+                    "cannot use --key-source {source}: {message}"
+                );
+                state.readiness.key_source_failed(e.reason(), &message);
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.wait_for(|s| *s) => return,
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    };
+    let mut state_changes = ring_state_changes(client.clone(), &namespace);
+    let mut mirror = Mirror::new(
+        ring,
+        source.clone(),
+        client,
+        &namespace,
+        &identity,
+        config.retire_grace,
+        state.clone(),
+    );
+    tracing::info!(key_source = %source, interval = ?config.interval, "reading keys from the fleet key ring");
+    let mut backoff = BACKOFF_MIN;
+    let mut next = tokio::time::Instant::now();
+    let mut terms = state.leadership.subscribe();
+    let mut last_poll: Option<tokio::time::Instant> = None;
+    let mut trigger;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {
+                trigger = if last_poll.is_none() { "start" } else { "interval" };
+            }
+            _ = refresh.requested() => {
+                trigger = "refresh";
+                if last_poll.is_some_and(|t| t.elapsed() < config.refresh_spacing) {
+                    next = next.min(last_poll.map_or(next, |t| t + config.refresh_spacing));
+                    continue;
+                }
+                tracing::info!("key ring refresh requested");
+            }
+            // `state` holds the sender: this never ends.
+            Ok(()) = terms.changed() => {
+                let term = *terms.borrow_and_update();
+                if !term.leading {
+                    continue;
+                }
+                tracing::info!(epoch = term.epoch, "leading: reading the key ring now");
+                trigger = "leadership";
+            }
+            Some(()) = state_changes.next(), if !state.is_leader() => trigger = "ring_state",
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if !state.is_leader() {
+            // Followers take the ring view from the ring-state Secret the leader writes, and
+            // the keys from the mirror; they poll the store once leading.
+            if let Err(e) = mirror.follow().await {
+                tracing::debug!(
+                    "reading the ring-state Secret failed: {}",
+                    crate::error_chain(&e)
+                );
+            }
+            next = tokio::time::Instant::now() + STATE_POLL.min(config.interval);
+            continue;
+        }
+        last_poll = Some(tokio::time::Instant::now());
+        // Taken before the first read: a sync that outlives this term writes nothing more.
+        let Some(fence) = state.leadership.fence() else {
+            continue;
+        };
+        mirror.set_fence(Some(fence));
+        state
+            .metrics
+            .key_source_sync_triggers
+            .get_or_create(&crate::metrics::TriggerLabels {
+                trigger: trigger.to_owned(),
+            })
+            .inc();
+        match mirror.sync().await {
+            Ok(report) => {
+                backoff = BACKOFF_MIN;
+                state.readiness.key_source_ok();
+                state
+                    .metrics
+                    .key_source_last_success
+                    .set(jiff::Timestamp::now().as_second());
+                count(&state, "sync", "ok");
+                if report != SyncReport::default() {
+                    tracing::debug!(?report, "key ring synced");
+                }
+                next = tokio::time::Instant::now() + crate::timing::jitter(config.interval, 0.1);
+            }
+            Err(SyncError::Fenced(e)) => {
+                // Not a problem of the key source: followers read the view the new leader
+                // writes.
+                tracing::info!(reason = %e, "key-source sync stopped: this replica no longer leads");
+                next = tokio::time::Instant::now();
+            }
+            Err(e) => {
+                let message = crate::error_chain(&e);
+                tracing::warn!(reason = e.reason(), retry_in = ?backoff, "key source: {message}");
+                state.readiness.key_source_failed(e.reason(), &message);
+                count(&state, "sync", e.reason());
+                next = tokio::time::Instant::now() + backoff;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! The ring-state Secret: how the leader publishes the ring's verified index and what it saw
+//! (kids ever named, the last active kid) for followers and for itself after a restart, how
+//! followers derive their ring view from it, and pinning the ring's anchor.
+
+use super::*;
+
+impl Mirror {
+    /// Reads the ring-state Secrets of this ring and returns the view of the one that parses
+    /// with the newest `updated` (several can exist: a leader's, a stale one, a forged one;
+    /// until the index is signed a forged one is as good as write access to Secrets here).
+    pub async fn load_state(&self) -> Result<Option<FoundState>, SyncError> {
+        let trust = self.pin.trust();
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+            .await
+            .map_err(|e| self.kube_err(e))?;
+        let mut best: Option<FoundState> = None;
+        for secret in listed.items {
+            if secret
+                .annotations()
+                .get(RING_ANNOTATION)
+                .map(String::as_str)
+                != Some(self.ring.name())
+            {
+                continue;
+            }
+            let item = |key: &str| {
+                secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .and_then(|v| std::str::from_utf8(&v.0).ok())
+                    .map(str::to_owned)
+            };
+            let Some(text) = item(INDEX_ITEM) else {
+                continue;
+            };
+            let index = match parse_ring_state(&text, self.expected_ring.as_deref(), &trust) {
+                Ok((index, _)) => index,
+                Err(e) => {
+                    tracing::warn!(secret = %secret.name_any(), "ignoring a ring-state Secret: {}", crate::error_chain(&e));
+                    continue;
+                }
+            };
+            if best
+                .as_ref()
+                .is_some_and(|b| b.view.updated >= index.updated)
+            {
+                continue;
+            }
+            let ever = item(KIDS_EVER_ITEM)
+                .map(|t| parse_kids(&t))
+                .unwrap_or_default();
+            let last_active = item(LAST_ACTIVE_ITEM).and_then(|t| Kid::parse(t.trim()).ok());
+            best = Some(FoundState {
+                view: RingView::new(&index, &ever, last_active),
+                name: secret.name_any(),
+            });
+        }
+        Ok(best)
+    }
+
+    /// A follower's poll: publishes the ring-state Secret's view, verified under the pinned
+    /// anchor. A replica with no anchor pinned yet (no `--ring-anchor`) pins from the store
+    /// itself (one read of the index), never from a Secret that whoever can write Secrets in
+    /// this namespace could have written; until it has, it takes no view, so it seals nothing.
+    pub async fn follow(&mut self) -> Result<(), SyncError> {
+        let mut from_store = None;
+        if self.pin.anchor.is_none() {
+            let now = tokio::time::Instant::now();
+            if self.cache.follower_next.is_some_and(|t| now < t) {
+                return Ok(());
+            }
+            // Retried soon after a failure, rarely after a success (an unsigned ring).
+            self.cache.follower_next = Some(now + FOLLOWER_STORE_RETRY);
+            let read = self.ring.snapshot_text(None).await;
+            count(&self.state, "get_index", outcome(&read));
+            let (text, _) =
+                read.map_err(|e| self.store_err(e))?
+                    .ok_or_else(|| SyncError::NoRing {
+                        ring: self.ring.name().to_owned(),
+                        store: self.ring.store().describe(),
+                    })?;
+            self.cache.follower_next = Some(now + FOLLOWER_STORE_READ);
+            let (index, verified) =
+                parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
+                    .map_err(|e| self.store_err(e))?;
+            self.accepted(&verified).await;
+            from_store = Some(index);
+        }
+        // An unsigned ring (no anchor): its own index, never a Secret's copy of it.
+        let found = match self.pin.anchor {
+            Some(_) => self.load_state().await?,
+            None => None,
+        };
+        match (found, from_store) {
+            (Some(found), _) => self.state.ring_view.publish(found.view),
+            (None, Some(index)) => {
+                let view = RingView::new(&index, &self.cache.ever, self.cache.last_active.clone());
+                self.state.ring_view.publish(view);
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// Takes what this controller remembered in the ring-state Secret before a restart (the
+    /// kids it saw, the last verified active key), once, and only under a pinned anchor;
+    /// `publish` also publishes its view when there is none yet (the store not read yet).
+    pub(super) async fn merge_state(&mut self, publish: bool) -> Result<(), SyncError> {
+        if self.cache.state_merged || self.pin.anchor.is_none() {
+            return Ok(());
+        }
+        self.cache.state_merged = true;
+        if let Some(found) = self.load_state().await? {
+            self.cache.ever.extend(found.view.ever.iter().cloned());
+            if self.cache.last_active.is_none() {
+                self.cache.last_active.clone_from(&found.view.last_active);
+            }
+            if publish && self.state.ring_view.current().is_none() {
+                self.state.ring_view.publish(found.view);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records an index accepted from the store: the version floor, and the anchor when this
+    /// is the first signed history this controller accepts.
+    pub(super) async fn accepted(&mut self, verified: &Verified) {
+        self.state
+            .metrics
+            .key_source_ring_signed
+            .set(i64::from(matches!(verified, Verified::Signed { .. })));
+        if matches!(verified, Verified::Unsigned) {
+            tracing::warn!(
+                ring = %self.ring.name(),
+                "the ring's index is not signed (written by an older kseal): its keys open, but \
+                 anyone who can write it chooses the sealing key; the seeder signs it once with \
+                 `kseal keys sign`"
+            );
+        }
+        let floor = self.pin.floor;
+        if let Some(anchor) = self.pin.accept(verified) {
+            self.pin_anchor(anchor, "the ring").await;
+        }
+        if self.pin.floor != floor {
+            self.state
+                .metrics
+                .key_source_ring_version
+                .set(i64::try_from(self.pin.floor).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Pins `anchor` on first use: says so in a log line, an Event and a metric.
+    pub(super) async fn pin_anchor(&mut self, anchor: Kid, from: &str) {
+        self.pin.anchor = Some(anchor.clone());
+        self.state.metrics.key_source_ring_anchor_pinned.set(1);
+        let note = format!(
+            "pinned the trust anchor {} of ring {} on first use (read from {from}); from now on \
+             only histories rooted there are accepted. Give --ring-anchor {anchor} to pin it \
+             from the start",
+            anchor.short(),
+            self.ring.name()
+        );
+        tracing::warn!(anchor = %anchor, "{note}");
+        match self.cache.state_ref.clone() {
+            Some(reference) => self.anchor_pinned_event(note, &reference).await,
+            None => self.cache.pin_event_pending = Some(note),
+        }
+    }
+
+    /// The `RingAnchorPinned` event, on the ring-state Secret.
+    pub(super) async fn anchor_pinned_event(&self, note: String, reference: &ObjectReference) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "RingAnchorPinned".into(),
+            note: Some(note),
+            action: "VerifyRing".into(),
+            secondary: None,
+        };
+        if self.may_write().is_err() {
+            return;
+        }
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
+        }
+    }
+
+    /// Copies the index the leader read (text as read), the kids ever seen and the last
+    /// verified active kid into the ring-state Secret; best effort (a failure is logged and
+    /// retried at the next poll, never fatal: a follower then keeps its last view).
+    pub(super) async fn write_state(&mut self) {
+        let Some(text) = self.cache.index_text.clone() else {
+            return;
+        };
+        let mut data = BTreeMap::from([
+            (INDEX_ITEM.to_owned(), ByteString(text.into_bytes())),
+            (
+                KIDS_EVER_ITEM.to_owned(),
+                ByteString(format_kids(&self.cache.ever).into_bytes()),
+            ),
+        ]);
+        if let Some(last) = &self.cache.last_active {
+            data.insert(
+                LAST_ACTIVE_ITEM.to_owned(),
+                ByteString(last.as_str().as_bytes().to_vec()),
+            );
+        }
+        if self.cache.state_written.as_ref() == Some(&data) {
+            // Unchanged: written again only if someone removed it.
+            if let Some(name) = &self.cache.state_name
+                && !matches!(self.api.get_opt(name).await, Ok(None))
+            {
+                return;
+            }
+            self.cache.state_name = None;
+        }
+        if self.may_write().is_err() {
+            return;
+        }
+        match self.put_state(&data).await {
+            Ok(written) => {
+                self.cache.state_name = Some(written.name_any());
+                let reference = written.object_ref(&());
+                self.cache.state_ref = Some(reference.clone());
+                self.cache.state_written = Some(data);
+                if let Some(note) = self.cache.pin_event_pending.take() {
+                    self.anchor_pinned_event(note, &reference).await;
+                }
+            }
+            Err(e) => tracing::warn!(
+                "writing the ring-state Secret failed; retrying at the next poll: {}",
+                crate::error_chain(&e)
+            ),
+        }
+    }
+
+    pub(super) async fn put_state(
+        &self,
+        data: &BTreeMap<String, ByteString>,
+    ) -> Result<Secret, kube::Error> {
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+            .await?;
+        let candidates: Vec<&Secret> = listed
+            .items
+            .iter()
+            .filter(|s| {
+                s.annotations().get(RING_ANNOTATION).map(String::as_str) == Some(self.ring.name())
+                    && s.type_.as_deref().is_none_or(|t| t == "Opaque")
+                    && !s.labels().contains_key(SEALING_KEY_LABEL)
+            })
+            .collect();
+        // Ours if we wrote one, else the one replicas would read, else a new one.
+        let existing = match &self.cache.state_name {
+            Some(name) => candidates.iter().find(|s| &s.name_any() == name).copied(),
+            None => None,
+        };
+        let existing = match existing {
+            Some(s) => Some(s),
+            None => {
+                let best = self.load_state().await.ok().flatten().map(|f| f.name);
+                candidates
+                    .iter()
+                    .find(|s| Some(s.name_any()) == best)
+                    .copied()
+            }
+        };
+        match existing {
+            Some(secret) => {
+                let mut desired = secret.clone();
+                desired.data = Some(data.clone());
+                desired.string_data = None;
+                self.api
+                    .replace(&secret.name_any(), &PostParams::default(), &desired)
+                    .await
+            }
+            None => {
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        generate_name: Some(RING_STATE_PREFIX.to_owned()),
+                        namespace: Some(self.namespace.clone()),
+                        labels: Some(BTreeMap::from([
+                            (RING_STATE_LABEL.to_owned(), "true".to_owned()),
+                            (
+                                "app.kubernetes.io/managed-by".to_owned(),
+                                "kseal-controller".to_owned(),
+                            ),
+                        ])),
+                        annotations: Some(BTreeMap::from([
+                            (RING_ANNOTATION.to_owned(), self.ring.name().to_owned()),
+                            (SOURCE_ANNOTATION.to_owned(), self.source.clone()),
+                        ])),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some("Opaque".to_owned()),
+                    data: Some(data.clone()),
+                    ..Secret::default()
+                };
+                self.api.create(&PostParams::default(), &secret).await
+            }
+        }
+    }
+
+    /// Takes the keys this controller mirrored earlier (same ring) into the cache, so that a
+    /// restart or a new leader does not read every key secret again. A mirror is trusted only
+    /// as far as it checks out: the certificate must belong to the private key and the key's
+    /// hash must be the kid it is filed under; anything else is left to be read from the ring.
+    pub(super) async fn seed_from_mirror(&mut self) -> Result<(), SyncError> {
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{MIRROR_LABEL}=true")))
+            .await
+            .map_err(|e| self.kube_err(e))?;
+        for secret in &listed.items {
+            let annotations = secret.annotations();
+            if annotations.get(RING_ANNOTATION).map(String::as_str) != Some(self.ring.name()) {
+                continue;
+            }
+            let Some(kid) = annotations
+                .get(KID_ANNOTATION)
+                .and_then(|k| Kid::parse(k).ok())
+            else {
+                continue;
+            };
+            if let Some(pair) = mirrored_pair(secret, &kid) {
+                self.cache.keys.insert(kid, Ok(pair));
+            }
+        }
+        self.cache.seeded = true;
+        Ok(())
+    }
+}
+
+/// Changes of ring-state Secrets in `namespace` (metadata only): a follower reads the view
+/// the moment the leader writes it, not at its next poll. Errors are retried by the watcher.
+pub(super) fn ring_state_changes(
+    client: Client,
+    namespace: &str,
+) -> futures::stream::BoxStream<'static, ()> {
+    use kube::runtime::WatchStreamExt as _;
+    let api: Api<kube::api::PartialObjectMeta<Secret>> = Api::namespaced(client, namespace);
+    kube::runtime::watcher::watcher(
+        api,
+        kube::runtime::watcher::Config::default().labels(&format!("{RING_STATE_LABEL}=true")),
+    )
+    .default_backoff()
+    .filter_map(|event| {
+        futures::future::ready(match event {
+            Ok(
+                kube::runtime::watcher::Event::Apply(_) | kube::runtime::watcher::Event::InitDone,
+            ) => Some(()),
+            _ => None,
+        })
+    })
+    .boxed()
+}

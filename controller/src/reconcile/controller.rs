@@ -1,0 +1,161 @@
+//! The kube-runtime `Controller` itself ([`run`]): its watches, queue bounds and concurrency.
+
+use super::*;
+
+/// Reconciles in flight per unseal slot. A reconcile spends most of its time on API round
+/// trips (read the Secret, write it, read and patch the status, publish an event) and holds
+/// an unseal slot only for its RSA work; with as many reconciles as slots, the slots (and
+/// cores) sat idle during those round trips (`cargo bench --bench scale`: a cold start of
+/// 10,000 objects with `--concurrency 2` on 2 cores used 1.5 cores).
+pub(super) const RECONCILES_PER_UNSEAL_SLOT: u16 = 4;
+
+/// How many reconciles one controller runs at a time: [`RECONCILES_PER_UNSEAL_SLOT`] per
+/// unseal slot (`--concurrency` bounds the unseals).
+pub(super) fn reconcile_concurrency(config: &Config) -> u16 {
+    config
+        .concurrency
+        .max(1)
+        .saturating_mul(RECONCILES_PER_UNSEAL_SLOT)
+}
+
+/// SealedSecrets handed to kube-runtime's scheduler and not started yet, per reconcile it
+/// runs at a time.
+///
+/// The scheduler releases objects through a `DelayQueue`, whose deadlines are rounded up to
+/// the next millisecond and which hands out what expired only when a timer fires: every
+/// object handed over waits about a millisecond there, so at most this bound of them reaches
+/// the reconciles per millisecond. A restart confirms an unchanged object in about 20 µs of
+/// CPU, so a bound of 4 per reconcile (32 with `--concurrency 2`) capped it near 30 objects a
+/// millisecond with the cores mostly idle (100,000 objects: 6 s after the list; the scale
+/// bench, docs/benchmarks.md). 32 per reconcile keeps the scheduler ahead of the reconciles
+/// and still holds it to a few hundred objects (about 700 bytes each) instead of every one.
+pub(super) const ADMITTED_PER_RECONCILE: usize = 32;
+
+/// Runs the controller until `shutdown` turns true (then finishes running reconciles).
+///
+/// With [`Namespaces::Only`], one controller runs per namespace (each with its own watches
+/// and four reconciles per unseal slot running at a time), sharing the keys, this context and its
+/// `--concurrency` unseal slots.
+pub async fn run(
+    client: Client,
+    config: Arc<Config>,
+    state: State,
+    shutdown: watch::Receiver<bool>,
+) {
+    crate::cache::sealed::set_value_budget(config.pending_value_bytes);
+    let ctx = Arc::new(Context::new(client.clone(), config.clone(), state.clone()));
+    let scopes: Vec<Option<String>> = match &config.namespaces {
+        Namespaces::All => vec![None],
+        Namespaces::Only(list) => list.iter().cloned().map(Some).collect(),
+    };
+    let mut wc = watcher::Config::default();
+    if let Some(selector) = &config.label_selector {
+        wc = wc.labels(selector);
+    }
+    let mut stores = Vec::new();
+    let mut runs = Vec::new();
+    for scope in scopes {
+        let (sealed, secrets): (Api<CachedSealed>, Api<WatchedSecret>) = match &scope {
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+        };
+        let (store, writer) = reflector::store();
+        let sealed_events =
+            watcher(sealed, wc.clone()).backoff(WatchBackoff::resetting_on(state.api.recoveries()));
+        let mut c = Controller::for_stream(
+            sealed_triggers(
+                sealed_events,
+                state.clone(),
+                writer,
+                ctx.admission.clone(),
+                scope.clone(),
+            ),
+            store.clone(),
+        )
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(reconcile_concurrency(&config)),
+        );
+        stores.push(store.clone());
+        if !config.skip_recreate {
+            // Not filtered by --label-selector: the Secrets a selected SealedSecret writes need
+            // not carry its labels, and their deletion must still re-create them at once.
+            // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
+            // not in the store, so nothing happens.
+            //
+            // Whole Secrets, not metadata: each is checked against its data MAC as it arrives,
+            // then its data is wiped (`secretcache`). The watch starts with the ring's first
+            // keys (no reconcile runs before them anyway), so that check can be made.
+            let recoveries = state.api.recoveries();
+            let secret_events =
+                futures::stream::once(first_keys(state.clone())).flat_map(move |()| {
+                    watcher(secrets.clone(), watcher::Config::default())
+                        .backoff(WatchBackoff::resetting_on(recoveries.clone()))
+                });
+            c = c.reconcile_on(secret_triggers(
+                secret_events,
+                ctx.clone(),
+                store.clone(),
+                scope.clone(),
+            ));
+        }
+        let admitted = futures::stream::select(
+            ctx.admission.clone().stream(scope.clone()),
+            bulk_triggers(
+                &state,
+                store.clone(),
+                ctx.admission.clone(),
+                scope.clone(),
+                config.resync_period,
+            ),
+        );
+        let c = c
+            .reconcile_on(admitted)
+            .reconcile_on(recovered_triggers(ctx.clone(), store.clone()))
+            .graceful_shutdown_on(until_true(shutdown.clone()));
+        runs.push(c.run(reconcile, error_policy, ctx.clone()).boxed());
+    }
+
+    let ready_stores = stores.clone();
+    let readiness = state.readiness.clone();
+    let ready = tokio::spawn(async move {
+        for s in &ready_stores {
+            // Re-poll with a timeout: kube-runtime's ready signal keeps a single waker, and
+            // the controller itself waits on it too, so a lone wait may never be woken.
+            loop {
+                match tokio::time::timeout(Duration::from_millis(200), s.wait_until_ready()).await {
+                    Ok(Ok(())) => break,
+                    Ok(Err(_)) => return,
+                    Err(_) => {}
+                }
+            }
+        }
+        readiness
+            .caches_synced
+            .store(true, std::sync::atomic::Ordering::Release);
+    });
+    let pruner = tokio::spawn(prune(ctx.clone(), stores));
+
+    futures::stream::select_all(runs)
+        .for_each(|result| {
+            if let Err(e) = result {
+                match e {
+                    // Deleted before its reconcile started: it no longer waits.
+                    kube::runtime::controller::Error::ObjectNotFound(r) => {
+                        if let Some(namespace) = &r.namespace {
+                            ctx.admission.started(namespace, &r.name);
+                        }
+                    }
+                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    other => tracing::debug!(error = %crate::error_chain(&other), "controller stream error"),
+                }
+            }
+            futures::future::ready(())
+        })
+        .await;
+    ready.abort();
+    pruner.abort();
+}

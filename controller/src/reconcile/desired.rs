@@ -1,0 +1,313 @@
+//! The desired Secret: unsealing a SealedSecret (on the RSA pool), how it is written over an
+//! existing Secret (owned, managed or patched) and whether an existing Secret is in sync.
+
+use super::*;
+
+/// The data items a SealedSecret produces, when known without decrypting (not for the
+/// deprecated whole-Secret `spec.data`).
+pub(super) fn expected_items(ss: &SealedSecret) -> Option<BTreeSet<String>> {
+    if ss.spec.data.as_deref().is_some_and(|d| !d.is_empty()) {
+        return None;
+    }
+    let mut items: BTreeSet<String> = ss.spec.encrypted_data.keys().cloned().collect();
+    if let Some(data) = ss.spec.template.as_ref().and_then(|t| t.data.as_ref()) {
+        for (key, value) in data {
+            if value.is_some() {
+                items.insert(key.clone());
+            } else {
+                items.remove(key);
+            }
+        }
+    }
+    Some(items)
+}
+
+pub(super) fn annotation<'a>(meta: &'a kube::api::ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+pub(super) fn is_true(meta: &kube::api::ObjectMeta, key: &str) -> bool {
+    annotation(meta, key) == Some(TRUE)
+}
+
+pub(super) fn controlled_by(secret: &Secret, uid: &str) -> bool {
+    secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+pub(super) fn skips_owner_reference(ss: &SealedSecret) -> bool {
+    ss.spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .is_some_and(|m| is_true(m, SKIP_SET_OWNER_REFERENCES_ANNOTATION))
+}
+
+/// How an existing Secret may be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Replace data, labels, annotations and owner references (ours, or `managed`).
+    Replace,
+    /// Merge data, labels and annotations; take ownership only when also `managed`.
+    Patch { own: bool },
+}
+
+/// How `existing` may be written for `ss`, or [`Error::Unmanaged`]. Besides Bitnami's rules
+/// (controlled by `ss`, or marked `managed` or `patch`), a Secret that `ss` asks to create
+/// without an owner reference is ours when it carries our spec digest: without that, the
+/// Secret kseal created would be "unmanaged" from the second reconcile on.
+pub(super) fn mode_for(existing: &Secret, ss: &SealedSecret, uid: &str) -> Result<Mode> {
+    let meta = &existing.metadata;
+    let managed = is_true(meta, MANAGED_ANNOTATION);
+    let ours_without_owner =
+        skips_owner_reference(ss) && annotation(meta, SPEC_DIGEST_ANNOTATION).is_some();
+    if is_true(meta, PATCH_ANNOTATION) {
+        Ok(Mode::Patch { own: managed })
+    } else if managed || controlled_by(existing, uid) || ours_without_owner {
+        Ok(Mode::Replace)
+    } else {
+        Err(Error::Unmanaged {
+            name: existing.name_any(),
+        })
+    }
+}
+
+pub(super) fn secret_type(s: &Secret) -> &str {
+    s.type_.as_deref().unwrap_or("Opaque")
+}
+
+pub(super) fn empty_data() -> BTreeMap<String, ByteString> {
+    BTreeMap::new()
+}
+
+/// Whether the existing Secret still holds what we wrote for `ss`, checked without
+/// decrypting anything: digest (the current form, or the v1 form of a Secret written
+/// before it), MAC over the data, owner reference, template labels and annotations present.
+pub(super) fn in_sync(
+    ctx: &Context,
+    ring: &Arc<KeyRing>,
+    ss: &SealedSecret,
+    existing: &Secret,
+    mode: Mode,
+    digest: &str,
+    mac: MacCheck<'_>,
+) -> bool {
+    let meta = &existing.metadata;
+    // From here on `digest` is the digest as stored, which the MAC covers.
+    let Some(digest) = annotation(meta, SPEC_DIGEST_ANNOTATION)
+        .filter(|stored| formats::digest_matches(stored, ss, digest))
+    else {
+        return false;
+    };
+    let uid = ss.metadata.uid.as_deref().unwrap_or_default();
+    let wants_owner = !skips_owner_reference(ss)
+        && matches!(mode, Mode::Replace | Mode::Patch { own: true })
+        && !uid.is_empty();
+    if wants_owner && !controlled_by(existing, uid) {
+        return false;
+    }
+    if !ctx.config.drift_correction {
+        return true;
+    }
+    let template_meta = ss.spec.template.as_ref().and_then(|t| t.metadata.as_ref());
+    if ss.spec.data.is_none() {
+        let subset = |want: Option<&BTreeMap<String, String>>,
+                      have: Option<&BTreeMap<String, String>>| {
+            want.into_iter()
+                .flatten()
+                .all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
+        };
+        let Some(tm) = template_meta else {
+            return mac.verifies(ctx, ring, ss, existing, mode, digest);
+        };
+        let mut want_annotations = tm.annotations.clone().unwrap_or_default();
+        want_annotations.remove(SPEC_DIGEST_ANNOTATION);
+        want_annotations.remove(DATA_MAC_ANNOTATION);
+        if !subset(tm.labels.as_ref(), meta.labels.as_ref())
+            || !subset(Some(&want_annotations), meta.annotations.as_ref())
+        {
+            return false;
+        }
+        if let Some(t) = ss.spec.template.as_ref().and_then(|t| t.type_.as_deref())
+            && t != secret_type(existing)
+        {
+            return false;
+        }
+    }
+    mac.verifies(ctx, ring, ss, existing, mode, digest)
+}
+
+/// The unsealed Secret with our annotations, ready to write.
+pub(super) struct Desired {
+    pub(super) secret: Secret,
+}
+
+pub(super) async fn unseal(
+    ctx: &Context,
+    oref: &SsRef,
+    ss: &Arc<SealedSecret>,
+    ring: &Arc<KeyRing>,
+    digest: &str,
+) -> Result<Desired> {
+    if ring.is_empty() {
+        return Err(Error::NoKeys);
+    }
+    let (item_hints, object_hint) = ctx.with_object(oref, |o| {
+        (
+            o.item_hints.iter().cloned().collect(),
+            o.object_hint().cloned(),
+        )
+    });
+    // Held until this unseal has taught the affinity (only waits on a cold start).
+    let (preferred_keys, _cold_turn) = ctx.affinity.suggest_waiting(ss).await;
+    let options = UnsealOptions {
+        accept_deprecated_v1_data: ctx.config.accept_deprecated_v1_data,
+        item_hints,
+        object_hint,
+        preferred_keys,
+        ..UnsealOptions::default()
+    };
+    let (sealed, keys) = (ss.clone(), ring.clone());
+    // RSA work runs on the RSA pool's threads, off the async worker threads.
+    let (result, stats, cpu) = ctx
+        .rsa_slots
+        .unseal(move || {
+            let started = thread_cpu_time();
+            let mut stats = OpenStats::default();
+            let result = kseal_api::unseal_counted(&sealed, &keys, &options, &mut stats);
+            (result, stats, thread_cpu_time().saturating_sub(started))
+        })
+        .await
+        .map_err(|_| Error::Task)?;
+    ctx.state
+        .metrics
+        .rsa_operations
+        .inc_by(stats.rsa_operations);
+    ctx.state.metrics.unseal_cpu.inc_by(cpu.as_secs_f64());
+    let unsealed = result.map_err(Error::Unseal)?;
+    ctx.affinity.learn(ss, &unsealed);
+    let annotation_hint = ss.sealing_key_hint();
+    ctx.with_object(oref, |o| {
+        if unsealed.deprecated_data_key.is_some() {
+            o.rare().object_hint = unsealed.deprecated_data_key.clone();
+        }
+        // An item opened by the key the next unseal tries first anyway (the object hint, or
+        // the sealing-key annotation) needs no hint of its own: most objects keep none.
+        let implied = o.object_hint().or(annotation_hint.as_ref()).cloned();
+        o.item_hints = unsealed
+            .keys
+            .iter()
+            .filter(|(_, key)| implied.as_ref() != Some(*key))
+            .map(|(item, key)| (item.clone(), key.clone()))
+            .collect();
+    });
+    let mut secret = unsealed.secret;
+    normalize(&mut secret);
+    // The MAC key is the preferred key even while sealing is disabled (a fleet ring whose
+    // active key is unusable still unseals).
+    let sealing = ring.preferred_key().ok_or(Error::NoKeys)?;
+    let key = ctx
+        .mac_key(ring, MacVersion::V2, sealing.id())
+        .ok_or(Error::NoKeys)?;
+    let empty = empty_data();
+    let tag = formats::mac_over(
+        MacVersion::V2,
+        &key,
+        digest,
+        secret.metadata.namespace.as_deref().unwrap_or_default(),
+        secret.metadata.name.as_deref().unwrap_or_default(),
+        secret_type(&secret),
+        secret.data.as_ref().unwrap_or(&empty).iter(),
+    )
+    .ok_or(Error::NoKeys)?
+    .finalize()
+    .into_bytes();
+    let annotations = secret
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.insert(SPEC_DIGEST_ANNOTATION.to_owned(), digest.to_owned());
+    annotations.insert(
+        DATA_MAC_ANNOTATION.to_owned(),
+        formats::format_mac(sealing.id(), tag.as_slice()),
+    );
+    Ok(Desired { secret })
+}
+
+/// CPU time of the calling thread so far.
+pub(super) fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or_default(),
+        u32::try_from(t.tv_nsec).unwrap_or_default(),
+    )
+}
+
+/// Empty maps and lists read back from the API server as absent; compare like with like.
+pub(super) fn normalize(s: &mut Secret) {
+    let m = &mut s.metadata;
+    if m.labels.as_ref().is_some_and(BTreeMap::is_empty) {
+        m.labels = None;
+    }
+    if m.annotations.as_ref().is_some_and(BTreeMap::is_empty) {
+        m.annotations = None;
+    }
+    if m.owner_references.as_ref().is_some_and(Vec::is_empty) {
+        m.owner_references = None;
+    }
+    if s.data.as_ref().is_some_and(BTreeMap::is_empty) {
+        s.data = None;
+    }
+}
+
+/// The existing Secret changed as `mode` prescribes.
+pub(super) fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Secret {
+    let mut s = existing.clone();
+    let d = &desired.metadata;
+    match mode {
+        Mode::Replace => {
+            let managed = is_true(&existing.metadata, MANAGED_ANNOTATION);
+            s.metadata.labels = d.labels.clone();
+            s.metadata.annotations = d.annotations.clone();
+            if managed {
+                // Still managed: a deletion re-creates it at once (see `secret_trigger`),
+                // with or without an owner reference.
+                s.metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(MANAGED_ANNOTATION.to_owned(), TRUE.to_owned());
+            }
+            s.metadata.owner_references = d.owner_references.clone();
+            s.data = desired.data.clone();
+        }
+        Mode::Patch { own } => {
+            let merge = |into: &mut Option<BTreeMap<String, String>>,
+                         from: &Option<BTreeMap<String, String>>| {
+                if let Some(from) = from {
+                    into.get_or_insert_with(BTreeMap::new)
+                        .extend(from.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            };
+            merge(&mut s.metadata.labels, &d.labels);
+            merge(&mut s.metadata.annotations, &d.annotations);
+            if own {
+                s.metadata.owner_references = d.owner_references.clone();
+            }
+            if let Some(data) = &desired.data {
+                s.data
+                    .get_or_insert_with(BTreeMap::new)
+                    .extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+    }
+    if desired.type_.is_some() {
+        s.type_ = desired.type_.clone();
+    }
+    s.string_data = None;
+    normalize(&mut s);
+    s
+}

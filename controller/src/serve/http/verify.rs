@@ -1,0 +1,427 @@
+//! `/v1/verify` and `/v1/rotate`: the request body read with its limits, the values counted
+//! against the request's budget, and the RSA work on the pool's HTTP share.
+
+use super::*;
+
+pub(super) async fn read_body(app: &App, request: Request) -> Result<Bytes, Problem> {
+    let limit = app.options.max_body_bytes;
+    let read = axum::body::to_bytes(request.into_body(), limit);
+    match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Err(_) => Err(Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received in time",
+        )),
+        // axum reports an over-long body as a length-limit error.
+        Ok(Err(e)) if is_length_limit(&e) => Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body larger than {limit} bytes"),
+        )),
+        Ok(Err(_)) => Err(Problem::bad_request("cannot read request body")),
+        Ok(Ok(bytes)) => Ok(bytes),
+    }
+}
+
+pub(super) fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// A parsed request: the typed object for the crypto, and the raw JSON value so the answer
+/// keeps every field the caller sent (including ones the types do not know) unchanged.
+pub(super) struct Parsed {
+    pub(super) sealed: SealedSecret,
+    pub(super) raw: Value,
+}
+
+/// Parses one SealedSecret from JSON or YAML, under the budgets of
+/// [`kseal_api::request`]: `400` for a body that is not one object, `422` for an object that
+/// is not a valid SealedSecret.
+pub(super) fn parse_sealed_secret(body: &[u8]) -> Result<Parsed, Problem> {
+    let parsed = kseal_api::request::parse_sealed_secret(body).map_err(|e| {
+        let status = if e.is_malformed() {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        Problem::new(status, e.to_string())
+    })?;
+    Ok(Parsed {
+        sealed: parsed.sealed,
+        raw: parsed.raw,
+    })
+}
+
+/// What opening a SealedSecret's items gave.
+pub(super) struct OpenedItems {
+    pub(super) label: Label,
+    /// `encryptedData` items, opened (zeroized on drop).
+    pub(super) items: Vec<(String, Plaintext)>,
+    /// The deprecated `spec.data` blob, opened.
+    pub(super) deprecated: Option<Plaintext>,
+}
+
+/// What one verify or rotate may spend on RSA work, and what it spent.
+pub(super) struct Budget<'a> {
+    /// The admitted job: a slot is taken per value.
+    pub(super) job: &'a HttpJob,
+    /// When waiting for slots ends with 503.
+    pub(super) deadline: Instant,
+    /// Go on after a value fails, to name every failing one (`?all=true`).
+    pub(super) all: bool,
+    pub(super) stats: OpenStats,
+}
+
+/// Values (`encryptedData` items plus the deprecated `data`) in `sealed`, refused with 413
+/// beyond `max`.
+pub(super) fn count_values(sealed: &SealedSecret, max: usize) -> Result<usize, Problem> {
+    let spec = &sealed.spec;
+    let count = spec.encrypted_data.len()
+        + usize::from(spec.data.as_deref().is_some_and(|d| !d.is_empty()));
+    if count > max {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the SealedSecret holds {count} sealed values; this controller accepts at most {max} per request (--max-request-items)"
+            ),
+        ));
+    }
+    Ok(count)
+}
+
+/// RSA private-key operations opening `values` values of `sealed` may cost at most: one per
+/// value when it names a ring key ([`HintPolicy::Binds`]), else one per ring key.
+pub(super) fn worst_case_operations(sealed: &SealedSecret, ring: &KeyRing, values: usize) -> u64 {
+    let per_value = match sealed.sealing_key_hint() {
+        Some(hint) if ring.get(&hint).is_some() => 1,
+        _ => ring.len(),
+    };
+    u64::try_from(values.saturating_mul(per_value)).unwrap_or(u64::MAX)
+}
+
+/// Rate-limit units `operations` RSA operations cost (at least the one admission took).
+pub(super) fn units(operations: u64) -> i64 {
+    i64::try_from(operations.div_ceil(RSA_OPERATIONS_PER_UNIT).max(1)).unwrap_or(i64::MAX)
+}
+
+/// Opens every item of `sealed` with `ring`, **without** looking at `spec.template` at all:
+/// the label comes from the top-level name, namespace and scope annotations only, and no
+/// template is rendered. Takes an RSA slot per value and adds the operations spent to the
+/// budget; stops at the first value that fails unless the budget asks for all.
+pub(super) fn open_items(
+    sealed: &SealedSecret,
+    ring: &KeyRing,
+    accept_deprecated_v1_data: bool,
+    budget: &mut Budget<'_>,
+) -> Result<OpenedItems, Problem> {
+    let meta = &sealed.metadata;
+    let name = meta
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Problem::bad_request("the SealedSecret has no metadata.name"))?;
+    let scope = sealed.scope();
+    let namespace = meta.namespace.as_deref().filter(|n| !n.is_empty());
+    if namespace.is_none() && scope != Scope::Cluster {
+        return Err(Problem::bad_request(format!(
+            "the {scope} SealedSecret `{name}` has no metadata.namespace"
+        )));
+    }
+    let label = scope.label(namespace.unwrap_or_default(), name);
+    // Public metadata, named in failures: it answers "renamed or moved?" and nothing else.
+    let tried = kseal_api::ScopeTarget::new(scope, namespace.unwrap_or_default(), name);
+    let spec = &sealed.spec;
+    let deprecated = spec.data.as_deref().filter(|d| !d.is_empty());
+    if deprecated.is_some() && !spec.encrypted_data.is_empty() {
+        return Err(Problem::bad_request(
+            "cannot use the field 'encryptedData' and the deprecated field 'data' at the same time",
+        ));
+    }
+    if deprecated.is_some() && !accept_deprecated_v1_data {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "the deprecated field 'data' is not accepted by this controller",
+        ));
+    }
+    let conflict = |message: String| Problem::new(StatusCode::CONFLICT, message);
+
+    // Structural checks on public bytes first, before any RSA operation.
+    let decode = |text: &str| -> kseal_keys::Result<Vec<u8>> {
+        let bytes = kseal_keys::envelope::decode_base64(text)?;
+        kseal_keys::envelope::Envelope::parse(&bytes)?;
+        Ok(bytes)
+    };
+    let mut envelopes = Vec::with_capacity(spec.encrypted_data.len());
+    for (item, value) in &spec.encrypted_data {
+        let bytes = decode(value)
+            .map_err(|_| conflict(format!("item `{item}` is not a valid sealed value")))?;
+        envelopes.push((item, bytes));
+    }
+    let deprecated = deprecated
+        .map(|blob| {
+            decode(blob).map_err(|_| {
+                conflict("the deprecated field 'data' is not a valid sealed value".into())
+            })
+        })
+        .transpose()?;
+    if (!envelopes.is_empty() || deprecated.is_some()) && ring.is_empty() {
+        return Err(no_keys());
+    }
+
+    // A hint naming a ring key binds: a value that fails with it fails (one RSA operation).
+    // Otherwise the key that opened the previous value is tried first (it only orders).
+    let bound = sealed
+        .sealing_key_hint()
+        .filter(|hint| ring.get(hint).is_some());
+    let mut learned = None;
+    let mut open = |bytes: &[u8], budget: &mut Budget<'_>| {
+        let _slot = budget
+            .job
+            .slot(budget.deadline)
+            .map_err(|_| Problem::rsa_busy())?;
+        let (hint, policy) = match &bound {
+            Some(hint) => (Some(hint), HintPolicy::Binds),
+            None => (learned.as_ref(), HintPolicy::Orders),
+        };
+        let opened = ring.open_with(&label, bytes, hint, policy, &mut budget.stats);
+        if let Ok(opened) = &opened {
+            learned = Some(opened.key.clone());
+        }
+        Ok::<_, Problem>(opened.ok().map(|o| o.plaintext))
+    };
+    let mut items = Vec::with_capacity(envelopes.len());
+    let mut failed = Vec::new();
+    for (item, bytes) in &envelopes {
+        match open(bytes, budget)? {
+            Some(plaintext) => items.push(((*item).clone(), plaintext)),
+            None => {
+                failed.push(format!("`{item}`"));
+                if !budget.all {
+                    break;
+                }
+            }
+        }
+    }
+    if !failed.is_empty() {
+        // `items` is dropped here, zeroizing what did open.
+        let rest = if budget.all || failed.len() == envelopes.len() {
+            ""
+        } else {
+            "; stopped at the first failure (?all=true names every one)"
+        };
+        return Err(conflict(format!(
+            "no key could decrypt items {} (tried {tried}){rest}",
+            failed.join(", ")
+        )));
+    }
+    let deprecated = match deprecated {
+        None => None,
+        Some(bytes) => Some(open(&bytes, budget)?.ok_or_else(|| {
+            conflict(format!(
+                "no key could decrypt the deprecated field 'data' (tried {tried})"
+            ))
+        })?),
+    };
+    Ok(OpenedItems {
+        label,
+        items,
+        deprecated,
+    })
+}
+
+/// Runs RSA work on a blocking thread as one admitted HTTP job of the shared RSA pool
+/// (refused with 503 and `Retry-After` when its HTTP share is taken), charges the client's
+/// bucket for the worst case before and settles it to what was spent after, and counts the
+/// RSA operations whatever the outcome.
+pub(super) async fn rsa_job<T: Send + 'static>(
+    app: &App,
+    bucket: Option<Bucket>,
+    ring: Arc<KeyRing>,
+    worst_case: u64,
+    all: bool,
+    job: impl FnOnce(&KeyRing, &mut Budget<'_>) -> Result<T, Problem> + Send + 'static,
+) -> Result<T, Problem> {
+    let client = bucket.map_or(Client::Unknown, |b| b.0.1);
+    let admitted = app
+        .state
+        .rsa
+        .admit_http(client)
+        .map_err(|_| Problem::rsa_busy())?;
+    // Admission charged one unit; reserve the rest of the worst case now, so concurrent
+    // requests of the same client see the debt at once.
+    let reserved = units(worst_case) - 1;
+    let charge = |extra: i64| {
+        if let Some(Bucket(key)) = &bucket {
+            app.limiter.charge(key, Instant::now(), extra);
+        }
+    };
+    charge(reserved);
+    let metrics = app.state.metrics.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let mut budget = Budget {
+            job: &admitted,
+            deadline: Instant::now() + HTTP_WAIT,
+            all,
+            stats: OpenStats::default(),
+        };
+        let result = job(&ring, &mut budget);
+        let spent = budget.stats.rsa_operations;
+        metrics.rsa_operations.inc_by(spent);
+        (result, spent)
+    })
+    .await;
+    match joined {
+        Ok((result, spent)) => {
+            charge(units(spent) - 1 - reserved);
+            result
+        }
+        // The reservation stays charged.
+        Err(_) => Err(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error",
+        )),
+    }
+}
+
+/// Whether the query asks to name every failing value (`?all`, `?all=true`, `?all=1`).
+pub(super) fn wants_all(request: &Request) -> bool {
+    request.uri().query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| matches!(pair, "all" | "all=true" | "all=1"))
+    })
+}
+
+pub(super) fn object_ref(sealed: &SealedSecret) -> String {
+    format!(
+        "{}/{}",
+        sealed.metadata.namespace.as_deref().unwrap_or(""),
+        sealed.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// `POST /v1/verify`: `200` when every item opens, `409` when one does not.
+pub(super) async fn verify(AxumState(app): AxumState<App>, request: Request) -> Response {
+    let result = async {
+        let bucket = request.extensions().get::<Bucket>().copied();
+        let all = wants_all(&request);
+        let body = read_body(&app, request).await?;
+        let Parsed { sealed, .. } = parse_sealed_secret(&body)?;
+        let values = count_values(&sealed, app.options.max_request_items)?;
+        let ring = app.state.keys.ring();
+        let worst_case = worst_case_operations(&sealed, &ring, values);
+        let accept_v1 = app.options.accept_deprecated_v1_data;
+        let object = object_ref(&sealed);
+        let count = rsa_job(&app, bucket, ring, worst_case, all, move |ring, budget| {
+            let opened = open_items(&sealed, ring, accept_v1, budget)?;
+            Ok(opened.items.len() + usize::from(opened.deprecated.is_some()))
+        })
+        .await
+        .inspect_err(|p| tracing::debug!(object, status = %p.status, "verify failed"))?;
+        tracing::debug!(object, items = count, "verified");
+        Ok::<_, Problem>(text(
+            StatusCode::OK,
+            format!("ok: {count} sealed values decrypt\n"),
+        ))
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /v1/rotate`: the SealedSecret re-sealed with the sealing key.
+///
+/// Only `spec.encryptedData` values (or the deprecated `spec.data`), the top-level
+/// `kseal.dev/sealing-key` annotation and `status` (dropped) change; everything else,
+/// `spec.template` included, comes back exactly as sent. Each value is re-sealed under the
+/// label it was opened with, so the scope never changes (CVE-2026-22728).
+pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> Response {
+    let result = async {
+        let bucket = request.extensions().get::<Bucket>().copied();
+        let all = wants_all(&request);
+        let body = read_body(&app, request).await?;
+        let Parsed { sealed, mut raw } = parse_sealed_secret(&body)?;
+        let values = count_values(&sealed, app.options.max_request_items)?;
+        let ring = app.state.keys.ring();
+        let worst_case = worst_case_operations(&sealed, &ring, values);
+        let accept_v1 = app.options.accept_deprecated_v1_data;
+        let object = object_ref(&sealed);
+        let refusal = app.state.readiness.sealing_problem();
+        let resealed = rsa_job(&app, bucket, ring, worst_case, all, move |ring, budget| {
+            let opened = open_items(&sealed, ring, accept_v1, budget)?;
+            let key = ring
+                .sealing_key()
+                .ok_or_else(|| no_sealing_key(refusal.as_ref()))?;
+            let seal = |what: &str, plaintext: &Plaintext| {
+                kseal_keys::seal_base64(key.public_key(), &opened.label, plaintext.expose())
+                    .map_err(|_| {
+                        Problem::new(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            format!("failed to re-seal {what}"),
+                        )
+                    })
+            };
+            let mut items = Vec::with_capacity(opened.items.len());
+            for (item, plaintext) in &opened.items {
+                items.push((item.clone(), seal(&format!("item `{item}`"), plaintext)?));
+            }
+            let deprecated = opened
+                .deprecated
+                .as_ref()
+                .map(|p| seal("the deprecated field 'data'", p))
+                .transpose()?;
+            Ok((items, deprecated, key.id().to_string()))
+        })
+        .await
+        .inspect_err(|p| tracing::debug!(object, status = %p.status, "rotate failed"))?;
+        let (items, deprecated, key_id) = resealed;
+        // The typed parse succeeded, so `raw` is an object with a `metadata` and `spec`
+        // that are objects or absent; anything else is answered with 422 below.
+        let invalid = || {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid SealedSecret: metadata and spec must be objects",
+            )
+        };
+        let root = raw.as_object_mut().ok_or_else(invalid)?;
+        root.remove("status");
+        let metadata = root
+            .entry("metadata")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .ok_or_else(invalid)?;
+        let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+        if annotations.is_null() {
+            *annotations = json!({});
+        }
+        annotations.as_object_mut().ok_or_else(invalid)?.insert(
+            SEALING_KEY_ANNOTATION.to_owned(),
+            Value::String(key_id.clone()),
+        );
+        let spec = root
+            .entry("spec")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .ok_or_else(invalid)?;
+        if !items.is_empty() {
+            let data = spec
+                .get_mut("encryptedData")
+                .and_then(Value::as_object_mut)
+                .ok_or_else(invalid)?;
+            for (item, value) in items {
+                data.insert(item, Value::String(value));
+            }
+        }
+        if let Some(blob) = deprecated {
+            spec.insert("data".to_owned(), Value::String(blob));
+        }
+        tracing::info!(object, key = %key_id, "re-sealed with the sealing key");
+        Ok::<_, Problem>(axum::Json(raw).into_response())
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
