@@ -393,9 +393,55 @@ pub enum ConfigError {
     },
 }
 
+/// What parsing a [`Config`] reads besides its arguments: the open-file limit, the environment
+/// variables honoured outside clap, the time and a random suffix. [`Host::current`] reads this
+/// process's; [`Config::parse`] is a pure function of its inputs, so tests pass their own.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// The soft open-file limit ([`crate::host::nofile_limit`]); `None`: unlimited.
+    pub nofile_limit: Option<u64>,
+    /// `SEALED_SECRETS_KEY_CUTOFF_TIME`.
+    pub key_cutoff_time: Option<String>,
+    /// `POD_NAME`: the leader-election identity.
+    pub pod_name: Option<String>,
+    /// `HOSTNAME`: the identity without `POD_NAME`, with [`Host::identity_suffix`].
+    pub hostname: Option<String>,
+    /// A random number that keeps two processes on one host apart.
+    pub identity_suffix: u64,
+    /// Now.
+    pub now: SystemTime,
+}
+
+impl Host {
+    /// This process's.
+    pub fn current() -> Self {
+        use std::hash::BuildHasher as _;
+        Self {
+            nofile_limit: crate::host::nofile_limit(),
+            key_cutoff_time: std::env::var(env::SEALED_SECRETS_KEY_CUTOFF_TIME).ok(),
+            pod_name: std::env::var(env::POD_NAME).ok(),
+            hostname: std::env::var(env::HOSTNAME).ok(),
+            // RandomState is seeded from the OS RNG once per process.
+            identity_suffix: std::collections::hash_map::RandomState::new()
+                .hash_one(std::process::id()),
+            now: SystemTime::now(),
+        }
+    }
+}
+
 impl Config {
-    /// Validates `args`. `default_namespace` is the service account's namespace, if known.
+    /// Validates `args` on this process's [`Host`]. `default_namespace` is the service
+    /// account's namespace, if known.
     pub fn from_args(args: Args, default_namespace: Option<String>) -> Result<Self, ConfigError> {
+        Self::parse(args, default_namespace, &Host::current())
+    }
+
+    /// Validates `args` on `host`: a pure function of its inputs.
+    pub fn parse(
+        args: Args,
+        default_namespace: Option<String>,
+        host: &Host,
+    ) -> Result<Self, ConfigError> {
         let key_size = kseal_keys::KeySize::from_bits(args.key_size as usize)
             .ok_or(ConfigError::KeySize(args.key_size))?;
         // Generated keys are `generateName: <prefix>`; the legacy key is named the prefix.
@@ -419,7 +465,7 @@ impl Config {
         // Leave room under the open-file limit (raised to the hard limit at startup) for the
         // Kubernetes client, the other listener and the connections over the cap that are
         // accepted only to be closed.
-        let nofile = crate::host::nofile_limit();
+        let nofile = host.nofile_limit;
         let cap = |flag: Option<u32>, preferred, divisor| {
             flag.map_or_else(
                 || crate::serve::conn::default_cap(preferred, nofile, divisor),
@@ -473,9 +519,9 @@ impl Config {
         let (key_renewal, mut warnings) = key_renewal(
             args.key_renew_period,
             args.key_cutoff_time,
-            std::env::var(env::SEALED_SECRETS_KEY_CUTOFF_TIME).ok(),
+            host.key_cutoff_time.clone(),
             args.generate_key_if_missing,
-            SystemTime::now(),
+            host.now,
         )?;
         if let Some(limit) = nofile
             && (max_connections + metrics_max_connections) as u64 > limit / 2
@@ -535,10 +581,11 @@ impl Config {
                 })
             }
         };
-        let identity = std::env::var(env::POD_NAME)
-            .ok()
+        let identity = host
+            .pod_name
+            .clone()
             .filter(|n| !n.is_empty())
-            .unwrap_or_else(fallback_identity);
+            .unwrap_or_else(|| fallback_identity(host));
         Ok(Self {
             controller_namespace,
             key_prefix: args.key_prefix,
@@ -701,15 +748,13 @@ pub fn async_threads(flag: u16, cpus: usize) -> usize {
 
 /// The leader-election identity without `POD_NAME`: the host name plus a random suffix, so
 /// that two processes never share one (a PID alone would: it is 1 in most containers).
-fn fallback_identity() -> String {
-    use std::hash::BuildHasher as _;
-    let host = std::env::var(env::HOSTNAME)
-        .ok()
+fn fallback_identity(host: &Host) -> String {
+    let name = host
+        .hostname
+        .clone()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "kseal-controller".to_owned());
-    // RandomState is seeded from the OS RNG once per process.
-    let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
-    format!("{host}_{random:016x}")
+    format!("{name}_{:016x}", host.identity_suffix)
 }
 
 /// Parses a Go-style duration: `720h`, `1h30m`, `90s`, `500ms`, `0`.
@@ -725,6 +770,43 @@ mod tests {
         let mut argv = vec!["kseal-controller"];
         argv.extend_from_slice(extra);
         Args::try_parse_from(argv).unwrap()
+    }
+
+    /// A host that is not this process's: nothing read from the machine or the environment.
+    fn host() -> Host {
+        Host {
+            nofile_limit: Some(400),
+            key_cutoff_time: None,
+            pod_name: None,
+            hostname: Some("node-a".into()),
+            identity_suffix: 0xabc,
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        }
+    }
+
+    #[test]
+    fn parsing_reads_only_its_inputs() {
+        let c = Config::parse(args(&[]), Some("ns".into()), &host()).unwrap();
+        // The caps come from the host's file limit (400 / 4, 400 / 16), not this process's.
+        assert_eq!((c.max_connections, c.metrics_max_connections), (100, 25));
+        assert_eq!(c.identity, "node-a_0000000000000abc");
+        assert_eq!(c.controller_namespace, "ns");
+        let named = Host {
+            pod_name: Some("kseal-0".into()),
+            nofile_limit: None,
+            ..host()
+        };
+        let c = Config::parse(args(&[]), None, &named).unwrap();
+        assert_eq!((c.max_connections, c.metrics_max_connections), (512, 64));
+        assert_eq!(c.identity, "kseal-0");
+        // SEALED_SECRETS_KEY_CUTOFF_TIME comes from the host as well.
+        let cutoff = Host {
+            key_cutoff_time: Some("soon".into()),
+            ..host()
+        };
+        let e =
+            Config::parse(args(&["--generate-key-if-missing=true"]), None, &cutoff).unwrap_err();
+        assert!(e.to_string().contains("soon"), "{e}");
     }
 
     #[test]
