@@ -363,6 +363,30 @@ impl Index {
             )));
         }
         let index: Index = serde_json::from_value(value).map_err(|e| malformed(e.to_string()))?;
+        if index.schema == UNSIGNED_INDEX_SCHEMA {
+            // An unsigned index was written by a kseal before signed histories, which never
+            // wrote these fields. One that carries them is a signed ring's index rewritten as
+            // unsigned (by whoever can write the index but cannot sign): taking it as a
+            // legacy index would let the next routine write sign what they wrote.
+            let signed_fields: Vec<&str> = [
+                ("roots", !index.roots.is_empty()),
+                ("retired", !index.retired.is_empty()),
+                ("signature", index.signature.is_some()),
+                ("version", index.version != 0),
+            ]
+            .into_iter()
+            .filter_map(|(field, present)| present.then_some(field))
+            .collect();
+            if !signed_fields.is_empty() {
+                return Err(malformed(format!(
+                    "it says schema {UNSIGNED_INDEX_SCHEMA} (unsigned) but carries a signed \
+                     history's {}: a signed ring's index rewritten as unsigned is refused by \
+                     every reader and writer; restore the signed index from the store's \
+                     previous version",
+                    signed_fields.join(", ")
+                )));
+            }
+        }
         if index.ring != expected_ring {
             return Err(malformed(format!(
                 "it belongs to ring {:?}, not {expected_ring:?}",

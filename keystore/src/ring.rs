@@ -287,7 +287,8 @@ impl Ring {
                 return Ok(result);
             }
             index.updated = jiff::Timestamp::now();
-            self.sign_change(&mut index, &signer, &mut keys).await?;
+            self.sign_change(&mut index, &signer, &mut keys, expected.is_none())
+                .await?;
             let text = index.to_json();
             if text.len() > MAX_INDEX_BYTES {
                 return Err(Error::Refused(format!(
@@ -340,21 +341,37 @@ impl Ring {
         Ok(&keys[kid])
     }
 
-    /// Signs a changed index: the first key of a new ring becomes its anchor; a root that
-    /// left the ring hands over to the active key; the last root signs the whole index.
+    /// Signs a changed index: the first key of a new ring (`new_ring`: no index existed)
+    /// becomes its anchor; a root that left the ring hands over to the active key; the last
+    /// root signs the whole index.
     async fn sign_change(
         &self,
         index: &mut Index,
         signer: &Signer<'_>,
         keys: &mut HashMap<Kid, KeyPair>,
+        new_ring: bool,
     ) -> Result<()> {
         if let Signer::Pushed(pair) = signer {
             keys.insert(Kid::of(pair.public_key()), (*pair).clone());
         }
         if index.roots.is_empty() {
             let anchor = match (signer, index.keys.as_slice()) {
-                (Signer::Pushed(pair), [only]) if only.kid == Kid::of(pair.public_key()) => {
+                (Signer::Pushed(pair), [only])
+                    if new_ring && only.kid == Kid::of(pair.public_key()) =>
+                {
                     (*pair).clone()
+                }
+                (Signer::Pushed(_), _) if index.keys.len() == 1 => {
+                    // An index exists but held no key and no history: no kseal writes one,
+                    // so whoever can write the index emptied it. Starting a new history over
+                    // it would hand the ring to a new key and drop every earlier one.
+                    return Err(Error::Refused(format!(
+                        "{} exists but holds no key and no signed history: kseal never writes \
+                         such an index, so it was emptied by hand or by an attacker; refusing \
+                         to start a new history over it. Restore the signed index from the \
+                         store's previous version, or delete it if this ring is really new",
+                        self.index_name()
+                    )));
                 }
                 (Signer::Migrate(anchor), _) => self.key_for(anchor, keys).await?.clone(),
                 _ => {
@@ -385,7 +402,14 @@ impl Ring {
         }
         let root = index.roots[index.roots.len() - 1].kid.clone();
         index.schema = INDEX_SCHEMA;
-        index.version += 1;
+        index.version = index.version.checked_add(1).ok_or_else(|| {
+            Error::Refused(format!(
+                "{} is at version {}, the last one there is: it cannot be written again (an \
+                 index this far along was not written by kseal's writers, which add one)",
+                self.index_name(),
+                index.version
+            ))
+        })?;
         let pair = self.key_for(&root, keys).await?.clone();
         trust::sign_index(index, &pair)
     }

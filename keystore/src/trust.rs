@@ -409,6 +409,19 @@ pub fn verify(index: &Index, trust: &Trust, what: &str) -> Result<Verified> {
         if trust.unsigned && trust.anchor.is_none() {
             return Ok(Verified::Unsigned);
         }
+        if let Some(pinned) = &trust.anchor {
+            // A pinned ring was signed once: an unsigned index now is a replacement, and
+            // signing it (`kseal keys sign`) would bless what its writer put there.
+            return Err(untrusted(
+                what,
+                format!(
+                    "it is not signed, but this ring is pinned at anchor {}: a signed ring's \
+                     index was replaced by an unsigned one. Do not sign it; restore the signed \
+                     index from the store's previous version",
+                    pinned.short()
+                ),
+            ));
+        }
         return Err(untrusted(
             what,
             "it is not signed (written by a kseal before signed ring histories); the ring's \
