@@ -247,7 +247,17 @@ impl Ring {
     /// key is RSA of at least 2048 bits, and its kid is `entry.kid`.
     pub async fn read_key(&self, kid: &Kid) -> Result<KeyPair> {
         let name = self.key_name(kid);
-        let Some((text, _)) = self.store.read(&name, None).await? else {
+        // Key secrets are immutable: `push` creates each with the kid as its
+        // ClientRequestToken, so on Secrets Manager its first version's VersionId is the kid.
+        // Reading that version, not AWSCURRENT, means a later PutSecretValue on a key secret
+        // changes nothing a reader sees. A key secret created otherwise (by hand, by another
+        // tool) has no such version: its current one is read, checked against the kid below.
+        let first = Version(kid.as_str().to_owned());
+        let read = match self.store.read(&name, Some(&first)).await? {
+            Some(read) => Some(read),
+            None => self.store.read(&name, None).await?,
+        };
+        let Some((text, _)) = read else {
             return Err(Error::NotFound {
                 what: name,
                 store: self.store.describe(),
