@@ -105,6 +105,29 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether this error's text depends on the secret's values: a `spec.template.data`
+    /// template that failed while executing. Whether such a template fails, at which line and
+    /// with which message can be computed from the plaintext (`{{ if hasPrefix "H" .password
+    /// }}{{ fail "m" }}{{ end }}`), so whoever can edit the template and read the status
+    /// would learn the values bit by bit. The controller shows such an error only as
+    /// [`TEMPLATE_FAILED`], never its text; a parse error (the template source alone) is
+    /// shown whole.
+    pub fn depends_on_values(&self) -> bool {
+        match self {
+            Error::TemplateData { errors } => errors
+                .iter()
+                .any(crate::template::TemplateError::depends_on_values),
+            _ => false,
+        }
+    }
+}
+
+/// What the controller shows for an error that [depends on the values](Error::depends_on_values).
+pub const TEMPLATE_FAILED: &str = "a spec.template.data template failed while rendering (its \
+    error is not shown: it could depend on the secret's values; render the template where the \
+    plaintext is at hand to see it)";
+
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -121,6 +144,27 @@ fn list(items: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_template_that_failed_while_rendering_depends_on_the_values() {
+        use std::collections::BTreeMap;
+        let items = BTreeMap::from([(
+            "password".to_owned(),
+            k8s_openapi::ByteString(b"Hunter2".to_vec()),
+        )]);
+        let render = |source: &str| {
+            crate::render_template_data(
+                &BTreeMap::from([("out".to_owned(), Some(source.to_owned()))]),
+                &items,
+            )
+            .unwrap_err()
+        };
+        let oracle = render(r#"{{ if hasPrefix "H" .password }}{{ fail "m" }}{{ end }}"#);
+        assert!(oracle.depends_on_values());
+        let syntax = render("{{ if }}");
+        assert!(!syntax.depends_on_values());
+        assert!(!Error::DeprecatedDataNotASecret.depends_on_values());
+    }
 
     #[test]
     fn lists_are_quoted_and_comma_separated() {

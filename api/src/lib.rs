@@ -12,7 +12,7 @@ pub mod template;
 mod unseal;
 pub mod validation;
 
-pub use error::{Error, HintNote, Result};
+pub use error::{Error, HintNote, Result, TEMPLATE_FAILED};
 pub use resource::{
     SealedSecret, SealedSecretCondition, SealedSecretSpec, SealedSecretStatus, SecretTemplateSpec,
 };

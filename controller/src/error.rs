@@ -111,7 +111,9 @@ impl Error {
 }
 
 /// An error and its sources on one line (`a: b: c`), for logs and status messages. Kubernetes
-/// API errors show the server's message and reason. Whatever the API server or a parser quoted
+/// API errors show the server's message and reason. A template that failed while rendering
+/// shows only that it failed ([`kseal_api::TEMPLATE_FAILED`]): its text could depend on the
+/// values. Whatever the API server or a parser quoted
 /// from object data (a Secret's value) is removed ([`scrub::scrub`]): the text is safe for
 /// SealedSecret status, Events, logs and HTTP answers.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
@@ -120,6 +122,14 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     while let Some(e) = next {
         if !out.is_empty() {
             out.push_str(": ");
+        }
+        if let Some(api) = e.downcast_ref::<kseal_api::Error>()
+            && api.depends_on_values()
+        {
+            // A template that failed against the values: its text could be an oracle for
+            // them (see `kseal_api::Error::depends_on_values`).
+            out.push_str(kseal_api::TEMPLATE_FAILED);
+            break;
         }
         match e.downcast_ref::<kube::Error>() {
             Some(kube::Error::Api(status)) => {

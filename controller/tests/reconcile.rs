@@ -864,6 +864,71 @@ async fn template_data_is_rendered_over_the_items(client: Client) {
 
 on_both!(template_data_is_rendered_over_the_items);
 
+/// Issue 35 (the template oracle): a template that fails while rendering shows only that it
+/// failed, in the status and the Event: no message, key or position a template edit could
+/// compute from the values. A parse error depends on the template alone and is shown whole.
+async fn a_failed_template_shows_nothing_computed_from_the_values(client: Client) {
+    let cl = Cluster::new(client).await;
+    let (client, ns) = (cl.client.clone(), cl.app.clone());
+    let running = Running::start(&client, cl.config()).await;
+    let guess = |name: &str, source: &str| {
+        with_template(
+            seal(&secret(&ns, name, &[("password", "Hunter2")]), key(0)),
+            |t| {
+                t.data = Some(BTreeMap::from([(
+                    "out".to_owned(),
+                    Some(source.to_owned()),
+                )]));
+            },
+        )
+    };
+    create_ss(
+        &client,
+        &guess(
+            "oracle",
+            r#"{{ if hasPrefix "H" .password }}{{ fail "starts with H" }}{{ end }}{{ index (list 1) (len .password) }}"#,
+        ),
+    )
+    .await;
+    create_ss(&client, &guess("syntax", "{{ if }}")).await;
+    let failed = wait_synced(&client, &ns, "oracle", "False", "UnsealFailed").await;
+    let message = failed
+        .synced_condition()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(message.contains(kseal_api::TEMPLATE_FAILED), "{message}");
+    for leak in [
+        "starts with H",
+        "Hunter2",
+        "line",
+        "column",
+        "`out`",
+        "index",
+    ] {
+        assert!(!message.contains(leak), "{leak:?} in {message}");
+    }
+    let event = wait_event(&client, &ns, "oracle", "ErrUnsealFailed").await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        !note.contains("starts with H") && !note.contains("line"),
+        "{note}"
+    );
+    let syntax = wait_synced(&client, &ns, "syntax", "False", "UnsealFailed").await;
+    let message = syntax
+        .synced_condition()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(message.contains("template `out`: line 1"), "{message}");
+    running.stop().await;
+    cl.cleanup().await;
+}
+
+on_both!(a_failed_template_shows_nothing_computed_from_the_values);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_api_error_does_not_flip_the_status() {
     let server = TestApiServer::new();

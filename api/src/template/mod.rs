@@ -147,10 +147,12 @@ pub struct TemplateError {
     line: usize,
     column: usize,
     message: String,
+    /// Whether it failed while executing (against the secret's values), not while parsing.
+    executing: bool,
 }
 
 impl TemplateError {
-    fn new(key: &str, source: &str, fail: Fail) -> Self {
+    fn new(key: &str, source: &str, fail: Fail, executing: bool) -> Self {
         let pos = fail.pos.min(source.len());
         let before = source.as_bytes().get(..pos).unwrap_or_default();
         let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
@@ -167,6 +169,7 @@ impl TemplateError {
             line,
             column,
             message: fail.msg,
+            executing,
         }
     }
 
@@ -189,6 +192,14 @@ impl TemplateError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// Whether the template failed while executing against the secret's values (not while
+    /// parsing): then whether it failed, where and how can depend on those values, and
+    /// whoever can edit the template and read the outcome learns about them
+    /// ([`crate::Error::depends_on_values`]).
+    pub fn depends_on_values(&self) -> bool {
+        self.executing
+    }
 }
 
 /// A parsed template, ready to render against any data.
@@ -210,7 +221,7 @@ impl Template {
     pub fn parse(key: &str, source: &str) -> Result<Self, TemplateError> {
         let tree = lex::lex(source)
             .and_then(|toks| parse::parse_named(&toks, source.len(), key))
-            .map_err(|f| TemplateError::new(key, source, f))?;
+            .map_err(|f| TemplateError::new(key, source, f, false))?;
         Ok(Template {
             key: key.to_owned(),
             source: source.to_owned(),
@@ -235,7 +246,7 @@ impl Template {
     ) -> Result<Vec<u8>, TemplateError> {
         exec::execute(&self.tree, &self.key, items)
             .map(|mut out| std::mem::take(&mut *out))
-            .map_err(|f| TemplateError::new(&self.key, &self.source, f))
+            .map_err(|f| TemplateError::new(&self.key, &self.source, f, true))
     }
 }
 
