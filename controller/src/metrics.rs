@@ -394,9 +394,6 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let build = Info::new(BuildLabels {
-            revision: env!("CARGO_PKG_VERSION").to_owned(),
-        });
         let m = Self {
             unseal_requests: Counter::default(),
             unseal_errors: Family::default(),
@@ -432,172 +429,200 @@ impl Metrics {
             http_connections_dropped: Family::default(),
             registry: Registry::default(),
         };
-        {
-            let r = registry.sub_registry_with_prefix("sealed_secrets_controller");
-            r.register("build", "Build information of the controller", build);
-            r.register(
-                "unseal_requests",
-                "SealedSecret reconciles attempted",
-                m.unseal_requests.clone(),
-            );
-            r.register(
-                "unseal_errors",
-                "SealedSecret reconciles that failed, by reason",
-                m.unseal_errors.clone(),
-            );
-            r.register(
-                "http_requests",
-                "HTTP requests to the controller API",
-                m.http_requests.clone(),
-            );
-            r.register_with_unit(
-                "http_request_duration",
-                "HTTP request latency",
-                Unit::Seconds,
-                m.http_duration.clone(),
-            );
-        }
-        {
-            let r = registry.sub_registry_with_prefix("kseal");
-            r.register("keys_loaded", "Keys in the key ring", m.keys_loaded.clone());
-            r.register_with_unit(
-                "sealing_key_age",
-                "Age of the newest (sealing) key",
-                Unit::Seconds,
-                m.sealing_key_age_seconds.clone(),
-            );
-            r.register(
-                "key_load_errors",
-                "Key Secrets that could not be loaded, by reason",
-                m.key_load_errors.clone(),
-            );
-            r.register(
-                "keys_generated",
-                "Keys generated and stored in-cluster, by reason (missing, cutoff, period, requested)",
-                m.keys_generated.clone(),
-            );
-            r.register(
-                "rsa_operations",
-                "RSA private-key operations performed",
-                m.rsa_operations.clone(),
-            );
-            r.register_with_unit(
-                "unseal_cpu",
-                "CPU time of the threads opening SealedSecrets for the reconciler",
-                Unit::Seconds,
-                m.unseal_cpu.clone(),
-            );
-            r.register_with_unit(
-                "reconcile_duration",
-                "Time to reconcile one SealedSecret",
-                Unit::Seconds,
-                m.reconcile_duration.clone(),
-            );
-            r.register(
-                "reconciles",
-                "Reconciles by outcome (unchanged = skipped without RSA work)",
-                m.reconciles.clone(),
-            );
-            r.register(
-                "is_leader",
-                "1 while this replica holds the leader Lease",
-                m.is_leader.clone(),
-            );
-            r.register(
-                "api_server_reachable",
-                "0 from a failed watch or a reconcile that could not reach the API server until its next answer, else 1",
-                m.api_server_reachable.clone(),
-            );
-            r.register(
-                "watch_failures",
-                "Failed watch or list requests, by watched resource",
-                m.watch_failures.clone(),
-            );
-            r.register(
-                "sealed_secret_reads",
-                "SealedSecrets read whole because their cached copy was kept without its encrypted values (past --pending-values-mib, or synced and in need of a rewrite)",
-                m.sealed_secret_reads.clone(),
-            );
-            r.register(
-                "fenced_writes",
-                "Writes refused because the leadership ended, changed term or passed its local lease deadline, by write",
-                m.fenced_writes.clone(),
-            );
-            r.register(
-                "key_source_requests",
-                "Key-source calls (describe_index, get_index, get_key) and syncs, by outcome",
-                m.key_source_requests.clone(),
-            );
-            r.register(
-                "key_source_sync_triggers",
-                "The leader's key-source syncs by what started them (start, leadership, interval, refresh)",
-                m.key_source_sync_triggers.clone(),
-            );
-            r.register_with_unit(
-                "key_source_last_success_timestamp",
-                "Unix time of the last successful key-source sync",
-                Unit::Seconds,
-                m.key_source_last_success.clone(),
-            );
-            r.register(
-                "key_source_ring_keys",
-                "Keys in the fleet key ring's index",
-                m.key_source_ring_keys.clone(),
-            );
-            r.register_with_unit(
-                "key_source_key_age",
-                "Time since each key of the fleet ring entered it",
-                Unit::Seconds,
-                m.key_source_key_age_seconds.clone(),
-            );
-            r.register(
-                "key_source_active_unavailable",
-                "1 while the fleet ring's active key cannot seal here (the last verified active key seals, or none)",
-                m.key_source_active_unavailable.clone(),
-            );
-            r.register(
-                "key_source_ring_signed",
-                "1 when the fleet ring's index is a signed history, 0 when it is unsigned (older kseal)",
-                m.key_source_ring_signed.clone(),
-            );
-            r.register(
-                "key_source_ring_version",
-                "The newest signed version of the fleet ring's index accepted",
-                m.key_source_ring_version.clone(),
-            );
-            r.register(
-                "key_source_ring_anchor_pinned",
-                "1 once the fleet ring's trust anchor was pinned on first use (no --ring-anchor)",
-                m.key_source_ring_anchor_pinned.clone(),
-            );
-            r.register(
-                "key_source_mirror_conflicts",
-                "Secrets that look like key mirrors but are not proven ones, and taken names, by reason",
-                m.key_source_mirror_conflicts.clone(),
-            );
-            r.register(
-                "http_connections",
-                "HTTP connections open, by listener",
-                m.http_connections.clone(),
-            );
-            r.register(
-                "http_connections_peak",
-                "The most HTTP connections held at once, by listener",
-                m.http_connections_peak.clone(),
-            );
-            r.register(
-                "http_client_connections_peak",
-                "The most HTTP connections one client (IPv4 address, IPv6 /64) held at once, by listener",
-                m.http_client_connections_peak.clone(),
-            );
-            r.register(
-                "http_connections_dropped",
-                "HTTP connections closed by the connection limits, by listener and reason",
-                m.http_connections_dropped.clone(),
-            );
-        }
+        m.register_bitnami_metrics(registry.sub_registry_with_prefix("sealed_secrets_controller"));
+        let r = registry.sub_registry_with_prefix("kseal");
+        m.register_key_metrics(r);
+        m.register_reconciler_metrics(r);
+        m.register_key_source_metrics(r);
+        m.register_connection_metrics(r);
         m.api_server_reachable.set(1);
         Self { registry, ..m }
+    }
+
+    /// Bitnami's `sealed_secrets_controller_*` metrics, under their names.
+    fn register_bitnami_metrics(&self, r: &mut Registry) {
+        let build = Info::new(BuildLabels {
+            revision: env!("CARGO_PKG_VERSION").to_owned(),
+        });
+        r.register("build", "Build information of the controller", build);
+        r.register(
+            "unseal_requests",
+            "SealedSecret reconciles attempted",
+            self.unseal_requests.clone(),
+        );
+        r.register(
+            "unseal_errors",
+            "SealedSecret reconciles that failed, by reason",
+            self.unseal_errors.clone(),
+        );
+        r.register(
+            "http_requests",
+            "HTTP requests to the controller API",
+            self.http_requests.clone(),
+        );
+        r.register_with_unit(
+            "http_request_duration",
+            "HTTP request latency",
+            Unit::Seconds,
+            self.http_duration.clone(),
+        );
+    }
+
+    /// The key ring's metrics: keys loaded, their age, load errors and generation.
+    fn register_key_metrics(&self, r: &mut Registry) {
+        r.register(
+            "keys_loaded",
+            "Keys in the key ring",
+            self.keys_loaded.clone(),
+        );
+        r.register_with_unit(
+            "sealing_key_age",
+            "Age of the newest (sealing) key",
+            Unit::Seconds,
+            self.sealing_key_age_seconds.clone(),
+        );
+        r.register(
+            "key_load_errors",
+            "Key Secrets that could not be loaded, by reason",
+            self.key_load_errors.clone(),
+        );
+        r.register(
+            "keys_generated",
+            "Keys generated and stored in-cluster, by reason (missing, cutoff, period, requested)",
+            self.keys_generated.clone(),
+        );
+    }
+
+    /// The reconciler's metrics: RSA work, reconciles, leadership, API server health, whole
+    /// reads and fenced writes.
+    fn register_reconciler_metrics(&self, r: &mut Registry) {
+        r.register(
+            "rsa_operations",
+            "RSA private-key operations performed",
+            self.rsa_operations.clone(),
+        );
+        r.register_with_unit(
+            "unseal_cpu",
+            "CPU time of the threads opening SealedSecrets for the reconciler",
+            Unit::Seconds,
+            self.unseal_cpu.clone(),
+        );
+        r.register_with_unit(
+            "reconcile_duration",
+            "Time to reconcile one SealedSecret",
+            Unit::Seconds,
+            self.reconcile_duration.clone(),
+        );
+        r.register(
+            "reconciles",
+            "Reconciles by outcome (unchanged = skipped without RSA work)",
+            self.reconciles.clone(),
+        );
+        r.register(
+            "is_leader",
+            "1 while this replica holds the leader Lease",
+            self.is_leader.clone(),
+        );
+        r.register(
+            "api_server_reachable",
+            "0 from a failed watch or a reconcile that could not reach the API server until its next answer, else 1",
+            self.api_server_reachable.clone(),
+        );
+        r.register(
+            "watch_failures",
+            "Failed watch or list requests, by watched resource",
+            self.watch_failures.clone(),
+        );
+        r.register(
+            "sealed_secret_reads",
+            "SealedSecrets read whole because their cached copy was kept without its encrypted values (past --pending-values-mib, or synced and in need of a rewrite)",
+            self.sealed_secret_reads.clone(),
+        );
+        r.register(
+            "fenced_writes",
+            "Writes refused because the leadership ended, changed term or passed its local lease deadline, by write",
+            self.fenced_writes.clone(),
+        );
+    }
+
+    /// The fleet key ring's (`--key-source`) metrics.
+    fn register_key_source_metrics(&self, r: &mut Registry) {
+        r.register(
+            "key_source_requests",
+            "Key-source calls (describe_index, get_index, get_key) and syncs, by outcome",
+            self.key_source_requests.clone(),
+        );
+        r.register(
+            "key_source_sync_triggers",
+            "The leader's key-source syncs by what started them (start, leadership, interval, refresh)",
+            self.key_source_sync_triggers.clone(),
+        );
+        r.register_with_unit(
+            "key_source_last_success_timestamp",
+            "Unix time of the last successful key-source sync",
+            Unit::Seconds,
+            self.key_source_last_success.clone(),
+        );
+        r.register(
+            "key_source_ring_keys",
+            "Keys in the fleet key ring's index",
+            self.key_source_ring_keys.clone(),
+        );
+        r.register_with_unit(
+            "key_source_key_age",
+            "Time since each key of the fleet ring entered it",
+            Unit::Seconds,
+            self.key_source_key_age_seconds.clone(),
+        );
+        r.register(
+            "key_source_active_unavailable",
+            "1 while the fleet ring's active key cannot seal here (the last verified active key seals, or none)",
+            self.key_source_active_unavailable.clone(),
+        );
+        r.register(
+            "key_source_ring_signed",
+            "1 when the fleet ring's index is a signed history, 0 when it is unsigned (older kseal)",
+            self.key_source_ring_signed.clone(),
+        );
+        r.register(
+            "key_source_ring_version",
+            "The newest signed version of the fleet ring's index accepted",
+            self.key_source_ring_version.clone(),
+        );
+        r.register(
+            "key_source_ring_anchor_pinned",
+            "1 once the fleet ring's trust anchor was pinned on first use (no --ring-anchor)",
+            self.key_source_ring_anchor_pinned.clone(),
+        );
+        r.register(
+            "key_source_mirror_conflicts",
+            "Secrets that look like key mirrors but are not proven ones, and taken names, by reason",
+            self.key_source_mirror_conflicts.clone(),
+        );
+    }
+
+    /// The HTTP listeners' connection metrics.
+    fn register_connection_metrics(&self, r: &mut Registry) {
+        r.register(
+            "http_connections",
+            "HTTP connections open, by listener",
+            self.http_connections.clone(),
+        );
+        r.register(
+            "http_connections_peak",
+            "The most HTTP connections held at once, by listener",
+            self.http_connections_peak.clone(),
+        );
+        r.register(
+            "http_client_connections_peak",
+            "The most HTTP connections one client (IPv4 address, IPv6 /64) held at once, by listener",
+            self.http_client_connections_peak.clone(),
+        );
+        r.register(
+            "http_connections_dropped",
+            "HTTP connections closed by the connection limits, by listener and reason",
+            self.http_connections_dropped.clone(),
+        );
     }
 
     /// Counts a key generated and stored for `reason`.

@@ -781,20 +781,21 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut snapshots = source.snapshots();
-    let mut cache = ParseCache::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut policy = config.key_renewal.for_process(SystemTime::now());
-    let mut pending: Option<Pending> = None;
+    let mut loader = Loader {
+        state: &state,
+        config: &config,
+        cache: ParseCache::default(),
+        policy: config.key_renewal.for_process(SystemTime::now()),
+        pending: None,
+        key_source: config.key_source.is_some(),
+        last_verified: None,
+        loaded: false,
+    };
     let mut requests_open = true;
-    let key_source = config.key_source.is_some();
     let mut views = state.ring_view.subscribe();
     let mut materials: Option<Vec<KeyMaterial>> = None;
-    // The last active key of the fleet ring verified here (loaded, material checked): it
-    // keeps sealing while a newer active key cannot.
-    let mut last_verified: Option<Kid> = None;
-    // Whether the first snapshot has been published.
-    let mut loaded = false;
     loop {
         let mut requested = false;
         let mut ring_changed = false;
@@ -819,66 +820,129 @@ pub async fn run(
         }
         if rebuild && let Some(materials) = &materials {
             let view = views.borrow_and_update().clone();
-            let choice = if key_source {
-                SealingChoice::Ring {
-                    view: view.as_deref(),
-                    last: last_verified.as_ref(),
-                }
-            } else {
-                SealingChoice::Newest
-            };
-            let built = build_ring(materials, config.key_order, &mut cache, choice);
-            for (index, rejection) in &built.newly_rejected {
-                let material = &materials[*index];
-                tracing::warn!(
-                    key = %material.origin,
-                    reason = rejection.reason,
-                    "skipping unusable key: {}",
-                    rejection.message
-                );
-                state
-                    .metrics
-                    .key_load_errors
-                    .get_or_create(&crate::metrics::KeyErrorLabels {
-                        reason: rejection.reason.to_owned(),
-                    })
-                    .inc();
-                if state.is_leader() {
-                    source.report(material, rejection).await;
-                }
-            }
-            if built.mirrored > 0 {
-                // A proven mirror lets a restart during a key-source outage serve at once.
-                state.readiness.key_source_mirror_found();
-            }
-            if key_source {
-                if let RingSealing::Active(kid) = &built.ring_sealing {
-                    last_verified = Some(kid.clone());
-                }
-                publish_ring_sealing(&state, &built.ring_sealing);
-            }
-            ring_changed = publish(&state, built.ring);
-            loaded = true;
+            ring_changed = loader.rebuild(&source, materials, view.as_deref()).await;
         }
-        if !config.generate_key_if_missing {
+        loader.generate(&source, requested, ring_changed).await;
+    }
+}
+
+/// The key loader's memory between events ([`run`]).
+struct Loader<'a> {
+    state: &'a State,
+    config: &'a Config,
+    cache: ParseCache,
+    /// The renewal policy of this process (its cutoff spent once a key was generated for it).
+    policy: renewal::Renewal,
+    /// A key generated here, until it shows up in the ring (or its grace ends).
+    pending: Option<Pending>,
+    /// `--key-source`: the fleet ring view chooses the sealing key.
+    key_source: bool,
+    /// The last active key of the fleet ring verified here (loaded, material checked): it
+    /// keeps sealing while a newer active key cannot.
+    last_verified: Option<Kid>,
+    /// Whether the first snapshot has been published.
+    loaded: bool,
+}
+
+impl Loader<'_> {
+    /// Builds the ring from `materials` (with a key source, the sealing key as `view` names
+    /// it), reports keys rejected for the first time, and publishes the ring and its sealing
+    /// state. Returns whether the published ring changed.
+    async fn rebuild(
+        &mut self,
+        source: &impl KeySource,
+        materials: &[KeyMaterial],
+        view: Option<&RingView>,
+    ) -> bool {
+        let state = self.state;
+        let choice = if self.key_source {
+            SealingChoice::Ring {
+                view,
+                last: self.last_verified.as_ref(),
+            }
+        } else {
+            SealingChoice::Newest
+        };
+        let built = build_ring(materials, self.config.key_order, &mut self.cache, choice);
+        for (index, rejection) in &built.newly_rejected {
+            let material = &materials[*index];
+            tracing::warn!(
+                key = %material.origin,
+                reason = rejection.reason,
+                "skipping unusable key: {}",
+                rejection.message
+            );
+            state
+                .metrics
+                .key_load_errors
+                .get_or_create(&crate::metrics::KeyErrorLabels {
+                    reason: rejection.reason.to_owned(),
+                })
+                .inc();
+            if state.is_leader() {
+                source.report(material, rejection).await;
+            }
+        }
+        if built.mirrored > 0 {
+            // A proven mirror lets a restart during a key-source outage serve at once.
+            state.readiness.key_source_mirror_found();
+        }
+        if self.key_source {
+            if let RingSealing::Active(kid) = &built.ring_sealing {
+                self.last_verified = Some(kid.clone());
+            }
+            publish_ring_sealing(state, &built.ring_sealing);
+        }
+        let ring_changed = publish(state, built.ring);
+        self.loaded = true;
+        ring_changed
+    }
+
+    /// With in-cluster key generation on, generates and stores a key when one is requested or
+    /// due ([`Loader::generation_reason`]); without it, only warns about a request.
+    async fn generate(&mut self, source: &impl KeySource, requested: bool, ring_changed: bool) {
+        if !self.config.generate_key_if_missing {
             if requested {
                 tracing::warn!(
                     "key generation requested (SIGUSR1) but not done: in-cluster key generation is off; start the controller with --generate-key-if-missing=true"
                 );
             }
-            continue;
+            return;
         }
+        let Some(reason) = self.generation_reason(requested, ring_changed) else {
+            return;
+        };
+        let id = generate_and_store(source, self.state, self.config, reason).await;
+        if reason == Reason::Cutoff && id.is_some() {
+            // One key per process for the cutoff, whatever the clocks say: with
+            // --key-order-priority=SecretCreationTimestamp the new key's time comes
+            // from the API server's clock.
+            self.policy.cutoff = None;
+        }
+        self.pending = Some(Pending {
+            id,
+            since: tokio::time::Instant::now(),
+        });
+    }
+
+    /// Why a key is to be generated now, if one is: a request (on the leader only), else a
+    /// due renewal once the first snapshot is published, on the leader, and not while a key
+    /// generated here is within its grace. Forgets the pending key once the ring holds it and
+    /// logs the next renewal when the ring changed.
+    fn generation_reason(&mut self, requested: bool, ring_changed: bool) -> Option<Reason> {
+        let state = self.state;
         let ring = state.keys.ring();
-        if pending
+        if self
+            .pending
             .as_ref()
             .and_then(|p| p.id.as_ref())
             .is_some_and(|id| ring.get(id).is_some())
         {
-            pending = None;
+            self.pending = None;
         }
         let newest = ring.sealing_key().map(KeyPair::order_time);
         let now = SystemTime::now();
-        let scheduled = renewal::due(newest, &policy, now);
+        let scheduled = renewal::due(newest, &self.policy, now);
         if ring_changed
             && let Due::In(left) = scheduled
             && let Some(due) = now
@@ -887,7 +951,7 @@ pub async fn run(
         {
             tracing::info!(%due, "next key renewal scheduled");
         }
-        let reason = if requested {
+        if requested {
             if state.is_leader() {
                 Some(Reason::Requested)
             } else {
@@ -899,9 +963,10 @@ pub async fn run(
         } else {
             match scheduled {
                 Due::Now(reason)
-                    if loaded
+                    if self.loaded
                         && state.is_leader()
-                        && pending
+                        && self
+                            .pending
                             .as_ref()
                             .is_none_or(|p| p.since.elapsed() > GENERATION_GRACE) =>
                 {
@@ -909,19 +974,6 @@ pub async fn run(
                 }
                 _ => None,
             }
-        };
-        if let Some(reason) = reason {
-            let id = generate_and_store(&source, &state, &config, reason).await;
-            if reason == Reason::Cutoff && id.is_some() {
-                // One key per process for the cutoff, whatever the clocks say: with
-                // --key-order-priority=SecretCreationTimestamp the new key's time comes
-                // from the API server's clock.
-                policy.cutoff = None;
-            }
-            pending = Some(Pending {
-                id,
-                since: tokio::time::Instant::now(),
-            });
         }
     }
 }

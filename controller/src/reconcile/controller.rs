@@ -2,6 +2,8 @@
 
 use super::*;
 
+use futures::stream::BoxStream;
+
 /// Reconciles in flight per unseal slot. A reconcile spends most of its time on API round
 /// trips (read the Secret, write it, read and patch the status, publish an event) and holds
 /// an unseal slot only for its RSA work; with as many reconciles as slots, the slots (and
@@ -52,9 +54,58 @@ pub async fn run(
     if let Some(selector) = &config.label_selector {
         wc = wc.labels(selector);
     }
+    let shared = Shared {
+        client: &client,
+        config: &config,
+        state: &state,
+        ctx: &ctx,
+        sealed_watch: wc,
+        shutdown: &shutdown,
+    };
     let mut stores = Vec::new();
     let mut runs = Vec::new();
     for scope in scopes {
+        let (store, run) = shared.controller(scope);
+        stores.push(store);
+        runs.push(run);
+    }
+
+    let ready = tokio::spawn(caches_synced(stores.clone(), state.readiness.clone()));
+    let pruner = tokio::spawn(prune(ctx.clone(), stores));
+
+    futures::stream::select_all(runs)
+        .for_each(|result| {
+            controller_result(&ctx, result);
+            futures::future::ready(())
+        })
+        .await;
+    ready.abort();
+    pruner.abort();
+}
+
+/// What one controller's run yields per reconcile.
+type RunResult =
+    std::result::Result<(SsRef, Action), kube::runtime::controller::Error<Error, watcher::Error>>;
+
+/// What the controllers of every watched scope share.
+struct Shared<'a> {
+    client: &'a Client,
+    config: &'a Config,
+    state: &'a State,
+    ctx: &'a Arc<Context>,
+    /// The SealedSecret watch's configuration (`--label-selector`).
+    sealed_watch: watcher::Config,
+    shutdown: &'a watch::Receiver<bool>,
+}
+
+impl Shared<'_> {
+    /// The controller of one scope (a namespace; `None`: all of them): its SealedSecret store
+    /// and its run.
+    fn controller(
+        &self,
+        scope: Option<String>,
+    ) -> (Store<CachedSealed>, BoxStream<'static, RunResult>) {
+        let (client, config, state, ctx) = (self.client, self.config, self.state, self.ctx);
         let (sealed, secrets): (Api<CachedSealed>, Api<WatchedSecret>) = match &scope {
             None => (Api::all(client.clone()), Api::all(client.clone())),
             Some(ns) => (
@@ -63,8 +114,8 @@ pub async fn run(
             ),
         };
         let (store, writer) = reflector::store();
-        let sealed_events =
-            watcher(sealed, wc.clone()).backoff(WatchBackoff::resetting_on(state.api.recoveries()));
+        let sealed_events = watcher(sealed, self.sealed_watch.clone())
+            .backoff(WatchBackoff::resetting_on(state.api.recoveries()));
         let mut c = Controller::for_stream(
             sealed_triggers(
                 sealed_events,
@@ -76,36 +127,15 @@ pub async fn run(
             store.clone(),
         )
         .with_config(
-            kube::runtime::controller::Config::default()
-                .concurrency(reconcile_concurrency(&config)),
+            kube::runtime::controller::Config::default().concurrency(reconcile_concurrency(config)),
         );
-        stores.push(store.clone());
         if !config.skip_recreate {
-            // Not filtered by --label-selector: the Secrets a selected SealedSecret writes need
-            // not carry its labels, and their deletion must still re-create them at once.
-            // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
-            // not in the store, so nothing happens.
-            //
-            // Whole Secrets, not metadata: each is checked against its data MAC as it arrives,
-            // then its data is wiped (`secretcache`). The watch starts with the ring's first
-            // keys (no reconcile runs before them anyway), so that check can be made.
-            let recoveries = state.api.recoveries();
-            let secret_events =
-                futures::stream::once(first_keys(state.clone())).flat_map(move |()| {
-                    watcher(secrets.clone(), watcher::Config::default())
-                        .backoff(WatchBackoff::resetting_on(recoveries.clone()))
-                });
-            c = c.reconcile_on(secret_triggers(
-                secret_events,
-                ctx.clone(),
-                store.clone(),
-                scope.clone(),
-            ));
+            c = c.reconcile_on(self.secret_watch(secrets, &store, &scope));
         }
         let admitted = futures::stream::select(
             ctx.admission.clone().stream(scope.clone()),
             bulk_triggers(
-                &state,
+                state,
                 store.clone(),
                 ctx.admission.clone(),
                 scope.clone(),
@@ -115,47 +145,73 @@ pub async fn run(
         let c = c
             .reconcile_on(admitted)
             .reconcile_on(recovered_triggers(ctx.clone(), store.clone()))
-            .graceful_shutdown_on(until_true(shutdown.clone()));
-        runs.push(c.run(reconcile, error_policy, ctx.clone()).boxed());
+            .graceful_shutdown_on(until_true(self.shutdown.clone()));
+        (store, c.run(reconcile, error_policy, ctx.clone()).boxed())
     }
 
-    let ready_stores = stores.clone();
-    let readiness = state.readiness.clone();
-    let ready = tokio::spawn(async move {
-        for s in &ready_stores {
-            // Re-poll with a timeout: kube-runtime's ready signal keeps a single waker, and
-            // the controller itself waits on it too, so a lone wait may never be woken.
-            loop {
-                match tokio::time::timeout(Duration::from_millis(200), s.wait_until_ready()).await {
-                    Ok(Ok(())) => break,
-                    Ok(Err(_)) => return,
-                    Err(_) => {}
-                }
+    /// The reconciles the Secret watch of a scope triggers.
+    fn secret_watch(
+        &self,
+        secrets: Api<WatchedSecret>,
+        store: &Store<CachedSealed>,
+        scope: &Option<String>,
+    ) -> impl futures::Stream<Item = SsRef> + Send + 'static {
+        // Not filtered by --label-selector: the Secrets a selected SealedSecret writes need
+        // not carry its labels, and their deletion must still re-create them at once.
+        // `secret_trigger` maps each event to a SealedSecret; one that is not selected is
+        // not in the store, so nothing happens.
+        //
+        // Whole Secrets, not metadata: each is checked against its data MAC as it arrives,
+        // then its data is wiped (`secretcache`). The watch starts with the ring's first
+        // keys (no reconcile runs before them anyway), so that check can be made.
+        let recoveries = self.state.api.recoveries();
+        let secret_events =
+            futures::stream::once(first_keys(self.state.clone())).flat_map(move |()| {
+                watcher(secrets.clone(), watcher::Config::default())
+                    .backoff(WatchBackoff::resetting_on(recoveries.clone()))
+            });
+        secret_triggers(
+            secret_events,
+            self.ctx.clone(),
+            store.clone(),
+            scope.clone(),
+        )
+    }
+}
+
+/// Marks the caches synced once every scope's SealedSecret store has its first list.
+async fn caches_synced(stores: Vec<Store<CachedSealed>>, readiness: Arc<crate::state::Readiness>) {
+    for s in &stores {
+        // Re-poll with a timeout: kube-runtime's ready signal keeps a single waker, and
+        // the controller itself waits on it too, so a lone wait may never be woken.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), s.wait_until_ready()).await {
+                Ok(Ok(())) => break,
+                Ok(Err(_)) => return,
+                Err(_) => {}
             }
         }
-        readiness
-            .caches_synced
-            .store(true, std::sync::atomic::Ordering::Release);
-    });
-    let pruner = tokio::spawn(prune(ctx.clone(), stores));
+    }
+    readiness
+        .caches_synced
+        .store(true, std::sync::atomic::Ordering::Release);
+}
 
-    futures::stream::select_all(runs)
-        .for_each(|result| {
-            if let Err(e) = result {
-                match e {
-                    // Deleted before its reconcile started: it no longer waits.
-                    kube::runtime::controller::Error::ObjectNotFound(r) => {
-                        if let Some(namespace) = &r.namespace {
-                            ctx.admission.started(namespace, &r.name);
-                        }
-                    }
-                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
-                    other => tracing::debug!(error = %crate::error_chain(&other), "controller stream error"),
+/// Takes one result of a controller's run: only an object deleted before its reconcile
+/// started needs anything (it no longer waits for admission); stream errors are logged.
+fn controller_result(ctx: &Context, result: RunResult) {
+    if let Err(e) = result {
+        match e {
+            // Deleted before its reconcile started: it no longer waits.
+            kube::runtime::controller::Error::ObjectNotFound(r) => {
+                if let Some(namespace) = &r.namespace {
+                    ctx.admission.started(namespace, &r.name);
                 }
             }
-            futures::future::ready(())
-        })
-        .await;
-    ready.abort();
-    pruner.abort();
+            kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+            other => {
+                tracing::debug!(error = %crate::error_chain(&other), "controller stream error")
+            }
+        }
+    }
 }

@@ -89,6 +89,7 @@ pub use self::controller::run;
 use self::{controller::*, desired::*, mac::*, object::*, status::*, sync::*, triggers::*};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -302,7 +303,7 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     let Some(fence) = ctx.state.leadership.fence() else {
         return Ok(not_writing(ctx.state.leadership.term().leading));
     };
-    let mut obj = Arc::new(cached.sealed().map_err(Error::Cache)?);
+    let obj = Arc::new(cached.sealed().map_err(Error::Cache)?);
     let metrics = &ctx.state.metrics;
     if ctx.state.keys.ring().is_empty() {
         // No key loaded yet (from the key source, its mirror or key Secrets): not a failure
@@ -326,174 +327,263 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     }
     metrics.unseal_requests.inc();
     let start = Instant::now();
-    let oref = ObjectRef::from_obj(&*cached);
-    let namespace = obj.namespace().unwrap_or_default();
+    let mut pass = Pass {
+        ctx: &ctx,
+        fence: &fence,
+        oref: ObjectRef::from_obj(&*cached),
+        namespace: obj.namespace().unwrap_or_default(),
+        obj,
+    };
 
-    let mut result = sync(&ctx, &obj, cached.stripped_digest(), &fence).await;
-    if matches!(result, Err(Error::Incomplete)) {
-        // Kept without its encrypted values, and they are needed: read it whole, through the
-        // status subresource (which returns the whole object; the controller's RBAC has no
-        // `get` on SealedSecrets themselves).
-        let api: Api<SealedSecret> = Api::namespaced(ctx.client.clone(), &namespace);
-        metrics.sealed_secret_reads.inc();
-        result = match api.get_status(&obj.name_any()).await {
-            Ok(whole) => {
-                obj = Arc::new(whole);
-                sync(&ctx, &obj, None, &fence).await
-            }
-            // Deleted since: its deletion event follows.
-            Err(e) if api_code(&e) == Some(404) => return Ok(Action::await_change()),
-            Err(e) => Err(Error::Kube(e)),
-        };
-    }
+    let result = match pass.sync_secret(&cached).await {
+        ControlFlow::Continue(result) => result,
+        ControlFlow::Break(action) => return Ok(action),
+    };
     if let Err(Error::Fenced(e)) = &result {
         return Ok(fenced(&ctx, "secret", *e));
     }
-    ctx.with_object(&oref, |o| {
-        o.failing = result.is_err();
-        o.transient = result.as_ref().is_err_and(is_transient);
-    });
-    report_reachability(
-        &ctx,
-        "reconciling",
-        result.as_ref().map(|o| *o != Outcome::Unchanged),
-    );
-    let want = condition_for(&result);
-    let was_true = obj
-        .synced_condition()
-        .is_some_and(|c| c.status == CONDITION_TRUE);
-    // A transient API failure (5xx, 429, a conflict, a broken connection) on a synced object
-    // is retried a few times before the status flips to False and a warning goes out, so a
-    // blip of the API server does not make every SealedSecret look degraded (e.g. in Argo CD).
-    let holding = match &result {
-        Err(e) if was_true && is_transient(e) => {
-            ctx.with_object(&oref, |o| o.failures) < TRANSIENT_FAILURES_TOLERATED
-        }
-        _ => false,
+    let status = match pass.settle_status(&result).await {
+        ControlFlow::Continue(status) => status,
+        ControlFlow::Break(action) => return Ok(action),
     };
-    let status_result = if holding {
-        Ok(false)
-    } else {
-        write_status(&ctx, &obj, &want, &fence).await
-    };
-    if let Err(Error::Fenced(e)) = &status_result {
-        return Ok(fenced(&ctx, "status", *e));
-    }
-    report_reachability(&ctx, "writing status", status_result.as_ref().map(|w| *w));
+    pass.announce(&result, &status).await;
+    pass.record(&result, start);
+    pass.next_action(result, status.written)
+}
 
-    match &result {
-        Ok(outcome) => {
-            if matches!(outcome, Outcome::Created | Outcome::Updated) {
-                tracing::info!(outcome = outcome.label(), "secret written");
-            }
-            let flipped = !was_true && obj.synced_condition().is_some();
-            if matches!(outcome, Outcome::Created | Outcome::Updated) || flipped {
-                publish_event(
-                    &ctx,
-                    &fence,
-                    &obj,
-                    EventType::Normal,
-                    "Unsealed",
-                    "SealedSecret unsealed successfully".to_owned(),
-                )
-                .await;
-            }
-            ctx.with_object(&oref, ObjectState::forget_warning);
-        }
-        Err(e) => {
-            let message = want.message.clone().unwrap_or_default();
-            if is_transient(e) {
-                // Retried with backoff; during an outage every object fails the same way:
-                // one line per burst, with the count of the others.
-                if let Some(not_logged) = ctx.transient_failures.hit() {
-                    tracing::warn!(reason = want.reason, error = %message, not_logged, "reconcile failed (transient; retrying)");
-                } else {
-                    tracing::debug!(reason = want.reason, error = %message, "reconcile failed (transient; retrying)");
+/// One reconcile's SealedSecret, and what its steps share.
+struct Pass<'a> {
+    ctx: &'a Context,
+    /// Checked before every write.
+    fence: &'a Fence,
+    /// The SealedSecret (read whole when its cached copy lacked what the sync needed).
+    obj: Arc<SealedSecret>,
+    oref: SsRef,
+    namespace: String,
+}
+
+/// What the status step decided, and how its write went.
+struct StatusStep {
+    /// The condition the sync's result calls for.
+    want: DesiredCondition,
+    /// The object was `Synced=True` before this reconcile.
+    was_true: bool,
+    /// A transient failure of a synced object, still tolerated: no status write, no warning.
+    holding: bool,
+    /// Whether the status was written, or why writing it failed.
+    written: Result<bool>,
+}
+
+impl Pass<'_> {
+    /// Syncs the Secret, reading the SealedSecret whole when its cached copy lacks encrypted
+    /// values the sync needs; `Break` ends the reconcile (the object was deleted meanwhile).
+    async fn sync_secret(&mut self, cached: &CachedSealed) -> ControlFlow<Action, Result<Outcome>> {
+        let ctx = self.ctx;
+        let mut result = sync(ctx, &self.obj, cached.stripped_digest(), self.fence).await;
+        if matches!(result, Err(Error::Incomplete)) {
+            // Kept without its encrypted values, and they are needed: read it whole, through the
+            // status subresource (which returns the whole object; the controller's RBAC has no
+            // `get` on SealedSecrets themselves).
+            let api: Api<SealedSecret> = Api::namespaced(ctx.client.clone(), &self.namespace);
+            ctx.state.metrics.sealed_secret_reads.inc();
+            result = match api.get_status(&self.obj.name_any()).await {
+                Ok(whole) => {
+                    self.obj = Arc::new(whole);
+                    sync(ctx, &self.obj, None, self.fence).await
                 }
-            } else {
-                tracing::warn!(reason = want.reason, error = %message, "reconcile failed");
-            }
-            metrics.count_error(e, &namespace);
-            let event_reason = match want.reason {
-                reason::UNSEAL_FAILED | reason::DEPRECATED_DATA_REJECTED => "ErrUnsealFailed",
-                _ => "ErrUpdateFailed",
+                // Deleted since: its deletion event follows.
+                Err(e) if api_code(&e) == Some(404) => {
+                    return ControlFlow::Break(Action::await_change());
+                }
+                Err(e) => Err(Error::Kube(e)),
             };
-            let already_shown = obj.synced_condition().is_some_and(|c| {
-                c.status == CONDITION_FALSE
-                    && c.reason.as_deref() == Some(want.reason)
-                    && c.message.as_deref() == Some(message.as_str())
-            });
-            let key = (event_reason.to_owned(), message.clone());
-            let fresh = !holding
-                && ctx.with_object(&oref, |o| {
-                    let rare = o.rare();
-                    let fresh = rare.last_warning.as_ref() != Some(&key);
-                    rare.last_warning = Some(key);
-                    fresh
-                });
-            if fresh && !already_shown {
-                publish_event(
-                    &ctx,
-                    &fence,
-                    &obj,
-                    EventType::Warning,
-                    event_reason,
-                    message,
-                )
-                .await;
-            }
         }
+        ControlFlow::Continue(result)
     }
 
-    let instance = obj.labels().get(INSTANCE_LABEL).map_or("", String::as_str);
-    ctx.with_object(&oref, |o| {
-        if o.gauge.as_deref() != Some(instance) {
-            o.gauge = Some(instance.into());
+    /// Records the sync's result in the object's memory and writes the status it calls for
+    /// (unless a tolerated transient failure holds it back); `Break` ends the reconcile (the
+    /// status write was fenced).
+    async fn settle_status(&self, result: &Result<Outcome>) -> ControlFlow<Action, StatusStep> {
+        let ctx = self.ctx;
+        ctx.with_object(&self.oref, |o| {
+            o.failing = result.is_err();
+            o.transient = result.as_ref().is_err_and(is_transient);
+        });
+        report_reachability(
+            ctx,
+            "reconciling",
+            result.as_ref().map(|o| *o != Outcome::Unchanged),
+        );
+        let want = condition_for(result);
+        let was_true = self
+            .obj
+            .synced_condition()
+            .is_some_and(|c| c.status == CONDITION_TRUE);
+        // A transient API failure (5xx, 429, a conflict, a broken connection) on a synced object
+        // is retried a few times before the status flips to False and a warning goes out, so a
+        // blip of the API server does not make every SealedSecret look degraded (e.g. in Argo CD).
+        let holding = match result {
+            Err(e) if was_true && is_transient(e) => {
+                ctx.with_object(&self.oref, |o| o.failures) < TRANSIENT_FAILURES_TOLERATED
+            }
+            _ => false,
+        };
+        let written = if holding {
+            Ok(false)
+        } else {
+            write_status(ctx, &self.obj, &want, self.fence).await
+        };
+        if let Err(Error::Fenced(e)) = &written {
+            return ControlFlow::Break(fenced(ctx, "status", *e));
         }
-        o.synced = result.is_ok();
-    });
-    let outcome = match &result {
-        Ok(o) => o.label(),
-        Err(_) => "failed",
-    };
-    metrics
-        .reconciles
-        .get_or_create(&OutcomeLabels {
-            outcome: outcome.to_owned(),
+        report_reachability(ctx, "writing status", written.as_ref().map(|w| *w));
+        ControlFlow::Continue(StatusStep {
+            want,
+            was_true,
+            holding,
+            written,
         })
-        .inc();
-    metrics
-        .reconcile_duration
-        .observe(start.elapsed().as_secs_f64());
-
-    if let Err(e) = status_result {
-        if !is_transient(&e) || ctx.transient_failures.hit().is_some() {
-            tracing::warn!(error = %crate::error_chain(&e), "failed to write status");
-        }
-        metrics.count_error(&e, &namespace);
-        return Err(e);
     }
-    match result {
-        Ok(_) => {
-            let recheck = ctx.with_object(&oref, |o| {
-                o.failures = 0;
-                std::mem::take(&mut o.recheck)
-            });
-            if recheck {
-                return Ok(Action::requeue(Duration::ZERO));
+
+    /// Logs the result and publishes its event: `Unsealed` after a write or a first sync, or
+    /// the failure's Warning.
+    async fn announce(&self, result: &Result<Outcome>, status: &StatusStep) {
+        match result {
+            Ok(outcome) => {
+                if matches!(outcome, Outcome::Created | Outcome::Updated) {
+                    tracing::info!(outcome = outcome.label(), "secret written");
+                }
+                let flipped = !status.was_true && self.obj.synced_condition().is_some();
+                if matches!(outcome, Outcome::Created | Outcome::Updated) || flipped {
+                    publish_event(
+                        self.ctx,
+                        self.fence,
+                        &self.obj,
+                        EventType::Normal,
+                        "Unsealed",
+                        "SealedSecret unsealed successfully".to_owned(),
+                    )
+                    .await;
+                }
+                self.ctx
+                    .with_object(&self.oref, ObjectState::forget_warning);
             }
-            Ok(success_action())
+            Err(e) => self.warn_failure(e, status).await,
         }
-        // Only a change (of the Secret, the SealedSecret or the keys) can fix these; the
-        // watches trigger on such changes, so no hot retry loop.
-        Err(Error::Unmanaged { .. } | Error::Immutable { .. } | Error::DeprecatedDataRejected) => {
-            Ok(Action::requeue(
+    }
+
+    /// Logs and counts a failed reconcile, and publishes its Warning event once per reason
+    /// and message, unless the status already shows it or holds it back.
+    async fn warn_failure(&self, e: &Error, status: &StatusStep) {
+        let want = &status.want;
+        let message = want.message.clone().unwrap_or_default();
+        if is_transient(e) {
+            // Retried with backoff; during an outage every object fails the same way:
+            // one line per burst, with the count of the others.
+            if let Some(not_logged) = self.ctx.transient_failures.hit() {
+                tracing::warn!(reason = want.reason, error = %message, not_logged, "reconcile failed (transient; retrying)");
+            } else {
+                tracing::debug!(reason = want.reason, error = %message, "reconcile failed (transient; retrying)");
+            }
+        } else {
+            tracing::warn!(reason = want.reason, error = %message, "reconcile failed");
+        }
+        self.ctx.state.metrics.count_error(e, &self.namespace);
+        let event_reason = match want.reason {
+            reason::UNSEAL_FAILED | reason::DEPRECATED_DATA_REJECTED => "ErrUnsealFailed",
+            _ => "ErrUpdateFailed",
+        };
+        let already_shown = self.obj.synced_condition().is_some_and(|c| {
+            c.status == CONDITION_FALSE
+                && c.reason.as_deref() == Some(want.reason)
+                && c.message.as_deref() == Some(message.as_str())
+        });
+        let key = (event_reason.to_owned(), message.clone());
+        let fresh = !status.holding
+            && self.ctx.with_object(&self.oref, |o| {
+                let rare = o.rare();
+                let fresh = rare.last_warning.as_ref() != Some(&key);
+                rare.last_warning = Some(key);
+                fresh
+            });
+        if fresh && !already_shown {
+            publish_event(
+                self.ctx,
+                self.fence,
+                &self.obj,
+                EventType::Warning,
+                event_reason,
+                message,
+            )
+            .await;
+        }
+    }
+
+    /// Updates the object's memory (its instance label, whether it is synced) and the
+    /// reconcile's metrics.
+    fn record(&self, result: &Result<Outcome>, start: Instant) {
+        let metrics = &self.ctx.state.metrics;
+        let instance = self
+            .obj
+            .labels()
+            .get(INSTANCE_LABEL)
+            .map_or("", String::as_str);
+        self.ctx.with_object(&self.oref, |o| {
+            if o.gauge.as_deref() != Some(instance) {
+                o.gauge = Some(instance.into());
+            }
+            o.synced = result.is_ok();
+        });
+        let outcome = match result {
+            Ok(o) => o.label(),
+            Err(_) => "failed",
+        };
+        metrics
+            .reconciles
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        metrics
+            .reconcile_duration
+            .observe(start.elapsed().as_secs_f64());
+    }
+
+    /// What the controller does next: retry a failed status write, requeue at once when the
+    /// Secret changed during its write, wait for a change, recheck slowly a failure only a
+    /// change can fix, or back off.
+    fn next_action(&self, result: Result<Outcome>, written: Result<bool>) -> Result<Action> {
+        let ctx = self.ctx;
+        if let Err(e) = written {
+            if !is_transient(&e) || ctx.transient_failures.hit().is_some() {
+                tracing::warn!(error = %crate::error_chain(&e), "failed to write status");
+            }
+            ctx.state.metrics.count_error(&e, &self.namespace);
+            return Err(e);
+        }
+        match result {
+            Ok(_) => {
+                let recheck = ctx.with_object(&self.oref, |o| {
+                    o.failures = 0;
+                    std::mem::take(&mut o.recheck)
+                });
+                if recheck {
+                    return Ok(Action::requeue(Duration::ZERO));
+                }
+                Ok(success_action())
+            }
+            // Only a change (of the Secret, the SealedSecret or the keys) can fix these; the
+            // watches trigger on such changes, so no hot retry loop.
+            Err(
+                Error::Unmanaged { .. } | Error::Immutable { .. } | Error::DeprecatedDataRejected,
+            ) => Ok(Action::requeue(
                 ctx.config
                     .resync_period
                     .map_or(PERMANENT_FAILURE_RECHECK, |p| jitter(p, 0.1)),
-            ))
+            )),
+            Err(e) => Err(e),
         }
-        Err(e) => Err(e),
     }
 }
 

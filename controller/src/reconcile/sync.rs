@@ -95,52 +95,124 @@ pub(super) async fn sync(
     stripped_digest: Option<String>,
     fence: &Fence,
 ) -> Result<Outcome> {
-    let name = ss
-        .metadata
-        .name
-        .as_deref()
-        .ok_or(Error::MissingMetadata("name"))?;
-    let namespace = ss
-        .metadata
-        .namespace
-        .as_deref()
-        .ok_or(Error::MissingMetadata("namespace"))?;
-    let uid = ss
-        .metadata
-        .uid
-        .as_deref()
-        .ok_or(Error::MissingMetadata("uid"))?;
-    if !ctx.config.accept_deprecated_v1_data
-        && ss.spec.data.as_deref().is_some_and(|d| !d.is_empty())
-    {
-        // Before the in-sync check: a v1 SealedSecret synced while the format was accepted
-        // must stop too, not stay `Synced=True` on the strength of its old Secret.
-        return Err(Error::DeprecatedDataRejected);
-    }
-    let oref = SsRef::new(name).within(namespace);
-    // Built only for a read the cache cannot answer (kube formats its URL each time).
-    let secrets = || Api::<Secret>::namespaced(ctx.client.clone(), namespace);
-    let stripped = stripped_digest.is_some();
-    let digest = stripped_digest.unwrap_or_else(|| formats::spec_digest(ss));
-    let ring = ctx.state.keys.ring();
-    let unseal = async || {
-        if stripped {
-            return Err(Error::Incomplete);
-        }
-        unseal(ctx, &oref, ss, &ring, &digest).await
-    };
+    let job = SecretSync::new(ctx, ss, stripped_digest, fence)?;
+    // Unsealed at most once per sync, when first needed.
     let mut desired: Option<Desired> = None;
-    let pp = PostParams {
-        dry_run: false,
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-    };
     let mut attempt = 0;
     loop {
         attempt += 1;
+        let existing = match job.look(attempt).await? {
+            ControlFlow::Break(outcome) => return Ok(outcome),
+            ControlFlow::Continue(existing) => existing,
+        };
+        let sent = match &existing {
+            None => job.create(&mut desired).await?,
+            Some(existing) => match job.replace(existing, &mut desired).await? {
+                ControlFlow::Break(outcome) => return Ok(outcome),
+                ControlFlow::Continue(sent) => sent,
+            },
+        };
+        if let ControlFlow::Break(done) = job.settle(sent, attempt) {
+            return done;
+        }
+    }
+}
+
+/// A write's answer: what it did and the resourceVersion it wrote.
+type Sent = kube::Result<(Outcome, Option<String>)>;
+
+/// What every attempt of one sync shares.
+struct SecretSync<'a> {
+    ctx: &'a Context,
+    ss: &'a Arc<SealedSecret>,
+    fence: &'a Fence,
+    name: &'a str,
+    namespace: &'a str,
+    uid: &'a str,
+    oref: SsRef,
+    /// `ss` was cached without its encrypted values.
+    stripped: bool,
+    digest: String,
+    ring: Arc<KeyRing>,
+    pp: PostParams,
+}
+
+impl<'a> SecretSync<'a> {
+    /// Takes the SealedSecret's name, namespace and uid, and refuses deprecated `spec.data`
+    /// when the controller does.
+    fn new(
+        ctx: &'a Context,
+        ss: &'a Arc<SealedSecret>,
+        stripped_digest: Option<String>,
+        fence: &'a Fence,
+    ) -> Result<Self> {
+        let name = ss
+            .metadata
+            .name
+            .as_deref()
+            .ok_or(Error::MissingMetadata("name"))?;
+        let namespace = ss
+            .metadata
+            .namespace
+            .as_deref()
+            .ok_or(Error::MissingMetadata("namespace"))?;
+        let uid = ss
+            .metadata
+            .uid
+            .as_deref()
+            .ok_or(Error::MissingMetadata("uid"))?;
+        if !ctx.config.accept_deprecated_v1_data
+            && ss.spec.data.as_deref().is_some_and(|d| !d.is_empty())
+        {
+            // Before the in-sync check: a v1 SealedSecret synced while the format was accepted
+            // must stop too, not stay `Synced=True` on the strength of its old Secret.
+            return Err(Error::DeprecatedDataRejected);
+        }
+        let oref = SsRef::new(name).within(namespace);
+        let stripped = stripped_digest.is_some();
+        let digest = stripped_digest.unwrap_or_else(|| formats::spec_digest(ss));
+        let ring = ctx.state.keys.ring();
+        Ok(Self {
+            ctx,
+            ss,
+            fence,
+            name,
+            namespace,
+            uid,
+            oref,
+            stripped,
+            digest,
+            ring,
+            pp: PostParams {
+                dry_run: false,
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+            },
+        })
+    }
+
+    /// The Secrets API of the namespace: built only for a read the cache cannot answer (kube
+    /// formats its URL each time).
+    fn secrets(&self) -> Api<Secret> {
+        Api::<Secret>::namespaced(self.ctx.client.clone(), self.namespace)
+    }
+
+    /// The Secret to write, unsealed at the first call of the sync ([`Error::Incomplete`]
+    /// when `ss` was cached without its encrypted values).
+    async fn unsealed<'d>(&self, desired: &'d mut Option<Desired>) -> Result<&'d Desired> {
+        let d = match desired.take() {
+            Some(d) => d,
+            None if self.stripped => return Err(Error::Incomplete),
+            None => unseal(self.ctx, &self.oref, self.ss, &self.ring, &self.digest).await?,
+        };
+        Ok(desired.insert(d))
+    }
+
+    /// The Secret as it is now (`None`: missing), or `Break` when the cache shows it in sync.
+    async fn look(&self, attempt: usize) -> Result<ControlFlow<Outcome, Option<Secret>>> {
         // The first look goes to the watched cache: a Secret in sync ends here and a missing
         // one is created without a read. Anything else, and every retry, reads the Secret.
         let cached = if attempt == 1 {
-            ctx.secrets.lookup(namespace, name)
+            self.ctx.secrets.lookup(self.namespace, self.name)
         } else {
             Lookup::NotListed
         };
@@ -148,91 +220,118 @@ pub(super) async fn sync(
             Lookup::Absent => None,
             Lookup::Present(c) => {
                 let seen = c.to_secret();
-                let mode = mode_for(&seen, ss, uid);
+                let mode = mode_for(&seen, self.ss, self.uid);
                 let mac = MacCheck::Cached(&c.mac);
-                if mode.is_ok_and(|m| in_sync(ctx, &ring, ss, &seen, m, &digest, mac)) {
-                    ctx.with_object(&oref, |o| o.recreate_managed = false);
-                    return Ok(Outcome::Unchanged);
+                if mode.is_ok_and(|m| {
+                    in_sync(self.ctx, &self.ring, self.ss, &seen, m, &self.digest, mac)
+                }) {
+                    self.ctx
+                        .with_object(&self.oref, |o| o.recreate_managed = false);
+                    return Ok(ControlFlow::Break(Outcome::Unchanged));
                 }
-                secrets().get_opt(name).await.map_err(Error::GetSecret)?
-            }
-            Lookup::NotListed => secrets().get_opt(name).await.map_err(Error::GetSecret)?,
-        };
-        let result = match &existing {
-            None => {
-                if desired.is_none() {
-                    desired = Some(unseal().await?);
-                }
-                let Some(d) = &desired else { continue };
-                let managed = ctx.with_object(&oref, |o| o.recreate_managed);
-                fence.check().map_err(Error::Fenced)?;
-                let _writing = Writing::start(ctx, &oref);
-                let created = if managed {
-                    let mut s = d.secret.clone();
-                    s.metadata
-                        .annotations
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(MANAGED_ANNOTATION.to_owned(), TRUE.to_owned());
-                    writes::create(&ctx.client, namespace, &pp, &s).await
-                } else {
-                    writes::create(&ctx.client, namespace, &pp, &d.secret).await
-                };
-                if created.is_ok() && managed {
-                    ctx.with_object(&oref, |o| o.recreate_managed = false);
-                }
-                created.map(|version| (Outcome::Created, version))
-            }
-            Some(existing) => {
-                ctx.with_object(&oref, |o| o.recreate_managed = false);
-                let mode = mode_for(existing, ss, uid)?;
-                if desired.is_none()
-                    && in_sync(ctx, &ring, ss, existing, mode, &digest, MacCheck::Data)
-                {
-                    return Ok(Outcome::Unchanged);
-                }
-                if desired.is_none() {
-                    desired = Some(unseal().await?);
-                }
-                let Some(d) = &desired else { continue };
-                let mut current = existing.clone();
-                normalize(&mut current);
-                let next = updated(&current, &d.secret, mode);
-                if next == current {
-                    return Ok(Outcome::Unchanged);
-                }
-                if existing.immutable == Some(true) && next.data != current.data {
-                    return Err(Error::Immutable {
-                        name: name.to_owned(),
-                    });
-                }
-                fence.check().map_err(Error::Fenced)?;
-                let _writing = Writing::start(ctx, &oref);
-                writes::replace(&ctx.client, namespace, name, &pp, &next)
+                self.secrets()
+                    .get_opt(self.name)
                     .await
-                    .map(|version| (Outcome::Updated, version))
+                    .map_err(Error::GetSecret)?
             }
+            Lookup::NotListed => self
+                .secrets()
+                .get_opt(self.name)
+                .await
+                .map_err(Error::GetSecret)?,
         };
+        Ok(ControlFlow::Continue(existing))
+    }
+
+    /// Creates the missing Secret (marked `managed` again when the one deleted was).
+    async fn create(&self, desired: &mut Option<Desired>) -> Result<Sent> {
+        let ctx = self.ctx;
+        let d = self.unsealed(desired).await?;
+        let managed = ctx.with_object(&self.oref, |o| o.recreate_managed);
+        self.fence.check().map_err(Error::Fenced)?;
+        let _writing = Writing::start(ctx, &self.oref);
+        let created = if managed {
+            let mut s = d.secret.clone();
+            s.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(MANAGED_ANNOTATION.to_owned(), TRUE.to_owned());
+            writes::create(&ctx.client, self.namespace, &self.pp, &s).await
+        } else {
+            writes::create(&ctx.client, self.namespace, &self.pp, &d.secret).await
+        };
+        if created.is_ok() && managed {
+            ctx.with_object(&self.oref, |o| o.recreate_managed = false);
+        }
+        Ok(created.map(|version| (Outcome::Created, version)))
+    }
+
+    /// Replaces `existing` with what `ss` seals, or `Break` when nothing is to change.
+    async fn replace(
+        &self,
+        existing: &Secret,
+        desired: &mut Option<Desired>,
+    ) -> Result<ControlFlow<Outcome, Sent>> {
+        let ctx = self.ctx;
+        ctx.with_object(&self.oref, |o| o.recreate_managed = false);
+        let mode = mode_for(existing, self.ss, self.uid)?;
+        if desired.is_none()
+            && in_sync(
+                ctx,
+                &self.ring,
+                self.ss,
+                existing,
+                mode,
+                &self.digest,
+                MacCheck::Data,
+            )
+        {
+            return Ok(ControlFlow::Break(Outcome::Unchanged));
+        }
+        let d = self.unsealed(desired).await?;
+        let mut current = existing.clone();
+        normalize(&mut current);
+        let next = updated(&current, &d.secret, mode);
+        if next == current {
+            return Ok(ControlFlow::Break(Outcome::Unchanged));
+        }
+        if existing.immutable == Some(true) && next.data != current.data {
+            return Err(Error::Immutable {
+                name: self.name.to_owned(),
+            });
+        }
+        self.fence.check().map_err(Error::Fenced)?;
+        let _writing = Writing::start(ctx, &self.oref);
+        Ok(ControlFlow::Continue(
+            writes::replace(&ctx.client, self.namespace, self.name, &self.pp, &next)
+                .await
+                .map(|version| (Outcome::Updated, version)),
+        ))
+    }
+
+    /// Takes a write's answer: the sync's result (`Break`), or `Continue` to read the Secret
+    /// again after a conflict.
+    fn settle(&self, sent: Sent, attempt: usize) -> ControlFlow<Result<Outcome>> {
         // (`Writing` has already cleared `writing`.)
-        let raced = ctx.with_object(&oref, |o| o.take_raced_version());
-        match result {
+        let raced = self.ctx.with_object(&self.oref, |o| o.take_raced_version());
+        match sent {
             Ok((outcome, version)) => {
-                ctx.with_object(&oref, |o| {
+                self.ctx.with_object(&self.oref, |o| {
                     // A Secret event that arrived during the write and is not the write itself.
                     o.recheck |= raced.is_some_and(|r| Some(r) != version);
                     o.written_version = version.map(String::into_boxed_str);
                 });
-                return Ok(outcome);
+                ControlFlow::Break(Ok(outcome))
             }
-            Err(e) if is_immutable_error(&e) => {
-                return Err(Error::Immutable {
-                    name: name.to_owned(),
-                });
-            }
+            Err(e) if is_immutable_error(&e) => ControlFlow::Break(Err(Error::Immutable {
+                name: self.name.to_owned(),
+            })),
             // Someone else wrote in between (409 Conflict / AlreadyExists): read again.
             Err(e) if api_code(&e) == Some(409) && attempt < WRITE_ATTEMPTS => {
                 tracing::debug!("secret changed while writing; retrying");
+                ControlFlow::Continue(())
             }
-            Err(e) => return Err(Error::ApplySecret(e)),
+            Err(e) => ControlFlow::Break(Err(Error::ApplySecret(e))),
         }
     }
 }

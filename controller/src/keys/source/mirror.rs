@@ -234,6 +234,8 @@ impl Mirror {
             .await;
     }
 
+    /// Brings the mirror in line with the index: lists this ring's mirrors, mirrors the
+    /// index's usable keys, then marks and retires the mirrors of keys that left it.
     pub(super) async fn reconcile_mirror(
         &mut self,
         report: &mut SyncReport,
@@ -241,14 +243,21 @@ impl Mirror {
         let Some(index) = self.cache.index.clone() else {
             return Ok(());
         };
+        let ours = self.list_ours().await?;
+        let mirrored_in_index = self.mirror_index_keys(&index, &ours, report).await?;
+        self.retire_departed(&index, &ours, mirrored_in_index, report)
+            .await
+    }
+
+    /// Lists the labelled mirrors of this ring, with the kid each is filed under and whether
+    /// its material proves it.
+    async fn list_ours(&self) -> Result<Vec<Filed>, SyncError> {
         let listed = self
             .api
             .list(&ListParams::default().labels(&format!("{MIRROR_LABEL}=true")))
             .await
             .map_err(|e| self.kube_err(e))?;
-        // Labelled mirrors of this ring, with the kid they are filed under and whether their
-        // material proves it (labels and annotations alone prove nothing).
-        let ours: Vec<(Secret, Option<Kid>, bool)> = listed
+        Ok(listed
             .items
             .into_iter()
             .filter(|s| {
@@ -260,11 +269,24 @@ impl Mirror {
                     .get(KID_ANNOTATION)
                     .and_then(|k| Kid::parse(k).ok());
                 let proven = kid.as_ref().is_some_and(|k| mirrored_pair(&s, k).is_some());
-                (s, kid, proven)
+                Filed {
+                    secret: s,
+                    kid,
+                    proven,
+                }
             })
-            .collect();
-        let any_proven = ours.iter().any(|(_, _, proven)| *proven);
-        // Keys of the index: create missing mirrors, fix the active flag, clear missing marks.
+            .collect())
+    }
+
+    /// Keys of the index: create missing mirrors, fix the active flag, clear missing marks.
+    /// Returns how many keys of the index have a proven mirror.
+    async fn mirror_index_keys(
+        &mut self,
+        index: &Index,
+        ours: &[Filed],
+        report: &mut SyncReport,
+    ) -> Result<usize, SyncError> {
+        let any_proven = ours.iter().any(|f| f.proven);
         let mut mirrored_in_index = 0usize;
         for entry in &index.keys {
             let Some(Ok(pair)) = self.cache.keys.get(&entry.kid) else {
@@ -272,18 +294,15 @@ impl Mirror {
             };
             let pair = pair.clone();
             let active = index.active.as_ref() == Some(&entry.kid);
-            let filed: Vec<&(Secret, Option<Kid>, bool)> = ours
+            let filed: Vec<&Filed> = ours
                 .iter()
-                .filter(|(_, kid, _)| kid.as_ref() == Some(&entry.kid))
+                .filter(|f| f.kid.as_ref() == Some(&entry.kid))
                 .collect();
-            let existing = filed
-                .iter()
-                .find(|(_, _, proven)| *proven)
-                .map(|(s, _, _)| s);
+            let existing = filed.iter().find(|f| f.proven).map(|f| &f.secret);
             let unproven: Vec<Secret> = filed
                 .iter()
-                .filter(|(_, _, proven)| !*proven)
-                .map(|(s, _, _)| s.clone())
+                .filter(|f| !f.proven)
+                .map(|f| f.secret.clone())
                 .collect();
             for secret in &unproven {
                 let note = format!(
@@ -293,113 +312,167 @@ impl Mirror {
                 );
                 self.warn_unproven(secret, "material_mismatch", note).await;
             }
-            match existing {
+            let key = IndexKey {
+                entry,
+                active,
+                any_proven,
+            };
+            let mirrored = match existing {
                 None => {
-                    let Some(secret) = self.desired_secret(&entry.kid, &pair, active) else {
-                        continue;
-                    };
-                    self.may_write()?;
-                    match self.api.create(&PostParams::default(), &secret).await {
-                        Ok(created) => {
-                            mirrored_in_index += 1;
-                            report.active_mirrored |= active;
-                            report.created.push(created.name_any());
-                            if active && any_proven {
-                                // Mirrored and activated in one poll (`rotate --now`).
-                                report.activated = Some(created.name_any());
-                                self.activated_event(&created, entry).await;
-                            }
-                            tracing::info!(
-                                secret = %created.name_any(),
-                                kid = %entry.kid.short(),
-                                fingerprint = %entry.fingerprint,
-                                active,
-                                "mirrored a key of the fleet ring"
-                            );
-                            let (reason, note) = if unproven.is_empty() {
-                                (
-                                    "KeyMirrored",
-                                    format!(
-                                        "key {} ({}) of ring {} mirrored{}",
-                                        entry.kid.short(),
-                                        entry.fingerprint,
-                                        self.ring.name(),
-                                        if active { "; it seals" } else { "" }
-                                    ),
-                                )
-                            } else {
-                                report.repaired.push(created.name_any());
-                                (
-                                    "MirrorRepaired",
-                                    format!(
-                                        "key {} of ring {} mirrored anew: the Secret filed under it did not hold it (left as it is)",
-                                        entry.kid.short(),
-                                        self.ring.name()
-                                    ),
-                                )
-                            };
-                            self.event(&created, EventType::Normal, reason, note).await;
-                        }
-                        Err(kube::Error::Api(status)) if status.code == 409 => {
-                            // The generated name was taken: try again at the next poll.
-                            self.state
-                                .metrics
-                                .key_source_mirror_conflicts
-                                .get_or_create(&KeyErrorLabels {
-                                    reason: "name_taken".to_owned(),
-                                })
-                                .inc();
-                            tracing::warn!(
-                                kid = %entry.kid.short(),
-                                "cannot mirror key {} of ring {} yet: the generated name was taken; retrying at the next poll",
-                                entry.kid.short(),
-                                self.ring.name()
-                            );
-                        }
-                        Err(e) => return Err(self.kube_err(e)),
-                    }
+                    self.create_mirror(&key, &pair, !unproven.is_empty(), report)
+                        .await?
                 }
                 Some(secret) => {
-                    mirrored_in_index += 1;
-                    report.active_mirrored |= active;
-                    let annotations = secret.annotations();
-                    let active_now =
-                        annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true");
-                    let missing = annotations.contains_key(MISSING_SINCE_ANNOTATION);
-                    if active_now != active || missing {
-                        let patch = serde_json::json!({"metadata": {"annotations": {
-                            ACTIVE_ANNOTATION: active.to_string(),
-                            MISSING_SINCE_ANNOTATION: null,
-                        }}});
-                        self.may_write()?;
-                        let patched = self
-                            .api
-                            .patch(
-                                &secret.name_any(),
-                                &PatchParams::apply(FIELD_MANAGER),
-                                &Patch::Merge(&patch),
-                            )
-                            .await
-                            .map_err(|e| self.kube_err(e))?;
-                        if active && !active_now {
-                            report.activated = Some(patched.name_any());
-                            tracing::info!(
-                                secret = %patched.name_any(),
-                                kid = %entry.kid.short(),
-                                "the fleet ring's sealing key changed: new SealedSecrets are sealed with {}",
-                                entry.kid.short()
-                            );
-                            self.activated_event(&patched, entry).await;
-                        }
-                    }
+                    self.update_mirror(&key, secret, report).await?;
+                    true
                 }
+            };
+            if mirrored {
+                mirrored_in_index += 1;
             }
         }
-        // Mirrors of keys no longer in the index: mark, then remove after the grace period,
-        // never the ring's last mirrored key, and only proven mirrors of a key this
-        // controller saw in the ring (a hand-made Secret is never touched).
+        Ok(mirrored_in_index)
+    }
+
+    /// Creates the mirror of a key of the index that has no proven one (`repairs`: Secrets
+    /// filed under its kid do not hold it). Returns whether the mirror now exists.
+    async fn create_mirror(
+        &mut self,
+        key: &IndexKey<'_>,
+        pair: &KeyPair,
+        repairs: bool,
+        report: &mut SyncReport,
+    ) -> Result<bool, SyncError> {
+        let IndexKey {
+            entry,
+            active,
+            any_proven,
+        } = *key;
+        let Some(secret) = self.desired_secret(&entry.kid, pair, active) else {
+            return Ok(false);
+        };
+        self.may_write()?;
+        match self.api.create(&PostParams::default(), &secret).await {
+            Ok(created) => {
+                report.active_mirrored |= active;
+                report.created.push(created.name_any());
+                if active && any_proven {
+                    // Mirrored and activated in one poll (`rotate --now`).
+                    report.activated = Some(created.name_any());
+                    self.activated_event(&created, entry).await;
+                }
+                tracing::info!(
+                    secret = %created.name_any(),
+                    kid = %entry.kid.short(),
+                    fingerprint = %entry.fingerprint,
+                    active,
+                    "mirrored a key of the fleet ring"
+                );
+                let (reason, note) = if !repairs {
+                    (
+                        "KeyMirrored",
+                        format!(
+                            "key {} ({}) of ring {} mirrored{}",
+                            entry.kid.short(),
+                            entry.fingerprint,
+                            self.ring.name(),
+                            if active { "; it seals" } else { "" }
+                        ),
+                    )
+                } else {
+                    report.repaired.push(created.name_any());
+                    (
+                        "MirrorRepaired",
+                        format!(
+                            "key {} of ring {} mirrored anew: the Secret filed under it did not hold it (left as it is)",
+                            entry.kid.short(),
+                            self.ring.name()
+                        ),
+                    )
+                };
+                self.event(&created, EventType::Normal, reason, note).await;
+                Ok(true)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // The generated name was taken: try again at the next poll.
+                self.state
+                    .metrics
+                    .key_source_mirror_conflicts
+                    .get_or_create(&KeyErrorLabels {
+                        reason: "name_taken".to_owned(),
+                    })
+                    .inc();
+                tracing::warn!(
+                    kid = %entry.kid.short(),
+                    "cannot mirror key {} of ring {} yet: the generated name was taken; retrying at the next poll",
+                    entry.kid.short(),
+                    self.ring.name()
+                );
+                Ok(false)
+            }
+            Err(e) => Err(self.kube_err(e)),
+        }
+    }
+
+    /// Sets the active flag of a key's proven mirror and clears its missing mark, when either
+    /// is off.
+    async fn update_mirror(
+        &mut self,
+        key: &IndexKey<'_>,
+        secret: &Secret,
+        report: &mut SyncReport,
+    ) -> Result<(), SyncError> {
+        let IndexKey { entry, active, .. } = *key;
+        report.active_mirrored |= active;
+        let annotations = secret.annotations();
+        let active_now = annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true");
+        let missing = annotations.contains_key(MISSING_SINCE_ANNOTATION);
+        if active_now != active || missing {
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                ACTIVE_ANNOTATION: active.to_string(),
+                MISSING_SINCE_ANNOTATION: null,
+            }}});
+            self.may_write()?;
+            let patched = self
+                .api
+                .patch(
+                    &secret.name_any(),
+                    &PatchParams::apply(FIELD_MANAGER),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|e| self.kube_err(e))?;
+            if active && !active_now {
+                report.activated = Some(patched.name_any());
+                tracing::info!(
+                    secret = %patched.name_any(),
+                    kid = %entry.kid.short(),
+                    "the fleet ring's sealing key changed: new SealedSecrets are sealed with {}",
+                    entry.kid.short()
+                );
+                self.activated_event(&patched, entry).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Mirrors of keys no longer in the index: mark, then remove after the grace period,
+    /// never the ring's last mirrored key, and only proven mirrors of a key this
+    /// controller saw in the ring (a hand-made Secret is never touched).
+    async fn retire_departed(
+        &mut self,
+        index: &Index,
+        ours: &[Filed],
+        mirrored_in_index: usize,
+        report: &mut SyncReport,
+    ) -> Result<(), SyncError> {
         let now = jiff::Timestamp::now();
-        for (secret, kid, proven) in &ours {
+        for Filed {
+            secret,
+            kid,
+            proven,
+        } in ours
+        {
             if kid.as_ref().is_some_and(|k| index.entry(k).is_some()) {
                 continue;
             }
@@ -420,31 +493,12 @@ impl Mirror {
                 self.warn_unproven(secret, "material_mismatch", note).await;
                 continue;
             }
-            let annotations = secret.annotations();
-            let since = annotations
+            let since = secret
+                .annotations()
                 .get(MISSING_SINCE_ANNOTATION)
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok());
             let Some(since) = since else {
-                let mut patch = serde_json::json!({"metadata": {"annotations": {
-                    MISSING_SINCE_ANNOTATION: now.to_string(),
-                }}});
-                if annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true") {
-                    patch["metadata"]["annotations"][ACTIVE_ANNOTATION] = "false".into();
-                }
-                self.may_write()?;
-                self.api
-                    .patch(
-                        &secret.name_any(),
-                        &PatchParams::apply(FIELD_MANAGER),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                    .map_err(|e| self.kube_err(e))?;
-                tracing::info!(
-                    secret = %secret.name_any(),
-                    grace = ?self.retire_grace,
-                    "a mirrored key left the fleet ring; its mirror is removed after the retire grace"
-                );
+                self.mark_missing(secret, now).await?;
                 continue;
             };
             let gone_for = now.duration_since(since).unsigned_abs();
@@ -458,39 +512,96 @@ impl Mirror {
                 );
                 continue;
             }
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: secret.metadata.uid.clone(),
-                    resource_version: secret.metadata.resource_version.clone(),
-                }),
-                ..DeleteParams::default()
-            };
-            self.may_write()?;
-            match self.api.delete(&secret.name_any(), &params).await {
-                Ok(_) => {
-                    report.retired.push(secret.name_any());
-                    tracing::info!(secret = %secret.name_any(), "removed the mirror of a key retired from the fleet ring");
-                    self.event(
-                        secret,
-                        EventType::Normal,
-                        "KeyRetired",
-                        format!(
-                            "key {} left ring {} over {} ago: its mirror is removed",
-                            kid.short(),
-                            self.ring.name(),
-                            jiff::SignedDuration::try_from(self.retire_grace)
-                                .map(|d| format!("{d:#}"))
-                                .unwrap_or_default()
-                        ),
-                    )
-                    .await;
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-                Err(e) => return Err(self.kube_err(e)),
-            }
+            self.remove_retired(secret, kid, report).await?;
         }
         Ok(())
     }
+
+    /// Marks the mirror of a key that left the ring as missing since `now` (and no longer
+    /// active), which starts its retire grace.
+    async fn mark_missing(&self, secret: &Secret, now: jiff::Timestamp) -> Result<(), SyncError> {
+        let annotations = secret.annotations();
+        let mut patch = serde_json::json!({"metadata": {"annotations": {
+            MISSING_SINCE_ANNOTATION: now.to_string(),
+        }}});
+        if annotations.get(ACTIVE_ANNOTATION).map(String::as_str) == Some("true") {
+            patch["metadata"]["annotations"][ACTIVE_ANNOTATION] = "false".into();
+        }
+        self.may_write()?;
+        self.api
+            .patch(
+                &secret.name_any(),
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| self.kube_err(e))?;
+        tracing::info!(
+            secret = %secret.name_any(),
+            grace = ?self.retire_grace,
+            "a mirrored key left the fleet ring; its mirror is removed after the retire grace"
+        );
+        Ok(())
+    }
+
+    /// Deletes the mirror of a key retired past its grace (unless it changed or went
+    /// meanwhile), with a `KeyRetired` event.
+    async fn remove_retired(
+        &self,
+        secret: &Secret,
+        kid: &Kid,
+        report: &mut SyncReport,
+    ) -> Result<(), SyncError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: secret.metadata.uid.clone(),
+                resource_version: secret.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        self.may_write()?;
+        match self.api.delete(&secret.name_any(), &params).await {
+            Ok(_) => {
+                report.retired.push(secret.name_any());
+                tracing::info!(secret = %secret.name_any(), "removed the mirror of a key retired from the fleet ring");
+                self.event(
+                    secret,
+                    EventType::Normal,
+                    "KeyRetired",
+                    format!(
+                        "key {} left ring {} over {} ago: its mirror is removed",
+                        kid.short(),
+                        self.ring.name(),
+                        jiff::SignedDuration::try_from(self.retire_grace)
+                            .map(|d| format!("{d:#}"))
+                            .unwrap_or_default()
+                    ),
+                )
+                .await;
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+            Err(e) => Err(self.kube_err(e)),
+        }
+    }
+}
+
+/// A labelled mirror of this ring, with the kid it is filed under and whether its material
+/// proves it (labels and annotations alone prove nothing).
+struct Filed {
+    secret: Secret,
+    kid: Option<Kid>,
+    proven: bool,
+}
+
+/// A key of the index being mirrored, and what decides its mirror's flags and events.
+#[derive(Clone, Copy)]
+struct IndexKey<'a> {
+    entry: &'a IndexEntry,
+    /// The index names it active.
+    active: bool,
+    /// Some Secret of this ring is a proven mirror (so a new active key is an activation).
+    any_proven: bool,
 }
 
 /// The key a mirror Secret holds, if it is usable (certificate matching the private key) and

@@ -24,7 +24,7 @@
 //! when it would leave the ring's mirror empty; a Secret that looks like a mirror but is not
 //! proven one is never patched nor deleted (one Warning event); errors back off exponentially
 //! (5 s doubling to 5 min) and never stop the loop.
-
+//!
 //! The folder's files: this one holds the loop ([`run`]) and one sync; `ringstate` the
 //! ring-state Secret and the anchor pin; `mirror` the mirror key Secrets.
 
@@ -414,34 +414,8 @@ pub async fn run(
     let config = config_source;
     state.readiness.key_source_configured();
     let source = config.location.to_string();
-    let mut backoff = BACKOFF_MIN;
-    let ring = loop {
-        match Ring::open(&config.location, &config.aws).await {
-            Ok(ring) => {
-                break ring.with_trust(match &config.anchor {
-                    Some(anchor) => kseal_keystore::Trust::anchored(anchor.clone()),
-                    None => {
-                        tracing::info!(
-                            "no --ring-anchor: the anchor of the first signed ring history read is pinned"
-                        );
-                        kseal_keystore::Trust::first_use().allow_unsigned(true)
-                    }
-                });
-            }
-            Err(e) => {
-                let message = crate::error_chain(&e);
-                tracing::error!(
-                    reason = e.reason(),
-                    "cannot use --key-source {source}: {message}"
-                );
-                state.readiness.key_source_failed(e.reason(), &message);
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.wait_for(|s| *s) => return,
-                }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-            }
-        }
+    let Some(ring) = open_ring(&config, &source, &state, &mut shutdown).await else {
+        return;
     };
     let mut state_changes = ring_state_changes(client.clone(), &namespace);
     let mut mirror = Mirror::new(
@@ -454,20 +428,24 @@ pub async fn run(
         state.clone(),
     );
     tracing::info!(key_source = %source, interval = ?config.interval, "reading keys from the fleet key ring");
-    let mut backoff = BACKOFF_MIN;
-    let mut next = tokio::time::Instant::now();
+    let mut schedule = Schedule {
+        backoff: BACKOFF_MIN,
+        next: tokio::time::Instant::now(),
+        last_poll: None,
+    };
     let mut terms = state.leadership.subscribe();
-    let mut last_poll: Option<tokio::time::Instant> = None;
     let mut trigger;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep_until(next) => {
-                trigger = if last_poll.is_none() { "start" } else { "interval" };
+            _ = tokio::time::sleep_until(schedule.next) => {
+                trigger = if schedule.last_poll.is_none() { "start" } else { "interval" };
             }
             _ = refresh.requested() => {
                 trigger = "refresh";
+                let last_poll = schedule.last_poll;
                 if last_poll.is_some_and(|t| t.elapsed() < config.refresh_spacing) {
-                    next = next.min(last_poll.map_or(next, |t| t + config.refresh_spacing));
+                    let next = schedule.next;
+                    schedule.next = next.min(last_poll.map_or(next, |t| t + config.refresh_spacing));
                     continue;
                 }
                 tracing::info!("key ring refresh requested");
@@ -493,13 +471,77 @@ pub async fn run(
                     crate::error_chain(&e)
                 );
             }
-            next = tokio::time::Instant::now() + STATE_POLL.min(config.interval);
+            schedule.next = tokio::time::Instant::now() + STATE_POLL.min(config.interval);
             continue;
         }
-        last_poll = Some(tokio::time::Instant::now());
+        schedule
+            .leader_sync(&mut mirror, &state, &config, trigger)
+            .await;
+    }
+}
+
+/// Opens the ring of `config` with its trust (the `--ring-anchor`, else the anchor of the
+/// first signed history read), retrying with backoff; `None` once `shutdown` turns true.
+async fn open_ring(
+    config: &crate::config::KeySourceConfig,
+    source: &str,
+    state: &State,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Ring> {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        match Ring::open(&config.location, &config.aws).await {
+            Ok(ring) => {
+                return Some(ring.with_trust(match &config.anchor {
+                    Some(anchor) => kseal_keystore::Trust::anchored(anchor.clone()),
+                    None => {
+                        tracing::info!(
+                            "no --ring-anchor: the anchor of the first signed ring history read is pinned"
+                        );
+                        kseal_keystore::Trust::first_use().allow_unsigned(true)
+                    }
+                }));
+            }
+            Err(e) => {
+                let message = crate::error_chain(&e);
+                tracing::error!(
+                    reason = e.reason(),
+                    "cannot use --key-source {source}: {message}"
+                );
+                state.readiness.key_source_failed(e.reason(), &message);
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.wait_for(|s| *s) => return None,
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// When the key-source loop acts next, and how long it backs off after a failed sync.
+struct Schedule {
+    next: tokio::time::Instant,
+    backoff: Duration,
+    /// When the leader last started a sync.
+    last_poll: Option<tokio::time::Instant>,
+}
+
+impl Schedule {
+    /// One sync by the leader, fenced to its current term and counted by `trigger`; reports
+    /// the outcome and schedules the next sync (the interval, at once after losing the
+    /// lead, or the doubling backoff after a failure).
+    async fn leader_sync(
+        &mut self,
+        mirror: &mut Mirror,
+        state: &State,
+        config: &crate::config::KeySourceConfig,
+        trigger: &'static str,
+    ) {
+        self.last_poll = Some(tokio::time::Instant::now());
         // Taken before the first read: a sync that outlives this term writes nothing more.
         let Some(fence) = state.leadership.fence() else {
-            continue;
+            return;
         };
         mirror.set_fence(Some(fence));
         state
@@ -511,31 +553,32 @@ pub async fn run(
             .inc();
         match mirror.sync().await {
             Ok(report) => {
-                backoff = BACKOFF_MIN;
+                self.backoff = BACKOFF_MIN;
                 state.readiness.key_source_ok();
                 state
                     .metrics
                     .key_source_last_success
                     .set(jiff::Timestamp::now().as_second());
-                count(&state, "sync", "ok");
+                count(state, "sync", "ok");
                 if report != SyncReport::default() {
                     tracing::debug!(?report, "key ring synced");
                 }
-                next = tokio::time::Instant::now() + crate::timing::jitter(config.interval, 0.1);
+                self.next =
+                    tokio::time::Instant::now() + crate::timing::jitter(config.interval, 0.1);
             }
             Err(SyncError::Fenced(e)) => {
                 // Not a problem of the key source: followers read the view the new leader
                 // writes.
                 tracing::info!(reason = %e, "key-source sync stopped: this replica no longer leads");
-                next = tokio::time::Instant::now();
+                self.next = tokio::time::Instant::now();
             }
             Err(e) => {
                 let message = crate::error_chain(&e);
-                tracing::warn!(reason = e.reason(), retry_in = ?backoff, "key source: {message}");
+                tracing::warn!(reason = e.reason(), retry_in = ?self.backoff, "key source: {message}");
                 state.readiness.key_source_failed(e.reason(), &message);
-                count(&state, "sync", e.reason());
-                next = tokio::time::Instant::now() + backoff;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                count(state, "sync", e.reason());
+                self.next = tokio::time::Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
             }
         }
     }
