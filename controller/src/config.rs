@@ -408,6 +408,8 @@ pub struct Host {
     pub hostname: Option<String>,
     /// A random number that keeps two processes on one host apart.
     pub identity_suffix: u64,
+    /// CPUs this process may use ([`crate::host::cpus`]).
+    pub cpus: usize,
     /// Now.
     pub now: SystemTime,
 }
@@ -424,6 +426,7 @@ impl Host {
             // RandomState is seeded from the OS RNG once per process.
             identity_suffix: std::collections::hash_map::RandomState::new()
                 .hash_one(std::process::id()),
+            cpus: crate::host::cpus(),
             now: SystemTime::now(),
         }
     }
@@ -462,63 +465,12 @@ impl Config {
         if args.header_read_timeout.is_zero() {
             return Err(ConfigError::HeaderReadTimeout);
         }
-        // Leave room under the open-file limit (raised to the hard limit at startup) for the
-        // Kubernetes client, the other listener and the connections over the cap that are
-        // accepted only to be closed.
         let nofile = host.nofile_limit;
-        let cap = |flag: Option<u32>, preferred, divisor| {
-            flag.map_or_else(
-                || crate::serve::conn::default_cap(preferred, nofile, divisor),
-                |n| n as usize,
-            )
-        };
-        let max_connections = cap(args.max_connections, crate::serve::conn::MAX_CONNECTIONS, 4);
-        let metrics_max_connections = cap(
-            args.metrics_max_connections,
-            crate::serve::conn::METRICS_MAX_CONNECTIONS,
-            16,
-        );
-        let controller_namespace = args
-            .controller_namespace
-            .filter(|n| !n.is_empty())
-            .or(default_namespace)
-            .unwrap_or_else(|| "kube-system".to_owned());
-        let extra: Vec<String> = args
-            .additional_namespaces
-            .iter()
-            .map(|n| n.trim().to_owned())
-            .collect();
-        if extra.len() > 1 && extra.iter().any(String::is_empty) {
-            return Err(ConfigError::EmptyNamespace);
-        }
-        let extra: Vec<String> = extra.into_iter().filter(|n| !n.is_empty()).collect();
-        let check = |flag: &'static str, name: &str| {
-            validation::validate_namespace_name(name).map_err(|problem| ConfigError::Namespace {
-                flag,
-                name: name.to_owned(),
-                problem,
-            })
-        };
-        check("--controller-namespace", &controller_namespace)?;
-        for ns in &extra {
-            check("--additional-namespaces", ns)?;
-        }
-        let namespaces = if !extra.is_empty() {
-            let mut list = vec![controller_namespace.clone()];
-            for ns in extra {
-                if !list.contains(&ns) {
-                    list.push(ns);
-                }
-            }
-            Namespaces::Only(list)
-        } else if args.all_namespaces {
-            Namespaces::All
-        } else {
-            Namespaces::Only(vec![controller_namespace.clone()])
-        };
+        let (max_connections, metrics_max_connections) = connection_caps(&args, nofile);
+        let (controller_namespace, namespaces) = namespaces(&args, default_namespace)?;
         let (key_renewal, mut warnings) = key_renewal(
             args.key_renew_period,
-            args.key_cutoff_time,
+            args.key_cutoff_time.clone(),
             host.key_cutoff_time.clone(),
             args.generate_key_if_missing,
             host.now,
@@ -530,57 +482,8 @@ impl Config {
                 "--max-connections {max_connections} and --metrics-max-connections {metrics_max_connections} leave little room under the open-file limit {limit}: accepting may fail with too many open files"
             ));
         }
-        let key_labels = parse_key_metadata("--privatekey-labels", &args.privatekey_labels, true)?
-            .into_iter()
-            .filter(|(k, _)| {
-                let reserved = k == SEALING_KEY_LABEL;
-                if reserved {
-                    warnings.push(format!(
-                        "--privatekey-labels: {SEALING_KEY_LABEL} is ignored: generated keys are always labelled {SEALING_KEY_LABEL_ACTIVE}"
-                    ));
-                }
-                !reserved
-            })
-            .collect();
-        let key_annotations = parse_key_metadata(
-            "--privatekey-annotations",
-            &args.privatekey_annotations,
-            false,
-        )?;
-        let key_source = match args.key_source.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(url) => {
-                if args.generate_key_if_missing {
-                    return Err(ConfigError::KeySourceWithGeneration);
-                }
-                if args.key_source_interval < Duration::from_secs(1) {
-                    return Err(ConfigError::KeySourceInterval);
-                }
-                let location = kseal_keystore::Location::parse(url)
-                    .map_err(|e| ConfigError::KeySource(e.to_string()))?;
-                let anchor = match args.ring_anchor.as_deref().map(str::trim) {
-                    None | Some("") => None,
-                    Some(text) => Some(kseal_keystore::Kid::parse(text).map_err(|_| {
-                        ConfigError::KeySource(format!(
-                            "--ring-anchor {text:?} is not a kid: 64 lowercase hex characters, as `kseal keys trust` prints it"
-                        ))
-                    })?),
-                };
-                Some(KeySourceConfig {
-                    location,
-                    interval: args.key_source_interval,
-                    retire_grace: args.key_source_retire_grace,
-                    refresh_spacing: args.key_source_refresh_spacing,
-                    aws: kseal_keystore::AwsOptions {
-                        region: args.aws_region.filter(|r| !r.is_empty()),
-                        endpoint_url: args.aws_endpoint_url.filter(|u| !u.is_empty()),
-                        assume_role: args.aws_assume_role.filter(|r| !r.is_empty()),
-                        ..kseal_keystore::AwsOptions::default()
-                    },
-                    anchor,
-                })
-            }
-        };
+        let (key_labels, key_annotations) = key_metadata(&args, &mut warnings)?;
+        let key_source = key_source(&args)?;
         let identity = host
             .pod_name
             .clone()
@@ -606,7 +509,7 @@ impl Config {
             drift_correction: args.drift_correction && !args.skip_recreate,
             resync_period: (!args.resync_period.is_zero()).then_some(args.resync_period),
             concurrency: args.concurrency,
-            async_threads: async_threads(args.async_threads, crate::host::cpus()),
+            async_threads: async_threads(args.async_threads, host.cpus),
             pending_value_bytes: usize::try_from(args.pending_values_mib)
                 .unwrap_or(usize::MAX)
                 .saturating_mul(1024 * 1024),
@@ -624,6 +527,143 @@ impl Config {
             warnings,
         })
     }
+}
+
+/// `--max-connections` and `--metrics-max-connections`, or their defaults lowered under the
+/// open-file limit `nofile`: room is left (the limit is raised to the hard limit at startup)
+/// for the Kubernetes client, the other listener and the connections over the cap that are
+/// accepted only to be closed.
+fn connection_caps(args: &Args, nofile: Option<u64>) -> (usize, usize) {
+    let cap = |flag: Option<u32>, preferred, divisor| {
+        flag.map_or_else(
+            || crate::serve::conn::default_cap(preferred, nofile, divisor),
+            |n| n as usize,
+        )
+    };
+    (
+        cap(args.max_connections, crate::serve::conn::MAX_CONNECTIONS, 4),
+        cap(
+            args.metrics_max_connections,
+            crate::serve::conn::METRICS_MAX_CONNECTIONS,
+            16,
+        ),
+    )
+}
+
+/// The controller namespace (`--controller-namespace`, else the service account's, else
+/// `kube-system`) and the namespaces watched, each checked as a namespace name.
+fn namespaces(
+    args: &Args,
+    default_namespace: Option<String>,
+) -> Result<(String, Namespaces), ConfigError> {
+    let controller_namespace = args
+        .controller_namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or(default_namespace)
+        .unwrap_or_else(|| "kube-system".to_owned());
+    let extra: Vec<String> = args
+        .additional_namespaces
+        .iter()
+        .map(|n| n.trim().to_owned())
+        .collect();
+    if extra.len() > 1 && extra.iter().any(String::is_empty) {
+        return Err(ConfigError::EmptyNamespace);
+    }
+    let extra: Vec<String> = extra.into_iter().filter(|n| !n.is_empty()).collect();
+    let check = |flag: &'static str, name: &str| {
+        validation::validate_namespace_name(name).map_err(|problem| ConfigError::Namespace {
+            flag,
+            name: name.to_owned(),
+            problem,
+        })
+    };
+    check("--controller-namespace", &controller_namespace)?;
+    for ns in &extra {
+        check("--additional-namespaces", ns)?;
+    }
+    let namespaces = if !extra.is_empty() {
+        let mut list = vec![controller_namespace.clone()];
+        for ns in extra {
+            if !list.contains(&ns) {
+                list.push(ns);
+            }
+        }
+        Namespaces::Only(list)
+    } else if args.all_namespaces {
+        Namespaces::All
+    } else {
+        Namespaces::Only(vec![controller_namespace.clone()])
+    };
+    Ok((controller_namespace, namespaces))
+}
+
+/// Labels or annotations.
+type Metadata = BTreeMap<String, String>;
+
+/// The labels and annotations of generated key Secrets (`--privatekey-labels`,
+/// `--privatekey-annotations`); the sealing-key label is reserved, with a warning.
+fn key_metadata(
+    args: &Args,
+    warnings: &mut Vec<String>,
+) -> Result<(Metadata, Metadata), ConfigError> {
+    let key_labels = parse_key_metadata("--privatekey-labels", &args.privatekey_labels, true)?
+        .into_iter()
+        .filter(|(k, _)| {
+            let reserved = k == SEALING_KEY_LABEL;
+            if reserved {
+                warnings.push(format!(
+                    "--privatekey-labels: {SEALING_KEY_LABEL} is ignored: generated keys are always labelled {SEALING_KEY_LABEL_ACTIVE}"
+                ));
+            }
+            !reserved
+        })
+        .collect();
+    let key_annotations = parse_key_metadata(
+        "--privatekey-annotations",
+        &args.privatekey_annotations,
+        false,
+    )?;
+    Ok((key_labels, key_annotations))
+}
+
+/// `--key-source` with its interval, grace, AWS options and `--ring-anchor`; `None` without a
+/// source.
+fn key_source(args: &Args) -> Result<Option<KeySourceConfig>, ConfigError> {
+    Ok(match args.key_source.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(url) => {
+            if args.generate_key_if_missing {
+                return Err(ConfigError::KeySourceWithGeneration);
+            }
+            if args.key_source_interval < Duration::from_secs(1) {
+                return Err(ConfigError::KeySourceInterval);
+            }
+            let location = kseal_keystore::Location::parse(url)
+                .map_err(|e| ConfigError::KeySource(e.to_string()))?;
+            let anchor = match args.ring_anchor.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(text) => Some(kseal_keystore::Kid::parse(text).map_err(|_| {
+                    ConfigError::KeySource(format!(
+                        "--ring-anchor {text:?} is not a kid: 64 lowercase hex characters, as `kseal keys trust` prints it"
+                    ))
+                })?),
+            };
+            Some(KeySourceConfig {
+                location,
+                interval: args.key_source_interval,
+                retire_grace: args.key_source_retire_grace,
+                refresh_spacing: args.key_source_refresh_spacing,
+                aws: kseal_keystore::AwsOptions {
+                    region: args.aws_region.clone().filter(|r| !r.is_empty()),
+                    endpoint_url: args.aws_endpoint_url.clone().filter(|u| !u.is_empty()),
+                    assume_role: args.aws_assume_role.clone().filter(|r| !r.is_empty()),
+                    ..kseal_keystore::AwsOptions::default()
+                },
+                anchor,
+            })
+        }
+    })
 }
 
 /// Parses `k1=v1,k2=v2` (Bitnami's format; empty items are skipped) into a map, checking keys
@@ -780,6 +820,7 @@ mod tests {
             pod_name: None,
             hostname: Some("node-a".into()),
             identity_suffix: 0xabc,
+            cpus: 4,
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         }
     }
