@@ -2,12 +2,10 @@
 //!
 //! Keys are 2048-bit test keys generated once per run (test-only size: do not copy).
 
-mod common;
-
 use kseal_keys::{Backend, Error, KeyRing, Scope, envelope};
 use proptest::prelude::*;
 
-use common::{other_pair, test_pair};
+use crate::common::{other_pair, test_pair};
 
 fn scope() -> impl Strategy<Value = Scope> {
     prop_oneof![

@@ -1,10 +1,8 @@
 //! `seal_secret` and `unseal` against each other, following Bitnami's rules.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{data_of, other_pair, pair, ring, secret};
+use crate::common::{data_of, other_pair, pair, ring, secret};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference, Time};

@@ -2,11 +2,9 @@
 //! vectors, keys/tests/vectors) and by Bitnami's own `HybridEncrypt` (shared set-a vectors,
 //! where available), and SealedSecrets shaped exactly like `kubeseal` output.
 
-mod common;
-
+use crate::common::{data_of, fixture, interop_set_a, interop_sets};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::{data_of, fixture, interop_set_a, interop_sets};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kseal_api::constants::{CLUSTER_WIDE_ANNOTATION, NAMESPACE_WIDE_ANNOTATION};
 use kseal_api::{Error, Scope, SealedSecret, SealedSecretSpec, unseal};

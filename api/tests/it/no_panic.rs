@@ -1,10 +1,8 @@
 //! Any input gives `Ok` or `Err`, never a panic.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{pair, ring};
+use crate::common::{pair, ring};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -473,3 +473,159 @@ async fn of_two_rotations_from_the_same_active_key_only_the_first_activation_lan
         );
     }
 }
+
+/// Issue 35, attack 1: whoever can write only the index rewrites the signed index as schema 1
+/// (no signature) but keeps its roots, adds their own key and makes it active. No reader takes
+/// it, and no routine writer signs it: push, activate, sign and push --if-empty all refuse
+/// and name the downgrade.
+#[tokio::test]
+async fn a_signed_index_rewritten_as_unsigned_is_refused_by_every_reader_and_writer() {
+    for (ring, _dir) in rings("downgrade").await {
+        let (a, _b, anchor) = seeded(&ring).await;
+        let mut forged = raw_index(&ring).await;
+        let attacker = pair();
+        forged
+            .keys
+            .push(IndexEntry::new(attacker.certificate(), SystemTime::now()).unwrap());
+        forged.active = Some(kid(&attacker));
+        forged.schema = UNSIGNED_INDEX_SCHEMA;
+        forged.signature = None;
+        assert!(!forged.roots.is_empty(), "the real roots are kept");
+        // The same downgrade with only one of the signed history's fields left.
+        let mut only_version = forged.clone();
+        only_version.roots.clear();
+        for text in [forged.to_json(), only_version.to_json()] {
+            overwrite_index(&ring, &text).await;
+            for trust in [
+                Trust::legacy(),
+                Trust::first_use().allow_unsigned(true),
+                Trust::anchored(anchor.clone()),
+            ] {
+                let reader = ring.clone_with(trust);
+                let err = reader.snapshot(None).await.unwrap_err();
+                assert!(
+                    err.to_string().contains("rewritten as unsigned"),
+                    "reader: {err}"
+                );
+                let err = reader.push(&pair()).await.unwrap_err();
+                assert!(err.to_string().contains("rewritten as unsigned"), "{err}");
+                let err = reader
+                    .activate(kid(&attacker).as_str(), Duration::ZERO)
+                    .await
+                    .unwrap_err();
+                assert!(err.to_string().contains("rewritten as unsigned"), "{err}");
+                let err = reader.sign().await.unwrap_err();
+                assert!(err.to_string().contains("rewritten as unsigned"), "{err}");
+                let err = reader.push_if_empty(&pair(), 7).await.unwrap_err();
+                assert!(err.to_string().contains("rewritten as unsigned"), "{err}");
+            }
+        }
+        // Nothing was signed over the forgery: restoring needs the store's previous version,
+        // and the key the attacker added never became part of a signed index.
+        drop(a);
+    }
+}
+
+/// Issue 35, attack 1 (`--if-empty`): the index emptied of keys and history. A routine
+/// `push --if-empty` (or push) must not start a new history over it: that would hand the
+/// ring to a new key and drop every earlier one.
+#[tokio::test]
+async fn push_if_empty_refuses_an_index_that_was_emptied() {
+    for (ring, _dir) in rings("emptied").await {
+        let (_a, _b, _anchor) = seeded(&ring).await;
+        let emptied = Index::empty(&raw_index(&ring).await.ring, SystemTime::now());
+        overwrite_index(&ring, &emptied.to_json()).await;
+        let writer = ring.clone_with(Trust::first_use().allow_unsigned(true));
+        for result in [
+            writer.push_if_empty(&pair(), 7).await.map(|_| ()),
+            writer.push(&pair()).await.map(|_| ()),
+        ] {
+            let err = result.unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("holds no key and no signed history"),
+                "{err}"
+            );
+        }
+        // The index is still the emptied one: nothing signed it.
+        assert!(!raw_index(&ring).await.is_signed());
+    }
+}
+
+/// Issue 35, attack 1 (pinned `keys sign`): a pinned seeder never signs an unsigned index: the
+/// ring was signed once, so an unsigned index now is a replacement, and the refusal says not to
+/// sign it (instead of sending the seeder to `kseal keys sign`).
+#[tokio::test]
+async fn a_pinned_seeder_refuses_to_sign_a_replaced_unsigned_index() {
+    for (ring, _dir) in rings("pinned-sign").await {
+        let (_a, b, anchor) = seeded(&ring).await;
+        // The index stripped of every signed field: a plain legacy-looking index whose active
+        // key is the not-yet-activated `b`.
+        let mut stripped = raw_index(&ring).await;
+        stripped.schema = UNSIGNED_INDEX_SCHEMA;
+        stripped.signature = None;
+        stripped.roots.clear();
+        stripped.retired.clear();
+        stripped.version = 0;
+        stripped.active = Some(kid(&b));
+        overwrite_index(&ring, &stripped.to_json()).await;
+        let pinned = ring.clone_with(Trust::anchored(anchor.clone()));
+        let err = pinned.sign().await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("pinned at anchor"), "{text}");
+        assert!(text.contains("do not sign it"), "{text}");
+        assert!(!raw_index(&ring).await.is_signed());
+    }
+}
+
+/// Issue 35, attack 1 (overflow): a signed index at version 2^64-1 (only the root could sign
+/// one) is never re-signed as version 0, which every reader's floor would then refuse or, worse,
+/// a fresh reader would take as older than it is.
+#[tokio::test]
+async fn an_index_at_the_last_version_is_not_written_again() {
+    for (ring, _dir) in rings("overflow").await {
+        let (a, _b, anchor) = seeded(&ring).await;
+        let mut index = raw_index(&ring).await;
+        index.version = u64::MAX;
+        index.signature = None;
+        trust::sign_index(&mut index, &a).unwrap();
+        overwrite_index(&ring, &index.to_json()).await;
+        let pinned = ring.clone_with(Trust::anchored(anchor));
+        assert_eq!(
+            pinned.snapshot(None).await.unwrap().unwrap().index.version,
+            u64::MAX
+        );
+        let err = pinned.push(&pair()).await.unwrap_err();
+        assert!(err.to_string().contains("the last one there is"), "{err}");
+        assert_eq!(raw_index(&ring).await.version, u64::MAX);
+    }
+}
+
+/// Issue 35: key secrets are read at their immutable first version. Whoever can put a new
+/// value on a key secret (PutSecretValue on `R/keys/<kid>`) changes nothing a reader sees.
+/// Secrets Manager only: a directory store has no versions (its key files are the operator's).
+#[tokio::test]
+async fn a_value_put_on_a_key_secret_later_changes_nothing() {
+    for (ring, _dir) in rings("key-put").await {
+        if matches!(ring.store(), kseal_keystore::Store::Directory(_)) {
+            continue;
+        }
+        let (a, _b, _anchor) = seeded(&ring).await;
+        let other = pair();
+        ring.store()
+            .put(
+                &ring.key_name(&kid(&a)),
+                &kseal_keystore::KeyEntry::from_pair(&other)
+                    .unwrap()
+                    .to_json(),
+                &[],
+            )
+            .await
+            .expect("put a new value on the key secret");
+        let read = ring
+            .read_key(&kid(&a))
+            .await
+            .expect("the key secret's first version is read");
+        assert_eq!(kid(&read), kid(&a));
+    }
+}

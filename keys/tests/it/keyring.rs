@@ -1,7 +1,5 @@
 //! Key import/export, certificates, and key ring ordering and hints.
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
 use kseal_keys::{
@@ -9,7 +7,7 @@ use kseal_keys::{
     OpenStats, PrivateKey, PublicKey, Scope, seal,
 };
 
-use common::{other_pair, test_pair};
+use crate::common::{other_pair, test_pair};
 
 fn pair_at(not_before: SystemTime) -> KeyPair {
     // Reuses the cached test key under a certificate with a chosen NotBefore.

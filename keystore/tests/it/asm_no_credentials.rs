@@ -5,7 +5,8 @@
 //! `scripts/test.sh`) fills with dummy keys, and environment variables are process-wide while
 //! tests run in parallel. So the test runs itself again as a child process whose environment
 //! has no credential source at all, and checks there; the parent only checks that the child
-//! passed. No emulator is needed: the request is never sent.
+//! passed. No emulator is needed: the request is never sent. So it needs no binary of its
+//! own: only the child sees the changed environment.
 
 use std::process::Command;
 
@@ -31,6 +32,9 @@ const CREDENTIAL_VARS: &[&str] = &[
     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
 ];
 
+/// This test's name as the harness lists it: its module path in the `it` test binary.
+const TEST_NAME: &str = "asm_no_credentials::missing_credentials_are_reported_as_no_credentials";
+
 #[test]
 fn missing_credentials_are_reported_as_no_credentials() {
     if std::env::var_os(CHILD).is_some() {
@@ -40,12 +44,7 @@ fn missing_credentials_are_reported_as_no_credentials() {
     let exe = std::env::current_exe().expect("the test binary");
     let mut command = Command::new(exe);
     command
-        .args([
-            "--exact",
-            "missing_credentials_are_reported_as_no_credentials",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         // No profile files, no instance metadata.
         .env("AWS_CONFIG_FILE", empty.path().join("config"))

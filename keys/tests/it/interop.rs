@@ -3,20 +3,18 @@
 //! (shared/interop/set-a.json, where that folder is beside the checkout) open here, and values
 //! sealed here open with the same keys.
 
-mod common;
-
 use kseal_keys::{
     Backend, Certificate, Error, KeyId, KeyPair, KeyRing, Label, PrivateKey, PublicKey, Scope,
 };
 use sha2::{Digest as _, Sha256};
 
-use common::{b64, interop_sets};
+use crate::common::{b64, interop_sets};
 
 fn scope_of(name: &str) -> Scope {
     name.parse().expect("vector scope")
 }
 
-fn ring_from_pkcs1(file: &common::VectorFile) -> KeyRing {
+fn ring_from_pkcs1(file: &crate::common::VectorFile) -> KeyRing {
     let pair = KeyPair::from_pem(&file.key.private_key_pkcs1_pem, &file.key.certificate_pem)
         .expect("vector key pair");
     [pair].into_iter().collect()
