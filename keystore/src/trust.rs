@@ -410,14 +410,17 @@ pub fn verify(index: &Index, trust: &Trust, what: &str) -> Result<Verified> {
             return Ok(Verified::Unsigned);
         }
         if let Some(pinned) = &trust.anchor {
-            // A pinned ring was signed once: an unsigned index now is a replacement, and
-            // signing it (`kseal keys sign`) would bless what its writer put there.
+            // An unsigned index under a pin is either a ring that was never signed (pinned
+            // ahead of its migration) or a signed ring's index replaced by an unsigned one;
+            // signing the latter would bless what its writer put there.
             return Err(untrusted(
                 what,
                 format!(
-                    "it is not signed, but this ring is pinned at anchor {}: a signed ring's \
-                     index was replaced by an unsigned one. Do not sign it; restore the signed \
-                     index from the store's previous version",
+                    "it is not signed, but this ring is pinned at anchor {}. If the ring was \
+                     never signed, its seeder signs it once with `kseal keys sign` after \
+                     checking its keys; if it was signed before, a signed index was replaced by \
+                     an unsigned one: do not sign it, restore the signed index from the store's \
+                     previous version",
                     pinned.short()
                 ),
             ));
