@@ -5,15 +5,19 @@
 //! else is private: the command line is the interface.
 
 mod args;
-mod certs;
 mod cmd;
+mod controller;
 mod env;
 mod http;
+mod keysource;
 mod kubeconfig;
 mod manifest;
+mod opening;
 mod output;
 mod project;
+mod sealing;
 mod text;
+mod time;
 mod walk;
 mod yaml;
 
@@ -47,8 +51,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    certs::read_rings_with(cmd::ring::active_certificate_pem);
-    cmd::check::read_rings_with(cmd::check::read_ring_index);
+    keysource::read_rings_with(
+        keysource::ring::active_certificate_pem,
+        keysource::ring::read_ring_index,
+    );
     let cli = match parse(args) {
         Ok(cli) => cli,
         Err(code) => return code,
@@ -203,6 +209,7 @@ fn local(command: Command) -> Result<anyhow::Result<()>, Box<Command>> {
         Command::Create(CreateCommand::GitCredentials(args)) => cmd::create::git(*args),
         Command::Create(CreateCommand::AwsCredentials(args)) => cmd::create::aws(*args),
         Command::Unseal(args) => cmd::unseal::run(args),
+        Command::Reseal(args) if args.stale => cmd::reseal_stale::run(&args),
         Command::Reseal(args) => cmd::recovery::reseal(args),
         Command::Validate(args) => cmd::recovery::validate(args),
         Command::Keys(KeysCommand::Generate(args)) => cmd::keys::run(args),

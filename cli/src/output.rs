@@ -1,7 +1,10 @@
-//! The only place that writes to stdout: data, never diagnostics.
+//! The only place that writes to stdout: data, never diagnostics; and the one question
+//! commands ask on a terminal ([`confirm`]).
 #![allow(clippy::print_stdout)]
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
+
+use anyhow::{Context as _, Result, bail};
 
 /// Writes `text` to stdout. A closed pipe (`kseal … | head`) is not an error.
 pub(crate) fn stdout(text: &str) -> anyhow::Result<()> {
@@ -21,5 +24,22 @@ pub(crate) fn emit(text: &str, path: Option<&std::path::Path>) -> anyhow::Result
             Ok(())
         }
         None => stdout(text),
+    }
+}
+
+/// Asks `question` on a terminal unless `yes`; non-interactive runs never ask.
+pub(crate) fn confirm(question: &str, yes: bool) -> Result<()> {
+    if yes || !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return Ok(());
+    }
+    eprint!("{question} [y/N] ");
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("failed to read the answer")?;
+    if matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+        Ok(())
+    } else {
+        bail!("aborted: nothing was changed")
     }
 }

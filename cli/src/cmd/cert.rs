@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 
 use crate::args::CertCmdArgs;
-use crate::certs::CertRequest;
+use crate::keysource::cert::CertRequest;
 
 pub(crate) fn run(args: CertCmdArgs) -> Result<()> {
     let request = CertRequest::from_args(&args.cert)?;
@@ -15,13 +15,13 @@ pub(crate) fn run(args: CertCmdArgs) -> Result<()> {
     };
     let text = request.fetch_pem(&spec.source)?;
     // Refuse to save something that cannot seal (not a certificate, not RSA, expired).
-    let cert = crate::certs::check(&text, &request.describe(&spec.source))?;
+    let cert = crate::keysource::cert::check(&text, &request.describe(&spec.source))?;
     eprintln!(
         "certificate {} (CN {}, RSA-{}, valid until {})",
         cert.id(),
         cert.common_name().unwrap_or("-"),
         cert.public_key().bits(),
-        crate::cmd::seal::utc_time(cert.not_after())
+        crate::time::utc_time(cert.not_after())
     );
     crate::output::emit(&text, args.write.as_deref())
 }

@@ -7,7 +7,7 @@ use kseal_api::SealOptions;
 use kseal_keys::{CertificateOptions, KeyRing, KeySize};
 
 use crate::args::{Format, QuickstartArgs};
-use crate::cmd::keys::{GenerateRequest, KEY_FILE};
+use crate::keysource::keydir::{GenerateRequest, KEY_FILE};
 use crate::manifest::{Input, Source, write_atomic};
 
 /// The sample: a Flux Git credentials Secret, the kind of secret a new cluster needs first.
@@ -32,11 +32,11 @@ pub(crate) fn run(args: QuickstartArgs) -> Result<()> {
 
     step(1, &format!("key pair in `{}`", keys_dir.display()));
     let pair = if keys_dir.join(KEY_FILE).exists() {
-        let pair = crate::cmd::keys::load_dir(&keys_dir)?;
+        let pair = crate::keysource::keydir::load_dir(&keys_dir)?;
         eprintln!("      reusing the existing key");
         pair
     } else {
-        crate::cmd::keys::generate(&GenerateRequest {
+        crate::keysource::keydir::generate(&GenerateRequest {
             out_dir: keys_dir.clone(),
             size: KeySize::Rsa4096,
             certificate: CertificateOptions {
@@ -63,7 +63,7 @@ pub(crate) fn run(args: QuickstartArgs) -> Result<()> {
         default_namespace: Some("default".into()),
         ..SealOptions::default()
     };
-    let sealed = crate::cmd::seal::seal_input(&input, pair.certificate(), &options, Format::Yaml)?;
+    let sealed = crate::sealing::seal_input(&input, pair.certificate(), &options, Format::Yaml)?;
     let sealed_path = dir.join("sealed-secret.yaml");
     write_atomic(&sealed_path, sealed.as_bytes(), false)?;
     eprintln!("      wrote `{}` (safe to commit)", sealed_path.display());
@@ -74,7 +74,7 @@ pub(crate) fn run(args: QuickstartArgs) -> Result<()> {
         source: Source::File(sealed_path.clone()),
         text: sealed.clone(),
     };
-    let unsealed = crate::cmd::unseal::unseal_input(&sealed_input, &ring, Format::Yaml)?;
+    let unsealed = crate::opening::unseal_input(&sealed_input, &ring, Format::Yaml)?;
     let unsealed_path = dir.join("unsealed-secret.yaml");
     write_atomic(&unsealed_path, unsealed.as_bytes(), true)?;
     let secrets: Vec<k8s_openapi::api::core::v1::Secret> = Input {

@@ -17,8 +17,10 @@ use kseal_api::constants::SEALING_KEY_ANNOTATION;
 use kseal_keys::{Certificate, KeyId, KeyRing};
 
 use crate::args::ResealArgs;
-use crate::certs::{CertRequest, Controller, ControllerTarget, Source, Spec};
-use crate::cmd::recovery::open_items;
+use crate::controller::{Controller, ControllerTarget};
+use crate::keysource::cert::{CertRequest, Source, Spec};
+use crate::keysource::target::cert_for;
+use crate::opening::{object_name, open_items};
 use crate::text::count;
 
 /// Who re-seals, and to which key.
@@ -62,14 +64,6 @@ struct FilePlan {
     target: KeyId,
 }
 
-fn object_name(s: &SealedSecret) -> String {
-    format!(
-        "{}/{}",
-        s.metadata.namespace.as_deref().unwrap_or("-"),
-        s.metadata.name.as_deref().unwrap_or("-")
-    )
-}
-
 impl Backing {
     fn new(args: &ResealArgs) -> Result<Self> {
         if args.use_controller {
@@ -95,7 +89,7 @@ impl Backing {
                  the cluster)"
             );
         }
-        let loaded = crate::cmd::unseal::load_keys(&args.keys)?;
+        let loaded = crate::keysource::keys::load_keys(&args.keys)?;
         let explicit = args
             .cert
             .as_deref()
@@ -104,7 +98,7 @@ impl Backing {
         // Needed only when neither --cert nor a rule names the target: an error then.
         let sealing = match loaded.sealing {
             Ok((id, _)) => match loaded.ring.get(&id) {
-                Some(key) => Ok(crate::certs::check(
+                Some(key) => Ok(crate::keysource::cert::check(
                     &key.certificate().to_pem(),
                     &format!("of the sealing key {id}"),
                 )?),
@@ -166,16 +160,6 @@ impl Backing {
             )
         })
     }
-}
-
-fn cert_for(text: &str, allow_http: bool) -> Result<Certificate> {
-    CertRequest {
-        specs: vec![crate::certs::parse_spec(text)?],
-        controller: ControllerTarget::default(),
-        allow_http,
-        ring_anchor: None,
-    }
-    .load_one()
 }
 
 /// Finds the stale items of one file and re-seals them in memory.

@@ -3,9 +3,9 @@
 use anyhow::{Context as _, Result, bail};
 
 use crate::args::SetArgs;
-use crate::certs::CertRequest;
-use crate::cmd::seal::{describe_changes, read_value, set_item};
+use crate::keysource::cert::CertRequest;
 use crate::manifest::{SealedFile, mapping_at};
+use crate::sealing::{describe_changes, read_value, set_item};
 
 pub(crate) fn run(args: SetArgs) -> Result<()> {
     if let Err(e) = kseal_api::validation::is_config_map_key(&args.key) {
@@ -45,7 +45,7 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
         args.allow_empty_data,
     )?;
     let label = scope.label(&namespace, &name);
-    let sealed_b64 = crate::cmd::seal::seal_value(cert.public_key(), &label, &value)?;
+    let sealed_b64 = crate::sealing::seal_value(cert.public_key(), &label, &value)?;
     let (mut added, mut replaced) = (Vec::new(), Vec::new());
     let doc = &mut file.values[0];
     set_item(doc, &args.key, &sealed_b64, &mut added, &mut replaced)?;
@@ -68,7 +68,7 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
             &namespace
         }
     );
-    if let Some(warning) = crate::cmd::seal::size_warning(&file.values[0], &shown) {
+    if let Some(warning) = crate::sealing::size_warning(&file.values[0], &shown) {
         eprintln!("{warning}");
     }
     Ok(())

@@ -7,7 +7,8 @@ use anyhow::{Context as _, Result, bail};
 use kseal_keystore::{Kid, Location, Snapshot, Trust, Verified, trust::RootRecord};
 
 use crate::args::{SignArgs, TrustArgs};
-use crate::cmd::ring::{block_on, confirm, open_with, read_index, ring_arg, ring_label};
+use crate::keysource::ring::{block_on, open_with, read_index, ring_arg, ring_label};
+use crate::output::confirm;
 use crate::project;
 
 fn describe_anchor(snapshot: &Snapshot, anchor: &Kid) -> String {

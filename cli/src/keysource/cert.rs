@@ -5,26 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::{Context as _, Result, bail};
-use base64::Engine as _;
 use kseal_keys::Certificate;
 
-use crate::args::{CertArgs, ControllerArgs};
+use crate::args::CertArgs;
+use crate::controller::{Controller, ControllerTarget, status_message};
 use crate::http;
-use crate::kubeconfig::{self, Auth};
-use kseal_api::validation;
-
-/// Reads a key ring's sealing certificate. Set by the full CLI ([`crate::run`]); `kseal`
-/// itself hands every key-ring source to `kseal-ring` before any certificate is read, so the
-/// key-ring code (and the AWS SDK) is not linked into it.
-static RING_READER: std::sync::OnceLock<RingReader> = std::sync::OnceLock::new();
-
-/// Reads a ring's sealing certificate: the location, and the anchor given on the command line.
-type RingReader = fn(&str, Option<&str>) -> Result<String>;
-
-/// Installs the key-ring certificate reader.
-pub(crate) fn read_rings_with(reader: RingReader) {
-    let _ = RING_READER.set(reader);
-}
 
 /// One certificate source.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,26 +26,6 @@ pub(crate) enum Source {
 pub(crate) struct Spec {
     pub(crate) name: String,
     pub(crate) source: Source,
-}
-
-/// Where the controller is and how to reach its API server.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ControllerTarget {
-    pub(crate) name: String,
-    pub(crate) namespace: String,
-    pub(crate) kubeconfig: Option<PathBuf>,
-    pub(crate) context: Option<String>,
-}
-
-impl ControllerTarget {
-    pub(crate) fn from_args(args: &ControllerArgs) -> Self {
-        Self {
-            name: args.controller_name.clone(),
-            namespace: args.controller_namespace.clone(),
-            kubeconfig: args.kubeconfig.clone(),
-            context: args.context.clone(),
-        }
-    }
 }
 
 /// A validated certificate request: the sources plus how to reach the controller.
@@ -220,7 +185,7 @@ impl CertRequest {
             }
             Source::Url(url) => self.fetch_url(url),
             Source::Controller => self.fetch_from_controller(),
-            Source::Ring(location) => match RING_READER.get() {
+            Source::Ring(location) => match super::ring_certificate_reader() {
                 Some(read) => read(location, self.ring_anchor.as_deref()).with_context(|| {
                     format!("failed to read the sealing certificate of `{location}`")
                 }),
@@ -280,8 +245,8 @@ impl CertRequest {
                 // A key backup (`kubectl get secret -l …sealed-secrets-key -o yaml`): its
                 // sealing key, by the same rule as `reseal --key`.
                 if let Source::File(path) = &spec.source
-                    && !crate::cmd::unseal::is_pem(&text)
-                    && let Some(pem) = crate::cmd::unseal::backup_certificate(path, &text)?
+                    && !crate::keysource::keys::is_pem(&text)
+                    && let Some(pem) = crate::keysource::keys::backup_certificate(path, &text)?
                 {
                     text = pem;
                     what = format!("of the sealing key of {what}");
@@ -308,189 +273,6 @@ impl CertRequest {
     }
 }
 
-/// The controller's HTTP API, reached through the API server's service proxy.
-pub(crate) struct Controller {
-    client: http::Client,
-    auth_header: Option<String>,
-    /// `https://api…/api/v1/namespaces/NS/services/http:NAME:PORT/proxy`
-    proxy: String,
-    server: String,
-    context: String,
-    namespace: String,
-    name: String,
-}
-
-impl Controller {
-    /// Resolves the kubeconfig and the controller Service's port (its first port's name, as
-    /// kubeseal does).
-    pub(crate) fn connect(target: &ControllerTarget) -> Result<Self> {
-        let (ns, name) = (&target.namespace, &target.name);
-        // Both go into the request path: refuse what no Service could be called before
-        // anything is sent (a `/` or `?` would address another resource).
-        if let Err(e) = validation::validate_namespace_name(ns) {
-            bail!("--controller-namespace `{ns}` is not a valid namespace name: {e}");
-        }
-        if let Err(e) = validation::validate_service_name(name) {
-            bail!("--controller-name `{name}` is not a valid Service name: {e}");
-        }
-        let conn = kubeconfig::connect(target.kubeconfig.as_deref(), target.context.as_deref())?;
-        let client = http::Client::new(&conn.tls, false)?;
-        let auth_header = match &conn.auth {
-            Auth::None => None,
-            Auth::Bearer(t) => Some(format!("Bearer {t}")),
-            Auth::Basic(u, p) => Some(format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
-            )),
-        };
-        let mut controller = Self {
-            client,
-            auth_header,
-            proxy: String::new(),
-            server: conn.server,
-            context: conn.context,
-            namespace: ns.clone(),
-            name: name.clone(),
-        };
-        let service_url = format!(
-            "{}/api/v1/namespaces/{ns}/services/{name}",
-            controller.server
-        );
-        let response = controller.send("GET", &service_url, "application/json", None)?;
-        match response.status {
-            200 => {}
-            404 => bail!(
-                "no Service `{name}` in namespace `{ns}` (context `{}`): if the controller is \
-                 installed under another name, pass --controller-name and \
-                 --controller-namespace (or KSEAL_CONTROLLER_NAME / \
-                 KSEAL_CONTROLLER_NAMESPACE); to seal offline, pass --cert FILE",
-                controller.context
-            ),
-            status => bail!(
-                "failed to read Service `{ns}/{name}` (context `{}`): HTTP {status}{}",
-                controller.context,
-                status_message(&response.body)
-            ),
-        }
-        let service: serde_json::Value = serde_json::from_str(&response.body)
-            .with_context(|| format!("Service `{ns}/{name}` is not valid JSON"))?;
-        let port = &service["spec"]["ports"][0];
-        let port = port["name"]
-            .as_str()
-            .filter(|n| !n.is_empty())
-            .map(str::to_owned)
-            .or_else(|| port["port"].as_u64().map(|p| p.to_string()))
-            .with_context(|| format!("Service `{ns}/{name}` has no port"))?;
-        controller.proxy = format!(
-            "{}/api/v1/namespaces/{ns}/services/http:{name}:{port}/proxy",
-            controller.server
-        );
-        Ok(controller)
-    }
-
-    /// `namespace/name` of the controller, for messages.
-    pub(crate) fn describe(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
-
-    fn send(
-        &self,
-        method: &str,
-        url: &str,
-        accept: &str,
-        body: Option<&str>,
-    ) -> Result<http::Response> {
-        let mut headers = vec![("Accept", accept)];
-        if let Some(a) = &self.auth_header {
-            headers.push(("Authorization", a.as_str()));
-        }
-        let result = match body {
-            Some(body) => {
-                headers.push(("Content-Type", "application/json"));
-                self.client.post(url, &headers, body)
-            }
-            None => self.client.get(url, &headers),
-        };
-        result.with_context(|| {
-            format!(
-                "failed to reach the Kubernetes API server `{}` (context `{}`) for {method} {url}",
-                self.server, self.context
-            )
-        })
-    }
-
-    /// `POST /v1/rotate` of one SealedSecret (`body`, JSON): the controller's answer, the
-    /// SealedSecret re-sealed to its sealing key; a refusal is an error with its message.
-    pub(crate) fn rotate(&self, body: &str) -> Result<String> {
-        let response = self.request("POST", "/v1/rotate", Some(body))?;
-        if response.status != 200 {
-            let message = match status_message(&response.body) {
-                m if m.is_empty() => response.body.trim().to_owned(),
-                m => m.trim_start_matches(": ").to_owned(),
-            };
-            bail!(
-                "the controller refused (HTTP {}): {message}",
-                response.status
-            );
-        }
-        Ok(response.body)
-    }
-
-    /// Calls the controller's `path` (e.g. `/v1/verify`) through the service proxy.
-    pub(crate) fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> Result<http::Response> {
-        let accept = if body.is_some() {
-            "application/json, */*"
-        } else {
-            "application/x-pem-file, */*"
-        };
-        let response = self.send(method, &format!("{}{path}", self.proxy), accept, body)?;
-        if let Some(problem) = proxy_failure(&response) {
-            bail!(
-                "the API server (context `{}`) could not reach the controller behind Service \
-                 `{}`: {problem}. The Service exists, but no ready controller Pod backs it: is \
-                 the controller running and ready? (`kubectl -n {} get pods,endpoints`){}",
-                self.context,
-                self.describe(),
-                self.namespace,
-                if body.is_none() {
-                    "; to seal offline, pass --cert FILE"
-                } else {
-                    ""
-                }
-            );
-        }
-        Ok(response)
-    }
-}
-
-/// The API server's own answer when its service proxy found no ready endpoint (the controller
-/// answers in plain text; the proxy with a JSON `Status`): `no endpoints available for service
-/// …` (503), or a 404 naming the Service or its Endpoints, which servers give when the
-/// Endpoints object does not exist yet.
-fn proxy_failure(response: &http::Response) -> Option<String> {
-    if !matches!(response.status, 404 | 502 | 503) {
-        return None;
-    }
-    let status: serde_json::Value = serde_json::from_str(&response.body).ok()?;
-    if status["kind"].as_str() != Some("Status") {
-        return None;
-    }
-    Some(
-        status["message"]
-            .as_str()
-            .filter(|m| !m.is_empty())
-            .map_or_else(
-                || format!("HTTP {}", response.status),
-                |m| format!("HTTP {}: {m}", response.status),
-            ),
-    )
-}
-
 /// `kseal/fleet`: what `--ring` takes for a Secrets Manager prefix, relative, without a file
 /// extension. Given to `--cert` (where it would be a file) it is almost certainly meant as the
 /// ring.
@@ -505,14 +287,6 @@ fn looks_like_a_ring_prefix(path: &std::path::Path) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "/_+=.@-".contains(c))
 }
 
-/// The Kubernetes `Status` message of an error body, if it has one.
-pub(crate) fn status_message(body: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(|m| format!(": {m}")))
-        .unwrap_or_default()
-}
-
 /// Parses a PEM certificate and refuses one that cannot be used for sealing.
 pub(crate) fn check(text: &str, what: &str) -> Result<Certificate> {
     let cert = Certificate::from_pem(text)
@@ -520,7 +294,7 @@ pub(crate) fn check(text: &str, what: &str) -> Result<Certificate> {
     if cert.is_expired_at(SystemTime::now()) {
         bail!(
             "certificate {what} expired on {}: refusing to seal with it",
-            crate::cmd::seal::utc_time(cert.not_after())
+            crate::time::utc_time(cert.not_after())
         );
     }
     Ok(cert)
@@ -529,31 +303,6 @@ pub(crate) fn check(text: &str, what: &str) -> Result<Certificate> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proxy_failures_are_told_from_controller_answers() {
-        let response = |status, body: &str| http::Response {
-            status,
-            body: body.to_owned(),
-        };
-        let no_endpoints = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"no endpoints available for service \"http:kseal-controller:http\"","reason":"ServiceUnavailable","code":503}"#;
-        assert_eq!(
-            proxy_failure(&response(503, no_endpoints)).as_deref(),
-            Some("HTTP 503: no endpoints available for service \"http:kseal-controller:http\"")
-        );
-        let not_found = r#"{"kind":"Status","status":"Failure","message":"services \"kseal-controller\" not found","reason":"NotFound","code":404}"#;
-        assert!(proxy_failure(&response(404, not_found)).is_some());
-        // The controller's own answers are plain text: never taken for the proxy's.
-        assert_eq!(
-            proxy_failure(&response(503, "no sealing key is loaded yet\n")),
-            None
-        );
-        assert_eq!(proxy_failure(&response(409, not_found)), None);
-        assert_eq!(
-            proxy_failure(&response(200, "-----BEGIN CERTIFICATE-----")),
-            None
-        );
-    }
 
     #[test]
     fn cert_specs_take_an_optional_name() {

@@ -1,0 +1,533 @@
+//! `kseal keys generate|inspect` and the fleet key ring commands (`push`, `activate`,
+//! `rotate`, `list`, `export-cert`, `import`, `retire`, `trust`, `sign`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use super::{InputFiles, parse_duration};
+use crate::env;
+
+pub(super) const GENERATE_EXAMPLES: &str = "\
+Examples:
+  # A key directory for offline sealing and recovery
+  kseal keys generate --out-dir keys
+
+  # A key Secret for the controller, straight into the cluster (the key never hits the disk)
+  kseal keys generate | kubectl apply -f -";
+
+pub(super) const PUSH_EXAMPLES: &str = "\
+Examples:
+  # Seed a new fleet ring in AWS Secrets Manager: generates an RSA-4096 key, which seals at once
+  kseal keys push --ring kseal/fleet --aws-region eu-west-1
+
+  # The same, safe to run again (a seeding Job): does nothing once the ring has a key
+  kseal keys push --ring kseal/fleet --if-empty
+
+  # Add a key made elsewhere (kseal keys generate --out-dir, or openssl) without activating it
+  kseal keys push --ring kseal/fleet --from keys/
+
+  # Air-gapped: a ring in a directory, shipped to clusters as files
+  kseal keys push --ring dir:///srv/kseal/ring";
+
+pub(super) const ACTIVATE_EXAMPLES: &str = "\
+Examples:
+  # Seal with a pushed key once it has been in the ring for the activation delay
+  kseal keys activate --ring kseal/fleet 3f2a9c1b0d4e
+
+  # Wait for the delay instead of failing
+  kseal keys activate --ring kseal/fleet --wait 3f2a9c1b0d4e";
+
+pub(super) const ROTATE_EXAMPLES: &str = "\
+Examples:
+  # New key now, sealing in about an hour (every controller fetches it first)
+  kseal keys rotate --ring kseal/fleet
+
+  # Push now, activate later from CI
+  kseal keys rotate --ring kseal/fleet --no-wait
+  kseal keys activate --ring kseal/fleet <kid printed by rotate>";
+
+pub(super) const LIST_EXAMPLES: &str = "\
+Examples:
+  kseal keys list --ring kseal/fleet
+  kseal keys list --ring 'secretsmanager://kseal/fleet?region=eu-west-1' -o json";
+
+pub(super) const EXPORT_CERT_EXAMPLES: &str = "\
+Examples:
+  # Commit the fleet certificate next to the GitOps repository
+  kseal keys export-cert --ring kseal/fleet -w fleet.crt
+
+  # Or seal straight from the ring's index (reads no private key)
+  kseal seal --cert secretsmanager://kseal/fleet -f secret.yaml";
+
+pub(super) const IMPORT_EXAMPLES: &str = "\
+Examples:
+  # Migrate a Bitnami install's keys (the newest keeps sealing)
+  kubectl get secret -n kube-system -l sealedsecrets.bitnami.com/sealed-secrets-key -o yaml \\
+    > keys-backup.yaml
+  kseal keys import --ring kseal/fleet keys-backup.yaml
+
+  # The reference sample's single secret, kept in step for clusters still on ESO + Bitnami
+  kseal keys import --ring kseal/fleet secretsmanager://sealed-secrets \\
+    --mirror-current-to sealed-secrets";
+
+pub(super) const RETIRE_EXAMPLES: &str = "\
+Examples:
+  # Remove an old key once nothing in the GitOps repositories needs it
+  kseal keys retire --ring kseal/fleet 3f2a9c1b0d4e --check ~/git/fleet --check ~/git/apps
+
+The key is first removed from the index (controllers drop their copy after their
+--key-source-retire-grace), then its secret is scheduled for deletion with a recovery window.";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCommand {
+    /// Generate an RSA key pair and a self-signed certificate (as Bitnami's controller does)
+    #[command(after_help = GENERATE_EXAMPLES)]
+    Generate(GenerateArgs),
+    /// Show fingerprint, validity, size and subject of certificates, keys or key Secrets (PEM,
+    /// key Secret manifests or `v1 List`s of them)
+    Inspect(InspectArgs),
+    /// Add a key to the fleet key ring (generated, or from files); the first key of a new ring
+    /// seals at once, later ones after `activate`
+    #[command(after_help = PUSH_EXAMPLES)]
+    Push(PushArgs),
+    /// Make a key of the ring the sealing key, once every controller has had time to fetch it
+    #[command(after_help = ACTIVATE_EXAMPLES)]
+    Activate(ActivateArgs),
+    /// Generate and push a new key, then activate it after the safety delay
+    #[command(after_help = ROTATE_EXAMPLES)]
+    Rotate(RotateArgs),
+    /// List the ring's keys: kid, fingerprint, validity and which key seals
+    #[command(after_help = LIST_EXAMPLES)]
+    List(ListArgs),
+    /// Write the ring's sealing certificate (public) for offline sealing
+    #[command(after_help = EXPORT_CERT_EXAMPLES)]
+    ExportCert(ExportCertArgs),
+    /// Import existing keys into the ring (Bitnami key backups, PEM files, the reference
+    /// sample's single Secrets Manager secret), so a fleet migrates without re-sealing
+    #[command(after_help = IMPORT_EXAMPLES)]
+    Import(ImportArgs),
+    /// Remove a key from the ring, after proving that no SealedSecret needs it
+    #[command(after_help = RETIRE_EXAMPLES)]
+    Retire(RetireArgs),
+    /// Pin the ring's trust anchor in this repository's .kseal.yaml, after showing it
+    #[command(after_help = TRUST_EXAMPLES)]
+    Trust(TrustArgs),
+    /// Sign the history of a ring written by a kseal before signed rings (the seeder, once)
+    #[command(after_help = SIGN_EXAMPLES)]
+    Sign(SignArgs),
+}
+
+pub(super) const TRUST_EXAMPLES: &str = "Examples:
+  # Show the anchor of the fleet ring and pin it in ./.kseal.yaml (commit the file)
+  kseal keys trust --ring kseal/fleet
+  # Check the ring against the anchor pinned already (changes nothing when it matches)
+  kseal keys trust --ring kseal/fleet --check";
+
+pub(super) const SIGN_EXAMPLES: &str = "Examples:
+  # As the seeder, once: sign an existing ring's index, anchored at its active key
+  kseal keys sign --ring kseal/fleet
+  # Then, in the GitOps repository
+  kseal keys trust --ring kseal/fleet";
+
+/// `kseal keys trust`.
+#[derive(Debug, Args)]
+pub(crate) struct TrustArgs {
+    /// Only check that the ring verifies against the pinned anchor; write nothing
+    #[arg(long, env = env::KSEAL_TRUST_CHECK)]
+    pub(crate) check: bool,
+    /// Where to write the pin [default: ./.kseal.yaml]
+    #[arg(long, env = env::KSEAL_TRUST_FILE, value_name = "FILE")]
+    pub(crate) file: Option<PathBuf>,
+    /// Ask nothing (the default when standard input is not a terminal)
+    #[arg(short = 'y', long, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+}
+
+/// `kseal keys sign`.
+#[derive(Debug, Args)]
+pub(crate) struct SignArgs {
+    /// Ask nothing (the default when standard input is not a terminal)
+    #[arg(short = 'y', long, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+}
+
+/// Where the fleet key ring lives and how to reach it.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Key ring")]
+pub(crate) struct RingArgs {
+    /// The key ring: a Secrets Manager prefix (`kseal/fleet`, or
+    /// `secretsmanager://kseal/fleet?region=eu-west-1`) or a directory (`dir:///path/to/ring`)
+    #[arg(long, env = env::KSEAL_RING, default_value = kseal_keystore::DEFAULT_RING, value_name = "RING")]
+    pub(crate) ring: String,
+    /// AWS region; default: the ring URL's `?region=`, then AWS_REGION, then the profile's
+    /// (the controller's flag has the same name)
+    #[arg(long = "aws-region", alias = "region", env = env::KSEAL_AWS_REGION, value_name = "REGION")]
+    pub(crate) region: Option<String>,
+    /// AWS profile of ~/.aws/config (SSO and credential_process profiles work)
+    #[arg(long = "aws-profile", env = env::AWS_PROFILE, value_name = "PROFILE")]
+    pub(crate) aws_profile: Option<String>,
+    /// Secrets Manager endpoint URL (e.g. a local emulator); default:
+    /// AWS_ENDPOINT_URL_SECRETS_MANAGER, then AWS_ENDPOINT_URL
+    #[arg(long, env = env::KSEAL_AWS_ENDPOINT_URL, value_name = "URL")]
+    pub(crate) endpoint_url: Option<String>,
+    /// IAM role to assume with the credentials found (e.g. the fleet's seeder role)
+    #[arg(long = "aws-assume-role", alias = "assume-role", env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
+    pub(crate) assume_role: Option<String>,
+    /// The ring's trust anchor (a kid, as `kseal keys trust` prints it); default: the pin in
+    /// the nearest .kseal.yaml. An index whose signed history does not start there is refused
+    #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
+    pub(crate) ring_anchor: Option<String>,
+    /// Accept a directory ring whose files or directories group or others may write, or whose
+    /// private keys they may read (as ssh, kseal refuses them by default)
+    #[arg(long, env = env::KSEAL_INSECURE_PERMS)]
+    pub(crate) insecure_perms: bool,
+}
+
+/// Options of commands that write to the ring.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Writing")]
+pub(crate) struct RingWriteArgs {
+    /// Customer-managed KMS key for secrets kseal creates (default: the account's aws/secretsmanager key)
+    #[arg(long, env = env::KSEAL_AWS_KMS_KEY_ID, value_name = "KEY_ID", value_parser = parse_kms_key_id)]
+    pub(crate) kms_key_id: Option<String>,
+    /// Replicate secrets kseal creates to these regions (each region's clusters read their
+    /// replica); repeat or separate with commas
+    #[arg(long = "replica-region", env = env::KSEAL_AWS_REPLICA_REGIONS, value_delimiter = ',', value_name = "REGION")]
+    pub(crate) replica_regions: Vec<String>,
+    /// Also write the active key to this single secret in the reference sample's format
+    /// (`{"crt","key"}`), for clusters still on External Secrets Operator and Bitnami
+    #[arg(long, env = env::KSEAL_MIRROR_CURRENT_TO, value_name = "NAME")]
+    pub(crate) mirror_current_to: Option<String>,
+}
+
+/// `--yes`, on the commands that ask before they change the ring.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ConfirmArgs {
+    /// Ask nothing (the default when standard input is not a terminal)
+    #[arg(short = 'y', long, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
+}
+
+/// `--yes` on a command that never asks: accepted (scripts written for older versions keep
+/// working), hidden, and said to have no effect.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct NeverAsksArgs {
+    #[arg(short = 'y', long = "yes", hide = true, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
+}
+
+impl NeverAsksArgs {
+    /// Warns that `--yes` does nothing for `command` (given on the command line: a `KSEAL_YES`
+    /// set for a whole script is meant for the commands that ask).
+    pub(crate) fn warn(&self, command: &str) {
+        if self.yes && std::env::var_os(env::KSEAL_YES).is_none() {
+            eprintln!("warning: --yes has no effect: `{command}` never asks");
+        }
+    }
+}
+
+/// Size, subject and validity of generated keys.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "New keys")]
+pub(crate) struct KeySpecArgs {
+    /// RSA key size in bits
+    #[arg(long, env = env::KSEAL_KEY_SIZE, default_value_t = 4096, value_parser = parse_key_size)]
+    pub(crate) key_size: u32,
+    /// Certificate common name
+    #[arg(long, env = env::KSEAL_COMMON_NAME, default_value = "sealed-secret")]
+    pub(crate) common_name: String,
+    /// Certificate validity, as the controller's --key-ttl (e.g. 87600h: 10 years)
+    #[arg(long, env = env::KSEAL_KEY_TTL, default_value = "87600h", value_parser = parse_key_ttl, value_name = "DURATION")]
+    pub(crate) key_ttl: std::time::Duration,
+    /// Deprecated spelling: certificate validity in days (use --key-ttl)
+    #[arg(long, env = env::KSEAL_VALIDITY_DAYS, hide = true, conflicts_with = "key_ttl", value_parser = clap::value_parser!(u32).range(1..=36500))]
+    pub(crate) validity_days: Option<u32>,
+}
+
+impl KeySpecArgs {
+    /// How long generated certificates are valid: --key-ttl, or the deprecated --validity-days.
+    pub(crate) fn validity(&self) -> std::time::Duration {
+        self.validity_days.map_or(self.key_ttl, |days| {
+            std::time::Duration::from_secs(u64::from(days) * 86_400)
+        })
+    }
+}
+
+/// A certificate validity: a duration of at least an hour and at most 100 years.
+pub(super) fn parse_key_ttl(text: &str) -> Result<std::time::Duration, String> {
+    let ttl = parse_duration(text)?;
+    let (min, max) = (3_600, 100 * 365 * 86_400);
+    if !(min..=max).contains(&ttl.as_secs()) {
+        return Err(format!(
+            "`{text}` is not a usable certificate validity: use between 1h and 876000h (100 years)"
+        ));
+    }
+    Ok(ttl)
+}
+
+// Own arguments come before the flattened groups: a group's help heading applies to every
+// argument after it.
+#[derive(Debug, Args)]
+pub(crate) struct PushArgs {
+    /// Push these keys instead of generating one: key directories (`tls.key` + `tls.crt`, as
+    /// `kseal keys generate --out-dir` writes), PEM files, or key Secret manifests
+    #[arg(long, env = env::KSEAL_FROM, value_delimiter = ',', value_name = "PATH")]
+    pub(crate) from: Vec<PathBuf>,
+    /// Generate and push a key only when the ring has none yet; otherwise change nothing and
+    /// succeed (for seeding Jobs that may run more than once)
+    #[arg(long, env = env::KSEAL_IF_EMPTY, conflicts_with = "from")]
+    pub(crate) if_empty: bool,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) never_asks: NeverAsksArgs,
+    #[command(flatten)]
+    pub(crate) spec: KeySpecArgs,
+}
+
+/// When a pushed key may seal.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Activation")]
+pub(crate) struct DelayArgs {
+    /// Activate without waiting: only when every controller already has the key (a key
+    /// Secret in each cluster's kseal-system carries its kid in the `kseal.dev/kid`
+    /// annotation), or the fleet is brand new
+    #[arg(long, env = env::KSEAL_NOW)]
+    pub(crate) now: bool,
+    /// How long a key must have been in the ring before it may seal: at least the
+    /// controllers' --key-source-interval plus its 10 % jitter
+    #[arg(long, env = env::KSEAL_ACTIVATION_DELAY, default_value = "66m", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) delay: std::time::Duration,
+}
+
+impl DelayArgs {
+    /// The delay to wait before a key may seal: none with `--now`.
+    pub(crate) fn effective(&self) -> std::time::Duration {
+        if self.now {
+            std::time::Duration::ZERO
+        } else {
+            self.delay
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ActivateArgs {
+    /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint
+    #[arg(value_name = "KID")]
+    pub(crate) key: String,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) confirm: ConfirmArgs,
+    #[command(flatten)]
+    pub(crate) delay: DelayArgs,
+    /// Wait until the key may be activated instead of failing
+    #[arg(long, env = env::KSEAL_WAIT)]
+    pub(crate) wait: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RotateArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) confirm: ConfirmArgs,
+    #[command(flatten)]
+    pub(crate) delay: DelayArgs,
+    /// Push the new key and stop; activate it later with `kseal keys activate`
+    #[arg(long, env = env::KSEAL_NO_WAIT, conflicts_with = "now")]
+    pub(crate) no_wait: bool,
+    #[command(flatten)]
+    pub(crate) spec: KeySpecArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Output: a table, or the index as JSON (public data only)
+    #[arg(short = 'o', long = "format", alias = "output", env = env::KSEAL_LIST_OUTPUT, value_enum, default_value = "table", value_name = "FORMAT")]
+    pub(crate) output: ListOutput,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+}
+
+/// `keys list` output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ListOutput {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportCertArgs {
+    /// Which key's certificate; default: the sealing key's
+    #[arg(long = "kid", env = env::KSEAL_KID, value_name = "KID")]
+    pub(crate) key: Option<String>,
+    /// Write to this file (atomically) instead of stdout
+    #[arg(short = 'w', long = "write", env = env::KSEAL_WRITE, value_name = "FILE")]
+    pub(crate) write: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportArgs {
+    /// Where the keys are: key Secret backups (`kubectl get secret -l
+    /// sealedsecrets.bitnami.com/sealed-secrets-key -o yaml`), PEM files, key directories, or
+    /// `secretsmanager://NAME[?region=…]` (the reference sample's single `{"crt","key"}` secret)
+    #[arg(value_name = "SOURCE", required = true)]
+    pub(crate) sources: Vec<String>,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) never_asks: NeverAsksArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RetireArgs {
+    /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint
+    #[arg(value_name = "KID")]
+    pub(crate) key: String,
+    /// Directories or files of SealedSecrets (your GitOps repositories): the key is retired
+    /// only if every item there opens without it
+    #[arg(long, env = env::KSEAL_CHECK, value_delimiter = ',', required = true, value_name = "PATH")]
+    pub(crate) check: Vec<PathBuf>,
+    /// Days Secrets Manager keeps the deleted key secret recoverable (7 to 30)
+    #[arg(long, env = env::KSEAL_RECOVERY_DAYS, default_value_t = 30, value_parser = clap::value_parser!(u32).range(7..=30))]
+    pub(crate) recovery_days: u32,
+    /// Retire the key even when the --check paths hold no SealedSecret at all (by default
+    /// that is refused: it usually means a wrong path)
+    #[arg(long, env = env::KSEAL_ALLOW_NONE)]
+    pub(crate) allow_none: bool,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+    #[command(flatten)]
+    pub(crate) write: RingWriteArgs,
+    #[command(flatten)]
+    pub(crate) confirm: ConfirmArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GenerateArgs {
+    /// Directory to write `tls.key` (PKCS #1, mode 0600) and `tls.crt` into; without it, a
+    /// key Secret manifest (as the controller stores keys) is printed to stdout, never to a
+    /// terminal
+    #[arg(long, env = env::KSEAL_OUT_DIR, value_name = "DIR")]
+    pub(crate) out_dir: Option<PathBuf>,
+    /// Namespace of the printed key Secret (without --out-dir)
+    #[arg(short = 'n', long, env = env::KSEAL_NAMESPACE, default_value = "kseal-system")]
+    pub(crate) namespace: String,
+    /// Overwrite an existing key in the directory
+    #[arg(long, env = env::KSEAL_FORCE)]
+    pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) spec: KeySpecArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    // PEM certificates or keys, key Secret manifests, or `v1 List`s of key Secrets.
+    #[command(flatten)]
+    pub(crate) files: InputFiles,
+}
+
+/// A KMS key as Secrets Manager takes it: a key id, `alias/NAME`, or the ARN of either. A
+/// copied placeholder (`key/…`) is refused here rather than by AWS halfway through a write.
+pub(super) fn parse_kms_key_id(text: &str) -> Result<String, String> {
+    let usage = "use a key id (1234abcd-12ab-34cd-56ef-1234567890ab or mrk-…), alias/NAME, or \
+                 arn:aws:kms:REGION:ACCOUNT:key/ID";
+    if let Some(bad) = text.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(format!(
+            "`{text}` is not a KMS key: it contains {bad:?} (a placeholder left in?); {usage}"
+        ));
+    }
+    let id_ok = |id: &str| {
+        let hex = id.strip_prefix("mrk-").unwrap_or(id);
+        !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+    };
+    let alias_ok = |alias: &str| {
+        !alias.is_empty()
+            && alias
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/_-".contains(c))
+    };
+    let resource_ok = |resource: &str| match resource.split_once('/') {
+        Some(("key", id)) => id_ok(id),
+        Some(("alias", alias)) => alias_ok(alias),
+        _ => false,
+    };
+    let ok = if let Some(rest) = text.strip_prefix("arn:") {
+        let parts: Vec<&str> = rest.splitn(5, ':').collect();
+        matches!(parts.as_slice(), [partition, "kms", region, account, resource]
+            if partition.starts_with("aws")
+                && !region.is_empty()
+                && account.len() == 12
+                && account.chars().all(|c| c.is_ascii_digit())
+                && resource_ok(resource))
+    } else if text.starts_with("alias/") {
+        resource_ok(text)
+    } else {
+        id_ok(text)
+    };
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("`{text}` is not a KMS key: {usage}"))
+    }
+}
+
+pub(super) fn parse_key_size(text: &str) -> Result<u32, String> {
+    match text {
+        "2048" => Ok(2048),
+        "3072" => Ok(3072),
+        "4096" => Ok(4096),
+        _ => Err(format!(
+            "`{text}` is not a supported key size: use 2048, 3072 or 4096"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kms_keys_take_the_forms_secrets_manager_takes_and_refuse_placeholders() {
+        for good in [
+            "1234abcd-12ab-34cd-56ef-1234567890ab",
+            "mrk-1234abcd12ab34cd56ef1234567890ab",
+            "alias/kseal-ring",
+            "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+            "arn:aws-us-gov:kms:us-gov-west-1:111122223333:alias/kseal",
+        ] {
+            assert_eq!(parse_kms_key_id(good).as_deref(), Ok(good), "{good}");
+        }
+        let placeholder = parse_kms_key_id("arn:aws:kms:eu-west-1:111122223333:key/…").unwrap_err();
+        assert!(placeholder.contains("placeholder"), "{placeholder}");
+        for bad in [
+            "",
+            "arn:aws:kms:eu-west-1:111122223333:key/",
+            "arn:aws:kms:eu-west-1:1111:key/1234abcd",
+            "arn:aws:s3:eu-west-1:111122223333:key/1234abcd",
+            "alias/",
+            "my key",
+            "kms-key",
+        ] {
+            let e = parse_kms_key_id(bad).unwrap_err();
+            assert!(e.contains("is not a KMS key"), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! `kseal keys export-cert`: write the ring's sealing certificate (public) for offline
+//! sealing.
+
+use std::time::SystemTime;
+
+use anyhow::{Context as _, Result};
+
+use crate::args::ExportCertArgs;
+use crate::keysource::ring::{block_on, open, read_index};
+use crate::manifest::write_atomic;
+use crate::output;
+
+pub(crate) fn export_cert(args: ExportCertArgs) -> Result<()> {
+    let (pem, kid, expired) = block_on(async {
+        let ring = open(&args.ring, None).await?;
+        let snapshot = read_index(&ring).await?;
+        let entry = match &args.key {
+            Some(key) => snapshot.index.resolve(key)?.clone(),
+            None => snapshot
+                .index
+                .active_entry()
+                .cloned()
+                .context("the ring has no active key: push one first")?,
+        };
+        let expired = entry.is_expired_at(SystemTime::now());
+        anyhow::Ok((entry.crt, entry.kid, expired))
+    })??;
+    if expired {
+        eprintln!(
+            "warning: the certificate of key {} has expired: kseal seal refuses it",
+            kid.short()
+        );
+    }
+    match &args.write {
+        Some(path) => {
+            write_atomic(path, pem.as_bytes(), false)?;
+            eprintln!(
+                "wrote the certificate of key {} to {}",
+                kid.short(),
+                path.display()
+            );
+            Ok(())
+        }
+        None => output::stdout(&pem),
+    }
+}

@@ -1,0 +1,210 @@
+//! A fleet key ring (AWS Secrets Manager or a directory) through `kseal-keystore`: opening it
+//! with the trust pinned in `.kseal.yaml`, reading its verified index, and the readers the
+//! full CLI installs ([`super::read_rings_with`]) so that `kseal` itself never links this.
+
+use std::future::Future;
+use std::time::SystemTime;
+
+use anyhow::{Context as _, Result, bail};
+use kseal_keys::Certificate;
+use kseal_keystore::{AwsOptions, Location, Ring, Snapshot, Store, Trust};
+
+use super::RingIndex;
+use crate::args::{RingArgs, RingWriteArgs};
+
+/// Runs `future` on a single-threaded runtime (only ring commands start one, so sealing with
+/// a local certificate pays nothing for it).
+pub(crate) fn block_on<F: Future>(future: F) -> Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
+    let output = runtime.block_on(future);
+    // A directory ring's file operation that timed out may still block its thread: the
+    // command has its answer, so it does not wait for that thread.
+    runtime.shutdown_background();
+    Ok(output)
+}
+
+pub(crate) fn aws_options(args: &RingArgs, write: Option<&RingWriteArgs>) -> AwsOptions {
+    AwsOptions {
+        region: args.region.clone(),
+        profile: args.aws_profile.clone(),
+        endpoint_url: args.endpoint_url.clone(),
+        assume_role: args.assume_role.clone(),
+        kms_key_id: write.and_then(|w| w.kms_key_id.clone()),
+        replica_regions: write.map(|w| w.replica_regions.clone()).unwrap_or_default(),
+    }
+}
+
+/// Opens the ring `args` names, checking its index against the anchor pinned by
+/// `--ring-anchor` or the nearest `.kseal.yaml`; without a pin, any signed history is
+/// accepted and an unsigned (older) index is read, but never written on.
+pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Result<Ring> {
+    let mut location = Location::parse(&args.ring)?;
+    if let Location::Directory { insecure_perms, .. } = &mut location {
+        *insecure_perms |= args.insecure_perms;
+    }
+    let pin = crate::project::pin_for(&location, args.ring_anchor.as_deref())?;
+    let trust = match pin {
+        Some(pin) => Trust::anchored(pin.anchor).min_version(pin.version),
+        None => Trust::first_use().allow_unsigned(true),
+    };
+    Ok(open_with(args, write, &location).await?.with_trust(trust))
+}
+
+/// Opens the ring `args` names with no trust set yet ([`Ring::with_trust`]).
+pub(crate) async fn open_with(
+    args: &RingArgs,
+    write: Option<&RingWriteArgs>,
+    location: &Location,
+) -> Result<Ring> {
+    Ring::open(location, &aws_options(args, write))
+        .await
+        .with_context(|| format!("failed to open key ring `{location}`"))
+}
+
+pub(crate) fn ring_label(ring: &Ring) -> String {
+    match ring.store() {
+        // A directory ring is named by its directory, whatever its index calls it.
+        Store::Directory(_) => format!("in {}", ring.store().describe()),
+        Store::SecretsManager(_) => format!("`{}` in {}", ring.name(), ring.store().describe()),
+    }
+}
+
+/// `--ring` as the user gave it, quoted for a POSIX shell when needed (`?` of `?region=` is a
+/// glob character), for the commands that messages suggest.
+pub(crate) fn ring_arg(args: &RingArgs) -> String {
+    let text = args.ring.as_str();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/_+=.@:,-".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// Reads the ring's index, with messages that name the ring: a ring that does not exist (a
+/// wrong name or region, more often than not) and a store that cannot be read.
+pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
+    match ring.snapshot(None).await {
+        Ok(Some(snapshot)) => Ok(snapshot),
+        Ok(None) => bail!(
+            "key ring {} does not exist: there is no {} (a wrong {}? `kseal keys push` creates \
+             a ring)",
+            ring_label(ring),
+            ring.index_name(),
+            match ring.store() {
+                Store::Directory(_) => "directory",
+                Store::SecretsManager(_) => "name or region",
+            }
+        ),
+        Err(e) => {
+            Err(anyhow::Error::from(e)
+                .context(format!("failed to read key ring {}", ring_label(ring))))
+        }
+    }
+}
+
+/// The sealing certificate of a ring, for `kseal seal --cert secretsmanager://R` (reads the
+/// index only: no private key is touched, so a cert-only IAM policy suffices).
+///
+/// Only a ring whose signed history starts at a pinned anchor (`anchor`, i.e. `--ring-anchor`
+/// or `KSEAL_RING_ANCHOR`, else the nearest `.kseal.yaml`) is sealed to: whoever can write the
+/// index but not the ring's private keys cannot choose the key.
+pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Result<String> {
+    let (snapshot, label) = verified_index(location, anchor)?;
+    let entry = snapshot
+        .index
+        .active_entry()
+        .with_context(|| format!("key ring {label} has no active key"))?;
+    Ok(entry.crt.clone())
+}
+
+/// The index of the key ring at `location` (a `--cert` ring URL), verified against `anchor`
+/// or the nearest `.kseal.yaml` pin; a ring without a pin is refused, as for sealing (what
+/// `kseal seal` and `kseal check` read the ring's keys from), with the ring's name for
+/// messages.
+pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Snapshot, String)> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let args = RingArgs {
+        ring: location.to_owned(),
+        region: var(crate::env::KSEAL_AWS_REGION),
+        aws_profile: None,
+        endpoint_url: var(crate::env::KSEAL_AWS_ENDPOINT_URL),
+        assume_role: var(crate::env::KSEAL_AWS_ASSUME_ROLE),
+        ring_anchor: anchor.map(str::to_owned),
+        // As clap reads a boolean flag's variable.
+        insecure_perms: var(crate::env::KSEAL_INSECURE_PERMS).is_some_and(|v| {
+            !matches!(
+                v.to_ascii_lowercase().as_str(),
+                "0" | "false" | "no" | "off" | "n" | "f"
+            )
+        }),
+    };
+    block_on(async {
+        let ring = open(&args, None).await?;
+        if ring.trust().anchor().is_none() {
+            bail!(
+                "key ring `{location}` is not pinned: kseal seals to a key ring only when it \
+                 knows the ring's trust anchor, so that whoever can write the ring's index \
+                 cannot choose the key. Pin it once in the GitOps repository with `kseal keys \
+                 trust --ring {}` (it writes .kseal.yaml; commit it), or pass --ring-anchor KID \
+                 (KSEAL_RING_ANCHOR)",
+                ring_arg(&args)
+            );
+        }
+        Ok((read_index(&ring).await?, ring_label(&ring)))
+    })?
+}
+
+/// Every key of the verified index of the ring at `location` (the reader [`crate::run`]
+/// installs).
+pub(crate) fn read_ring_index(location: &str, anchor: Option<&str>) -> Result<RingIndex> {
+    let (snapshot, _) = verified_index(location, anchor)?;
+    let mut keys = Vec::new();
+    let mut active = None;
+    for entry in &snapshot.index.keys {
+        let cert = Certificate::from_pem(&entry.crt)
+            .with_context(|| format!("key {} of the ring has no valid certificate", entry.kid))?;
+        if snapshot.index.active.as_ref() == Some(&entry.kid) {
+            active = Some(cert.id().clone());
+        }
+        keys.push((cert, SystemTime::from(entry.added)));
+    }
+    Ok(RingIndex { keys, active })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(text: &str) -> RingArgs {
+        RingArgs {
+            ring: text.to_owned(),
+            region: None,
+            aws_profile: None,
+            endpoint_url: None,
+            assume_role: None,
+            ring_anchor: None,
+            insecure_perms: false,
+        }
+    }
+
+    #[test]
+    fn suggested_ring_arguments_survive_a_shell() {
+        assert_eq!(ring_arg(&ring("kseal/fleet")), "kseal/fleet");
+        assert_eq!(
+            ring_arg(&ring("dir:///srv/kseal/ring")),
+            "dir:///srv/kseal/ring"
+        );
+        assert_eq!(
+            ring_arg(&ring("secretsmanager://kseal/fleet?region=eu-west-1")),
+            "'secretsmanager://kseal/fleet?region=eu-west-1'"
+        );
+        assert_eq!(ring_arg(&ring("dir:///it's")), r"'dir:///it'\''s'");
+    }
+}
