@@ -1,0 +1,1361 @@
+//! End-to-end runs of the `kseal keys` ring commands (push, activate, rotate, list,
+//! export-cert, import, retire) and of `kseal seal --cert secretsmanager://R`, against the
+//! Secrets Manager emulator (moto, `tests/moto/start.sh`; see `kseal_testkit::sm`).
+//!
+//! Every test that needs the emulator asks `sm::endpoint()` first and returns when it is not
+//! running (it fails under CI=true), and keeps its secrets under its own `unique_prefix`.
+//! Every run is checked never to print a private key.
+
+// A test binary: helpers outside `#[test]` functions may unwrap too.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+use kseal_api::SealedSecret;
+use kseal_testkit::sm;
+
+const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\n  namespace: prod\nstringData:\n  password: s3cr3t\n";
+
+/// Snapshots a run with the ring's variable parts filtered: ring prefixes, kids, fingerprints,
+/// dates, the emulator's port and the test's directory.
+macro_rules! ring_snap {
+    ($name:expr, $run:expr, $dir:expr) => {{
+        let dir_re = regex_escape(&$dir.display().to_string());
+        insta::with_settings!({filters => vec![
+            (dir_re.as_str(), "[DIR]"),
+            (r"kseal-test/[A-Za-z0-9_+=.@-]+?-[0-9a-f]{16}", "[RING]"),
+            (r"\b[0-9a-f]{64}\b", "[KID]"),
+            (r"\b[0-9a-f]{12}\b", "[KID12]"),
+            (r"SHA256:[A-Za-z0-9+/]{43}", "SHA256:[FINGERPRINT]"),
+            (r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "[TIME]"),
+            (r"\d{4}-\d\d-\d\d", "[DATE]"),
+            (r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]"),
+            (r"\(in \d+ minutes?\)", "(in [N] minutes)"),
+        ]}, {
+            insta::assert_snapshot!($name, $run.snapshot());
+        });
+    }};
+}
+
+/// The child's environment: dummy credentials for the emulator (moto checks none), a region,
+/// no instance metadata, and empty AWS config files so nothing of the user's leaks in.
+#[derive(Clone)]
+struct Aws {
+    vars: Vec<(String, String)>,
+    _config: std::rc::Rc<tempfile::TempDir>,
+}
+
+impl Aws {
+    fn new() -> Self {
+        let config = tempfile::tempdir().unwrap();
+        let empty = |name: &str| {
+            let path = config.path().join(name);
+            std::fs::write(&path, "").unwrap();
+            path.display().to_string()
+        };
+        let vars = vec![
+            ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
+            ("AWS_REGION".into(), "us-east-1".into()),
+            ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+            ("AWS_CONFIG_FILE".into(), empty("config")),
+            ("AWS_SHARED_CREDENTIALS_FILE".into(), empty("credentials")),
+        ];
+        Self {
+            vars,
+            _config: std::rc::Rc::new(config),
+        }
+    }
+
+    fn with(mut self, name: &str, value: &str) -> Self {
+        self.vars.retain(|(n, _)| n != name);
+        self.vars.push((name.into(), value.into()));
+        self
+    }
+
+    fn without(mut self, name: &str) -> Self {
+        self.vars.retain(|(n, _)| n != name);
+        self
+    }
+
+    /// Runs `kseal args` in `cwd`; no output may hold a private key.
+    fn run(&self, cwd: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+        let envs: Vec<(&str, &str)> = self
+            .vars
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let run = kseal_env(args, stdin, cwd, &envs);
+        for text in [&run.stdout, &run.stderr] {
+            assert!(
+                !text.contains("PRIVATE KEY"),
+                "`kseal {}` printed a private key",
+                args.join(" ")
+            );
+        }
+        assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+        run
+    }
+}
+
+/// One ring of the emulator: `--ring PREFIX --endpoint-url URL` appended to every command.
+struct Ring {
+    aws: Aws,
+    endpoint: String,
+    prefix: String,
+}
+
+impl Ring {
+    fn new(endpoint: &str, prefix: &str) -> Self {
+        Self {
+            aws: Aws::new(),
+            endpoint: endpoint.to_owned(),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    fn keys(&self, cwd: &Path, args: &[&str]) -> Run {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &self.prefix, "--endpoint-url", &self.endpoint]);
+        self.aws.run(cwd, &all, None)
+    }
+
+    /// Like `keys`, and it must succeed.
+    fn ok(&self, cwd: &Path, args: &[&str]) -> Run {
+        let run = self.keys(cwd, args);
+        assert_eq!(run.code, 0, "kseal keys {}: {}", args.join(" "), run.stderr);
+        run
+    }
+
+    /// A command that reads the ring through KSEAL_AWS_ENDPOINT_URL (`seal`, `reseal`).
+    fn env_run(&self, cwd: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+        self.aws
+            .clone()
+            .with("KSEAL_AWS_ENDPOINT_URL", &self.endpoint)
+            .run(cwd, args, stdin)
+    }
+
+    fn cert_url(&self) -> String {
+        format!("secretsmanager://{}", self.prefix)
+    }
+
+    /// The index as `keys list -o json` prints it.
+    fn index(&self, cwd: &Path) -> serde_json::Value {
+        let run = self.ok(cwd, &["list", "-o", "json"]);
+        serde_json::from_str(&run.stdout).unwrap()
+    }
+
+    fn kids(&self, cwd: &Path) -> Vec<String> {
+        self.index(cwd)["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["kid"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn active(&self, cwd: &Path) -> String {
+        self.index(cwd)["active"].as_str().unwrap().to_owned()
+    }
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// `kseal keys generate --out-dir DIR --key-size 2048` (test-only size); returns the directory.
+fn generate_dir(cwd: &Path, name: &str) -> PathBuf {
+    let run = kseal(
+        &["keys", "generate", "--out-dir", name, "--key-size", "2048"],
+        None,
+        cwd,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    cwd.join(name)
+}
+
+/// The kid (hex SHA-256 of the SubjectPublicKeyInfo) and fingerprint of a PEM certificate.
+fn kid_and_fingerprint(cert_pem: &str) -> (String, String) {
+    let cert = kseal_keys::Certificate::from_pem(cert_pem).unwrap();
+    let kid = kseal_keystore::Kid::of(cert.public_key()).to_string();
+    (kid, cert.id().to_string())
+}
+
+fn parse_sealed(text: &str) -> SealedSecret {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple_with_options::<serde_json::Value>(text, yaml_1_2())
+            .unwrap()
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .collect();
+    assert_eq!(docs.len(), 1, "{text}");
+    serde_json::from_value(docs[0].clone()).unwrap()
+}
+
+/// `kseal unseal --key KEY` of `sealed`: the Secret's decoded `password`.
+fn unsealed_password(cwd: &Path, key: &Path, sealed: &str) -> String {
+    use base64::Engine as _;
+    let run = kseal(
+        &["unseal", "--key", s(key), "-o", "json"],
+        Some(sealed),
+        cwd,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let secret: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["password"].as_str().unwrap())
+        .unwrap();
+    String::from_utf8(value).unwrap()
+}
+
+#[test]
+fn help_texts_of_the_ring_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("help_keys_push", &["keys", "push", "--help"][..]),
+        ("help_keys_rotate", &["keys", "rotate", "--help"][..]),
+        ("help_keys_retire", &["keys", "retire", "--help"][..]),
+        ("help_keys_list", &["keys", "list", "--help"][..]),
+    ] {
+        let run = kseal(args, None, dir.path());
+        assert_eq!(run.code, 0, "{name}");
+        snap!(name, run);
+    }
+}
+
+#[test]
+fn push_activate_rotate_and_list() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = Ring::new(&endpoint, &sm::unique_prefix("cli_push_activate_rotate"));
+
+    // A new ring: its first key seals at once.
+    let first = ring.ok(d, &["push", "--key-size", "2048"]);
+    ring_snap!("push_new_ring", first, d);
+    let list = ring.ok(d, &["list"]);
+    assert_eq!(list.stderr, "");
+    ring_snap!("list_one_key", list, d);
+    let kids = ring.kids(d);
+    assert_eq!(kids.len(), 1);
+    assert_eq!(ring.active(d), kids[0]);
+
+    // --if-empty: the ring has a key, so nothing happens (a seeding Job running again).
+    let again = ring.ok(d, &["push", "--if-empty", "--yes", "--key-size", "2048"]);
+    ring_snap!("push_if_empty_noop", again, d);
+    assert_eq!(ring.kids(d), kids);
+    let second = ring.ok(d, &["push", "--key-size", "2048"]);
+    assert!(
+        !second.stderr.contains("nothing to do"),
+        "{}",
+        second.stderr
+    );
+    let kids = ring.kids(d);
+    assert_eq!(kids.len(), 2, "a push without --if-empty adds a key");
+    let env_run = Aws::new().with("KSEAL_IF_EMPTY", "true").run(
+        d,
+        &[
+            "keys",
+            "push",
+            "--ring",
+            &ring.prefix,
+            "--endpoint-url",
+            &endpoint,
+        ],
+        None,
+    );
+    assert_eq!(env_run.code, 0, "{}", env_run.stderr);
+    assert!(
+        env_run.stderr.contains("already has 2 keys: nothing to do"),
+        "{}",
+        env_run.stderr
+    );
+
+    // The second key waits for the activation delay.
+    assert_eq!(ring.active(d), kids[0]);
+    assert!(
+        second.stderr.contains(&format!(
+            "kseal keys activate --ring {} {}",
+            ring.prefix,
+            &kids[1][..12]
+        )),
+        "{}",
+        second.stderr
+    );
+    let too_young = ring.keys(d, &["activate", &kids[1][..8]]);
+    assert_eq!(too_young.code, 1);
+    assert!(too_young.stderr.contains("entered the ring less than"));
+    ring_snap!("err_activate_too_young", too_young, d);
+    assert_eq!(
+        ring.active(d),
+        kids[0],
+        "a refused activation changes nothing"
+    );
+
+    let now = ring.ok(d, &["activate", "--now", &kids[1][..8]]);
+    ring_snap!("activate_now", now, d);
+    assert_eq!(ring.active(d), kids[1]);
+    let again = ring.ok(d, &["activate", "--now", &kids[1]]);
+    assert!(again.stderr.contains("already seals: nothing to do"));
+
+    // rotate --now: a third key, sealing at once.
+    let rotated = ring.ok(d, &["rotate", "--now", "--key-size", "2048"]);
+    let kids = ring.kids(d);
+    assert_eq!(kids.len(), 3);
+    assert_eq!(ring.active(d), kids[2]);
+    assert!(
+        rotated
+            .stderr
+            .contains(&format!("key {} seals from now on", &kids[2][..12])),
+        "{}",
+        rotated.stderr
+    );
+
+    // rotate --no-wait: pushed, not active.
+    let pushed = ring.ok(d, &["rotate", "--no-wait", "--key-size", "2048"]);
+    let kids = ring.kids(d);
+    assert_eq!(kids.len(), 4);
+    assert_eq!(ring.active(d), kids[2]);
+    assert!(
+        pushed.stderr.contains("not sealing yet"),
+        "{}",
+        pushed.stderr
+    );
+
+    let list = ring.ok(d, &["list"]);
+    ring_snap!("list_four_keys", list, d);
+    // Newest first: the key rotate --no-wait pushed, then the sealing one.
+    let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4);
+    assert!(rows[0].starts_with(&kids[3][..12]), "{}", list.stdout);
+    assert!(rows[0].contains("pending until"), "{}", list.stdout);
+    assert!(rows[1].starts_with(&kids[2][..12]), "{}", list.stdout);
+    assert!(rows[1].ends_with("  sealing"), "{}", list.stdout);
+    // The keys that sealed before (minutes ago) are not "new".
+    assert!(
+        rows[2].ends_with("  previous (opens only)"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        rows[3].ends_with("  previous (opens only)"),
+        "{}",
+        list.stdout
+    );
+    let index = ring.index(d);
+    assert_eq!(index["schema"], 2, "a signed history");
+    assert_eq!(index["ring"], ring.prefix.as_str());
+}
+
+#[test]
+fn seal_with_the_ring_certificate_round_trips() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = Ring::new(&endpoint, &sm::unique_prefix("cli_seal_with_ring"));
+    let keys = generate_dir(d, "keys");
+    let cert_pem = std::fs::read_to_string(keys.join("tls.crt")).unwrap();
+    let (kid, fingerprint) = kid_and_fingerprint(&cert_pem);
+
+    let pushed = ring.ok(d, &["push", "--from", s(&keys)]);
+    assert!(pushed.stderr.contains("is the ring's first key"));
+    assert_eq!(ring.active(d), kid);
+
+    // Nothing seals to a ring whose anchor is not pinned; the error says how to pin it.
+    let unpinned = ring.env_run(d, &["seal", "--cert", &ring.cert_url()], Some(SECRET));
+    assert_eq!(unpinned.code, 1, "{}", unpinned.stderr);
+    assert!(
+        unpinned.stderr.contains("is not pinned")
+            && unpinned.stderr.contains("kseal keys trust --ring"),
+        "{}",
+        unpinned.stderr
+    );
+    let trusted = ring.ok(d, &["trust"]);
+    assert!(
+        trusted.stderr.contains(&format!("anchor: {kid}")),
+        "{}",
+        trusted.stderr
+    );
+    assert!(
+        std::fs::read_to_string(d.join(".kseal.yaml"))
+            .unwrap()
+            .contains(&format!("anchor: {kid}"))
+    );
+    // A wrong pin (another ring's anchor) is refused, naming both anchors.
+    let wrong = ring.env_run(
+        d,
+        &[
+            "seal",
+            "--cert",
+            &ring.cert_url(),
+            "--ring-anchor",
+            &"0".repeat(64),
+        ],
+        Some(SECRET),
+    );
+    assert_eq!(wrong.code, 1);
+    assert!(
+        wrong
+            .stderr
+            .contains("not at the pinned anchor 000000000000"),
+        "{}",
+        wrong.stderr
+    );
+
+    // Sealing reads the index only; unsealing with the pushed key proves the round trip.
+    let sealed = ring.env_run(d, &["seal", "--cert", &ring.cert_url()], Some(SECRET));
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+    assert!(!sealed.stdout.contains("s3cr3t"));
+    let object = parse_sealed(&sealed.stdout);
+    assert_eq!(
+        object.metadata.annotations.as_ref().unwrap()["kseal.dev/sealing-key"],
+        fingerprint
+    );
+    assert_eq!(
+        unsealed_password(d, &keys.join("tls.key"), &sealed.stdout),
+        "s3cr3t"
+    );
+
+    // export-cert writes the active certificate, as generated.
+    let exported = ring.ok(d, &["export-cert", "-w", "fleet.crt"]);
+    assert_eq!(exported.stdout, "");
+    assert!(exported.stderr.contains(&format!(
+        "wrote the certificate of key {} to fleet.crt",
+        &kid[..12]
+    )));
+    assert_eq!(
+        std::fs::read_to_string(d.join("fleet.crt")).unwrap(),
+        cert_pem
+    );
+    let to_stdout = ring.ok(d, &["export-cert"]);
+    assert_eq!(to_stdout.stdout, cert_pem);
+    let by_kid = ring.ok(d, &["export-cert", "--kid", &kid[..10]]);
+    assert_eq!(by_kid.stdout, cert_pem);
+
+    // Sealing with the exported file gives the same annotation.
+    let offline = kseal(&["seal", "--cert", "fleet.crt"], Some(SECRET), d);
+    assert_eq!(offline.code, 0, "{}", offline.stderr);
+    assert_eq!(
+        parse_sealed(&offline.stdout).metadata.annotations.unwrap()["kseal.dev/sealing-key"],
+        fingerprint
+    );
+
+    // A ring without an index cannot seal.
+    let missing = Ring::new(&endpoint, &format!("{}-missing", ring.prefix));
+    let run = missing.env_run(
+        d,
+        &["seal", "--cert", &missing.cert_url(), "--ring-anchor", &kid],
+        Some(SECRET),
+    );
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stdout, "");
+    ring_snap!("err_seal_with_missing_ring", run, d);
+}
+
+/// `kubectl get secret -l sealedsecrets.bitnami.com/sealed-secrets-key -o yaml` of two key
+/// Secrets made by `kseal keys generate`: the first one made is the newer by creationTimestamp
+/// (Bitnami's order), so the import has to follow the timestamps, not the certificates.
+/// Returns the kids, newest first.
+fn bitnami_backup(cwd: &Path, file: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut kids = Vec::new();
+    for created in ["2025-06-01T00:00:00Z", "2024-06-01T00:00:00Z"] {
+        let run = kseal(
+            &[
+                "keys",
+                "generate",
+                "--key-size",
+                "2048",
+                "-n",
+                "kube-system",
+            ],
+            None,
+            cwd,
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let mut secret: serde_json::Value = serde_saphyr::from_str(&run.stdout).unwrap();
+        secret["metadata"]["creationTimestamp"] = created.into();
+        secret["metadata"]["resourceVersion"] = "1234".into();
+        secret["metadata"]["uid"] = "8e1c1a7e-0000-4000-8000-000000000000".into();
+        use base64::Engine as _;
+        let crt = base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["tls.crt"].as_str().unwrap())
+            .unwrap();
+        kids.push(kid_and_fingerprint(std::str::from_utf8(&crt).unwrap()).0);
+        items.push(secret);
+    }
+    let list = serde_saphyr::to_string(&serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+        "items": items,
+    }))
+    .unwrap();
+    std::fs::write(cwd.join(file), list).unwrap();
+    kids
+}
+
+#[test]
+fn import_bitnami_backups_reference_secrets_and_json_files() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = sm::unique_prefix("cli_import");
+
+    // A Bitnami backup of two keys: the newest seals in the new ring.
+    let kids = bitnami_backup(d, "keys-backup.yaml");
+    let bitnami = Ring::new(&endpoint, &format!("{base}/bitnami"));
+    let run = bitnami.ok(d, &["import", "keys-backup.yaml"]);
+    // The older key only opens what it sealed: no hint to activate it.
+    assert!(!run.stderr.contains("activate"), "{}", run.stderr);
+    ring_snap!("import_bitnami_backup", run, d);
+    let mut got = bitnami.kids(d);
+    got.sort();
+    let mut want = kids.clone();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(bitnami.active(d), kids[0]);
+    // Importing again changes nothing.
+    let again = bitnami.ok(d, &["import", "keys-backup.yaml"]);
+    assert!(
+        again.stderr.contains("already in the index"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(bitnami.active(d), kids[0]);
+
+    // A PEM file (key, then certificate), mirrored to a single secret in the reference
+    // sample's format; that secret imported into another ring.
+    let keys = generate_dir(d, "pem");
+    let cert_pem = std::fs::read_to_string(keys.join("tls.crt")).unwrap();
+    let key_pem = std::fs::read_to_string(keys.join("tls.key")).unwrap();
+    std::fs::write(d.join("pair.pem"), format!("{key_pem}{cert_pem}")).unwrap();
+    let (kid, _) = kid_and_fingerprint(&cert_pem);
+    let mirror_name = format!("{base}/sealed-secrets");
+    let pem = Ring::new(&endpoint, &format!("{base}/pem"));
+    let run = pem.ok(
+        d,
+        &["import", "pair.pem", "--mirror-current-to", &mirror_name],
+    );
+    assert!(
+        run.stderr
+            .contains(&format!("holds the active key {}", &kid[..12])),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(pem.active(d), kid);
+    let copy = Ring::new(&endpoint, &format!("{base}/copy"));
+    let run = copy.ok(d, &["import", &format!("secretsmanager://{mirror_name}")]);
+    ring_snap!("import_reference_secret", run, d);
+    assert_eq!(copy.kids(d), vec![kid.clone()]);
+    assert_eq!(copy.active(d), kid);
+
+    // The reference sample's JSON with raw newlines inside the strings, as `aws secretsmanager
+    // get-secret-value --query SecretString --output text` prints it, and the quoted string
+    // `--output json` prints.
+    let raw = format!("{{\n  \"crt\": \"{cert_pem}\",\n  \"key\": \"{key_pem}\"\n}}\n");
+    assert!(raw.contains("-----\nMII"));
+    std::fs::write(d.join("raw.json"), &raw).unwrap();
+    let strict = serde_json::json!({"crt": cert_pem, "key": key_pem}).to_string();
+    std::fs::write(
+        d.join("quoted.json"),
+        serde_json::to_string(&strict).unwrap(),
+    )
+    .unwrap();
+    for file in ["raw.json", "quoted.json"] {
+        let json = Ring::new(&endpoint, &format!("{base}/{}", file.replace('.', "-")));
+        json.ok(d, &["import", file]);
+        assert_eq!(json.kids(d), vec![kid.clone()], "{file}");
+        assert_eq!(json.active(d), kid, "{file}");
+    }
+    // Broken JSON names the file, never its content.
+    std::fs::write(
+        d.join("broken.json"),
+        format!(
+            "{{\"crt\": \"{}\", \"key\": 42}}",
+            cert_pem.replace('\n', "\\n")
+        ),
+    )
+    .unwrap();
+    let broken = Ring::new(&endpoint, &format!("{base}/broken"));
+    let run = broken.keys(d, &["import", "broken.json"]);
+    assert_eq!(run.code, 1);
+    assert!(!run.stderr.contains("MII"), "{}", run.stderr);
+    ring_snap!("err_import_broken_json", run, d);
+}
+
+#[test]
+fn retire_refuses_keys_that_sealed_secrets_still_need() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = Ring::new(&endpoint, &sm::unique_prefix("cli_retire"));
+    let old = generate_dir(d, "old");
+    let new = generate_dir(d, "new");
+    let (old_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(old.join("tls.crt")).unwrap());
+    let (new_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(new.join("tls.crt")).unwrap());
+
+    ring.ok(d, &["push", "--from", s(&old)]);
+    ring.ok(d, &["trust"]);
+    // A GitOps repository with one SealedSecret sealed with the old (active) key, a file of
+    // another kind, and a hidden directory that is not looked at.
+    let repo = d.join("repo");
+    std::fs::create_dir_all(repo.join("apps/db")).unwrap();
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    let sealed = ring.env_run(d, &["seal", "--cert", &ring.cert_url()], Some(SECRET));
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+    std::fs::write(repo.join("apps/db/sealed-secret.yaml"), &sealed.stdout).unwrap();
+    std::fs::write(repo.join(".git/old.yaml"), &sealed.stdout).unwrap();
+    std::fs::write(
+        repo.join("apps/db/deployment.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n",
+    )
+    .unwrap();
+    // A link back up the tree is not followed (it would loop).
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&repo, repo.join("apps/loop")).unwrap();
+
+    ring.ok(d, &["push", "--from", s(&new)]);
+    ring.ok(d, &["activate", "--now", &new_kid[..12]]);
+
+    // The active key is refused, whatever the repository holds.
+    let run = ring.keys(d, &["retire", &new_kid[..12], "--check", "repo", "--yes"]);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_retire_active_key", run, d);
+
+    // The old key still opens a SealedSecret of the repository.
+    let run = ring.keys(d, &["retire", &old_kid[..12], "--check", "repo", "--yes"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("apps/db/sealed-secret.yaml: prod/db (password)")
+    );
+    assert!(!run.stderr.contains(".git"));
+    ring_snap!("err_retire_still_needed", run, d);
+    assert_eq!(ring.kids(d).len(), 2, "a refused retire changes nothing");
+
+    // Re-sealed to the ring's active key, it no longer needs the old one.
+    let run = ring.env_run(
+        d,
+        &[
+            "reseal",
+            "--key",
+            s(&old.join("tls.key")),
+            "--cert",
+            &ring.cert_url(),
+            "--in-place",
+            "repo/apps/db/sealed-secret.yaml",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let resealed = std::fs::read_to_string(repo.join("apps/db/sealed-secret.yaml")).unwrap();
+    assert_eq!(
+        unsealed_password(d, &new.join("tls.key"), &resealed),
+        "s3cr3t"
+    );
+    let run = ring.ok(d, &["retire", &old_kid[..12], "--check", "repo", "--yes"]);
+    ring_snap!("retire_old_key", run, d);
+    assert_eq!(ring.kids(d), vec![new_kid.clone()]);
+    let list = ring.ok(d, &["list"]);
+    let row = |kid: &str| {
+        list.stdout
+            .lines()
+            .find(|l| l.starts_with(&kid[..12]))
+            .unwrap_or_else(|| panic!("no row for {kid}: {}", list.stdout))
+            .to_owned()
+    };
+    assert!(row(&old_kid).contains("  retired "), "{}", list.stdout);
+    assert!(row(&new_kid).ends_with("  sealing"), "{}", list.stdout);
+
+    // The last key is refused too.
+    let run = ring.keys(d, &["retire", &new_kid[..12], "--check", "repo", "--yes"]);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_retire_last_key", run, d);
+    assert_eq!(ring.kids(d), vec![new_kid]);
+}
+
+#[test]
+fn racing_if_empty_seeders_leave_one_key_in_the_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let args = [
+        "keys",
+        "push",
+        "--ring",
+        &url,
+        "--key-size",
+        "2048",
+        "--if-empty",
+    ];
+    // Two seeding Jobs started at once (two processes, one ring).
+    let runs: Vec<Run> = std::thread::scope(|s| {
+        let seeders: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let envs: Vec<(&str, &str)> = aws
+                        .vars
+                        .iter()
+                        .map(|(n, v)| (n.as_str(), v.as_str()))
+                        .collect();
+                    kseal_env(&args, None, d, &envs)
+                })
+            })
+            .collect();
+        seeders.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for run in &runs {
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(!run.stderr.contains("PRIVATE KEY"), "{}", run.stderr);
+    }
+    let firsts = runs
+        .iter()
+        .filter(|r| r.stderr.contains("is the ring's first key"))
+        .count();
+    assert_eq!(
+        firsts,
+        1,
+        "{:?}",
+        runs.iter().map(|r| &r.stderr).collect::<Vec<_>>()
+    );
+    let list = aws.run(d, &["keys", "list", "--ring", &url, "-o", "json"], None);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let index: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(index["keys"].as_array().unwrap().len(), 1, "{index}");
+}
+
+#[test]
+fn a_ring_in_a_directory_needs_no_aws() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let push = |extra: &[&str]| {
+        let mut args = vec!["keys", "push", "--ring", &url, "--key-size", "2048"];
+        args.extend_from_slice(extra);
+        let run = aws.run(d, &args, None);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run
+    };
+    let first = push(&["--if-empty"]);
+    assert!(
+        first.stderr.contains("is the ring's first key"),
+        "{}",
+        first.stderr
+    );
+    let again = push(&["--if-empty"]);
+    ring_snap!("dir_push_if_empty_noop", again, d);
+    let second = push(&[]);
+    // The suggested command names the directory ring, not a Secrets Manager prefix.
+    assert!(
+        second
+            .stderr
+            .contains(&format!("run `kseal keys activate --ring {url} ")),
+        "{}",
+        second.stderr
+    );
+    let list = aws.run(d, &["keys", "list", "--ring", &url, "-o", "json"], None);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let index: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(index["keys"].as_array().unwrap().len(), 2);
+    let missing = format!("dir://{}", d.join("nothing-here").display());
+    let run = aws.run(d, &["keys", "list", "--ring", &missing], None);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_dir_ring_missing", run, d);
+}
+
+#[test]
+fn error_messages_of_the_ring_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+
+    // No emulator needed: nothing answers on port 1.
+    let run = Aws::new().run(
+        d,
+        &[
+            "keys",
+            "list",
+            "--ring",
+            "kseal/fleet",
+            "--endpoint-url",
+            "http://127.0.0.1:1",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stdout, "");
+    ring_snap!("err_endpoint_unreachable", run, d);
+
+    // No credentials anywhere (and no instance metadata to ask).
+    let run = Aws::new()
+        .without("AWS_ACCESS_KEY_ID")
+        .without("AWS_SECRET_ACCESS_KEY")
+        .run(
+            d,
+            &[
+                "keys",
+                "list",
+                "--ring",
+                "kseal/fleet",
+                "--endpoint-url",
+                "http://127.0.0.1:1",
+            ],
+            None,
+        );
+    assert_eq!(run.code, 1);
+    ring_snap!("err_no_credentials", run, d);
+
+    // Not a ring location.
+    let run = Aws::new().run(d, &["keys", "list", "--ring", "s3://x"], None);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_invalid_ring_location", run, d);
+
+    // --if-empty generates: it makes no sense with --from.
+    let run = Aws::new().run(
+        d,
+        &[
+            "keys",
+            "push",
+            "--if-empty",
+            "--from",
+            "keys",
+            "--ring",
+            "x",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2);
+    ring_snap!("err_if_empty_with_from", run, d);
+
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let missing = Ring::new(&endpoint, &sm::unique_prefix("cli_missing_ring"));
+    let run = missing.keys(d, &["list"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stdout, "");
+    ring_snap!("err_unknown_ring", run, d);
+    let run = missing.keys(d, &["activate", "--now", "0123456789ab"]);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_activate_in_unknown_ring", run, d);
+    // rotate does not create a ring (a mistyped name would get one).
+    let run = missing.keys(d, &["rotate", "--now", "--key-size", "2048"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
+    assert!(!run.stderr.contains("generating"), "{}", run.stderr);
+    assert_eq!(missing.keys(d, &["list"]).code, 1, "nothing was created");
+}
+
+/// `kseal` hands key-ring work to `kseal-ring` beside it (so that it does not link the AWS
+/// SDK); without it, the command fails with a message that says what is missing.
+#[test]
+fn kseal_hands_ring_work_to_kseal_ring_and_names_it_when_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let lonely = d.join("bin");
+    std::fs::create_dir(&lonely).unwrap();
+    let kseal = lonely.join("kseal");
+    std::fs::copy(env!("CARGO_BIN_EXE_kseal"), &kseal).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(&kseal)
+            .args(args)
+            .env("PATH", &lonely)
+            .current_dir(d)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["keys", "push", "--ring", &url, "--key-size", "2048"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("which `kseal-ring` does; it is installed beside `kseal`"),
+        "{stderr}"
+    );
+    assert!(!d.join("ring").exists(), "nothing was written");
+    // Commands without a ring still run in `kseal` alone.
+    let out = run(&["keys", "generate", "--out-dir", "k", "--key-size", "2048"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["seal", "--cert", &url, "-f", "-"]);
+    assert_eq!(out.status.code(), Some(1));
+
+    // Beside `kseal-ring`, the same commands work, with the ring command's exit code.
+    std::fs::copy(env!("CARGO_BIN_EXE_kseal-ring"), lonely.join("kseal-ring")).unwrap();
+    let out = run(&["keys", "push", "--ring", &url, "--key-size", "2048"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["keys", "list", "--ring", &url]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sealing"));
+    let out = run(&["keys", "activate", "--ring", &url, "ffffffffffff"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// `kseal keys ARGS --ring URL` with the environment `vars` (an [`Aws`]'s) plus `extra`; no
+/// output may hold a private key. Takes the variables only, so threads can share them.
+fn dir_keys(
+    vars: &[(String, String)],
+    d: &Path,
+    url: &str,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> Run {
+    let mut all = vec!["keys"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--ring", url]);
+    let mut envs: Vec<(&str, &str)> = vars.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    envs.extend_from_slice(extra);
+    let run = kseal_env(&all, None, d, &envs);
+    for text in [&run.stdout, &run.stderr] {
+        assert!(
+            !text.contains("PRIVATE KEY"),
+            "`kseal {}` printed a private key",
+            all.join(" ")
+        );
+    }
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    run
+}
+
+/// Every status of `keys list` is true at each moment of a rotation: right after `rotate
+/// --now`, the key that sealed a minute earlier is `previous`, not "new"; a key pushed but
+/// not active is `pending until T`, then `ready to activate`. The JSON carries the same status.
+#[test]
+fn list_statuses_stay_true_through_a_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let ok = |args: &[&str]| {
+        let run = dir_keys(&aws.vars, d, &url, args, &[]);
+        assert_eq!(run.code, 0, "kseal keys {}: {}", args.join(" "), run.stderr);
+        run
+    };
+    ok(&["push", "--key-size", "2048"]);
+    ok(&["rotate", "--now", "--key-size", "2048"]);
+    ok(&["rotate", "--no-wait", "--key-size", "2048"]);
+    let list = ok(&["list"]);
+    ring_snap!("list_statuses_through_a_rotation", list, d);
+    let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{}", list.stdout);
+    assert!(rows[0].contains("  pending until "), "{}", list.stdout);
+    assert!(rows[1].ends_with("  sealing"), "{}", list.stdout);
+    assert!(
+        rows[2].ends_with("  previous (opens only)"),
+        "{}",
+        list.stdout
+    );
+
+    let json = ok(&["list", "-o", "json"]);
+    let index: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let keys = index["keys"].as_array().unwrap();
+    let statuses: Vec<&str> = keys.iter().map(|k| k["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["previous", "sealing", "pending"], "{index}");
+    assert_eq!(index["active"], keys[1]["kid"]);
+    let until: jiff::Timestamp = keys[2]["pendingUntil"].as_str().unwrap().parse().unwrap();
+    let added: jiff::Timestamp = keys[2]["added"].as_str().unwrap().parse().unwrap();
+    assert_eq!(until.duration_since(added).as_secs(), 66 * 60);
+    assert!(keys[1].get("pendingUntil").is_none());
+
+    // The activation delay has passed (the index's clock moved back two hours): the pushed
+    // key is ready to activate; the others keep their status.
+    let path = d.join("ring/index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for key in index["keys"].as_array_mut().unwrap() {
+        let added: jiff::Timestamp = key["added"].as_str().unwrap().parse().unwrap();
+        key["added"] = (added - jiff::SignedDuration::from_hours(2))
+            .to_string()
+            .into();
+    }
+    std::fs::write(&path, format!("{:#}\n", index)).unwrap();
+    // The index is signed: moved clocks are a forgery until the root key signs them again,
+    // as the seeder would.
+    resign_dir_index(&d.join("ring"));
+    let list = ok(&["list"]);
+    let rows: Vec<&str> = list.stdout.lines().skip(1).collect();
+    assert!(rows[0].ends_with("  ready to activate"), "{}", list.stdout);
+    assert!(rows[1].ends_with("  sealing"), "{}", list.stdout);
+    assert!(
+        rows[2].ends_with("  previous (opens only)"),
+        "{}",
+        list.stdout
+    );
+    let json = ok(&["list", "-o", "json"]);
+    let index: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(index["keys"][2]["status"], "ready", "{index}");
+}
+
+/// Two `kseal keys rotate --now` racing on one ring: activation is last-writer-wins, so the
+/// rotation that activated first must not tell its operator that its key seals. The first
+/// rotation pauses between activating and reading the index back (a debug-build test seam)
+/// while the second one runs from start to end: the interleaving of a real race, made
+/// deterministic.
+#[test]
+fn the_loser_of_two_racing_rotations_is_told_its_key_does_not_seal() {
+    if !cfg!(debug_assertions) {
+        kseal_testkit::skipped("SKIPPED: the rotate pause is a test seam of debug builds only");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let vars = &aws.vars;
+    let first = dir_keys(vars, d, &url, &["push", "--key-size", "2048"], &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let pause = d.join("pause");
+    let reached = d.join("pause.reached");
+    let rotate = ["rotate", "--now", "--key-size", "2048"];
+    let pause_env = pause.display().to_string();
+    let (loser, winner) = std::thread::scope(|s| {
+        let loser = s.spawn(|| {
+            dir_keys(
+                vars,
+                d,
+                &url,
+                &rotate,
+                &[("KSEAL_TEST_ROTATE_PAUSE", pause_env.as_str())],
+            )
+        });
+        let start = std::time::Instant::now();
+        while !reached.exists() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "the first rotation never paused after activating its key"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let winner = dir_keys(vars, d, &url, &rotate, &[]);
+        std::fs::write(&pause, "").unwrap();
+        (loser.join().unwrap(), winner)
+    });
+    let list = dir_keys(vars, d, &url, &["list", "-o", "json"], &[]);
+    let index: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let kids: Vec<&str> = index["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(kids.len(), 3, "{index}");
+    let (theirs, mine) = (kids[2], kids[1]);
+    assert_eq!(index["active"], theirs);
+
+    assert_eq!(winner.code, 0, "{}", winner.stderr);
+    assert!(
+        winner
+            .stderr
+            .contains(&format!("key {} seals from now on", &theirs[..12])),
+        "{}",
+        winner.stderr
+    );
+    assert_eq!(loser.code, 1, "{}", loser.stderr);
+    assert!(
+        !loser.stderr.contains("seals from now on"),
+        "{}",
+        loser.stderr
+    );
+    assert!(
+        loser.stderr.contains(&format!(
+            "error: another rotation won: key {} seals, your key {} is in the ring but not active",
+            &theirs[..12],
+            &mine[..12]
+        )),
+        "{}",
+        loser.stderr
+    );
+    ring_snap!("rotate_lost_race", loser, d);
+}
+
+/// `retire --check` on a directory ring: a linked directory is walked (it may hold the only
+/// SealedSecret that needs the key), a link loop ends, finding nothing is refused unless
+/// `--allow-none`, and the message says where a directory ring's retired key goes.
+#[cfg(unix)]
+#[test]
+fn retire_check_walks_linked_directories_and_refuses_to_prove_nothing() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    let old = generate_dir(d, "old");
+    let new = generate_dir(d, "new");
+    let (old_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(old.join("tls.crt")).unwrap());
+    let (new_kid, _) = kid_and_fingerprint(&std::fs::read_to_string(new.join("tls.crt")).unwrap());
+    assert_eq!(keys(&["push", "--from", s(&old)]).code, 0);
+    assert_eq!(keys(&["trust"]).code, 0);
+    let sealed = aws.run(d, &["seal", "--cert", &url], Some(SECRET));
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+
+    // The only SealedSecret sealed with the old key lives in a directory that the repository
+    // links in; a link back up the tree makes a loop.
+    let repo = d.join("repo");
+    std::fs::create_dir_all(repo.join("clusters/prod")).unwrap();
+    std::fs::create_dir_all(d.join("shared/db")).unwrap();
+    std::fs::write(d.join("shared/db/sealed-secret.yaml"), &sealed.stdout).unwrap();
+    symlink(d.join("shared"), repo.join("clusters/prod/shared")).unwrap();
+    symlink(&repo, repo.join("clusters/prod/loop")).unwrap();
+    std::fs::write(
+        repo.join("clusters/prod/deployment.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n",
+    )
+    .unwrap();
+    assert_eq!(keys(&["push", "--from", s(&new)]).code, 0);
+    assert_eq!(keys(&["activate", "--now", &new_kid[..12]]).code, 0);
+
+    let run = keys(&["retire", &old_kid[..12], "--check", "repo", "--yes"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("clusters/prod/shared/db/sealed-secret.yaml: prod/db (password)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("checked 1 SealedSecret in 1 file (of 2 manifest files under --check)"),
+        "{}",
+        run.stderr
+    );
+    ring_snap!("err_retire_needed_behind_a_link", run, d);
+
+    // An empty directory proves nothing.
+    std::fs::create_dir(d.join("empty")).unwrap();
+    let run = keys(&["retire", &old_kid[..12], "--check", "empty", "--yes"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    ring_snap!("err_retire_found_no_sealed_secret", run, d);
+    let index = keys(&["list", "-o", "json"]);
+    assert!(
+        index.stdout.contains(&old_kid),
+        "a refused retire changes nothing"
+    );
+
+    // Unless the operator says so; the key's files stay under retired/.
+    let run = keys(&[
+        "retire",
+        &old_kid[..12],
+        "--check",
+        "empty",
+        "--allow-none",
+        "--yes",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("is deleted in"), "{}", run.stderr);
+    ring_snap!("retire_from_a_directory_ring_allowing_none", run, d);
+    let retired: Vec<_> = std::fs::read_dir(d.join("ring/retired"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(retired.len(), 1);
+    assert!(
+        retired[0].starts_with(&format!("{old_kid}-")),
+        "{retired:?}"
+    );
+}
+
+/// A directory ring that others may write is refused with the fix, by the ring commands and
+/// by `seal --cert dir://`, unless `--insecure-perms`, KSEAL_INSECURE_PERMS or
+/// `?insecure-perms=true` says otherwise.
+#[cfg(unix)]
+#[test]
+fn a_directory_ring_others_may_write_is_refused_unless_insecure_perms() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let push = aws.run(
+        d,
+        &["keys", "push", "--ring", &url, "--key-size", "2048"],
+        None,
+    );
+    assert_eq!(push.code, 0, "{}", push.stderr);
+    let trust = aws.run(d, &["keys", "trust", "--ring", &url], None);
+    assert_eq!(trust.code, 0, "{}", trust.stderr);
+    let index = d.join("ring/index.json");
+    std::fs::set_permissions(&index, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    let run = aws.run(d, &["keys", "list", "--ring", &url], None);
+    assert_eq!(run.code, 1);
+    ring_snap!("err_dir_ring_world_writable", run, d);
+    let run = aws.run(d, &["seal", "--cert", &url], Some(SECRET));
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("has mode 0666"), "{}", run.stderr);
+
+    let ok = |run: Run| assert_eq!(run.code, 0, "{}", run.stderr);
+    ok(aws.run(
+        d,
+        &["keys", "list", "--ring", &url, "--insecure-perms"],
+        None,
+    ));
+    let insecure = aws.clone().with("KSEAL_INSECURE_PERMS", "true");
+    ok(insecure.run(d, &["keys", "list", "--ring", &url], None));
+    ok(insecure.run(d, &["seal", "--cert", &url], Some(SECRET)));
+    let query = format!("{url}?insecure-perms=true");
+    ok(aws.run(d, &["seal", "--cert", &query], Some(SECRET)));
+}
+
+/// Signs a directory ring's `index.json` again with its root key, after a test changed it.
+fn resign_dir_index(ring: &Path) {
+    let path = ring.join("index.json");
+    let text = std::fs::read_to_string(&path).expect("index.json");
+    let mut index = kseal_keystore::Index::parse_any_ring(&text, "index.json").expect("an index");
+    let root = index.roots.last().expect("a root").kid.clone();
+    let key_dir = ring.join("keys").join(root.as_str());
+    let pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(key_dir.join("tls.key")).expect("tls.key"),
+        &std::fs::read_to_string(key_dir.join("tls.crt")).expect("tls.crt"),
+    )
+    .expect("the root key");
+    kseal_keystore::trust::sign_index(&mut index, &pair).expect("sign");
+    std::fs::write(&path, index.to_json()).expect("write index.json");
+}
+
+/// An older, unsigned ring: it still lists and its keys still open, but nothing is written on
+/// it or sealed to it until the seeder signs it (`kseal keys sign`); then `kseal keys trust`
+/// pins it, and a ring replaced by a history rooted at another key is refused.
+#[test]
+fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let run = |args: &[&str]| aws.run(d, args, Some(SECRET));
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
+    // Make it look as kseal wrote it before signed histories: schema 1, no signature.
+    let path = d.join("ring/index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let object = index.as_object_mut().unwrap();
+    for field in ["version", "roots", "signature", "retired"] {
+        object.remove(field);
+    }
+    object.insert("schema".into(), 1.into());
+    std::fs::write(&path, format!("{index:#}\n")).unwrap();
+    let kid = index["active"].as_str().unwrap().to_owned();
+
+    let list = keys(&["list"]);
+    assert_eq!(
+        list.code, 0,
+        "an unsigned ring still lists: {}",
+        list.stderr
+    );
+    assert!(list.stderr.contains("not signed"), "{}", list.stderr);
+    let push = keys(&["push", "--key-size", "2048"]);
+    assert_eq!(push.code, 1);
+    assert!(push.stderr.contains("kseal keys sign"), "{}", push.stderr);
+    let trust = keys(&["trust"]);
+    assert_eq!(trust.code, 1);
+    assert!(trust.stderr.contains("not signed"), "{}", trust.stderr);
+    let seal = run(&["seal", "--cert", &url, "--ring-anchor", &kid]);
+    assert_eq!(seal.code, 1);
+    assert!(seal.stderr.contains("kseal keys sign"), "{}", seal.stderr);
+
+    let sign = keys(&["sign"]);
+    assert_eq!(sign.code, 0, "{}", sign.stderr);
+    assert!(
+        sign.stderr.contains(&format!("anchor {kid}")),
+        "{}",
+        sign.stderr
+    );
+    assert!(keys(&["sign"]).stderr.contains("signed already"));
+    let check = keys(&["trust", "--check"]);
+    assert_eq!(check.code, 1, "nothing pinned yet: {}", check.stderr);
+    assert_eq!(keys(&["trust"]).code, 0);
+    let check = keys(&["trust", "--check"]);
+    assert_eq!(check.code, 0, "{}", check.stderr);
+    assert!(check.stderr.contains("matches the pin"), "{}", check.stderr);
+    assert_eq!(run(&["seal", "--cert", &url]).code, 0);
+
+    // The pin records the version it saw; `trust` again moves it forward; an older index
+    // (a valid one the seeder wrote earlier, put back) is then refused as a rollback.
+    let before = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
+    let again = keys(&["trust"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("recorded version"),
+        "{}",
+        again.stderr
+    );
+    std::fs::write(&path, &before).unwrap();
+    let seal = run(&["seal", "--cert", &url]);
+    assert_eq!(seal.code, 1);
+    assert!(seal.stderr.contains("rolled-back"), "{}", seal.stderr);
+
+    // Someone replaces the ring with a valid history of their own.
+    let other = d.join("other");
+    let other_url = format!("dir://{}", other.display());
+    let pushed = aws.run(
+        d,
+        &["keys", "push", "--ring", &other_url, "--key-size", "2048"],
+        None,
+    );
+    assert_eq!(pushed.code, 0, "{}", pushed.stderr);
+    std::fs::copy(other.join("index.json"), &path).unwrap();
+    for entry in std::fs::read_dir(other.join("keys")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::rename(entry.path(), d.join("ring/keys").join(entry.file_name())).unwrap();
+    }
+    let seal = run(&["seal", "--cert", &url]);
+    assert_eq!(seal.code, 1);
+    assert!(
+        seal.stderr.contains("not at the pinned anchor"),
+        "{}",
+        seal.stderr
+    );
+    let check = keys(&["trust"]);
+    assert_eq!(check.code, 1);
+    assert!(
+        check.stderr.contains("history was replaced"),
+        "{}",
+        check.stderr
+    );
+    assert!(
+        std::fs::read_to_string(d.join(".kseal.yaml"))
+            .unwrap()
+            .contains(&kid),
+        "the pin is unchanged"
+    );
+}
+
+/// YAML 1.2 plain scalars, as kseal and `kubectl` read them (`no` is a string).
+fn yaml_1_2() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options
+}
