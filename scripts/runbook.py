@@ -148,16 +148,62 @@ def parse(path: Path, doc: str) -> list[Block]:
     return blocks
 
 
+HEREDOC = re.compile(r"<<(?P<dash>-?)[ \t]*(?:'(?P<sq>[^']*)'|\"(?P<dq>[^\"]*)\"|\\?(?P<bare>[A-Za-z0-9_.-]+))")
+
+
+def heredocs(line: str) -> list[tuple[str, bool]]:
+    """The here-documents a command line opens, in order, as (terminator, strip leading tabs):
+    `<<WORD`, `<<'WORD'`, `<<"WORD"` and `<<-WORD`. A here-string (`<<<`), a shift in
+    arithmetic (`$((1 << 2))`), and `<<` inside quotes or after a comment sign open none."""
+    found: list[tuple[str, bool]] = []
+    quote = ""
+    arith = 0
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+            i += 1
+        elif c == "\\":
+            i += 2
+        elif c in "'\"":
+            quote = c
+            i += 1
+        elif c == "#" and (i == 0 or line[i - 1] in " \t;|&("):
+            break
+        elif line.startswith("((", i):
+            arith += 1
+            i += 2
+        elif line.startswith("))", i) and arith:
+            arith -= 1
+            i += 2
+        elif line.startswith("<<<", i):
+            i += 3
+        elif line.startswith("<<", i) and not arith and (m := HEREDOC.match(line, i)):
+            word = next(w for w in (m.group("sq"), m.group("dq"), m.group("bare")) if w is not None)
+            found.append((word, m.group("dash") == "-"))
+            i = m.end()
+        else:
+            i += 1
+    return found
+
+
 def commands(lines: list[str]) -> list[tuple[int, int]]:
     """Spans [first, last] of the logical commands: continuation lines (a trailing backslash,
-    or a next line starting with a pipe or &&/||) belong to the command above."""
+    pipe or &&/||, or a next line starting with a pipe or &&/||) and the bodies of the
+    here-documents a line opens, up to their terminators, belong to the command above."""
     spans: list[tuple[int, int]] = []
     i = 0
     while i < len(lines):
         first = i
         depth = 0
         while True:
-            words = lines[i].split()
+            line = lines[i]
+            words = line.split()
             if words and words[0] in ("for", "while", "until", "if", "case"):
                 depth += 1
             if words and words[0] in ("done", "fi", "esac"):
@@ -165,8 +211,16 @@ def commands(lines: list[str]) -> list[tuple[int, int]]:
             for closer in ("done", "fi", "esac"):
                 if words and words[0] not in ("done", "fi", "esac") and closer in words[1:]:
                     depth -= 1
-            continued = lines[i].rstrip().endswith("\\") or (
-                i + 1 < len(lines) and re.match(r"^\s*(\||&&|\|\|)", lines[i + 1])
+            # The here-document bodies follow the line, one after the other; their text is
+            # data, not commands (an unterminated one runs to the end of the block, as in bash).
+            for word, strip_tabs in heredocs(line):
+                while i + 1 < len(lines):
+                    i += 1
+                    body = lines[i].lstrip("\t") if strip_tabs else lines[i]
+                    if body == word:
+                        break
+            continued = re.search(r"(\\|\||&&)\s*$", line) is not None or (
+                i + 1 < len(lines) and re.match(r"^\s*(\||&&|\|\|)", lines[i + 1]) is not None
             )
             if i + 1 >= len(lines) or (depth <= 0 and not continued):
                 break

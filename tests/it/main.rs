@@ -1,5 +1,6 @@
 //! kseal integration tests: one binary, as in uv and ripgrep.
 
+mod ci;
 mod examples;
 mod fleet;
 mod golden;
