@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Python tools cli/tests/check.rs validates `kseal check` reports with (the
+# Installs the Python tools cli/tests/it/check.rs validates `kseal check` reports with (the
 # published SARIF 2.1.0 schema with jsonschema, and junitparser; pinned in
 # cli/tests/fixtures/check/requirements.txt) into a cached virtualenv, and prints the line
 #

@@ -15,6 +15,14 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Each step prints its duration when the next starts, and the run ends with a table of them
+# (scripts/timing.sh), before the totals line; on an early exit too, from the EXIT trap.
+# shellcheck source=scripts/timing.sh
+source scripts/timing.sh
+step() {
+  timing_step "$*"
+  log "$*"
+}
 
 need_apt=()
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
@@ -22,10 +30,10 @@ command -v kubectl >/dev/null 2>&1 || need_apt+=(kubernetes-client)
 # tests/incluster/run.sh
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-# cli/tests/workflows.rs cross-checks the SSH keys `create git-credentials` writes
+# cli/tests/it/workflows.rs cross-checks the SSH keys `create git-credentials` writes
 command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
 if ((${#need_apt[@]})); then
-  log "installing Debian packages: ${need_apt[*]}"
+  step "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
@@ -41,7 +49,9 @@ cleanup() {
     bash tests/moto/stop.sh "$moto_state" || true
   fi
 }
-trap cleanup EXIT
+# On exit: the step in progress ends (marked failed on an early exit), the services stop, and
+# the table of steps is printed (unless the run has printed it already).
+trap 'timing_end "$?"; cleanup; timing_table scripts/test.sh' EXIT
 
 for skip in KSEAL_SKIP_REFAPI KSEAL_SKIP_MOTO; do
   if [[ "${!skip:-}" == 1 && "${CI:-}" == true ]]; then
@@ -54,9 +64,9 @@ if [[ "${KSEAL_SKIP_TEMPLATE_DIFF:-}" == 1 && "${CI:-}" == true ]]; then
   exit 1
 fi
 if [[ "${KSEAL_SKIP_REFAPI:-}" != 1 && -f tests/refapi/build.sh ]]; then
-  log "reference kube-apiserver: build (cached after the first run)"
+  step "reference kube-apiserver: build (cached after the first run)"
   bash tests/refapi/build.sh
-  log "reference kube-apiserver: start"
+  step "reference kube-apiserver: start"
   env_lines=$(bash tests/refapi/start.sh)
   eval "$env_lines"
   refapi_state=${KSEAL_REFAPI_STATE:-}
@@ -67,7 +77,7 @@ fi
 # (sm_env below), not to the other steps.
 sm_endpoint=""
 if [[ "${KSEAL_SKIP_MOTO:-}" != 1 ]]; then
-  log "Secrets Manager emulator (moto): install (cached after the first run) and start"
+  step "Secrets Manager emulator (moto): install (cached after the first run) and start"
   env_lines=$(bash tests/moto/start.sh)
   eval "$env_lines"
   moto_state=${KSEAL_MOTO_STATE:-}
@@ -91,15 +101,15 @@ if [[ -n "$sm_endpoint" ]]; then
   sm_env+=("KSEAL_TEST_SM_ENDPOINT=$sm_endpoint")
 fi
 
-# The Python tools cli/tests/check.rs validates `kseal check` reports with (SARIF schema,
+# The Python tools cli/tests/it/check.rs validates `kseal check` reports with (SARIF schema,
 # JUnit parser), from PyPI into a cached virtualenv; without them that test skips (or fails
 # under CI=true).
-log "report validators (jsonschema + SARIF 2.1.0 schema, junitparser): install (cached)"
+step "report validators (jsonschema + SARIF 2.1.0 schema, junitparser): install (cached)"
 env_lines=$(bash scripts/report-validators.sh)
 eval "$env_lines"
 export KSEAL_REPORT_PYTHON
 
-log "deploy manifests"
+step "deploy manifests"
 bash deploy/check.sh
 
 # --- container image (deploy/image/) ---------------------------------------------------------
@@ -115,7 +125,7 @@ if [[ "${KSEAL_SKIP_IMAGE:-}" == 1 ]]; then
   fi
   log "container image: skipped (KSEAL_SKIP_IMAGE=1)"
 else
-  log "container image: hadolint"
+  step "container image: hadolint"
   bash deploy/image/lint.sh
   if [[ $(id -u) != 0 ]]; then
     if [[ "${CI:-}" == true ]]; then
@@ -124,12 +134,12 @@ else
     fi
     log "container image: not built (needs root; KSEAL_SKIP_IMAGE=1 to silence)"
   else
-    log "container image: build (deploy/image/build.sh)"
+    step "container image: build (deploy/image/build.sh)"
     image_env=$(bash deploy/image/build.sh)
     eval "$image_env"
     export KSEAL_IMAGE_ROOTFS
     if [[ -n "$refapi_state" ]]; then
-      log "container image: run against the reference apiserver (deploy/image/check.sh)"
+      step "container image: run against the reference apiserver (deploy/image/check.sh)"
       bash deploy/image/check.sh
     else
       log "container image: not run (no reference apiserver)"
@@ -139,7 +149,7 @@ else
 fi
 # --- end of container image ------------------------------------------------------------------
 
-log "cargo test"
+step "cargo test"
 test_log=$(mktemp)
 # Tests that cannot run here (no emulator, no reference apiserver, no ssh-keygen: never under
 # CI=true, where they fail instead) record themselves here; libtest counts them as passed.
@@ -147,6 +157,7 @@ skip_log=$(mktemp)
 export KSEAL_SKIP_LOG=$skip_log
 status=0
 env "${sm_env[@]}" cargo test --workspace --all-features --locked 2>&1 | tee "$test_log" || status=$?
+timing_end "$status"
 unset KSEAL_SKIP_LOG
 # In-cluster identity and least privilege (tests/incluster/run.sh): the kseal-controller binary
 # that `cargo test` has just built runs as a Pod would (in-cluster configuration, a TokenRequest
@@ -155,9 +166,10 @@ unset KSEAL_SKIP_LOG
 # the job that broke without it comes before the totals. Fails under CI=true without the
 # reference apiserver; skipped after a failed `cargo test` (the binary may be stale).
 if [[ "$status" == 0 ]]; then
-  log "in-cluster identity and least-privilege RBAC (tests/incluster)"
+  step "in-cluster identity and least-privilege RBAC (tests/incluster)"
   KSEAL_CONTROLLER_BIN=target/debug/kseal-controller KSEAL_CLI_BIN=target/debug/kseal \
     bash tests/incluster/run.sh || status=$?
+  timing_end "$status"
 else
   log "in-cluster RBAC: not checked, cargo test failed (target/debug/kseal-controller may be stale)"
 fi
@@ -166,8 +178,9 @@ fi
 # with the binaries `cargo test` has just built. What cannot run here is marked in the Markdown
 # with the reason. Fails under CI=true without the emulator or the apiserver.
 if [[ "$status" == 0 ]]; then
-  log "the documents' commands, as written (scripts/runbook.sh)"
+  step "the documents' commands, as written (scripts/runbook.sh)"
   KSEAL_RUNBOOK_SM_ENDPOINT=${sm_endpoint:-} bash scripts/runbook.sh || status=$?
+  timing_end "$status"
 else
   log "the documents' commands: not run, cargo test failed (the binaries may be stale)"
 fi
@@ -176,7 +189,7 @@ fi
 # with its audit log on (the witness); the leader is frozen (SIGSTOP) past its lease with work
 # queued, and must write nothing after it wakes. About a minute.
 if [[ "$status" == 0 && -n "$refapi_state" ]]; then
-  log "frozen leader: no write after it wakes (controller/tests/scenarios/frozen-leader.sh)"
+  step "frozen leader: no write after it wakes (controller/tests/scenarios/frozen-leader.sh)"
   frozen_env=$(env -u KSEAL_REFAPI_STATE KSEAL_REFAPI_AUDIT=1 bash tests/refapi/start.sh)
   (
     eval "$frozen_env"
@@ -184,11 +197,14 @@ if [[ "$status" == 0 && -n "$refapi_state" ]]; then
     export KSEAL_REFAPI_KUBECONFIG KSEAL_REFAPI_KUBECTL KSEAL_REFAPI_STATE
     timeout 300 bash controller/tests/scenarios/frozen-leader.sh
   ) || status=$?
+  timing_end "$status"
 elif [[ "$status" != 0 ]]; then
   log "frozen leader: not run, an earlier step failed"
 fi
 # Stop the reference apiserver and the emulator now, so the totals are the last lines printed.
+step "stop the reference apiserver and the emulator"
 cleanup
+timing_end
 refapi_state=""
 moto_state=""
 # The IAM policies of deploy/iam run against the kseal binary that `cargo test` has just built
@@ -198,9 +214,10 @@ moto_state=""
 # comes before the totals; a failed expectation fails the run.
 if [[ "${KSEAL_SKIP_MOTO:-}" != 1 ]]; then
   if [[ "$status" == 0 ]]; then
-    log "IAM policies against kseal on moto with IAM enforcement (action level)"
+    step "IAM policies against kseal on moto with IAM enforcement (action level)"
     iam_status=0
     bash tests/moto/iam_policies.sh || iam_status=$?
+    timing_end "$iam_status"
     if [[ "$iam_status" != 0 ]]; then
       status=$iam_status
     fi
@@ -215,13 +232,15 @@ fi
 if [[ "${KSEAL_SKIP_TEMPLATE_DIFF:-}" == 1 ]]; then
   log "template-diff: skipped (KSEAL_SKIP_TEMPLATE_DIFF=1)"
 else
-  log "template engine against Go text/template + Sprig (api/tools/template-diff)"
+  step "template engine against Go text/template + Sprig (api/tools/template-diff)"
   diff_status=0
   bash api/tools/template-diff/run.sh || diff_status=$?
+  timing_end "$diff_status"
   if [[ "$diff_status" != 0 && "$status" == 0 ]]; then
     status=$diff_status
   fi
 fi
+timing_table scripts/test.sh
 # One closing line for the whole run (cargo prints one result line per test binary). Tests
 # that recorded a skip count as skipped, not passed (a test may skip more than one check).
 skipped_tests=$(cut -f1 "$skip_log" | sort -u | grep -c . || true)
