@@ -3,9 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{
+use crate::common::{
     Cluster, Running, create_ss, data_of, key, map, older_key, put_key, seal, secret, wait_synced,
 };
 use k8s_openapi::api::core::v1::Secret;

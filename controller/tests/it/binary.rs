@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use kseal_testkit::TestApiServer;
 use kseal_testkit::scenarios::eventually;
@@ -606,7 +604,7 @@ async fn a_verify_flood_from_one_client_starves_neither_unsealing_nor_other_clie
     let client = served.client().unwrap();
     let cluster = Cluster::new(client.clone()).await;
     // A second ring key: each item of the flood costs two RSA operations.
-    common::put_key(
+    crate::common::put_key(
         &client,
         &cluster.ctrl,
         "sealed-secrets-key2",

@@ -8,15 +8,13 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use kseal_testkit::TestApiServer;
 use kseal_testkit::scenarios::eventually;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

@@ -6,11 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
-use common::*;
+use crate::common::*;
 use k8s_openapi::api::core::v1::Secret;
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
 use kseal_controller::config::KeySourceConfig;
@@ -858,7 +856,7 @@ async fn forged_key_secret(
 
 /// Replaces the ring's index with `index` (as a hand-written or half-written index would be),
 /// signed by the ring's root as the seeder would sign it: what is tested is the index's
-/// content, not a forgery (`keystore/tests/trust.rs` has those).
+/// content, not a forgery (`keystore/tests/it/trust.rs` has those).
 async fn write_index(ring: &Ring, index: &Index) {
     let snapshot = ring.require_snapshot().await.unwrap();
     let mut index = index.clone();

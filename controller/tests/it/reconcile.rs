@@ -4,11 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::*;
+use crate::common::*;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kseal_api::SealedSecret;
@@ -49,7 +47,7 @@ fn template_annotations(ss: SealedSecret, pairs: &[(&str, &str)]) -> SealedSecre
 
 /// The controller-level subset that also runs against a real kube-apiserver: create,
 /// update, owned delete → re-create, unmanaged refusal, garbage collection.
-pub async fn core_scenario(client: Client) {
+pub(crate) async fn core_scenario(client: Client) {
     let cluster = Cluster::new(client.clone()).await;
     let ns = cluster.app.clone();
     let running = Running::start(&client, cluster.config()).await;

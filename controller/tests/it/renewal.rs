@@ -7,12 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
-use common::*;
+use crate::common::*;
 use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};

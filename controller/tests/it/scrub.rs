@@ -6,9 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use k8s_openapi::api::core::v1::Secret;
 use kseal_controller::reconcile::reason;
 use kseal_testkit::TestApiServer;

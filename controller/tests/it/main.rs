@@ -1,0 +1,21 @@
+//! The controller's integration tests, one binary (each file was a binary of its own: every
+//! one linked kube, the test kit and the AWS SDK again). `value_budget.rs` stays a binary of
+//! its own: the budget it tests is process-wide.
+//!
+//! Each module runs against kseal's in-process test API server and, where it says so, the
+//! reference kube-apiserver (`KSEAL_REFAPI_KUBECONFIG`) and the Secrets Manager emulator.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod affinity;
+mod binary;
+#[cfg(target_os = "linux")]
+mod connections;
+mod flow;
+mod http;
+mod key_source;
+mod leader;
+mod reconcile;
+mod renewal;
+mod scrub;
