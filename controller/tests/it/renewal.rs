@@ -9,8 +9,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use axum::body::Body;
 use crate::common::*;
+use axum::body::Body;
 use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
