@@ -126,8 +126,14 @@ fn render_templates(sealed: &SealedSecret, opened: &Opened) -> Result<usize> {
         .iter()
         .map(|(k, v)| (k.clone(), k8s_openapi::ByteString(v.expose().to_vec())))
         .collect();
-    kseal_api::render_template_data(templates, &items)?;
-    Ok(templates.len())
+    match kseal_api::render_template_data(templates, &items) {
+        // Which template failed, where and how can depend on the values; this output may be
+        // read by whoever wrote the template (a pull request's CI log), as the controller's
+        // status is: it says only that a template failed.
+        Err(e) if e.depends_on_values() => bail!("{}", kseal_api::TEMPLATE_FAILED),
+        Err(e) => Err(e.into()),
+        Ok(_) => Ok(templates.len()),
+    }
 }
 
 fn quoted(items: &[String]) -> String {

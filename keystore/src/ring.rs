@@ -250,12 +250,29 @@ impl Ring {
         // Key secrets are immutable: `push` creates each with the kid as its
         // ClientRequestToken, so on Secrets Manager its first version's VersionId is the kid.
         // Reading that version, not AWSCURRENT, means a later PutSecretValue on a key secret
-        // changes nothing a reader sees. A key secret created otherwise (by hand, by another
-        // tool) has no such version: its current one is read, checked against the kid below.
-        let first = Version(kid.as_str().to_owned());
-        let read = match self.store.read(&name, Some(&first)).await? {
-            Some(read) => Some(read),
-            None => self.store.read(&name, None).await?,
+        // changes nothing a reader sees. A directory has no versions: its files are checked
+        // against the kid below.
+        let read = match &self.store {
+            Store::SecretsManager(_) => {
+                let first = Version(kid.as_str().to_owned());
+                match self.store.read(&name, Some(&first)).await? {
+                    Some(read) => Some(read),
+                    // No first version under the kid: gone (scheduled for deletion), or a
+                    // secret kseal did not create. Its current version is never read instead:
+                    // anyone with PutSecretValue on it chose that one.
+                    None if self.store.current_version(&name).await?.is_some() => {
+                        return Err(Error::BadKey {
+                            what: name,
+                            reason: "it has no version under its kid (kseal creates each key \
+                                     secret with its kid as the first VersionId): it was \
+                                     recreated or not written by kseal"
+                                .into(),
+                        });
+                    }
+                    None => None,
+                }
+            }
+            Store::Directory(_) => self.store.read(&name, None).await?,
         };
         let Some((text, _)) = read else {
             return Err(Error::NotFound {
@@ -463,6 +480,15 @@ impl Ring {
                     return Ok((false, None));
                 }
                 index.keys.retain(|e| !drop.contains(&e.kid));
+                // `added` starts a key's activation delay, and whoever wrote the unsigned index
+                // chose it: a key not active yet counts its delay from the migration.
+                let now = jiff::Timestamp::now();
+                let active = index.active.clone();
+                for entry in &mut index.keys {
+                    if active.as_ref() != Some(&entry.kid) {
+                        entry.added = now;
+                    }
+                }
                 Ok((true, Some(())))
             })
             .await?;

@@ -126,9 +126,15 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
 pub(crate) fn sign(args: SignArgs) -> Result<()> {
     let location = Location::parse(&args.ring.ring)?;
     block_on(async {
+        // A pin means the ring was signed once (or is meant to be): under one, an unsigned
+        // index is a replacement and is refused, never signed (see Trust's verify).
+        let trust = match crate::project::pin_for(&location, args.ring.ring_anchor.as_deref())? {
+            Some(pin) => Trust::anchored(pin.anchor).min_version(pin.version),
+            None => Trust::legacy(),
+        };
         let ring = open_with(&args.ring, None, &location)
             .await?
-            .with_trust(Trust::legacy());
+            .with_trust(trust);
         let snapshot = read_index(&ring).await?;
         if let Verified::Signed { anchor, .. } = &snapshot.verified {
             eprintln!(

@@ -769,6 +769,39 @@ fn every_command_takes_files_with_repeatable_f_or_as_arguments() {
     );
 }
 
+/// Issue 35 (the template oracle, attack review): `kseal validate --key` renders templates
+/// against the plaintext, and its output may land where the template's author reads it (a pull
+/// request's CI log): a template that fails while rendering shows only that it failed.
+#[test]
+fn validate_shows_nothing_a_failing_template_computed_from_the_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = fixtures().join("keys/tls.crt");
+    let key = fixtures().join("keys/tls.key");
+    let secret = "kind: Secret\nmetadata:\n  name: one\n  namespace: prod\nstringData:\n  password: Hunter2\n";
+    let sealed = kseal(
+        &["seal", "--cert", cert.to_str().unwrap(), "-o", "json"],
+        Some(secret),
+        dir.path(),
+    );
+    assert_eq!(sealed.code, 0, "{}", sealed.stderr);
+    let mut object: serde_json::Value = serde_json::from_str(&sealed.stdout).unwrap();
+    object["spec"]["template"]["data"] = serde_json::json!({
+        "out": r#"{{ if hasPrefix "H" .password }}{{ fail "starts with H" }}{{ end }}"#,
+    });
+    std::fs::write(dir.path().join("one.json"), object.to_string()).unwrap();
+    let run = kseal(
+        &["validate", "--key", key.to_str().unwrap(), "one.json"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(all.contains("failed while rendering"), "{all}");
+    for leak in ["starts with H", "Hunter2", "line 1", "column"] {
+        assert!(!all.contains(leak), "{leak:?} in {all}");
+    }
+}
+
 #[test]
 fn counts_in_messages_agree_with_their_number() {
     let dir = tempfile::tempdir().unwrap();

@@ -1242,6 +1242,47 @@ fn resign_dir_index(ring: &Path) {
 /// An older, unsigned ring: it still lists and its keys still open, but nothing is written on
 /// it or sealed to it until the seeder signs it (`kseal keys sign`); then `kseal keys trust`
 /// pins it, and a ring replaced by a history rooted at another key is refused.
+/// Issue 35 (attack review): `kseal keys sign` honours the pin. Once the ring is pinned, an
+/// index stripped of its signature (written by whoever can write only the index) is refused,
+/// never signed into a new history under the same anchor.
+#[test]
+fn a_pinned_keys_sign_refuses_a_stripped_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new();
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
+    assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
+    let trust = keys(&["trust"]);
+    assert_eq!(trust.code, 0, "{}", trust.stderr);
+    let path = d.join("ring/index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let object = index.as_object_mut().unwrap();
+    for field in ["version", "roots", "signature", "retired"] {
+        object.remove(field);
+    }
+    object.insert("schema".into(), 1.into());
+    let stripped = format!("{index:#}\n");
+    std::fs::write(&path, &stripped).unwrap();
+    for args in [&["sign", "--yes"][..], &["push", "--key-size", "2048"][..]] {
+        let out = keys(args);
+        assert_eq!(out.code, 1, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("do not sign it"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), stripped);
+}
+
 #[test]
 fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -629,3 +629,63 @@ async fn a_value_put_on_a_key_secret_later_changes_nothing() {
         assert_eq!(kid(&read), kid(&a));
     }
 }
+
+/// Issue 35 (attack review): the migration of an unsigned index does not take the `added` its
+/// writer chose: a key not active yet waits its activation delay from the migration, so a
+/// back-dated `added` cannot skip it.
+#[tokio::test]
+async fn a_migrated_index_does_not_skip_the_activation_delay() {
+    for (ring, _dir) in rings("backdate").await {
+        let a = pair();
+        let c = pair();
+        ring.push(&a).await.unwrap();
+        ring.push(&c).await.unwrap();
+        let pinned = ring.clone_with(Trust::anchored(kid(&a)));
+        let mut forged = raw_index(&ring).await;
+        forged.schema = UNSIGNED_INDEX_SCHEMA;
+        forged.signature = None;
+        forged.roots.clear();
+        forged.version = 0;
+        for e in &mut forged.keys {
+            e.added = jiff::Timestamp::UNIX_EPOCH;
+        }
+        overwrite_index(&ring, &forged.to_json()).await;
+        ring.clone_with(Trust::legacy()).sign().await.unwrap();
+        let out = pinned
+            .activate(kid(&c).as_str(), kseal_keystore::DEFAULT_ACTIVATION_DELAY)
+            .await
+            .unwrap();
+        assert!(
+            matches!(out, kseal_keystore::ActivateOutcome::TooYoung { .. }),
+            "the activation delay was skipped: {out:?}"
+        );
+    }
+}
+
+/// Issue 35 (attack review): on Secrets Manager a key secret with no version under its kid
+/// (recreated, or written by something else) is refused, never read at its current version,
+/// which whoever holds PutSecretValue on it chose.
+#[tokio::test]
+async fn a_key_secret_without_its_first_version_is_refused() {
+    for (ring, _dir) in rings("key-recreated").await {
+        if matches!(ring.store(), kseal_keystore::Store::Directory(_)) {
+            continue;
+        }
+        let a = pair();
+        ring.store()
+            .create_immutable(
+                &ring.key_name(&kid(&a)),
+                &kseal_keystore::KeyEntry::from_pair(&a).unwrap().to_json(),
+                "a-client-request-token-that-is-not-the-kid-0001",
+                &[],
+                &|_| true,
+            )
+            .await
+            .unwrap();
+        let err = ring.read_key(&kid(&a)).await.unwrap_err();
+        assert!(
+            err.to_string().contains("no version under its kid"),
+            "{err}"
+        );
+    }
+}
