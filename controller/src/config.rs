@@ -2,7 +2,7 @@
 //!
 //! Flag names follow Bitnami's controller where the meaning is the same, so existing
 //! manifests and Helm values translate directly. Every flag can also be set from a `KSEAL_*`
-//! environment variable ([`crate::env`]); a flag on the command line wins.
+//! environment variable (`crate::env`); a flag on the command line wins.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -1,98 +1,98 @@
 //! Every environment variable `kseal-controller` reads, declared once.
 
 /// Namespace the controller runs in (set by the Downward API); holds the key Secrets.
-pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
+pub(crate) const POD_NAMESPACE: &str = "POD_NAMESPACE";
 /// Name of this pod (Downward API); the leader-election identity.
-pub const POD_NAME: &str = "POD_NAME";
+pub(crate) const POD_NAME: &str = "POD_NAME";
 /// Host name; with a random suffix, the leader-election identity when `POD_NAME` is unset.
-pub const HOSTNAME: &str = "HOSTNAME";
+pub(crate) const HOSTNAME: &str = "HOSTNAME";
 
 /// `--key-prefix`.
-pub const KSEAL_KEY_PREFIX: &str = "KSEAL_KEY_PREFIX";
+pub(crate) const KSEAL_KEY_PREFIX: &str = "KSEAL_KEY_PREFIX";
 /// `--key-size`.
-pub const KSEAL_KEY_SIZE: &str = "KSEAL_KEY_SIZE";
+pub(crate) const KSEAL_KEY_SIZE: &str = "KSEAL_KEY_SIZE";
 /// `--key-ttl`.
-pub const KSEAL_KEY_TTL: &str = "KSEAL_KEY_TTL";
+pub(crate) const KSEAL_KEY_TTL: &str = "KSEAL_KEY_TTL";
 /// `--my-cn`.
-pub const KSEAL_MY_CN: &str = "KSEAL_MY_CN";
+pub(crate) const KSEAL_MY_CN: &str = "KSEAL_MY_CN";
 /// `--privatekey-labels`.
-pub const KSEAL_PRIVATEKEY_LABELS: &str = "KSEAL_PRIVATEKEY_LABELS";
+pub(crate) const KSEAL_PRIVATEKEY_LABELS: &str = "KSEAL_PRIVATEKEY_LABELS";
 /// `--privatekey-annotations`.
-pub const KSEAL_PRIVATEKEY_ANNOTATIONS: &str = "KSEAL_PRIVATEKEY_ANNOTATIONS";
+pub(crate) const KSEAL_PRIVATEKEY_ANNOTATIONS: &str = "KSEAL_PRIVATEKEY_ANNOTATIONS";
 /// `--key-order-priority`.
-pub const KSEAL_KEY_ORDER_PRIORITY: &str = "KSEAL_KEY_ORDER_PRIORITY";
+pub(crate) const KSEAL_KEY_ORDER_PRIORITY: &str = "KSEAL_KEY_ORDER_PRIORITY";
 /// `--generate-key-if-missing`.
-pub const KSEAL_GENERATE_KEY_IF_MISSING: &str = "KSEAL_GENERATE_KEY_IF_MISSING";
+pub(crate) const KSEAL_GENERATE_KEY_IF_MISSING: &str = "KSEAL_GENERATE_KEY_IF_MISSING";
 /// `--key-source`.
-pub const KSEAL_KEY_SOURCE: &str = "KSEAL_KEY_SOURCE";
+pub(crate) const KSEAL_KEY_SOURCE: &str = "KSEAL_KEY_SOURCE";
 /// `--key-source-interval`.
-pub const KSEAL_KEY_SOURCE_INTERVAL: &str = "KSEAL_KEY_SOURCE_INTERVAL";
+pub(crate) const KSEAL_KEY_SOURCE_INTERVAL: &str = "KSEAL_KEY_SOURCE_INTERVAL";
 /// `--key-source-retire-grace`.
-pub const KSEAL_KEY_SOURCE_RETIRE_GRACE: &str = "KSEAL_KEY_SOURCE_RETIRE_GRACE";
+pub(crate) const KSEAL_KEY_SOURCE_RETIRE_GRACE: &str = "KSEAL_KEY_SOURCE_RETIRE_GRACE";
 /// `--key-source-refresh-spacing`.
-pub const KSEAL_KEY_SOURCE_REFRESH_SPACING: &str = "KSEAL_KEY_SOURCE_REFRESH_SPACING";
+pub(crate) const KSEAL_KEY_SOURCE_REFRESH_SPACING: &str = "KSEAL_KEY_SOURCE_REFRESH_SPACING";
 /// `--ring-anchor`.
-pub const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
+pub(crate) const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
 /// `--aws-region`.
-pub const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
+pub(crate) const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
 /// `--aws-endpoint-url`.
-pub const KSEAL_AWS_ENDPOINT_URL: &str = "KSEAL_AWS_ENDPOINT_URL";
+pub(crate) const KSEAL_AWS_ENDPOINT_URL: &str = "KSEAL_AWS_ENDPOINT_URL";
 /// `--aws-assume-role`.
-pub const KSEAL_AWS_ASSUME_ROLE: &str = "KSEAL_AWS_ASSUME_ROLE";
+pub(crate) const KSEAL_AWS_ASSUME_ROLE: &str = "KSEAL_AWS_ASSUME_ROLE";
 /// `--key-renew-period` (alias `--rotate-period`).
-pub const KSEAL_KEY_RENEW_PERIOD: &str = "KSEAL_KEY_RENEW_PERIOD";
+pub(crate) const KSEAL_KEY_RENEW_PERIOD: &str = "KSEAL_KEY_RENEW_PERIOD";
 /// `--key-cutoff-time`.
-pub const KSEAL_KEY_CUTOFF_TIME: &str = "KSEAL_KEY_CUTOFF_TIME";
+pub(crate) const KSEAL_KEY_CUTOFF_TIME: &str = "KSEAL_KEY_CUTOFF_TIME";
 /// Bitnami's name for `--key-cutoff-time`, read when neither the flag nor
 /// [`KSEAL_KEY_CUTOFF_TIME`] is set.
-pub const SEALED_SECRETS_KEY_CUTOFF_TIME: &str = "SEALED_SECRETS_KEY_CUTOFF_TIME";
+pub(crate) const SEALED_SECRETS_KEY_CUTOFF_TIME: &str = "SEALED_SECRETS_KEY_CUTOFF_TIME";
 /// `--accept-deprecated-v1-data`.
-pub const KSEAL_ACCEPT_DEPRECATED_V1_DATA: &str = "KSEAL_ACCEPT_DEPRECATED_V1_DATA";
+pub(crate) const KSEAL_ACCEPT_DEPRECATED_V1_DATA: &str = "KSEAL_ACCEPT_DEPRECATED_V1_DATA";
 /// `--all-namespaces`.
-pub const KSEAL_ALL_NAMESPACES: &str = "KSEAL_ALL_NAMESPACES";
+pub(crate) const KSEAL_ALL_NAMESPACES: &str = "KSEAL_ALL_NAMESPACES";
 /// `--additional-namespaces`.
-pub const KSEAL_ADDITIONAL_NAMESPACES: &str = "KSEAL_ADDITIONAL_NAMESPACES";
+pub(crate) const KSEAL_ADDITIONAL_NAMESPACES: &str = "KSEAL_ADDITIONAL_NAMESPACES";
 /// `--label-selector`.
-pub const KSEAL_LABEL_SELECTOR: &str = "KSEAL_LABEL_SELECTOR";
+pub(crate) const KSEAL_LABEL_SELECTOR: &str = "KSEAL_LABEL_SELECTOR";
 /// `--update-status`.
-pub const KSEAL_UPDATE_STATUS: &str = "KSEAL_UPDATE_STATUS";
+pub(crate) const KSEAL_UPDATE_STATUS: &str = "KSEAL_UPDATE_STATUS";
 /// `--skip-recreate`.
-pub const KSEAL_SKIP_RECREATE: &str = "KSEAL_SKIP_RECREATE";
+pub(crate) const KSEAL_SKIP_RECREATE: &str = "KSEAL_SKIP_RECREATE";
 /// `--drift-correction`.
-pub const KSEAL_DRIFT_CORRECTION: &str = "KSEAL_DRIFT_CORRECTION";
+pub(crate) const KSEAL_DRIFT_CORRECTION: &str = "KSEAL_DRIFT_CORRECTION";
 /// `--resync-period`.
-pub const KSEAL_RESYNC_PERIOD: &str = "KSEAL_RESYNC_PERIOD";
+pub(crate) const KSEAL_RESYNC_PERIOD: &str = "KSEAL_RESYNC_PERIOD";
 /// `--concurrency`.
-pub const KSEAL_CONCURRENCY: &str = "KSEAL_CONCURRENCY";
+pub(crate) const KSEAL_CONCURRENCY: &str = "KSEAL_CONCURRENCY";
 /// `--async-threads`.
-pub const KSEAL_ASYNC_THREADS: &str = "KSEAL_ASYNC_THREADS";
+pub(crate) const KSEAL_ASYNC_THREADS: &str = "KSEAL_ASYNC_THREADS";
 /// `--pending-values-mib`.
-pub const KSEAL_PENDING_VALUES_MIB: &str = "KSEAL_PENDING_VALUES_MIB";
+pub(crate) const KSEAL_PENDING_VALUES_MIB: &str = "KSEAL_PENDING_VALUES_MIB";
 /// `--rate-limit`.
-pub const KSEAL_RATE_LIMIT: &str = "KSEAL_RATE_LIMIT";
+pub(crate) const KSEAL_RATE_LIMIT: &str = "KSEAL_RATE_LIMIT";
 /// `--rate-limit-burst`.
-pub const KSEAL_RATE_LIMIT_BURST: &str = "KSEAL_RATE_LIMIT_BURST";
+pub(crate) const KSEAL_RATE_LIMIT_BURST: &str = "KSEAL_RATE_LIMIT_BURST";
 /// `--max-request-items`.
-pub const KSEAL_MAX_REQUEST_ITEMS: &str = "KSEAL_MAX_REQUEST_ITEMS";
+pub(crate) const KSEAL_MAX_REQUEST_ITEMS: &str = "KSEAL_MAX_REQUEST_ITEMS";
 /// `--trusted-proxies`.
-pub const KSEAL_TRUSTED_PROXIES: &str = "KSEAL_TRUSTED_PROXIES";
+pub(crate) const KSEAL_TRUSTED_PROXIES: &str = "KSEAL_TRUSTED_PROXIES";
 /// `--max-connections`.
-pub const KSEAL_MAX_CONNECTIONS: &str = "KSEAL_MAX_CONNECTIONS";
+pub(crate) const KSEAL_MAX_CONNECTIONS: &str = "KSEAL_MAX_CONNECTIONS";
 /// `--max-connections-per-client`.
-pub const KSEAL_MAX_CONNECTIONS_PER_CLIENT: &str = "KSEAL_MAX_CONNECTIONS_PER_CLIENT";
+pub(crate) const KSEAL_MAX_CONNECTIONS_PER_CLIENT: &str = "KSEAL_MAX_CONNECTIONS_PER_CLIENT";
 /// `--metrics-max-connections`.
-pub const KSEAL_METRICS_MAX_CONNECTIONS: &str = "KSEAL_METRICS_MAX_CONNECTIONS";
+pub(crate) const KSEAL_METRICS_MAX_CONNECTIONS: &str = "KSEAL_METRICS_MAX_CONNECTIONS";
 /// `--header-read-timeout`.
-pub const KSEAL_HEADER_READ_TIMEOUT: &str = "KSEAL_HEADER_READ_TIMEOUT";
+pub(crate) const KSEAL_HEADER_READ_TIMEOUT: &str = "KSEAL_HEADER_READ_TIMEOUT";
 /// `--listen-addr`.
-pub const KSEAL_LISTEN_ADDR: &str = "KSEAL_LISTEN_ADDR";
+pub(crate) const KSEAL_LISTEN_ADDR: &str = "KSEAL_LISTEN_ADDR";
 /// `--listen-metrics-addr`.
-pub const KSEAL_LISTEN_METRICS_ADDR: &str = "KSEAL_LISTEN_METRICS_ADDR";
+pub(crate) const KSEAL_LISTEN_METRICS_ADDR: &str = "KSEAL_LISTEN_METRICS_ADDR";
 /// `--leader-elect`.
-pub const KSEAL_LEADER_ELECT: &str = "KSEAL_LEADER_ELECT";
+pub(crate) const KSEAL_LEADER_ELECT: &str = "KSEAL_LEADER_ELECT";
 /// `--leader-election-lease`.
-pub const KSEAL_LEADER_ELECTION_LEASE: &str = "KSEAL_LEADER_ELECTION_LEASE";
+pub(crate) const KSEAL_LEADER_ELECTION_LEASE: &str = "KSEAL_LEADER_ELECTION_LEASE";
 /// `--log-format`.
-pub const KSEAL_LOG_FORMAT: &str = "KSEAL_LOG_FORMAT";
+pub(crate) const KSEAL_LOG_FORMAT: &str = "KSEAL_LOG_FORMAT";
 /// `--log-level` (a `RUST_LOG`-style filter).
-pub const KSEAL_LOG_LEVEL: &str = "KSEAL_LOG_LEVEL";
+pub(crate) const KSEAL_LOG_LEVEL: &str = "KSEAL_LOG_LEVEL";

@@ -114,7 +114,7 @@ impl Error {
 /// API errors show the server's message and reason. A template that failed while rendering
 /// shows only that it failed ([`kseal_api::TEMPLATE_FAILED`]): its text could depend on the
 /// values. Whatever the API server or a parser quoted
-/// from object data (a Secret's value) is removed ([`scrub::scrub`]): the text is safe for
+/// from object data (a Secret's value) is removed (`scrub::scrub`): the text is safe for
 /// SealedSecret status, Events, logs and HTTP answers.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = String::new();

@@ -10,26 +10,31 @@
 //!   its connections, per-client rate limit and the RSA slots it shares with the reconciler;
 //! - [`cluster`]: leader election, the fence every write goes through, API server health;
 //! - shared by all: [`config`] (flags → [`Config`]), [`state`] (what the tasks share),
-//!   [`metrics`], [`formats`] (the annotations written Secrets carry, byte by byte), [`scrub`] (error text safe to show), [`net`] (client addresses and trusted
-//!   proxies), [`host`] (what the machine allows), [`mod@env`], [`timing`], [`signals`] and
-//!   [`error`].
+//!   [`metrics`], [`formats`] (the annotations written Secrets carry, byte by byte), `scrub` (error text safe to show), [`net`] (client addresses and trusted
+//!   proxies), [`host`] (what the machine allows), `env`, `timing`, `signals` and
+//!   `error`.
 
+#[doc(hidden)]
 pub mod cache;
 pub mod cluster;
 pub mod config;
-pub mod env;
-pub mod error;
+pub(crate) mod env;
+mod error;
+#[doc(hidden)]
 pub mod formats;
 pub mod host;
 pub mod keys;
+#[doc(hidden)]
 pub mod metrics;
+#[doc(hidden)]
 pub mod net;
+#[doc(hidden)]
 pub mod reconcile;
-pub mod scrub;
+pub(crate) mod scrub;
 pub mod serve;
-pub mod signals;
+pub(crate) mod signals;
 pub mod state;
-pub mod timing;
+pub(crate) mod timing;
 
 pub use config::Config;
 pub use error::{Error, Result, error_chain};

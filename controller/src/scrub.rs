@@ -69,7 +69,7 @@ const SAFE_VALUES: &[&str] = &["\"<secret contents redacted>\"", "\"<value omitt
 const GONE: &str = "…";
 
 /// `text` with every value quoted from object data replaced by `…` (see the module docs).
-pub fn scrub(text: &str) -> String {
+pub(crate) fn scrub(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
     'outer: while i < text.len() {

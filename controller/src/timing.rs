@@ -5,7 +5,7 @@ use std::hash::{BuildHasher as _, Hasher as _};
 use std::time::Duration;
 
 /// `d` scaled by a uniform random factor in `[1 - fraction, 1 + fraction)`, never negative.
-pub fn jitter(d: Duration, fraction: f64) -> Duration {
+pub(crate) fn jitter(d: Duration, fraction: f64) -> Duration {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(d.as_nanos() as u64);
     // A uniform value in [-1, 1) from a randomly keyed hash.
@@ -14,11 +14,11 @@ pub fn jitter(d: Duration, fraction: f64) -> Duration {
 }
 
 /// Shortest wait before a failed watch is retried.
-pub const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
+pub(crate) const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 /// Longest wait before a failed watch is retried: once the API server is back, every watch
 /// re-lists within this (kube-runtime's default waits up to 30 s, and an outage of a minute
 /// left the reconciler blind for about 35 s after it ended).
-pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
+pub(crate) const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// The retry delays of the controller's watches: from [`WATCH_RETRY_MIN`] doubling to
 /// [`WATCH_RETRY_MAX`], ±20 % jitter, back to the minimum after any successful event, and
@@ -26,7 +26,7 @@ pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 /// watch whose first answer after an outage is an error, e.g. `410 Gone`, re-lists at once
 /// rather than after the delay the outage built up).
 #[derive(Debug, Clone)]
-pub struct WatchBackoff {
+pub(crate) struct WatchBackoff {
     next: Duration,
     recoveries: Option<tokio::sync::watch::Receiver<u64>>,
 }
@@ -42,7 +42,7 @@ impl Default for WatchBackoff {
 
 impl WatchBackoff {
     /// Starts over at the minimum delay whenever `recoveries` changes.
-    pub fn resetting_on(mut recoveries: tokio::sync::watch::Receiver<u64>) -> Self {
+    pub(crate) fn resetting_on(mut recoveries: tokio::sync::watch::Receiver<u64>) -> Self {
         recoveries.mark_unchanged();
         Self {
             recoveries: Some(recoveries),

@@ -36,7 +36,7 @@ pub(crate) const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-app
 
 /// What the data-MAC annotation says of the data, decided when the Secret arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MacVerdict {
+pub(crate) enum MacVerdict {
     /// The MAC verified over every data item, with the MAC key of this ring key.
     Verified(KeyId),
     /// No annotation, or it did not verify, or its key was not in the ring then: the
@@ -49,7 +49,7 @@ pub enum MacVerdict {
 /// without building ([`crate::cache::wire`]). Otherwise read as `Secret`'s own parser reads it: every
 /// field may be absent, and an `apiVersion` or `kind` that is there must be `v1` `Secret`.
 #[derive(Clone)]
-pub struct WatchedSecret(pub Secret);
+pub(crate) struct WatchedSecret(pub Secret);
 
 /// Never the data.
 impl std::fmt::Debug for WatchedSecret {
@@ -151,7 +151,7 @@ impl<'de> serde::Deserialize<'de> for WatchedSecret {
 /// strings, not a copy per Secret: about 200 bytes less per Secret, 21 MiB of peak RSS at
 /// 100,000 objects (`cargo bench --bench scale`).
 #[derive(Debug)]
-pub struct CachedSecret {
+pub(crate) struct CachedSecret {
     name: Arc<str>,
     namespace: Arc<str>,
     labels: Box<[(Text, Text)]>,
@@ -210,7 +210,7 @@ fn expand(pairs: &[(Text, Text)]) -> Option<BTreeMap<String, String>> {
 impl CachedSecret {
     /// The cached form of a Secret the watch delivered, with `mac` its data-MAC verdict;
     /// the data is wiped.
-    pub fn new(secret: Secret, mac: MacVerdict) -> Self {
+    pub(crate) fn new(secret: Secret, mac: MacVerdict) -> Self {
         let secret = strip(secret);
         let meta = secret.metadata;
         let controller_uid = meta
@@ -233,7 +233,7 @@ impl CachedSecret {
     /// The Secret as the in-sync check reads it: name, namespace, labels, annotations, the
     /// controlling owner's UID and the type; no data, no resourceVersion (a write always
     /// reads the Secret first).
-    pub fn to_secret(&self) -> Secret {
+    pub(crate) fn to_secret(&self) -> Secret {
         let owner = self.controller_uid.as_ref().map(|uid| {
             vec![OwnerReference {
                 controller: Some(true),
@@ -262,7 +262,7 @@ impl CachedSecret {
 
 /// What the cache says of a Secret.
 #[derive(Debug)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// The namespace's watch has listed and holds no such Secret.
     Absent,
     /// The Secret as last seen.
@@ -279,7 +279,7 @@ type Key = (Arc<str>, Arc<str>);
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(30);
 
 /// Secrets by (namespace, name), from the Secret watches of every watched scope.
-pub struct SecretCache {
+pub(crate) struct SecretCache {
     entries: Mutex<HashMap<Key, Arc<CachedSecret>>>,
     /// Scopes (`None`: every namespace) whose watch completed a list at least once.
     listed: Mutex<HashSet<Option<String>>>,
@@ -319,7 +319,7 @@ fn key_of(secret: &Secret) -> Option<Key> {
 }
 
 /// Removes what the reconciler never reads, wiping the data as it goes.
-pub fn strip(mut secret: Secret) -> Secret {
+pub(crate) fn strip(mut secret: Secret) -> Secret {
     if let Some(data) = secret.data.as_mut() {
         for value in data.values_mut() {
             value.0.zeroize();
@@ -344,7 +344,7 @@ pub fn strip(mut secret: Secret) -> Secret {
 
 impl SecretCache {
     /// What the cache says of `namespace/name`.
-    pub fn lookup(&self, namespace: &str, name: &str) -> Lookup {
+    pub(crate) fn lookup(&self, namespace: &str, name: &str) -> Lookup {
         if !self.is_listed(namespace) {
             return Lookup::NotListed;
         }
@@ -356,7 +356,7 @@ impl SecretCache {
 
     /// Waits until `namespace` has been listed, for at most 30 s after start
     /// (a restart then confirms every Secret from the list, not with a GET each).
-    pub async fn wait_listed(&self, namespace: &str) {
+    pub(crate) async fn wait_listed(&self, namespace: &str) {
         if self.is_listed(namespace) {
             return;
         }
@@ -373,7 +373,7 @@ impl SecretCache {
     }
 
     /// Stores a Secret seen by the watch of `scope`.
-    pub fn apply(&self, scope: &Option<String>, mut cached: CachedSecret) {
+    pub(crate) fn apply(&self, scope: &Option<String>, mut cached: CachedSecret) {
         if cached.name.is_empty() || cached.namespace.is_empty() {
             return;
         }
@@ -394,19 +394,19 @@ impl SecretCache {
     }
 
     /// Forgets a deleted Secret.
-    pub fn delete(&self, secret: &Secret) {
+    pub(crate) fn delete(&self, secret: &Secret) {
         if let Some(key) = key_of(secret) {
             lock(&self.entries).remove(&key);
         }
     }
 
     /// A (re-)list of `scope` begins.
-    pub fn list_started(&self, scope: &Option<String>) {
+    pub(crate) fn list_started(&self, scope: &Option<String>) {
         lock(&self.relisting).insert(scope.clone(), HashSet::new());
     }
 
     /// The (re-)list of `scope` is complete: Secrets of the scope it did not list are gone.
-    pub fn list_done(&self, scope: &Option<String>) {
+    pub(crate) fn list_done(&self, scope: &Option<String>) {
         let Some(seen) = lock(&self.relisting).remove(scope) else {
             return;
         };
@@ -421,12 +421,14 @@ impl SecretCache {
     }
 
     /// Secrets held (for tests and metrics).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         lock(&self.entries).len()
     }
 
     /// Whether no Secret is held.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

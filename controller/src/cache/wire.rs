@@ -16,7 +16,7 @@ use serde::Deserialize;
 /// [module docs](self)). As in `ObjectMeta`, every field may be absent or `null`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct WireMeta {
+pub(crate) struct WireMeta {
     #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -47,7 +47,7 @@ pub struct WireMeta {
 
 impl WireMeta {
     /// The `ObjectMeta`, with no managed fields and no creation time.
-    pub fn into_meta(self) -> ObjectMeta {
+    pub(crate) fn into_meta(self) -> ObjectMeta {
         ObjectMeta {
             annotations: self.annotations,
             creation_timestamp: None,

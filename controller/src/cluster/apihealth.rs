@@ -19,12 +19,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// How long a burst of the same error stays one log line.
-pub const BURST_WINDOW: Duration = Duration::from_secs(30);
+pub(crate) const BURST_WINDOW: Duration = Duration::from_secs(30);
 
 /// A kind of error logged at most once per [`BURST_WINDOW`], with the count of the ones in
 /// between.
 #[derive(Debug, Default)]
-pub struct Burst {
+pub(crate) struct Burst {
     /// When the last line was logged, and how many were suppressed since.
     last: Mutex<Option<(Instant, u64)>>,
 }
@@ -32,7 +32,7 @@ pub struct Burst {
 impl Burst {
     /// Records one occurrence; `Some(n)` when a line is due now (`n` occurrences were not
     /// logged since the last line), `None` to stay quiet.
-    pub fn hit(&self) -> Option<u64> {
+    pub(crate) fn hit(&self) -> Option<u64> {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         match &mut *last {
@@ -54,7 +54,7 @@ impl Burst {
     }
 
     /// Ends the burst: returns how many occurrences were not logged, and starts afresh.
-    pub fn settle(&self) -> u64 {
+    pub(crate) fn settle(&self) -> u64 {
         self.last
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -65,7 +65,7 @@ impl Burst {
 
 /// Whether a request's error means the API server was not reached: a transport error, or a
 /// 5xx (not a 4xx such as a 409 conflict or a 429, which an answering server sends).
-pub fn unreachable(error: &kube::Error) -> bool {
+pub(crate) fn unreachable(error: &kube::Error) -> bool {
     match error {
         kube::Error::Api(status) => status.code >= 500,
         _ => true,

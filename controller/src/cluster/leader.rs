@@ -3,7 +3,7 @@
 //! Every replica serves HTTP; only the leader writes (Secrets, status, generated keys). A
 //! replica is leader while it holds the Lease `--leader-election-lease` in the controller
 //! namespace. [`State::leadership`] publishes it as an event (a new term, with a new epoch, on
-//! every acquisition; see [`crate::cluster::leadership`]) and fences every write with the local lease
+//! every acquisition; see `crate::cluster::leadership`) and fences every write with the local lease
 //! deadline (the moment before the last successful write of the Lease was sent, plus
 //! [`LeaderConfig::renew_deadline`]); the `kseal_is_leader` gauge says so too.
 //!

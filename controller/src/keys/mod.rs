@@ -23,7 +23,7 @@
 //!
 //! Which key seals: without a key source, the newest key whose certificate has not expired
 //! (Bitnami's rule). With `--key-source`, only the fleet ring's active key as the ring view
-//! names it ([`crate::keys::ringview`]), once a loaded key's material hashes to that kid; labels and
+//! names it (`crate::keys::ringview`), once a loaded key's material hashes to that kid; labels and
 //! annotations never choose it, so any other key Secret opens but never seals. While the
 //! active key cannot seal, the last verified active key does, or none ([`SealingChoice`]).
 //!
@@ -32,13 +32,14 @@
 //! error reporting and publishing into [`State`] are shared.
 
 //! The folder's other parts: [`source`] (the fleet ring as a key source, mirrored into key
-//! Secrets), [`ringview`] (what the controller trusts about the fleet ring's index and the
-//! ring-state Secret), [`renewal`] (when a new key is due) and [`layout`] (the key Secret
+//! Secrets), `ringview` (what the controller trusts about the fleet ring's index and the
+//! ring-state Secret), [`renewal`] (when a new key is due) and `layout` (the key Secret
 //! layout every task shares).
 
-pub mod layout;
+pub(crate) mod layout;
+#[doc(hidden)]
 pub mod renewal;
-pub mod ringview;
+pub(crate) mod ringview;
 pub mod source;
 
 use std::collections::{BTreeMap, HashMap};

@@ -21,21 +21,21 @@ use kseal_keystore::{Index, Kid, Trust, Verified};
 use tokio::sync::watch;
 
 /// Label on the ring-state Secret.
-pub const RING_STATE_LABEL: &str = "kseal.dev/ring-state";
+pub(crate) const RING_STATE_LABEL: &str = "kseal.dev/ring-state";
 /// `index.json`: the ring's index exactly as read from the store.
-pub const INDEX_ITEM: &str = "index.json";
+pub(crate) const INDEX_ITEM: &str = "index.json";
 /// `kids-ever`: every kid the controller saw in the index, one per line.
-pub const KIDS_EVER_ITEM: &str = "kids-ever";
+pub(crate) const KIDS_EVER_ITEM: &str = "kids-ever";
 /// `last-active`: the last active kid whose mirror the leader verified.
-pub const LAST_ACTIVE_ITEM: &str = "last-active";
+pub(crate) const LAST_ACTIVE_ITEM: &str = "last-active";
 /// Name prefix of the ring-state Secret (the API server adds a random suffix).
-pub const RING_STATE_PREFIX: &str = "kseal-ring-state-";
+pub(crate) const RING_STATE_PREFIX: &str = "kseal-ring-state-";
 
 /// Parses an index the controller is about to trust, from the store or from a ring-state
 /// Secret, and checks its signed history against `trust` ([`kseal_keystore::trust::verify`]).
 /// `ring` is the ring it must belong to (`None`: a directory ring, which may hold a copy of
 /// any ring). The one place where every index the controller uses is verified.
-pub fn parse_ring_state(
+pub(crate) fn parse_ring_state(
     index_text: &str,
     ring: Option<&str>,
     trust: &Trust,
@@ -51,29 +51,23 @@ pub fn parse_ring_state(
 /// What this controller accepts of the ring's history: the anchor given by `--ring-anchor`,
 /// else the one pinned on first use, and never a version older than one it accepted.
 #[derive(Debug, Clone, Default)]
-pub struct Pin {
+pub(crate) struct Pin {
     /// The anchor, once known.
     pub anchor: Option<Kid>,
-    /// Whether it came from `--ring-anchor` (else: pinned on first use).
-    pub configured: bool,
     /// The newest signed version accepted.
     pub floor: u64,
 }
 
 impl Pin {
     /// The pin `--ring-anchor` gives (none: pinned on first use).
-    pub fn configured(anchor: Option<Kid>) -> Self {
-        Self {
-            configured: anchor.is_some(),
-            anchor,
-            floor: 0,
-        }
+    pub(crate) fn configured(anchor: Option<Kid>) -> Self {
+        Self { anchor, floor: 0 }
     }
 
     /// What an index must prove now. Before any anchor is known, an unsigned index of an
     /// older kseal is accepted too (its keys open); once a signed history was accepted, only
     /// histories from that anchor are, and never an older version.
-    pub fn trust(&self) -> Trust {
+    pub(crate) fn trust(&self) -> Trust {
         match &self.anchor {
             Some(anchor) => Trust::anchored(anchor.clone()).min_version(self.floor),
             None => Trust::first_use().allow_unsigned(true),
@@ -81,7 +75,7 @@ impl Pin {
     }
 
     /// Records an accepted index; returns the anchor when this pinned it on first use.
-    pub fn accept(&mut self, verified: &Verified) -> Option<Kid> {
+    pub(crate) fn accept(&mut self, verified: &Verified) -> Option<Kid> {
         let Verified::Signed {
             anchor, version, ..
         } = verified
@@ -145,14 +139,14 @@ impl RingView {
 }
 
 /// Parses `kids-ever`: one kid per line; lines that are not kids are skipped.
-pub fn parse_kids(text: &str) -> BTreeSet<Kid> {
+pub(crate) fn parse_kids(text: &str) -> BTreeSet<Kid> {
     text.lines()
         .filter_map(|l| Kid::parse(l.trim()).ok())
         .collect()
 }
 
 /// Formats `kids-ever`.
-pub fn format_kids(kids: &BTreeSet<Kid>) -> String {
+pub(crate) fn format_kids(kids: &BTreeSet<Kid>) -> String {
     kids.iter().map(|k| format!("{k}\n")).collect()
 }
 

@@ -29,7 +29,7 @@ use crate::cache::sealed::CachedSealed;
 
 /// An object handed to the scheduler that neither started nor was reported gone within this
 /// long no longer counts against the bound.
-pub const STALE: Duration = Duration::from_secs(60);
+pub(crate) const STALE: Duration = Duration::from_secs(60);
 
 /// How often a consumer waiting for room looks for stale objects.
 const STALE_CHECK: Duration = Duration::from_secs(1);
@@ -44,7 +44,7 @@ fn key(namespace: &str, name: &str) -> Key {
 
 /// The queue; see the [module](self) documentation.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     inner: Mutex<Inner>,
     changed: Notify,
     bound: usize,
@@ -65,7 +65,7 @@ struct Inner {
 
 impl Admission {
     /// A queue handing out at most `bound` (at least 1) objects not yet started.
-    pub fn new(bound: usize) -> Self {
+    pub(crate) fn new(bound: usize) -> Self {
         Self {
             inner: Mutex::default(),
             changed: Notify::new(),
@@ -79,7 +79,7 @@ impl Admission {
     }
 
     /// Queues `namespace/name` for the controller of `scope`, unless it already waits.
-    pub fn push(&self, scope: Option<&str>, namespace: &str, name: &str) {
+    pub(crate) fn push(&self, scope: Option<&str>, namespace: &str, name: &str) {
         let k = key(namespace, name);
         let mut inner = self.lock();
         if inner.queued.contains(&k) {
@@ -99,7 +99,7 @@ impl Admission {
 
     /// The reconcile of `namespace/name` started (or the object is gone): it no longer
     /// counts against the bound.
-    pub fn started(&self, namespace: &str, name: &str) {
+    pub(crate) fn started(&self, namespace: &str, name: &str) {
         let mut inner = self.lock();
         // Only a full bound keeps a consumer with objects waiting from taking the next.
         let was_full = inner.admitted.len() >= self.bound;
@@ -110,17 +110,19 @@ impl Admission {
     }
 
     /// Objects waiting, in every scope.
-    pub fn waiting(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
         self.lock().queued.len()
     }
 
     /// Objects handed out and not started yet.
-    pub fn admitted(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn admitted(&self) -> usize {
         self.lock().admitted.len()
     }
 
     /// The next object for the controller of `scope`, once one waits and there is room.
-    pub async fn next(&self, scope: Option<&str>) -> ObjectRef<CachedSealed> {
+    pub(crate) async fn next(&self, scope: Option<&str>) -> ObjectRef<CachedSealed> {
         let scope: Option<Box<str>> = scope.map(Into::into);
         loop {
             let changed = self.changed.notified();
@@ -174,7 +176,7 @@ impl Admission {
     }
 
     /// The controller of `scope`'s triggers: [`Admission::next`], forever.
-    pub fn stream(
+    pub(crate) fn stream(
         self: Arc<Self>,
         scope: Option<String>,
     ) -> impl futures::Stream<Item = ObjectRef<CachedSealed>> + Send + 'static {

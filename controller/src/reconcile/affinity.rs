@@ -30,21 +30,21 @@ use kseal_api::{SealedSecret, Unsealed};
 use kseal_keys::KeyId;
 
 /// SealedSecrets remembered by default.
-pub const DEFAULT_OBJECTS: usize = 8192;
+pub(crate) const DEFAULT_OBJECTS: usize = 8192;
 /// Namespaces remembered by default.
-pub const DEFAULT_NAMESPACES: usize = 1024;
+pub(crate) const DEFAULT_NAMESPACES: usize = 1024;
 /// Keys remembered cluster-wide (most recent first). Kept short: each one is tried before
 /// the active key, so an unhinted value sealed by the active key pays for every wrong one.
-pub const RECENT_KEYS: usize = 2;
+pub(crate) const RECENT_KEYS: usize = 2;
 /// Below this share of hits (over roughly the last 8 unhinted values) no key is suggested.
-pub const MIN_HIT_RATE: f64 = 0.25;
+pub(crate) const MIN_HIT_RATE: f64 = 0.25;
 /// Fixed-point scale of the running hit rate.
 const RATE_ONE: u32 = 1 << 16;
 
 /// The controller's memory of which keys opened unhinted values (see the module docs).
 /// Thread-safe; every method takes `&self`.
 #[derive(Debug)]
-pub struct Affinity {
+pub(crate) struct Affinity {
     inner: Mutex<Inner>,
     /// Taken by unhinted unseals while nothing has been learned yet.
     cold: tokio::sync::Mutex<()>,
@@ -68,7 +68,7 @@ impl Default for Affinity {
 impl Affinity {
     /// A memory of at most `objects` SealedSecrets and `namespaces` namespaces (each at
     /// least 2), the least recently used forgotten first.
-    pub fn with_capacity(objects: usize, namespaces: usize) -> Self {
+    pub(crate) fn with_capacity(objects: usize, namespaces: usize) -> Self {
         Self {
             inner: Mutex::new(Inner {
                 objects: Generations::new(objects),
@@ -89,7 +89,7 @@ impl Affinity {
     /// the key that last opened an unhinted value of this object, of its namespace, then the
     /// latest such keys cluster-wide; each once, at most `2 + RECENT_KEYS`.
     /// Empty while the hit rate is below [`MIN_HIT_RATE`].
-    pub fn suggest(&self, sealed: &SealedSecret) -> Vec<KeyId> {
+    pub(crate) fn suggest(&self, sealed: &SealedSecret) -> Vec<KeyId> {
         let (namespace, name) = identity(sealed);
         let mut inner = self.lock();
         if f64::from(inner.hit_rate) < MIN_HIT_RATE * f64::from(RATE_ONE) {
@@ -102,7 +102,7 @@ impl Affinity {
     /// `sealed` waits for the unhinted unseal before it: hold the guard returned until the
     /// unseal is over and [`Affinity::learn`] has run. Once one key is known this never
     /// waits again; a hinted object never waits.
-    pub async fn suggest_waiting(
+    pub(crate) async fn suggest_waiting(
         &self,
         sealed: &SealedSecret,
     ) -> (Vec<KeyId>, Option<tokio::sync::MutexGuard<'_, ()>>) {
@@ -121,14 +121,15 @@ impl Affinity {
     }
 
     /// Whether suggestions are made now (the hit rate is at least [`MIN_HIT_RATE`]).
-    pub fn suggesting(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn suggesting(&self) -> bool {
         f64::from(self.lock().hit_rate) >= MIN_HIT_RATE * f64::from(RATE_ONE)
     }
 
     /// Remembers that `key` opened an unhinted value of the SealedSecret `namespace/name`.
     /// Counts towards the hit rate: a hit when [`Affinity::suggest`] would have named `key`
     /// (whether or not suggestions are on, so they come back when values cluster again).
-    pub fn record(&self, namespace: &str, name: &str, key: &KeyId) {
+    pub(crate) fn record(&self, namespace: &str, name: &str, key: &KeyId) {
         let mut inner = self.lock();
         let hit = inner.candidates(namespace, name).contains(key);
         // An exponential moving average over about 8 values.
@@ -145,7 +146,7 @@ impl Affinity {
     /// After `sealed` was unsealed: remembers the key that opened most of its values, unless
     /// the object's `kseal.dev/sealing-key` annotation named that key (hinted values need no
     /// memory). Returns the key remembered.
-    pub fn learn(&self, sealed: &SealedSecret, unsealed: &Unsealed) -> Option<KeyId> {
+    pub(crate) fn learn(&self, sealed: &SealedSecret, unsealed: &Unsealed) -> Option<KeyId> {
         let key = most_common(unsealed.keys.values()).or(unsealed.deprecated_data_key.as_ref())?;
         if sealed.sealing_key_hint().as_ref() == Some(key) {
             return None;
@@ -156,13 +157,15 @@ impl Affinity {
     }
 
     /// How many SealedSecrets and namespaces are remembered (for tests and metrics).
-    pub fn len(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> (usize, usize) {
         let inner = self.lock();
         (inner.objects.len(), inner.namespaces.len())
     }
 
     /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == (0, 0)
     }
 }
@@ -247,6 +250,7 @@ impl<K: Hash + Eq, V: Clone> Generations<K, V> {
         }
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.young.len() + self.old.len()
     }

@@ -14,7 +14,7 @@
 //!   a dictionary lookup away). When the digest matches and the MAC verifies, the reconcile
 //!   ends without unsealing: a restart costs no RSA operation, no write, no event and no
 //!   request per object (the Secret watch's list is checked against the MACs as it arrives;
-//!   see [`crate::cache::secret`]; a reconcile right after start waits up to 30 s for that first
+//!   see `crate::cache::secret`; a reconcile right after start waits up to 30 s for that first
 //!   list). A MAC that does not verify means the data was edited (drift): with
 //!   drift correction on, the Secret is unsealed again and rewritten.
 //! - **Where the MAC key comes from.** It is derived (HKDF-SHA256) from the DER of a private
@@ -58,7 +58,7 @@
 //!   reconcile everything. A key missing from a loaded ring fails as before, with its reason.
 //! - Only the leader writes; other replicas requeue without touching anything. Each write
 //!   (Secret create or replace, status patch, Event) first checks the fence taken when the
-//!   reconcile began ([`crate::cluster::leadership::Fence`]): once the leadership ended, changed term
+//!   reconcile began (`crate::cluster::leadership::Fence`): once the leadership ended, changed term
 //!   or outlived its local lease deadline (a frozen or partitioned leader), the write is
 //!   refused (`kseal_fenced_writes_total{write}`) and the reconcile ends without touching the
 //!   object's status, warnings or backoff.
@@ -71,11 +71,11 @@
 //! watches and bounds), `object` (per-object state between reconciles), `desired` (unsealing
 //! and the Secret to write), `mac` (the data MAC check), `sync` (one read-compare-write of the
 //! Secret), `status` (the condition and Events), `triggers` (what else starts a reconcile),
-//! [`admission`] (how many objects the scheduler holds), [`affinity`] (which keys to try first)
-//! and [`writes`] (the requests the writes send). This file holds the reconcile itself.
+//! `admission` (how many objects the scheduler holds), `affinity` (which keys to try first)
+//! and `writes` (the requests the writes send). This file holds the reconcile itself.
 
-pub mod admission;
-pub mod affinity;
+pub(crate) mod admission;
+pub(crate) mod affinity;
 mod controller;
 mod desired;
 mod mac;
@@ -83,7 +83,7 @@ mod object;
 mod status;
 mod sync;
 mod triggers;
-pub mod writes;
+pub(crate) mod writes;
 
 pub use self::controller::run;
 use self::{controller::*, desired::*, mac::*, object::*, status::*, sync::*, triggers::*};

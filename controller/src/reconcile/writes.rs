@@ -79,7 +79,7 @@ async fn send_unread(
 
 /// `Api::<K>::namespaced(client, namespace).create(pp, object)`, returning the created
 /// object's resourceVersion.
-pub async fn create<K>(
+pub(crate) async fn create<K>(
     client: &Client,
     namespace: &str,
     pp: &PostParams,
@@ -98,7 +98,7 @@ where
 
 /// `Api::<K>::namespaced(client, namespace).replace(name, pp, object)`, returning the new
 /// resourceVersion.
-pub async fn replace<K>(
+pub(crate) async fn replace<K>(
     client: &Client,
     namespace: &str,
     name: &str,
@@ -117,7 +117,7 @@ where
 }
 
 /// `Api::<K>::namespaced(client, namespace).patch_status(name, pp, patch)`.
-pub async fn patch_status<K, P>(
+pub(crate) async fn patch_status<K, P>(
     client: &Client,
     namespace: &str,
     name: &str,
@@ -138,7 +138,7 @@ where
 
 /// `Api::<K>::namespaced(client, namespace).create(pp, object)` for an object whose answer
 /// is not read (an Event).
-pub async fn create_unread<K>(
+pub(crate) async fn create_unread<K>(
     client: &Client,
     namespace: &str,
     pp: &PostParams,
@@ -157,7 +157,7 @@ where
 
 /// A new `events.k8s.io/v1` Event about `regarding`, as kube's `Recorder` builds one that
 /// starts no series: named `<object>.<nanoseconds, hex>`, in the object's namespace.
-pub fn event(
+pub(crate) fn event(
     reporter: &Reporter,
     regarding: ObjectReference,
     type_: &str,

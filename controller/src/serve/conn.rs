@@ -55,19 +55,19 @@ use crate::metrics::{ConnectionDropLabels, ListenerLabels, Metrics};
 use crate::net::{Client, PeerAddr};
 
 /// Default `--max-connections`, lowered to a quarter of the open-file limit.
-pub const MAX_CONNECTIONS: usize = 512;
+pub(crate) const MAX_CONNECTIONS: usize = 512;
 /// Default `--metrics-max-connections`, lowered to a sixteenth of the open-file limit.
-pub const METRICS_MAX_CONNECTIONS: usize = 64;
+pub(crate) const METRICS_MAX_CONNECTIONS: usize = 64;
 /// Default `--max-connections-per-client`.
-pub const MAX_CONNECTIONS_PER_CLIENT: usize = 32;
+pub(crate) const MAX_CONNECTIONS_PER_CLIENT: usize = 32;
 /// Default `--header-read-timeout`.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Refused connections are logged at most this often per listener.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The limits of one listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections held at most.
     pub max_connections: usize,
     /// Connections one client (IPv4 address, IPv6 /64) holds at most.
@@ -81,7 +81,7 @@ pub struct Limits {
 impl Limits {
     /// Slots kept for probes: non-probe requests in flight are at most
     /// `max_connections - reserved()` (an eighth of the cap, 1 to 64).
-    pub fn reserved(&self) -> usize {
+    pub(crate) fn reserved(&self) -> usize {
         (self.max_connections / 8)
             .clamp(1, 64)
             .min(self.max_connections)
@@ -89,7 +89,7 @@ impl Limits {
 }
 
 /// `preferred`, lowered to `limit / divisor` (at least 1) under an open-file limit.
-pub fn default_cap(preferred: usize, limit: Option<u64>, divisor: u64) -> usize {
+pub(crate) fn default_cap(preferred: usize, limit: Option<u64>, divisor: u64) -> usize {
     match limit {
         Some(limit) => {
             let cap = usize::try_from(limit / divisor).unwrap_or(usize::MAX);
@@ -101,7 +101,7 @@ pub fn default_cap(preferred: usize, limit: Option<u64>, divisor: u64) -> usize 
 
 /// Why a connection was refused at accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The client holds `max_per_client` connections.
     ClientLimit,
     /// The listener is full and every connection is in the middle of a request.
@@ -119,7 +119,7 @@ impl Refused {
 
 /// The open connections of one listener.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     listener: &'static str,
     limits: Limits,
     metrics: Arc<Metrics>,
@@ -174,7 +174,7 @@ struct RefusalLog {
 
 impl Tracker {
     /// A tracker for the listener named `listener` (the metrics label).
-    pub fn new(listener: &'static str, limits: Limits, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub(crate) fn new(listener: &'static str, limits: Limits, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             listener,
             limits,
@@ -207,7 +207,7 @@ impl Tracker {
 
     /// Admits a connection from `ip`, evicting the connection that has waited longest for a
     /// request head when the listener is full.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
         let client = Client::from_ip(ip);
         let now = Instant::now();
         let mut inner = self.lock();
@@ -295,12 +295,14 @@ impl Tracker {
     }
 
     /// Connections open now.
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
         self.lock().connections.len()
     }
 
     /// The most connections held at once, and by one client.
-    pub fn peaks(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn peaks(&self) -> (usize, usize) {
         let inner = self.lock();
         (inner.peak, inner.client_peak)
     }
@@ -390,7 +392,7 @@ impl Inner {
 
 /// A held connection; dropping it frees its slot.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     tracker: Arc<Tracker>,
     id: u64,
     evict: Arc<Notify>,
@@ -400,7 +402,7 @@ impl Slot {
     /// Marks a request in flight until the guard drops. A connection serving a non-probe
     /// request is never evicted; one serving a probe only after every connection waiting for
     /// a request head.
-    pub fn request(&self, probe: bool) -> RequestGuard {
+    pub(crate) fn request(&self, probe: bool) -> RequestGuard {
         self.tracker.update(self.id, |entry| {
             if probe {
                 entry.probes += 1;
@@ -416,7 +418,7 @@ impl Slot {
     }
 
     /// Resolves when the connection was evicted to make room for another.
-    pub async fn evicted(&self) {
+    pub(crate) async fn evicted(&self) {
         self.evict.notified().await;
     }
 }
@@ -429,7 +431,7 @@ impl Drop for Slot {
 
 /// A request in flight on a [`Slot`].
 #[derive(Debug)]
-pub struct RequestGuard {
+pub(crate) struct RequestGuard {
     tracker: Arc<Tracker>,
     id: u64,
     probe: bool,
@@ -459,14 +461,14 @@ impl Drop for GeneralPermit {
 }
 
 /// Whether `path` on the API listener is a probe, answered from reserved capacity.
-pub fn is_api_probe(path: &str) -> bool {
+pub(crate) fn is_api_probe(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/v1/cert.pem")
 }
 
 /// Serves `router` on `listener` under `tracker`'s limits until `shutdown` turns true, then
 /// lets in-flight requests finish (graceful shutdown). Each request carries
 /// `ConnectInfo<PeerAddr>`. `is_probe` tells the requests served from reserved capacity.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     tracker: Arc<Tracker>,

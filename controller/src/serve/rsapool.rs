@@ -35,7 +35,7 @@ use tokio::sync::oneshot;
 use crate::net::Client;
 
 /// Slots of a pool before [`RsaPool::configure`] (`--concurrency`'s default).
-pub const DEFAULT_SLOTS: usize = 4;
+pub(crate) const DEFAULT_SLOTS: usize = 4;
 /// Admitted HTTP jobs that may wait, per slot of the HTTP share.
 const QUEUE_PER_HTTP_SLOT: usize = 2;
 /// Name of the pool's threads (as `top -H` and `/proc/PID/task/*/comm` show them).
@@ -397,7 +397,7 @@ impl Drop for HttpJob {
 }
 
 /// How long an admitted HTTP job may wait for slots in all before it is answered 503.
-pub const HTTP_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const HTTP_WAIT: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

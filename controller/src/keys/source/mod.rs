@@ -11,7 +11,7 @@
 //! ([`crate::keys`]) watches those Secrets like any other key Secret, so every replica sees the
 //! same ring, and a restart during a Secrets Manager outage still unseals from the mirror.
 //!
-//! Trust: only the ring's index, as read by the leader, decides (see [`crate::keys::ringview`]).
+//! Trust: only the ring's index, as read by the leader, decides (see `crate::keys::ringview`).
 //! The leader publishes it as the ring view and copies it into the ring-state Secret, from
 //! which followers (and the leader after a restart) derive theirs; the key loader seals only
 //! with the view's active key. Mirrors are created under generated names
@@ -394,7 +394,7 @@ impl Mirror {
 
 /// Runs the key-source loop of `config.key_source` until `shutdown` turns true (returns at
 /// once without a key source). Only the leader polls and mirrors: it reads the ring the
-/// moment it becomes leader (a [`crate::cluster::leadership::Term`] event, no polling), then every
+/// moment it becomes leader (a `crate::cluster::leadership::Term` event, no polling), then every
 /// interval. Followers see the mirror through the key loader's watch, and read the ring view
 /// each time the ring-state Secret changes. `state.refresh` asks for a check now.
 pub async fn run(

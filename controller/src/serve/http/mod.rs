@@ -36,7 +36,7 @@
 //!   [`RSA_OPERATIONS_PER_UNIT`] operations; each further (started) block of that many costs
 //!   one more unit, reserved for the worst case before the work and settled after. A client
 //!   in debt is answered 429 with `Retry-After` until its bucket recovers.
-//! - The work runs on the RSA slots shared with the reconciler ([`crate::serve::rsapool`]), which
+//! - The work runs on the RSA slots shared with the reconciler (`crate::serve::rsapool`), which
 //!   goes first; when the HTTP share and its short queue are taken the answer is 503 with
 //!   `Retry-After` at once.
 
@@ -228,7 +228,7 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener)> {
 
 /// Serves the API and metrics routers on listeners from [`bind`] (tests bind port 0) until
 /// `shutdown` completes; in-flight requests then finish (graceful shutdown). Each listener
-/// has its own connection limits ([`crate::serve::conn`]).
+/// has its own connection limits (`crate::serve::conn`).
 pub async fn serve_listeners(
     api: TcpListener,
     metrics: TcpListener,
