@@ -1511,6 +1511,68 @@ async fn an_index_writer_cannot_change_the_sealing_key_on_a_real_apiserver() {
     }
 }
 
+/// Issue 35, attack 2: a restarted controller keeps its version floor. Whoever can write only
+/// the index puts back an older signed index (an earlier version the seeder wrote, with the
+/// old key active) while the controller is down: after the restart it refuses it as a
+/// rollback, names it in readiness, and keeps sealing with the current key, from the verified
+/// copy in its ring-state Secret.
+async fn a_restarted_controller_refuses_an_older_signed_index(client: Client) {
+    let (_dir, location, ring) = dir_ring(&[older_key(), key(1)]).await;
+    let (old_text, _) = ring.snapshot_text(None).await.unwrap().unwrap();
+    ring.activate(kid(key(1)).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, PATIENCE);
+    source.anchor = Some(kid(older_key()));
+    let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source.clone())).await;
+    wait_sealing_key(&running.state, key(1), 2).await;
+    eventually("the ring-state Secret is written", PATIENCE, || async {
+        let items = Api::<Secret>::namespaced(client.clone(), &ctrl)
+            .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
+            .await
+            .unwrap()
+            .items;
+        Ok(items.into_iter().next())
+    })
+    .await
+    .unwrap();
+    running.stop().await;
+
+    overwrite_index(&ring, &old_text).await;
+    let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    refresh_until(&running.state, "the replay is refused", || {
+        running
+            .state
+            .readiness
+            .key_source()
+            .and_then(|s| s.problem)
+            .is_some_and(|p| p.contains("rolled-back"))
+    })
+    .await;
+    wait_sealing_key(&running.state, key(1), 2).await;
+    assert_eq!(
+        cert_pem(&running.state).await.1,
+        key(1).certificate().to_pem(),
+        "the current key keeps sealing"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_refuses_an_older_signed_index_on_the_test_server() {
+    a_restarted_controller_refuses_an_older_signed_index(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_refuses_an_older_signed_index_on_a_real_apiserver() {
+    if let Some(client) = real_client("a_restarted_controller_refuses_an_older_signed_index").await
+    {
+        a_restarted_controller_refuses_an_older_signed_index(client).await;
+    }
+}
+
 /// `--ring-anchor` that is not the ring's: nothing is mirrored, and readiness names the
 /// mismatch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

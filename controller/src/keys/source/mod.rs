@@ -117,6 +117,8 @@ pub struct SyncReport {
 pub struct FoundState {
     /// The view derived from it.
     pub view: RingView,
+    /// The version of its signed index (0 for an unsigned one), verified under the pin.
+    pub version: u64,
     /// The Secret's name.
     pub name: String,
 }

@@ -36,8 +36,13 @@ impl Mirror {
             let Some(text) = item(INDEX_ITEM) else {
                 continue;
             };
-            let index = match parse_ring_state(&text, self.expected_ring.as_deref(), &trust) {
-                Ok((index, _)) => index,
+            let (index, version) = match parse_ring_state(
+                &text,
+                self.expected_ring.as_deref(),
+                &trust,
+            ) {
+                Ok((index, Verified::Signed { version, .. })) => (index, version),
+                Ok((index, Verified::Unsigned)) => (index, 0),
                 Err(e) => {
                     tracing::warn!(secret = %secret.name_any(), "ignoring a ring-state Secret: {}", crate::error_chain(&e));
                     continue;
@@ -45,7 +50,7 @@ impl Mirror {
             };
             if best
                 .as_ref()
-                .is_some_and(|b| b.view.updated >= index.updated)
+                .is_some_and(|b| (b.version, b.view.updated) >= (version, index.updated))
             {
                 continue;
             }
@@ -54,6 +59,7 @@ impl Mirror {
                 .unwrap_or_default();
             let last_active = item(LAST_ACTIVE_ITEM).and_then(|t| Kid::parse(t.trim()).ok());
             best = Some(FoundState {
+                version,
                 view: RingView::new(&index, &ever, last_active),
                 name: secret.name_any(),
             });
@@ -106,7 +112,7 @@ impl Mirror {
     }
 
     /// Takes what this controller remembered in the ring-state Secret before a restart (the
-    /// kids it saw, the last verified active key), once, and only under a pinned anchor;
+    /// kids it saw, the last verified active key, the version floor), once, and only under a pinned anchor;
     /// `publish` also publishes its view when there is none yet (the store not read yet).
     pub(super) async fn merge_state(&mut self, publish: bool) -> Result<(), SyncError> {
         if self.cache.state_merged || self.pin.anchor.is_none() {
@@ -114,6 +120,16 @@ impl Mirror {
         }
         self.cache.state_merged = true;
         if let Some(found) = self.load_state().await? {
+            // The version floor survives a restart: the copy was verified again under the
+            // pinned anchor, so whoever can write only the index cannot replay an older
+            // signed index to a restarted controller.
+            if found.version > self.pin.floor {
+                self.pin.floor = found.version;
+                self.state
+                    .metrics
+                    .key_source_ring_version
+                    .set(i64::try_from(found.version).unwrap_or(i64::MAX));
+            }
             self.cache.ever.extend(found.view.ever.iter().cloned());
             if self.cache.last_active.is_none() {
                 self.cache.last_active.clone_from(&found.view.last_active);
