@@ -585,3 +585,101 @@ impl Schedule {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The key-source loop's schedule, one leader sync at a time, on the in-process test API
+    //! server and a directory ring. Every test runs under a deadline.
+
+    use kseal_keys::{CertificateOptions, KeySize};
+    use kseal_keystore::{AwsOptions, Location};
+    use kseal_testkit::TestApiServer;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn failures_back_off_doubling_to_the_cap_and_a_success_resets_it() {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let dir = tempfile::tempdir().unwrap();
+            let location = Location::Directory {
+                path: dir.path().join("ring"),
+                insecure_perms: false,
+            };
+            let server = TestApiServer::new();
+            let client = server.client();
+            let namespace = k8s_openapi::api::core::v1::Namespace {
+                metadata: ObjectMeta {
+                    name: Some("kseal".into()),
+                    ..ObjectMeta::default()
+                },
+                ..Default::default()
+            };
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .create(&PostParams::default(), &namespace)
+                .await
+                .unwrap();
+            let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
+            let state = State::new();
+            state.leadership.assume(true);
+            let config = crate::config::KeySourceConfig {
+                location: location.clone(),
+                interval: Duration::from_secs(3600),
+                retire_grace: Duration::from_secs(3600),
+                refresh_spacing: Duration::from_secs(5),
+                aws: AwsOptions::default(),
+                anchor: None,
+            };
+            let mut mirror = Mirror::new(
+                ring.clone(),
+                location.to_string(),
+                client,
+                "kseal",
+                "test",
+                config.retire_grace,
+                state.clone(),
+            );
+            let mut schedule = Schedule {
+                next: tokio::time::Instant::now(),
+                backoff: BACKOFF_MIN,
+                last_poll: None,
+            };
+            // No ring yet: each failed sync waits the backoff, which doubles up to its cap.
+            let mut waits = Vec::new();
+            for _ in 0..8 {
+                let before = tokio::time::Instant::now();
+                schedule
+                    .leader_sync(&mut mirror, &state, &config, "test")
+                    .await;
+                waits.push(schedule.next.saturating_duration_since(before));
+            }
+            let secs: Vec<u64> = waits
+                .iter()
+                .map(|w| (w.as_millis() / 1000) as u64)
+                .collect();
+            assert_eq!(secs, [5, 10, 20, 40, 80, 160, 300, 300], "{waits:?}");
+            assert!(
+                state
+                    .readiness
+                    .key_source()
+                    .and_then(|s| s.problem)
+                    .is_some()
+            );
+            // The ring appears: one sync succeeds, the backoff resets and the next poll is an
+            // interval (±10 %) away.
+            let key = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+            ring.push(&key).await.unwrap();
+            let before = tokio::time::Instant::now();
+            schedule
+                .leader_sync(&mut mirror, &state, &config, "test")
+                .await;
+            assert_eq!(schedule.backoff, BACKOFF_MIN);
+            let wait = schedule.next.saturating_duration_since(before);
+            assert!(
+                wait >= Duration::from_secs(3240) && wait <= Duration::from_secs(3961),
+                "{wait:?}"
+            );
+        })
+        .await
+        .expect("the schedule test finishes within its deadline");
+    }
+}

@@ -373,3 +373,172 @@ pub(super) fn ring_state_changes(
     })
     .boxed()
 }
+
+#[cfg(test)]
+mod tests {
+    //! The ring-state logic on the in-process test API server and a directory ring: no
+    //! emulator, no controller. Every test runs under a deadline, so a regression fails
+    //! instead of hanging.
+
+    use std::future::Future;
+
+    use kseal_keys::{CertificateOptions, KeySize};
+    use kseal_keystore::{AwsOptions, Location, Trust};
+    use kseal_testkit::TestApiServer;
+
+    use super::*;
+
+    const DEADLINE: Duration = Duration::from_secs(60);
+
+    async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+        tokio::time::timeout(DEADLINE, future)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: still running after {DEADLINE:?}"))
+    }
+
+    /// Test-only 2048-bit keys; do not copy (kseal generates 4096-bit keys).
+    fn pair() -> KeyPair {
+        KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap()
+    }
+
+    async fn ring(dir: &std::path::Path, anchor: Option<&KeyPair>) -> Ring {
+        let location = Location::Directory {
+            path: dir.to_owned(),
+            insecure_perms: false,
+        };
+        let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
+        match anchor {
+            Some(a) => ring.with_trust(Trust::anchored(Kid::of(a.public_key()))),
+            None => ring,
+        }
+    }
+
+    /// The test API server, with the controller namespace `kseal`.
+    async fn server() -> (TestApiServer, Client) {
+        let server = TestApiServer::new();
+        let client = server.client();
+        let namespace = k8s_openapi::api::core::v1::Namespace {
+            metadata: ObjectMeta {
+                name: Some("kseal".into()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        };
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap();
+        (server, client)
+    }
+
+    fn mirror(ring: Ring, client: &Client) -> Mirror {
+        Mirror::new(
+            ring,
+            "dir://test".into(),
+            client.clone(),
+            "kseal",
+            "test",
+            Duration::from_secs(3600),
+            State::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_restarted_leader_takes_its_floor_from_the_verified_ring_state() {
+        within("restart", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            writer.push(&b).await.unwrap();
+            let (old, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            writer
+                .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+                .await
+                .unwrap();
+            let current = writer.require_snapshot().await.unwrap().index.version;
+
+            let mut first = mirror(ring(dir.path(), Some(&a)).await, &client);
+            first.sync().await.unwrap();
+            let found = first
+                .load_state()
+                .await
+                .unwrap()
+                .expect("a ring-state Secret");
+            assert_eq!(found.version, current);
+            assert_eq!(found.view.active, Some(Kid::of(b.public_key())));
+
+            // Down; the index writer puts back the older signed index; up again.
+            let version = writer.index_version().await.unwrap();
+            writer
+                .store()
+                .compare_and_swap(&writer.index_name(), &old, version.as_ref(), &[])
+                .await
+                .unwrap();
+            let mut restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
+            let err = restarted.sync().await.unwrap_err();
+            assert!(crate::error_chain(&err).contains("rolled-back"), "{err}");
+            assert_eq!(restarted.pin.floor, current);
+            let view = restarted
+                .state
+                .ring_view
+                .current()
+                .expect("the remembered view");
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn ring_state_of_another_ring_or_history_is_ignored() {
+        within("forged ring state", async {
+            let (dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (_server, client) = server().await;
+            let (a, evil) = (pair(), pair());
+            ring(dir.path(), None).await.push(&a).await.unwrap();
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.sync().await.unwrap();
+            let genuine = leader.load_state().await.unwrap().unwrap();
+
+            // A history rooted at the attacker's key, in a Secret that looks like ring state,
+            // with a higher version and a forged last-active.
+            let foreign = ring(other_dir.path(), None).await;
+            foreign.push(&evil).await.unwrap();
+            foreign.push(&pair()).await.unwrap();
+            let (text, _) = foreign.snapshot_text(None).await.unwrap().unwrap();
+            let forged = Secret {
+                metadata: ObjectMeta {
+                    name: Some(format!("{RING_STATE_PREFIX}forged")),
+                    labels: Some(BTreeMap::from([(RING_STATE_LABEL.into(), "true".into())])),
+                    annotations: Some(BTreeMap::from([(
+                        RING_ANNOTATION.into(),
+                        leader.ring.name().to_owned(),
+                    )])),
+                    ..ObjectMeta::default()
+                },
+                data: Some(BTreeMap::from([
+                    (INDEX_ITEM.into(), ByteString(text.into_bytes())),
+                    (
+                        LAST_ACTIVE_ITEM.into(),
+                        ByteString(Kid::of(evil.public_key()).as_str().as_bytes().to_vec()),
+                    ),
+                ])),
+                ..Secret::default()
+            };
+            leader
+                .api
+                .create(&PostParams::default(), &forged)
+                .await
+                .unwrap();
+            let found = leader.load_state().await.unwrap().unwrap();
+            assert_eq!(found.name, genuine.name, "the forged Secret is ignored");
+            assert_eq!(found.view.last_active, genuine.view.last_active);
+            let mut follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            follower.follow().await.unwrap();
+            let view = follower.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(a.public_key())));
+        })
+        .await;
+    }
+}
