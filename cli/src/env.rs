@@ -195,6 +195,9 @@ pub(crate) const KSEAL_ALLOW_NONE: &str = "KSEAL_ALLOW_NONE";
 pub(crate) const KSEAL_INSECURE_PERMS: &str = "KSEAL_INSECURE_PERMS";
 /// Kubeconfig path list, as kubectl reads it.
 pub(crate) const KUBECONFIG: &str = "KUBECONFIG";
+/// Where the highest version of each pinned ring read here is kept (default
+/// `$XDG_CACHE_HOME/kseal`, else `~/.cache/kseal`).
+pub(crate) const KSEAL_CACHE_DIR: &str = "KSEAL_CACHE_DIR";
 
 // `kseal check` (its own block).
 /// Report format of `kseal check` (`--format`).

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context as _, Result, bail};
 use kseal_keys::Certificate;
-use kseal_keystore::{AwsOptions, Location, Ring, Snapshot, Store, Trust};
+use kseal_keystore::{AwsOptions, Location, Ring, Snapshot, Store, Trust, Verified};
 
 use super::RingIndex;
 use crate::args::{RingArgs, RingWriteArgs};
@@ -47,10 +47,71 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
     }
     let pin = crate::project::pin_for(&location, args.ring_anchor.as_deref())?;
     let trust = match pin {
-        Some(pin) => Trust::anchored(pin.anchor).min_version(pin.version),
+        Some(pin) => {
+            let floor = pin.version.max(seen::version(&pin.anchor));
+            Trust::anchored(pin.anchor).min_version(floor)
+        }
         None => Trust::first_use().allow_unsigned(true),
     };
     Ok(open_with(args, write, &location).await?.with_trust(trust))
+}
+
+/// The highest version of each pinned history this machine has read, kept in the user's cache
+/// directory (`$KSEAL_CACHE_DIR`, else `$XDG_CACHE_HOME/kseal`, else `~/.cache/kseal`), one
+/// file per anchor: `rings/<anchor>`. A pin in `.kseal.yaml` records the version seen when it
+/// was made; this records every later one, so replaying an older signed index (whoever can
+/// write the index can put back any version the seeder once wrote) is refused as a rollback
+/// on a machine that saw a newer one. Best effort: a cache that cannot be written changes
+/// nothing but this protection.
+pub(crate) mod seen {
+    use std::path::PathBuf;
+
+    use kseal_keystore::Kid;
+
+    fn dir() -> Option<PathBuf> {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        var(crate::env::KSEAL_CACHE_DIR)
+            .map(PathBuf::from)
+            .or_else(|| var("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("kseal")))
+            .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache").join("kseal")))
+            .map(|d| d.join("rings"))
+    }
+
+    /// Where the highest version of the history anchored at `anchor` is kept.
+    pub(crate) fn path(anchor: &Kid) -> Option<PathBuf> {
+        dir().map(|d| d.join(anchor.as_str()))
+    }
+
+    /// The highest version of `anchor`'s history read here (0: none, or unreadable).
+    pub(crate) fn version(anchor: &Kid) -> u64 {
+        path(anchor)
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Records `version` of `anchor`'s history when it is higher than the one kept.
+    pub(crate) fn record(anchor: &Kid, version: u64) {
+        if version <= self::version(anchor) {
+            return;
+        }
+        let Some(path) = path(anchor) else {
+            return;
+        };
+        let Some(parent) = path.parent() else {
+            return;
+        };
+        if std::fs::create_dir_all(parent).is_err() {
+            return;
+        }
+        // Written beside it and renamed into place: a reader never sees half a number.
+        let temp = parent.join(format!(".{}.{}", anchor.as_str(), std::process::id()));
+        if std::fs::write(&temp, format!("{version}\n")).is_ok()
+            && std::fs::rename(&temp, &path).is_err()
+        {
+            let _ = std::fs::remove_file(&temp);
+        }
+    }
 }
 
 /// Opens the ring `args` names with no trust set yet ([`Ring::with_trust`]).
@@ -91,7 +152,15 @@ pub(crate) fn ring_arg(args: &RingArgs) -> String {
 /// wrong name or region, more often than not) and a store that cannot be read.
 pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
     match ring.snapshot(None).await {
-        Ok(Some(snapshot)) => Ok(snapshot),
+        Ok(Some(snapshot)) => {
+            // Only under a pin: an unpinned reader has not decided which history is the ring's.
+            if let (Some(pinned), Verified::Signed { version, .. }) =
+                (ring.trust().anchor(), &snapshot.verified)
+            {
+                seen::record(pinned, *version);
+            }
+            Ok(snapshot)
+        }
         Ok(None) => bail!(
             "key ring {} does not exist: there is no {} (a wrong {}? `kseal keys push` creates \
              a ring)",
@@ -103,8 +172,25 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
             }
         ),
         Err(e) => {
-            Err(anyhow::Error::from(e)
-                .context(format!("failed to read key ring {}", ring_label(ring))))
+            let rolled_back = e.to_string().contains("rolled-back");
+            let hint = ring
+                .trust()
+                .anchor()
+                .and_then(seen::path)
+                .filter(|path| rolled_back && path.exists())
+                .map(|path| {
+                    format!(
+                        " (the newest version this machine read is kept in {}: delete it only \
+                         if the ring was restored from a backup on purpose)",
+                        path.display()
+                    )
+                })
+                .unwrap_or_default();
+            let error = anyhow::Error::from(e).context(format!(
+                "failed to read key ring {}{hint}",
+                ring_label(ring)
+            ));
+            Err(error)
         }
     }
 }

@@ -1242,6 +1242,71 @@ fn resign_dir_index(ring: &Path) {
 /// An older, unsigned ring: it still lists and its keys still open, but nothing is written on
 /// it or sealed to it until the seeder signs it (`kseal keys sign`); then `kseal keys trust`
 /// pins it, and a ring replaced by a history rooted at another key is refused.
+/// Issue 35, attack 6: a laptop keeps the highest version it read of each pinned ring. The
+/// pin in `.kseal.yaml` records the version seen when it was made; an older signed index put
+/// back later (at or above that version) is refused as a rollback on a machine that read a
+/// newer one, and the message names where that version is kept.
+#[test]
+fn a_laptop_refuses_an_index_older_than_one_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cache = d.join("cache");
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", cache.to_str().unwrap());
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
+    let trust = keys(&["trust"]);
+    assert_eq!(trust.code, 0, "{}", trust.stderr);
+    let path = d.join("ring/index.json");
+    let pinned = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(keys(&["push", "--key-size", "2048"]).code, 0);
+    let list = keys(&["list"]);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    std::fs::write(&path, &pinned).unwrap();
+    let seal = aws.run(
+        d,
+        &[
+            "seal",
+            "--cert",
+            &url,
+            "--raw",
+            "--name",
+            "x",
+            "--namespace",
+            "y",
+        ],
+        Some("v"),
+    );
+    assert_eq!(seal.code, 1, "{}", seal.stderr);
+    assert!(seal.stderr.contains("rolled-back"), "{}", seal.stderr);
+    assert!(
+        seal.stderr.contains(cache.to_str().unwrap()),
+        "{}",
+        seal.stderr
+    );
+    // Without that memory (another machine), the pin alone still accepts it.
+    let elsewhere = Aws::new().run(
+        d,
+        &[
+            "seal",
+            "--cert",
+            &url,
+            "--raw",
+            "--name",
+            "x",
+            "--namespace",
+            "y",
+        ],
+        Some("v"),
+    );
+    assert_eq!(elsewhere.code, 0, "{}", elsewhere.stderr);
+}
+
 /// Issue 35 (attack review): `kseal keys sign` honours the pin. Once the ring is pinned, an
 /// index stripped of its signature (written by whoever can write only the index) is refused,
 /// never signed into a new history under the same anchor.
