@@ -187,6 +187,40 @@ impl Ring {
         }
     }
 
+    /// The history marker's name (`R/root`, a directory's `root.json`): written once, by the
+    /// first signed write, and never again. Whoever can write only the index cannot remove it,
+    /// so [`Ring::sign`] knows a ring was signed before even when its index says otherwise.
+    pub fn root_name(&self) -> String {
+        if self.prefixed {
+            format!("{}/root", self.name)
+        } else {
+            "root.json".to_owned()
+        }
+    }
+
+    /// Records that this ring's history is signed (anchored at `anchor`), once: an existing
+    /// marker is left as it is.
+    async fn mark_signed(&self, anchor: &Kid) -> Result<()> {
+        let name = self.root_name();
+        if self.store.current_version(&name).await?.is_some() {
+            return Ok(());
+        }
+        let text = serde_json::json!({
+            "ring": self.name,
+            "anchor": anchor.as_str(),
+            "note": "kseal: this ring's index is a signed history; an unsigned index here replaced it",
+        })
+        .to_string();
+        let tags = [
+            ("kseal.dev/ring", self.name.as_str()),
+            ("kseal.dev/part", "root"),
+        ];
+        match self.store.compare_and_swap(&name, &text, None, &tags).await {
+            Ok(_) | Err(Error::Conflict { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A key secret's name (`R/keys/<kid>`) or directory (`keys/<kid>`).
     pub fn key_name(&self, kid: &Kid) -> String {
         if self.prefixed {
@@ -335,7 +369,10 @@ impl Ring {
                 .compare_and_swap(&name, &text, expected.as_ref(), &tags)
                 .await
             {
-                Ok(_) => return Ok(result),
+                Ok(_) => {
+                    self.mark_signed(&index.roots[0].kid).await?;
+                    return Ok(result);
+                }
                 Err(Error::Conflict { .. }) if attempt < CAS_ATTEMPTS => {
                     // Another writer won; back off a little (randomised) and re-apply.
                     let mut b = [0u8; 1];
@@ -448,6 +485,23 @@ impl Ring {
         let snapshot = self.require_snapshot().await?;
         if let Verified::Signed { anchor, .. } = snapshot.verified {
             return Ok(SignOutcome::AlreadySigned(anchor));
+        }
+        // Only a ring that was never signed is migrated: a signed ring whose index was
+        // replaced by an unsigned one (by whoever can write only the index) still has its
+        // marker, and signing would bless what they wrote.
+        if let Some((marker, _)) = self.store.read(&self.root_name(), None).await? {
+            let anchor = serde_json::from_str::<serde_json::Value>(&marker)
+                .ok()
+                .and_then(|v| v.get("anchor").and_then(|a| a.as_str()).map(str::to_owned))
+                .unwrap_or_else(|| "(unreadable)".to_owned());
+            return Err(Error::Refused(format!(
+                "ring {:?} was signed before ({} records anchor {}): its unsigned index \
+                 replaced a signed one, and signing it would bless what its writer put there. \
+                 Restore the signed index from the store's previous version",
+                self.name,
+                self.root_name(),
+                anchor.get(..12).unwrap_or(&anchor)
+            )));
         }
         let active = snapshot.index.active.clone().ok_or_else(|| {
             Error::Refused(

@@ -1372,6 +1372,8 @@ fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused
     }
     object.insert("schema".into(), 1.into());
     std::fs::write(&path, format!("{index:#}\n")).unwrap();
+    // An older kseal left no history marker either.
+    std::fs::remove_file(d.join("ring/root.json")).unwrap();
     let kid = index["active"].as_str().unwrap().to_owned();
 
     let list = keys(&["list"]);

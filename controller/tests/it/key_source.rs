@@ -690,9 +690,16 @@ async fn a_listed_key_not_readable_yet_is_retried_at_every_poll() {
     assert_eq!(first.created.len(), 1);
     assert!(is_mirror_name(&first.created[0], key(0)));
 
+    // The key secret arrives, as kseal writes it (the kid as its first VersionId).
     let entry = KeyEntry::from_pair(key(1)).unwrap();
     ring.store()
-        .put(&ring.key_name(&kid(key(1))), &entry.to_json(), &[])
+        .create_immutable(
+            &ring.key_name(&kid(key(1))),
+            &entry.to_json(),
+            kid(key(1)).as_str(),
+            &[],
+            &|_| true,
+        )
         .await
         .unwrap();
     let second = mirror.sync().await.unwrap();

@@ -732,8 +732,10 @@ async fn key_secret_with_a_foreign_certificate_is_a_bad_key() {
         b.certificate().to_pem(),
         a.private_key().to_pkcs1_pem().unwrap(),
     );
+    // Created as kseal creates key secrets (the kid as the request token), so the
+    // content checks are what refuses it.
     ring.store()
-        .put(&name, &entry.to_json(), &[])
+        .create_immutable(&name, &entry.to_json(), kid(&a).as_str(), &[], &|_| true)
         .await
         .unwrap();
 
@@ -761,8 +763,10 @@ async fn key_secret_holding_another_key_than_its_name_is_a_bad_key() {
     let (a, b) = (pair(), pair());
     let name = ring.key_name(&kid(&a));
     let entry = KeyEntry::from_pair(&b).unwrap();
+    // Created as kseal creates key secrets (the kid as the request token), so the
+    // content checks are what refuses it.
     ring.store()
-        .put(&name, &entry.to_json(), &[])
+        .create_immutable(&name, &entry.to_json(), kid(&a).as_str(), &[], &|_| true)
         .await
         .unwrap();
 
@@ -790,7 +794,12 @@ async fn key_secret_that_is_not_json_is_malformed_without_quoting_it() {
     let a = pair();
     let name = ring.key_name(&kid(&a));
     let pem = a.private_key().to_pkcs1_pem().unwrap();
-    ring.store().put(&name, &pem, &[]).await.unwrap();
+    // Created as kseal creates key secrets (the kid as the request token), so the
+    // content checks are what refuses it.
+    ring.store()
+        .create_immutable(&name, &pem, kid(&a).as_str(), &[], &|_| true)
+        .await
+        .unwrap();
 
     let err = ring.read_key(&kid(&a)).await.unwrap_err();
     assert!(matches!(err, Error::Malformed { .. }), "{err:?}");

@@ -650,6 +650,12 @@ async fn a_migrated_index_does_not_skip_the_activation_delay() {
             e.added = jiff::Timestamp::UNIX_EPOCH;
         }
         overwrite_index(&ring, &forged.to_json()).await;
+        // As for a ring an older kseal wrote (no history marker), which is what a migration
+        // is for.
+        ring.store()
+            .schedule_deletion(&ring.root_name(), 7)
+            .await
+            .unwrap();
         ring.clone_with(Trust::legacy()).sign().await.unwrap();
         let out = pinned
             .activate(kid(&c).as_str(), kseal_keystore::DEFAULT_ACTIVATION_DELAY)
@@ -687,5 +693,38 @@ async fn a_key_secret_without_its_first_version_is_refused() {
             err.to_string().contains("no version under its kid"),
             "{err}"
         );
+    }
+}
+
+/// Issue 35 (attack review): an unpinned `kseal keys sign` never migrates a ring that was
+/// signed before. The first signed write leaves a marker (`R/root`, a directory's `root.json`)
+/// that whoever can write only the index cannot remove; an index stripped of every signed
+/// field is then refused by the migration, pin or no pin.
+#[tokio::test]
+async fn a_ring_signed_once_is_never_migrated_again() {
+    for (ring, _dir) in rings("marker").await {
+        let (_a, b, _anchor) = seeded(&ring).await;
+        let marker = ring
+            .store()
+            .read(&ring.root_name(), None)
+            .await
+            .unwrap()
+            .expect("the first signed write leaves the marker");
+        assert!(
+            marker.0.contains(kid(&_a).as_str()),
+            "{}",
+            marker.0.as_str()
+        );
+        let mut stripped = raw_index(&ring).await;
+        stripped.schema = UNSIGNED_INDEX_SCHEMA;
+        stripped.signature = None;
+        stripped.roots.clear();
+        stripped.retired.clear();
+        stripped.version = 0;
+        stripped.active = Some(kid(&b));
+        overwrite_index(&ring, &stripped.to_json()).await;
+        let err = ring.clone_with(Trust::legacy()).sign().await.unwrap_err();
+        assert!(err.to_string().contains("was signed before"), "{err}");
+        assert!(!raw_index(&ring).await.is_signed(), "nothing was signed");
     }
 }
