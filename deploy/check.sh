@@ -270,6 +270,9 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
   refused "$gen" --set keySource.url=dir:///etc/kseal/ring --set 'extraEnv[0].name=KSEAL_GENERATE_KEY_IF_MISSING' \
     --set-string 'extraEnv[0].value=true'
   refused "expected secretsmanager://" --set keySource.url=s3://kseal/fleet
+  # A Secrets Manager ring needs its trust anchor (no trust on first use at every start).
+  refused "keySource.ringAnchor is required" --set keySource.url=secretsmanager://kseal/fleet
+  refused "expected a kid" --set keySource.url=secretsmanager://kseal/fleet --set keySource.ringAnchor=abc
   # image.digest (set by the release workflow in the published chart) pins the image.
   refused "image.digest" --set image.digest=sha256:abc
   digest=sha256:$(printf '0%.0s' {1..64})
@@ -280,7 +283,7 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
   "$helm" template kseal "$CHART" --namespace "$NS" --set keySource.url=dir:///etc/kseal/ring \
     --set 'extraArgs={--generate-key-if-missing=false}' >/dev/null 2>"$work/refused.out" ||
     fail "helm template with a key source and --generate-key-if-missing=false: $(cat "$work/refused.out")"
-  log "ok: helm $hv: lint --strict and 5 renderings of $CHART; keySource.url with key generation or an unknown scheme is refused; image.digest pins the image, a malformed one is refused"
+  log "ok: helm $hv: lint --strict and 5 renderings of $CHART; keySource.url with key generation, an unknown scheme or a Secrets Manager ring without its anchor is refused; image.digest pins the image, a malformed one is refused"
 else
   helm=""
   if [[ "${CI:-}" == true ]]; then

@@ -89,5 +89,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if $generate -}}
 {{- fail "keySource.url is set, so the keys come from the key ring: in-cluster key generation (keys.generateIfMissing, or --generate-key-if-missing / KSEAL_GENERATE_KEY_IF_MISSING in extraArgs / extraEnv) must stay off" -}}
 {{- end -}}
+{{- $anchor := $.Values.keySource.ringAnchor -}}
+{{- range $.Values.extraArgs -}}
+{{- if hasPrefix "--ring-anchor=" (toString .) -}}
+{{- $anchor = trimPrefix "--ring-anchor=" (toString .) -}}
+{{- end -}}
+{{- end -}}
+{{- range $.Values.extraEnv -}}
+{{- if eq (toString .name) "KSEAL_RING_ANCHOR" -}}
+{{- $anchor = toString .value -}}
+{{- end -}}
+{{- end -}}
+{{- if and (hasPrefix "secretsmanager://" .) (not $anchor) -}}
+{{- fail "keySource.ringAnchor is required with a secretsmanager:// key source: without it each controller start would trust whatever history the store holds (trust on first use), including one rooted at a key an attacker holds. Set it to the ring's anchor kid: `kseal keys trust --ring <ring>` prints it" -}}
+{{- end -}}
+{{- if and $anchor (not (regexMatch "^[0-9a-f]{64}$" (toString $anchor))) -}}
+{{- fail (printf "keySource.ringAnchor %q: expected a kid, 64 lowercase hex characters (`kseal keys trust --ring <ring>` prints it)" (toString $anchor)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
