@@ -1535,7 +1535,7 @@ async fn a_restarted_controller_refuses_an_older_signed_index(client: Client) {
     source.anchor = Some(kid(older_key()));
     let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source.clone())).await;
     wait_sealing_key(&running.state, key(1), 2).await;
-    eventually("the ring-state Secret is written", PATIENCE, || async {
+    let ring_state = eventually("the ring-state Secret is written", PATIENCE, || async {
         let items = Api::<Secret>::namespaced(client.clone(), &ctrl)
             .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
             .await
@@ -1559,6 +1559,18 @@ async fn a_restarted_controller_refuses_an_older_signed_index(client: Client) {
     })
     .await;
     wait_sealing_key(&running.state, key(1), 2).await;
+    // A Warning Event says so where `kubectl get events` shows it.
+    let event = wait_event(&client, &ctrl, &ring_state.name_any(), "RingIndexRefused").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("rolled-back"),
+        "{:?}",
+        event.note
+    );
     assert_eq!(
         cert_pem(&running.state).await.1,
         key(1).certificate().to_pem(),

@@ -536,11 +536,26 @@ impl Mirror {
             )
             .await
             .map_err(|e| self.kube_err(e))?;
-        tracing::info!(
+        tracing::warn!(
             secret = %secret.name_any(),
             grace = ?self.retire_grace,
             "a mirrored key left the fleet ring; its mirror is removed after the retire grace"
         );
+        self.event(
+            secret,
+            EventType::Warning,
+            "KeyLeftRing",
+            format!(
+                "this key left ring {}: its mirror is removed after the retire grace ({}) \
+                 unless the ring lists it again; SealedSecrets sealed with it stop opening \
+                 then",
+                self.ring.name(),
+                jiff::SignedDuration::try_from(self.retire_grace)
+                    .map(|d| format!("{d:#}"))
+                    .unwrap_or_else(|_| format!("{:?}", self.retire_grace))
+            ),
+        )
+        .await;
         Ok(())
     }
 

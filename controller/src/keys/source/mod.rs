@@ -141,6 +141,9 @@ struct Cache {
     last_active: Option<Kid>,
     /// The ring-state Secret's name and the data last written to it.
     state_name: Option<String>,
+    /// The ring-state Secret found at start ([`Mirror::merge_state`]), for Events before
+    /// this replica writes its own.
+    found_state: Option<String>,
     state_written: Option<BTreeMap<String, ByteString>>,
     /// Where to attach ring-level events (the ring-state Secret).
     state_ref: Option<ObjectReference>,
@@ -284,6 +287,7 @@ impl Mirror {
                 ever: BTreeSet::new(),
                 last_active: None,
                 state_name: None,
+                found_state: None,
                 state_written: None,
                 state_ref: None,
                 warned: HashSet::new(),
@@ -577,6 +581,10 @@ impl Schedule {
             Err(e) => {
                 let message = crate::error_chain(&e);
                 tracing::warn!(reason = e.reason(), retry_in = ?self.backoff, "key source: {message}");
+                if e.reason() == "untrusted" {
+                    let found = mirror.cache.found_state.clone();
+                    mirror.refused_index_event(&message, found.as_deref()).await;
+                }
                 state.readiness.key_source_failed(e.reason(), &message);
                 count(state, "sync", e.reason());
                 self.next = tokio::time::Instant::now() + self.backoff;

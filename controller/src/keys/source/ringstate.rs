@@ -111,6 +111,32 @@ impl Mirror {
         Ok(())
     }
 
+    /// A Warning Event on the ring-state Secret when the store's index was refused (a
+    /// rollback, a forged field, a history rooted elsewhere): the controller keeps its last
+    /// verified ring, and says so where `kubectl get events` shows it, not only in its log.
+    pub(super) async fn refused_index_event(&self, message: &str, found: Option<&str>) {
+        let reference = match (
+            &self.cache.state_ref,
+            self.cache.state_name.as_deref().or(found),
+        ) {
+            (Some(reference), _) => reference.clone(),
+            (None, Some(name)) => ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Secret".into()),
+                name: Some(name.to_owned()),
+                namespace: Some(self.namespace.clone()),
+                ..ObjectReference::default()
+            },
+            (None, None) => return,
+        };
+        let note = format!(
+            "the index of ring {} was refused; the last verified ring is kept: {message}",
+            self.ring.name()
+        );
+        self.event_on(&reference, EventType::Warning, "RingIndexRefused", note)
+            .await;
+    }
+
     /// Takes what this controller remembered in the ring-state Secret before a restart (the
     /// kids it saw, the last verified active key, the version floor), once, and only under a pinned anchor;
     /// `publish` also publishes its view when there is none yet (the store not read yet).
@@ -120,6 +146,7 @@ impl Mirror {
         }
         self.cache.state_merged = true;
         if let Some(found) = self.load_state().await? {
+            self.cache.found_state = Some(found.name.clone());
             // The version floor survives a restart: the copy was verified again under the
             // pinned anchor, so whoever can write only the index cannot replay an older
             // signed index to a restarted controller.
