@@ -645,10 +645,14 @@ fn choose_ring_key(
             ),
         },
     };
+    // Only a key of the verified index may stand in: `last-active` and `kids-ever` come from
+    // the ring-state Secret, which whoever can update Secrets here can rewrite (with a key
+    // Secret of their own, that would make their key seal), and a key that left the ring
+    // never seals again.
     let fallback = [last, view.last_active.as_ref()]
         .into_iter()
         .flatten()
-        .filter(|kid| view.ever.contains(*kid))
+        .filter(|kid| view.contains(kid))
         .find_map(|kid| usable(ring, kid).map(|id| (kid.clone(), id)));
     match fallback {
         Some((kid, id)) => {
@@ -1186,6 +1190,58 @@ mod tests {
             SealingChoice::Newest,
         );
         assert_eq!(sealing(&plain), Some(newer.id().clone()));
+    }
+
+    /// Issue 35, attack 4: whoever can update the ring-state Secret (and create one labelled
+    /// key Secret) names their own key as `last-active` and in `kids-ever`. While the ring's
+    /// active key is not mirrored, only a key of the verified index may stand in: theirs
+    /// never seals.
+    #[test]
+    fn a_forged_last_active_key_never_seals() {
+        let kid = |p: &KeyPair| Kid::of(p.public_key());
+        let (ring_key, pending, evil) = (pair(), pair(), pair());
+        let materials = vec![
+            material("ring", &ring_key, "1"),
+            material("evil", &evil, "1"),
+        ];
+        let mut index = kseal_keystore::Index::empty("r", SystemTime::now());
+        for p in [&ring_key, &pending] {
+            index
+                .keys
+                .push(kseal_keystore::IndexEntry::new(p.certificate(), SystemTime::now()).unwrap());
+        }
+        // The active key is not mirrored here: a stand-in is needed.
+        index.active = Some(kid(&pending));
+        let forged_ever = std::collections::BTreeSet::from([kid(&evil)]);
+        let view = RingView::new(&index, &forged_ever, Some(kid(&evil)));
+        for last in [None, Some(kid(&evil))] {
+            let built = build_ring(
+                &materials,
+                KeyOrder::CertNotBefore,
+                &mut ParseCache::default(),
+                SealingChoice::Ring {
+                    view: Some(&view),
+                    last: last.as_ref(),
+                },
+            );
+            assert_eq!(built.ring.sealing_key().map(|k| k.id().clone()), None);
+            assert!(matches!(built.ring_sealing, RingSealing::Refused(_)));
+        }
+        // A key of the index that was active before still stands in.
+        let view = RingView::new(&index, &forged_ever, Some(kid(&ring_key)));
+        let built = build_ring(
+            &materials,
+            KeyOrder::CertNotBefore,
+            &mut ParseCache::default(),
+            SealingChoice::Ring {
+                view: Some(&view),
+                last: None,
+            },
+        );
+        assert_eq!(
+            built.ring.sealing_key().map(|k| k.id().clone()),
+            Some(ring_key.id().clone())
+        );
     }
 
     #[test]
