@@ -341,7 +341,20 @@ impl Ring {
             let current = self.snapshot(None).await?;
             let (mut index, expected) = match current {
                 Some(s) => (s.index, Some(s.version)),
-                None => (Index::empty(&self.name, SystemTime::now()), None),
+                None => {
+                    // A pinned ring had a signed history: a missing index is one that was
+                    // removed, never a new ring to start over under another root.
+                    if let Some(pinned) = self.trust.anchor() {
+                        return Err(Error::Refused(format!(
+                            "{} does not exist, but this ring is pinned at anchor {}: a pinned \
+                             ring is never created again; restore its index (or, for a new \
+                             ring, run without the pin)",
+                            self.index_name(),
+                            pinned.short()
+                        )));
+                    }
+                    (Index::empty(&self.name, SystemTime::now()), None)
+                }
             };
             let (changed, result) = change(&mut index)?;
             if !changed {

@@ -728,3 +728,21 @@ async fn a_ring_signed_once_is_never_migrated_again() {
         assert!(!raw_index(&ring).await.is_signed(), "nothing was signed");
     }
 }
+
+/// A pinned writer never creates a pinned ring again: with its index gone (deleted, or a
+/// directory copy without it), a push under the pin refuses instead of starting a new history
+/// under another root.
+#[tokio::test]
+async fn a_pinned_writer_does_not_recreate_a_ring_whose_index_is_gone() {
+    let (ring, dir) = rings("recreate").await.remove(0);
+    let dir = dir.expect("a directory ring");
+    let (_a, _b, anchor) = seeded(&ring).await;
+    std::fs::remove_file(dir.path().join("index.json")).unwrap();
+    let err = ring
+        .clone_with(Trust::anchored(anchor))
+        .push(&pair())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("never created again"), "{err}");
+    assert!(!dir.path().join("index.json").exists());
+}
