@@ -541,10 +541,22 @@ impl Ring {
         }
         let anchor = active.clone();
         let drop = dropped.clone();
+        // Only the index that was checked (and shown to the seeder) is signed: one written
+        // meanwhile, between this read and the compare-and-swap or after a conflict, is
+        // refused rather than signed unchecked.
+        let checked = snapshot.index.to_json();
         let anchor_out = self
             .update(Signer::Migrate(&anchor), |index| {
                 if index.is_signed() {
                     return Ok((false, None));
+                }
+                if index.to_json() != checked {
+                    return Err(Error::Refused(
+                        "the ring's unsigned index changed while its keys were checked: nothing \
+                         was signed; check it with `kseal keys list` and run `kseal keys sign` \
+                         again"
+                            .into(),
+                    ));
                 }
                 index.keys.retain(|e| !drop.contains(&e.kid));
                 // `added` starts a key's activation delay, and whoever wrote the unsigned index

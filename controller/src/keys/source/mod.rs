@@ -334,12 +334,13 @@ impl Mirror {
         let mut report = SyncReport::default();
         if !self.cache.seeded {
             self.seed_from_mirror().await?;
-            // Until the store answers, the leader's view is the ring-state Secret's, but only
-            // under a pinned anchor (`--ring-anchor`): without one, that Secret is only as
-            // trustworthy as write access to Secrets here, so it is read once the store's
-            // index has pinned the anchor (below).
-            self.merge_state(true).await?;
         }
+        // Until the store answers, the leader's view is the ring-state Secret's, but only
+        // under a pinned anchor (`--ring-anchor`): without one, that Secret is only as
+        // trustworthy as write access to Secrets here, so it is read once the store's index
+        // has pinned the anchor (below). Under an anchor the store is read only once this
+        // succeeded: it restores the version floor.
+        self.merge_state(true).await?;
         let version = self.ring.index_version().await;
         count(&self.state, "describe_index", outcome(&version));
         let Some(version) = version.map_err(|e| self.store_err(e))? else {
@@ -581,7 +582,7 @@ impl Schedule {
             Err(e) => {
                 let message = crate::error_chain(&e);
                 tracing::warn!(reason = e.reason(), retry_in = ?self.backoff, "key source: {message}");
-                if e.reason() == "untrusted" {
+                if matches!(e.reason(), "untrusted" | "malformed") {
                     let found = mirror.cache.found_state.clone();
                     mirror.refused_index_event(&message, found.as_deref()).await;
                 }

@@ -101,7 +101,13 @@ impl Mirror {
             None => None,
         };
         match (found, from_store) {
-            (Some(found), _) => self.state.ring_view.publish(found.view),
+            (Some(found), _) => {
+                // A follower's floor too only rises: a ring-state Secret rewritten with an
+                // older signed index of the ring is then refused (load_state verifies with
+                // it), and the follower keeps the view it has.
+                self.pin.floor = self.pin.floor.max(found.version);
+                self.state.ring_view.publish(found.view);
+            }
             (None, Some(index)) => {
                 let view = RingView::new(&index, &self.cache.ever, self.cache.last_active.clone());
                 self.state.ring_view.publish(view);
@@ -144,8 +150,11 @@ impl Mirror {
         if self.cache.state_merged || self.pin.anchor.is_none() {
             return Ok(());
         }
+        // Merged only once it succeeded: a failed list (an API server hiccup at start) must
+        // not leave the floor at 0 for the life of the process.
+        let found = self.load_state().await?;
         self.cache.state_merged = true;
-        if let Some(found) = self.load_state().await? {
+        if let Some(found) = found {
             self.cache.found_state = Some(found.name.clone());
             // The version floor survives a restart: the copy was verified again under the
             // pinned anchor, so whoever can write only the index cannot replay an older
@@ -513,6 +522,51 @@ mod tests {
                 .current()
                 .expect("the remembered view");
             assert_eq!(view.active, Some(Kid::of(b.public_key())));
+        })
+        .await;
+    }
+
+    /// Issue 35, attack 4 (attack review): a running follower's floor only rises. The ring-state
+    /// Secret rewritten with an older signed index of the ring (whoever can update Secrets in
+    /// the controller namespace) does not move its view back.
+    #[tokio::test]
+    async fn a_follower_keeps_its_view_when_the_ring_state_is_rolled_back() {
+        within("follower rollback", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            writer.push(&b).await.unwrap();
+            let (old, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            writer
+                .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+                .await
+                .unwrap();
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.sync().await.unwrap();
+            let mut follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            follower.follow().await.unwrap();
+            let active = Some(Kid::of(b.public_key()));
+            assert_eq!(follower.state.ring_view.current().unwrap().active, active);
+
+            let found = leader.load_state().await.unwrap().unwrap();
+            let mut secret = leader.api.get(&found.name).await.unwrap();
+            secret
+                .data
+                .get_or_insert_with(BTreeMap::new)
+                .insert(INDEX_ITEM.into(), ByteString(old.as_bytes().to_vec()));
+            leader
+                .api
+                .replace(&found.name, &PostParams::default(), &secret)
+                .await
+                .unwrap();
+            follower.follow().await.unwrap();
+            assert_eq!(
+                follower.state.ring_view.current().unwrap().active,
+                active,
+                "the older index in the ring-state Secret is refused"
+            );
         })
         .await;
     }

@@ -90,9 +90,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail "keySource.url is set, so the keys come from the key ring: in-cluster key generation (keys.generateIfMissing, or --generate-key-if-missing / KSEAL_GENERATE_KEY_IF_MISSING in extraArgs / extraEnv) must stay off" -}}
 {{- end -}}
 {{- $anchor := $.Values.keySource.ringAnchor -}}
-{{- range $.Values.extraArgs -}}
-{{- if hasPrefix "--ring-anchor=" (toString .) -}}
-{{- $anchor = trimPrefix "--ring-anchor=" (toString .) -}}
+{{- range $i, $arg := $.Values.extraArgs -}}
+{{- if hasPrefix "--ring-anchor=" (toString $arg) -}}
+{{- $anchor = trimPrefix "--ring-anchor=" (toString $arg) -}}
+{{- else if and (eq (toString $arg) "--ring-anchor") (lt (add1 $i) (len $.Values.extraArgs)) -}}
+{{- $anchor = toString (index $.Values.extraArgs (add1 $i)) -}}
 {{- end -}}
 {{- end -}}
 {{- range $.Values.extraEnv -}}
