@@ -1,8 +1,5 @@
 //! `kseal keys rotate`: generate and push a new key, then activate it after the safety delay.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use anyhow::{Result, bail};
 use kseal_keystore::{Index, Kid};
 
@@ -99,7 +96,8 @@ pub(super) fn lost_race(index: &Index, ours: &Kid, ring: &str) -> Option<String>
 /// key in between: a lost race, deterministically.
 #[cfg(debug_assertions)]
 pub(super) async fn pause_for_tests() {
-    let Some(path) = std::env::var_os("KSEAL_TEST_ROTATE_PAUSE").map(PathBuf::from) else {
+    let Some(path) = std::env::var_os("KSEAL_TEST_ROTATE_PAUSE").map(std::path::PathBuf::from)
+    else {
         return;
     };
     let mut reached = path.clone().into_os_string();
@@ -111,6 +109,6 @@ pub(super) async fn pause_for_tests() {
         if path.exists() {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
