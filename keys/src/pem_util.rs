@@ -7,8 +7,11 @@ use der::{Decode as _, asn1::OctetStringRef};
 #[cfg(feature = "aws-lc")]
 use zeroize::Zeroizing;
 
-use crate::public::RSA_ENCRYPTION;
 use crate::{Error, Result};
+
+/// OID of `rsaEncryption` (PKCS #1).
+pub(crate) const RSA_ENCRYPTION: der::asn1::ObjectIdentifier =
+    der::asn1::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 
 /// Finds the first PEM block whose tag is one of `tags`. Other blocks are skipped, so a file
 /// holding a key and a certificate works for either.

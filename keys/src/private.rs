@@ -1,13 +1,13 @@
 //! RSA private keys (AWS-LC: blinded, constant-time) and key generation.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
 
 use aws_lc_rs::encoding::AsDer as _;
 use aws_lc_rs::rsa::{OAEP_SHA256_MGF1SHA256, OaepPrivateDecryptingKey, PrivateDecryptingKey};
 use zeroize::Zeroizing;
 
 use crate::pem_util;
+pub use crate::x509_gen::CertificateOptions;
 use crate::{Certificate, Error, PublicKey, Result};
 
 /// RSA key sizes kseal generates.
@@ -159,7 +159,7 @@ impl PrivateKey {
 
     /// Creates a self-signed certificate for this key, shaped like Bitnami's.
     pub fn self_signed_certificate(&self, options: &CertificateOptions) -> Result<Certificate> {
-        crate::x509_gen::self_signed(&self.pkcs8, self, options)
+        crate::x509_gen::self_signed(&self.pkcs8, self.public_key(), options)
     }
 
     /// Signs `message` with RSASSA-PSS (SHA-256, MGF1-SHA-256, 32-byte salt), the signature
@@ -210,33 +210,5 @@ impl fmt::Debug for PrivateKey {
             .field("id", self.public.id())
             .field("bits", &self.public.bits())
             .finish_non_exhaustive()
-    }
-}
-
-/// Options for the self-signed certificate that carries a sealing key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertificateOptions {
-    /// Subject and issuer common name; empty gives an empty subject, like Bitnami's default.
-    pub common_name: String,
-    /// Start of validity (defaults to now).
-    pub not_before: SystemTime,
-    /// Length of validity (defaults to 10 × 365 days, Bitnami's `--key-ttl`).
-    pub validity: Duration,
-}
-
-impl CertificateOptions {
-    /// Bitnami's default validity: 87,600 hours.
-    pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(87_600 * 3600);
-    /// The common name Bitnami's docs and the interop vectors use.
-    pub const DEFAULT_COMMON_NAME: &'static str = "sealed-secret";
-}
-
-impl Default for CertificateOptions {
-    fn default() -> Self {
-        Self {
-            common_name: Self::DEFAULT_COMMON_NAME.to_owned(),
-            not_before: SystemTime::now(),
-            validity: Self::DEFAULT_VALIDITY,
-        }
     }
 }

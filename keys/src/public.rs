@@ -9,12 +9,8 @@ use der::{Decode as _, Encode as _};
 use sha2::{Digest as _, Sha256};
 use spki::SubjectPublicKeyInfoRef;
 
-use crate::pem_util;
+use crate::pem_util::{self, RSA_ENCRYPTION};
 use crate::{Error, Result};
-
-/// OID of `rsaEncryption` (PKCS #1).
-pub(crate) const RSA_ENCRYPTION: der::asn1::ObjectIdentifier =
-    der::asn1::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 
 /// Smallest RSA modulus kseal accepts, in bits.
 pub const MIN_RSA_BITS: usize = 2048;

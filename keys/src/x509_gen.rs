@@ -1,6 +1,6 @@
 //! Self-signed certificate generation (rcgen for the structure, AWS-LC for the signature).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lc_rs::rand::SecureRandom as _;
 use aws_lc_rs::signature::{KeyPair as _, RSA_PKCS1_SHA256, RsaKeyPair};
@@ -9,8 +9,7 @@ use rcgen::{
     PublicKeyData, SerialNumber, SigningKey,
 };
 
-use crate::private::CertificateOptions;
-use crate::{Certificate, Error, PrivateKey, Result};
+use crate::{Certificate, Error, PublicKey, Result};
 
 /// Signs with an RSA key held by AWS-LC, so rcgen never holds a copy of the private key.
 struct RsaSigner {
@@ -57,7 +56,7 @@ fn bad_time() -> Error {
 
 pub(crate) fn self_signed(
     pkcs8: &[u8],
-    key: &PrivateKey,
+    public_key: &PublicKey,
     options: &CertificateOptions,
 ) -> Result<Certificate> {
     let signer_key =
@@ -96,11 +95,39 @@ pub(crate) fn self_signed(
         .self_signed(&signer)
         .map_err(|e| Error::Generate(format!("cannot build certificate: {e}")))?;
     let parsed = Certificate::from_der(cert.der())?;
-    if parsed.public_key() != key.public_key() {
+    if parsed.public_key() != public_key {
         // Cannot happen: the signer was built from the same PKCS #8 bytes.
         return Err(Error::Generate(
             "certificate key differs from the private key".into(),
         ));
     }
     Ok(parsed)
+}
+
+/// Options for the self-signed certificate that carries a sealing key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateOptions {
+    /// Subject and issuer common name; empty gives an empty subject, like Bitnami's default.
+    pub common_name: String,
+    /// Start of validity (defaults to now).
+    pub not_before: SystemTime,
+    /// Length of validity (defaults to 10 × 365 days, Bitnami's `--key-ttl`).
+    pub validity: Duration,
+}
+
+impl CertificateOptions {
+    /// Bitnami's default validity: 87,600 hours.
+    pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(87_600 * 3600);
+    /// The common name Bitnami's docs and the interop vectors use.
+    pub const DEFAULT_COMMON_NAME: &'static str = "sealed-secret";
+}
+
+impl Default for CertificateOptions {
+    fn default() -> Self {
+        Self {
+            common_name: Self::DEFAULT_COMMON_NAME.to_owned(),
+            not_before: SystemTime::now(),
+            validity: Self::DEFAULT_VALIDITY,
+        }
+    }
 }
