@@ -312,13 +312,13 @@ pub struct Index {
     pub keys: Vec<IndexEntry>,
     /// Keys that left the ring, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub retired: Vec<crate::trust::RetiredEntry>,
+    pub retired: Vec<RetiredEntry>,
     /// The root chain, anchor first ([`crate::trust`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub roots: Vec<crate::trust::RootRecord>,
+    pub roots: Vec<RootRecord>,
     /// The last root's signature over everything above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signature: Option<crate::trust::Signature>,
+    pub signature: Option<Signature>,
 }
 
 impl Index {
@@ -501,6 +501,42 @@ impl Index {
             _ => Err(Error::UnknownKey(text.to_owned())),
         }
     }
+}
+
+// The signed history's records, as data ([`crate::trust`] signs and checks them).
+
+/// A signature in the index: the kid of the key that made it and RSASSA-PSS-SHA256, base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signature {
+    /// The signing key.
+    pub kid: Kid,
+    /// The signature, standard base64.
+    pub sig: String,
+}
+
+/// One link of the root chain: a root key and the signatures that admit it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootRecord {
+    /// 1 for the anchor, then one more per root rotation.
+    pub seq: u64,
+    /// The root key's kid.
+    pub kid: Kid,
+    /// The root key's DER `SubjectPublicKeyInfo`, base64 (kept here so the chain can be checked
+    /// after the key left the ring).
+    pub spki: String,
+    /// Signatures over [`root_message`](crate::trust::root_message): by the previous root (none for the anchor) and by
+    /// this root itself.
+    pub signatures: Vec<Signature>,
+}
+
+/// A key that left the ring, remembered so a reader can tell "retired" from "never a key of
+/// this ring".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredEntry {
+    /// The key's kid.
+    pub kid: Kid,
+    /// When it was removed from the index.
+    pub retired: jiff::Timestamp,
 }
 
 #[cfg(test)]

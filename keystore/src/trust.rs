@@ -25,50 +25,16 @@ use std::fmt::Write as _;
 
 use base64::Engine as _;
 use kseal_keys::{KeyPair, PublicKey};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::contract::{Index, Kid};
+pub use crate::contract::{RetiredEntry, RootRecord, Signature};
 use crate::{Error, Result};
 
 /// The first line of the signed encoding of an index.
 const INDEX_DOMAIN: &str = "kseal ring index v2";
 /// The first line of the signed encoding of a root record.
 const ROOT_DOMAIN: &str = "kseal ring root v1";
-
-/// A signature in the index: the kid of the key that made it and RSASSA-PSS-SHA256, base64.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Signature {
-    /// The signing key.
-    pub kid: Kid,
-    /// The signature, standard base64.
-    pub sig: String,
-}
-
-/// One link of the root chain: a root key and the signatures that admit it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RootRecord {
-    /// 1 for the anchor, then one more per root rotation.
-    pub seq: u64,
-    /// The root key's kid.
-    pub kid: Kid,
-    /// The root key's DER `SubjectPublicKeyInfo`, base64 (kept here so the chain can be checked
-    /// after the key left the ring).
-    pub spki: String,
-    /// Signatures over [`root_message`]: by the previous root (none for the anchor) and by
-    /// this root itself.
-    pub signatures: Vec<Signature>,
-}
-
-/// A key that left the ring, remembered so a reader can tell "retired" from "never a key of
-/// this ring".
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetiredEntry {
-    /// The key's kid.
-    pub kid: Kid,
-    /// When it was removed from the index.
-    pub retired: jiff::Timestamp,
-}
 
 /// What a reader accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
