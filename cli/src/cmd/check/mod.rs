@@ -16,15 +16,17 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 
+use self::finding::Level;
 use self::keys::ring_view;
 use self::report::{human, json, junit, sarif};
-use self::rules::{Level, check_private_controller, check_private_keys, check_public};
+use self::rules::{check_private_controller, check_private_keys, check_public};
 use self::scan::{Object, parallel_map, read_file};
 use crate::args::{CheckArgs, CheckFormat, Progress};
 use crate::controller::{Controller, ControllerTarget};
 use crate::opening::Checker;
 use crate::text::count;
 
+mod finding;
 mod keys;
 mod report;
 mod rules;

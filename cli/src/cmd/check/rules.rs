@@ -12,99 +12,12 @@ use kseal_api::constants::{
 };
 use kseal_keys::{KeyId, KeyRing, Scope};
 
+use super::finding::{Finding, Rule};
 use super::forbid_cluster_wide;
 use super::keys::{RingKey, RingView};
 use super::scan::Object;
 use crate::opening::{Checker, open_items};
 use crate::text::count;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Level {
-    Error,
-    Warning,
-}
-
-impl Level {
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Level::Error => "error",
-            Level::Warning => "warning",
-        }
-    }
-}
-
-/// What a finding is about; its id is the SARIF rule id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Rule {
-    Parse,
-    Scope,
-    Malformed,
-    RsaLength,
-    UnknownKey,
-    Template,
-    DoesNotOpen,
-    Stale,
-    ClusterWide,
-}
-
-pub(super) const RULES: [Rule; 9] = [
-    Rule::Parse,
-    Rule::Scope,
-    Rule::Malformed,
-    Rule::RsaLength,
-    Rule::UnknownKey,
-    Rule::Template,
-    Rule::DoesNotOpen,
-    Rule::Stale,
-    Rule::ClusterWide,
-];
-
-impl Rule {
-    pub(super) fn id(self) -> &'static str {
-        match self {
-            Rule::Parse => "does-not-parse",
-            Rule::Scope => "scope-inconsistent",
-            Rule::Malformed => "malformed-item",
-            Rule::RsaLength => "rsa-length-mismatch",
-            Rule::UnknownKey => "unknown-sealing-key",
-            Rule::Template => "template-does-not-render",
-            Rule::DoesNotOpen => "item-does-not-open",
-            Rule::Stale => "stale-sealing-key",
-            Rule::ClusterWide => "cluster-wide-forbidden",
-        }
-    }
-
-    pub(super) fn level(self) -> Level {
-        match self {
-            Rule::Stale | Rule::ClusterWide => Level::Warning,
-            _ => Level::Error,
-        }
-    }
-
-    pub(super) fn description(self) -> &'static str {
-        match self {
-            Rule::Parse => "The document is not a valid SealedSecret",
-            Rule::Scope => "The scope annotations contradict the object's metadata",
-            Rule::Malformed => "An encryptedData item is not a sealed value",
-            Rule::RsaLength => "An item's RSA block fits no key of the ring",
-            Rule::UnknownKey => {
-                "The kseal.dev/sealing-key hint names a key the ring does not hold (or retired)"
-            }
-            Rule::Template => "spec.template.data does not render",
-            Rule::DoesNotOpen => "An item does not open with the ring's private keys",
-            Rule::Stale => "Sealed with a key that is not the ring's active key",
-            Rule::ClusterWide => "Cluster-wide scope where the repository's rules forbid it",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Finding {
-    pub(super) rule: Rule,
-    pub(super) line: usize,
-    pub(super) item: Option<String>,
-    pub(super) message: String,
-}
 
 pub(super) fn days(age: Duration) -> String {
     count(age.as_secs() / 86_400, "day")

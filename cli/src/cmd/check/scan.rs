@@ -10,7 +10,7 @@ use anyhow::Result;
 use kseal_api::SealedSecret;
 use kseal_api::constants::{API_VERSION, KIND};
 
-use super::rules::{Finding, Rule};
+use super::finding::{Finding, Rule};
 
 /// One SealedSecret found.
 #[derive(Debug)]

@@ -7,17 +7,9 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result, bail};
 use kseal_keys::Plaintext;
 
-use super::ini::read_profile;
+use super::ini::{AwsKeys, read_profile};
 use super::{Items, cert_request, seal_and_emit};
 use crate::args::{AwsArgs, AwsConsumer};
-
-/// Static AWS credentials.
-pub(super) struct AwsKeys {
-    pub(super) access_key_id: String,
-    pub(super) secret_access_key: Plaintext,
-    pub(super) session_token: Option<Plaintext>,
-    pub(super) origin: String,
-}
 
 pub(super) fn credentials_file() -> Result<PathBuf> {
     if let Some(p) =

@@ -6,7 +6,13 @@ use std::path::Path;
 use anyhow::{Context as _, Result, bail};
 use kseal_keys::Plaintext;
 
-use super::aws::AwsKeys;
+/// Static AWS credentials.
+pub(super) struct AwsKeys {
+    pub(super) access_key_id: String,
+    pub(super) secret_access_key: Plaintext,
+    pub(super) session_token: Option<Plaintext>,
+    pub(super) origin: String,
+}
 
 /// Reads one profile of an AWS shared credentials file (INI).
 pub(super) fn read_profile(path: &Path, profile: &str) -> Result<AwsKeys> {

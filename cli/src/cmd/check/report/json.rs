@@ -3,7 +3,7 @@
 use anyhow::Result;
 
 use super::super::Totals;
-use super::super::rules::Finding;
+use super::super::finding::Finding;
 use super::super::scan::{FileReport, Object};
 use super::{findings_of, shown};
 

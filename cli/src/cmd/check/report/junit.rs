@@ -1,6 +1,6 @@
 //! The junit report of `kseal check`.
 
-use super::super::rules::{Finding, Level};
+use super::super::finding::{Finding, Level};
 use super::super::scan::FileReport;
 use super::shown;
 

@@ -14,7 +14,7 @@ pub(super) use text::human;
 
 use std::path::Path;
 
-use super::rules::Finding;
+use super::finding::Finding;
 use super::scan::{FileReport, Object};
 
 /// A path for reports: as walked, with `/` separators and no leading `./`.

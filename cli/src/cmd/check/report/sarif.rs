@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use super::super::rules::RULES;
+use super::super::finding::RULES;
 use super::super::scan::FileReport;
 use super::{findings_of, shown};
 

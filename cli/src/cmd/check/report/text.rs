@@ -3,7 +3,7 @@
 use std::io::IsTerminal as _;
 
 use super::super::Totals;
-use super::super::rules::Level;
+use super::super::finding::Level;
 use super::super::scan::FileReport;
 use super::super::summary;
 use super::{findings_of, shown};
