@@ -4,6 +4,7 @@
 pub mod constants;
 pub mod duration;
 mod error;
+mod render;
 pub mod request;
 mod resource;
 mod scope;
@@ -13,12 +14,13 @@ mod unseal;
 pub mod validation;
 
 pub use error::{Error, HintNote, Result, TEMPLATE_FAILED};
+pub use render::render_template_data;
 pub use resource::{
     SealedSecret, SealedSecretCondition, SealedSecretSpec, SealedSecretStatus, SecretTemplateSpec,
 };
 pub use scope::{ScopeTarget, scope_from_annotations, scope_of, set_scope_annotations};
 pub use seal::{SealOptions, seal_secret};
-pub use template::{TemplateError, render_template_data};
+pub use template::TemplateError;
 pub use unseal::{UnsealOptions, Unsealed, unseal, unseal_counted, unseal_with};
 
 /// Re-exported so callers name scopes without depending on `kseal-keys` directly.

@@ -10,8 +10,8 @@ use kseal_keys::envelope::{self, Envelope};
 use kseal_keys::{KeyId, KeyRing, Label, OpenOrder, OpenStats, Plaintext, Scope};
 
 use crate::constants::{API_VERSION, KIND, SKIP_SET_OWNER_REFERENCES_ANNOTATION, TRUE};
+use crate::render::render_template_data;
 use crate::seal::strip_server_fields;
-use crate::template::render_template_data;
 use crate::{Error, Result, ScopeTarget, SealedSecret};
 
 /// How to unseal.

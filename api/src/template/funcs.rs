@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use sha2::Digest as _;
 
-use super::exec::Ctx;
+use super::ctx::Ctx;
 use super::format::{self, push, too_large};
 use super::json::{self, EncodeError, Style};
-use super::parse::{parse_float, parse_int};
+use super::number::{parse_float, parse_int};
 use super::text;
 use super::value::{Value, compare, equal};
 use super::{MAX_DEPTH, MAX_LIST, MAX_VALUE};

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::MAX_DEPTH;
-use super::exec::Ctx;
+use super::ctx::Ctx;
 use super::format::{format_json_float, push};
 use super::text::{self, Rune};
 use super::value::Value;
