@@ -123,9 +123,20 @@ impl PublicKey {
         match block.tag() {
             "PUBLIC KEY" => Self::from_spki_der(block.contents()),
             "RSA PUBLIC KEY" => Self::from_pkcs1_der(block.contents()),
-            _ => Ok(crate::Certificate::from_der(block.contents())?
-                .public_key()
-                .clone()),
+            // The certificate's key, read here rather than through `Certificate` (which
+            // is built on this type), with the same errors.
+            _ => {
+                let bad = |_| Error::Der {
+                    what: "certificate",
+                };
+                let cert = x509_cert::Certificate::from_der(block.contents()).map_err(bad)?;
+                let spki = cert
+                    .tbs_certificate()
+                    .subject_public_key_info()
+                    .to_der()
+                    .map_err(bad)?;
+                Self::from_spki_der(&spki)
+            }
         }
     }
 
