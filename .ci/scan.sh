@@ -204,7 +204,7 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
 defaults
 namespaced --set watch.allNamespaces=false --set watch.additionalNamespaces={apps}
 cert-proxy --set certProxy.enabled=true --set metrics.serviceMonitor.enabled=true
-key-source --set keySource.url=secretsmanager://kseal/fleet --set keySource.aws.region=eu-west-1
+key-source --set keySource.url=secretsmanager://kseal/fleet --set keySource.aws.region=eu-west-1 --set keySource.ringAnchor=4034c72f56d5236d32b909de25579bc93dd6e075a4204efe04465127cb959771
 EOF
 else
   missing "no helm (see deploy/find-helm.sh): the chart is not scanned"
