@@ -606,6 +606,24 @@ mod tests {
 
     use super::*;
 
+    /// The test API server, with the controller namespace `kseal`.
+    pub(super) async fn server() -> (TestApiServer, Client) {
+        let server = TestApiServer::new();
+        let client = server.client();
+        let namespace = k8s_openapi::api::core::v1::Namespace {
+            metadata: ObjectMeta {
+                name: Some("kseal".into()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        };
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap();
+        (server, client)
+    }
+
     #[tokio::test]
     async fn failures_back_off_doubling_to_the_cap_and_a_success_resets_it() {
         tokio::time::timeout(Duration::from_secs(60), async {
@@ -614,19 +632,7 @@ mod tests {
                 path: dir.path().join("ring"),
                 insecure_perms: false,
             };
-            let server = TestApiServer::new();
-            let client = server.client();
-            let namespace = k8s_openapi::api::core::v1::Namespace {
-                metadata: ObjectMeta {
-                    name: Some("kseal".into()),
-                    ..ObjectMeta::default()
-                },
-                ..Default::default()
-            };
-            Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-                .create(&PostParams::default(), &namespace)
-                .await
-                .unwrap();
+            let (_server, client) = server().await;
             let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
             let state = State::new();
             state.leadership.assume(true);

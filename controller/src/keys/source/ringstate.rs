@@ -420,9 +420,9 @@ mod tests {
 
     use kseal_keys::{CertificateOptions, KeySize};
     use kseal_keystore::{AwsOptions, Location, Trust};
-    use kseal_testkit::TestApiServer;
 
     use super::*;
+    use crate::keys::source::tests::server;
 
     const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -447,24 +447,6 @@ mod tests {
             Some(a) => ring.with_trust(Trust::anchored(Kid::of(a.public_key()))),
             None => ring,
         }
-    }
-
-    /// The test API server, with the controller namespace `kseal`.
-    async fn server() -> (TestApiServer, Client) {
-        let server = TestApiServer::new();
-        let client = server.client();
-        let namespace = k8s_openapi::api::core::v1::Namespace {
-            metadata: ObjectMeta {
-                name: Some("kseal".into()),
-                ..ObjectMeta::default()
-            },
-            ..Default::default()
-        };
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .unwrap();
-        (server, client)
     }
 
     fn mirror(ring: Ring, client: &Client) -> Mirror {
