@@ -1410,6 +1410,20 @@ async fn overwrite_index(ring: &Ring, text: &str) {
         .unwrap();
 }
 
+/// The ring-state Secret in `ns`, once the leader has written it.
+async fn wait_ring_state(client: &Client, ns: &str) -> Secret {
+    eventually("the ring-state Secret is written", PATIENCE, || async {
+        let items = Api::<Secret>::namespaced(client.clone(), ns)
+            .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
+            .await
+            .unwrap()
+            .items;
+        Ok(items.into_iter().next())
+    })
+    .await
+    .unwrap()
+}
+
 /// Finding: whoever can write the index alone chose the sealing key. Now the controller pins
 /// the ring's anchor on first use, refuses an index whose history does not verify (a forged
 /// `active`, a history rooted at the attacker's key) and keeps sealing with the ring's key;
@@ -1426,16 +1440,7 @@ async fn an_index_writer_cannot_change_the_sealing_key(client: Client) {
     wait_sealing_key(&running.state, older_key(), 1).await;
     let pinned = running.state.metrics.key_source_ring_anchor_pinned.get();
     assert_eq!(pinned, 1, "the anchor is pinned on first use");
-    let ring_state = eventually("the ring-state Secret is written", PATIENCE, || async {
-        let items = Api::<Secret>::namespaced(client.clone(), &ctrl)
-            .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
-            .await
-            .unwrap()
-            .items;
-        Ok(items.into_iter().next())
-    })
-    .await
-    .unwrap();
+    let ring_state = wait_ring_state(&client, &ctrl).await;
     wait_event(&client, &ctrl, &ring_state.name_any(), "RingAnchorPinned").await;
 
     // The attacker's key pushed as a key secret (a directory lets them) and named active in
@@ -1535,16 +1540,7 @@ async fn a_restarted_controller_refuses_an_older_signed_index(client: Client) {
     source.anchor = Some(kid(older_key()));
     let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source.clone())).await;
     wait_sealing_key(&running.state, key(1), 2).await;
-    let ring_state = eventually("the ring-state Secret is written", PATIENCE, || async {
-        let items = Api::<Secret>::namespaced(client.clone(), &ctrl)
-            .list(&ListParams::default().labels("kseal.dev/ring-state=true"))
-            .await
-            .unwrap()
-            .items;
-        Ok(items.into_iter().next())
-    })
-    .await
-    .unwrap();
+    let ring_state = wait_ring_state(&client, &ctrl).await;
     running.stop().await;
 
     overwrite_index(&ring, &old_text).await;
