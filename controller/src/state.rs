@@ -217,6 +217,9 @@ pub struct State {
     pub rsa: Arc<crate::serve::rsapool::RsaPool>,
     /// Whether the API server answers.
     pub api: Arc<crate::cluster::apihealth::ApiHealth>,
+    /// What cached SealedSecrets not yet synced may hold of encrypted values
+    /// (`--pending-values-mib`; [`crate::cache::sealed`]).
+    pub value_budget: Arc<crate::cache::sealed::ValueBudget>,
 }
 
 impl State {
@@ -231,6 +234,9 @@ impl State {
             ring_view: crate::keys::ringview::RingViews::new(),
             rsa: crate::serve::rsapool::RsaPool::new(crate::serve::rsapool::DEFAULT_SLOTS),
             api: Arc::new(crate::cluster::apihealth::ApiHealth::default()),
+            value_budget: crate::cache::sealed::ValueBudget::new(
+                crate::cache::sealed::DEFAULT_VALUE_BUDGET_BYTES,
+            ),
         }
     }
 

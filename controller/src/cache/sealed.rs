@@ -33,12 +33,18 @@
 //! initial list delivers every object long before the RSA work reaches it, so without a
 //! bound every ciphertext of the cluster would sit in memory at once (about 750 bytes per
 //! RSA-4096 value: 75 MB at 100,000 objects). The encrypted values kept in objects not
-//! (yet) synced count against a process-wide budget ([`set_value_budget`],
-//! `--pending-values-mib`); an object that would exceed it is kept stripped, with its spec
+//! (yet) synced count against the controller's budget ([`ValueBudget`], `--pending-values-mib`,
+//! held in [`crate::state::State`]); an object that would exceed it is kept stripped, with its spec
 //! digest, exactly like a synced one, and its reconcile reads it whole (one GET) when its
 //! turn comes. The budget is released when the entry is dropped (the object synced, changed
 //! or went away). An object that cannot be confirmed from the Secret cache costs one read
 //! more past the budget, never a wrong or missing Secret.
+//!
+//! The watcher parses objects through serde (kube's `DeserializeOwned`), which takes no
+//! argument, so the controller hands its budget to that parsing the way a request scope
+//! would: [`with_value_budget`] makes it the budget of everything parsed while the given
+//! future runs (a tokio task-local). Nothing is process-wide: two controllers in one process
+//! (the tests) have a budget each. Outside such a scope an object is kept whole.
 
 use std::borrow::Cow;
 use std::hash::{Hash as _, Hasher as _};
@@ -78,24 +84,32 @@ impl CachedSealed {
     ///
     /// # Errors
     /// When `ss` cannot be written as JSON (a SealedSecret always can).
+    /// Within a [`with_value_budget`] scope, the values of an object not yet synced count
+    /// against that budget; outside one, the object is kept whole.
     pub fn new(ss: SealedSecret) -> Result<Self, serde_json::Error> {
-        Self::within(ss, &PROCESS_BUDGET)
+        let budget = SCOPED_BUDGET.try_with(Arc::clone).ok();
+        Self::within(ss, budget.as_ref())
     }
 
     /// [`CachedSealed::new`], counting the values of an object not yet synced against
-    /// `budget` (the process's, except in tests).
+    /// `budget`, when there is one.
     fn within(
         mut ss: SealedSecret,
-        budget: &'static ValueBudget,
+        budget: Option<&Arc<ValueBudget>>,
     ) -> Result<Self, serde_json::Error> {
         slim(&mut ss);
         let values: usize = ss.spec.encrypted_data.values().map(String::len).sum();
-        let kept = if synced(&ss) || values == 0 {
-            None
-        } else {
-            budget.reserve(values)
+        let (kept, strip) = match budget {
+            _ if synced(&ss) => (None, values > 0),
+            _ if values == 0 => (None, false),
+            None => (None, false),
+            Some(budget) => {
+                let kept = ValueBudget::reserve(budget, values);
+                let strip = kept.is_none();
+                (kept, strip)
+            }
         };
-        let stripped_digest = (values > 0 && kept.is_none()).then(|| {
+        let stripped_digest = strip.then(|| {
             let digest = crate::formats::spec_digest_bytes(&ss);
             for value in ss.spec.encrypted_data.values_mut() {
                 *value = String::new();
@@ -181,7 +195,7 @@ struct Body {
 
 /// Bytes reserved in a [`ValueBudget`]; released when dropped.
 struct Kept {
-    budget: &'static ValueBudget,
+    budget: Arc<ValueBudget>,
     bytes: usize,
 }
 
@@ -192,30 +206,43 @@ impl Drop for Kept {
 }
 
 /// How many bytes of encrypted values cached objects not yet synced may hold together (see
-/// the [module docs](self)).
-struct ValueBudget {
+/// the [module docs](self)). One per controller, in its [`crate::state::State`].
+#[derive(Debug)]
+pub struct ValueBudget {
     limit: AtomicUsize,
     held: AtomicUsize,
 }
 
 impl ValueBudget {
-    const fn new(limit: usize) -> Self {
-        Self {
+    /// A budget of `limit` bytes, none held.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
             limit: AtomicUsize::new(limit),
             held: AtomicUsize::new(0),
-        }
+        })
+    }
+
+    /// Sets the limit (`--pending-values-mib`). Objects already cached keep what they hold.
+    pub fn set_limit(&self, bytes: usize) {
+        self.limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes of encrypted values the cached SealedSecrets not yet synced hold now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Reserves `bytes`, or `None` when that would exceed the limit.
-    fn reserve(&'static self, bytes: usize) -> Option<Kept> {
-        let limit = self.limit.load(Ordering::Relaxed);
-        self.held
+    fn reserve(budget: &Arc<Self>, bytes: usize) -> Option<Kept> {
+        let limit = budget.limit.load(Ordering::Relaxed);
+        budget
+            .held
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
                 held.checked_add(bytes).filter(|total| *total <= limit)
             })
             .ok()
             .map(|_| Kept {
-                budget: self,
+                budget: Arc::clone(budget),
                 bytes,
             })
     }
@@ -224,20 +251,21 @@ impl ValueBudget {
 /// The default of `--pending-values-mib`.
 pub const DEFAULT_VALUE_BUDGET_MIB: u32 = 16;
 
-/// The budget of every controller in this process.
-static PROCESS_BUDGET: ValueBudget =
-    ValueBudget::new(DEFAULT_VALUE_BUDGET_MIB as usize * 1024 * 1024);
+/// The default budget in bytes.
+pub const DEFAULT_VALUE_BUDGET_BYTES: usize = DEFAULT_VALUE_BUDGET_MIB as usize * 1024 * 1024;
 
-/// Sets how many bytes of encrypted values the cached SealedSecrets not yet synced may hold
-/// together (`--pending-values-mib`; see the [module docs](self)). Process-wide: every
-/// controller run in this process shares it. Objects already cached keep what they hold.
-pub fn set_value_budget(bytes: usize) {
-    PROCESS_BUDGET.limit.store(bytes, Ordering::Relaxed);
+tokio::task_local! {
+    /// The budget of the objects parsed while a [`with_value_budget`] future runs.
+    static SCOPED_BUDGET: Arc<ValueBudget>;
 }
 
-/// Bytes of encrypted values the cached SealedSecrets not yet synced hold now.
-pub fn value_budget_held() -> usize {
-    PROCESS_BUDGET.held.load(Ordering::Relaxed)
+/// Runs `fut` with `budget` as the budget of every SealedSecret the watcher parses while it
+/// runs (see the [module docs](self)). Tasks it spawns do not inherit it.
+pub async fn with_value_budget<F: std::future::Future>(
+    budget: Arc<ValueBudget>,
+    fut: F,
+) -> F::Output {
+    SCOPED_BUDGET.scope(budget, fut).await
 }
 
 impl std::fmt::Debug for CachedSealed {
@@ -501,7 +529,9 @@ mod tests {
     #[test]
     fn objects_waiting_to_be_unsealed_keep_their_values_within_the_budget_and_give_it_back() {
         // The test's own budget: room for two values of "AgA=" (4 bytes each).
-        static BUDGET: ValueBudget = ValueBudget::new(8);
+        let eight = ValueBudget::new(8);
+        let budget = Some(&eight);
+        let held = || eight.held();
         let waiting = |name: &str| {
             let mut v = object();
             v["metadata"]["name"] = name.into();
@@ -509,17 +539,17 @@ mod tests {
             let ss: SealedSecret = serde_json::from_value(v).unwrap();
             let mut whole = ss.clone();
             slim(&mut whole);
-            (whole, CachedSealed::within(ss, &BUDGET).unwrap())
+            (whole, CachedSealed::within(ss, budget).unwrap())
         };
         let (first_whole, first) = waiting("a");
         let (_, second) = waiting("b");
-        assert_eq!(BUDGET.held.load(Ordering::Relaxed), 8);
+        assert_eq!(held(), 8);
         assert!(first.stripped_digest().is_none() && second.stripped_digest().is_none());
         assert_eq!(first.sealed().unwrap(), first_whole, "kept whole");
 
         // Past the budget: kept like a synced object, without values, with its digest.
         let (third_whole, third) = waiting("c");
-        assert_eq!(BUDGET.held.load(Ordering::Relaxed), 8);
+        assert_eq!(held(), 8);
         assert_eq!(
             third.stripped_digest(),
             Some(crate::formats::spec_digest(&third_whole))
@@ -532,31 +562,37 @@ mod tests {
         // Clones share the reservation; the last one dropped gives it back.
         let clone = first.clone();
         drop(first);
-        assert_eq!(BUDGET.held.load(Ordering::Relaxed), 8);
+        assert_eq!(held(), 8);
         drop(clone);
-        assert_eq!(BUDGET.held.load(Ordering::Relaxed), 4);
+        assert_eq!(held(), 4);
         let (_, fourth) = waiting("d");
         assert!(fourth.stripped_digest().is_none(), "room again");
         drop((second, third, fourth));
-        assert_eq!(BUDGET.held.load(Ordering::Relaxed), 0);
+        assert_eq!(held(), 0);
 
         // A synced object never counts, and a budget of 0 keeps every waiting object bare.
-        static NONE: ValueBudget = ValueBudget::new(0);
+        let none = ValueBudget::new(0);
         let synced: SealedSecret = {
             let mut v = object();
             v["status"]["observedGeneration"] = 2.into();
             serde_json::from_value(v).unwrap()
         };
-        let cached = CachedSealed::within(synced, &NONE).unwrap();
+        let cached = CachedSealed::within(synced, Some(&none)).unwrap();
         assert!(cached.stripped_digest().is_some());
         let (_, bare) = {
             let mut v = object();
             v.as_object_mut().unwrap().remove("status");
             let ss: SealedSecret = serde_json::from_value(v).unwrap();
-            (ss.clone(), CachedSealed::within(ss, &NONE).unwrap())
+            (ss.clone(), CachedSealed::within(ss, Some(&none)).unwrap())
         };
         assert!(bare.stripped_digest().is_some());
-        assert_eq!(NONE.held.load(Ordering::Relaxed), 0);
+        assert_eq!(none.held(), 0);
+
+        // Outside any budget (no controller's scope): kept whole, nothing counted.
+        let mut v = object();
+        v.as_object_mut().unwrap().remove("status");
+        let ss: SealedSecret = serde_json::from_value(v).unwrap();
+        assert!(CachedSealed::new(ss).unwrap().stripped_digest().is_none());
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub async fn run(
     state: State,
     shutdown: watch::Receiver<bool>,
 ) {
-    crate::cache::sealed::set_value_budget(config.pending_value_bytes);
+    state.value_budget.set_limit(config.pending_value_bytes);
     let ctx = Arc::new(Context::new(client.clone(), config.clone(), state.clone()));
     let scopes: Vec<Option<String>> = match &config.namespaces {
         Namespaces::All => vec![None],
@@ -73,12 +73,12 @@ pub async fn run(
     let ready = tokio::spawn(caches_synced(stores.clone(), state.readiness.clone()));
     let pruner = tokio::spawn(prune(ctx.clone(), stores));
 
-    futures::stream::select_all(runs)
-        .for_each(|result| {
-            controller_result(&ctx, result);
-            futures::future::ready(())
-        })
-        .await;
+    // The watchers parse objects while this future runs: within the controller's budget.
+    let runs = futures::stream::select_all(runs).for_each(|result| {
+        controller_result(&ctx, result);
+        futures::future::ready(())
+    });
+    crate::cache::sealed::with_value_budget(state.value_budget.clone(), runs).await;
     ready.abort();
     pruner.abort();
 }

@@ -19,3 +19,4 @@ mod leader;
 mod reconcile;
 mod renewal;
 mod scrub;
+mod value_budget;

@@ -1,7 +1,7 @@
 //! `--pending-values-mib`: SealedSecrets waiting to be unsealed keep their encrypted values in
 //! memory only within a budget; past it they are cached without them and read whole (one GET
-//! through the status subresource) when reconciled. The budget is process-wide, so this file
-//! is a test binary of its own, and its tests take turns ([`SERIAL`]).
+//! through the status subresource) when reconciled. Each controller has a budget of its own
+//! (`State::value_budget`), so these run beside the other tests.
 //!
 //! The same scenario runs on the in-process test API server (which also shows each read in
 //! its request log) and on the reference kube-apiserver (where the controller's
@@ -11,13 +11,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use kseal_testkit::TestApiServer;
-
-/// The budget is one static for the whole process: one scenario at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// What the scenario can ask of the API server it runs on.
 trait Server {
@@ -56,7 +51,6 @@ async fn past_the_value_budget_waiting_objects_are_read_whole(
     client: kube::Client,
     server: &impl Server,
 ) {
-    let _turn = SERIAL.lock().await;
     let cl = Cluster::new(client).await;
     let (client, ns) = (cl.client.clone(), cl.app.clone());
     // Created before the controller starts: they arrive in its initial list, not synced.
@@ -86,7 +80,7 @@ async fn past_the_value_budget_waiting_objects_are_read_whole(
             )),
         );
     }
-    assert_eq!(kseal_controller::cache::sealed::value_budget_held(), 0);
+    assert_eq!(running.state.value_budget.held(), 0);
 
     // One created while it runs: past the budget too, the same way.
     server.clear_requests();
@@ -102,7 +96,7 @@ async fn past_the_value_budget_waiting_objects_are_read_whole(
 
     // With room, a new object is unsealed from the cache, without a read, and the budget it
     // held is given back once it is synced (its cached entry is kept without values).
-    kseal_controller::cache::sealed::set_value_budget(1 << 20);
+    running.state.value_budget.set_limit(1 << 20);
     server.clear_requests();
     create_ss(&client, &seal(&secret(&ns, "e", &[("v", "5")]), key(0))).await;
     wait_secret(&client, &ns, "e", "unsealed", |s| {
@@ -115,7 +109,7 @@ async fn past_the_value_budget_waiting_objects_are_read_whole(
         assert!(paths.is_empty(), "no read within the budget: {paths:?}");
     }
     kseal_testkit::scenarios::eventually("budget given back", DEADLINE, || async {
-        Ok((kseal_controller::cache::sealed::value_budget_held() == 0).then_some(()))
+        Ok((running.state.value_budget.held() == 0).then_some(()))
     })
     .await
     .unwrap();
