@@ -1,6 +1,5 @@
 //! The controller's integration tests, one binary (each file was a binary of its own: every
-//! one linked kube, the test kit and the AWS SDK again). `value_budget.rs` stays a binary of
-//! its own: the budget it tests is process-wide.
+//! one linked kube, the test kit and the AWS SDK again).
 //!
 //! Each module runs against kseal's in-process test API server and, where it says so, the
 //! reference kube-apiserver (`KSEAL_REFAPI_KUBECONFIG`) and the Secrets Manager emulator.
