@@ -227,7 +227,8 @@ pub struct KeyGenerationLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `created`, `updated`, `unchanged` (skipped without RSA work), `failed`,
-    /// `waiting_for_keys` (no key loaded yet: nothing done), `fenced` (leadership lost before
+    /// `waiting_for_keys` (no key loaded yet: nothing done), `key_still_loading` (a new
+    /// cluster's key source has not mirrored the key that opens it yet: nothing done), `fenced` (leadership lost before
     /// a write: the write was refused).
     pub outcome: String,
 }
@@ -268,6 +269,16 @@ pub struct Metrics {
     pub keys_generated: Family<KeyGenerationLabels, Counter>,
     /// `kseal_rsa_operations_total`: RSA private-key operations.
     pub rsa_operations: Counter,
+    /// `kseal_unseal_rsa_operations_total{outcome}`: the reconciler's RSA private-key
+    /// operations (also in `kseal_rsa_operations_total`) by what became of the unseal they
+    /// served: `written` (the Secret was written with it), `unchanged` (nothing to write),
+    /// `retained` (the write failed; the result is kept for the retry, which costs no RSA
+    /// work), `discarded` (the write failed and the result was dropped), `unseal_failed`
+    /// (no key opened it).
+    pub unseal_rsa_operations: Family<OutcomeLabels, Counter>,
+    /// `kseal_unseal_results_reused_total`: retries of a failed Secret write that reused the
+    /// unsealed result kept from the attempt before, instead of unsealing again.
+    pub unseal_results_reused: Counter,
     /// `kseal_unseal_cpu_seconds_total`: CPU time of the threads opening SealedSecrets
     /// (RSA, AES-GCM, templates) for the reconciler, measured per thread: the controller's
     /// CPU less this is what everything else costs (API round trips, JSON, watches).
@@ -285,8 +296,9 @@ pub struct Metrics {
     /// `--pending-values-mib`, or synced and then in need of a rewrite): the value budget's
     /// price, in requests.
     pub sealed_secret_reads: Counter,
-    /// `kseal_api_server_reachable`: 0 from a watch failure or a reconcile that could not
-    /// reach the API server (transport error, 5xx) until the next answer, else 1.
+    /// `kseal_api_server_reachable`: 0 from a watch failure or a request that could not
+    /// reach the API server (transport error, 5xx, or no answer within its deadline: a paused
+    /// API server, seen within 11 s through the probe) until the next answer, else 1.
     pub api_server_reachable: Gauge,
     /// `kseal_watch_failures_total{watch}`: failed watch or list requests (`sealedsecrets`,
     /// `secrets`, retried after at most 5 s; `key_secrets`).
@@ -405,6 +417,8 @@ impl Metrics {
             key_load_errors: Family::default(),
             keys_generated: Family::default(),
             rsa_operations: Counter::default(),
+            unseal_rsa_operations: Family::default(),
+            unseal_results_reused: Counter::default(),
             unseal_cpu: Counter::default(),
             reconcile_duration: latency_histogram(),
             reconciles: Family::default(),
@@ -500,6 +514,16 @@ impl Metrics {
             "rsa_operations",
             "RSA private-key operations performed",
             self.rsa_operations.clone(),
+        );
+        r.register(
+            "unseal_rsa_operations",
+            "The reconciler's RSA private-key operations, by what became of the unseal they served",
+            self.unseal_rsa_operations.clone(),
+        );
+        r.register(
+            "unseal_results_reused",
+            "Retries of a failed Secret write that reused the result unsealed before",
+            self.unseal_results_reused.clone(),
         );
         r.register_with_unit(
             "unseal_cpu",
@@ -693,6 +717,11 @@ mod tests {
     fn bitnami_metric_names_are_exported() {
         let m = Metrics::new();
         m.unseal_requests.inc();
+        m.unseal_rsa_operations
+            .get_or_create(&OutcomeLabels {
+                outcome: "retained".into(),
+            })
+            .inc_by(2);
         m.count_generated_key(crate::keys::renewal::Reason::Period);
         m.count_error(&crate::Error::NoKeys, "prod");
         m.http_requests
@@ -710,6 +739,8 @@ mod tests {
             "sealed_secrets_controller_http_requests_total{path=\"/v1/cert.pem\",code=\"200\",method=\"GET\"} 1",
             "kseal_keys_loaded 0",
             "kseal_rsa_operations_total 0",
+            "kseal_unseal_results_reused_total 0",
+            "kseal_unseal_rsa_operations_total{outcome=\"retained\"} 2",
             "kseal_unseal_cpu_seconds_total 0",
             "kseal_sealed_secret_reads_total 0",
             "kseal_keys_generated_total{reason=\"period\"} 1",

@@ -8,7 +8,16 @@
 //! [`ApiHealth::recoveries`] wakes the reconciler, which resets the backoff of the objects
 //! that failed only because the API server was away and reconciles them at once.
 //!
-//! This module depends on nothing else in the crate.
+//! A request that gets no answer within its deadline counts as a failure to reach it, like a
+//! transport error: a paused (SIGSTOP) or partitioned API server accepts connections and
+//! answers nothing, and the client has no read timeout, so without deadlines nothing ever
+//! failed and the outage went unreported. The reconciler's requests run under
+//! [`REQUEST_DEADLINE`] ([`within_deadline`]), the leader election's under its renew
+//! deadline, and a probe ([`probe`]: `GET /version` under [`PROBE_DEADLINE`]) asks whenever
+//! nothing answered for [`PROBE_PERIOD`], so a quiet cluster's outage is seen too: within
+//! `PROBE_PERIOD` × 2 + `PROBE_DEADLINE` (11 s) of the last answer.
+//!
+//! This module depends on nothing else in the crate (the probe reports through callbacks).
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
@@ -20,6 +29,50 @@ use tokio::time::Instant;
 
 /// How long a burst of the same error stays one log line.
 pub(crate) const BURST_WINDOW: Duration = Duration::from_secs(30);
+/// How long a request of the reconciler waits for the API server's answer: a Secret read or
+/// write, a status patch or an Event normally takes milliseconds, and an overloaded server
+/// answers 429 rather than nothing.
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// How long the probe may go without any answer from the API server before it asks.
+pub(crate) const PROBE_PERIOD: Duration = Duration::from_secs(3);
+/// How long the probe waits for the answer to `GET /version`.
+pub(crate) const PROBE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// A request that got no answer within its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no answer from the API server within {:.0} s", .0.as_secs_f64())]
+pub(crate) struct NoAnswer(pub(crate) Duration);
+
+impl NoAnswer {
+    /// As a kube error: a `504 Timeout` status made on this side, as a proxy in front of the
+    /// API server would answer, so that it counts as [`unreachable`] and transient, and an
+    /// error chain shows it once (kube's transport variants repeat their cause).
+    pub(crate) fn into_kube(self) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(&self.to_string(), "Timeout")
+                .with_code(504)
+                .boxed(),
+        )
+    }
+}
+
+/// Runs `request` under [`REQUEST_DEADLINE`]: no answer by then is a [`NoAnswer`] transport
+/// error, which counts towards an outage like a refused connection.
+pub(crate) async fn within_deadline<T>(
+    request: impl std::future::Future<Output = kube::Result<T>>,
+) -> kube::Result<T> {
+    within(REQUEST_DEADLINE, request).await
+}
+
+/// Runs `request` under `deadline` ([`within_deadline`]).
+pub(crate) async fn within<T>(
+    deadline: Duration,
+    request: impl std::future::Future<Output = kube::Result<T>>,
+) -> kube::Result<T> {
+    tokio::time::timeout(deadline, request)
+        .await
+        .unwrap_or_else(|_| Err(NoAnswer(deadline).into_kube()))
+}
 
 /// A kind of error logged at most once per [`BURST_WINDOW`], with the count of the ones in
 /// between.
@@ -63,6 +116,28 @@ impl Burst {
     }
 }
 
+/// [`Burst`]s by kind (a condition reason, a step): each kind of failure logged at most once
+/// per [`BURST_WINDOW`], with the count of the ones in between, so that many objects failing
+/// the same way (200 objects sealed with a key not fetched yet) write a line per window, not
+/// one per attempt; the objects' status conditions and events still name each one.
+#[derive(Debug, Default)]
+pub(crate) struct Bursts {
+    by_kind: Mutex<std::collections::HashMap<&'static str, Burst>>,
+}
+
+impl Bursts {
+    /// Records one occurrence of `kind`: `Some(n)` when a line is due now (`n` occurrences
+    /// of `kind` were not logged since its last line), `None` to stay quiet.
+    pub(crate) fn hit(&self, kind: &'static str) -> Option<u64> {
+        self.by_kind
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(kind)
+            .or_default()
+            .hit()
+    }
+}
+
 /// Whether a request's error means the API server was not reached: a transport error, or a
 /// 5xx (not a 4xx such as a 409 conflict or a 429, which an answering server sends).
 pub(crate) fn unreachable(error: &kube::Error) -> bool {
@@ -89,6 +164,9 @@ pub struct ApiHealth {
     announced: AtomicBool,
     /// Counts recoveries (unreachable → reachable).
     recovered: watch::Sender<u64>,
+    /// When the API server last answered, in milliseconds since `born` (for the probe).
+    last_answer_ms: AtomicU64,
+    born: Instant,
 }
 
 impl Default for ApiHealth {
@@ -101,6 +179,8 @@ impl Default for ApiHealth {
             flips: Burst::default(),
             announced: AtomicBool::new(false),
             recovered: watch::channel(0).0,
+            last_answer_ms: AtomicU64::new(0),
+            born: Instant::now(),
         }
     }
 }
@@ -175,9 +255,17 @@ impl ApiHealth {
         }
     }
 
+    /// How long ago the API server last answered (since this tracker was made, if never).
+    pub fn since_last_answer(&self) -> Duration {
+        let at = self.born + Duration::from_millis(self.last_answer_ms.load(Ordering::Relaxed));
+        Instant::now().saturating_duration_since(at)
+    }
+
     /// The API server answered. Returns `Some` when it was unreachable until now (and wakes
     /// [`ApiHealth::recoveries`]).
     pub fn answered(&self) -> Option<Recovery> {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_answer_ms.fetch_max(ms, Ordering::Relaxed);
         if self.reachable.load(Ordering::Acquire) || self.reachable.swap(true, Ordering::AcqRel) {
             return None;
         }
@@ -200,6 +288,50 @@ impl ApiHealth {
     /// Woken after each recovery.
     pub fn recoveries(&self) -> watch::Receiver<u64> {
         self.recovered.subscribe()
+    }
+}
+
+/// What one probe of the API server learned.
+#[derive(Debug)]
+pub(crate) enum Probed {
+    /// Something else answered within [`PROBE_PERIOD`]: no request sent.
+    Skipped,
+    /// It answered (with its version, or with an error status of its own).
+    Answered,
+    /// It could not be reached or did not answer within [`PROBE_DEADLINE`].
+    Unreachable(kube::Error),
+}
+
+/// One probe: `GET /version` under [`PROBE_DEADLINE`], unless `health` saw an answer within
+/// [`PROBE_PERIOD`].
+pub(crate) async fn probe_once(client: &kube::Client, health: &ApiHealth) -> Probed {
+    if health.since_last_answer() < PROBE_PERIOD {
+        return Probed::Skipped;
+    }
+    match within(PROBE_DEADLINE, client.apiserver_version()).await {
+        Ok(_) => Probed::Answered,
+        Err(e) if unreachable(&e) => Probed::Unreachable(e),
+        Err(_) => Probed::Answered,
+    }
+}
+
+/// Probes the API server every [`PROBE_PERIOD`] in which nothing answered ([`probe_once`]),
+/// reporting each answer to `answered` and each failure to `unreachable`, until dropped.
+pub(crate) async fn probe(
+    client: kube::Client,
+    health: std::sync::Arc<ApiHealth>,
+    answered: impl Fn(),
+    unreachable: impl Fn(&kube::Error),
+) {
+    let mut tick = tokio::time::interval(PROBE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match probe_once(&client, &health).await {
+            Probed::Skipped => {}
+            Probed::Answered => answered(),
+            Probed::Unreachable(e) => unreachable(&e),
+        }
     }
 }
 
@@ -248,6 +380,49 @@ mod tests {
         );
         health.answered();
         assert_eq!(health.readyz_line(), None);
+    }
+
+    #[test]
+    fn each_kind_of_failure_is_its_own_burst() {
+        let bursts = Bursts::default();
+        assert_eq!(bursts.hit("UnsealFailed"), Some(0));
+        assert_eq!(bursts.hit("UnsealFailed"), None);
+        assert_eq!(bursts.hit("Unmanaged"), Some(0));
+        assert_eq!(bursts.hit("UnsealFailed"), None);
+        assert_eq!(bursts.hit("Unmanaged"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_logs_again_after_its_window_with_the_count() {
+        let bursts = Bursts::default();
+        assert_eq!(bursts.hit("UnsealFailed"), Some(0));
+        for _ in 0..1399 {
+            assert_eq!(bursts.hit("UnsealFailed"), None);
+        }
+        tokio::time::advance(BURST_WINDOW).await;
+        assert_eq!(bursts.hit("UnsealFailed"), Some(1399));
+    }
+
+    #[test]
+    fn no_answer_reads_once_and_counts_as_unreachable() {
+        let e = NoAnswer(Duration::from_millis(9_700)).into_kube();
+        assert!(unreachable(&e));
+        let kube::Error::Api(status) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(status.code, 504);
+        assert_eq!(status.message, "no answer from the API server within 10 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_without_an_answer_fails_at_its_deadline() {
+        let started = Instant::now();
+        let e = within_deadline(futures::future::pending::<kube::Result<()>>())
+            .await
+            .unwrap_err();
+        assert_eq!(started.elapsed(), REQUEST_DEADLINE);
+        assert!(unreachable(&e), "{e}");
+        assert_eq!(within_deadline(async { Ok(7) }).await.unwrap(), 7);
     }
 
     #[test]

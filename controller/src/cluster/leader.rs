@@ -218,7 +218,9 @@ impl Elector {
         set_leader(&self.state, None);
     }
 
-    /// One attempt to acquire or renew; the leadership deadline also bounds the request.
+    /// One attempt to acquire or renew; the leadership deadline also bounds the request (and,
+    /// while not leading, the renew deadline: a paused API server answers nothing, and the
+    /// client has no read timeout).
     async fn step(&mut self) {
         let now = Instant::now();
         if let Some(until) = self.valid_until
@@ -235,7 +237,9 @@ impl Elector {
             Some(until) => tokio::time::timeout_at(until, self.try_acquire_or_renew())
                 .await
                 .unwrap_or(Attempt::TimedOut),
-            None => self.try_acquire_or_renew().await,
+            None => tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew())
+                .await
+                .unwrap_or(Attempt::TimedOut),
         };
         match attempt {
             Attempt::Held => {
@@ -269,8 +273,15 @@ impl Elector {
                 tracing::warn!(error = %describe(&error), "leader lease request failed");
                 self.after_failure();
             }
+            // No answer in time counts towards an outage like a refused connection (one
+            // line for the whole outage); a leader says why it is about to step down.
             Attempt::TimedOut => {
-                tracing::warn!("leader lease request did not finish before the renew deadline");
+                let waited = crate::cluster::apihealth::NoAnswer(started.elapsed());
+                self.state
+                    .api_unreachable("renewing the leader lease", &waited);
+                if self.valid_until.is_some() {
+                    tracing::warn!("leader lease request did not finish before the renew deadline");
+                }
                 self.after_failure();
             }
         }

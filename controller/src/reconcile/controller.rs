@@ -72,6 +72,17 @@ pub async fn run(
 
     let ready = tokio::spawn(caches_synced(stores.clone(), state.readiness.clone()));
     let pruner = tokio::spawn(prune(ctx.clone(), stores));
+    // Asks the API server when nothing answered for a while: a paused one answers nothing,
+    // and a quiet cluster sends no request that could time out.
+    let probe = {
+        let (answered, unreachable) = (state.clone(), state.clone());
+        tokio::spawn(crate::cluster::apihealth::probe(
+            client.clone(),
+            state.api.clone(),
+            move || answered.api_answered(),
+            move |e| unreachable.api_unreachable("probing the API server", e),
+        ))
+    };
 
     // The watchers parse objects while this future runs: within the controller's budget.
     let runs = futures::stream::select_all(runs).for_each(|result| {
@@ -81,6 +92,7 @@ pub async fn run(
     crate::cache::sealed::with_value_budget(state.value_budget.clone(), runs).await;
     ready.abort();
     pruner.abort();
+    probe.abort();
 }
 
 /// What one controller's run yields per reconcile.

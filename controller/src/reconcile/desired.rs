@@ -141,9 +141,31 @@ pub(super) fn in_sync(
     mac.verifies(ctx, ring, ss, existing, mode, digest)
 }
 
-/// The unsealed Secret with our annotations, ready to write.
+/// The unsealed Secret with our annotations, ready to write. Its data is zeroized when it is
+/// dropped (it may wait for a retry in [`retained`](super::retained)).
 pub(super) struct Desired {
     pub(super) secret: Secret,
+    /// The keys it depends on: those that opened its items and the one its MAC names.
+    pub(super) keys: Vec<KeyId>,
+    /// RSA private-key operations its unseal spent, not yet counted by outcome
+    /// (`kseal_unseal_rsa_operations_total`); 0 once counted.
+    pub(super) rsa_operations: u64,
+}
+
+impl Desired {
+    /// Overwrites the data with zeros.
+    pub(super) fn wipe(&mut self) {
+        use zeroize::Zeroize as _;
+        for value in self.secret.data.iter_mut().flat_map(|d| d.values_mut()) {
+            value.0.zeroize();
+        }
+    }
+}
+
+impl Drop for Desired {
+    fn drop(&mut self) {
+        self.wipe();
+    }
 }
 
 pub(super) async fn unseal(
@@ -188,7 +210,13 @@ pub(super) async fn unseal(
         .rsa_operations
         .inc_by(stats.rsa_operations);
     ctx.state.metrics.unseal_cpu.inc_by(cpu.as_secs_f64());
-    let unsealed = result.map_err(Error::Unseal)?;
+    let unsealed = match result {
+        Ok(unsealed) => unsealed,
+        Err(e) => {
+            count_rsa(ctx, "unseal_failed", stats.rsa_operations);
+            return Err(Error::Unseal(e));
+        }
+    };
     ctx.affinity.learn(ss, &unsealed);
     let annotation_hint = ss.sealing_key_hint();
     ctx.with_object(oref, |o| {
@@ -205,8 +233,16 @@ pub(super) async fn unseal(
             .map(|(item, key)| (item.clone(), key.clone()))
             .collect();
     });
-    let mut secret = unsealed.secret;
-    normalize(&mut secret);
+    let mut keys: Vec<KeyId> = unsealed.keys.values().cloned().collect();
+    keys.extend(unsealed.deprecated_data_key.iter().cloned());
+    // From here on the data is in `desired`, which zeroizes it when dropped.
+    let mut desired = Desired {
+        secret: unsealed.secret,
+        keys,
+        rsa_operations: stats.rsa_operations,
+    };
+    let secret = &mut desired.secret;
+    normalize(secret);
     // The MAC key is the preferred key even while sealing is disabled (a fleet ring whose
     // active key is unusable still unseals).
     let sealing = ring.preferred_key().ok_or(Error::NoKeys)?;
@@ -220,7 +256,7 @@ pub(super) async fn unseal(
         digest,
         secret.metadata.namespace.as_deref().unwrap_or_default(),
         secret.metadata.name.as_deref().unwrap_or_default(),
-        secret_type(&secret),
+        secret_type(secret),
         secret.data.as_ref().unwrap_or(&empty).iter(),
     )
     .ok_or(Error::NoKeys)?
@@ -235,7 +271,23 @@ pub(super) async fn unseal(
         DATA_MAC_ANNOTATION.to_owned(),
         formats::format_mac(sealing.id(), tag.as_slice()),
     );
-    Ok(Desired { secret })
+    desired.keys.push(sealing.id().clone());
+    Ok(desired)
+}
+
+/// Counts `n` RSA operations of the reconciler under `outcome`
+/// (`kseal_unseal_rsa_operations_total`).
+pub(super) fn count_rsa(ctx: &Context, outcome: &str, n: u64) {
+    if n == 0 {
+        return;
+    }
+    ctx.state
+        .metrics
+        .unseal_rsa_operations
+        .get_or_create(&OutcomeLabels {
+            outcome: outcome.to_owned(),
+        })
+        .inc_by(n);
 }
 
 /// CPU time of the calling thread so far.

@@ -55,7 +55,20 @@
 //! - **Nothing happens before the first keys are loaded.** While the key ring is empty (the
 //!   key source not read yet, no mirror, no key Secret), a SealedSecret waits untouched: no
 //!   `UnsealFailed`, no Warning event, no status write, no backoff; the ring's first keys
-//!   reconcile everything. A key missing from a loaded ring fails as before, with its reason.
+//!   reconcile everything. With a key source, the same holds while a new cluster mirrors
+//!   the ring a key at a time: an object whose key is still to come waits
+//!   (`kseal_reconciles_total{outcome="key_still_loading"}`) until the whole verified ring
+//!   is loaded (see `loading`). A key missing from a loaded ring fails as before, with its
+//!   reason.
+//! - **A failed write costs no more RSA work.** A Secret write that fails after unsealing
+//!   (an API-server outage) keeps its result for the retry of the same spec, bounded and
+//!   zeroized (see `retained`); `kseal_unseal_rsa_operations_total{outcome}` shows what the
+//!   RSA work served.
+//! - **Every request has a deadline** (`crate::cluster::apihealth::REQUEST_DEADLINE`): a
+//!   paused API server answers nothing, and a request that gets no answer in time counts
+//!   towards the outage like a refused connection.
+//! - **Failure lines are rate-limited**: one WARN line per condition reason and 30 s, with
+//!   the count of those not logged (conditions and Warning events still name each object).
 //! - Only the leader writes; other replicas requeue without touching anything. Each write
 //!   (Secret create or replace, status patch, Event) first checks the fence taken when the
 //!   reconcile began (`crate::cluster::leadership::Fence`): once the leadership ended, changed term
@@ -71,15 +84,19 @@
 //! watches and bounds), `object` (per-object state between reconciles), `desired` (unsealing
 //! and the Secret to write), `mac` (the data MAC check), `sync` (one read-compare-write of the
 //! Secret), `status` (the condition and Events), `triggers` (what else starts a reconcile),
-//! `admission` (how many objects the scheduler holds), `affinity` (which keys to try first)
-//! and `writes` (the requests the writes send). This file holds the reconcile itself.
+//! `admission` (how many objects the scheduler holds), `affinity` (which keys to try first),
+//! `writes` (the requests the writes send), `retained` (unsealed results kept for the retry
+//! of a failed write) and `loading` (whether a new cluster's ring is still loading). This
+//! file holds the reconcile itself.
 
 pub(crate) mod admission;
 pub(crate) mod affinity;
 mod controller;
 mod desired;
+mod loading;
 mod mac;
 mod object;
+mod retained;
 mod status;
 mod sync;
 mod triggers;
@@ -196,6 +213,8 @@ pub struct Context {
     mac_keys: Mutex<MacKeys>,
     /// Transient reconcile failures, logged once per burst.
     transient_failures: crate::cluster::apihealth::Burst,
+    /// Other reconcile failures, logged once per reason and burst.
+    failure_lines: crate::cluster::apihealth::Bursts,
     /// The leadership epoch whose first fenced write was logged (see [`fenced`]).
     fenced_logged: std::sync::atomic::AtomicU64,
     objects: Arc<Mutex<Objects>>,
@@ -207,6 +226,10 @@ pub struct Context {
     affinity: crate::reconcile::affinity::Affinity,
     /// Secrets as the Secret watches last delivered them, without data.
     secrets: SecretCache,
+    /// Unsealed results of failed writes, kept for their retry.
+    retained: self::retained::Retained,
+    /// Whether a new cluster's ring is still loading (a missing key is then a wait).
+    loading: self::loading::Loading,
     /// SealedSecret triggers waiting for room in kube-runtime's scheduler.
     admission: Arc<Admission>,
 }
@@ -241,10 +264,13 @@ impl Context {
             mac_keys: Mutex::default(),
             fenced_logged: std::sync::atomic::AtomicU64::new(u64::MAX),
             transient_failures: crate::cluster::apihealth::Burst::default(),
+            failure_lines: crate::cluster::apihealth::Bursts::default(),
             objects,
             rsa_slots,
             affinity: crate::reconcile::affinity::Affinity::default(),
             secrets: SecretCache::default(),
+            retained: self::retained::Retained::default(),
+            loading: self::loading::Loading::default(),
             admission: Arc::new(Admission::new(admitted)),
         }
     }
@@ -318,6 +344,17 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
             .inc();
         return Ok(Action::await_change());
     }
+    // A new cluster's key source mirrors the ring a key at a time: a key still to come is a
+    // wait, not a failure (see `loading`).
+    let ring = ctx.state.keys.ring();
+    let loading =
+        ctx.loading
+            .still_loading(ctx.config.key_source.is_some(), &ring, &ctx.state.ring_view);
+    if let Some(left) = loading
+        && self::loading::hinted_key_missing(&obj, &ring)
+    {
+        return Ok(waiting_for_key(&ctx, left));
+    }
     if !ctx.config.skip_recreate {
         // Right after start, the Secret watch is still listing: waiting for it lets this
         // reconcile confirm the Secret from the list instead of with a GET of its own.
@@ -342,6 +379,10 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     if let Err(Error::Fenced(e)) = &result {
         return Ok(fenced(&ctx, "secret", *e));
     }
+    if let (Err(Error::Unseal(_)), Some(left)) = (&result, loading) {
+        // No loaded key opened it while the ring was still loading: its key may be next.
+        return Ok(waiting_for_key(&ctx, left));
+    }
     let status = match pass.settle_status(&result).await {
         ControlFlow::Continue(status) => status,
         ControlFlow::Break(action) => return Ok(action),
@@ -349,6 +390,21 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     pass.announce(&result, &status).await;
     pass.record(&result, start);
     pass.next_action(result, status.written)
+}
+
+/// A reconcile that waits for a key the ring is still loading: counted as
+/// `key_still_loading`, nothing written (no status, no event, no backoff); the next ring
+/// change reconciles it again, and so does the end of the load grace (`left`), after which a
+/// key still missing is reported.
+fn waiting_for_key(ctx: &Context, left: Duration) -> Action {
+    ctx.state
+        .metrics
+        .reconciles
+        .get_or_create(&OutcomeLabels {
+            outcome: "key_still_loading".to_owned(),
+        })
+        .inc();
+    Action::requeue(left + Duration::from_secs(1))
 }
 
 /// One reconcile's SealedSecret, and what its steps share.
@@ -386,7 +442,8 @@ impl Pass<'_> {
             // `get` on SealedSecrets themselves).
             let api: Api<SealedSecret> = Api::namespaced(ctx.client.clone(), &self.namespace);
             ctx.state.metrics.sealed_secret_reads.inc();
-            result = match api.get_status(&self.obj.name_any()).await {
+            let name = self.obj.name_any();
+            result = match crate::cluster::apihealth::within_deadline(api.get_status(&name)).await {
                 Ok(whole) => {
                     self.obj = Arc::new(whole);
                     sync(ctx, &self.obj, None, self.fence).await
@@ -486,8 +543,12 @@ impl Pass<'_> {
             } else {
                 tracing::debug!(reason = want.reason, error = %message, "reconcile failed (transient; retrying)");
             }
+        } else if let Some(not_logged) = self.ctx.failure_lines.hit(want.reason) {
+            // One line per reason and burst window, with the count of the others: their
+            // conditions and Warning events name each object.
+            tracing::warn!(reason = want.reason, error = %message, not_logged, "reconcile failed");
         } else {
-            tracing::warn!(reason = want.reason, error = %message, "reconcile failed");
+            tracing::debug!(reason = want.reason, error = %message, "reconcile failed");
         }
         self.ctx.state.metrics.count_error(e, &self.namespace);
         let event_reason = match want.reason {
@@ -556,8 +617,16 @@ impl Pass<'_> {
     fn next_action(&self, result: Result<Outcome>, written: Result<bool>) -> Result<Action> {
         let ctx = self.ctx;
         if let Err(e) = written {
-            if !is_transient(&e) || ctx.transient_failures.hit().is_some() {
-                tracing::warn!(error = %crate::error_chain(&e), "failed to write status");
+            let due = if is_transient(&e) {
+                ctx.transient_failures.hit()
+            } else {
+                ctx.failure_lines.hit("status")
+            };
+            match due {
+                Some(not_logged) => {
+                    tracing::warn!(error = %crate::error_chain(&e), not_logged, "failed to write status")
+                }
+                None => tracing::debug!(error = %crate::error_chain(&e), "failed to write status"),
             }
             ctx.state.metrics.count_error(&e, &self.namespace);
             return Err(e);

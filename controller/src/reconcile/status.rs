@@ -80,7 +80,7 @@ pub(super) async fn write_status(
         let fresh: &SealedSecret = if attempt == 1 && ss.metadata.resource_version.is_some() {
             ss
         } else {
-            match api().get_status(name).await {
+            match crate::cluster::apihealth::within_deadline(api().get_status(name)).await {
                 Ok(f) => read.insert(f),
                 Err(e) if api_code(&e) == Some(404) => return Ok(false),
                 Err(e) => return Err(Error::Status(e)),
@@ -193,7 +193,11 @@ pub(super) async fn publish_event(
                 action: EVENT_ACTION.to_owned(),
                 secondary: None,
             };
-            if let Err(e) = ctx.recorder.publish(&event, &ss.object_ref(&())).await {
+            let reference = ss.object_ref(&());
+            let published = crate::cluster::apihealth::within_deadline(
+                ctx.recorder.publish(&event, &reference),
+            );
+            if let Err(e) = published.await {
                 tracing::debug!(error = %crate::error_chain(&e), "failed to publish event");
             }
         }

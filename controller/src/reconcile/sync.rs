@@ -3,6 +3,8 @@
 
 use super::*;
 
+use crate::cluster::apihealth::within_deadline;
+
 pub(super) fn is_immutable_error(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 422
         && s.message.ends_with("field is immutable when `immutable` is set"))
@@ -96,26 +98,21 @@ pub(super) async fn sync(
     fence: &Fence,
 ) -> Result<Outcome> {
     let job = SecretSync::new(ctx, ss, stripped_digest, fence)?;
-    // Unsealed at most once per sync, when first needed.
+    // Unsealed at most once per sync, when first needed (or taken from `ctx.retained`).
     let mut desired: Option<Desired> = None;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let existing = match job.look(attempt).await? {
-            ControlFlow::Break(outcome) => return Ok(outcome),
-            ControlFlow::Continue(existing) => existing,
-        };
-        let sent = match &existing {
-            None => job.create(&mut desired).await?,
-            Some(existing) => match job.replace(existing, &mut desired).await? {
-                ControlFlow::Break(outcome) => return Ok(outcome),
-                ControlFlow::Continue(sent) => sent,
-            },
-        };
-        if let ControlFlow::Break(done) = job.settle(sent, attempt) {
-            return done;
-        }
-    }
+    let result = job.attempts(&mut desired).await;
+    job.finish(&result, desired);
+    result
+}
+
+/// Whether a sync that failed with `error` after unsealing keeps its result for the retry:
+/// the request failed or was refused (the API server away, a 5xx, a timeout, a conflict
+/// until the attempts ran out), not a decision that only a change can undo.
+fn retry_reuses(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::ApplySecret(_) | Error::GetSecret(_) | Error::Kube(_)
+    )
 }
 
 /// A write's answer: what it did and the resourceVersion it wrote.
@@ -196,13 +193,66 @@ impl<'a> SecretSync<'a> {
         Api::<Secret>::namespaced(self.ctx.client.clone(), self.namespace)
     }
 
-    /// The Secret to write, unsealed at the first call of the sync ([`Error::Incomplete`]
-    /// when `ss` was cached without its encrypted values).
+    /// Reads, compares and writes the Secret, at most [`WRITE_ATTEMPTS`] times.
+    async fn attempts(&self, desired: &mut Option<Desired>) -> Result<Outcome> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let existing = match self.look(attempt).await? {
+                ControlFlow::Break(outcome) => return Ok(outcome),
+                ControlFlow::Continue(existing) => existing,
+            };
+            let sent = match &existing {
+                None => self.create(desired).await?,
+                Some(existing) => match self.replace(existing, desired).await? {
+                    ControlFlow::Break(outcome) => return Ok(outcome),
+                    ControlFlow::Continue(sent) => sent,
+                },
+            };
+            if let ControlFlow::Break(done) = self.settle(sent, attempt) {
+                return done;
+            }
+        }
+    }
+
+    /// Counts the sync's RSA work by what became of it, and keeps its unsealed result for
+    /// the retry when the write failed ([`retained`](super::retained)).
+    fn finish(&self, result: &Result<Outcome>, desired: Option<Desired>) {
+        let ctx = self.ctx;
+        let Some(mut d) = desired else {
+            // Nothing unsealed: a result kept from before stays for the retry, unless the
+            // Secret is settled another way or this replica may no longer write.
+            if result.is_ok() || matches!(result, Err(Error::Fenced(_))) {
+                ctx.retained.forget(self.uid);
+            }
+            return;
+        };
+        let spent = std::mem::take(&mut d.rsa_operations);
+        match result {
+            Ok(Outcome::Created | Outcome::Updated) => count_rsa(ctx, "written", spent),
+            Ok(Outcome::Unchanged) => count_rsa(ctx, "unchanged", spent),
+            Err(e) if retry_reuses(e) => {
+                count_rsa(ctx, "retained", spent);
+                ctx.retained.put(self.uid, &self.digest, d);
+            }
+            Err(_) => count_rsa(ctx, "discarded", spent),
+        }
+    }
+
+    /// The Secret to write: unsealed at the first call of the sync, or the result a failed
+    /// write of the same spec kept ([`Error::Incomplete`] when it must be unsealed and `ss`
+    /// was cached without its encrypted values).
     async fn unsealed<'d>(&self, desired: &'d mut Option<Desired>) -> Result<&'d Desired> {
         let d = match desired.take() {
             Some(d) => d,
-            None if self.stripped => return Err(Error::Incomplete),
-            None => unseal(self.ctx, &self.oref, self.ss, &self.ring, &self.digest).await?,
+            None => match self.ctx.retained.take(self.uid, &self.digest, &self.ring) {
+                Some(d) => {
+                    self.ctx.state.metrics.unseal_results_reused.inc();
+                    d
+                }
+                None if self.stripped => return Err(Error::Incomplete),
+                None => unseal(self.ctx, &self.oref, self.ss, &self.ring, &self.digest).await?,
+            },
         };
         Ok(desired.insert(d))
     }
@@ -229,14 +279,11 @@ impl<'a> SecretSync<'a> {
                         .with_object(&self.oref, |o| o.recreate_managed = false);
                     return Ok(ControlFlow::Break(Outcome::Unchanged));
                 }
-                self.secrets()
-                    .get_opt(self.name)
+                within_deadline(self.secrets().get_opt(self.name))
                     .await
                     .map_err(Error::GetSecret)?
             }
-            Lookup::NotListed => self
-                .secrets()
-                .get_opt(self.name)
+            Lookup::NotListed => within_deadline(self.secrets().get_opt(self.name))
                 .await
                 .map_err(Error::GetSecret)?,
         };

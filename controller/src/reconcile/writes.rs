@@ -9,6 +9,10 @@
 //! all from a status patch's or an Event's. On a cold start this is three objects parsed and
 //! dropped per SealedSecret that no longer are, and two answers not even scanned.
 //!
+//! Every request runs under the reconciler's deadline
+//! ([`crate::cluster::apihealth::REQUEST_DEADLINE`]): no answer by then fails it as a `504`,
+//! which counts towards an API-server outage.
+//!
 //! A Secret's answer holds its data in base64: skipped here, it is never copied out of the
 //! response text, which `kube::Client` owns and drops.
 
@@ -22,6 +26,8 @@ use kube::core::Request;
 use kube::runtime::events::Reporter;
 use kube::{Client, Resource};
 use serde::{Deserialize, Serialize};
+
+use crate::cluster::apihealth::within_deadline;
 
 /// The part of a write's answer the reconciler keeps.
 #[derive(Debug, Default, Deserialize)]
@@ -51,7 +57,8 @@ async fn send(
     built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     verb: &'static str,
 ) -> kube::Result<Option<String>> {
-    let written: Written = client.request(named(built, verb)?).await?;
+    let request = named(built, verb)?;
+    let written: Written = within_deadline(client.request(request)).await?;
     Ok(written.metadata.resource_version)
 }
 
@@ -74,7 +81,10 @@ async fn send_unread(
     built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     verb: &'static str,
 ) -> kube::Result<()> {
-    client.request_text(named(built, verb)?).await.map(drop)
+    let request = named(built, verb)?;
+    within_deadline(client.request_text(request))
+        .await
+        .map(drop)
 }
 
 /// `Api::<K>::namespaced(client, namespace).create(pp, object)`, returning the created

@@ -1,0 +1,234 @@
+//! Unsealed results kept across the retries of a failed Secret write, so that an API-server
+//! outage costs no RSA work beyond the first attempt.
+//!
+//! A SealedSecret whose Secret is missing is unsealed before the create is sent (the Secret
+//! cache already says "absent"); when the create fails (the API server away, a 5xx, a
+//! timeout), the next attempt would unseal again: during a 60 s outage with 2,000 objects
+//! that was 4 to 6 times the RSA work needed. The result is kept here instead, keyed by the
+//! object's uid and the digest of its spec (`crate::formats::spec_digest`, which covers
+//! every input of the unseal: ciphertexts, template, scope), and taken back by the retry.
+//!
+//! Bounds: at most [`RETAINED_BYTES`] of Secret data (oldest results go first) and
+//! [`RETAINED_FOR`] per result; a result is reused only while the ring still holds every
+//! key that opened it and the key its MAC names (a key removed meanwhile, e.g. marked
+//! compromised, is not worked around). Results are plaintext: [`Desired`] zeroizes its data
+//! when dropped, here or anywhere else, and nothing here is ever logged.
+
+use super::*;
+
+/// Most Secret data (values and item names, plus a fixed overhead per result) kept at once.
+pub(super) const RETAINED_BYTES: usize = 8 << 20;
+/// How long a result is kept for a retry; an older one is dropped and the retry unseals again.
+pub(super) const RETAINED_FOR: Duration = Duration::from_secs(600);
+/// What one result costs besides its data (its map entries, the Secret's metadata).
+const OVERHEAD: usize = 512;
+
+/// Unsealed results waiting for the retry of their write, by SealedSecret uid.
+#[derive(Default)]
+pub(super) struct Retained {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<Box<str>, Entry>,
+    /// uids by insertion order, oldest first.
+    order: BTreeMap<u64, Box<str>>,
+    next: u64,
+    bytes: usize,
+}
+
+struct Entry {
+    seq: u64,
+    digest: Box<str>,
+    at: Instant,
+    bytes: usize,
+    desired: Desired,
+}
+
+impl Inner {
+    fn remove(&mut self, uid: &str) -> Option<Entry> {
+        let entry = self.entries.remove(uid)?;
+        self.order.remove(&entry.seq);
+        self.bytes -= entry.bytes;
+        Some(entry)
+    }
+
+    /// Drops the oldest results while over `budget`, and those kept too long.
+    fn trim(&mut self, budget: usize, now: Instant) {
+        while let Some((_, uid)) = self.order.first_key_value() {
+            let uid = uid.clone();
+            let expired = self
+                .entries
+                .get(&uid)
+                .is_none_or(|e| now.saturating_duration_since(e.at) >= RETAINED_FOR);
+            if self.bytes <= budget && !expired {
+                break;
+            }
+            self.remove(&uid);
+        }
+    }
+}
+
+/// What keeping `desired` costs against [`RETAINED_BYTES`].
+fn size_of(desired: &Desired) -> usize {
+    desired
+        .secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.0.len())
+        .sum::<usize>()
+        + OVERHEAD
+}
+
+impl Retained {
+    /// Keeps `desired`, the result of unsealing the spec with `digest` of the SealedSecret
+    /// `uid`, for the retry of its write (replacing what was kept for `uid`). A result larger
+    /// than the whole budget is not kept.
+    pub(super) fn put(&self, uid: &str, digest: &str, desired: Desired) {
+        self.put_within(uid, digest, desired, RETAINED_BYTES);
+    }
+
+    fn put_within(&self, uid: &str, digest: &str, desired: Desired, budget: usize) {
+        let bytes = size_of(&desired);
+        let now = Instant::now();
+        let mut inner = lock(&self.inner);
+        inner.remove(uid);
+        if bytes > budget {
+            return;
+        }
+        let seq = inner.next;
+        inner.next += 1;
+        inner.order.insert(seq, uid.into());
+        inner.bytes += bytes;
+        inner.entries.insert(
+            uid.into(),
+            Entry {
+                seq,
+                digest: digest.into(),
+                at: now,
+                bytes,
+                desired,
+            },
+        );
+        inner.trim(budget, now);
+    }
+
+    /// Takes back what was kept for `uid`, if it was unsealed from the spec with `digest`, is
+    /// not older than [`RETAINED_FOR`] and `ring` still holds every key it depends on; what
+    /// does not qualify is dropped.
+    pub(super) fn take(&self, uid: &str, digest: &str, ring: &KeyRing) -> Option<Desired> {
+        let entry = {
+            let mut inner = lock(&self.inner);
+            inner.trim(RETAINED_BYTES, Instant::now());
+            inner.remove(uid)?
+        };
+        let usable =
+            *entry.digest == *digest && entry.desired.keys.iter().all(|id| ring.get(id).is_some());
+        usable.then_some(entry.desired)
+    }
+
+    /// Drops what was kept for `uid` (its object was written another way, or deleted).
+    pub(super) fn forget(&self, uid: &str) {
+        lock(&self.inner).remove(uid);
+    }
+
+    /// How many results are kept, and their size against the budget.
+    #[cfg(test)]
+    fn usage(&self) -> (usize, usize) {
+        let inner = lock(&self.inner);
+        (inner.entries.len(), inner.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kseal_keys::{CertificateOptions, KeyPair, KeySize};
+
+    fn desired(value: &[u8], keys: Vec<KeyId>) -> Desired {
+        let secret = Secret {
+            data: Some(BTreeMap::from([(
+                "k".to_owned(),
+                ByteString(value.to_vec()),
+            )])),
+            ..Secret::default()
+        };
+        Desired {
+            secret,
+            keys,
+            rsa_operations: 1,
+        }
+    }
+
+    fn value(d: &Desired) -> Vec<u8> {
+        d.secret.data.as_ref().unwrap()["k"].0.clone()
+    }
+
+    #[test]
+    fn a_kept_result_comes_back_once_and_only_for_the_same_spec_and_keys() {
+        // Test-only 2048-bit key; never use one like it for anything real.
+        let pair = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+        let mut ring = KeyRing::new();
+        ring.insert(pair.clone());
+        let empty = KeyRing::new();
+        let kept = Retained::default();
+
+        kept.put("u", "d1", desired(b"v", vec![pair.id().clone()]));
+        let back = kept
+            .take("u", "d1", &ring)
+            .expect("the same spec comes back");
+        assert_eq!(value(&back), b"v");
+        assert!(kept.take("u", "d1", &ring).is_none(), "taken once");
+
+        // Another spec (the object changed since): dropped, not returned.
+        kept.put("u", "d1", desired(b"v", vec![pair.id().clone()]));
+        assert!(kept.take("u", "d2", &ring).is_none());
+        assert_eq!(kept.usage(), (0, 0));
+
+        // A key it depends on left the ring: dropped.
+        kept.put("u", "d1", desired(b"v", vec![pair.id().clone()]));
+        assert!(kept.take("u", "d1", &empty).is_none());
+        assert_eq!(kept.usage(), (0, 0));
+
+        // A newer result for the same object replaces the older one.
+        kept.put("u", "d1", desired(b"old", vec![]));
+        kept.put("u", "d2", desired(b"new", vec![]));
+        assert_eq!(kept.usage().0, 1);
+        assert_eq!(value(&kept.take("u", "d2", &ring).unwrap()), b"new");
+
+        kept.put("u", "d1", desired(b"v", vec![]));
+        kept.forget("u");
+        assert_eq!(kept.usage(), (0, 0));
+    }
+
+    #[test]
+    fn the_oldest_results_go_first_when_the_budget_is_full() {
+        let kept = Retained::default();
+        let one = size_of(&desired(&[7; 100], vec![]));
+        let budget = one * 3;
+        for uid in ["a", "b", "c", "d"] {
+            kept.put_within(uid, "d", desired(&[7; 100], vec![]), budget);
+        }
+        assert_eq!(kept.usage(), (3, budget));
+        let ring = KeyRing::new();
+        assert!(kept.take("a", "d", &ring).is_none(), "the oldest went");
+        for uid in ["b", "c", "d"] {
+            assert!(kept.take(uid, "d", &ring).is_some(), "{uid}");
+        }
+        // Larger than the whole budget: never kept.
+        kept.put_within("big", "d", desired(&[7; 4000], vec![]), budget);
+        assert_eq!(kept.usage(), (0, 0));
+    }
+
+    #[test]
+    fn a_wiped_result_holds_no_value() {
+        // `Drop` runs the same wipe: each value's buffer is zeroed (`zeroize` overwrites the
+        // whole allocation) and emptied.
+        let mut d = desired(b"hunter2", vec![]);
+        d.wipe();
+        assert!(value(&d).is_empty());
+        assert_eq!(d.secret.data.as_ref().map(BTreeMap::len), Some(1));
+    }
+}
