@@ -50,9 +50,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     KSEAL_GIT_COMMIT="$KSEAL_GIT_COMMIT" SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
-    bash deploy/image/cargo-build.sh "$TARGETARCH" /out
+    bash deploy/image/cargo-build.sh "$TARGETARCH" /out && \
+    mkdir -p /out/links && ln -s kseal-controller /out/links/controller
 
-# Binaries built outside (deploy/image/build.sh), in the context's prebuilt/<arch>/.
+# Binaries built outside (deploy/image/build.sh), in the context's prebuilt/<arch>/ (with
+# links/controller, the symlink below).
 FROM scratch AS prebuilt
 ARG TARGETARCH
 COPY prebuilt/${TARGETARCH}/ /out/
@@ -74,6 +76,9 @@ LABEL org.opencontainers.image.title="kseal-controller" \
       org.opencontainers.image.revision="${KSEAL_GIT_COMMIT}" \
       org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 COPY --from=binaries --chown=0:0 --chmod=0555 /out/kseal-controller /out/kseal /out/kseal-ring /usr/local/bin/
+# `controller` -> kseal-controller: Bitnami's Helm chart runs `command: [controller]`
+# (docs/bitnami.md). A directory's contents are copied with their symlinks kept.
+COPY --from=binaries --chown=0:0 /out/links/ /usr/local/bin/
 USER 65532:65532
 WORKDIR /home/nonroot
 # glibc's malloc gives each busy thread an arena of its own (up to 8 per core); with the

@@ -60,6 +60,46 @@ log "ok: the CRD copies in deploy/kustomize/core and deploy/helm/kseal/crds matc
 # --- 1b. the IAM policies (no apiserver needed) ----------------------------------------------
 bash deploy/iam/check.sh || fail "deploy/iam/check.sh"
 
+# --- 1c. the alerts and the dashboard (no apiserver needed) ------------------------------------
+# deploy/monitoring holds the sources; the chart and the kustomize component carry copies.
+for f in prometheusrule.yaml grafana-dashboard.json; do
+  for copy in deploy/helm/kseal/files/$f deploy/kustomize/components/monitoring/$f; do
+    cmp -s "deploy/monitoring/$f" "$copy" || fail "$copy differs from deploy/monitoring/$f; run: cp deploy/monitoring/$f $copy"
+  done
+done
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["panels"] and d["uid"] == "kseal-controller"' \
+  deploy/monitoring/grafana-dashboard.json || fail "deploy/monitoring/grafana-dashboard.json is not the dashboard JSON"
+# promtool: Debian's prometheus package (installed when missing and root).
+if ! command -v promtool >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+  log "installing Debian's prometheus package (promtool)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } ||
+    true
+fi
+if command -v promtool >/dev/null; then
+  rules_dir=$(mktemp -d)
+  # The PrometheusRule's spec is a Prometheus rule file; the tests name it rules.yaml.
+  python3 -c 'import sys, yaml; yaml.safe_dump(yaml.safe_load(open(sys.argv[1]))["spec"], open(sys.argv[2], "w"))' \
+    deploy/monitoring/prometheusrule.yaml "$rules_dir/rules.yaml" || fail "deploy/monitoring/prometheusrule.yaml has no spec"
+  cp deploy/monitoring/rules-test.yaml "$rules_dir/"
+  promtool check rules "$rules_dir/rules.yaml" >"$rules_dir/check.out" 2>&1 ||
+    fail "promtool check rules: $(cat "$rules_dir/check.out")"
+  (cd "$rules_dir" && promtool test rules rules-test.yaml) >"$rules_dir/test.out" 2>&1 ||
+    fail "promtool test rules deploy/monitoring/rules-test.yaml: $(cat "$rules_dir/test.out")"
+  # Every alert has a test of it firing.
+  mapfile -t alerts < <(awk '/- alert:/ {print $3}' deploy/monitoring/prometheusrule.yaml)
+  ((${#alerts[@]} >= 5)) || fail "deploy/monitoring/prometheusrule.yaml: ${#alerts[@]} alerts found"
+  for alert in "${alerts[@]}"; do
+    grep -q "alertname: $alert\$" deploy/monitoring/rules-test.yaml || fail "alert $alert has no test in deploy/monitoring/rules-test.yaml"
+  done
+  rm -rf "$rules_dir"
+  log "ok: promtool $(promtool --version 2>&1 | head -1 | awk '{print $3}'): check rules and test rules of deploy/monitoring (every alert firing and not); the chart's and the component's copies match"
+elif [[ "${CI:-}" == true ]]; then
+  fail "no promtool (Debian's prometheus package): the alerts in deploy/monitoring must be tested under CI=true"
+else
+  log "SKIPPED promtool check/test of deploy/monitoring: no promtool (apt-get install prometheus)"
+fi
+
 # --- tools -------------------------------------------------------------------------------
 if [[ -z "${KSEAL_REFAPI_KUBECTL:-}" || -z "${KSEAL_REFAPI_KUBECONFIG:-}" ]]; then
   cat >&2 <<'EOF'
@@ -120,10 +160,11 @@ for dir in "${dirs[@]}"; do
   name=${dir#deploy/kustomize/}
   name=${name//\//-}
   render "$name" "$dir"
-  [[ "$name" == *prometheus* || "$name" == core ]] || dry+=("$name")
+  # The PrometheusRule and ServiceMonitor CRDs come with prometheus-operator: render only.
+  [[ "$name" == *prometheus* || "$name" == *monitoring* || "$name" == core ]] || dry+=("$name")
 done
 for want in base core overlays-single-namespace overlays-aws-secrets-manager overlays-aws-pod-identity \
-  components-cert-proxy components-prometheus components-key-source-rbac; do
+  components-cert-proxy components-prometheus components-key-source-rbac components-monitoring; do
   [[ -n "${rendered[$want]:-}" ]] || fail "no kustomization rendered as $want"
 done
 # The optional components next to the base, as a user's overlay lists them.
@@ -150,6 +191,9 @@ expect_kinds overlays-aws-pod-identity "ClusterRole ClusterRoleBinding CustomRes
 expect_kinds components-cert-proxy "Role RoleBinding"
 expect_kinds components-prometheus "ServiceMonitor"
 expect_kinds components-key-source-rbac "Role RoleBinding"
+expect_kinds components-monitoring "ConfigMap PrometheusRule"
+grep -q 'grafana_dashboard: "1"' "${rendered[components-monitoring]}" ||
+  fail "the monitoring component's dashboard ConfigMap lacks the grafana_dashboard label"
 grep -q 'image: ghcr.io/kseal-dev/kseal-controller:[0-9A-Za-z]' "${rendered[base]}" ||
   fail "the base does not pin a tag of ghcr.io/kseal-dev/kseal-controller"
 grep -q -- '- --all-namespaces=false' "${rendered[overlays-single-namespace]}" ||
@@ -234,12 +278,23 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
   helm_render helm-namespaced --set watch.allNamespaces=false --set "watch.additionalNamespaces={$APP_NS}"
   helm_render helm-cert-proxy --set certProxy.enabled=true
   helm_render helm-servicemonitor --set metrics.serviceMonitor.enabled=true
+  helm_render helm-monitoring --set metrics.prometheusRule.enabled=true --set metrics.grafanaDashboard.enabled=true
   helm_render helm-key-source "${key_source[@]}"
   dry+=(helm helm-namespaced helm-cert-proxy helm-key-source)
   expect_kinds helm "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role RoleBinding Service Service ServiceAccount"
   expect_kinds helm-namespaced "CustomResourceDefinition Deployment PodDisruptionBudget Role Role Role RoleBinding RoleBinding RoleBinding Service Service ServiceAccount"
   expect_kinds helm-cert-proxy "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
   expect_kinds helm-servicemonitor "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role RoleBinding Service Service ServiceAccount ServiceMonitor"
+  expect_kinds helm-monitoring "ClusterRole ClusterRoleBinding ConfigMap CustomResourceDefinition Deployment PodDisruptionBudget PrometheusRule Role RoleBinding Service Service ServiceAccount"
+  # The rules as deploy/monitoring has them, and the dashboard as valid JSON.
+  python3 - "${rendered[helm-monitoring]}" <<'PY' || fail "the chart's PrometheusRule or dashboard differs from deploy/monitoring"
+import json, sys, yaml
+docs = {d["kind"]: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
+source = yaml.safe_load(open("deploy/monitoring/prometheusrule.yaml"))
+assert docs["PrometheusRule"]["spec"] == source["spec"]
+assert json.loads(docs["ConfigMap"]["data"]["kseal-controller.json"]) == json.load(open("deploy/monitoring/grafana-dashboard.json"))
+assert docs["ConfigMap"]["metadata"]["labels"]["grafana_dashboard"] == "1"
+PY
   grep -q -- "- --additional-namespaces=$APP_NS" "${rendered[helm-namespaced]}" ||
     fail "the namespaced chart does not pass --additional-namespaces"
   expect_kinds helm-key-source "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
@@ -273,6 +328,20 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
   # A Secrets Manager ring needs its trust anchor (no trust on first use at every start).
   refused "keySource.ringAnchor is required" --set keySource.url=secretsmanager://kseal/fleet
   refused "expected a kid" --set keySource.url=secretsmanager://kseal/fleet --set keySource.ringAnchor=abc
+  # values.schema.json: an unknown value is refused (top level and nested); Bitnami's chart's
+  # value names are refused with kseal's names (templates/_helpers.tpl, docs/bitnami.md).
+  refused "additional properties 'secretname' not allowed" --set secretname=x
+  refused "additional properties 'allnamespaces' not allowed" --set watch.allnamespaces=false
+  refused "value must be one of 'text', 'json'" --set logFormat=yaml
+  refused "values of Bitnami's sealed-secrets chart, which kseal's chart names differently (docs/bitnami.md): additionalNamespaces: watch.additionalNamespaces; args: extraArgs; keyrenewperiod: keys.renewPeriod; rateLimit: extraArgs: [--rate-limit=...]; secretName: keys.prefix; updateStatus:" \
+    -f deploy/helm/testdata/bitnami-values.yaml
+  for want in "image.registry: put the registry in image.repository" "metrics.dashboards: metrics.grafanaDashboard" \
+    "podSecurityContext.enabled: no such value"; do
+    grep -qF -- "$want" "$work/refused.out" || fail "the Bitnami values' refusal does not name $want: $(cat "$work/refused.out")"
+  done
+  # fullnameOverride is shared and alone renders.
+  "$helm" template kseal "$CHART" --namespace "$NS" --set fullnameOverride=sealed-secrets-controller >/dev/null 2>"$work/refused.out" ||
+    fail "helm template with fullnameOverride: $(cat "$work/refused.out")"
   # image.digest (set by the release workflow in the published chart) pins the image.
   refused "image.digest" --set image.digest=sha256:abc
   digest=sha256:$(printf '0%.0s' {1..64})
@@ -283,7 +352,7 @@ if helm=$(find_helm) && "$helm" version >/dev/null 2>&1; then
   "$helm" template kseal "$CHART" --namespace "$NS" --set keySource.url=dir:///etc/kseal/ring \
     --set 'extraArgs={--generate-key-if-missing=false}' >/dev/null 2>"$work/refused.out" ||
     fail "helm template with a key source and --generate-key-if-missing=false: $(cat "$work/refused.out")"
-  log "ok: helm $hv: lint --strict and 5 renderings of $CHART; keySource.url with key generation, an unknown scheme or a Secrets Manager ring without its anchor is refused; image.digest pins the image, a malformed one is refused"
+  log "ok: helm $hv: lint --strict and 6 renderings of $CHART (alerts and dashboard as in deploy/monitoring); keySource.url with key generation, an unknown scheme or a Secrets Manager ring without its anchor is refused; image.digest pins the image, a malformed one is refused; values.schema.json refuses unknown values, Bitnami's value names are refused with kseal's"
 else
   helm=""
   if [[ "${CI:-}" == true ]]; then

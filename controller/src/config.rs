@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser, ValueEnum};
 
 use kseal_api::constants::{SEALING_KEY_LABEL, SEALING_KEY_LABEL_ACTIVE};
@@ -60,7 +61,7 @@ pub struct Args {
     /// Generate keys in-cluster (leader only): one when no key Secret exists, then renewals per
     /// --key-renew-period, --key-cutoff-time and SIGUSR1. Off by default: keys come from the
     /// fleet's key ring
-    #[arg(long, env = env::KSEAL_GENERATE_KEY_IF_MISSING, action = ArgAction::Set, default_value_t = false)]
+    #[arg(long, env = env::KSEAL_GENERATE_KEY_IF_MISSING, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), default_value_t = false)]
     pub generate_key_if_missing: bool,
     /// Generate a new sealing key when the newest is this old (Go duration; 0 disables)
     /// [default: 720h]. Older keys stay active for unsealing. Needs
@@ -108,10 +109,10 @@ pub struct Args {
     #[arg(long, env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
     pub aws_assume_role: Option<String>,
     /// Accept the deprecated whole-Secret `spec.data` format
-    #[arg(long, env = env::KSEAL_ACCEPT_DEPRECATED_V1_DATA, action = ArgAction::Set, default_value_t = true)]
+    #[arg(long, env = env::KSEAL_ACCEPT_DEPRECATED_V1_DATA, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), default_value_t = true)]
     pub accept_deprecated_v1_data: bool,
     /// Watch SealedSecrets in all namespaces (false: the controller namespace only)
-    #[arg(long, env = env::KSEAL_ALL_NAMESPACES, action = ArgAction::Set, default_value_t = true)]
+    #[arg(long, env = env::KSEAL_ALL_NAMESPACES, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), default_value_t = true)]
     pub all_namespaces: bool,
     /// Comma-separated namespaces to watch besides the controller's (implies not all)
     #[arg(long, env = env::KSEAL_ADDITIONAL_NAMESPACES, value_delimiter = ',')]
@@ -121,13 +122,13 @@ pub struct Args {
     #[arg(long, env = env::KSEAL_LABEL_SELECTOR)]
     pub label_selector: Option<String>,
     /// Write the SealedSecret status subresource
-    #[arg(long, env = env::KSEAL_UPDATE_STATUS, action = ArgAction::Set, default_value_t = true)]
+    #[arg(long, env = env::KSEAL_UPDATE_STATUS, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), default_value_t = true)]
     pub update_status: bool,
     /// Do not watch Secrets (no re-creation of deleted Secrets, no drift correction)
-    #[arg(long, env = env::KSEAL_SKIP_RECREATE, action = ArgAction::Set, default_value_t = false)]
+    #[arg(long, env = env::KSEAL_SKIP_RECREATE, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), default_value_t = false)]
     pub skip_recreate: bool,
     /// Revert edits to owned Secrets
-    #[arg(long, env = env::KSEAL_DRIFT_CORRECTION, action = ArgAction::Set, default_value_t = true)]
+    #[arg(long, env = env::KSEAL_DRIFT_CORRECTION, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), default_value_t = true)]
     pub drift_correction: bool,
     /// Re-check every SealedSecret this often (with jitter; 0 disables)
     #[arg(long, env = env::KSEAL_RESYNC_PERIOD, default_value = "10m", value_parser = parse_duration)]
@@ -181,14 +182,15 @@ pub struct Args {
     /// long (Go duration, e.g. 10s)
     #[arg(long, env = env::KSEAL_HEADER_READ_TIMEOUT, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub header_read_timeout: Duration,
-    /// Address of the API server (certificate, verify, rotate, health)
-    #[arg(long, env = env::KSEAL_LISTEN_ADDR, default_value = "0.0.0.0:8080")]
+    /// Address of the API server (certificate, verify, rotate, health): IP:PORT, [IPv6]:PORT,
+    /// or Bitnami's :PORT (every IPv4 interface, as the default)
+    #[arg(long, env = env::KSEAL_LISTEN_ADDR, default_value = "0.0.0.0:8080", value_parser = parse_listen_addr, value_name = "ADDR")]
     pub listen_addr: SocketAddr,
-    /// Address of the metrics server
-    #[arg(long, env = env::KSEAL_LISTEN_METRICS_ADDR, default_value = "0.0.0.0:8081")]
+    /// Address of the metrics server (same forms as --listen-addr)
+    #[arg(long, env = env::KSEAL_LISTEN_METRICS_ADDR, default_value = "0.0.0.0:8081", value_parser = parse_listen_addr, value_name = "ADDR")]
     pub listen_metrics_addr: SocketAddr,
     /// Elect a leader among replicas; only the leader writes
-    #[arg(long, env = env::KSEAL_LEADER_ELECT, action = ArgAction::Set, default_value_t = true)]
+    #[arg(long, env = env::KSEAL_LEADER_ELECT, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new(), default_value_t = true)]
     pub leader_elect: bool,
     /// Name of the leader-election Lease in the controller namespace
     #[arg(long, env = env::KSEAL_LEADER_ELECTION_LEASE, default_value = "kseal-controller")]
@@ -199,9 +201,37 @@ pub struct Args {
     /// Log filter (RUST_LOG syntax, e.g. `info` or `kseal_controller=debug`). The default
     /// leaves out the line kube's client logs for every request that fails to reach the API
     /// server (about 30 a second during an outage): kseal logs the outage itself, once, with
-    /// a count of the failures it did not log
-    #[arg(long, env = env::KSEAL_LOG_LEVEL, default_value = DEFAULT_LOG_FILTER)]
+    /// a count of the failures it did not log. A bare level, as Bitnami's `INFO` or `ERROR`,
+    /// keeps that line out as well
+    #[arg(long, env = env::KSEAL_LOG_LEVEL, default_value = DEFAULT_LOG_FILTER, value_parser = parse_log_filter)]
     pub log_level: String,
+    /// Bitnami's `--old-gc-behavior`: ignored with a warning when true (kseal never deletes
+    /// Secrets itself; Kubernetes' garbage collector follows the owner reference)
+    #[arg(long, hide = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub old_gc_behavior: Option<bool>,
+    /// Bitnami's `--watch-for-secrets`: kseal always watches the key Secrets (false is
+    /// ignored with a warning)
+    #[arg(long, hide = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub watch_for_secrets: Option<bool>,
+    /// Bitnami's `--log-info-stdout`: ignored with a warning when true (every line goes to
+    /// stderr)
+    #[arg(long, hide = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
+    pub log_info_stdout: Option<bool>,
+    /// Bitnami's `--max-unseal-retries`: ignored with a warning (kseal never gives up)
+    #[arg(long, hide = true, value_name = "N")]
+    pub max_unseal_retries: Option<i64>,
+    /// Bitnami's `--kubeclient-qps`: ignored with a warning (no client-side rate limit)
+    #[arg(long, hide = true, value_name = "QPS", allow_negative_numbers = true)]
+    pub kubeclient_qps: Option<f64>,
+    /// Bitnami's `--kubeclient-burst`: ignored with a warning (no client-side rate limit)
+    #[arg(long, hide = true, value_name = "N", allow_negative_numbers = true)]
+    pub kubeclient_burst: Option<i64>,
+    /// Bitnami's `--read-timeout`: ignored with a warning (see --header-read-timeout)
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    pub read_timeout: Option<Duration>,
+    /// Bitnami's `--write-timeout`: ignored with a warning (see --header-read-timeout)
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    pub write_timeout: Option<Duration>,
 }
 
 /// How keys are ordered (Bitnami's `--key-order-priority`).
@@ -381,6 +411,14 @@ pub enum ConfigError {
     /// A bad item in `--trusted-proxies`.
     #[error("invalid --trusted-proxies item {0}")]
     TrustedProxies(String),
+    /// A Bitnami `SEALED_SECRETS_*` variable whose value its flag refuses.
+    #[error("invalid {var}: {problem}")]
+    BitnamiVariable {
+        /// The variable.
+        var: String,
+        /// clap's words for the flag's value.
+        problem: String,
+    },
     /// A bad `key=value` item in `--privatekey-labels` or `--privatekey-annotations`.
     #[error("invalid {flag} item {item:?}: {problem}")]
     KeyMetadata {
@@ -412,6 +450,8 @@ pub struct Host {
     pub cpus: usize,
     /// Now.
     pub now: SystemTime,
+    /// Bitnami's `SEALED_SECRETS_*` variables and the `KSEAL_*` ones that override them.
+    pub bitnami: BitnamiEnv,
 }
 
 impl Host {
@@ -428,8 +468,278 @@ impl Host {
                 .hash_one(std::process::id()),
             cpus: crate::host::cpus(),
             now: SystemTime::now(),
+            bitnami: BitnamiEnv::current(),
         }
     }
+}
+
+/// Bitnami's controller flags, each with the `KSEAL_*` variable of kseal's flag of the same
+/// name (`None`: a compatibility flag kseal accepts and ignores with a warning). Bitnami reads
+/// each from `SEALED_SECRETS_<NAME>` (upper case, `-` as `_`) unless given on the command
+/// line; so does kseal, below its own `KSEAL_*` variable (docs/bitnami.md has the table).
+/// `--version` has a variable too (`SEALED_SECRETS_VERSION`), ignored with a warning.
+pub const BITNAMI_FLAGS: &[(&str, Option<&str>)] = &[
+    ("key-prefix", Some(env::KSEAL_KEY_PREFIX)),
+    ("key-size", Some(env::KSEAL_KEY_SIZE)),
+    ("key-ttl", Some(env::KSEAL_KEY_TTL)),
+    ("my-cn", Some(env::KSEAL_MY_CN)),
+    ("key-renew-period", Some(env::KSEAL_KEY_RENEW_PERIOD)),
+    ("rotate-period", Some(env::KSEAL_KEY_RENEW_PERIOD)),
+    ("key-order-priority", Some(env::KSEAL_KEY_ORDER_PRIORITY)),
+    (
+        "accept-deprecated-v1-data",
+        Some(env::KSEAL_ACCEPT_DEPRECATED_V1_DATA),
+    ),
+    // Read through `Host::key_cutoff_time` (its errors name the variable).
+    ("key-cutoff-time", Some(env::KSEAL_KEY_CUTOFF_TIME)),
+    ("all-namespaces", Some(env::KSEAL_ALL_NAMESPACES)),
+    (
+        "additional-namespaces",
+        Some(env::KSEAL_ADDITIONAL_NAMESPACES),
+    ),
+    ("label-selector", Some(env::KSEAL_LABEL_SELECTOR)),
+    ("rate-limit", Some(env::KSEAL_RATE_LIMIT)),
+    ("rate-limit-burst", Some(env::KSEAL_RATE_LIMIT_BURST)),
+    (
+        "privatekey-annotations",
+        Some(env::KSEAL_PRIVATEKEY_ANNOTATIONS),
+    ),
+    ("privatekey-labels", Some(env::KSEAL_PRIVATEKEY_LABELS)),
+    ("old-gc-behavior", None),
+    ("update-status", Some(env::KSEAL_UPDATE_STATUS)),
+    ("watch-for-secrets", None),
+    ("skip-recreate", Some(env::KSEAL_SKIP_RECREATE)),
+    ("log-info-stdout", None),
+    ("log-level", Some(env::KSEAL_LOG_LEVEL)),
+    ("log-format", Some(env::KSEAL_LOG_FORMAT)),
+    ("max-unseal-retries", None),
+    ("kubeclient-qps", None),
+    ("kubeclient-burst", None),
+    ("listen-addr", Some(env::KSEAL_LISTEN_ADDR)),
+    ("listen-metrics-addr", Some(env::KSEAL_LISTEN_METRICS_ADDR)),
+    ("read-timeout", None),
+    ("write-timeout", None),
+];
+
+/// The prefix of Bitnami's variables.
+pub const BITNAMI_ENV_PREFIX: &str = "SEALED_SECRETS_";
+
+/// The Bitnami variable of `flag`: `key-size` → `SEALED_SECRETS_KEY_SIZE`.
+#[must_use]
+pub fn bitnami_variable(flag: &str) -> String {
+    format!(
+        "{BITNAMI_ENV_PREFIX}{}",
+        flag.to_uppercase().replace('-', "_")
+    )
+}
+
+/// The environment as Bitnami's flags see it: every `SEALED_SECRETS_*` variable, and which
+/// `KSEAL_*` variables are set (they win over Bitnami's).
+#[derive(Debug, Clone, Default)]
+pub struct BitnamiEnv {
+    /// `SEALED_SECRETS_*` variables (name, value), sorted by name.
+    pub vars: Vec<(String, String)>,
+    /// The names of the `KSEAL_*` variables that are set and not empty.
+    pub kseal_set: std::collections::BTreeSet<String>,
+}
+
+impl BitnamiEnv {
+    /// This process's (variables that are not UTF-8 are left out).
+    pub fn current() -> Self {
+        let mut this = Self::default();
+        for (name, value) in std::env::vars_os() {
+            let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
+                continue;
+            };
+            if name.starts_with(BITNAMI_ENV_PREFIX) {
+                this.vars.push((name.to_owned(), value.to_owned()));
+            } else if name.starts_with("KSEAL_") && !value.is_empty() {
+                this.kseal_set.insert(name.to_owned());
+            }
+        }
+        this.vars.sort();
+        this
+    }
+
+    /// The flags Bitnami's variables add to `argv`: `--name=value` for each
+    /// `SEALED_SECRETS_<NAME>` that is not empty, whose flag (or its alias) is not on the
+    /// command line and whose `KSEAL_*` variable is not set. Each value is checked alone, so
+    /// a bad one is named by its variable.
+    pub fn flags(&self, argv: &[std::ffi::OsString]) -> Result<Vec<String>, ConfigError> {
+        let given = |flag: &str| {
+            let names = match flag {
+                "key-renew-period" | "rotate-period" => vec!["key-renew-period", "rotate-period"],
+                other => vec![other],
+            };
+            argv.iter().skip(1).any(|a| {
+                a.to_str()
+                    .and_then(|a| a.strip_prefix("--"))
+                    .is_some_and(|a| {
+                        names.iter().any(|n| {
+                            a == *n || a.strip_prefix(n).is_some_and(|r| r.starts_with('='))
+                        })
+                    })
+            })
+        };
+        let mut flags = Vec::new();
+        for &(flag, kseal) in BITNAMI_FLAGS {
+            if flag == "key-cutoff-time" {
+                continue;
+            }
+            let var = bitnami_variable(flag);
+            let Some(value) = self.value(&var) else {
+                continue;
+            };
+            if given(flag) || kseal.is_some_and(|k| self.kseal_set.contains(k)) {
+                continue;
+            }
+            let arg = format!("--{flag}={value}");
+            if let Err(e) = Args::try_parse_from(["kseal-controller", arg.as_str()]) {
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or_default();
+                return Err(ConfigError::BitnamiVariable {
+                    var,
+                    problem: first.trim_start_matches("error: ").to_owned(),
+                });
+            }
+            flags.push(arg);
+        }
+        Ok(flags)
+    }
+
+    /// The value of `var`, when set and not empty.
+    fn value(&self, var: &str) -> Option<&str> {
+        self.vars
+            .iter()
+            .find(|(n, v)| n == var && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// One line per Bitnami variable that has no effect: unknown to Bitnami's controller,
+    /// overridden by a `KSEAL_*` variable, or `SEALED_SECRETS_VERSION`.
+    fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for (var, value) in &self.vars {
+            if value.is_empty() {
+                continue;
+            }
+            let known = BITNAMI_FLAGS
+                .iter()
+                .find(|(flag, _)| bitnami_variable(flag) == *var);
+            match known {
+                Some((_, Some(kseal))) if self.kseal_set.contains(*kseal) => warnings
+                    .push(format!("{var} ignored: {kseal} is set and wins")),
+                Some(_) => {}
+                None if var == "SEALED_SECRETS_VERSION" => warnings.push(format!(
+                    "{var} ignored: run `kseal-controller --version` to print the version"
+                )),
+                None => warnings.push(format!(
+                    "{var} ignored: Bitnami's controller has no flag --{} (docs/bitnami.md lists those kseal reads)",
+                    var[BITNAMI_ENV_PREFIX.len()..].to_lowercase().replace('_', "-")
+                )),
+            }
+        }
+        warnings
+    }
+}
+
+impl Args {
+    /// This process's arguments, with Bitnami's `SEALED_SECRETS_*` variables applied
+    /// ([`BitnamiEnv::flags`]); prints help or version, or a flag error, and exits, as clap
+    /// does.
+    pub fn from_process() -> Result<Self, ConfigError> {
+        let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let extra = BitnamiEnv::current().flags(&argv)?;
+        argv.extend(extra.into_iter().map(Into::into));
+        Ok(Self::parse_from(argv))
+    }
+}
+
+/// A warning per Bitnami compatibility flag that was given and changes nothing here, saying
+/// what kseal does instead.
+fn compat_warnings(args: &Args) -> Vec<String> {
+    let ignored = |flag: &str, instead: &str| {
+        format!("--{flag} ({}) ignored: {instead}", bitnami_variable(flag))
+    };
+    let mut warnings = Vec::new();
+    if args.old_gc_behavior == Some(true) {
+        warnings.push(ignored(
+            "old-gc-behavior",
+            "kseal never deletes a Secret itself; Kubernetes' garbage collector deletes it with its SealedSecret through the owner reference",
+        ));
+    }
+    if args.watch_for_secrets == Some(false) {
+        warnings.push(ignored(
+            "watch-for-secrets",
+            "kseal always watches the key Secrets, so a key created outside the controller loads at once",
+        ));
+    }
+    if args.log_info_stdout == Some(true) {
+        warnings.push(ignored(
+            "log-info-stdout",
+            "kseal writes every log line to stderr",
+        ));
+    }
+    if args.max_unseal_retries.is_some() {
+        warnings.push(ignored(
+            "max-unseal-retries",
+            "kseal never gives up on a SealedSecret: it retries with a backoff capped at 5 minutes, and again on every key change and resync",
+        ));
+    }
+    for (flag, given) in [
+        ("kubeclient-qps", args.kubeclient_qps.is_some()),
+        ("kubeclient-burst", args.kubeclient_burst.is_some()),
+    ] {
+        if given {
+            warnings.push(ignored(
+                flag,
+                "kseal's Kubernetes client has no client-side rate limit; --concurrency bounds the unseals in flight",
+            ));
+        }
+    }
+    for (flag, given) in [
+        ("read-timeout", args.read_timeout.is_some()),
+        ("write-timeout", args.write_timeout.is_some()),
+    ] {
+        if given {
+            warnings.push(ignored(
+                flag,
+                "kseal bounds each connection with --header-read-timeout (default 10s) and the connection limits",
+            ));
+        }
+    }
+    warnings
+}
+
+/// Parses a listen address: `IP:PORT`, `[IPv6]:PORT`, or Bitnami's (Go's) `:PORT`, taken as
+/// `0.0.0.0:PORT`, every IPv4 interface, as kseal's default (Go would listen on IPv6 as well;
+/// `[::]:PORT` asks for that where the host has IPv6).
+pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Some(port) = text.strip_prefix(':') {
+        return port
+            .parse::<u16>()
+            .map(|port| SocketAddr::from(([0, 0, 0, 0], port)))
+            .map_err(|_| format!("{port:?} is not a port (0-65535)"));
+    }
+    text.parse().map_err(|_| {
+        "expected IP:PORT, [IPv6]:PORT or :PORT (every IPv4 interface), e.g. 0.0.0.0:8080"
+            .to_owned()
+    })
+}
+
+/// A `--log-level`: a `RUST_LOG`-style filter, or a bare level in any case (Bitnami's `INFO`,
+/// `ERROR`), which becomes that level with the default's exclusion of kube's per-request
+/// failure line.
+pub fn parse_log_filter(text: &str) -> Result<String, String> {
+    let level = text.trim().to_ascii_lowercase();
+    Ok(match level.as_str() {
+        "trace" | "debug" | "info" | "warn" | "warning" | "error" => {
+            let level = if level == "warning" { "warn" } else { &level };
+            format!("{level},kube_client::client::builder=off")
+        }
+        _ => text.to_owned(),
+    })
 }
 
 impl Config {
@@ -483,6 +793,8 @@ impl Config {
             ));
         }
         let (key_labels, key_annotations) = key_metadata(&args, &mut warnings)?;
+        warnings.extend(compat_warnings(&args));
+        warnings.extend(host.bitnami.warnings());
         let key_source = key_source(&args)?;
         let identity = host
             .pod_name
@@ -822,6 +1134,7 @@ mod tests {
             identity_suffix: 0xabc,
             cpus: 4,
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            bitnami: BitnamiEnv::default(),
         }
     }
 
@@ -1352,5 +1665,291 @@ mod tests {
     fn skip_recreate_disables_drift_correction() {
         let c = Config::from_args(args(&["--skip-recreate", "true"]), None).unwrap();
         assert!(!c.drift_correction);
+    }
+
+    /// Bitnami's chart (2.18.x, controller 0.36.x) with default values renders these.
+    const BITNAMI_CHART_ARGS: &[&str] = &[
+        "--update-status",
+        "--key-prefix",
+        "sealed-secrets-key",
+        "--listen-addr",
+        ":8080",
+        "--listen-metrics-addr",
+        ":8081",
+    ];
+
+    #[test]
+    fn bitnamis_chart_command_line_parses_with_bitnamis_meaning() {
+        let c = Config::parse(args(BITNAMI_CHART_ARGS), None, &host()).unwrap();
+        assert!(c.update_status);
+        assert_eq!(c.key_prefix, "sealed-secrets-key");
+        assert_eq!(c.listen_addr, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(c.listen_metrics_addr, "0.0.0.0:8081".parse().unwrap());
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn booleans_take_bitnamis_bare_form_and_kseals_separate_value() {
+        let c = Config::parse(
+            args(&[
+                "--skip-recreate",
+                "--update-status",
+                "--all-namespaces=false",
+            ]),
+            None,
+            &host(),
+        )
+        .unwrap();
+        assert!(c.skip_recreate && c.update_status);
+        assert!(matches!(c.namespaces, Namespaces::Only(_)));
+        let c = Config::parse(
+            args(&["--update-status", "false", "--skip-recreate", "0"]),
+            None,
+            &host(),
+        )
+        .unwrap();
+        assert!(!c.update_status && !c.skip_recreate);
+        // Go's strconv.ParseBool spellings.
+        for (text, value) in [
+            ("T", true),
+            ("TRUE", true),
+            ("1", true),
+            ("F", false),
+            ("False", false),
+        ] {
+            let a = args(&[&format!("--update-status={text}")]);
+            assert_eq!(a.update_status, value, "{text}");
+        }
+        let e = Args::try_parse_from(["kseal-controller", "--update-status=maybe"]).unwrap_err();
+        assert!(e.to_string().contains("--update-status"), "{e}");
+    }
+
+    #[test]
+    fn listen_addresses_take_go_port_only_form_and_refuse_names() {
+        assert_eq!(
+            parse_listen_addr(":8080").unwrap(),
+            "0.0.0.0:8080".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_addr("[::]:9000").unwrap(),
+            "[::]:9000".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_addr("127.0.0.1:1").unwrap(),
+            "127.0.0.1:1".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_addr(":http").unwrap_err(),
+            "\"http\" is not a port (0-65535)"
+        );
+        assert!(parse_listen_addr(":70000").is_err());
+        let e = parse_listen_addr("localhost:8080").unwrap_err();
+        assert!(e.starts_with("expected IP:PORT"), "{e}");
+    }
+
+    #[test]
+    fn bitnamis_log_levels_keep_the_default_exclusion() {
+        assert_eq!(args(&["--log-level", "INFO"]).log_level, DEFAULT_LOG_FILTER);
+        assert_eq!(
+            args(&["--log-level", "ERROR"]).log_level,
+            "error,kube_client::client::builder=off"
+        );
+        assert_eq!(
+            args(&["--log-level", "kseal_controller=debug"]).log_level,
+            "kseal_controller=debug"
+        );
+        for level in ["DEBUG", "WARN", "error"] {
+            let filter = args(&["--log-level", level]).log_level;
+            assert!(
+                tracing_subscriber::EnvFilter::try_new(&filter).is_ok(),
+                "{filter}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_bitnami_flag_is_accepted() {
+        let sample = |flag: &str| match flag {
+            "key-size" => "2048",
+            "key-ttl" | "key-renew-period" | "rotate-period" | "read-timeout" | "write-timeout" => {
+                "1h"
+            }
+            "key-order-priority" => "SecretCreationTimestamp",
+            "key-cutoff-time" => "Mon, 14 Oct 2024 21:45:30 +0200",
+            "rate-limit" | "rate-limit-burst" | "max-unseal-retries" | "kubeclient-qps"
+            | "kubeclient-burst" => "3",
+            "additional-namespaces" => "team-a",
+            "privatekey-annotations" | "privatekey-labels" => "a=b",
+            "log-level" => "INFO",
+            "log-format" => "json",
+            "listen-addr" | "listen-metrics-addr" => ":9090",
+            "accept-deprecated-v1-data"
+            | "all-namespaces"
+            | "old-gc-behavior"
+            | "update-status"
+            | "watch-for-secrets"
+            | "skip-recreate"
+            | "log-info-stdout" => "true",
+            _ => "x",
+        };
+        for &(flag, _) in BITNAMI_FLAGS {
+            let arg = format!("--{flag}={}", sample(flag));
+            let a = Args::try_parse_from(["controller", arg.as_str()])
+                .unwrap_or_else(|e| panic!("{arg}: {e}"));
+            Config::parse(a, None, &host()).unwrap_or_else(|e| panic!("{arg}: {e}"));
+        }
+        // Hidden from --help: they are documented in docs/bitnami.md.
+        let help = <Args as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        assert!(!help.contains("kubeclient-qps"), "{help}");
+    }
+
+    #[test]
+    fn ignored_bitnami_flags_warn_once_each_with_what_kseal_does() {
+        let c = Config::parse(
+            args(&[
+                "--old-gc-behavior",
+                "--watch-for-secrets=false",
+                "--log-info-stdout",
+                "--max-unseal-retries",
+                "5",
+                "--kubeclient-qps",
+                "-1",
+                "--kubeclient-burst",
+                "10",
+                "--read-timeout",
+                "2m",
+                "--write-timeout",
+                "2m",
+            ]),
+            None,
+            &host(),
+        )
+        .unwrap();
+        assert_eq!(c.warnings.len(), 8, "{:#?}", c.warnings);
+        for w in &c.warnings {
+            assert!(!w.contains('\n'), "{w}");
+            assert!(w.contains(" ignored: "), "{w}");
+            assert!(w.starts_with("--") && w.contains("(SEALED_SECRETS_"), "{w}");
+        }
+        assert!(
+            c.warnings[0].contains("owner reference"),
+            "{:?}",
+            c.warnings
+        );
+        // Values that are what kseal does anyway warn about nothing.
+        let c = Config::parse(
+            args(&[
+                "--old-gc-behavior=false",
+                "--watch-for-secrets",
+                "--log-info-stdout=false",
+            ]),
+            None,
+            &host(),
+        )
+        .unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    fn bitnami_env(vars: &[(&str, &str)], kseal: &[&str]) -> BitnamiEnv {
+        BitnamiEnv {
+            vars: vars
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            kseal_set: kseal.iter().map(|n| (*n).to_owned()).collect(),
+        }
+    }
+
+    fn argv(list: &[&str]) -> Vec<std::ffi::OsString> {
+        std::iter::once("controller")
+            .chain(list.iter().copied())
+            .map(Into::into)
+            .collect()
+    }
+
+    #[test]
+    fn bitnami_variables_become_flags_below_the_command_line_and_kseals_variables() {
+        let env = bitnami_env(
+            &[
+                ("SEALED_SECRETS_KEY_SIZE", "2048"),
+                ("SEALED_SECRETS_UPDATE_STATUS", "false"),
+                ("SEALED_SECRETS_KEY_PREFIX", "from-bitnami"),
+                ("SEALED_SECRETS_ROTATE_PERIOD", "24h"),
+                ("SEALED_SECRETS_LABEL_SELECTOR", ""),
+                ("SEALED_SECRETS_LISTEN_ADDR", ":9443"),
+                (
+                    "SEALED_SECRETS_KEY_CUTOFF_TIME",
+                    "via Host::key_cutoff_time",
+                ),
+            ],
+            &[env::KSEAL_KEY_SIZE],
+        );
+        let flags = env
+            .flags(&argv(&[
+                "--key-prefix",
+                "from-flag",
+                "--key-renew-period=1h",
+            ]))
+            .unwrap();
+        // KEY_SIZE: KSEAL_KEY_SIZE wins; KEY_PREFIX and ROTATE_PERIOD: the command line
+        // (an alias counts) wins; empty and the cutoff variable: not here.
+        assert_eq!(flags, ["--update-status=false", "--listen-addr=:9443"]);
+        let mut list = vec!["--key-prefix", "from-flag"];
+        list.extend(flags.iter().map(String::as_str));
+        let c = Config::parse(
+            args(&list),
+            None,
+            &Host {
+                bitnami: env,
+                ..host()
+            },
+        )
+        .unwrap();
+        assert!(!c.update_status);
+        assert_eq!(c.key_prefix, "from-flag");
+        assert_eq!(c.listen_addr, "0.0.0.0:9443".parse().unwrap());
+        assert_eq!(
+            c.warnings,
+            ["SEALED_SECRETS_KEY_SIZE ignored: KSEAL_KEY_SIZE is set and wins"]
+        );
+    }
+
+    #[test]
+    fn a_bad_bitnami_variable_is_named_and_unknown_ones_warn() {
+        let env = bitnami_env(&[("SEALED_SECRETS_KEY_SIZE", "big")], &[]);
+        let e = env.flags(&argv(&[])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid SEALED_SECRETS_KEY_SIZE: invalid value 'big' for '--key-size <KEY_SIZE>': invalid digit found in string"
+        );
+        let env = bitnami_env(&[("SEALED_SECRETS_LISTEN_ADDR", "localhost:80")], &[]);
+        let e = env.flags(&argv(&[])).unwrap_err().to_string();
+        assert!(e.starts_with("invalid SEALED_SECRETS_LISTEN_ADDR: "), "{e}");
+        let env = bitnami_env(
+            &[
+                ("SEALED_SECRETS_KEY_SIZ", "2048"),
+                ("SEALED_SECRETS_VERSION", "true"),
+            ],
+            &[],
+        );
+        assert!(env.flags(&argv(&[])).unwrap().is_empty());
+        let c = Config::parse(
+            args(&[]),
+            None,
+            &Host {
+                bitnami: env,
+                ..host()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            c.warnings,
+            [
+                "SEALED_SECRETS_KEY_SIZ ignored: Bitnami's controller has no flag --key-siz (docs/bitnami.md lists those kseal reads)",
+                "SEALED_SECRETS_VERSION ignored: run `kseal-controller --version` to print the version"
+            ]
+        );
     }
 }

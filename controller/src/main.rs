@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use clap::Parser as _;
 use kseal_controller::cluster::leader::{self, LeaderConfig};
 use kseal_controller::config::{Args, LogFormat};
 use kseal_controller::keys::{self, KeyRequests};
@@ -17,7 +16,14 @@ use tokio::sync::watch;
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    // Bitnami's SEALED_SECRETS_* variables become flags (below kseal's own).
+    let args = match Args::from_process() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // Before the configuration: the default connection caps follow the raised limit.
     let nofile = kseal_controller::host::raise_nofile_limit();
     let (log_level, log_format) = (args.log_level.clone(), args.log_format);

@@ -67,6 +67,9 @@ bh() { buildah --root "$out/storage" --runroot "$out/run" --storage-driver vfs "
 log "binaries (deploy/image/cargo-build.sh $arch)"
 context=$out/context
 bash deploy/image/cargo-build.sh "$arch" "$context/prebuilt/$arch"
+# The Dockerfile's build stage makes the same link: Bitnami's chart runs `controller`.
+mkdir -p "$context/prebuilt/$arch/links"
+ln -s kseal-controller "$context/prebuilt/$arch/links/controller"
 
 log "runtime base from Debian 12 packages (deploy/image/base.sh)"
 bash deploy/image/base.sh "$out/base-rootfs"

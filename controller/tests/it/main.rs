@@ -9,6 +9,7 @@ mod common;
 
 mod affinity;
 mod binary;
+mod bitnami;
 #[cfg(target_os = "linux")]
 mod connections;
 mod flow;

@@ -66,6 +66,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Refuses values that cannot work together; included by the Deployment. */}}
 {{- define "kseal.validate" -}}
+{{- include "kseal.bitnamiValues" . -}}
 {{- with .Values.image.digest -}}
 {{- if not (regexMatch "^sha256:[0-9a-f]{64}$" (toString .)) -}}
 {{- fail (printf "image.digest %q: expected sha256: and 64 lowercase hex digits" .) -}}
@@ -108,5 +109,90 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and $anchor (not (regexMatch "^[0-9a-f]{64}$" (toString $anchor))) -}}
 {{- fail (printf "keySource.ringAnchor %q: expected a kid, 64 lowercase hex characters (`kseal keys trust --ring <ring>` prints it)" (toString $anchor)) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Bitnami sealed-secrets chart value names (chart 2.18.x) that kseal's chart does not take:
+refused, all at once, each with kseal's name for it (docs/bitnami.md). values.schema.json
+declares them so that this message, not a bare "additional property", is what one reads. */}}
+{{- define "kseal.bitnamiValues" -}}
+{{- $bitnami := dict -}}
+{{- $_ := set $bitnami "kubeVersion" "no such value (kseal's chart declares kubeVersion in Chart.yaml)" -}}
+{{- $_ := set $bitnami "nameOverride" "fullnameOverride" -}}
+{{- $_ := set $bitnami "namespace" "helm --namespace" -}}
+{{- $_ := set $bitnami "extraDeploy" "no such value (apply other objects beside the chart)" -}}
+{{- $_ := set $bitnami "commonAnnotations" "podAnnotations (pods only)" -}}
+{{- $_ := set $bitnami "commonLabels" "podLabels (pods only)" -}}
+{{- $_ := set $bitnami "revisionHistoryLimit" "no such value (5)" -}}
+{{- $_ := set $bitnami "createController" "no such value" -}}
+{{- $_ := set $bitnami "secretName" "keys.prefix" -}}
+{{- $_ := set $bitnami "updateStatus" "no such value (the status is always written; extraArgs: [--update-status=false])" -}}
+{{- $_ := set $bitnami "skipRecreate" "extraArgs: [--skip-recreate]" -}}
+{{- $_ := set $bitnami "keyrenewperiod" "keys.renewPeriod" -}}
+{{- $_ := set $bitnami "keyttl" "extraArgs: [--key-ttl=...]" -}}
+{{- $_ := set $bitnami "keycutofftime" "keys.cutoffTime" -}}
+{{- $_ := set $bitnami "rateLimit" "extraArgs: [--rate-limit=...]" -}}
+{{- $_ := set $bitnami "rateLimitBurst" "extraArgs: [--rate-limit-burst=...]" -}}
+{{- $_ := set $bitnami "additionalNamespaces" "watch.additionalNamespaces" -}}
+{{- $_ := set $bitnami "privateKeyAnnotations" "keys.privateKeyAnnotations" -}}
+{{- $_ := set $bitnami "privateKeyLabels" "keys.privateKeyLabels" -}}
+{{- $_ := set $bitnami "logInfoStdout" "no such value (kseal logs to stderr)" -}}
+{{- $_ := set $bitnami "maxRetries" "no such value (kseal never gives up on a SealedSecret)" -}}
+{{- $_ := set $bitnami "watchForSecrets" "no such value (kseal always watches the key Secrets)" -}}
+{{- $_ := set $bitnami "kubeClientQPS" "no such value (no client-side rate limit)" -}}
+{{- $_ := set $bitnami "kubeClientBurst" "no such value (no client-side rate limit)" -}}
+{{- $_ := set $bitnami "command" "no such value (the image's entrypoint runs kseal-controller)" -}}
+{{- $_ := set $bitnami "args" "extraArgs" -}}
+{{- $_ := set $bitnami "livenessProbe" "no such value (the chart sets its probes)" -}}
+{{- $_ := set $bitnami "readinessProbe" "no such value (the chart sets its probes)" -}}
+{{- $_ := set $bitnami "startupProbe" "no such value (the chart sets its probes)" -}}
+{{- $_ := set $bitnami "customLivenessProbe" "no such value (the chart sets its probes)" -}}
+{{- $_ := set $bitnami "customReadinessProbe" "no such value (the chart sets its probes)" -}}
+{{- $_ := set $bitnami "customStartupProbe" "no such value (the chart sets its probes)" -}}
+{{- $_ := set $bitnami "containerSecurityContext" "securityContext" -}}
+{{- $_ := set $bitnami "runtimeClassName" "no such value" -}}
+{{- $_ := set $bitnami "additionalVolumes" "no such value" -}}
+{{- $_ := set $bitnami "additionalVolumeMounts" "no such value" -}}
+{{- $_ := set $bitnami "hostNetwork" "no such value" -}}
+{{- $_ := set $bitnami "containerPorts" "no such value (8080 and 8081; service.port and metrics.port for the Services)" -}}
+{{- $_ := set $bitnami "hostPorts" "no such value" -}}
+{{- $_ := set $bitnami "dnsPolicy" "no such value" -}}
+{{- $_ := set $bitnami "ingress" "no such value" -}}
+{{- $_ := set $bitnami "networkPolicy" "no such value" -}}
+{{- $_ := set $bitnami "pdb" "podDisruptionBudget" -}}
+{{- $found := list -}}
+{{- range $name := keys $bitnami | sortAlpha -}}
+{{- if hasKey $.Values $name -}}
+{{- $found = append $found (printf "%s: %s" $name (get $bitnami $name)) -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.image -}}
+{{- if hasKey . "registry" -}}{{- $found = append $found "image.registry: put the registry in image.repository (ghcr.io/kseal-dev/kseal-controller)" -}}{{- end -}}
+{{- if hasKey . "pullSecrets" -}}{{- $found = append $found "image.pullSecrets: imagePullSecrets (a list of {name: ...})" -}}{{- end -}}
+{{- end -}}
+{{- with .Values.rbac -}}
+{{- range $name := list "clusterRole" "clusterRoleName" "namespacedRoles" "namespacedRolesName" "labels" "pspEnabled" -}}
+{{- if hasKey $.Values.rbac $name -}}{{- $found = append $found (printf "rbac.%s: no such value (rbac.create; the roles are least-privilege and named after the release)" $name) -}}{{- end -}}
+{{- end -}}
+{{- if hasKey . "serviceProxier" -}}{{- $found = append $found "rbac.serviceProxier: certProxy" -}}{{- end -}}
+{{- end -}}
+{{- with .Values.metrics -}}
+{{- if hasKey . "dashboards" -}}{{- $found = append $found "metrics.dashboards: metrics.grafanaDashboard" -}}{{- end -}}
+{{- if hasKey . "service" -}}{{- $found = append $found "metrics.service: metrics.port" -}}{{- end -}}
+{{- end -}}
+{{- if hasKey (.Values.podSecurityContext | default dict) "enabled" -}}
+{{- $found = append $found "podSecurityContext.enabled: no such value (podSecurityContext is the pod's securityContext as it is)" -}}
+{{- end -}}
+{{- range $name := list "loadBalancerClass" "nodePort" "annotations" -}}
+{{- if hasKey $.Values.service $name -}}{{- $found = append $found (printf "service.%s: no such value (service.type, service.port)" $name) -}}{{- end -}}
+{{- end -}}
+{{- if hasKey .Values.serviceAccount "labels" -}}{{- $found = append $found "serviceAccount.labels: no such value (serviceAccount.annotations)" -}}{{- end -}}
+{{- range $name := list "namespace" "annotations" "scrapeTimeout" "honorLabels" "metricRelabelings" "relabelings" -}}
+{{- if hasKey $.Values.metrics.serviceMonitor $name -}}{{- $found = append $found (printf "metrics.serviceMonitor.%s: no such value (enabled, interval, labels)" $name) -}}{{- end -}}
+{{- end -}}
+{{- if eq (toString .Values.logLevel) "" -}}{{- $found = append $found "logLevel \"\": a level or a RUST_LOG filter (info, the default)" -}}{{- end -}}
+{{- if eq (toString .Values.logFormat) "" -}}{{- $found = append $found "logFormat \"\": text (the default) or json" -}}{{- end -}}
+{{- with $found -}}
+{{- fail (printf "values of Bitnami's sealed-secrets chart, which kseal's chart names differently (docs/bitnami.md): %s" (join "; " .)) -}}
 {{- end -}}
 {{- end -}}
