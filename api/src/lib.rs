@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod budget;
 pub mod constants;
 pub mod duration;
 mod error;

@@ -153,8 +153,8 @@ pub fn parse_sealed_secret(body: &[u8]) -> Result<ParsedRequest, RequestError> {
     Ok(ParsedRequest { sealed, raw })
 }
 
-/// The parser options for a request body.
-fn options() -> serde_saphyr::Options {
+/// The parser budget for a request body.
+fn budget() -> serde_saphyr::Budget {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_anchors = 0;
     budget.max_aliases = 0;
@@ -168,9 +168,13 @@ fn options() -> serde_saphyr::Options {
     budget.max_inclusion_depth = 0;
     budget.max_recorded_anchor_events = 0;
     budget.max_recorded_anchor_bytes = 0;
+    budget
+}
 
+/// The parser options for a request body.
+fn options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
-    options.budget = Some(budget);
+    options.budget = Some(budget());
     options.merge_keys = serde_saphyr::MergeKeyPolicy::Error;
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
     options.alias_limits.max_total_replayed_events = 0;
@@ -213,7 +217,8 @@ fn parse_yaml_documents(body: &[u8]) -> Result<Vec<Value>, RequestError> {
             Some(BudgetBreach::ScalarBytes { .. }) => {
                 format!("more than {MAX_SCALAR_BYTES} bytes of scalars")
             }
-            _ => error.to_string(),
+            Some(breach) => crate::budget::describe(breach, &budget()),
+            None => error.to_string(),
         };
         let message = match (breach, error.location()) {
             (Some(_), Some(at)) if at.line() > 0 => {

@@ -151,13 +151,23 @@ pub(crate) const AWS_SHARED_CREDENTIALS_FILE: &str = "AWS_SHARED_CREDENTIALS_FIL
 pub(crate) const KSEAL_RING: &str = "KSEAL_RING";
 /// The trust anchor of the ring (`--ring-anchor`).
 pub(crate) const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
+/// `--root` of the ring commands.
+pub(crate) const KSEAL_RING_ROOT: &str = "KSEAL_RING_ROOT";
+/// `--lifetime` of the ring commands.
+pub(crate) const KSEAL_RING_LIFETIME: &str = "KSEAL_RING_LIFETIME";
+/// `kseal keys re-root --to`.
+pub(crate) const KSEAL_REROOT_TO: &str = "KSEAL_REROOT_TO";
+/// `kseal keys trust --root-kid`.
+pub(crate) const KSEAL_TRUST_ROOT_KID: &str = "KSEAL_TRUST_ROOT_KID";
+/// `kseal keys new-root --out`.
+pub(crate) const KSEAL_NEW_ROOT_OUT: &str = "KSEAL_NEW_ROOT_OUT";
 /// `kseal keys trust --check`.
 pub(crate) const KSEAL_TRUST_CHECK: &str = "KSEAL_TRUST_CHECK";
 /// `kseal keys trust --file`.
 pub(crate) const KSEAL_TRUST_FILE: &str = "KSEAL_TRUST_FILE";
 /// AWS region for the ring (`--aws-region`).
 pub(crate) const KSEAL_AWS_REGION: &str = "KSEAL_AWS_REGION";
-/// Secrets Manager endpoint URL (`--endpoint-url`).
+/// Secrets Manager endpoint URL (`--aws-endpoint-url`).
 pub(crate) const KSEAL_AWS_ENDPOINT_URL: &str = "KSEAL_AWS_ENDPOINT_URL";
 /// IAM role to assume (`--aws-assume-role`).
 pub(crate) const KSEAL_AWS_ASSUME_ROLE: &str = "KSEAL_AWS_ASSUME_ROLE";
@@ -210,3 +220,5 @@ pub(crate) const KSEAL_CHECK_STRICT: &str = "KSEAL_CHECK_STRICT";
 pub(crate) const KSEAL_CHECK_NO_IGNORE: &str = "KSEAL_CHECK_NO_IGNORE";
 /// `kseal check --progress`: when to draw the progress bar.
 pub(crate) const KSEAL_CHECK_PROGRESS: &str = "KSEAL_CHECK_PROGRESS";
+/// `kseal check --exclude` globs, separated by commas.
+pub(crate) const KSEAL_CHECK_EXCLUDE: &str = "KSEAL_CHECK_EXCLUDE";

@@ -131,6 +131,7 @@ where
 const DEPRECATED_FLAGS: &[(&str, &str)] = &[
     ("--region", "--aws-region"),
     ("--assume-role", "--aws-assume-role"),
+    ("--endpoint-url", "--aws-endpoint-url"),
     ("--output", "--format"),
     ("--validity-days", "--key-ttl"),
 ];
@@ -174,16 +175,79 @@ fn kubeseal_hint(args: &[OsString]) -> Option<String> {
             "kseal validate --controller FILE… (or --key FILE offline)",
         ),
     ];
+    // sops's commands and flags, for a repository moving from sops to SealedSecrets.
+    const SOPS: &[(&str, &str)] = &[
+        (
+            "encrypt",
+            "kseal seal --cert CERT FILE (kseal set FILE KEY adds or replaces one item)",
+        ),
+        (
+            "decrypt",
+            "kseal unseal --key KEY_FILE FILE (recovery: in a cluster the controller decrypts)",
+        ),
+        (
+            "updatekeys",
+            "kseal reseal --stale PATH… (re-seals what an older key sealed, in place)",
+        ),
+        (
+            "-i",
+            "kseal seal FILE -w FILE, or kseal set FILE KEY to change one item in place",
+        ),
+        (
+            "--in-place",
+            "kseal seal FILE -w FILE, or kseal set FILE KEY to change one item in place",
+        ),
+    ];
     let flags: Vec<&str> = args
         .iter()
         .skip(1)
         .filter_map(|a| a.to_str())
         .map(|a| a.split_once('=').map_or(a, |(flag, _)| flag))
         .collect();
-    HINTS
-        .iter()
-        .find(|(flag, _)| flags.contains(flag))
-        .map(|(flag, hint)| format!("hint: `{flag}` is a kubeseal flag; in kseal: {hint}"))
+    if let Some((flag, hint)) = HINTS.iter().find(|(flag, _)| flags.contains(flag)) {
+        return Some(format!(
+            "hint: `{flag}` is a kubeseal flag; in kseal: {hint}"
+        ));
+    }
+    if flags.contains(&"--secret-file") {
+        return Some(
+            "hint: `--secret-file` is a kubeseal flag; in kseal, name the file: kseal seal \
+             --cert CERT FILE (or -f FILE)"
+                .to_owned(),
+        );
+    }
+    let first = flags.first().copied().unwrap_or_default();
+    let sops = match first {
+        "-e" | "--encrypt" => Some(("encrypt", first)),
+        "-d" | "--decrypt" => Some(("decrypt", first)),
+        "encrypt" | "decrypt" | "updatekeys" => Some((first, first)),
+        _ => flags
+            .iter()
+            .find(|f| matches!(**f, "-i" | "--in-place"))
+            .map(|f| (*f, *f)),
+    };
+    if let Some((what, given)) = sops {
+        let hint = SOPS
+            .iter()
+            .find(|(name, _)| *name == what)
+            .map(|(_, h)| h)?;
+        let kind = if given.starts_with('-') {
+            "flag"
+        } else {
+            "command"
+        };
+        return Some(format!(
+            "hint: `{given}` is a sops {kind}; in kseal: {hint}"
+        ));
+    }
+    // kubeseal takes its flags without a command (`kubeseal --cert X < in`).
+    if first.starts_with('-') && !matches!(first, "-h" | "--help" | "-V" | "--version") {
+        return Some(format!(
+            "hint: kseal takes a command first; kubeseal's `kubeseal {first} …` is `kseal seal \
+             {first} …` (reading the Secret from standard input or FILE)"
+        ));
+    }
+    None
 }
 
 fn finish(result: anyhow::Result<()>) -> ExitCode {
@@ -194,7 +258,7 @@ fn finish(result: anyhow::Result<()>) -> ExitCode {
             .downcast_ref::<cmd::check::Exit>()
             .map_or(ExitCode::FAILURE, |exit| ExitCode::from(exit.0)),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", text::chain(&e));
             ExitCode::FAILURE
         }
     }
@@ -227,8 +291,11 @@ fn local(command: Command) -> Result<anyhow::Result<()>, Box<Command>> {
             | KeysCommand::Import(_)
             | KeysCommand::Retire(_)
             | KeysCommand::Trust(_)
-            | KeysCommand::Sign(_),
+            | KeysCommand::Sign(_)
+            | KeysCommand::ReRoot(_)
+            | KeysCommand::Refresh(_),
         ) => return Err(Box::new(ring)),
+        Command::Keys(KeysCommand::NewRoot(args)) => cmd::trust::new_root(&args),
     })
 }
 
@@ -244,6 +311,8 @@ fn ring(command: Command) -> anyhow::Result<()> {
         Command::Keys(KeysCommand::Retire(args)) => cmd::ring::retire(args),
         Command::Keys(KeysCommand::Trust(args)) => cmd::trust::trust(args),
         Command::Keys(KeysCommand::Sign(args)) => cmd::trust::sign(args),
+        Command::Keys(KeysCommand::ReRoot(args)) => cmd::trust::re_root(args),
+        Command::Keys(KeysCommand::Refresh(args)) => cmd::trust::refresh(args),
         // `local` gives back key-ring commands only; anything else runs there.
         other => local(other).unwrap_or_else(|_| Err(anyhow::anyhow!("not a key-ring command"))),
     }

@@ -43,3 +43,16 @@ pub(crate) fn confirm(question: &str, yes: bool) -> Result<()> {
         bail!("aborted: nothing was changed")
     }
 }
+
+/// Asks `question` on a terminal unless `yes`; where it cannot ask (standard input or error
+/// not a terminal), refuses unless `yes`, with `refusal` (what to pass): for the changes that
+/// are never made unasked.
+pub(crate) fn confirm_or_yes(question: &str, yes: bool, refusal: &str) -> Result<()> {
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        bail!("{refusal}");
+    }
+    confirm(question, false)
+}

@@ -6,8 +6,10 @@
 //! every laptop and CI job of a GitOps repository pins the same anchor and applies the same
 //! rules. Since the file decides which key seals, discovery never leaves the repository: it
 //! stops at the repository root (the first directory upwards holding `.git`), and outside any
-//! git repository only the current directory's own file counts; a file writable by group or
-//! others, or owned by another user than the current one or root, is refused. A rule's
+//! git repository only the current directory's own file counts; a file writable by others, by
+//! a group that holds another user than its owner (a group of the owner's alone is fine, as
+//! OpenSSH judges it: umask 002 systems make every clone group-writable), or owned by another
+//! user than the current one or root, is refused. A rule's
 //! certificate must lie inside the directory of its file (or be an https:// URL), and a ring a
 //! rule names must be pinned in the same file. `kseal keys trust` writes the pins; `kseal
 //! config` shows which rule applies to a path. The format
@@ -24,6 +26,8 @@
 //!     scope: strict                        # strict, namespace-wide or cluster-wide
 //!     namespace: prod
 //!     forbid_cluster_wide: true            # refuse cluster-wide SealedSecrets here
+//! excludes:                                # paths `kseal check` skips (.gitignore syntax)
+//!   - charts/*/templates/
 //! ```
 //!
 //! An explicit flag (`--cert`, `--scope`, `-n`) always wins over a rule; `forbid_cluster_wide`
@@ -56,6 +60,11 @@ pub(crate) struct ProjectFile {
     /// `path_regex` matches applies; an explicit flag always wins over it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) creation_rules: Vec<CreationRule>,
+    /// Paths `kseal check` skips, as `--exclude`: globs in `.gitignore` syntax, relative to
+    /// the directory of this file (e.g. `charts/*/templates/`, Helm templates that hold a
+    /// SealedSecret).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) excludes: Vec<String>,
 }
 
 /// The trust anchor pinned for one key ring.
@@ -256,26 +265,45 @@ fn current_uid() -> Result<u32> {
 }
 
 /// Refuses a `.kseal.yaml` that someone else than the current user (or root) could have
-/// written: writable by group or others, or owned by another user (a link to it too).
+/// written: writable by others, or by a group that holds another user than its owner
+/// ([`others_in_group`]), or owned by another user (a link to it too).
 #[cfg(unix)]
 fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
     use std::os::unix::fs::MetadataExt as _;
     let me = current_uid()?;
     let mode = meta.mode() & 0o7777;
-    if mode & 0o022 != 0 {
+    if mode & 0o002 != 0 {
         bail!(
-            "refusing {}: it is writable by {} (mode {mode:04o}), so someone else than its \
+            "refusing {}: it is writable by others (mode {mode:04o}), so someone else than its \
              owner could change which key kseal seals to; make it writable by its owner only \
              (chmod go-w {})",
             path.display(),
-            if mode & 0o002 != 0 {
-                "others"
-            } else {
-                "its group"
-            },
             path.display()
         );
     }
+    // Group-writable is fine when the group is the owner's own, as OpenSSH judges it: umask
+    // 002 systems give every file of a clone to the user's private group.
+    if mode & 0o020 != 0 {
+        let read = |file: &str| std::fs::read_to_string(file).unwrap_or_default();
+        let passwd = read("/etc/passwd");
+        let group = read("/etc/group");
+        if let Some(why) = others_in_group(meta.gid(), meta.uid(), &passwd, &group) {
+            bail!(
+                "refusing {}: it is writable by its group (mode {mode:04o}) and {why}, so \
+                 someone else than its owner could change which key kseal seals to; make it \
+                 writable by its owner only (chmod g-w {})",
+                path.display(),
+                path.display()
+            );
+        }
+    }
+    check_link_owner(path, meta, me)
+}
+
+/// Refuses a `.kseal.yaml` (or the link to it) owned by another user than `me` or root.
+#[cfg(unix)]
+fn check_link_owner(path: &Path, meta: &std::fs::Metadata, me: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
     let link = fs_err::symlink_metadata(path)?;
     for (what, uid) in [("it", meta.uid()), ("the link to it", link.uid())] {
         if uid != me && uid != 0 {
@@ -288,6 +316,62 @@ fn check_owner(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Why group `gid` may hold another user than `owner` (from `/etc/passwd` and `/etc/group`
+/// as `passwd` and `group`), or `None` when it is the owner's private group, as OpenSSH decides
+/// it: exactly one member, the owner, whether as its primary group or listed in it. A group
+/// these files do not list, or with no member at all, counts as shared: nothing shows whom it
+/// holds.
+fn others_in_group(gid: u32, owner: u32, passwd: &str, group: &str) -> Option<String> {
+    let fields = |line: &str| -> Vec<String> { line.split(':').map(str::to_owned).collect() };
+    let Some(entry) = group
+        .lines()
+        .map(fields)
+        .find(|f| f.len() >= 4 && f[2].parse::<u32>().ok() == Some(gid))
+    else {
+        return Some(format!(
+            "group {gid} is not in /etc/group, so its members are unknown"
+        ));
+    };
+    let name = &entry[0];
+    let users: Vec<Vec<String>> = passwd
+        .lines()
+        .map(fields)
+        .filter(|f| f.len() >= 4)
+        .collect();
+    let owner_name = users
+        .iter()
+        .find(|f| f[2].parse::<u32>().ok() == Some(owner))
+        .map(|f| f[0].clone());
+    let mut members = 0usize;
+    for user in users
+        .iter()
+        .filter(|f| f[3].parse::<u32>().ok() == Some(gid))
+    {
+        members += 1;
+        if user[2].parse::<u32>().ok() != Some(owner) {
+            return Some(format!(
+                "group `{name}` is also the primary group of user `{}`",
+                user[0]
+            ));
+        }
+    }
+    let listed: Vec<&str> = entry[3]
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .collect();
+    if let Some(other) = listed.iter().find(|m| Some(**m) != owner_name.as_deref()) {
+        return Some(format!("group `{name}` has member `{other}`"));
+    }
+    members += listed.len();
+    if members == 0 {
+        return Some(format!(
+            "group `{name}` has no member that shows whose it is"
+        ));
+    }
+    None
 }
 
 #[cfg(not(unix))]
@@ -935,6 +1019,41 @@ mod tests {
             forbid_cluster_wide(&root.join("dev/db.yaml")).unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn a_group_is_private_only_when_its_one_member_is_the_owner() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n\
+                      alice:x:1000:1000::/home/alice:/bin/bash\n\
+                      bob:x:1001:1001::/home/bob:/bin/bash\n\
+                      carol:x:1002:100::/home/carol:/bin/bash\n";
+        let group = "root:x:0:\nalice:x:1000:\nbob:x:1001:alice\nusers:x:100:\n\
+                     team:x:2000:alice\nwide:x:2001:alice,bob\nempty:x:2002:\n";
+        // alice's own group: primary group of alice only.
+        assert_eq!(others_in_group(1000, 1000, passwd, group), None);
+        // Listed as the only member of a group no one has as primary group.
+        assert_eq!(others_in_group(2000, 1000, passwd, group), None);
+        assert_eq!(
+            others_in_group(1001, 1000, passwd, group).as_deref(),
+            Some("group `bob` is also the primary group of user `bob`")
+        );
+        assert_eq!(
+            others_in_group(100, 1000, passwd, group).as_deref(),
+            Some("group `users` is also the primary group of user `carol`")
+        );
+        assert_eq!(
+            others_in_group(2001, 1000, passwd, group).as_deref(),
+            Some("group `wide` has member `bob`")
+        );
+        assert_eq!(
+            others_in_group(2002, 1000, passwd, group).as_deref(),
+            Some("group `empty` has no member that shows whose it is")
+        );
+        assert_eq!(
+            others_in_group(4242, 1000, passwd, group).as_deref(),
+            Some("group 4242 is not in /etc/group, so its members are unknown")
+        );
+        assert_eq!(others_in_group(0, 0, passwd, group), None);
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! YAML through serde-saphyr, with the settings every reader and writer of the CLI shares.
 //!
 //! Local files are trusted more than network bodies: anchors, aliases and merge keys are
-//! accepted, under serde-saphyr's default budget. Errors are one line and name the line and
-//! column (no source snippet, which would repeat the user's secrets on the terminal).
+//! accepted, under serde-saphyr's limits on them, and the size limits are far larger than its
+//! defaults (`kseal_api::budget::local_files`: a million documents, not 1,024). Errors are one
+//! line and name the line and column (no source snippet, which would repeat the user's secrets
+//! on the terminal); a limit reached reads as a sentence that names it.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,6 +14,7 @@ use serde::de::DeserializeOwned;
 /// are strings, not a boolean and numbers.
 pub(crate) fn options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
+    options.budget = Some(kseal_api::budget::local_files());
     options.with_snippet = false;
     options.strict_booleans = true;
     options.legacy_octal_numbers = false;
@@ -20,16 +23,38 @@ pub(crate) fn options() -> serde_saphyr::Options {
     options
 }
 
+/// A YAML error: serde-saphyr's, with a limit reached said as a sentence
+/// (`kseal_api::budget::message`), never in `Debug` form.
+#[derive(Debug)]
+pub(crate) struct Error(serde_saphyr::Error);
+
+impl Error {
+    /// Where in the text it happened.
+    pub(crate) fn location(&self) -> Option<serde_saphyr::Location> {
+        self.0.location()
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&kseal_api::budget::message(
+            &self.0,
+            &kseal_api::budget::local_files(),
+        ))
+    }
+}
+
+// No source: the message is the whole story, so a chain never repeats it.
+impl std::error::Error for Error {}
+
 /// Parses one YAML document.
-pub(crate) fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
-    serde_saphyr::from_str_with_options(text, options())
+pub(crate) fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
+    serde_saphyr::from_str_with_options(text, options()).map_err(Error)
 }
 
 /// Parses every document of a YAML stream (an empty document is `null`).
-pub(crate) fn from_multiple<T: DeserializeOwned>(
-    text: &str,
-) -> Result<Vec<T>, serde_saphyr::Error> {
-    serde_saphyr::from_multiple_with_options(text, options())
+pub(crate) fn from_multiple<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
+    serde_saphyr::from_multiple_with_options(text, options()).map_err(Error)
 }
 
 /// Renders `value` as one YAML document (no `---`). Long one-line strings stay plain

@@ -8,6 +8,7 @@ mod certificate;
 pub mod envelope;
 mod error;
 mod pem_util;
+mod pss;
 mod public;
 mod scope;
 mod seal;

@@ -236,17 +236,11 @@ impl PublicKey {
     }
 
     /// Checks an RSASSA-PSS (SHA-256, MGF1-SHA-256) signature over `message` made with this
-    /// key's private half ([`crate::PrivateKey::sign_pss_sha256`]). A public operation: no
-    /// secret is involved, so timing does not matter here.
-    #[cfg(feature = "aws-lc")]
+    /// key's private half ([`crate::PrivateKey::sign_pss_sha256`], or AWS KMS's
+    /// `RSASSA_PSS_SHA_256`), whatever its salt length (recovered as RFC 8017 §9.1.2 allows).
+    /// A public operation: no secret is involved, so timing does not matter here.
     pub fn verify_pss_sha256(&self, message: &[u8], signature: &[u8]) -> Result<()> {
-        use aws_lc_rs::signature::{RSA_PSS_2048_8192_SHA256, RsaPublicKeyComponents};
-        RsaPublicKeyComponents {
-            n: &*self.modulus,
-            e: &*self.exponent,
-        }
-        .verify(&RSA_PSS_2048_8192_SHA256, message, signature)
-        .map_err(|_| Error::BadSignature)
+        crate::pss::verify(&self.modulus, &self.exponent, message, signature)
     }
 }
 

@@ -51,38 +51,9 @@ pub struct AsmStore {
 impl AsmStore {
     /// Builds a client from the default credential chain and `options`. No request is made.
     pub async fn connect(options: &AwsOptions) -> Result<Self> {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .operation_attempt_timeout(Duration::from_secs(20))
-                .operation_timeout(Duration::from_secs(60))
-                .build(),
-        );
-        if let Some(region) = &options.region {
-            loader = loader.region(Region::new(region.clone()));
-        }
-        if let Some(profile) = &options.profile {
-            loader = loader.profile_name(profile);
-        }
-        if let Some(url) = &options.endpoint_url {
-            loader = loader.endpoint_url(url);
-        }
-        let shared = loader.load().await;
-        let region = shared
-            .region()
-            .map(|r| r.as_ref().to_owned())
-            .ok_or(Error::NoRegion)?;
-        let mut config = aws_sdk_secretsmanager::config::Builder::from(&shared);
-        if let Some(role) = &options.assume_role {
-            let provider = aws_config::sts::AssumeRoleProvider::builder(role.clone())
-                .session_name("kseal")
-                .configure(&shared)
-                .build()
-                .await;
-            config = config.credentials_provider(provider);
-        }
+        let (shared, region) = sdk_config(options).await?;
         Ok(Self {
-            client: Client::from_conf(config.build()),
+            client: Client::new(&shared),
             region,
             endpoint: options.endpoint_url.clone(),
             kms_key_id: options.kms_key_id.clone(),
@@ -412,6 +383,50 @@ fn random_token() -> String {
     )
 }
 
+/// The AWS configuration every client of kseal's is built from: the default credential chain
+/// with `options` (region, profile, endpoint), the role assumed when one is named, and
+/// timeouts. Returns it with its region. No request is made.
+pub(crate) async fn sdk_config(options: &AwsOptions) -> Result<(aws_config::SdkConfig, String)> {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(
+        TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .operation_attempt_timeout(Duration::from_secs(20))
+            .operation_timeout(Duration::from_secs(60))
+            .build(),
+    );
+    if let Some(region) = &options.region {
+        loader = loader.region(Region::new(region.clone()));
+    }
+    if let Some(profile) = &options.profile {
+        loader = loader.profile_name(profile);
+    }
+    if let Some(url) = &options.endpoint_url {
+        loader = loader.endpoint_url(url);
+    }
+    let shared = loader.load().await;
+    let region = shared
+        .region()
+        .map(|r| r.as_ref().to_owned())
+        .ok_or(Error::NoRegion)?;
+    let shared = match &options.assume_role {
+        Some(role) => {
+            let provider = aws_config::sts::AssumeRoleProvider::builder(role.clone())
+                .session_name("kseal")
+                .configure(&shared)
+                .build()
+                .await;
+            shared
+                .to_builder()
+                .credentials_provider(
+                    aws_sdk_secretsmanager::config::SharedCredentialsProvider::new(provider),
+                )
+                .build()
+        }
+        None => shared,
+    };
+    Ok((shared, region))
+}
+
 /// `InvalidRequestException` for a secret marked for deletion (AWS: "marked for deletion";
 /// the emulator: "currently marked deleted").
 fn is_scheduled_for_deletion<E: ProvideErrorMetadata>(
@@ -427,7 +442,7 @@ fn is_code<E: ProvideErrorMetadata>(e: &SdkError<E, impl std::fmt::Debug>, code:
 }
 
 /// Maps an SDK error to what a caller (and `/readyz`) can act on.
-fn classify<E>(
+pub(crate) fn classify<E>(
     operation: &'static str,
     what: &str,
     error: SdkError<E, aws_sdk_secretsmanager::config::http::HttpResponse>,

@@ -316,6 +316,13 @@ pub struct Index {
     /// The root chain, anchor first ([`crate::trust`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roots: Vec<RootRecord>,
+    /// Until when readers take this index as current (a signed index, [`crate::trust`]): a
+    /// reader that may choose the sealing key refuses an index past it, so an old index
+    /// replayed by whoever can write `R/index` is refused once it expires. The seeder
+    /// re-signs before then (`kseal keys refresh`). Absent in indexes written before expiry
+    /// existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<jiff::Timestamp>,
     /// The last root's signature over everything above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<Signature>,
@@ -333,6 +340,7 @@ impl Index {
             keys: Vec::new(),
             retired: Vec::new(),
             roots: Vec::new(),
+            expires: None,
             signature: None,
         }
     }
@@ -373,6 +381,7 @@ impl Index {
                 ("retired", !index.retired.is_empty()),
                 ("signature", index.signature.is_some()),
                 ("version", index.version != 0),
+                ("expires", index.expires.is_some()),
             ]
             .into_iter()
             .filter_map(|(field, present)| present.then_some(field))
@@ -527,6 +536,15 @@ pub struct RootRecord {
     /// Signatures over [`root_message`](crate::trust::root_message): by the previous root (none for the anchor) and by
     /// this root itself.
     pub signatures: Vec<Signature>,
+    /// A dedicated root: a signing key that is not, and never was, a key of the ring (AWS KMS
+    /// or an offline file, [`crate::root`]). Once a ring's root is dedicated, every later root
+    /// is too: ring keys, which clusters hold, never sign its history again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dedicated: bool,
+    /// Where writers find a dedicated root (`kms://…`); a hint, signed with the record, never
+    /// trusted for anything else (the key is checked against `spki`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 /// A key that left the ring, remembered so a reader can tell "retired" from "never a key of

@@ -20,6 +20,7 @@ mod contract;
 mod dir;
 mod location;
 mod ring;
+pub mod root;
 pub mod trust;
 
 pub use asm::{AsmStore, AwsOptions};
@@ -27,9 +28,10 @@ pub use contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid, UNSIGNED_INDE
 pub use dir::{DIR_TIMEOUT, DirStore, MAX_FILE_BYTES};
 pub use location::{DEFAULT_RING, Location};
 pub use ring::{
-    ActivateOutcome, DEFAULT_ACTIVATION_DELAY, PushOutcome, RetireOutcome, Ring, SignOutcome,
-    Snapshot,
+    ActivateOutcome, DEFAULT_ACTIVATION_DELAY, DEFAULT_INDEX_LIFETIME, MAX_INDEX_LIFETIME,
+    MIN_INDEX_LIFETIME, PushOutcome, RetireOutcome, Ring, SignOutcome, Snapshot,
 };
+pub use root::{RootKey, RootSigner};
 pub use trust::{Trust, Verified};
 
 /// The store behind a ring.
@@ -93,7 +95,7 @@ pub enum Error {
     )]
     NoCredentials(#[source] BoxError),
     /// No region is configured.
-    #[error("no AWS region: pass --region, add ?region= to the ring URL, or set AWS_REGION")]
+    #[error("no AWS region: pass --aws-region, add ?region= to the ring URL, or set AWS_REGION")]
     NoRegion,
     /// Secrets Manager throttled the call (after the SDK's own retries).
     #[error("Secrets Manager throttled {operation} on {what}")]

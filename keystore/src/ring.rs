@@ -16,7 +16,8 @@ use std::collections::HashMap;
 
 use crate::contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid};
 use crate::location::{DEFAULT_RING, Location};
-use crate::trust::{self, RetiredEntry, Trust, Verified};
+use crate::root::RootSigner;
+use crate::trust::{self, RetiredEntry, RootRecord, Trust, Verified};
 use crate::{AwsOptions, Error, Put, Result, Store, Version};
 
 /// How long a pushed key waits before it may seal: the controller's default poll interval
@@ -39,7 +40,20 @@ pub struct Ring {
     prefixed: bool,
     /// What an index must prove before it is used.
     trust: Trust,
+    /// The dedicated root that signs writes (`--root`), when the ring has one or gets one.
+    root: Option<RootSigner>,
+    /// How long an index this writer signs stays current (default: the ring's current one,
+    /// else [`DEFAULT_INDEX_LIFETIME`]).
+    lifetime: Option<Duration>,
 }
+
+/// How long a signed index stays current when nothing says otherwise: the seeder refreshes
+/// it well before (`kseal keys refresh`, e.g. daily from a CronJob).
+pub const DEFAULT_INDEX_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The shortest lifetime a writer accepts.
+pub const MIN_INDEX_LIFETIME: Duration = Duration::from_secs(3600);
+/// The longest lifetime a writer accepts: a replay stays possible for at most this long.
+pub const MAX_INDEX_LIFETIME: Duration = Duration::from_secs(90 * 24 * 3600);
 
 /// The index as read, with its version.
 #[derive(Debug, Clone)]
@@ -75,6 +89,8 @@ enum Signer<'a> {
     Pushed(&'a KeyPair),
     /// Signing an unsigned index: this key becomes the anchor.
     Migrate(&'a Kid),
+    /// Handing the root to this dedicated root (`kseal keys re-root`).
+    ReRoot(&'a RootSigner),
 }
 
 /// What `push` did.
@@ -145,12 +161,16 @@ impl Ring {
                 name: prefix.clone(),
                 prefixed: true,
                 trust: Trust::legacy(),
+                root: None,
+                lifetime: None,
             },
             Location::Directory { .. } => Self {
                 store,
                 name: DEFAULT_RING.to_owned(),
                 prefixed: false,
                 trust: Trust::legacy(),
+                root: None,
+                lifetime: None,
             },
         }
     }
@@ -160,6 +180,23 @@ impl Ring {
     #[must_use]
     pub fn with_trust(mut self, trust: Trust) -> Self {
         self.trust = trust;
+        self
+    }
+
+    /// Signs writes with this dedicated root (`--root`): required once the ring's root is
+    /// dedicated, and the root a new ring starts with. On a ring still rooted at a ring key,
+    /// only [`Ring::re_root`] uses it.
+    #[must_use]
+    pub fn with_root(mut self, root: RootSigner) -> Self {
+        self.root = Some(root);
+        self
+    }
+
+    /// How long indexes this writer signs stay current (`--lifetime`), within
+    /// [`MIN_INDEX_LIFETIME`]..=[`MAX_INDEX_LIFETIME`] (checked when writing).
+    #[must_use]
+    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = Some(lifetime);
         self
     }
 
@@ -198,27 +235,56 @@ impl Ring {
         }
     }
 
-    /// Records that this ring's history is signed (anchored at `anchor`), once: an existing
-    /// marker is left as it is.
-    async fn mark_signed(&self, anchor: &Kid) -> Result<()> {
+    /// The history marker (`R/root`): `None` when the ring has none; else the highest index
+    /// version kseal's writers recorded there (0 for a marker written before versions were).
+    async fn marker(&self) -> Result<Option<(u64, Version)>> {
+        let Some((text, version)) = self.store.read(&self.root_name(), None).await? else {
+            return Ok(None);
+        };
+        let written = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("version").and_then(serde_json::Value::as_u64))
+            .unwrap_or(0);
+        Ok(Some((written, version)))
+    }
+
+    /// Records that this ring's history is signed (anchored at `anchor`) and that `version` of
+    /// its index was written. Only the seeder can write the marker (an index writer cannot), so
+    /// it is the writers' rollback floor: a write refuses an index older than the marker says
+    /// (an old index put back), which a pod without a cache (the seed Job) could not otherwise
+    /// tell from the current one.
+    async fn mark_written(&self, anchor: &Kid, version: u64) -> Result<()> {
         let name = self.root_name();
-        if self.store.current_version(&name).await?.is_some() {
-            return Ok(());
-        }
-        let text = serde_json::json!({
-            "ring": self.name,
-            "anchor": anchor.as_str(),
-            "note": "kseal: this ring's index is a signed history; an unsigned index here replaced it",
-        })
-        .to_string();
         let tags = [
             ("kseal.dev/ring", self.name.as_str()),
             ("kseal.dev/part", "root"),
         ];
-        match self.store.compare_and_swap(&name, &text, None, &tags).await {
-            Ok(_) | Err(Error::Conflict { .. }) => Ok(()),
-            Err(e) => Err(e),
+        for _ in 0..CAS_ATTEMPTS {
+            let current = self.marker().await?;
+            if current
+                .as_ref()
+                .is_some_and(|(written, _)| *written >= version)
+            {
+                return Ok(());
+            }
+            let text = serde_json::json!({
+                "ring": self.name,
+                "anchor": anchor.as_str(),
+                "version": version,
+                "note": "kseal: this ring's index is a signed history; an unsigned index here replaced it, and an index older than this version was put back",
+            })
+            .to_string();
+            match self
+                .store
+                .compare_and_swap(&name, &text, current.as_ref().map(|(_, v)| v), &tags)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(Error::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            }
         }
+        Ok(())
     }
 
     /// A key secret's name (`R/keys/<kid>`) or directory (`keys/<kid>`).
@@ -247,11 +313,26 @@ impl Ring {
 
     /// Reads the index at `version` (current when `None`); `None` for a ring with no index.
     pub async fn snapshot(&self, version: Option<&Version>) -> Result<Option<Snapshot>> {
+        self.snapshot_under(version, &self.trust).await
+    }
+
+    /// [`Ring::snapshot`] as a writer reads it: an expired index is what a write (a refresh
+    /// above all) replaces, so it is accepted; everything else is checked as for readers.
+    async fn snapshot_for_write(&self) -> Result<Option<Snapshot>> {
+        let trust = self.trust.clone().accept_expired(true);
+        self.snapshot_under(None, &trust).await
+    }
+
+    async fn snapshot_under(
+        &self,
+        version: Option<&Version>,
+        trust: &Trust,
+    ) -> Result<Option<Snapshot>> {
         let Some((text, version)) = self.store.read(&self.index_name(), version).await? else {
             return Ok(None);
         };
         let index = self.parse_index(&text)?;
-        let verified = trust::verify(&index, &self.trust, &self.index_name())?;
+        let verified = trust::verify(&index, trust, &self.index_name())?;
         Ok(Some(Snapshot {
             index,
             version,
@@ -338,9 +419,37 @@ impl Ring {
         let mut keys: HashMap<Kid, KeyPair> = HashMap::new();
         loop {
             attempt += 1;
-            let current = self.snapshot(None).await?;
+            let current = self.snapshot_for_write().await?;
+            let marker = self.marker().await?;
             let (mut index, expected) = match current {
-                Some(s) => (s.index, Some(s.version)),
+                Some(s) => {
+                    if let Some((written, _)) = &marker
+                        && s.index.version < *written
+                    {
+                        return Err(Error::Untrusted {
+                            what: self.index_name(),
+                            reason: format!(
+                                "it is version {}, but this ring's writers wrote version {written} \
+                                 ({} records it): an older index was put back. Nothing was \
+                                 written; restore the index from the store's previous versions",
+                                s.index.version,
+                                self.root_name()
+                            ),
+                        });
+                    }
+                    (s.index, Some(s.version))
+                }
+                None if marker.is_some() => {
+                    // The marker outlives the index: a ring that had a signed history is never
+                    // started over (its keys would all be dropped), pinned or not.
+                    return Err(Error::Refused(format!(
+                        "{} does not exist, but {} records that this ring had a signed history: \
+                         it is never created again; restore its index from the store's \
+                         previous versions (or, for a new ring, use another name)",
+                        self.index_name(),
+                        self.root_name()
+                    )));
+                }
                 None => {
                     // A pinned ring had a signed history: a missing index is one that was
                     // removed, never a new ring to start over under another root.
@@ -360,8 +469,12 @@ impl Ring {
             if !changed {
                 return Ok(result);
             }
+            // The lifetime the index had, kept unless --lifetime changes it.
+            let prior = index
+                .expires
+                .and_then(|e| Duration::try_from(e.duration_since(index.updated)).ok());
             index.updated = jiff::Timestamp::now();
-            self.sign_change(&mut index, &signer, &mut keys, expected.is_none())
+            self.sign_change(&mut index, &signer, &mut keys, expected.is_none(), prior)
                 .await?;
             let text = index.to_json();
             if text.len() > MAX_INDEX_BYTES {
@@ -383,7 +496,8 @@ impl Ring {
                 .await
             {
                 Ok(_) => {
-                    self.mark_signed(&index.roots[0].kid).await?;
+                    self.mark_written(&index.roots[0].kid, index.version)
+                        .await?;
                     return Ok(result);
                 }
                 Err(Error::Conflict { .. }) if attempt < CAS_ATTEMPTS => {
@@ -419,65 +533,86 @@ impl Ring {
     }
 
     /// Signs a changed index: the first key of a new ring (`new_ring`: no index existed)
-    /// becomes its anchor; a root that left the ring hands over to the active key; the last
-    /// root signs the whole index.
+    /// becomes its anchor, or the dedicated root (`--root`) does; a ring-key root that left the
+    /// ring hands over to the active key; `Signer::ReRoot` hands the root to a dedicated root;
+    /// the last root signs the whole index, with a fresh expiry.
     async fn sign_change(
         &self,
         index: &mut Index,
         signer: &Signer<'_>,
         keys: &mut HashMap<Kid, KeyPair>,
         new_ring: bool,
+        prior_lifetime: Option<Duration>,
     ) -> Result<()> {
         if let Signer::Pushed(pair) = signer {
             keys.insert(Kid::of(pair.public_key()), (*pair).clone());
         }
         if index.roots.is_empty() {
-            let anchor = match (signer, index.keys.as_slice()) {
-                (Signer::Pushed(pair), [only])
-                    if new_ring && only.kid == Kid::of(pair.public_key()) =>
-                {
-                    (*pair).clone()
-                }
-                (Signer::Pushed(_), _) if index.keys.len() == 1 => {
-                    // An index exists but held no key and no history: no kseal writes one,
-                    // so whoever can write the index emptied it. Starting a new history over
-                    // it would hand the ring to a new key and drop every earlier one.
-                    return Err(Error::Refused(format!(
-                        "{} exists but holds no key and no signed history: kseal never writes \
-                         such an index, so it was emptied by hand or by an attacker; refusing \
-                         to start a new history over it. Restore the signed index from the \
-                         store's previous version, or delete it if this ring is really new",
-                        self.index_name()
-                    )));
-                }
-                (Signer::Migrate(anchor), _) => self.key_for(anchor, keys).await?.clone(),
-                _ => {
-                    return Err(Error::Refused(format!(
-                        "{} is not signed (written by a kseal before signed ring histories): \
-                         sign it once with `kseal keys sign`, then try again",
-                        self.index_name()
-                    )));
-                }
-            };
-            index.roots.push(trust::genesis(&index.ring, &anchor)?);
+            if let (Some(root), true) = (&self.root, new_ring) {
+                // A new ring starts at its dedicated root: no ring key ever signs it.
+                let record =
+                    trust::dedicated_record(&index.ring, 1, None, root, async |_| Ok(None)).await?;
+                index.roots.push(record);
+            } else {
+                let anchor = self.first_anchor(index, signer, keys, new_ring).await?;
+                index.roots.push(trust::genesis(&index.ring, &anchor)?);
+            }
         }
-        let root = index.roots[index.roots.len() - 1].clone();
-        if index.entry(&root.kid).is_none() {
+        if let Signer::ReRoot(next) = signer {
+            let previous = index.roots[index.roots.len() - 1].clone();
+            if previous.kid != *next.kid() {
+                if index.entry(next.kid()).is_some()
+                    || index.retired.iter().any(|r| &r.kid == next.kid())
+                {
+                    return Err(Error::Refused(format!(
+                        "{} is a key of the ring: a dedicated root must be a key no cluster \
+                         holds (a KMS key, or a file made by `kseal keys new-root`)",
+                        next.key().describe()
+                    )));
+                }
+                let previous_signer = self.root_signer_for(&previous, false)?;
+                let seq = previous.seq + 1;
+                let record = if previous.dedicated {
+                    let current = previous_signer.ok_or_else(|| self.needs_root(&previous))?;
+                    trust::dedicated_record(
+                        &index.ring,
+                        seq,
+                        Some(&previous.kid),
+                        next,
+                        async |m| Ok(Some(current.sign(m).await?)),
+                    )
+                    .await?
+                } else {
+                    let pair = self.key_for(&previous.kid, keys).await?.clone();
+                    trust::dedicated_record(
+                        &index.ring,
+                        seq,
+                        Some(&previous.kid),
+                        next,
+                        async |m| Ok(Some(trust::sign_with_pair(&pair, m)?)),
+                    )
+                    .await?
+                };
+                index.roots.push(record);
+            }
+        }
+        let last = index.roots[index.roots.len() - 1].clone();
+        if !last.dedicated && index.entry(&last.kid).is_none() {
             // The root key is being retired: hand the root to the active key first, signed by
             // both, so readers can follow the chain.
             let next = index.active.clone().ok_or_else(|| {
                 Error::Refused("the ring has no active key to take over as its root".into())
             })?;
-            let previous_pair = self.key_for(&root.kid, keys).await?.clone();
+            let previous_pair = self.key_for(&last.kid, keys).await?.clone();
             let next_pair = self.key_for(&next, keys).await?.clone();
             index.roots.push(trust::rotate_root(
                 &index.ring,
-                &root,
+                &last,
                 &previous_pair,
                 &next_pair,
             )?);
         }
-        let root = index.roots[index.roots.len() - 1].kid.clone();
+        let last = index.roots[index.roots.len() - 1].clone();
         index.schema = INDEX_SCHEMA;
         index.version = index.version.checked_add(1).ok_or_else(|| {
             Error::Refused(format!(
@@ -487,8 +622,122 @@ impl Ring {
                 index.version
             ))
         })?;
-        let pair = self.key_for(&root, keys).await?.clone();
-        trust::sign_index(index, &pair)
+        index.expires = Some(self.expiry_for(index, prior_lifetime)?);
+        if last.dedicated {
+            let root = match signer {
+                Signer::ReRoot(next) => *next,
+                _ => self
+                    .root_signer_for(&last, true)?
+                    .ok_or_else(|| self.needs_root(&last))?,
+            };
+            trust::sign_index_dedicated(index, root).await
+        } else {
+            if self.root.is_some() && !matches!(signer, Signer::ReRoot(_)) {
+                return Err(Error::Refused(format!(
+                    "ring {:?} is still signed by its ring key {}, not by the dedicated root \
+                     given with --root: move it once with `kseal keys re-root --root …`, or \
+                     write without --root",
+                    self.name,
+                    last.kid.short()
+                )));
+            }
+            let pair = self.key_for(&last.kid, keys).await?.clone();
+            trust::sign_index(index, &pair)
+        }
+    }
+
+    /// The anchor of a ring's first signed index (no `--root`): the key being pushed into a
+    /// new ring, or the key a migration names.
+    async fn first_anchor(
+        &self,
+        index: &Index,
+        signer: &Signer<'_>,
+        keys: &mut HashMap<Kid, KeyPair>,
+        new_ring: bool,
+    ) -> Result<KeyPair> {
+        match (signer, index.keys.as_slice()) {
+            (Signer::Pushed(pair), [only])
+                if new_ring && only.kid == Kid::of(pair.public_key()) =>
+            {
+                Ok((*pair).clone())
+            }
+            (Signer::Pushed(_), _) if index.keys.len() == 1 => {
+                // An index exists but held no key and no history: no kseal writes one,
+                // so whoever can write the index emptied it. Starting a new history over
+                // it would hand the ring to a new key and drop every earlier one.
+                Err(Error::Refused(format!(
+                    "{} exists but holds no key and no signed history: kseal never writes \
+                     such an index, so it was emptied by hand or by an attacker; refusing \
+                     to start a new history over it. Restore the signed index from the \
+                     store's previous version, or delete it if this ring is really new",
+                    self.index_name()
+                )))
+            }
+            (Signer::Migrate(anchor), _) => Ok(self.key_for(anchor, keys).await?.clone()),
+            _ => Err(Error::Refused(format!(
+                "{} is not signed (written by a kseal before signed ring histories): \
+                 sign it once with `kseal keys sign`, then try again",
+                self.index_name()
+            ))),
+        }
+    }
+
+    /// The `--root` given, when it is the key of the dedicated root `record`; `None` without
+    /// one. `required`: another root given is an error (it would sign what nobody can verify).
+    fn root_signer_for(&self, record: &RootRecord, required: bool) -> Result<Option<&RootSigner>> {
+        match &self.root {
+            Some(root) if root.kid() == &record.kid => Ok(Some(root)),
+            Some(root) if required || record.dedicated => Err(Error::Refused(format!(
+                "--root {} is key {}, but ring {:?} is signed by its dedicated root {}{}",
+                root.key().describe(),
+                root.kid().short(),
+                self.name,
+                record.kid.short(),
+                record
+                    .location
+                    .as_deref()
+                    .map(|l| format!(" ({l})"))
+                    .unwrap_or_default()
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    /// "This ring is signed by its dedicated root: pass --root".
+    fn needs_root(&self, record: &RootRecord) -> Error {
+        Error::Refused(format!(
+            "ring {:?} is signed by its dedicated root {}: writing to it needs that root, \
+             --root {} (or KSEAL_RING_ROOT), as the ring's seeder",
+            self.name,
+            record.kid.short(),
+            record.location.as_deref().unwrap_or("file://PATH")
+        ))
+    }
+
+    /// When an index written now expires: `--lifetime`, else the lifetime the current index
+    /// had, else [`DEFAULT_INDEX_LIFETIME`].
+    fn expiry_for(&self, index: &Index, prior: Option<Duration>) -> Result<jiff::Timestamp> {
+        let lifetime = match self.lifetime {
+            Some(l) => {
+                if !(MIN_INDEX_LIFETIME..=MAX_INDEX_LIFETIME).contains(&l) {
+                    return Err(Error::Refused(format!(
+                        "an index lifetime of {} s is outside {}..={} s (1 hour to 90 days)",
+                        l.as_secs(),
+                        MIN_INDEX_LIFETIME.as_secs(),
+                        MAX_INDEX_LIFETIME.as_secs()
+                    )));
+                }
+                l
+            }
+            None => prior
+                .filter(|l| (MIN_INDEX_LIFETIME..=MAX_INDEX_LIFETIME).contains(l))
+                .unwrap_or(DEFAULT_INDEX_LIFETIME),
+        };
+        let span = jiff::SignedDuration::try_from(lifetime)
+            .map_err(|_| Error::Refused("the index lifetime is out of range".into()))?;
+        index.updated.checked_add(span).map_err(|_| {
+            Error::Refused("the index's expiry would be out of the supported time range".into())
+        })
     }
 
     /// Turns an unsigned (schema 1) index into a signed history, anchored at its active key.
@@ -580,6 +829,49 @@ impl Ring {
                 ))
             }
         }
+    }
+
+    /// Hands the ring's history to the dedicated root `next` (`kseal keys re-root`): a root
+    /// record signed by the current root (a ring key, read as the seeder; or the dedicated
+    /// root given with [`Ring::with_root`]) and by `next`, and the index signed by `next`.
+    /// From then on ring keys never sign the history again, and readers pin `next`. `false`
+    /// when `next` already is the ring's root.
+    pub async fn re_root(&self, next: &RootSigner) -> Result<bool> {
+        let next_kid = next.kid().clone();
+        self.update(Signer::ReRoot(next), |index| {
+            let last = index.roots.last().ok_or_else(|| {
+                Error::Refused(format!(
+                    "{} is not signed: sign it first (`kseal keys sign`)",
+                    self.index_name()
+                ))
+            })?;
+            Ok((last.kid != next_kid, last.kid != next_kid))
+        })
+        .await
+    }
+
+    /// Signs the index again with nothing changed but its version and expiry (`kseal keys
+    /// refresh`): what keeps readers that refuse expired indexes reading. Returns the new
+    /// version and expiry.
+    pub async fn refresh(&self) -> Result<(u64, Option<jiff::Timestamp>)> {
+        self.update(Signer::Root, |index| {
+            if !index.is_signed() {
+                return Err(Error::Refused(format!(
+                    "{} is not signed: sign it first (`kseal keys sign`)",
+                    self.index_name()
+                )));
+            }
+            Ok((true, ()))
+        })
+        .await?;
+        let now = self
+            .snapshot_for_write()
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: self.index_name(),
+                store: self.store.describe(),
+            })?;
+        Ok((now.index.version, now.index.expires))
     }
 
     /// Adds `pair` to the ring: its key secret (a no-op if the same key is there), then its

@@ -12,6 +12,21 @@
 //!   encoding of every field ([`index_message`]), including a `version` that grows by one on
 //!   every write (readers refuse an index older than one they have already seen: a rollback).
 //!
+//! **Dedicated roots.** A ring whose root is one of its own keys has a root every cluster
+//! holds: whoever compromised one cluster could sign a new history from it. So a ring moves
+//! (once, `kseal keys re-root`) or starts with a *dedicated* root: an AWS KMS key or an
+//! offline key file ([`crate::root`]) that is never a ring key. Its record says so
+//! (`dedicated`, signed with a message of its own, [`dedicated_root_message`]); after it, every
+//! root is dedicated, and no dedicated root may be a key the ring holds or held. Readers pin
+//! the dedicated root's kid: a pin names any root of the chain, and the chain must pass
+//! through it, so nothing signed before it (by keys clusters held) can lead anywhere else.
+//!
+//! **Expiry.** Every index written now carries `expires` (signed); readers that choose the
+//! sealing key refuse an index past it ([`Trust::accept_expired`] is for those that only
+//! open, and for the seeder who refreshes it), so a replayed old index is refused once it
+//! expires, however old the reader's floor is. An index signed by a dedicated root without
+//! an expiry is refused: no kseal writes one.
+//!
 //! Readers check the chain from the anchor they pinned (or, on first use, from whatever anchor
 //! the index has, which the caller then pins), every signature, and every field of every entry
 //! against its certificate. An index written before signing existed (schema 1) carries none of
@@ -35,6 +50,8 @@ use crate::{Error, Result};
 const INDEX_DOMAIN: &str = "kseal ring index v2";
 /// The first line of the signed encoding of a root record.
 const ROOT_DOMAIN: &str = "kseal ring root v1";
+/// The first line of the signed encoding of a dedicated root's record.
+const DEDICATED_ROOT_DOMAIN: &str = "kseal ring root v2";
 
 /// What a reader accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -42,10 +59,14 @@ pub struct Trust {
     anchor: Option<Kid>,
     unsigned: bool,
     min_version: u64,
+    seen_root: Option<(u64, Kid)>,
+    accept_expired: bool,
+    now: Option<jiff::Timestamp>,
 }
 
 impl Trust {
-    /// Only a signed history whose root chain starts at `anchor`.
+    /// Only a signed history whose root chain passes through `anchor`: the ring's first root
+    /// (its anchor), or any later one, such as its dedicated root.
     pub fn anchored(anchor: Kid) -> Self {
         Self {
             anchor: Some(anchor),
@@ -81,6 +102,29 @@ impl Trust {
         self
     }
 
+    /// Also refuses a chain whose root number `seq` is not `kid`: the newest root this
+    /// reader saw before (a fork from an older root does not extend it).
+    #[must_use]
+    pub fn seen_root(mut self, seq: u64, kid: Kid) -> Self {
+        self.seen_root = Some((seq, kid));
+        self
+    }
+
+    /// Also accepts an index past its expiry: for readers that only open with its keys (a
+    /// controller keeps its last good ring), and for the seeder who refreshes it.
+    #[must_use]
+    pub fn accept_expired(mut self, accept: bool) -> Self {
+        self.accept_expired = accept;
+        self
+    }
+
+    /// Checks expiry at `now` instead of the clock (tests).
+    #[must_use]
+    pub fn at(mut self, now: jiff::Timestamp) -> Self {
+        self.now = Some(now);
+        self
+    }
+
     /// The pinned anchor, if any.
     pub fn anchor(&self) -> Option<&Kid> {
         self.anchor.as_ref()
@@ -96,8 +140,17 @@ pub enum Verified {
         anchor: Kid,
         /// The root that signed this version.
         root: Kid,
+        /// Its number in the chain.
+        root_seq: u64,
+        /// Whether it is a dedicated root (not a ring key).
+        dedicated: bool,
         /// The index's version.
         version: u64,
+        /// Until when the index is current (`None`: written before expiry existed).
+        expires: Option<jiff::Timestamp>,
+        /// Whether it was past its expiry when checked (accepted only with
+        /// [`Trust::accept_expired`]).
+        expired: bool,
     },
     /// An unsigned (schema 1) index, accepted because the caller allowed it.
     Unsigned,
@@ -123,7 +176,14 @@ fn unb64(text: &str) -> Option<Vec<u8>> {
 
 /// A timestamp as `seconds.nanoseconds`, defined by its value.
 fn ts(t: jiff::Timestamp) -> String {
-    format!("{}.{:09}", t.as_second(), t.subsec_nanosecond().max(0))
+    // Floor division, so every instant has one encoding (before 1970 too: -1.5 s is
+    // `-2.500000000`); unchanged for every instant after 1970.
+    let (mut secs, mut nanos) = (t.as_second(), t.subsec_nanosecond());
+    if nanos < 0 {
+        secs -= 1;
+        nanos += 1_000_000_000;
+    }
+    format!("{secs}.{nanos:09}")
 }
 
 /// Text that goes into a signed line must not be able to forge another line.
@@ -145,9 +205,10 @@ fn token(text: &str) -> Result<&str> {
 /// version <n>
 /// active <kid or ->
 /// updated <unix seconds>.<nanoseconds>
+/// expires <unix seconds>.<nanoseconds>                                                    (when set)
 /// key <kid> <fingerprint> <added> <notBefore> <notAfter> <bits> <sha256 of crt, hex>   (each key, in order)
 /// retired <kid> <when>                                                                    (each, in order)
-/// root <seq> <kid> <sha256 of the root record's spki, hex>                                (each, in order)
+/// root <seq> <kid> <sha256 of the root record's spki, hex>[ dedicated]                    (each, in order)
 /// ```
 pub fn index_message(index: &Index) -> Result<Vec<u8>> {
     let mut m = String::with_capacity(256 + 200 * index.keys.len());
@@ -161,6 +222,9 @@ pub fn index_message(index: &Index) -> Result<Vec<u8>> {
         index.active.as_ref().map_or("-", |k| k.as_str())
     );
     let _ = writeln!(m, "updated {}", ts(index.updated));
+    if let Some(expires) = index.expires {
+        let _ = writeln!(m, "expires {}", ts(expires));
+    }
     for e in &index.keys {
         let _ = writeln!(
             m,
@@ -180,10 +244,11 @@ pub fn index_message(index: &Index) -> Result<Vec<u8>> {
     for r in &index.roots {
         let _ = writeln!(
             m,
-            "root {} {} {}",
+            "root {} {} {}{}",
             r.seq,
             r.kid,
-            hex::encode(Sha256::digest(r.spki.as_bytes()))
+            hex::encode(Sha256::digest(r.spki.as_bytes())),
+            if r.dedicated { " dedicated" } else { "" }
         );
     }
     Ok(m.into_bytes())
@@ -197,6 +262,70 @@ pub fn root_message(ring: &str, seq: u64, kid: &Kid, previous: Option<&Kid>) -> 
         previous.map_or("-", |k| k.as_str())
     )
     .into_bytes())
+}
+
+/// The bytes signed to admit the dedicated root `kid` as number `seq` after `previous`.
+pub fn dedicated_root_message(
+    ring: &str,
+    seq: u64,
+    kid: &Kid,
+    previous: Option<&Kid>,
+    location: Option<&str>,
+) -> Result<Vec<u8>> {
+    Ok(format!(
+        "{DEDICATED_ROOT_DOMAIN}\nring {}\nseq {seq}\nkid {kid}\nprevious {}\nkind dedicated\nlocation {}\n",
+        token(ring)?,
+        previous.map_or("-", |k| k.as_str()),
+        location.map_or(Ok("-"), token)?
+    )
+    .into_bytes())
+}
+
+/// What a root record's signatures sign.
+fn record_message(ring: &str, record: &RootRecord, previous: Option<&Kid>) -> Result<Vec<u8>> {
+    if record.dedicated {
+        dedicated_root_message(
+            ring,
+            record.seq,
+            &record.kid,
+            previous,
+            record.location.as_deref(),
+        )
+    } else {
+        root_message(ring, record.seq, &record.kid, previous)
+    }
+}
+
+/// The record that admits the dedicated root `next` as number `seq` after `previous`, with
+/// `previous_sig` (the previous root's signature over the same message; none for a ring that
+/// starts at its dedicated root). Signed here by `next`.
+pub async fn dedicated_record(
+    ring: &str,
+    seq: u64,
+    previous: Option<&Kid>,
+    next: &crate::root::RootSigner,
+    previous_sig: impl AsyncFnOnce(&[u8]) -> Result<Option<Signature>>,
+) -> Result<RootRecord> {
+    let location = next.location();
+    let message = dedicated_root_message(ring, seq, next.kid(), previous, location.as_deref())?;
+    let mut signatures = Vec::new();
+    if let Some(sig) = previous_sig(&message).await? {
+        signatures.push(sig);
+    }
+    signatures.push(next.sign(&message).await?);
+    Ok(RootRecord {
+        seq,
+        kid: next.kid().clone(),
+        spki: b64(next.public_key().to_spki_der()),
+        signatures,
+        dedicated: true,
+        location,
+    })
+}
+
+/// Signs `message` with a ring key (a ring whose root is one of its keys).
+pub fn sign_with_pair(pair: &KeyPair, message: &[u8]) -> Result<Signature> {
+    sign(pair, message)
 }
 
 fn sign(pair: &KeyPair, message: &[u8]) -> Result<Signature> {
@@ -222,6 +351,8 @@ pub fn genesis(ring: &str, anchor: &KeyPair) -> Result<RootRecord> {
         spki: b64(anchor.public_key().to_spki_der()),
         signatures: vec![sign(anchor, &message)?],
         kid,
+        dedicated: false,
+        location: None,
     })
 }
 
@@ -240,6 +371,8 @@ pub fn rotate_root(
         spki: b64(next.public_key().to_spki_der()),
         signatures: vec![sign(previous_pair, &message)?, sign(next, &message)?],
         kid,
+        dedicated: false,
+        location: None,
     })
 }
 
@@ -248,6 +381,14 @@ pub fn sign_index(index: &mut Index, root: &KeyPair) -> Result<()> {
     index.signature = None;
     let message = index_message(index)?;
     index.signature = Some(sign(root, &message)?);
+    Ok(())
+}
+
+/// Signs `index` (its `roots` already final) with its dedicated root `root`.
+pub async fn sign_index_dedicated(index: &mut Index, root: &crate::root::RootSigner) -> Result<()> {
+    index.signature = None;
+    let message = index_message(index)?;
+    index.signature = Some(root.sign(&message).await?);
     Ok(())
 }
 
@@ -309,12 +450,33 @@ fn check_roots(index: &Index, what: &str) -> Result<PublicKey> {
                 ),
             ));
         }
-        let message = root_message(
-            &index.ring,
-            record.seq,
-            &record.kid,
-            previous.as_ref().map(|(r, _)| &r.kid),
-        )?;
+        if record.dedicated {
+            let ring_key = index.keys.iter().any(|e| e.kid == record.kid)
+                || index.retired.iter().any(|r| r.kid == record.kid);
+            if ring_key {
+                return Err(untrusted(
+                    what,
+                    format!(
+                        "root {} ({}) says it is a dedicated root but is a key of the ring:                          clusters hold ring keys, so none may act as a dedicated root",
+                        record.seq,
+                        record.kid.short()
+                    ),
+                ));
+            }
+        } else if let Some((prev, _)) = &previous
+            && prev.dedicated
+        {
+            return Err(untrusted(
+                what,
+                format!(
+                    "root {} ({}) is a ring key after the ring moved to the dedicated root {}:                      ring keys, which clusters hold, never sign a history again once it has a                      dedicated root",
+                    record.seq,
+                    record.kid.short(),
+                    prev.kid.short()
+                ),
+            ));
+        }
+        let message = record_message(&index.ring, record, previous.as_ref().map(|(r, _)| &r.kid))?;
         let by = |kid: &Kid| record.signatures.iter().find(|s| &s.kid == kid);
         let own = by(&record.kid).ok_or_else(|| {
             untrusted(
@@ -401,17 +563,34 @@ pub fn verify(index: &Index, trust: &Trust, what: &str) -> Result<Verified> {
     let root_key = check_roots(index, what)?;
     let anchor = index.roots[0].kid.clone();
     if let Some(pinned) = &trust.anchor
-        && pinned != &anchor
+        && !index.roots.iter().any(|r| &r.kid == pinned)
     {
         return Err(untrusted(
             what,
             format!(
-                "its history starts at anchor {}, not at the pinned anchor {}: it was replaced \
-                 by a history rooted at another key",
+                "its history (anchor {}) does not pass through the pinned root {}: it was \
+                 replaced by a history rooted at another key",
                 anchor.short(),
                 pinned.short()
             ),
         ));
+    }
+    if let Some((seq, seen)) = &trust.seen_root {
+        let at = usize::try_from(*seq)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| index.roots.get(i));
+        if at.map(|r| &r.kid) != Some(seen) {
+            return Err(untrusted(
+                what,
+                format!(
+                    "its history does not extend root {} ({}), the newest root this reader saw \
+                     before: a fork from an older root",
+                    seq,
+                    seen.short()
+                ),
+            ));
+        }
     }
     let root = index.roots[index.roots.len() - 1].kid.clone();
     let signature = index
@@ -446,9 +625,37 @@ pub fn verify(index: &Index, trust: &Trust, what: &str) -> Result<Verified> {
             ),
         ));
     }
+    let last = &index.roots[index.roots.len() - 1];
+    if last.dedicated && index.expires.is_none() {
+        return Err(untrusted(
+            what,
+            format!(
+                "it is signed by the dedicated root {} but carries no expiry, which kseal \
+                 always writes with a dedicated root",
+                root.short()
+            ),
+        ));
+    }
+    let now = trust.now.unwrap_or_else(jiff::Timestamp::now);
+    let expired = index.expires.is_some_and(|e| now >= e);
+    if expired && !trust.accept_expired {
+        return Err(untrusted(
+            what,
+            format!(
+                "it expired at {} (version {}): the ring's seeder re-signs it with `kseal keys \
+                 refresh` before then; an expired index may be an old one replayed",
+                index.expires.map(|e| e.to_string()).unwrap_or_default(),
+                index.version
+            ),
+        ));
+    }
     Ok(Verified::Signed {
         anchor,
         root,
+        root_seq: last.seq,
+        dedicated: last.dedicated,
         version: index.version,
+        expires: index.expires,
+        expired,
     })
 }

@@ -19,8 +19,8 @@ Examples:
   kseal check --cert fleet.crt --key keys-backup.yaml clusters/prod
   kseal check --controller clusters/prod
 
-  # For GitHub code scanning
-  kseal check --cert fleet.crt --format sarif . > kseal.sarif
+  # For GitHub code scanning, without the Helm charts' templates
+  kseal check --cert fleet.crt --exclude 'charts/*/templates/' -o sarif . > kseal.sarif
 
 Errors (exit 1): a document that does not parse, a scope its metadata contradicts, an item
 whose RSA block fits no key of the ring, a kseal.dev/sealing-key hint naming a key the ring
@@ -85,8 +85,21 @@ pub(crate) struct CheckArgs {
     #[arg(long = "controller", env = env::KSEAL_CHECK_CONTROLLER, conflicts_with = "keys")]
     pub(crate) use_controller: bool,
     /// Report format
-    #[arg(long, env = env::KSEAL_CHECK_FORMAT, value_enum, default_value = "human", ignore_case = true)]
+    #[arg(
+        short = 'o',
+        long,
+        alias = "output",
+        env = env::KSEAL_CHECK_FORMAT,
+        value_enum,
+        default_value = "human",
+        ignore_case = true
+    )]
     pub(crate) format: CheckFormat,
+    /// Skip the files and directories GLOB matches (.gitignore syntax, relative to the current
+    /// directory, e.g. `charts/*/templates/`); repeat or separate with commas. `excludes:` in
+    /// .kseal.yaml adds its own
+    #[arg(long = "exclude", env = env::KSEAL_CHECK_EXCLUDE, value_delimiter = ',', value_name = "GLOB")]
+    pub(crate) excludes: Vec<String>,
     /// Warnings (stale keys, cluster-wide where forbidden) fail too (exit 1)
     #[arg(long, env = env::KSEAL_CHECK_STRICT)]
     pub(crate) strict: bool,

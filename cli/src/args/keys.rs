@@ -76,6 +76,10 @@ Examples:
   # Remove an old key once nothing in the GitOps repositories needs it
   kseal keys retire --ring kseal/fleet 3f2a9c1b0d4e --check ~/git/fleet --check ~/git/apps
 
+  # In a script: run every check first, then retire without the question
+  kseal keys retire --ring kseal/fleet 3f2a9c1b0d4e --check . --dry-run
+  kseal keys retire --ring kseal/fleet 3f2a9c1b0d4e --check . --yes
+
 The key is first removed from the index (controllers drop their copy after their
 --key-source-retire-grace), then its secret is scheduled for deletion with a recovery window.";
 
@@ -116,6 +120,65 @@ pub(crate) enum KeysCommand {
     /// Sign the history of a ring written by a kseal before signed rings (the seeder, once)
     #[command(after_help = SIGN_EXAMPLES)]
     Sign(SignArgs),
+    /// Hand the ring's history to a dedicated root key that no cluster holds (AWS KMS or an
+    /// offline file): the seeder, once; then pin the root with `kseal keys trust`
+    #[command(name = "re-root", after_help = REROOT_EXAMPLES)]
+    ReRoot(ReRootArgs),
+    /// Sign the ring's index again with a new expiry, changing nothing else (the seeder, on a
+    /// schedule: readers refuse an expired index)
+    #[command(after_help = REFRESH_EXAMPLES)]
+    Refresh(RefreshArgs),
+    /// Generate an offline root key file (RSA-4096, mode 0600) for `re-root --root file://…`
+    #[command(name = "new-root", after_help = REROOT_EXAMPLES)]
+    NewRoot(NewRootArgs),
+}
+
+pub(super) const REROOT_EXAMPLES: &str = "Examples:
+  # An AWS KMS key that only the seeder's role may use (kms:Sign)
+  aws kms create-key --key-usage SIGN_VERIFY --key-spec RSA_4096 --description 'kseal ring root'
+  kseal keys re-root --ring kseal/fleet --to kms://alias/kseal-fleet-root
+  # Or an offline key file (keep it off every cluster, e.g. on the seeder's hardware-backed disk)
+  kseal keys new-root --out /secure/kseal-root.pem
+  kseal keys re-root --ring dir:///srv/ring --to file:///secure/kseal-root.pem
+  # Later, from one dedicated root to another (signed by both)
+  kseal keys re-root --ring kseal/fleet --root kms://alias/old-root --to kms://alias/new-root
+  # Then, in each GitOps repository, move the pin to the root (and set controllers'
+  # --ring-anchor / keySource.ringAnchor to the kid it prints)
+  kseal keys trust --ring kseal/fleet";
+
+pub(super) const REFRESH_EXAMPLES: &str = "Examples:
+  # Daily, from the seeder's CronJob (readers refuse an index past its expiry, 7 days by default)
+  kseal keys refresh --ring kseal/fleet --root kms://alias/kseal-fleet-root
+  # Change how long each index stays current
+  kseal keys refresh --ring kseal/fleet --root kms://alias/kseal-fleet-root --lifetime 3d";
+
+/// `kseal keys re-root`.
+#[derive(Debug, Args)]
+pub(crate) struct ReRootArgs {
+    /// Ask nothing (the default when standard input is not a terminal)
+    #[arg(short = 'y', long, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
+    /// The new root: kms://KEY (an AWS KMS key id, ARN or alias/NAME; SIGN_VERIFY, RSA) or
+    /// file://PATH (a PEM private key, `kseal keys new-root`)
+    #[arg(long = "to", env = env::KSEAL_REROOT_TO, value_name = "ROOT")]
+    pub(crate) to: String,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+}
+
+/// `kseal keys refresh`.
+#[derive(Debug, Args)]
+pub(crate) struct RefreshArgs {
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
+}
+
+/// `kseal keys new-root`.
+#[derive(Debug, Args)]
+pub(crate) struct NewRootArgs {
+    /// Where to write the private key (created with mode 0600; never overwritten)
+    #[arg(long, env = env::KSEAL_NEW_ROOT_OUT, value_name = "FILE")]
+    pub(crate) out: std::path::PathBuf,
 }
 
 pub(super) const TRUST_EXAMPLES: &str = "Examples:
@@ -139,6 +202,11 @@ pub(crate) struct TrustArgs {
     /// Where to write the pin [default: ./.kseal.yaml]
     #[arg(long, env = env::KSEAL_TRUST_FILE, value_name = "FILE")]
     pub(crate) file: Option<PathBuf>,
+    /// Move a pin that names a ring key to the ring's dedicated root with this kid, confirmed
+    /// with the ring's seeder out of band (a pin at a ring key cannot tell a real move from a
+    /// fork signed with a cluster's keys)
+    #[arg(long, env = env::KSEAL_TRUST_ROOT_KID, value_name = "KID")]
+    pub(crate) root_kid: Option<String>,
     /// Ask nothing (the default when standard input is not a terminal)
     #[arg(short = 'y', long, env = env::KSEAL_YES)]
     pub(crate) yes: bool,
@@ -172,16 +240,27 @@ pub(crate) struct RingArgs {
     #[arg(long = "aws-profile", env = env::AWS_PROFILE, value_name = "PROFILE")]
     pub(crate) aws_profile: Option<String>,
     /// Secrets Manager endpoint URL (e.g. a local emulator); default:
-    /// AWS_ENDPOINT_URL_SECRETS_MANAGER, then AWS_ENDPOINT_URL
-    #[arg(long, env = env::KSEAL_AWS_ENDPOINT_URL, value_name = "URL")]
+    /// AWS_ENDPOINT_URL_SECRETS_MANAGER, then AWS_ENDPOINT_URL (the controller's flag has the
+    /// same name)
+    #[arg(long = "aws-endpoint-url", alias = "endpoint-url", env = env::KSEAL_AWS_ENDPOINT_URL, value_name = "URL")]
     pub(crate) endpoint_url: Option<String>,
     /// IAM role to assume with the credentials found (e.g. the fleet's seeder role)
     #[arg(long = "aws-assume-role", alias = "assume-role", env = env::KSEAL_AWS_ASSUME_ROLE, value_name = "ROLE_ARN")]
     pub(crate) assume_role: Option<String>,
-    /// The ring's trust anchor (a kid, as `kseal keys trust` prints it); default: the pin in
-    /// the nearest .kseal.yaml. An index whose signed history does not start there is refused
+    /// The ring's trust anchor or dedicated root (a kid, as `kseal keys trust` prints it);
+    /// default: the pin in the nearest .kseal.yaml. An index whose signed history does not pass
+    /// through it is refused
     #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
     pub(crate) ring_anchor: Option<String>,
+    /// The ring's dedicated root signing key, for commands that write: kms://KEY (AWS KMS) or
+    /// file://PATH (an offline PEM key). Required once the ring has a dedicated root; a new
+    /// ring pushed with it starts there
+    #[arg(long, env = env::KSEAL_RING_ROOT, value_name = "ROOT")]
+    pub(crate) root: Option<String>,
+    /// How long an index a write signs stays current (e.g. 7d, 36h; 1h to 90d); default: what
+    /// the ring has, else 7 days
+    #[arg(long, env = env::KSEAL_RING_LIFETIME, value_parser = super::parse_duration, value_name = "DURATION")]
+    pub(crate) lifetime: Option<std::time::Duration>,
     /// Accept a directory ring whose files or directories group or others may write, or whose
     /// private keys they may read (as ssh, kseal refuses them by default)
     #[arg(long, env = env::KSEAL_INSECURE_PERMS)]
@@ -412,12 +491,17 @@ pub(crate) struct RetireArgs {
     /// that is refused: it usually means a wrong path)
     #[arg(long, env = env::KSEAL_ALLOW_NONE)]
     pub(crate) allow_none: bool,
+    /// Run every check and say what would be retired; change nothing
+    #[arg(long, env = env::KSEAL_DRY_RUN)]
+    pub(crate) dry_run: bool,
+    /// Retire without asking; needed when standard input or standard error is not a terminal
+    /// (a script, CI): retiring is never done unasked
+    #[arg(short = 'y', long, env = env::KSEAL_YES)]
+    pub(crate) yes: bool,
     #[command(flatten)]
     pub(crate) ring: RingArgs,
     #[command(flatten)]
     pub(crate) write: RingWriteArgs,
-    #[command(flatten)]
-    pub(crate) confirm: ConfirmArgs,
 }
 
 #[derive(Debug, Args)]

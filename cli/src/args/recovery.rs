@@ -68,7 +68,8 @@ pub(crate) struct ResealArgs {
     #[arg(long = "key", env = env::KSEAL_KEY, value_delimiter = ',', value_name = "FILE")]
     pub(crate) keys: Vec<PathBuf>,
     /// Certificate (file or https URL) to re-encrypt to; default: the --key the backup marks
-    /// active (`kseal.dev/active`), else the newest
+    /// active (`kseal.dev/active`), else the newest (with --stale, never a guess among PEM
+    /// files)
     #[arg(long = "cert", env = env::KSEAL_CERT, value_name = "FILE|URL")]
     pub(crate) cert: Option<String>,
     /// Ask the controller in the cluster to re-encrypt instead (its `/v1/rotate`, through the

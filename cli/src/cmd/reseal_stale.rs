@@ -31,8 +31,11 @@ enum Backing {
     Keys {
         ring: KeyRing,
         explicit: Option<Certificate>,
-        /// The key the --key files mark as sealing, or why none is.
-        sealing: std::result::Result<Certificate, String>,
+        /// The key the --key files mark as the ring's active key (their only key, or the
+        /// newest of a Bitnami backup's key Secrets, as Bitnami's controller seals), and why;
+        /// or why none is: among several PEM files `--stale` does not guess, since the newest
+        /// may be a key pushed to a ring but not activated yet.
+        sealing: std::result::Result<(Certificate, String), String>,
         /// Certificates of creation rules, by `--cert` value.
         by_rule: HashMap<String, Certificate>,
     },
@@ -62,6 +65,8 @@ struct FilePlan {
     /// Objects re-sealed: their sealing-key annotations that named another key are updated.
     old_hints: Vec<String>,
     target: KeyId,
+    /// Where the target key comes from, for the line that names it.
+    why: String,
 }
 
 impl Backing {
@@ -95,13 +100,38 @@ impl Backing {
             .as_deref()
             .map(|text| cert_for(text, args.allow_http))
             .transpose()?;
+        // PEM files say nothing of which key is active: the newest may be a key pushed to a
+        // ring and not activated yet. Bitnami's key Secrets do: its controller seals with the
+        // newest.
+        let pem_given = args.keys.iter().any(|path| {
+            fs_err::read_to_string(path).is_ok_and(|text| crate::keysource::keys::is_pem(&text))
+        });
         // Needed only when neither --cert nor a rule names the target: an error then.
         let sealing = match loaded.sealing {
-            Ok((id, _)) => match loaded.ring.get(&id) {
-                Some(key) => Ok(crate::keysource::cert::check(
-                    &key.certificate().to_pem(),
-                    &format!("of the sealing key {id}"),
-                )?),
+            Ok((id, Some(_))) if pem_given => Err(format!(
+                "none of the {} keys of the --key files is marked as the ring's active key \
+                 (`kseal.dev/active`, as kseal's controller marks its mirrors), and the newest, \
+                 {id}, may be a key pushed to the ring but not activated yet, which some \
+                 clusters cannot open: --stale does not guess",
+                loaded.ring.len()
+            )),
+            Ok((id, note)) => match loaded.ring.get(&id) {
+                Some(key) => Ok((
+                    crate::keysource::cert::check(
+                        &key.certificate().to_pem(),
+                        &format!("of the sealing key {id}"),
+                    )?,
+                    if note.is_some() {
+                        "the newest of the --key files' key Secrets, none marked as a fleet \
+                         ring's active key: the key Bitnami's controller seals with"
+                            .to_owned()
+                    } else if loaded.ring.len() == 1 {
+                        "the only key of the --key files".to_owned()
+                    } else {
+                        "the ring's active key, as the --key files mark it (`kseal.dev/active`)"
+                            .to_owned()
+                    },
+                )),
                 None => Err(format!("no private key {id} among the --key files")),
             },
             Err(e) => Err(format!("{e:#}")),
@@ -116,16 +146,20 @@ impl Backing {
 
     /// The key items of `path` should be sealed with, and its certificate (none with the
     /// controller, which seals itself).
-    fn target(&mut self, path: &Path) -> Result<(KeyId, Option<Certificate>)> {
+    fn target(&mut self, path: &Path) -> Result<(KeyId, Option<Certificate>, String)> {
         if let Backing::Controller { active, .. } = self {
-            return Ok((active.clone(), None));
+            return Ok((
+                active.clone(),
+                None,
+                "the controller's sealing key".to_owned(),
+            ));
         }
-        let cert = self.certificate(path)?;
-        Ok((cert.id().clone(), Some(cert)))
+        let (cert, why) = self.certificate(path)?;
+        Ok((cert.id().clone(), Some(cert), why))
     }
 
-    /// The certificate to seal `path`'s items to with local keys.
-    fn certificate(&mut self, path: &Path) -> Result<Certificate> {
+    /// The certificate to seal `path`'s items to with local keys, and where it comes from.
+    fn certificate(&mut self, path: &Path) -> Result<(Certificate, String)> {
         let Backing::Keys {
             explicit,
             sealing,
@@ -136,12 +170,13 @@ impl Backing {
             bail!("the controller seals with its own key");
         };
         if let Some(cert) = explicit {
-            return Ok(cert.clone());
+            return Ok((cert.clone(), "--cert".to_owned()));
         }
         let rule = crate::project::rule_for_output(Some(path))?;
         if let Some(spec) = rule.as_ref().map(|r| r.cert_spec()).transpose()?.flatten() {
+            let why = rule.as_ref().map(|r| r.describe()).unwrap_or_default();
             if let Some(cert) = by_rule.get(&spec) {
-                return Ok(cert.clone());
+                return Ok((cert.clone(), why));
             }
             let cert = cert_for(&spec, false).with_context(|| {
                 format!(
@@ -150,12 +185,13 @@ impl Backing {
                 )
             })?;
             by_rule.insert(spec, cert.clone());
-            return Ok(cert);
+            return Ok((cert, why));
         }
         sealing.clone().map_err(|why| {
             anyhow::anyhow!(
-                "no key to reseal `{}` to ({why}); pass --cert, or name the ring or \
-                 certificate in a .kseal.yaml creation rule",
+                "no key to reseal `{}` to ({why}); pass --cert with the ring \
+                 (secretsmanager://… or dir://…, whose index names its active key) or its \
+                 active certificate, or name one in a .kseal.yaml creation rule",
                 path.display()
             )
         })
@@ -169,7 +205,7 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
     if sealed.is_empty() {
         return Ok(None);
     }
-    let (target, cert) = backing.target(path)?;
+    let (target, cert, why) = backing.target(path)?;
     let mut plan = FilePlan {
         path: path.to_owned(),
         text,
@@ -177,6 +213,7 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
         stale: Vec::new(),
         old_hints: Vec::new(),
         target: target.clone(),
+        why,
     };
     for s in &sealed {
         let name = object_name(s);
@@ -364,6 +401,19 @@ pub(crate) fn run(args: &ResealArgs) -> Result<()> {
     let mut rewrites = Vec::new();
     for plan in plans.iter().filter(|p| !p.stale.is_empty()) {
         rewrites.push((plan, plan.rewrite()?));
+    }
+    // Say which key the items go to, once per key.
+    let mut targets: BTreeMap<&KeyId, &str> = BTreeMap::new();
+    for (plan, _) in &rewrites {
+        targets.entry(&plan.target).or_insert(&plan.why);
+    }
+    for (key, why) in targets {
+        let verb = if args.dry_run {
+            "would re-seal"
+        } else {
+            "re-sealing"
+        };
+        eprintln!("{verb} to key {key} ({why})");
     }
     let mut report = String::new();
     let mut by_key: BTreeMap<String, usize> = BTreeMap::new();

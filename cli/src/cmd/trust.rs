@@ -1,17 +1,33 @@
-//! `kseal keys trust` (pin a ring's anchor in `.kseal.yaml`) and `kseal keys sign` (turn an
-//! older, unsigned ring index into a signed history).
+//! `kseal keys trust` (pin a ring's anchor, or its dedicated root, in `.kseal.yaml`), `kseal
+//! keys sign` (turn an older, unsigned ring index into a signed history), `kseal keys re-root`
+//! (hand the history to a dedicated root), `kseal keys refresh` (a new expiry) and `kseal keys
+//! new-root` (an offline root key file).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use kseal_keystore::{Kid, Location, Snapshot, Trust, Verified, trust::RootRecord};
 
-use crate::args::{SignArgs, TrustArgs};
-use crate::keysource::ring::{block_on, open_with, read_index, ring_arg, ring_label};
+use crate::args::{NewRootArgs, ReRootArgs, RefreshArgs, SignArgs, TrustArgs};
+use crate::keysource::ring::{block_on, open, open_with, read_index, ring_arg, ring_label, seen};
 use crate::output::confirm;
 use crate::project;
 
 fn describe_anchor(snapshot: &Snapshot, anchor: &Kid) -> String {
+    if let Some(root) = snapshot
+        .index
+        .roots
+        .iter()
+        .find(|r| r.dedicated && &r.kid == anchor)
+    {
+        return format!(
+            "{anchor}\n  dedicated root{} (a key no cluster holds)",
+            root.location
+                .as_deref()
+                .map(|l| format!(", {l}"))
+                .unwrap_or_else(|| ", an offline key".into())
+        );
+    }
     match snapshot.index.entry(anchor) {
         Some(entry) => format!(
             "{anchor}\n  fingerprint {}, RSA-{}, valid {} to {}",
@@ -39,6 +55,7 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
             anchor,
             root,
             version,
+            ..
         } = snapshot.verified.clone()
         else {
             bail!("key ring {} is not signed", ring_label(&ring));
@@ -54,12 +71,30 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
             },
             roots_line(&snapshot.index.roots),
         );
-        if root != anchor {
+        // What to pin: the ring's current dedicated root once it has one (a ring key's
+        // signature can then lead nowhere), else its anchor.
+        let dedicated = snapshot
+            .index
+            .roots
+            .last()
+            .filter(|r| r.dedicated)
+            .map(|r| r.kid.clone());
+        let target = dedicated.clone().unwrap_or_else(|| anchor.clone());
+        if root != anchor && dedicated.is_none() {
             eprintln!("current root: {}", root.short());
         }
-        eprintln!("anchor: {}", describe_anchor(&snapshot, &anchor));
+        eprintln!(
+            "{}: {}",
+            if dedicated.is_some() {
+                "root"
+            } else {
+                "anchor"
+            },
+            describe_anchor(&snapshot, &target)
+        );
         if let Some(pin) = &pinned {
-            if pin.anchor != anchor {
+            let in_chain = snapshot.index.roots.iter().any(|r| r.kid == pin.anchor);
+            if !in_chain {
                 bail!(
                     "the ring's history starts at anchor {}, but {} pins anchor {}: the ring's \
                      history was replaced by one rooted at another key. Do not seal to it. If \
@@ -70,19 +105,87 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
                     pin.anchor.short()
                 );
             }
-            if pin.version > version {
+            // The same floors as sealing: the pin's version and the newest this machine read.
+            let seen_version = seen::version(&pin.anchor);
+            if pin.version.max(seen_version) > version {
                 bail!(
-                    "key ring {} is at version {version}, older than version {} pinned in {}: \
-                     a rolled-back index. Do not seal to it",
+                    "key ring {} is at version {version}, older than version {} {}: a \
+                     rolled-back index. Do not seal to it",
                     ring_label(&ring),
-                    pin.version,
-                    pin.from
+                    pin.version.max(seen_version),
+                    if pin.version >= seen_version {
+                        format!("pinned in {}", pin.from)
+                    } else {
+                        "this machine read".to_owned()
+                    }
                 );
             }
-            eprintln!("the anchor matches the pin in {}", pin.from);
+            if let Some((seq, seen_root)) = seen::root(&pin.anchor) {
+                let at = usize::try_from(seq)
+                    .ok()
+                    .and_then(|i| i.checked_sub(1))
+                    .and_then(|i| snapshot.index.roots.get(i));
+                if at.map(|r| &r.kid) != Some(&seen_root) {
+                    bail!(
+                        "key ring {}'s history does not extend root {seq} ({}), the dedicated \
+                         root this machine read before: a fork from an older root. Do not seal \
+                         to it",
+                        ring_label(&ring),
+                        seen_root.short()
+                    );
+                }
+            }
             let file = pin.from != "--ring-anchor";
+            if pin.anchor != target && dedicated.is_some() {
+                let confirmed = args.root_kid.as_deref().map(str::to_ascii_lowercase);
+                match confirmed.as_deref() {
+                    None => bail!(
+                        "{} pins {}, a ring key that clusters held, and the ring says it moved to \
+                         the dedicated root {}. A pin at a ring key cannot tell a real move from a \
+                         fork signed with a cluster's keys: confirm the root's kid with the \
+                         ring's seeder out of band (`kseal keys re-root` printed it), then run \
+                         `kseal keys trust --ring {} --root-kid KID`",
+                        pin.from,
+                        pin.anchor.short(),
+                        target.short(),
+                        ring_arg(&args.ring)
+                    ),
+                    Some(kid) if kid.len() < 12 || !target.as_str().starts_with(kid) => bail!(
+                        "the ring's dedicated root is {target}, not the root {kid} you \
+                         confirmed: the ring may have been forked with a cluster's keys. Do not \
+                         seal to it; ask the ring's seeder"
+                    ),
+                    Some(_) => {}
+                }
+                if !file || args.check {
+                    bail!(
+                        "{} pins {}, a ring key that clusters held, but the ring moved to its \
+                         dedicated root {}: whoever holds a cluster's keys could fork the ring \
+                         from the pin. Pin the root ({})",
+                        pin.from,
+                        pin.anchor.short(),
+                        target.short(),
+                        if file {
+                            format!("run `kseal keys trust --ring {}`", ring_arg(&args.ring))
+                        } else {
+                            format!("--ring-anchor {target}")
+                        }
+                    );
+                }
+                project::write_pin(Path::new(&pin.from), &args.ring.ring, &target, version)?;
+                eprintln!(
+                    "moved the pin in {} from {} (a ring key) to the ring's dedicated root {}: \
+                     commit it; give controllers --ring-anchor {target} (Helm: \
+                     keySource.ringAnchor)",
+                    pin.from,
+                    pin.anchor.short(),
+                    target.short()
+                );
+                return Ok(());
+            }
+            eprintln!("the history passes through the pin in {}", pin.from);
             if file && !args.check && version > pin.version {
-                project::write_pin(Path::new(&pin.from), &args.ring.ring, &anchor, version)?;
+                project::write_pin(Path::new(&pin.from), &args.ring.ring, &pin.anchor, version)?;
                 eprintln!(
                     "recorded version {version} in {}: older indexes are refused from now on",
                     pin.from
@@ -103,18 +206,18 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
             .unwrap_or_else(|| PathBuf::from(project::FILE_NAME));
         confirm(
             &format!(
-                "pin anchor {} for key ring {} in {}?",
-                anchor.short(),
+                "pin {} for key ring {} in {}?",
+                target.short(),
                 args.ring.ring,
                 path.display()
             ),
             args.yes,
         )?;
-        project::write_pin(&path, &args.ring.ring, &anchor, version)?;
+        project::write_pin(&path, &args.ring.ring, &target, version)?;
         eprintln!(
-            "pinned anchor {} for key ring {} in {}: commit it; `kseal seal --cert` now seals to \
-             this ring only while its history starts there",
-            anchor.short(),
+            "pinned {} for key ring {} in {}: commit it; `kseal seal --cert` now seals to this \
+             ring only while its history passes through it",
+            target.short(),
             args.ring.ring,
             path.display()
         );
@@ -186,4 +289,120 @@ pub(crate) fn sign(args: SignArgs) -> Result<()> {
         }
         anyhow::Ok(())
     })?
+}
+
+/// `kseal keys re-root`.
+pub(crate) fn re_root(args: ReRootArgs) -> Result<()> {
+    let next = kseal_keystore::RootKey::parse(&args.to)?;
+    block_on(async {
+        let ring = open(&args.ring, None).await?;
+        if ring.trust().anchor().is_none() {
+            bail!(
+                "key ring {} is not pinned here: re-rooting signs a new root with the current one, \
+                 so check the history first. Pass --ring-anchor KID (or run from the GitOps \
+                 repository whose .kseal.yaml pins it)",
+                ring_label(&ring)
+            );
+        }
+        let snapshot = read_index(&ring).await?;
+        let aws = crate::keysource::ring::aws_options(&args.ring, None);
+        let signer = kseal_keystore::RootSigner::open(&next, &aws)
+            .await
+            .with_context(|| format!("failed to open the new root {}", next.describe()))?;
+        let current = snapshot
+            .index
+            .roots
+            .last()
+            .map(|r| r.kid.short().to_owned());
+        confirm(
+            &format!(
+                "hand the history of key ring {} from root {} to the dedicated root {} ({})? \
+                 From then on every write needs --root {}",
+                ring_label(&ring),
+                current.as_deref().unwrap_or("-"),
+                signer.kid().short(),
+                next.describe(),
+                next.describe()
+            ),
+            args.yes,
+        )?;
+        let moved = ring
+            .re_root(&signer)
+            .await
+            .with_context(|| format!("failed to re-root key ring {}", ring_label(&ring)))?;
+        if moved {
+            eprintln!(
+                "key ring {} is signed by its dedicated root {} from now on; ring keys never \
+                 sign its history again.\nNext: in each GitOps repository run `kseal keys trust \
+                 --ring {}` (it moves the pin), set controllers' --ring-anchor {} (Helm: \
+                 keySource.ringAnchor), and give the seeder's writes --root {} \
+                 (KSEAL_RING_ROOT)",
+                ring_label(&ring),
+                signer.kid().short(),
+                ring_arg(&args.ring),
+                signer.kid(),
+                next.describe()
+            );
+        } else {
+            eprintln!(
+                "key ring {} is already signed by {}; nothing to do",
+                ring_label(&ring),
+                signer.kid().short()
+            );
+        }
+        anyhow::Ok(())
+    })?
+}
+
+/// `kseal keys refresh`.
+pub(crate) fn refresh(args: RefreshArgs) -> Result<()> {
+    block_on(async {
+        let ring = open(&args.ring, None).await?;
+        let (version, expires) = ring
+            .refresh()
+            .await
+            .with_context(|| format!("failed to refresh key ring {}", ring_label(&ring)))?;
+        eprintln!(
+            "key ring {}: signed again as version {version}{}",
+            ring_label(&ring),
+            expires
+                .map(|e| format!(", current until {}", e.strftime("%Y-%m-%d %H:%M UTC")))
+                .unwrap_or_default()
+        );
+        anyhow::Ok(())
+    })?
+}
+
+/// `kseal keys new-root`.
+pub(crate) fn new_root(args: &NewRootArgs) -> Result<()> {
+    eprintln!("generating an RSA-4096 root key (a second or two)…");
+    let key = kseal_keys::PrivateKey::generate(kseal_keys::KeySize::Rsa4096)
+        .context("failed to generate a key")?;
+    let pem = key.to_pkcs8_pem();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut file = options.open(&args.out).with_context(|| {
+        format!(
+            "failed to create {} (an existing file is never overwritten)",
+            args.out.display()
+        )
+    })?;
+    std::io::Write::write_all(&mut file, pem.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("failed to write {}", args.out.display()))?;
+    let kid = Kid::of(key.public_key());
+    eprintln!(
+        "wrote the root key {} to {} (mode 0600): keep it off every cluster and back it up \
+         offline; whoever holds it can sign the ring's history.\nNext: kseal keys re-root --to \
+         file://{}",
+        kid.short(),
+        args.out.display(),
+        args.out.display()
+    );
+    Ok(())
 }

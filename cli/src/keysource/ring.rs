@@ -49,11 +49,26 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
     let trust = match pin {
         Some(pin) => {
             let floor = pin.version.max(seen::version(&pin.anchor));
-            Trust::anchored(pin.anchor).min_version(floor)
+            let trust = Trust::anchored(pin.anchor.clone()).min_version(floor);
+            match seen::root(&pin.anchor) {
+                Some((seq, root)) => trust.seen_root(seq, root),
+                None => trust,
+            }
         }
         None => Trust::first_use().allow_unsigned(true),
     };
-    Ok(open_with(args, write, &location).await?.with_trust(trust))
+    let mut ring = open_with(args, write, &location).await?.with_trust(trust);
+    if let Some(root) = &args.root {
+        let key = kseal_keystore::RootKey::parse(root)?;
+        let signer = kseal_keystore::RootSigner::open(&key, &aws_options(args, write))
+            .await
+            .with_context(|| format!("failed to open the ring's root {}", key.describe()))?;
+        ring = ring.with_root(signer);
+    }
+    if let Some(lifetime) = args.lifetime {
+        ring = ring.with_lifetime(lifetime);
+    }
+    Ok(ring)
 }
 
 /// The highest version of each pinned history this machine has read, kept in the user's cache
@@ -82,19 +97,54 @@ pub(crate) mod seen {
         dir().map(|d| d.join(anchor.as_str()))
     }
 
-    /// The highest version of `anchor`'s history read here (0: none, or unreadable).
-    pub(crate) fn version(anchor: &Kid) -> u64 {
-        path(anchor)
+    /// What is kept for `anchor`: the first line the version, then `root <seq> <kid>` for the
+    /// newest dedicated root seen.
+    fn read(anchor: &Kid) -> (u64, Option<(u64, Kid)>) {
+        let text = path(anchor)
             .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        let mut lines = text.lines();
+        let version = lines
+            .next()
             .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0)
+            .unwrap_or(0);
+        let root = lines.find_map(|l| {
+            let mut words = l.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some("root"), Some(seq), Some(kid)) => {
+                    Some((seq.parse().ok()?, Kid::parse(kid).ok()?))
+                }
+                _ => None,
+            }
+        });
+        (version, root)
     }
 
-    /// Records `version` of `anchor`'s history when it is higher than the one kept.
-    pub(crate) fn record(anchor: &Kid, version: u64) {
-        if version <= self::version(anchor) {
+    /// The highest version of `anchor`'s history read here (0: none, or unreadable).
+    pub(crate) fn version(anchor: &Kid) -> u64 {
+        read(anchor).0
+    }
+
+    /// The newest dedicated root of `anchor`'s history seen here: a later history must extend
+    /// it (a fork from an older root, signed with keys clusters held, does not).
+    pub(crate) fn root(anchor: &Kid) -> Option<(u64, Kid)> {
+        read(anchor).1
+    }
+
+    /// Records `version` of `anchor`'s history, and its dedicated root `root` (number and kid),
+    /// when newer than what is kept.
+    pub(crate) fn record(anchor: &Kid, version: u64, root: Option<(u64, &Kid)>) {
+        let (kept_version, kept_root) = read(anchor);
+        let newer_root = root.filter(|(seq, _)| kept_root.as_ref().is_none_or(|(s, _)| seq > s));
+        if version <= kept_version && newer_root.is_none() {
             return;
         }
+        let version = version.max(kept_version);
+        let root_line = match (newer_root, &kept_root) {
+            (Some((seq, kid)), _) => format!("root {seq} {kid}\n"),
+            (None, Some((seq, kid))) => format!("root {seq} {kid}\n"),
+            (None, None) => String::new(),
+        };
         let Some(path) = path(anchor) else {
             return;
         };
@@ -106,7 +156,7 @@ pub(crate) mod seen {
         }
         // Written beside it and renamed into place: a reader never sees half a number.
         let temp = parent.join(format!(".{}.{}", anchor.as_str(), std::process::id()));
-        if std::fs::write(&temp, format!("{version}\n")).is_ok()
+        if std::fs::write(&temp, format!("{version}\n{root_line}")).is_ok()
             && std::fs::rename(&temp, &path).is_err()
         {
             let _ = std::fs::remove_file(&temp);
@@ -154,10 +204,35 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
     match ring.snapshot(None).await {
         Ok(Some(snapshot)) => {
             // Only under a pin: an unpinned reader has not decided which history is the ring's.
-            if let (Some(pinned), Verified::Signed { version, .. }) =
-                (ring.trust().anchor(), &snapshot.verified)
+            if let (
+                Some(pinned),
+                Verified::Signed {
+                    version,
+                    root,
+                    root_seq,
+                    dedicated,
+                    ..
+                },
+            ) = (ring.trust().anchor(), &snapshot.verified)
             {
-                seen::record(pinned, *version);
+                seen::record(pinned, *version, dedicated.then_some((*root_seq, root)));
+                if *dedicated
+                    && !snapshot
+                        .index
+                        .roots
+                        .iter()
+                        .any(|r| r.dedicated && &r.kid == pinned)
+                {
+                    eprintln!(
+                        "warning: key ring {} is signed by its dedicated root {}, but it is \
+                         pinned at {}, a key clusters held: confirm the root's kid with the \
+                         ring's seeder and pin it with `kseal keys trust --root-kid KID` (this \
+                         machine refuses forks that do not extend it meanwhile)",
+                        ring_label(ring),
+                        root.short(),
+                        pinned.short()
+                    );
+                }
             }
             Ok(snapshot)
         }
@@ -223,6 +298,8 @@ pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Sn
         endpoint_url: var(crate::env::KSEAL_AWS_ENDPOINT_URL),
         assume_role: var(crate::env::KSEAL_AWS_ASSUME_ROLE),
         ring_anchor: anchor.map(str::to_owned),
+        root: None,
+        lifetime: None,
         // As clap reads a boolean flag's variable.
         insecure_perms: var(crate::env::KSEAL_INSECURE_PERMS).is_some_and(|v| {
             !matches!(
@@ -276,6 +353,8 @@ mod tests {
             endpoint_url: None,
             assume_role: None,
             ring_anchor: None,
+            root: None,
+            lifetime: None,
             insecure_perms: false,
         }
     }

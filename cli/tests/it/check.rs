@@ -405,11 +405,44 @@ fn sarif_is_valid_sarif_2_1_0_junit_parses_and_pre_commit_reads_the_hook() {
         sarif.stderr,
         junit.stderr
     );
-    // Without Python, at least the structure the validators read.
+    // Without Python, at least the structure the validators read: one result per object and
+    // rule (the two stale items of an object are one result, counted in its properties).
     let parsed: serde_json::Value = serde_json::from_str(&sarif.stdout).unwrap();
     assert_eq!(parsed["version"], "2.1.0");
-    assert_eq!(parsed["runs"][0]["results"].as_array().unwrap().len(), 5);
+    let results = parsed["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{results:#?}");
+    let api = results
+        .iter()
+        .find(|r| {
+            r["message"]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("prod/api: ")
+        })
+        .unwrap();
+    assert_eq!(api["ruleId"], "stale-sealing-key");
+    assert_eq!(api["properties"]["items"], 2);
+    assert!(
+        api["message"]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("(2 items: `password`, `user`)"),
+        "{api}"
+    );
+    assert_eq!(
+        api["partialFingerprints"]["ksealResult/v1"]
+            .as_str()
+            .unwrap()
+            .len(),
+        64
+    );
+    // Errors come first.
+    assert_eq!(results[0]["ruleId"], "item-does-not-open");
     assert!(junit.stdout.starts_with("<?xml"));
+    // Only what both JUnit schemas allow: no `file` or `line` attributes, one testsuite root.
+    assert!(!junit.stdout.contains(" file=\""), "{}", junit.stdout);
+    assert!(!junit.stdout.contains(" line=\""), "{}", junit.stdout);
+    assert!(!junit.stdout.contains("<testsuites"), "{}", junit.stdout);
 
     let Some(python) = report_python() else {
         return;
@@ -455,11 +488,15 @@ fn sarif_is_valid_sarif_2_1_0_junit_parses_and_pre_commit_reads_the_hook() {
     .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
     .collect();
     assert_eq!(results, expected);
-    assert_eq!(seen["sarif"].as_array().unwrap().len(), 5);
+    assert_eq!(seen["sarif"].as_array().unwrap().len(), 3);
 
     // JUnit: one case per SealedSecret; the tampered one fails, the stale ones only note it.
     let cases = seen["junit"].as_array().unwrap();
     assert_eq!(cases.len(), 6);
+    assert!(
+        cases.iter().all(|c| c["suite"] == "kseal check"),
+        "{cases:?}"
+    );
     let failed: Vec<&str> = cases
         .iter()
         .filter(|c| !c["failure"].is_null())
@@ -774,4 +811,239 @@ fn cluster_wide_scope_is_flagged_where_a_creation_rule_forbids_it() {
         &tree.root,
     );
     assert_eq!(strict.code, 1, "{}{}", strict.stdout, strict.stderr);
+}
+
+/// `count` SealedSecrets of two items each, sealed once with `crt` and copied under new names
+/// (the public tier reads the sealing-key hint and the RSA block sizes, so the copies are as
+/// stale as the original), in files of 50 documents under directories whose names need
+/// percent-encoding in a URI.
+fn many_sealed_secrets(root: &Path, crt: &str, count: usize) -> PathBuf {
+    let one = seal(root, crt, "fleet", "app-template", false);
+    let repo = root.join("big");
+    for (i, chunk) in (0..count).collect::<Vec<_>>().chunks(50).enumerate() {
+        let dir = repo.join(format!("team {}/100%#{}", i % 7, i % 3));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text: String = chunk
+            .iter()
+            .map(|n| format!("---\n{}", one.replace("app-template", &format!("app-{n}"))))
+            .collect();
+        std::fs::write(dir.join(format!("secrets {i}.yaml")), text).unwrap();
+    }
+    repo
+}
+
+#[test]
+fn sarif_stays_within_code_scanning_limits_on_20000_sealed_secrets_after_a_rotation() {
+    let tree = tree();
+    // Sealed with the old key; the new one is now active: 40,000 stale items.
+    many_sealed_secrets(&tree.root, &tree.old_crt, 20_000);
+    let run = kseal(
+        &[
+            "check",
+            "--cert",
+            &tree.new_crt,
+            "--cert",
+            &tree.old_crt,
+            "-o",
+            "sarif",
+            "big",
+        ],
+        None,
+        &tree.root,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "checked 20000 SealedSecrets (40000 items) in 400 files: 0 errors, 40000 warnings"
+        ),
+        "{}",
+        run.stderr
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let results = parsed["runs"][0]["results"].as_array().unwrap();
+    // The cap (5,000), far below GitHub's 25,000, plus the one summary.
+    assert_eq!(results.len(), 5_001);
+    let summary = results.last().unwrap();
+    assert_eq!(summary["ruleId"], "results-omitted");
+    assert_eq!(summary["level"], "note");
+    assert_eq!(summary["properties"]["omittedResults"], 15_000);
+    assert_eq!(summary["properties"]["omittedWarnings"], 15_000);
+    assert_eq!(summary["properties"]["omittedItems"], 30_000);
+    assert!(
+        summary["message"]["text"].as_str().unwrap().starts_with(
+            "15000 results left out (0 errors, 15000 warnings; 30000 items): a report \
+                 keeps at most 5000 results"
+        ),
+        "{summary}"
+    );
+    let rules = parsed["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        rules[usize::try_from(summary["ruleIndex"].as_u64().unwrap()).unwrap()]["id"],
+        "results-omitted"
+    );
+    // One result per object, each with both its items, a percent-encoded URI and its own
+    // fingerprint.
+    let mut fingerprints = BTreeSet::new();
+    for r in &results[..5_000] {
+        assert_eq!(r["ruleId"], "stale-sealing-key");
+        assert_eq!(r["properties"]["items"], 2);
+        let uri = r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            .as_str()
+            .unwrap();
+        assert!(uri.starts_with("big/team%20"), "{uri}");
+        assert!(uri.contains("/100%25%23"), "{uri}");
+        assert!(!uri.contains(' ') && !uri.contains('#'), "{uri}");
+        assert!(fingerprints.insert(r["partialFingerprints"]["ksealResult/v1"].to_string()));
+    }
+    // Well below GitHub's 10 MB upload (gzip) even uncompressed.
+    assert!(run.stdout.len() < 10_000_000, "{}", run.stdout.len());
+
+    let Some(python) = report_python() else {
+        return;
+    };
+    let sarif_file = tree.root.join("big.sarif");
+    let junit = kseal(
+        &[
+            "check",
+            "--cert",
+            &tree.new_crt,
+            "--cert",
+            &tree.old_crt,
+            "-o",
+            "junit",
+            "big",
+        ],
+        None,
+        &tree.root,
+    );
+    assert_eq!(junit.code, 0, "{}", junit.stderr);
+    let junit_file = tree.root.join("big.xml");
+    std::fs::write(&sarif_file, &run.stdout).unwrap();
+    std::fs::write(&junit_file, &junit.stdout).unwrap();
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/check/validate_reports.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(&sarif_file)
+        .arg(&junit_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["sarif"].as_array().unwrap().len(), 5_001);
+    assert_eq!(seen["junit"].as_array().unwrap().len(), 20_000);
+}
+
+#[test]
+fn helm_templates_are_reported_and_excludes_skip_them() {
+    let tree = tree();
+    let repo = tree.root.join("repo");
+    let chart = repo.join("charts/app");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: app\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    let sealed = seal(&tree.root, &tree.new_crt, "prod", "chart-secret", false);
+    // A chart's template that happens to parse, and one that does not (a template outside a
+    // chart's templates/ directory).
+    std::fs::write(chart.join("templates/sealed.yaml"), &sealed).unwrap();
+    std::fs::create_dir_all(repo.join("kustomize")).unwrap();
+    std::fs::write(
+        repo.join("kustomize/tpl.yaml"),
+        sealed.replace(
+            "name: chart-secret",
+            "name: {{ .Values.name }}\n  {{- if .Values.x }}",
+        ),
+    )
+    .unwrap();
+    let run = tree.check(&["-o", "json"]);
+    // Reported as warnings, not parse errors: the gate still passes.
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut expected = stale();
+    expected.push((
+        "helm-template-not-checked",
+        "repo/charts/app/templates/sealed.yaml",
+        "-:-",
+    ));
+    expected.push((
+        "helm-template-not-checked",
+        "repo/kustomize/tpl.yaml",
+        "-:-",
+    ));
+    assert_eq!(findings(&run), set(&expected));
+    let human = tree.check(&[]);
+    assert!(
+        human
+            .stdout
+            .contains("a template of the Helm chart `repo/charts/app`, not checked"),
+        "{}",
+        human.stdout
+    );
+
+    // --exclude (relative to the current directory), repeatable.
+    let excluded = tree.check(&[
+        "--output",
+        "json",
+        "--exclude",
+        "repo/charts/*/templates/",
+        "--exclude",
+        "tpl.yaml",
+    ]);
+    assert_eq!(excluded.code, 0, "{}", excluded.stderr);
+    assert_eq!(findings(&excluded), set(&stale()));
+    assert!(
+        excluded.stderr.contains("in 4 files (2 files excluded):"),
+        "{}",
+        excluded.stderr
+    );
+    // `excludes:` in .kseal.yaml, relative to its directory.
+    let config = repo.join(".kseal.yaml");
+    std::fs::write(
+        &config,
+        "excludes:\n  - charts/*/templates/\n  - /kustomize/\n",
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let configured = tree.check(&["-o", "json"]);
+    assert_eq!(configured.code, 0, "{}", configured.stderr);
+    assert_eq!(findings(&configured), set(&stale()));
+    // A file named directly (as pre-commit passes them) is skipped too.
+    let named = kseal(
+        &[
+            "check",
+            "--cert",
+            &tree.new_crt,
+            "repo/charts/app/templates/sealed.yaml",
+        ],
+        None,
+        &tree.root,
+    );
+    assert_eq!(named.code, 0, "{}", named.stderr);
+    assert!(
+        named.stderr.contains("warning: found no SealedSecret"),
+        "{}",
+        named.stderr
+    );
+    // An empty glob is a usage error naming where it came from.
+    std::fs::write(&config, "excludes:\n  - \"\"\n").unwrap();
+    let bad = tree.check(&[]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("error: `excludes` of ")
+            && bad.stderr.contains(".kseal.yaml: an exclude glob is empty"),
+        "{}",
+        bad.stderr
+    );
 }

@@ -944,6 +944,104 @@ fn kubeseal_flags_get_a_hint() {
     }
 }
 
+/// A local file may hold far more than serde-saphyr's default 1,024 documents; a limit that is
+/// reached (here the aliases of a "billion laughs" file) reads as a sentence, not `Debug`.
+#[test]
+fn large_local_files_are_read_and_a_parser_limit_reads_as_a_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = fixtures().join("keys/tls.crt");
+    let many: String = (0..1_100)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db-{i}\n  namespace: prod\n\
+                 stringData:\n  password: s3cr3t\n---\n"
+            )
+        })
+        .collect();
+    std::fs::write(dir.path().join("many.yaml"), many).unwrap();
+    let run = kseal(
+        &["seal", "--cert", cert.to_str().unwrap(), "many.yaml"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.matches("kind: SealedSecret").count(), 1_100);
+
+    let bomb = format!("a: &a [1]\nb: [{}]\n", vec!["*a"; 2_000].join(", "));
+    std::fs::write(dir.path().join("bomb.yaml"), bomb).unwrap();
+    let run = kseal(
+        &["seal", "--cert", cert.to_str().unwrap(), "bomb.yaml"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "as YAML or JSON: too large to read: more than 10 aliases per anchor (2000 aliases, \
+             1 anchor)"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("budget breached"), "{}", run.stderr);
+}
+
+/// kubeseal's form (flags without a command, `--secret-file`) and sops's commands and flags
+/// get one line naming what kseal does instead, after clap's usage error.
+#[test]
+fn kubeseal_and_sops_habits_get_a_one_line_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, expect) in [
+        (
+            &["--cert", "fleet.crt"][..],
+            "hint: kseal takes a command first; kubeseal's `kubeseal --cert …` is `kseal seal \
+             --cert …`",
+        ),
+        (
+            &["seal", "--secret-file", "s.yaml"][..],
+            "hint: `--secret-file` is a kubeseal flag; in kseal, name the file: kseal seal",
+        ),
+        (
+            &["encrypt", "s.yaml"][..],
+            "hint: `encrypt` is a sops command; in kseal: kseal seal --cert CERT FILE",
+        ),
+        (
+            &["-e", "s.yaml"][..],
+            "hint: `-e` is a sops flag; in kseal: kseal seal --cert CERT FILE",
+        ),
+        (
+            &["decrypt", "s.yaml"][..],
+            "hint: `decrypt` is a sops command; in kseal: kseal unseal --key KEY_FILE FILE",
+        ),
+        (
+            &["-d", "s.yaml"][..],
+            "hint: `-d` is a sops flag; in kseal: kseal unseal --key KEY_FILE FILE",
+        ),
+        (
+            &["seal", "-i", "s.yaml"][..],
+            "hint: `-i` is a sops flag; in kseal: kseal seal FILE -w FILE",
+        ),
+        (
+            &["updatekeys", "s.yaml"][..],
+            "hint: `updatekeys` is a sops command; in kseal: kseal reseal --stale PATH…",
+        ),
+    ] {
+        let run = kseal(args, Some("x"), dir.path());
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(expect), "{args:?}: {}", run.stderr);
+        assert_eq!(
+            run.stderr.matches("hint: ").count(),
+            1,
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    // No hint where there is nothing to say.
+    let run = kseal(&["sael"], None, dir.path());
+    assert_eq!(run.code, 2);
+    assert!(!run.stderr.contains("hint: `"), "{}", run.stderr);
+}
+
 /// One spelling for one thing: the controller's `--aws-region`/`--aws-assume-role` and
 /// `keys list -o/--format`; the old spellings still work, with a warning; a ring prefix given
 /// to `--cert` is pointed at `secretsmanager://`.
@@ -954,6 +1052,14 @@ fn old_flag_spellings_warn_and_a_ring_prefix_as_cert_gets_a_hint() {
     for args in [
         vec!["keys", "list", "--ring", &ring, "--output", "json"],
         vec!["keys", "list", "--ring", &ring, "--region", "eu-west-1"],
+        vec![
+            "keys",
+            "list",
+            "--ring",
+            &ring,
+            "--endpoint-url",
+            "http://127.0.0.1:9",
+        ],
     ] {
         let run = kseal(&args, None, dir.path());
         assert!(
@@ -968,6 +1074,38 @@ fn old_flag_spellings_warn_and_a_ring_prefix_as_cert_gets_a_hint() {
         dir.path(),
     );
     assert!(!run.stderr.contains("deprecated"), "{}", run.stderr);
+    let run = kseal(
+        &[
+            "keys",
+            "list",
+            "--ring",
+            &ring,
+            "--endpoint-url",
+            "http://127.0.0.1:9",
+        ],
+        None,
+        dir.path(),
+    );
+    assert!(
+        run.stderr.contains(
+            "warning: --endpoint-url is deprecated; use --aws-endpoint-url (the same flag as \
+             the controller's)"
+        ),
+        "{}",
+        run.stderr
+    );
+    // The advice when no region is known names the flag that exists.
+    let run = kseal(
+        &["keys", "list", "--ring", "secretsmanager://kseal/fleet"],
+        None,
+        dir.path(),
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no AWS region: pass --aws-region,"),
+        "{}",
+        run.stderr
+    );
     let run = kseal(&["seal", "--cert", "kseal/fleet"], Some("x"), dir.path());
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(

@@ -616,13 +616,37 @@ fn outside_a_repository_only_the_current_directory_counts() {
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
+/// A group that holds another user than root, from /etc/passwd: the primary group (not root's)
+/// of a user other than root, and that user's name.
+fn group_shared_with_another_user() -> Option<(u32, String)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() >= 4 && f[2] != "0" && f[3] != "0")
+            .then(|| Some((f[3].parse().ok()?, f[0].to_owned())))
+            .flatten()
+    })
+}
+
+/// Whether root's group (gid 0) is root's alone: no other user has it as primary group and
+/// /etc/group lists no member.
+fn root_group_is_private() -> bool {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .all(|f| f.len() < 4 || f[3] != "0" || f[2] == "0")
+        && group.lines().any(|l| l == "root:x:0:")
+}
+
 #[cfg(unix)]
 #[test]
 fn a_file_others_could_write_is_refused() {
+    use std::os::unix::fs::MetadataExt as _;
     let repo = Repo::new(RULES);
     let path = repo.root.join(".kseal.yaml");
-    for (mode, who) in [(0o664, "its group"), (0o646, "others")] {
-        set_mode(&path, mode);
+    let refused = |who: &str, advice: &str| {
         for args in [
             &["seal", "-w", "clusters/prod/db.yaml"][..],
             &["config"][..],
@@ -633,11 +657,41 @@ fn a_file_others_could_write_is_refused() {
                 run.stderr.contains(&format!(
                     "refusing {}: it is writable by {who}",
                     path.display()
-                )) && run.stderr.contains("chmod go-w"),
+                )) && run.stderr.contains(advice),
                 "{}",
                 run.stderr
             );
         }
+    };
+    set_mode(&path, 0o646);
+    refused("others (mode 0646)", "chmod go-w");
+    // Group-writable: fine when the group is the owner's alone (OpenSSH's rule, what umask
+    // 002 gives a clone), refused when another user is in it. Root can hand the file to
+    // either kind of group; other users test the message only.
+    let as_root = std::fs::metadata(&path).unwrap().uid() == 0;
+    if as_root && root_group_is_private() {
+        std::os::unix::fs::chown(&path, None, Some(0)).unwrap();
+        set_mode(&path, 0o664);
+        let run = repo.run("clusters", &["config"], None);
+        assert_eq!(
+            run.code, 0,
+            "a private group's write bit is fine: {}",
+            run.stderr
+        );
+    }
+    if let (true, Some((gid, user))) = (as_root, group_shared_with_another_user()) {
+        std::os::unix::fs::chown(&path, None, Some(gid)).unwrap();
+        set_mode(&path, 0o664);
+        refused("its group (mode 0664) and group `", "chmod g-w");
+        let run = repo.run("clusters", &["config"], None);
+        assert!(
+            run.stderr
+                .contains(&format!("is also the primary group of user `{user}`"))
+                || run.stderr.contains(&format!("has member `{user}`")),
+            "{}",
+            run.stderr
+        );
+        std::os::unix::fs::chown(&path, None, Some(0)).unwrap();
     }
     assert!(!repo.root.join("clusters/prod/db.yaml").exists());
     set_mode(&path, 0o644);

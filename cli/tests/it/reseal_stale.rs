@@ -324,6 +324,140 @@ fn a_key_that_opens_nothing_is_an_error_and_nothing_is_written() {
     );
 }
 
+/// A key Secret as kseal's controller mirrors a fleet ring's key: the mirror label, and
+/// whether the ring's index names it active.
+fn mirror_secret(dir: &Path, name: &str, active: bool) -> String {
+    key_secret(
+        dir,
+        name,
+        &format!(
+            "  labels:\n    kseal.dev/mirror: \"true\"\n  annotations:\n    \
+             kseal.dev/active: \"{active}\"\n"
+        ),
+    )
+}
+
+/// A key Secret of `dir`'s key with `metadata` lines appended to its name and namespace.
+fn key_secret(dir: &Path, name: &str, metadata: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |file: &str| {
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(dir.join(file)).unwrap())
+    };
+    format!(
+        "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/tls\nmetadata:\n  name: {name}\n  \
+         namespace: kseal-system\n{metadata}data:\n  tls.crt: {}\n  tls.key: {}\n",
+        b64("tls.crt"),
+        b64("tls.key")
+    )
+}
+
+/// With the ring's private keys and no --cert, --stale re-seals to the key the ring marks
+/// active, never to a newer key pushed but not activated, and says which; among unmarked keys
+/// it does not guess.
+#[test]
+fn without_cert_stale_items_go_to_the_rings_active_key_only_and_it_is_named() {
+    let tree = Tree::new();
+    let before = tree.files();
+    // Unmarked PEM keys: the newest may be pending, so no guess; nothing is written.
+    let guess = kseal(
+        &["reseal", "--stale", "--key", &tree.keys(), "repo"],
+        None,
+        &tree.root,
+    );
+    assert_eq!(guess.code, 1, "{}", guess.stderr);
+    let new_kid = kid_of(&tree.new.join("tls.crt"));
+    let old_kid = kid_of(&tree.old.join("tls.crt"));
+    // Both keys were made in the same second or so: either may count as the newest.
+    assert!(
+        guess.stderr.contains("--stale does not guess")
+            && (guess
+                .stderr
+                .contains(&format!("the newest, {new_kid}, may be a key pushed"))
+                || guess
+                    .stderr
+                    .contains(&format!("the newest, {old_kid}, may be a key pushed")))
+            && guess.stderr.contains("pass --cert with the ring"),
+        "{}",
+        guess.stderr
+    );
+    assert_eq!(tree.files(), before);
+
+    // A backup of the controller's mirrors: `old` is the ring's active key, `new` was pushed
+    // but not activated. The items sealed with `new` are the stale ones.
+    let backup = tree.root.join("backup.yaml");
+    std::fs::write(
+        &backup,
+        format!(
+            "{}---\n{}",
+            mirror_secret(&tree.old, "ring-old", true),
+            mirror_secret(&tree.new, "ring-new", false)
+        ),
+    )
+    .unwrap();
+    let run = ok(
+        &tree.root,
+        &["reseal", "--stale", "--key", s(&backup), "repo"],
+        None,
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "re-sealing to key {old_kid} (the ring's active key, as the --key files mark it"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.contains(&format!("item sealed with {new_kid}"))
+            || run.stdout.contains(&format!("items sealed with {new_kid}")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !run.stdout.contains(&format!("sealed with {old_kid}")),
+        "{}",
+        run.stdout
+    );
+    // Everything opens with the active key alone: nothing went to the pending one.
+    assert!(tree.opens_with(&tree.old));
+    assert!(!tree.opens_with(&tree.new));
+
+    // A plain Bitnami backup (key Secrets, no kseal marks): the newest by creation time seals,
+    // as in Bitnami's controller, and the line says so.
+    let bitnami = tree.root.join("bitnami-backup.yaml");
+    let label = "  labels:\n    sealedsecrets.bitnami.com/sealed-secrets-key: active\n";
+    std::fs::write(
+        &bitnami,
+        format!(
+            "{}---\n{}",
+            key_secret(
+                &tree.old,
+                "sealed-secrets-keyold",
+                &format!("  creationTimestamp: \"2020-01-01T00:00:00Z\"\n{label}")
+            ),
+            key_secret(
+                &tree.new,
+                "sealed-secrets-keynew",
+                &format!("  creationTimestamp: \"2024-01-01T00:00:00Z\"\n{label}")
+            )
+        ),
+    )
+    .unwrap();
+    let run = ok(
+        &tree.root,
+        &["reseal", "--stale", "--key", s(&bitnami), "repo"],
+        None,
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "re-sealing to key {new_kid} (the newest of the --key files' key Secrets, none \
+             marked as a fleet ring's active key: the key Bitnami's controller seals with)"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(tree.opens_with(&tree.new));
+}
+
 /// On a ring in the emulator: sealed with the old key, rotated, `reseal --stale --cert
 /// secretsmanager://R` re-seals to the ring's active key, and `keys retire OLD --check`
 /// then passes.

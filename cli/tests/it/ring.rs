@@ -99,7 +99,7 @@ impl Aws {
     }
 }
 
-/// One ring of the emulator: `--ring PREFIX --endpoint-url URL` appended to every command.
+/// One ring of the emulator: `--ring PREFIX --aws-endpoint-url URL` appended to every command.
 struct Ring {
     aws: Aws,
     endpoint: String,
@@ -118,7 +118,7 @@ impl Ring {
     fn keys(&self, cwd: &Path, args: &[&str]) -> Run {
         let mut all = vec!["keys"];
         all.extend_from_slice(args);
-        all.extend_from_slice(&["--ring", &self.prefix, "--endpoint-url", &self.endpoint]);
+        all.extend_from_slice(&["--ring", &self.prefix, "--aws-endpoint-url", &self.endpoint]);
         self.aws.run(cwd, &all, None)
     }
 
@@ -263,7 +263,7 @@ fn push_activate_rotate_and_list() {
             "push",
             "--ring",
             &ring.prefix,
-            "--endpoint-url",
+            "--aws-endpoint-url",
             &endpoint,
         ],
         None,
@@ -403,7 +403,7 @@ fn seal_with_the_ring_certificate_round_trips() {
     assert!(
         wrong
             .stderr
-            .contains("not at the pinned anchor 000000000000"),
+            .contains("does not pass through the pinned root 000000000000"),
         "{}",
         wrong.stderr
     );
@@ -789,7 +789,7 @@ fn error_messages_of_the_ring_commands() {
             "list",
             "--ring",
             "kseal/fleet",
-            "--endpoint-url",
+            "--aws-endpoint-url",
             "http://127.0.0.1:1",
         ],
         None,
@@ -809,7 +809,7 @@ fn error_messages_of_the_ring_commands() {
                 "list",
                 "--ring",
                 "kseal/fleet",
-                "--endpoint-url",
+                "--aws-endpoint-url",
                 "http://127.0.0.1:1",
             ],
             None,
@@ -1158,6 +1158,48 @@ fn retire_check_walks_linked_directories_and_refuses_to_prove_nothing() {
         "a refused retire changes nothing"
     );
 
+    // Not on a terminal, retiring needs --yes; --dry-run runs every check and changes nothing.
+    let unasked = keys(&["retire", &old_kid[..12], "--check", "empty", "--allow-none"]);
+    assert_eq!(unasked.code, 1, "{}", unasked.stderr);
+    assert!(
+        unasked.stderr.contains(&format!(
+            "error: not retiring key {} without confirmation: standard input is not a \
+             terminal, so pass --yes (or first --dry-run to see what would happen)",
+            &old_kid[..12]
+        )) || unasked
+            .stderr
+            .contains("without confirmation: standard input is not a terminal"),
+        "{}",
+        unasked.stderr
+    );
+    let dry = keys(&[
+        "retire",
+        &old_kid[..12],
+        "--check",
+        "empty",
+        "--allow-none",
+        "--dry-run",
+    ]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stderr.contains("would be retired from key ring")
+            && dry.stderr.contains("Nothing was changed"),
+        "{}",
+        dry.stderr
+    );
+    let still_needed = keys(&["retire", &old_kid[..12], "--check", "repo", "--dry-run"]);
+    assert_eq!(
+        still_needed.code, 1,
+        "a dry run runs the checks: {}",
+        still_needed.stderr
+    );
+    let index = keys(&["list", "-o", "json"]);
+    assert!(index.stdout.contains(&old_kid), "a dry run changes nothing");
+    assert!(
+        !d.join("ring/retired").exists(),
+        "a dry run changes nothing"
+    );
+
     // Unless the operator says so; the key's files stay under retired/.
     let run = keys(&[
         "retire",
@@ -1330,7 +1372,7 @@ fn a_pinned_keys_sign_refuses_a_stripped_index() {
     let mut index: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let object = index.as_object_mut().unwrap();
-    for field in ["version", "roots", "signature", "retired"] {
+    for field in ["version", "roots", "signature", "retired", "expires"] {
         object.remove(field);
     }
     object.insert("schema".into(), 1.into());
@@ -1367,7 +1409,7 @@ fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused
     let mut index: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let object = index.as_object_mut().unwrap();
-    for field in ["version", "roots", "signature", "retired"] {
+    for field in ["version", "roots", "signature", "retired", "expires"] {
         object.remove(field);
     }
     object.insert("schema".into(), 1.into());
@@ -1406,7 +1448,11 @@ fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused
     assert_eq!(keys(&["trust"]).code, 0);
     let check = keys(&["trust", "--check"]);
     assert_eq!(check.code, 0, "{}", check.stderr);
-    assert!(check.stderr.contains("matches the pin"), "{}", check.stderr);
+    assert!(
+        check.stderr.contains("passes through the pin"),
+        "{}",
+        check.stderr
+    );
     assert_eq!(run(&["seal", "--cert", &url]).code, 0);
 
     // The pin records the version it saw; `trust` again moves it forward; an older index
@@ -1442,7 +1488,8 @@ fn an_unsigned_ring_is_signed_once_then_pinned_and_a_replaced_history_is_refused
     let seal = run(&["seal", "--cert", &url]);
     assert_eq!(seal.code, 1);
     assert!(
-        seal.stderr.contains("not at the pinned anchor"),
+        seal.stderr
+            .contains("does not pass through the pinned root"),
         "{}",
         seal.stderr
     );
@@ -1466,4 +1513,191 @@ fn yaml_1_2() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.strict_booleans = true;
     options
+}
+
+/// Issue 35: a ring moved to a dedicated root (an offline key file here) that no cluster holds.
+/// `kseal keys trust` moves the repository's pin from the ring key to the root; writes need
+/// `--root`; a fork signed with every ring key (all a compromised cluster holds) is refused by
+/// `kseal seal`, with the pin at the root, and on a machine that saw the root even with the
+/// old pin; `kseal keys refresh` signs it again with the lifetime asked for.
+#[test]
+fn a_dedicated_root_moves_the_pin_and_refuses_forks_signed_with_ring_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = d.join("ring");
+    let url = format!("dir://{}", ring.display());
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", d.join("cache").to_str().unwrap());
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    let ok = |out: Run| {
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["trust", "--yes"]));
+    let anchor = pinned_anchor(d);
+    let root_file = d.join("root.pem");
+    let made = ok(aws.run(d, &["keys", "new-root", "--out", s(&root_file)], None));
+    assert!(made.stderr.contains("mode 0600"), "{}", made.stderr);
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&root_file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    let again = aws.run(d, &["keys", "new-root", "--out", s(&root_file)], None);
+    assert_eq!(again.code, 1, "never overwritten: {}", again.stderr);
+    let root_arg = format!("file://{}", root_file.display());
+    let moved = ok(keys(&["re-root", "--to", &root_arg, "--yes"]));
+    assert!(moved.stderr.contains("dedicated root"), "{}", moved.stderr);
+
+    // A write without the root is refused and says what to pass.
+    let refused = keys(&["push", "--key-size", "2048"]);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(refused.stderr.contains("--root"), "{}", refused.stderr);
+    ok(keys(&["push", "--key-size", "2048", "--root", &root_arg]));
+
+    // `trust --check` says the pin is at a ring key; `trust` moves it to the root.
+    let check = keys(&["trust", "--check"]);
+    assert_eq!(check.code, 1, "{}", check.stderr);
+    assert!(
+        check.stderr.contains("a ring key that clusters held"),
+        "{}",
+        check.stderr
+    );
+    let seal = |aws: &Aws| {
+        aws.run(
+            d,
+            &[
+                "seal",
+                "--cert",
+                &url,
+                "--raw",
+                "--name",
+                "x",
+                "--namespace",
+                "y",
+            ],
+            Some("v"),
+        )
+    };
+    // Sealing still works under the old pin, with a warning to move it; the machine
+    // remembers the root.
+    let warned = ok(seal(&aws));
+    assert!(warned.stderr.contains("--root-kid"), "{}", warned.stderr);
+    // Moving the pin needs the root's kid, confirmed out of band: a pin at a ring key cannot
+    // tell a real move from a fork signed with a cluster's keys.
+    let unconfirmed = keys(&["trust"]);
+    assert_eq!(unconfirmed.code, 1, "{}", unconfirmed.stderr);
+    assert!(
+        unconfirmed.stderr.contains("--root-kid"),
+        "{}",
+        unconfirmed.stderr
+    );
+    let root_kid = kseal_keystore::Kid::of(
+        kseal_keys::PrivateKey::from_pem(&std::fs::read_to_string(&root_file).unwrap())
+            .unwrap()
+            .public_key(),
+    );
+    let wrong = keys(&["trust", "--root-kid", &anchor]);
+    assert_eq!(wrong.code, 1, "{}", wrong.stderr);
+    assert!(wrong.stderr.contains("Do not seal"), "{}", wrong.stderr);
+    let trusted = ok(keys(&["trust", "--root-kid", root_kid.as_str()]));
+    assert!(
+        trusted.stderr.contains("moved the pin"),
+        "{}",
+        trusted.stderr
+    );
+    let root = pinned_anchor(d);
+    assert_eq!(root, root_kid.as_str());
+    ok(seal(&aws));
+
+    // The fork: every ring key is in the attacker's hands (a cluster's mirror holds them all),
+    // the anchor among them; they hand the root from the anchor to their own key.
+    let path = ring.join("index.json");
+    let real = std::fs::read_to_string(&path).unwrap();
+    let mut index = kseal_keystore::Index::parse_any_ring(&real, "index.json").unwrap();
+    let anchor_dir = ring.join("keys").join(&anchor);
+    let anchor_pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(anchor_dir.join("tls.key")).unwrap(),
+        &std::fs::read_to_string(anchor_dir.join("tls.crt")).unwrap(),
+    )
+    .unwrap();
+    let evil = kseal_keys::KeyPair::generate(
+        kseal_keys::KeySize::Rsa2048,
+        &kseal_keys::CertificateOptions::default(),
+    )
+    .unwrap();
+    index.roots.truncate(1);
+    let record =
+        kseal_keystore::trust::rotate_root(&index.ring, &index.roots[0], &anchor_pair, &evil)
+            .unwrap();
+    index.roots.push(record);
+    index.keys.push(
+        kseal_keystore::IndexEntry::new(evil.certificate(), std::time::SystemTime::now()).unwrap(),
+    );
+    index.active = Some(kseal_keystore::Kid::of(evil.public_key()));
+    index.version += 5;
+    kseal_keystore::trust::sign_index(&mut index, &evil).unwrap();
+    std::fs::write(&path, index.to_json()).unwrap();
+    let forked = seal(&aws);
+    assert_eq!(forked.code, 1, "{}", forked.stderr);
+    assert!(
+        forked
+            .stderr
+            .contains("does not pass through the pinned root"),
+        "{}",
+        forked.stderr
+    );
+    // Pinned at the old anchor on this machine, which saw the root: refused as a fork.
+    let old_pin = aws.run(
+        d,
+        &[
+            "seal",
+            "--cert",
+            &url,
+            "--ring-anchor",
+            &anchor,
+            "--raw",
+            "--name",
+            "x",
+            "--namespace",
+            "y",
+        ],
+        Some("v"),
+    );
+    assert_eq!(old_pin.code, 1, "{}", old_pin.stderr);
+    assert!(old_pin.stderr.contains("fork"), "{}", old_pin.stderr);
+
+    // Refresh: the real index back, signed again by the root with a lifetime of one hour.
+    std::fs::write(&path, &real).unwrap();
+    ok(keys(&["refresh", "--root", &root_arg, "--lifetime", "1h"]));
+    let refreshed = kseal_keystore::Index::parse_any_ring(
+        &std::fs::read_to_string(&path).unwrap(),
+        "index.json",
+    )
+    .unwrap();
+    assert_eq!(
+        refreshed
+            .expires
+            .unwrap()
+            .duration_since(refreshed.updated)
+            .as_secs(),
+        3600
+    );
+}
+
+/// The anchor pinned in `d/.kseal.yaml`.
+fn pinned_anchor(d: &Path) -> String {
+    let text = std::fs::read_to_string(d.join(".kseal.yaml")).unwrap();
+    let value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let rings = value["rings"].as_array().cloned().unwrap_or_default();
+    rings
+        .iter()
+        .find_map(|r| r["anchor"].as_str().map(str::to_owned))
+        .or_else(|| value["anchor"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no anchor in {text}"))
 }

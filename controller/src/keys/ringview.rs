@@ -225,7 +225,11 @@ mod tests {
         let signed = Verified::Signed {
             anchor: anchor.clone(),
             root: anchor.clone(),
+            root_seq: 1,
+            dedicated: false,
             version: 7,
+            expires: None,
+            expired: false,
         };
         assert_eq!(
             pin.accept(&signed),

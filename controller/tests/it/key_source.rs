@@ -1606,7 +1606,7 @@ async fn a_ring_rooted_elsewhere_than_the_given_anchor_is_refused() {
             .readiness
             .key_source()
             .and_then(|s| s.problem)
-            .is_some_and(|p| p.contains("not at the pinned anchor"))
+            .is_some_and(|p| p.contains("does not pass through the pinned root"))
     })
     .await;
     assert_eq!(running.state.keys.ring().len(), 0);

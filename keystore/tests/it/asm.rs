@@ -363,6 +363,7 @@ async fn index_holds_only_public_data_in_the_documented_shape() {
             "version",
             "active",
             "updated",
+            "expires",
             "keys",
             "roots",
             "signature"

@@ -4,4 +4,5 @@
 mod asm;
 mod asm_no_credentials;
 mod dir;
+mod root;
 mod trust;

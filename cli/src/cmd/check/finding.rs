@@ -28,9 +28,10 @@ pub(super) enum Rule {
     DoesNotOpen,
     Stale,
     ClusterWide,
+    HelmTemplate,
 }
 
-pub(super) const RULES: [Rule; 9] = [
+pub(super) const RULES: [Rule; 10] = [
     Rule::Parse,
     Rule::Scope,
     Rule::Malformed,
@@ -40,6 +41,7 @@ pub(super) const RULES: [Rule; 9] = [
     Rule::DoesNotOpen,
     Rule::Stale,
     Rule::ClusterWide,
+    Rule::HelmTemplate,
 ];
 
 impl Rule {
@@ -54,12 +56,13 @@ impl Rule {
             Rule::DoesNotOpen => "item-does-not-open",
             Rule::Stale => "stale-sealing-key",
             Rule::ClusterWide => "cluster-wide-forbidden",
+            Rule::HelmTemplate => "helm-template-not-checked",
         }
     }
 
     pub(super) fn level(self) -> Level {
         match self {
-            Rule::Stale | Rule::ClusterWide => Level::Warning,
+            Rule::Stale | Rule::ClusterWide | Rule::HelmTemplate => Level::Warning,
             _ => Level::Error,
         }
     }
@@ -77,6 +80,10 @@ impl Rule {
             Rule::DoesNotOpen => "An item does not open with the ring's private keys",
             Rule::Stale => "Sealed with a key that is not the ring's active key",
             Rule::ClusterWide => "Cluster-wide scope where the repository's rules forbid it",
+            Rule::HelmTemplate => {
+                "A Helm template holds a SealedSecret: it is not checked until rendered (exclude \
+                 it with --exclude or `excludes:` in .kseal.yaml)"
+            }
         }
     }
 }

@@ -8,7 +8,13 @@
 //! templates render. The private tier (`--key` files, or `--controller`) also opens every
 //! item; plaintext is dropped (and zeroized) as soon as it has been checked.
 //!
-//! Exit codes: 0 clean (warnings allowed unless `--strict`), 1 findings, 2 usage or I/O error.
+//! Paths that `--exclude` or the `excludes:` of `.kseal.yaml` match are skipped; a SealedSecret
+//! in a Helm chart's `templates/` (or a document that is a template) is reported as not
+//! checked, a warning, rather than as a document that does not parse.
+//!
+//! Exit codes: 0 clean (warnings allowed unless `--strict`), 1 findings, 2 usage or I/O error,
+//! and 2 when a worker panics: the run fails closed, naming the file, rather than reporting
+//! without it.
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -20,12 +26,13 @@ use self::finding::Level;
 use self::keys::ring_view;
 use self::report::{human, json, junit, sarif};
 use self::rules::{check_private_controller, check_private_keys, check_public};
-use self::scan::{Object, parallel_map, read_file};
+use self::scan::{Object, Panicked, parallel_map, read_file};
 use crate::args::{CheckArgs, CheckFormat, Progress};
 use crate::controller::{Controller, ControllerTarget};
 use crate::opening::Checker;
 use crate::text::count;
 
+mod exclude;
 mod finding;
 mod keys;
 mod report;
@@ -64,6 +71,8 @@ pub(super) struct Totals {
     pub(super) items: usize,
     pub(super) errors: usize,
     pub(super) warnings: usize,
+    /// Files that `--exclude` or `excludes:` skipped.
+    pub(super) excluded: usize,
 }
 
 pub(crate) fn run(args: CheckArgs) -> Result<()> {
@@ -71,7 +80,7 @@ pub(crate) fn run(args: CheckArgs) -> Result<()> {
         Ok(0) => Ok(()),
         Ok(code) => Err(Exit(code).into()),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::text::chain(&e));
             Err(Exit(2).into())
         }
     }
@@ -97,39 +106,69 @@ fn check(args: &CheckArgs) -> Result<u8> {
     } else {
         args.paths.clone()
     };
-    let files = crate::walk::walk(
+    let excludes = exclude::Excludes::load(&args.excludes, &paths)?;
+    let mut files = crate::walk::walk(
         &paths,
         &crate::walk::Walk {
             gitignore: !args.no_ignore,
             what: "path",
         },
     )?;
+    let walked = files.len();
+    files.retain(|f| !excludes.excludes(f));
+    let excluded = walked - files.len();
     let progress = args.progress == Progress::Auto && std::io::stderr().is_terminal();
     let now = SystemTime::now();
-    let mut reports = parallel_map(files, "reading", progress, |path| {
-        let mut report = read_file(&path)?;
-        for object in &mut report.objects {
-            check_public(&report.path, object, &view, now);
-        }
-        anyhow::Ok(report)
-    })
-    .into_iter()
-    .collect::<Result<Vec<_>>>()?;
+    let names = files.clone();
+    let mut reports = Vec::with_capacity(files.len());
+    for (path, result) in names
+        .iter()
+        .zip(parallel_map(files, "reading", progress, |path| {
+            let mut report = read_file(&path)?;
+            for object in &mut report.objects {
+                check_public(&report.path, object, &view, now);
+            }
+            anyhow::Ok(report)
+        }))
+    {
+        reports.push(result.map_err(|Panicked(why)| {
+            anyhow::anyhow!(
+                "checking `{}` failed unexpectedly (a bug in kseal: {why}); no report, since \
+                 a file left out could hide a finding",
+                path.display()
+            )
+        })??);
+    }
     if let Some(loaded) = &loaded {
-        let objects: Vec<&mut Object> = reports
+        let objects: Vec<(&Path, &mut Object)> = reports
             .iter_mut()
-            .flat_map(|r| r.objects.iter_mut())
+            .flat_map(|r| r.objects.iter_mut().map(|o| (r.path.as_path(), o)))
             .collect();
-        parallel_map(objects, "opening", progress, |object| {
+        let names: Vec<String> = objects
+            .iter()
+            .map(|(path, o)| format!("{} in `{}`", o.name, path.display()))
+            .collect();
+        let opened = parallel_map(objects, "opening", progress, |(_, object)| {
             check_private_keys(object, &loaded.ring, &view);
         });
+        for (name, result) in names.iter().zip(opened) {
+            result.map_err(|Panicked(why)| {
+                anyhow::anyhow!(
+                    "opening {name} failed unexpectedly (a bug in kseal: {why}); no report, \
+                     since an object left out could hide a finding"
+                )
+            })?;
+        }
     }
     if let Some(checker) = &checker {
         for object in reports.iter_mut().flat_map(|r| r.objects.iter_mut()) {
             check_private_controller(object, checker)?;
         }
     }
-    let mut totals = Totals::default();
+    let mut totals = Totals {
+        excluded,
+        ..Totals::default()
+    };
     for report in &mut reports {
         if !report.objects.is_empty() || !report.findings.is_empty() {
             totals.files += 1;
@@ -179,8 +218,13 @@ fn check(args: &CheckArgs) -> Result<u8> {
 }
 
 pub(super) fn summary(t: &Totals) -> String {
+    let excluded = if t.excluded > 0 {
+        format!(" ({} excluded)", count(t.excluded, "file"))
+    } else {
+        String::new()
+    };
     format!(
-        "checked {} ({}) in {}: {}, {}",
+        "checked {} ({}) in {}{excluded}: {}, {}",
         count(t.objects, "SealedSecret"),
         count(t.items, "item"),
         count(t.files, "file"),

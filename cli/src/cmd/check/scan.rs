@@ -113,6 +113,24 @@ pub(super) fn read_file(path: &Path) -> Result<FileReport> {
     if !text.contains(KIND) {
         return Ok(report);
     }
+    if let Some(chart) = chart_of_template(path) {
+        let line = text
+            .lines()
+            .position(|l| l.contains(KIND))
+            .map_or(1, |i| i + 1);
+        report.findings.push(Finding {
+            rule: Rule::HelmTemplate,
+            line,
+            item: None,
+            message: format!(
+                "a template of the Helm chart `{}`, not checked: check what `helm template` \
+                 renders, and exclude the chart's templates (--exclude, or `excludes:` in \
+                 .kseal.yaml)",
+                chart.display()
+            ),
+        });
+        return Ok(report);
+    }
     for (number, (first, doc)) in documents(&text).into_iter().enumerate() {
         let number = number + 1;
         if !doc.contains(KIND) {
@@ -120,6 +138,19 @@ pub(super) fn read_file(path: &Path) -> Result<FileReport> {
         }
         let value: serde_json::Value = match crate::yaml::from_str(doc) {
             Ok(v) => v,
+            Err(_) if doc.contains("{{") => {
+                report.findings.push(Finding {
+                    rule: Rule::HelmTemplate,
+                    line: first,
+                    item: None,
+                    message: format!(
+                        "document {number} is a template (`{{{{ … }}}}`), not YAML: not \
+                         checked; check what it renders to, and exclude the file (--exclude, \
+                         or `excludes:` in .kseal.yaml)"
+                    ),
+                });
+                continue;
+            }
             Err(e) => {
                 let line = e
                     .location()
@@ -186,20 +217,53 @@ pub(super) fn read_file(path: &Path) -> Result<FileReport> {
     Ok(report)
 }
 
+/// The chart directory when `path` lies under the `templates/` directory of a Helm chart
+/// (the directory above it holds `Chart.yaml`): a template, not a manifest.
+pub(super) fn chart_of_template(path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .skip(1)
+        .find(|dir| dir.file_name().is_some_and(|n| n == "templates"))
+        .and_then(Path::parent)
+        .filter(|chart| chart.join("Chart.yaml").is_file())
+        .map(|chart| {
+            if chart.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                chart.to_path_buf()
+            }
+        })
+}
+
 pub(super) fn is_manifest_name(path: &Path) -> bool {
     path.extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
 }
 
+/// A worker's `f` panicked on one input: what it said.
+#[derive(Debug)]
+pub(super) struct Panicked(pub(super) String);
+
+impl Panicked {
+    fn of(payload: &(dyn std::any::Any + Send)) -> Self {
+        let text = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        Self(text)
+    }
+}
+
 /// `f` over `inputs` on every core, in order; draws a progress bar on stderr after a second
-/// when `progress`.
+/// when `progress`. One result per input, always: an input on which `f` panicked gives
+/// [`Panicked`] (the caller fails closed), never a dropped result.
 pub(super) fn parallel_map<T: Send, U: Send>(
     inputs: Vec<T>,
     label: &str,
     progress: bool,
     f: impl Fn(T) -> U + Sync,
-) -> Vec<U> {
+) -> Vec<Result<U, Panicked>> {
     let total = inputs.len();
     let threads = std::thread::available_parallelism()
         .map_or(1, std::num::NonZero::get)
@@ -208,7 +272,7 @@ pub(super) fn parallel_map<T: Send, U: Send>(
         .into_iter()
         .map(|t| std::sync::Mutex::new(Some(t)))
         .collect();
-    let results: Vec<std::sync::Mutex<Option<U>>> =
+    let results: Vec<std::sync::Mutex<Option<Result<U, Panicked>>>> =
         (0..total).map(|_| std::sync::Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -225,12 +289,19 @@ pub(super) fn parallel_map<T: Send, U: Send>(
                         if i >= total {
                             break;
                         }
-                        let input = slots[i].lock().ok().and_then(|mut s| s.take());
+                        // A poisoned slot still holds its input: a panic is caught below,
+                        // never while a lock is held.
+                        let input = slots[i]
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .take();
                         if let Some(input) = input {
-                            let out = f(input);
-                            if let Ok(mut r) = results[i].lock() {
-                                *r = Some(out);
-                            }
+                            let out =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(input)))
+                                    .map_err(|payload| Panicked::of(payload.as_ref()));
+                            *results[i]
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(out);
                         }
                         done.fetch_add(1, Ordering::Relaxed);
                     }
@@ -244,7 +315,11 @@ pub(super) fn parallel_map<T: Send, U: Send>(
     });
     results
         .into_iter()
-        .filter_map(|r| r.into_inner().ok().flatten())
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .unwrap_or_else(|| Err(Panicked("its worker stopped before it".to_owned())))
+        })
         .collect()
 }
 
@@ -280,6 +355,44 @@ mod tests {
         let text = "# head\n---\na: 1\n---\n# only a comment\n---\nb: 2\n";
         let docs = documents(text);
         assert_eq!(docs, vec![(3, "a: 1\n"), (7, "b: 2\n")]);
+    }
+
+    #[test]
+    fn a_panicking_input_gives_its_own_error_and_the_others_their_results() {
+        let inputs: Vec<usize> = (0..40).collect();
+        let out = parallel_map(inputs, "testing", false, |i| {
+            assert!(i != 17, "input {i} is cursed");
+            i * 2
+        });
+        assert_eq!(out.len(), 40);
+        for (i, r) in out.iter().enumerate() {
+            match r {
+                Ok(v) => assert_eq!(*v, i * 2),
+                Err(Panicked(message)) => {
+                    assert_eq!(i, 17);
+                    assert_eq!(message, "input 17 is cursed");
+                }
+            }
+        }
+        assert_eq!(out.iter().filter(|r| r.is_err()).count(), 1);
+    }
+
+    #[test]
+    fn files_under_a_charts_templates_are_templates() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chart = tmp.path().join("charts/app");
+        std::fs::create_dir_all(chart.join("templates/sub")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("plain/templates")).unwrap();
+        std::fs::write(chart.join("Chart.yaml"), "name: app\n").unwrap();
+        assert_eq!(
+            chart_of_template(&chart.join("templates/sub/secret.yaml")),
+            Some(chart.clone())
+        );
+        assert_eq!(chart_of_template(&chart.join("values.yaml")), None);
+        assert_eq!(
+            chart_of_template(&tmp.path().join("plain/templates/secret.yaml")),
+            None
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::mirror;
 use crate::args::RetireArgs;
 use crate::keysource::ring::{block_on, open, read_index, ring_label};
 use crate::opening::open_items;
-use crate::output::confirm;
+use crate::output::confirm_or_yes;
 use crate::text::count;
 
 /// The SealedSecrets of one file (other kinds are skipped).
@@ -117,13 +117,26 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
                 count(args.recovery_days, "day")
             ),
         };
-        confirm(
+        if args.dry_run {
+            eprintln!(
+                "dry run: key {} would be retired from key ring {}. {fate}. Nothing was changed",
+                target.short(),
+                ring_label(&ring),
+            );
+            return Ok(());
+        }
+        confirm_or_yes(
             &format!(
                 "Retire key {} from key ring {}? {fate}",
                 target.short(),
                 ring_label(&ring),
             ),
-            args.confirm.yes,
+            args.yes,
+            &format!(
+                "not retiring key {} without confirmation: standard input is not a terminal, \
+                 so pass --yes (or first --dry-run to see what would happen)",
+                target.short()
+            ),
         )?;
         let outcome = ring
             .retire(target.as_str(), args.recovery_days)

@@ -1,0 +1,426 @@
+//! Dedicated roots and expiry: a ring's history signed by a key no cluster holds (an offline
+//! file, or an AWS KMS key on the emulator), and indexes that stop being current.
+//!
+//! The attacker of these tests holds every private key any cluster ever held (every ring key)
+//! and can write `R/index`; once the ring has moved to a dedicated root, a reader pinned at
+//! that root, or one that has seen it, accepts nothing they sign.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use kseal_keys::{KeyPair, KeySize};
+use kseal_keystore::trust::{self, RootRecord};
+use kseal_keystore::{AwsOptions, Error, Index, Ring, RootKey, RootSigner, Trust, Verified};
+use kseal_testkit::sm;
+
+use crate::trust::{
+    CloneWith as _, kid, overwrite_index, pair, raw_index, rings, seeded, untrusted_reason,
+};
+
+/// An offline root key file (mode 0600) in `dir`.
+async fn file_root(dir: &std::path::Path, name: &str) -> RootSigner {
+    let key = kseal_keys::PrivateKey::generate(KeySize::Rsa2048).expect("generate a root key");
+    let path = dir.join(name);
+    std::fs::write(&path, key.to_pkcs8_pem().as_bytes()).expect("write the root key");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    RootSigner::open(&RootKey::File(path), &AwsOptions::default())
+        .await
+        .expect("open the root key file")
+}
+
+async fn verified(ring: &Ring, trust: Trust) -> kseal_keystore::Result<Verified> {
+    Ok(ring
+        .clone_with(trust)
+        .snapshot(None)
+        .await?
+        .expect("an index")
+        .verified)
+}
+
+/// The index forged from the real one by someone holding every ring key: the root handed
+/// from the ring's anchor `a` to their own key, the index signed by it.
+fn fork_from_ring_key(real: &Index, anchor: &KeyPair, evil: &KeyPair) -> Index {
+    let mut forged = real.clone();
+    forged.roots.truncate(1);
+    let record = trust::rotate_root(&forged.ring, &forged.roots[0], anchor, evil).unwrap();
+    forged.roots.push(record);
+    forged.keys.push(
+        kseal_keystore::IndexEntry::new(evil.certificate(), std::time::SystemTime::now()).unwrap(),
+    );
+    forged.active = Some(kid(evil));
+    forged.version = real.version + 10;
+    forged.expires = real.expires;
+    trust::sign_index(&mut forged, evil).unwrap();
+    forged
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_moved_to_a_dedicated_root_cannot_be_forked_with_ring_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    for (ring, _keep) in rings("a_ring_moved_to_a_dedicated_root").await {
+        let (a, b, anchor) = seeded(&ring).await;
+        let root = file_root(dir.path(), &format!("root-{}.pem", anchor.short())).await;
+        let seeder = ring.clone().with_root(root.clone());
+        assert!(seeder.re_root(&root).await.unwrap(), "moved");
+        assert!(!seeder.re_root(&root).await.unwrap(), "once");
+        let moved = raw_index(&ring).await;
+        let last = moved.roots.last().unwrap();
+        assert!(last.dedicated && &last.kid == root.kid());
+        assert!(moved.expires.is_some(), "a dedicated root's index expires");
+        let Verified::Signed {
+            root: signer,
+            dedicated,
+            ..
+        } = verified(&ring, Trust::anchored(root.kid().clone()))
+            .await
+            .unwrap()
+        else {
+            panic!("signed")
+        };
+        assert!(dedicated && &signer == root.kid());
+        // Readers pinned at the old anchor still accept the real history (it passes through it).
+        verified(&ring, Trust::anchored(anchor.clone()))
+            .await
+            .unwrap();
+
+        // A write without the root is refused, and names it; with another root too.
+        let e = ring.push(&pair()).await.unwrap_err().to_string();
+        assert!(e.contains("dedicated root") && e.contains("--root"), "{e}");
+        let other = file_root(dir.path(), &format!("other-{}.pem", anchor.short())).await;
+        let e = ring
+            .clone()
+            .with_root(other)
+            .push(&pair())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is signed by its dedicated root"), "{e}");
+        // Retiring the ring's former root keys hands nothing back to a ring key.
+        seeder
+            .activate(kid(&b).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        seeder.retire(kid(&a).as_str(), 7).await.unwrap();
+        let after = raw_index(&ring).await;
+        assert_eq!(after.roots.len(), moved.roots.len(), "no new root record");
+        assert_eq!(after.signature.as_ref().unwrap().kid, *root.kid());
+
+        // The fork: every ring key, including the former root `a`, in the attacker's hands.
+        let evil = pair();
+        overwrite_index(&ring, &fork_from_ring_key(&after, &a, &evil).to_json()).await;
+        let pinned_at_root = untrusted_reason(
+            ring.clone_with(Trust::anchored(root.kid().clone()))
+                .snapshot(None)
+                .await,
+        );
+        assert!(
+            pinned_at_root.contains("does not pass through the pinned root"),
+            "{pinned_at_root}"
+        );
+        let saw_root = untrusted_reason(
+            ring.clone_with(
+                Trust::anchored(anchor.clone()).seen_root(last.seq, root.kid().clone()),
+            )
+            .snapshot(None)
+            .await,
+        );
+        assert!(saw_root.contains("a fork from an older root"), "{saw_root}");
+
+        // A ring key dressed up as a dedicated root (signed by the anchor and by itself, both
+        // held by the attacker) is refused by every reader, pinned at the anchor or not.
+        let mut dressed = after.clone();
+        dressed.roots.truncate(1);
+        let message =
+            trust::dedicated_root_message(&dressed.ring, 2, &kid(&b), Some(&anchor), None).unwrap();
+        dressed.roots.push(RootRecord {
+            seq: 2,
+            kid: kid(&b),
+            spki: base64_spki(&b),
+            signatures: vec![
+                trust::sign_with_pair(&a, &message).unwrap(),
+                trust::sign_with_pair(&b, &message).unwrap(),
+            ],
+            dedicated: true,
+            location: None,
+        });
+        dressed.version += 20;
+        trust::sign_index(&mut dressed, &b).unwrap();
+        overwrite_index(&ring, &dressed.to_json()).await;
+        let reason = untrusted_reason(
+            ring.clone_with(Trust::anchored(anchor.clone()))
+                .snapshot(None)
+                .await,
+        );
+        assert!(reason.contains("is a key of the ring"), "{reason}");
+
+        // A ring key after the dedicated root (signed by nobody who holds the root) fails too.
+        let mut after_root = after.clone();
+        let record = trust::rotate_root(
+            &after_root.ring,
+            after_root.roots.last().unwrap(),
+            &evil,
+            &evil,
+        )
+        .map(|r| RootRecord {
+            seq: after_root.roots.len() as u64 + 1,
+            ..r
+        })
+        .unwrap();
+        after_root.roots.push(record);
+        after_root.version += 30;
+        trust::sign_index(&mut after_root, &evil).unwrap();
+        overwrite_index(&ring, &after_root.to_json()).await;
+        let reason = untrusted_reason(
+            ring.clone_with(Trust::anchored(root.kid().clone()))
+                .snapshot(None)
+                .await,
+        );
+        assert!(
+            reason.contains("ring key after the ring moved to the dedicated root"),
+            "{reason}"
+        );
+    }
+}
+
+fn base64_spki(p: &KeyPair) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(p.public_key().to_spki_der())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_index_is_refused_until_the_seeder_refreshes_it_and_a_replay_expires() {
+    for (ring, _keep) in rings("an_expired_index_is_refused").await {
+        let (_a, _b, anchor) = seeded(&ring).await;
+        let first = raw_index(&ring).await;
+        let expires = first.expires.expect("every signed index expires");
+        let lifetime = expires.duration_since(first.updated);
+        assert_eq!(
+            lifetime.as_secs(),
+            7 * 24 * 3600,
+            "default lifetime: 7 days"
+        );
+        let pinned = Trust::anchored(anchor.clone());
+        let later = expires
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .unwrap();
+        let reason = untrusted_reason(
+            ring.clone_with(pinned.clone().at(later))
+                .snapshot(None)
+                .await,
+        );
+        assert!(
+            reason.contains("expired at") && reason.contains("kseal keys refresh"),
+            "{reason}"
+        );
+        // Readers that only open (a controller keeping its last good ring) may still read it.
+        let Verified::Signed { expired, .. } =
+            verified(&ring, pinned.clone().at(later).accept_expired(true))
+                .await
+                .unwrap()
+        else {
+            panic!("signed")
+        };
+        assert!(expired);
+
+        // Refresh: a new version, a new expiry, nothing else changed; --lifetime changes it.
+        let (version, _) = ring
+            .clone()
+            .with_lifetime(Duration::from_secs(2 * 24 * 3600))
+            .refresh()
+            .await
+            .unwrap();
+        let refreshed = raw_index(&ring).await;
+        assert_eq!(version, first.version + 1);
+        assert_eq!(
+            (refreshed.keys.clone(), refreshed.active.clone()),
+            (first.keys.clone(), first.active.clone())
+        );
+        assert_eq!(
+            refreshed
+                .expires
+                .unwrap()
+                .duration_since(refreshed.updated)
+                .as_secs(),
+            2 * 24 * 3600
+        );
+        // The next write keeps the ring's lifetime.
+        ring.refresh().await.unwrap();
+        let again = raw_index(&ring).await;
+        assert_eq!(
+            again
+                .expires
+                .unwrap()
+                .duration_since(again.updated)
+                .as_secs(),
+            2 * 24 * 3600
+        );
+        let e = ring
+            .clone()
+            .with_lifetime(Duration::from_secs(60))
+            .refresh()
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("outside"), "{e}");
+
+        // The first index replayed: a reader with no floor at all refuses it once it expired.
+        overwrite_index(&ring, &first.to_json()).await;
+        let reason = untrusted_reason(
+            ring.clone_with(Trust::anchored(anchor.clone()).at(later))
+                .snapshot(None)
+                .await,
+        );
+        assert!(reason.contains("expired"), "{reason}");
+        // Removing the expiry breaks the signature.
+        let mut stripped = again.clone();
+        stripped.expires = None;
+        overwrite_index(&ring, &stripped.to_json()).await;
+        let reason = untrusted_reason(
+            ring.clone_with(Trust::anchored(anchor.clone()))
+                .snapshot(None)
+                .await,
+        );
+        assert!(reason.contains("does not verify"), "{reason}");
+    }
+}
+
+/// A KMS key on the emulator: RSA_4096, SIGN_VERIFY.
+async fn kms_key(endpoint: &str) -> String {
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let kms = aws_sdk_kms::Client::new(&config);
+    let out = kms
+        .create_key()
+        .key_usage(aws_sdk_kms::types::KeyUsageType::SignVerify)
+        .key_spec(aws_sdk_kms::types::KeySpec::Rsa4096)
+        .description("kseal test root")
+        .send()
+        .await
+        .expect("create a KMS key on the emulator");
+    out.key_metadata().unwrap().key_id().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_ring_starts_at_its_kms_root_and_no_ring_key_ever_signs() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let aws = AwsOptions {
+        endpoint_url: Some(endpoint.clone()),
+        region: Some("us-east-1".into()),
+        ..AwsOptions::default()
+    };
+    let key_id = kms_key(&endpoint).await;
+    let root = RootSigner::open(&RootKey::Kms(key_id.clone()), &aws)
+        .await
+        .unwrap();
+    assert_eq!(root.location(), Some(format!("kms://{key_id}")));
+    let location = kseal_keystore::Location::SecretsManager {
+        prefix: sm::unique_prefix("kms_root"),
+        region: None,
+    };
+    let ring = Ring::open(&location, &aws)
+        .await
+        .unwrap()
+        .with_root(root.clone());
+    let a = pair();
+    assert!(ring.push(&a).await.unwrap().activated);
+    ring.push(&pair()).await.unwrap();
+    let index = raw_index(&ring).await;
+    assert_eq!(index.roots.len(), 1);
+    assert!(index.roots[0].dedicated && &index.roots[0].kid == root.kid());
+    assert_eq!(
+        index.roots[0].location.as_deref(),
+        Some(format!("kms://{key_id}").as_str())
+    );
+    // The emulator signs PSS with the longest salt; AWS with 32 bytes: both verify.
+    let Verified::Signed {
+        dedicated, anchor, ..
+    } = verified(&ring, Trust::anchored(root.kid().clone()))
+        .await
+        .unwrap()
+    else {
+        panic!("signed")
+    };
+    assert!(dedicated);
+    assert_eq!(&anchor, root.kid(), "the root is the anchor");
+    assert_ne!(anchor, kid(&a), "no ring key anchors it");
+    let (version, _) = ring.refresh().await.unwrap();
+    assert_eq!(version, index.version + 1);
+    // A reader never needs KMS: the root's public key is in the record.
+    let reader = Ring::open(&location, &aws)
+        .await
+        .unwrap()
+        .with_trust(Trust::anchored(root.kid().clone()));
+    reader.snapshot(None).await.unwrap().unwrap();
+    // Re-rooting to the same key changes nothing.
+    assert!(!ring.re_root(&root).await.unwrap());
+    // A KMS key that cannot sign is refused as a root, with what to create instead.
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(&endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let encrypting = aws_sdk_kms::Client::new(&config)
+        .create_key()
+        .send()
+        .await
+        .unwrap()
+        .key_metadata()
+        .unwrap()
+        .key_id()
+        .to_owned();
+    let e = RootSigner::open(&RootKey::Kms(encrypting), &aws)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::BadKey { .. }), "{e}");
+    assert!(
+        e.to_string().contains("SIGN_VERIFY") || format!("{e:?}").contains("SIGN_VERIFY"),
+        "{e:?}"
+    );
+}
+
+/// Attack review (issue 35): an expired old index put back must not be laundered by the
+/// seeder's next routine write (a refresh above all), which would re-sign it with a fresh
+/// version and expiry. The seeder records the last version written in `R/root`, which an index
+/// writer cannot touch, and every write refuses an older index. A ring whose index vanished
+/// is never started over while that marker exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeders_writes_refuse_an_old_index_put_back_and_never_restart_a_ring() {
+    for (ring, dir) in rings("writes_refuse_an_old_index").await {
+        let (_a, _b, _anchor) = seeded(&ring).await;
+        let old = raw_index(&ring).await;
+        ring.refresh().await.unwrap();
+        ring.push(&pair()).await.unwrap();
+        let newest = raw_index(&ring).await.version;
+        overwrite_index(&ring, &old.to_json()).await;
+        for (what, result) in [
+            ("refresh", ring.refresh().await.map(|_| ())),
+            ("push", ring.push(&pair()).await.map(|_| ())),
+        ] {
+            let e = result.expect_err(what).to_string();
+            assert!(
+                e.contains("an older index was put back") && e.contains(&newest.to_string()),
+                "{what}: {e}"
+            );
+        }
+        assert_eq!(raw_index(&ring).await, old, "nothing written");
+        if let Some(dir) = dir {
+            // The index removed: `push --if-empty` (the seed Job) does not start a new history.
+            std::fs::remove_file(dir.path().join("index.json")).unwrap();
+            let e = ring
+                .push_if_empty(&pair(), 7)
+                .await
+                .expect_err("a new history over a ring that had one")
+                .to_string();
+            assert!(e.contains("never created again"), "{e}");
+        }
+    }
+}
