@@ -26,7 +26,7 @@ use kseal_keys::{PrivateKey, PublicKey};
 
 use crate::asm::AwsOptions;
 use crate::contract::Kid;
-use crate::trust::Signature;
+use crate::contract::Signature;
 use crate::{Error, Result};
 
 /// Where a dedicated root key lives, as `--root` names it.
