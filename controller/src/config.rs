@@ -182,8 +182,8 @@ pub struct Args {
     /// long (Go duration, e.g. 10s)
     #[arg(long, env = env::KSEAL_HEADER_READ_TIMEOUT, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub header_read_timeout: Duration,
-    /// Address of the API server (certificate, verify, rotate, health): IP:PORT, [IPv6]:PORT,
-    /// or Bitnami's :PORT (every IPv4 interface, as the default)
+    /// Address of the API server (certificate, verify, rotate, health): IP:PORT (an IPv6
+    /// address in brackets), or Bitnami's :PORT (every IPv4 interface, as the default)
     #[arg(long, env = env::KSEAL_LISTEN_ADDR, default_value = "0.0.0.0:8080", value_parser = parse_listen_addr, value_name = "ADDR")]
     pub listen_addr: SocketAddr,
     /// Address of the metrics server (same forms as --listen-addr)
