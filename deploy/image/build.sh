@@ -62,6 +62,9 @@ if [[ -e "$out" ]]; then
   rm -rf "$out"
 fi
 mkdir -p "$out"
+# runc refuses a root file system reached through a symbolic link (CI links target/ to its
+# build cache): every path below is the resolved one.
+out=$(cd "$out" && pwd -P)
 bh() { buildah --root "$out/storage" --runroot "$out/run" --storage-driver vfs "$@"; }
 
 log "binaries (deploy/image/cargo-build.sh $arch)"

@@ -49,7 +49,8 @@ command -v python3 >/dev/null || fail "python3 is missing"
 if [[ -z "${KSEAL_IMAGE_BUNDLE:-}" ]]; then
   eval "$(bash deploy/image/build.sh)"
 fi
-bundle=$KSEAL_IMAGE_BUNDLE
+# Resolved: runc refuses a root file system reached through a symbolic link.
+bundle=$(cd "$KSEAL_IMAGE_BUNDLE" && pwd -P)
 rootfs=$bundle/rootfs
 [[ -f "$bundle/config.json" && -d "$rootfs" ]] || fail "$bundle is not an unpacked image (build.sh)"
 
