@@ -168,7 +168,7 @@ done
 # Bitnami's chart runs `command: [controller]`: the link beside the binary (docs/bitnami.md).
 [[ "$(readlink "$rootfs/usr/local/bin/controller")" == kseal-controller ]] ||
   fail "/usr/local/bin/controller is not a symlink to kseal-controller"
-v=$(in_image version-controller -- controller --version) || fail "controller --version failed in the image"
+v=$(in_image version-controller -- /usr/local/bin/controller --version) || fail "controller --version failed in the image"
 [[ "$v" =~ ^kseal-controller\ [0-9] ]] || fail "controller --version printed: $v"
 log "ok: controller (Bitnami's chart's command) runs kseal-controller: $v"
 
