@@ -16,6 +16,8 @@ right before the block (invisible on GitHub):
                                   continuation lines and pipelines included)
     before: SHELL                 runs before the block, unseen (what the reader already has)
     after: SHELL                  runs after the block, unseen (cleanup)
+    timeout: SECONDS -- why       this block's time limit instead of KSEAL_RUNBOOK_TIMEOUT's
+                                  (e.g. a release build)
     -->
 
 Without a comment a block runs whole. A block that fails prints the document line of the failing
@@ -52,6 +54,7 @@ class Directives:
     not_here: list[tuple[re.Pattern[str], str]] = dataclasses.field(default_factory=list)
     before: list[str] = dataclasses.field(default_factory=list)
     after: list[str] = dataclasses.field(default_factory=list)
+    timeout: int | None = None
 
 
 @dataclasses.dataclass
@@ -90,9 +93,14 @@ def parse_directives(text: str, doc: str, line: int) -> Directives:
             d.before.append(value)
         elif key == "after":
             d.after.append(value)
+        elif key == "timeout":
+            seconds, sep2, reason = value.partition(" -- ")
+            if not sep2 or not reason.strip() or not seconds.strip().isdigit():
+                raise RunbookError(f"{where}: 'timeout: SECONDS -- reason' needs seconds and a reason")
+            d.timeout = int(seconds.strip())
         else:
             raise RunbookError(
-                f"{where}: unknown runbook directive {key!r} (skip, not-here, before, after)"
+                f"{where}: unknown runbook directive {key!r} (skip, not-here, before, after, timeout)"
             )
     return d
 
@@ -339,13 +347,13 @@ def run_document(doc: str, blocks: list[Block], repo: Path, work: Path, env: dic
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
-                timeout=BLOCK_TIMEOUT_S,
+                timeout=block.directives.timeout or BLOCK_TIMEOUT_S,
             )
             rc, out = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as e:
             rc = 124
             out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-            out += f"\nrunbook: {where}: timed out after {BLOCK_TIMEOUT_S} s\n"
+            out += f"\nrunbook: {where}: timed out after {block.directives.timeout or BLOCK_TIMEOUT_S} s\n"
         ran = sum(
             1
             for first, last in commands(script.splitlines())

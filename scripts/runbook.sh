@@ -53,6 +53,11 @@ export AWS_ENDPOINT_URL=$KSEAL_RUNBOOK_SM_ENDPOINT AWS_ACCESS_KEY_ID=testing \
   AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
 unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_SECRETS_MANAGER KSEAL_CERT KSEAL_RING
 export NO_COLOR=1
+# The README's `cargo run --release -p …` lines: the sessions get a private $HOME, so cargo and
+# rustup are told where theirs are, and they build into this checkout's target/ (the release
+# binaries scripts/test.sh's image step built), not into each session's copy of the files.
+export CARGO_HOME=${CARGO_HOME:-$HOME/.cargo} RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 
 exec python3 scripts/runbook.py ${KSEAL_RUNBOOK_WORK:+--work "$KSEAL_RUNBOOK_WORK"} \
   README.md docs/key-ring.md deploy/README.md

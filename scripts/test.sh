@@ -112,6 +112,11 @@ export KSEAL_REPORT_PYTHON
 step "deploy manifests"
 bash deploy/check.sh
 
+# The GitHub Action's installer against an archive made by the release script (checksum
+# enforced, both binaries installed); stand-in binaries, no network, about a second.
+step "release archive and installer (scripts/test-install.sh)"
+bash scripts/test-install.sh
+
 # --- container image (deploy/image/) ---------------------------------------------------------
 # hadolint on the Dockerfile; then the image built from it without a registry (buildah, a
 # distroless stand-in from Debian packages, the release binaries), exported as an OCI archive,

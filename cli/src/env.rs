@@ -155,6 +155,8 @@ pub(crate) const KSEAL_RING_ANCHOR: &str = "KSEAL_RING_ANCHOR";
 pub(crate) const KSEAL_RING_ROOT: &str = "KSEAL_RING_ROOT";
 /// `--lifetime` of the ring commands.
 pub(crate) const KSEAL_RING_LIFETIME: &str = "KSEAL_RING_LIFETIME";
+/// `--allow-expired` of the ring commands.
+pub(crate) const KSEAL_ALLOW_EXPIRED: &str = "KSEAL_ALLOW_EXPIRED";
 /// `kseal keys re-root --to`.
 pub(crate) const KSEAL_REROOT_TO: &str = "KSEAL_REROOT_TO";
 /// `kseal keys trust --root-kid`.

@@ -82,7 +82,7 @@ where
         Err(code) => return code,
     };
     // A creation rule of .kseal.yaml may seal with a key ring too.
-    if names_a_ring(&args) || project::rules_name_a_ring() {
+    if names_a_ring(&args) || project::rules_name_a_ring(&args) {
         return hand_over(&args);
     }
     match local(cli.command) {
@@ -296,6 +296,8 @@ fn local(command: Command) -> Result<anyhow::Result<()>, Box<Command>> {
             | KeysCommand::Refresh(_),
         ) => return Err(Box::new(ring)),
         Command::Keys(KeysCommand::NewRoot(args)) => cmd::trust::new_root(&args),
+        ring @ Command::Fleet(_) => return Err(Box::new(ring)),
+        Command::Keys(KeysCommand::Exposure(args)) => cmd::exposure::run(&args),
     })
 }
 
@@ -313,6 +315,7 @@ fn ring(command: Command) -> anyhow::Result<()> {
         Command::Keys(KeysCommand::Sign(args)) => cmd::trust::sign(args),
         Command::Keys(KeysCommand::ReRoot(args)) => cmd::trust::re_root(args),
         Command::Keys(KeysCommand::Refresh(args)) => cmd::trust::refresh(args),
+        Command::Fleet(crate::args::FleetCommand::Status(args)) => cmd::fleet::status(args),
         // `local` gives back key-ring commands only; anything else runs there.
         other => local(other).unwrap_or_else(|_| Err(anyhow::anyhow!("not a key-ring command"))),
     }

@@ -31,7 +31,14 @@
 //! ```
 //!
 //! An explicit flag (`--cert`, `--scope`, `-n`) always wins over a rule; `forbid_cluster_wide`
-//! is a policy, not a default, and no flag lifts it.
+//! is a policy, not a default, and no flag lifts it. A file that pins one ring and has no
+//! creation rules seals every path to that ring.
+//!
+//! Committed files cannot redirect the rules (docs/repositories.md): a rule is matched against
+//! the output path as written and as resolved through links, and refused when the two name
+//! different rules; a `.kseal.yaml` below the repository root is refused rather than merged (it
+//! would shadow the root's rules), and so is one that is a link out of the repository; `kseal
+//! keys trust` writes its pin to the root's file.
 
 use std::path::{Path, PathBuf};
 
@@ -242,7 +249,51 @@ pub(crate) fn discover_file(dir: &Path) -> Discovery {
     }
 }
 
-/// The `.kseal.yaml` that applies in `dir` ([`discover_file`]).
+impl Discovery {
+    /// The file found, refused when a committed file could redirect the repository's rules:
+    /// a `.kseal.yaml` below the repository root (it would shadow the root's rules, its
+    /// `forbid_cluster_wide` included: kseal reads the root's file only), or one that is a
+    /// link to a file outside the repository.
+    pub(crate) fn checked_file(&self) -> Result<Option<PathBuf>> {
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        let dir = file.parent().unwrap_or(Path::new("/"));
+        if let Some(root) = &self.repo_root
+            && dir != root
+        {
+            bail!(
+                "refusing {}: a {FILE_NAME} below the repository root would shadow the rules \
+                 of {} (its creation rules and forbid_cluster_wide), so kseal reads the root's \
+                 file only; move its pins and rules into that file and remove this one",
+                file.display(),
+                root.join(FILE_NAME).display()
+            );
+        }
+        let is_link = file
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink());
+        if is_link {
+            let inside = self.repo_root.as_deref().unwrap_or(dir);
+            let target = fs_err::canonicalize(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            if !target.starts_with(inside) {
+                bail!(
+                    "refusing {}: it is a link to {}, outside the repository {}, so a file no \
+                     reviewer of the repository sees would decide which key seals; commit the \
+                     configuration itself",
+                    file.display(),
+                    target.display(),
+                    inside.display()
+                );
+            }
+        }
+        Ok(Some(file.clone()))
+    }
+}
+
+/// The `.kseal.yaml` that applies in `dir` ([`discover_file`]), unchecked: callers that read
+/// it use [`Discovery::checked_file`].
 pub(crate) fn find_from(dir: &Path) -> Option<PathBuf> {
     discover_file(dir).file
 }
@@ -420,7 +471,7 @@ pub(crate) fn pin_for(location: &Location, flag: Option<&str>) -> Result<Option<
         }));
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let Some(path) = find_from(&cwd) else {
+    let Some(path) = discover_file(&cwd).checked_file()? else {
         return Ok(None);
     };
     let file = read(&path)?;
@@ -459,6 +510,15 @@ pub(crate) fn write_pin(
     anchor: &Kid,
     version: u64,
 ) -> Result<Option<String>> {
+    let target = pin_file(path);
+    if target != path {
+        eprintln!(
+            "note: writing the pin to {}, the repository root's {FILE_NAME}: kseal reads no \
+             other (a nested one would shadow its rules, and is refused)",
+            target.display()
+        );
+    }
+    let path = target.as_path();
     let mut file = if path.exists() {
         read(path)?
     } else {
@@ -494,6 +554,35 @@ pub(crate) fn write_pin(
     Ok(previous.filter(|p| p != anchor.as_str()))
 }
 
+/// Whether the ring `a` (a `--cert` value a creation rule stands for) and `b` (as `--ring`
+/// takes it, relative to the current directory) are the same ring.
+pub(crate) fn same_ring_spec(a: &str, b: &str) -> bool {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    match (Location::parse(a), Location::parse(b)) {
+        (Ok(a), Ok(b)) => same_ring(&a, &b, &cwd),
+        _ => false,
+    }
+}
+
+/// Where a pin asked for in `path` is written: inside a git repository, a `.kseal.yaml` goes
+/// to the repository root, the one file discovery reads ([`Discovery::checked_file`] refuses
+/// nested ones); a file of another name, or outside any repository, stays where it was asked.
+pub(crate) fn pin_file(path: &Path) -> PathBuf {
+    if path.file_name().is_none_or(|n| n != FILE_NAME) {
+        return path.to_owned();
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match discover_file(dir).repo_root {
+        Some(root) if std::fs::canonicalize(dir).ok().as_deref() != Some(root.as_path()) => {
+            root.join(FILE_NAME)
+        }
+        _ => path.to_owned(),
+    }
+}
+
 /// A `.kseal.yaml` with its creation rules compiled.
 #[derive(Debug)]
 pub(crate) struct Project {
@@ -521,19 +610,24 @@ pub(crate) struct MatchedRule {
     pins: Vec<RingPin>,
     /// The output path relative to `base` that the rule matched (none: output to stdout).
     pub(crate) relative: Option<String>,
+    /// Not a rule of the file: its only pinned ring, the default of a file without creation
+    /// rules.
+    implicit: bool,
+    /// Why the rule is refused: the path as given and where its links lead fall under
+    /// different rules (a committed link would choose the key).
+    redirect: Option<String>,
 }
 
 impl Project {
     /// The `.kseal.yaml` of `dir` or the nearest directory above it within its repository
-    /// ([`discover_file`]), read and checked.
-    pub(crate) fn discover(dir: &Path) -> Result<Option<Project>> {
-        Ok(Project::discover_with(dir)?.1)
-    }
-
-    /// As [`Project::discover`], with where discovery looked.
+    /// ([`discover_file`]), read and checked, with where discovery looked.
     pub(crate) fn discover_with(dir: &Path) -> Result<(Discovery, Option<Project>)> {
         let discovery = discover_file(dir);
-        let project = discovery.file.as_deref().map(Project::load).transpose()?;
+        let project = discovery
+            .checked_file()?
+            .as_deref()
+            .map(Project::load)
+            .transpose()?;
         Ok((discovery, project))
     }
 
@@ -635,28 +729,126 @@ impl Project {
         Some(parts.join("/"))
     }
 
-    /// The first creation rule that matches `output` (`None`: output to stdout, which only
-    /// rules without `path_regex` match).
-    pub(crate) fn rule_for(&self, output: Option<&Path>) -> Option<MatchedRule> {
-        let relative = match output {
-            Some(path) => Some(self.relative(path)?),
-            None => None,
+    /// `output` relative to this file's directory as it is written, links not followed (`..`
+    /// taken lexically), with `/` separators; `None` when it is written outside it. The part
+    /// of it that names this file's directory may go through links (the repository reached
+    /// through a linked home directory); the rest is the path a reviewer reads.
+    pub(crate) fn relative_as_given(&self, output: &Path) -> Option<String> {
+        use std::path::Component;
+        let absolute = if output.is_absolute() {
+            output.to_owned()
+        } else {
+            std::env::current_dir().ok()?.join(output)
         };
-        let index = self
-            .regexes
+        let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+        for component in absolute.components() {
+            match component {
+                Component::ParentDir => {
+                    parts.pop();
+                }
+                Component::Normal(part) => parts.push(part),
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+        let join = |parts: &[&std::ffi::OsStr]| -> String {
+            parts
+                .iter()
+                .map(|p| p.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        let base_parts = self.base.components().count().saturating_sub(1);
+        let lexical: PathBuf = std::iter::once(std::ffi::OsStr::new("/"))
+            .chain(parts.iter().copied())
+            .collect();
+        // The common case: the path is written through the canonical directory itself.
+        if lexical.starts_with(&self.base) {
+            return Some(join(&parts[base_parts..]));
+        }
+        (0..=parts.len()).find_map(|n| {
+            let prefix: PathBuf = std::iter::once(std::ffi::OsStr::new("/"))
+                .chain(parts[..n].iter().copied())
+                .collect();
+            (std::fs::canonicalize(&prefix).ok()? == self.base).then(|| join(&parts[n..]))
+        })
+    }
+
+    /// The index of the first rule that matches `relative` (`None`: output to stdout).
+    fn index_for(&self, relative: Option<&str>) -> Option<usize> {
+        self.regexes
             .iter()
-            .position(|regex| match (regex, &relative) {
+            .position(|regex| match (regex, relative) {
                 (None, _) => true,
                 (Some(regex), Some(path)) => regex.is_match(path),
                 (Some(_), None) => false,
-            })?;
+            })
+    }
+
+    /// The first creation rule that matches `output` (`None`: output to stdout, which only
+    /// rules without `path_regex` match), matched against the path as given and where its
+    /// links lead ([`MatchedRule::refused`] says so when the two differ). A file that pins
+    /// one ring and has no creation rules seals every path to that ring.
+    pub(crate) fn rule_for(&self, output: Option<&Path>) -> Option<MatchedRule> {
+        let (given, resolved) = match output {
+            Some(path) => (self.relative_as_given(path), self.relative(path)),
+            None => (None, None),
+        };
+        if output.is_some() && given.is_none() && resolved.is_none() {
+            return None;
+        }
+        if self.file.creation_rules.is_empty() {
+            let [pin] = self.file.rings.as_slice() else {
+                return None;
+            };
+            let inside = output.is_none() || resolved.is_some();
+            return inside.then(|| MatchedRule {
+                index: 0,
+                rule: CreationRule {
+                    ring: Some(pin.ring.clone()),
+                    ..CreationRule::default()
+                },
+                file: self.path.clone(),
+                base: self.base.clone(),
+                pins: self.file.rings.clone(),
+                relative: resolved,
+                implicit: true,
+                redirect: None,
+            });
+        }
+        let by_given = match output {
+            Some(_) => given.as_deref().and_then(|g| self.index_for(Some(g))),
+            None => self.index_for(None),
+        };
+        let by_resolved = match output {
+            Some(_) => resolved.as_deref().and_then(|r| self.index_for(Some(r))),
+            None => by_given,
+        };
+        let index = by_resolved.or(by_given)?;
+        let redirect = (by_given != by_resolved).then(|| {
+            let name = |i: Option<usize>| {
+                i.map_or("no creation rule".to_owned(), |i| {
+                    format!("creation rule {}", i + 1)
+                })
+            };
+            format!(
+                "`{}` leads through a link to `{}`, and {} applies to the path as written but \
+                 {} to where it leads: refused, since a committed link must not choose which \
+                 key seals; write the file at the path it really has, or remove the link",
+                given.as_deref().unwrap_or("(outside the repository)"),
+                resolved.as_deref().unwrap_or("(outside the repository)"),
+                name(by_given),
+                name(by_resolved)
+            )
+        });
         Some(MatchedRule {
             index,
             rule: self.file.creation_rules[index].clone(),
             file: self.path.clone(),
             base: self.base.clone(),
             pins: self.file.rings.clone(),
-            relative,
+            relative: resolved.or(given),
+            implicit: false,
+            redirect,
         })
     }
 }
@@ -679,8 +871,23 @@ fn locate(path: &Path, text: &str) -> String {
 }
 
 impl MatchedRule {
+    /// Why this rule may not be used for its path: the path as written and where its links
+    /// lead fall under different rules.
+    pub(crate) fn refused(&self) -> Result<()> {
+        match &self.redirect {
+            Some(why) => bail!("{}: {why}", self.file.display()),
+            None => Ok(()),
+        }
+    }
+
     /// "rule 2 of `.kseal.yaml` (path_regex `^prod/` matches `prod/db.yaml`)".
     pub(crate) fn describe(&self) -> String {
+        if self.implicit {
+            return format!(
+                "the only ring pinned in `{}`, which has no creation rules",
+                self.file.display()
+            );
+        }
         let why = match (&self.rule.path_regex, &self.relative) {
             (Some(regex), Some(path)) => format!("path_regex `{regex}` matches `{path}`"),
             (_, Some(path)) => format!("no path_regex: it matches every path, `{path}` too"),
@@ -699,6 +906,7 @@ impl MatchedRule {
     /// https:// URL (fetched with verified TLS, as `--cert URL`), or a ring pinned in the same
     /// file (so that its signed history is checked against the anchor).
     pub(crate) fn cert_spec(&self) -> Result<Option<String>> {
+        self.refused()?;
         let ring = self
             .rule
             .ring
@@ -744,6 +952,37 @@ impl MatchedRule {
             );
         }
         Ok(Some(resolved.display().to_string()))
+    }
+
+    /// The anchor the file pins for the rule's ring (none for a certificate), to read the
+    /// ring from anywhere, not only from a directory whose discovery finds this file.
+    pub(crate) fn ring_anchor(&self) -> Option<String> {
+        let ring = self
+            .rule
+            .ring
+            .as_deref()
+            .or_else(|| self.rule.cert.as_deref().filter(|c| is_ring_spec(c)))?;
+        let location = match Location::parse(ring).ok()? {
+            Location::Directory {
+                path,
+                insecure_perms,
+            } => Location::Directory {
+                path: self.base.join(path),
+                insecure_perms,
+            },
+            other => other,
+        };
+        self.pins
+            .iter()
+            .find(|pin| {
+                Location::parse(&pin.ring).is_ok_and(|p| same_ring(&p, &location, &self.base))
+            })
+            .map(|pin| pin.anchor.clone())
+    }
+
+    /// Whether the rule refuses cluster-wide SealedSecrets.
+    pub(crate) fn forbids_cluster_wide(&self) -> bool {
+        self.rule.forbid_cluster_wide
     }
 
     /// The `--cert` value of the ring `ring`, refused unless the file pins its anchor.
@@ -814,8 +1053,28 @@ impl MatchedRule {
 
 /// The creation rule for `output`, from the `.kseal.yaml` found from the current directory
 /// upwards (none without such a file or a matching rule).
+/// A rule whose path as written and whose resolved path fall under different rules is
+/// refused ([`MatchedRule::refused`]), and so is a nested `.kseal.yaml` above the output path
+/// ([`Discovery::checked_file`]), even when the current directory's discovery does not meet it.
 pub(crate) fn rule_for_output(output: Option<&Path>) -> Result<Option<MatchedRule>> {
-    Ok(Project::discover_from_cwd()?.and_then(|p| p.rule_for(output)))
+    if let Some(dir) = output.and_then(existing_dir_of) {
+        discover_file(&dir).checked_file()?;
+    }
+    let rule = Project::discover_from_cwd()?.and_then(|p| p.rule_for(output));
+    if let Some(rule) = &rule {
+        rule.refused()?;
+    }
+    Ok(rule)
+}
+
+/// The nearest existing directory holding `path` (which need not exist yet).
+fn existing_dir_of(path: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    absolute
+        .ancestors()
+        .skip(1)
+        .find(|d| d.is_dir())
+        .map(Path::to_owned)
 }
 
 /// Fills `--cert` from `rule` when no certificate was given on the command line (or in
@@ -829,41 +1088,35 @@ pub(crate) fn apply_cert(cert: &mut Vec<String>, rule: Option<&MatchedRule>) -> 
     Ok(())
 }
 
-/// For `kseal check`: why a cluster-wide SealedSecret at `path` is forbidden (the rule that
-/// forbids it, from the `.kseal.yaml` nearest to `path`), or `None` when it is allowed.
-// called by `kseal check`
-pub(crate) fn forbid_cluster_wide(path: &Path) -> Result<Option<String>> {
-    let absolute = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        std::env::current_dir()
-            .context("cannot read the current directory")?
-            .join(path)
-    };
-    let dir = absolute.parent().unwrap_or(Path::new("/"));
-    let Some(project) = Project::discover(dir)? else {
-        return Ok(None);
-    };
-    Ok(project
-        .rule_for(Some(&absolute))
-        .filter(|m| m.rule.forbid_cluster_wide)
-        .map(|m| m.describe()))
-}
-
-/// Whether the `.kseal.yaml` found from the current directory has a creation rule that
-/// seals with a key ring (the `kseal` executable then hands the command to `kseal-ring`).
-/// A file that cannot be read counts as none: the command itself reports it.
-pub(crate) fn rules_name_a_ring() -> bool {
+/// Whether a `.kseal.yaml` found from the current directory, or from a path among `args`
+/// (`kseal check clusters/`), seals with a key ring: a creation rule names one, or the file
+/// pins one ring and has no rules (the `kseal` executable then hands the command to
+/// `kseal-ring`). A file that cannot be read counts as none: the command itself reports it.
+pub(crate) fn rules_name_a_ring(args: &[std::ffi::OsString]) -> bool {
     let Ok(cwd) = std::env::current_dir() else {
         return false;
     };
-    find_from(&cwd)
-        .and_then(|p| read(&p).ok())
-        .is_some_and(|f| {
-            f.creation_rules
+    let mut dirs = vec![cwd.clone()];
+    for arg in args.iter().skip(1) {
+        let path = cwd.join(arg);
+        if path.is_dir() {
+            dirs.push(path);
+        } else if path.is_file()
+            && let Some(parent) = path.parent()
+        {
+            dirs.push(parent.to_owned());
+        }
+    }
+    let mut files: Vec<PathBuf> = dirs.iter().filter_map(|d| find_from(d)).collect();
+    files.sort();
+    files.dedup();
+    files.iter().filter_map(|p| read(p).ok()).any(|f| {
+        // A file that pins one ring and has no rules seals to that ring.
+        (f.creation_rules.is_empty() && f.rings.len() == 1)
+            || f.creation_rules
                 .iter()
                 .any(|r| r.ring.is_some() || r.cert.as_deref().is_some_and(is_ring_spec))
-        })
+    })
 }
 
 /// Whether a rule's `cert` names a key ring rather than a certificate.
@@ -973,7 +1226,10 @@ mod tests {
             "creation_rules:\n  - path_regex: ^prod/\n    forbid_cluster_wide: true\n    \
              namespace: prod\n  - cert: fleet.crt\n",
         );
-        let project = Project::discover(&root.join("prod/apps")).unwrap().unwrap();
+        let project = Project::discover_with(&root.join("prod/apps"))
+            .unwrap()
+            .1
+            .unwrap();
         let prod = project
             .rule_for(Some(&root.join("prod/apps/db.yaml")))
             .unwrap();
@@ -1011,14 +1267,9 @@ mod tests {
                 .is_none()
         );
 
-        let why = forbid_cluster_wide(&root.join("prod/apps/db.yaml"))
-            .unwrap()
-            .unwrap();
-        assert!(why.contains("creation rule 1"), "{why}");
-        assert_eq!(
-            forbid_cluster_wide(&root.join("dev/db.yaml")).unwrap(),
-            None
-        );
+        assert!(prod.forbids_cluster_wide());
+        assert!(prod.describe().contains("creation rule 1"));
+        assert!(!other.forbids_cluster_wide());
     }
 
     #[test]

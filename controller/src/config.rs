@@ -98,6 +98,11 @@ pub struct Args {
     /// history read is pinned (and said so in a log line, an Event and a metric)
     #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
     pub ring_anchor: Option<String>,
+    /// This cluster's id in the fleet's acknowledgements of the key ring (`kseal fleet
+    /// status`): 1 to 128 letters, digits, `.`, `_` or `-`. Default: the UID of the
+    /// `kube-system` namespace
+    #[arg(long, env = "KSEAL_CLUSTER_ID", value_name = "ID")]
+    pub cluster_id: Option<String>,
     /// AWS region of the key ring (default: the URL's ?region=, then AWS_REGION)
     #[arg(long, env = env::KSEAL_AWS_REGION, value_name = "REGION")]
     pub aws_region: Option<String>,
@@ -287,6 +292,9 @@ pub struct Config {
     pub key_renewal: Renewal,
     /// The fleet key ring to mirror, if any.
     pub key_source: Option<KeySourceConfig>,
+    /// `--cluster-id`: this cluster in the fleet's acknowledgements (`None`: the UID of the
+    /// `kube-system` namespace, read at start).
+    pub cluster_id: Option<kseal_keystore::ClusterId>,
     /// Accept `spec.data`.
     pub accept_deprecated_v1_data: bool,
     /// Watched namespaces.
@@ -400,6 +408,9 @@ pub enum ConfigError {
     /// `--key-source` cannot be parsed.
     #[error("invalid --key-source: {0}")]
     KeySource(String),
+    /// `--cluster-id` is not a cluster id.
+    #[error("invalid --cluster-id: {0}")]
+    ClusterId(String),
     /// `--key-source` with in-cluster key generation.
     #[error(
         "--key-source and --generate-key-if-missing=true exclude each other: with a fleet key ring every key comes from the ring (rotate with `kseal keys rotate`)"
@@ -813,6 +824,12 @@ impl Config {
             generate_key_if_missing: args.generate_key_if_missing,
             key_renewal,
             key_source,
+            cluster_id: match args.cluster_id.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(id) => Some(kseal_keystore::ClusterId::parse(id).map_err(|e| {
+                    ConfigError::ClusterId(e.to_string().replacen("invalid cluster id ", "", 1))
+                })?),
+            },
             accept_deprecated_v1_data: args.accept_deprecated_v1_data,
             namespaces,
             label_selector: args.label_selector.filter(|s| !s.trim().is_empty()),

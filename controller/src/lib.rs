@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod config;
 pub(crate) mod env;
 mod error;
+pub mod fleet;
 #[doc(hidden)]
 pub mod formats;
 pub mod host;

@@ -194,6 +194,14 @@ async fn run(config: Config) -> anyhow::Result<()> {
         remote: remote_task,
         mut reconciler,
     } = kseal_controller::spawn(&client, &config, &state, requests, &shutdown_rx);
+    // With a key source, the leader acknowledges what this cluster holds (kseal fleet status).
+    let fleet_task = tokio::spawn(kseal_controller::fleet::run(
+        client.clone(),
+        config.clone(),
+        state.clone(),
+        kseal_controller::fleet::Options::for_config(&config),
+        shutdown_rx.clone(),
+    ));
     let mut http_shutdown = shutdown_rx.clone();
     let mut http_task = {
         let state = state.clone();
@@ -248,6 +256,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     }
     key_task.abort();
     remote_task.abort();
+    fleet_task.abort();
     release_tx.send_replace(true);
     match tokio::time::timeout(std::time::Duration::from_secs(10), leader_task).await {
         Ok(Ok(Err(e))) => {

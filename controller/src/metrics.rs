@@ -326,6 +326,11 @@ pub struct Metrics {
     /// are not proven ones, or names taken: `material_mismatch` (filed under a kid of the ring
     /// with other key material), `unknown_kid` (a kid the ring never listed), `name_taken`.
     pub key_source_mirror_conflicts: Family<KeyErrorLabels, Counter>,
+    /// `kseal_key_source_index_expiry_timestamp_seconds`: Unix time at which the signed index
+    /// this controller accepted last stops being current (0: it carries no expiry). Past it,
+    /// the controller keeps the ring it holds, but no index written before then is accepted
+    /// again: the seeder refreshes it (`kseal keys refresh`).
+    pub key_source_index_expiry: Gauge,
     /// `kseal_key_source_ring_signed`: 1 when the ring's index is a signed history, 0 for an
     /// unsigned index of an older kseal (its keys open; run `kseal keys sign`).
     pub key_source_ring_signed: Gauge,
@@ -347,6 +352,8 @@ pub struct Metrics {
     /// a request head when a new one needed the room), `header_timeout`, `busy` (a non-probe
     /// request over the reserved capacity, answered 503).
     pub http_connections_dropped: Family<ConnectionDropLabels, Counter>,
+    /// The fleet acknowledgement's metrics (`kseal_objects_by_kid`, …: [`crate::fleet`]).
+    pub fleet: crate::fleet::FleetMetrics,
 }
 
 /// Labels of the connection gauges.
@@ -434,6 +441,7 @@ impl Metrics {
             key_source_key_age_seconds: Family::default(),
             key_source_active_unavailable: Gauge::default(),
             key_source_ring_signed: Gauge::default(),
+            key_source_index_expiry: Gauge::default(),
             key_source_ring_version: Gauge::default(),
             key_source_ring_anchor_pinned: Gauge::default(),
             key_source_mirror_conflicts: Family::default(),
@@ -441,6 +449,7 @@ impl Metrics {
             http_connections_peak: Family::default(),
             http_client_connections_peak: Family::default(),
             http_connections_dropped: Family::default(),
+            fleet: crate::fleet::FleetMetrics::default(),
             registry: Registry::default(),
         };
         m.register_bitnami_metrics(registry.sub_registry_with_prefix("sealed_secrets_controller"));
@@ -449,6 +458,7 @@ impl Metrics {
         m.register_reconciler_metrics(r);
         m.register_key_source_metrics(r);
         m.register_connection_metrics(r);
+        m.fleet.register(r);
         m.api_server_reachable.set(1);
         Self { registry, ..m }
     }
@@ -578,7 +588,7 @@ impl Metrics {
         );
         r.register(
             "key_source_sync_triggers",
-            "The leader's key-source syncs by what started them (start, leadership, interval, refresh)",
+            "The leader's key-source syncs by what started them (start, leadership, interval, refresh, store_answered)",
             self.key_source_sync_triggers.clone(),
         );
         r.register_with_unit(
@@ -602,6 +612,12 @@ impl Metrics {
             "key_source_active_unavailable",
             "1 while the fleet ring's active key cannot seal here (the last verified active key seals, or none)",
             self.key_source_active_unavailable.clone(),
+        );
+        r.register_with_unit(
+            "key_source_index_expiry_timestamp",
+            "Unix time at which the fleet ring's index accepted last expires (0: no expiry)",
+            Unit::Seconds,
+            self.key_source_index_expiry.clone(),
         );
         r.register(
             "key_source_ring_signed",

@@ -79,6 +79,9 @@ pub struct Readiness {
     /// With a key source: why the ring's active key does not seal (the last verified one
     /// seals instead, or none does), for `/readyz` and `/v1/cert.pem`.
     sealing: Mutex<Option<SealingProblem>>,
+    /// With a key source and no anchor pinned: the ring-state Secret found but not believed
+    /// (no ring view yet), named in [`State::sealing_problem`].
+    ring_state_ignored: Mutex<Option<String>>,
 }
 
 /// Why the fleet ring's active key does not seal here.
@@ -195,6 +198,23 @@ impl Readiness {
     pub fn key_source_mirror_found(&self) {
         self.mirror_found.store(true, Ordering::Release);
     }
+
+    /// Sets (or clears) the name of the ring-state Secret the key source ignores because no
+    /// anchor is pinned (`--ring-anchor`).
+    pub fn set_ring_state_ignored(&self, secret: Option<String>) {
+        *self
+            .ring_state_ignored
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = secret;
+    }
+
+    /// The ring-state Secret the key source ignores, if it does.
+    pub fn ring_state_ignored(&self) -> Option<String> {
+        self.ring_state_ignored
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// Shared controller state.
@@ -299,6 +319,25 @@ impl State {
                     "the API server is reachable again: retrying what failed meanwhile"
                 );
             }
+        }
+    }
+
+    /// Why the fleet ring's active key does not seal, as `/readyz`, `/v1/cert.pem` and rotate
+    /// tell it: the key loader's reason, except that while no ring view exists and the key
+    /// source ignores a ring-state Secret (no anchor pinned), that is what it says instead of
+    /// "no ring-state Secret".
+    pub fn sealing_problem(&self) -> Option<SealingProblem> {
+        let problem = self.readiness.sealing_problem();
+        match (problem, self.readiness.ring_state_ignored()) {
+            (Some(p), Some(secret)) if !p.sealing && self.ring_view.current().is_none() => {
+                Some(SealingProblem {
+                    message: format!(
+                        "the fleet ring has not been read yet (ring-state Secret {secret} ignored: no ring anchor pinned (--ring-anchor))"
+                    ),
+                    sealing: false,
+                })
+            }
+            (problem, _) => problem,
         }
     }
 

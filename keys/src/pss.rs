@@ -45,7 +45,10 @@ pub(crate) fn verify(
     let n = BigUint::from_bytes_be(modulus);
     let e = BigUint::from_bytes_be(exponent);
     let s = BigUint::from_bytes_be(signature);
-    if s >= n || e == BigUint::ZERO {
+    // The exponents RSA keys use: odd, 3 to 2^32 + 1 (as AWS-LC accepts). Any other (1 above
+    // all) would let a key be made to fit a signature or a kid prefix.
+    let e_ok = e.bit(0) && e >= BigUint::from(3u8) && e.bits() <= 33;
+    if s >= n || !e_ok {
         return Err(bad());
     }
     let m = s.modpow(&e, &n);
@@ -121,6 +124,7 @@ mod tests {
         for sig in [MAX_SALT, NO_SALT, DIGEST_SALT] {
             let sig = b64(sig);
             key.verify_pss_sha256(MESSAGE, &sig).unwrap();
+            super::verify(key.modulus(), key.exponent(), MESSAGE, &sig).unwrap();
             assert!(
                 key.verify_pss_sha256(b"kseal ring index v2\nring tesT\n", &sig)
                     .is_err()
@@ -155,6 +159,10 @@ mod tests {
         .unwrap();
         let sig = pair.private_key().sign_pss_sha256(MESSAGE).unwrap();
         pair.public_key().verify_pss_sha256(MESSAGE, &sig).unwrap();
+        // The salt-recovering verifier alone (the public method tries AWS-LC first).
+        let key = pair.public_key();
+        super::verify(key.modulus(), key.exponent(), MESSAGE, &sig).unwrap();
+        assert!(super::verify(key.modulus(), key.exponent(), b"other", &sig).is_err());
         let other = PublicKey::from_spki_der(&b64(SPKI)).unwrap();
         assert!(
             other.verify_pss_sha256(MESSAGE, &sig).is_err(),

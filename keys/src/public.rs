@@ -240,6 +240,21 @@ impl PublicKey {
     /// `RSASSA_PSS_SHA_256`), whatever its salt length (recovered as RFC 8017 §9.1.2 allows).
     /// A public operation: no secret is involved, so timing does not matter here.
     pub fn verify_pss_sha256(&self, message: &[u8], signature: &[u8]) -> Result<()> {
+        // AWS-LC first: kseal's own signatures and AWS KMS's use a salt as long as the hash,
+        // which is all it accepts, and it is the faster of the two. Any other salt length
+        // (an emulator's) goes to the salt-recovering verifier.
+        #[cfg(feature = "aws-lc")]
+        {
+            use aws_lc_rs::signature::{RSA_PSS_2048_8192_SHA256, RsaPublicKeyComponents};
+            let fast = RsaPublicKeyComponents {
+                n: &*self.modulus,
+                e: &*self.exponent,
+            }
+            .verify(&RSA_PSS_2048_8192_SHA256, message, signature);
+            if fast.is_ok() {
+                return Ok(());
+            }
+        }
         crate::pss::verify(&self.modulus, &self.exponent, message, signature)
     }
 }

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use criterion::{Criterion, criterion_group, criterion_main};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 use kseal_keystore::trust::{self, Trust};
-use kseal_keystore::{INDEX_SCHEMA, Index, IndexEntry, Kid};
+use kseal_keystore::{AwsOptions, INDEX_SCHEMA, Index, IndexEntry, Kid, RootKey, RootSigner};
 
 /// A ring of `n` RSA-4096 keys rotated `n - 1` times, its root handed on `roots - 1` times, as
 /// `kseal keys` writes it.
@@ -71,9 +71,63 @@ fn benches(c: &mut Criterion) {
     }
 }
 
+/// The 24-key ring moved to a dedicated root (an offline RSA-4096 file root): one more root
+/// record, the index signed by the root. What a reader verifies after `kseal keys re-root`,
+/// and what a writer's signature costs with a file root (a KMS root adds one `kms:Sign` call,
+/// tens of ms over the network, per write).
+fn dedicated(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let (mut index, pairs) = ring(24, 1);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("root.pem");
+    let key = kseal_keys::PrivateKey::generate(KeySize::Rsa4096).expect("keygen");
+    std::fs::write(&path, key.to_pkcs8_pem().as_bytes()).expect("write the root");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    let root = runtime
+        .block_on(RootSigner::open(
+            &RootKey::File(path),
+            &AwsOptions::default(),
+        ))
+        .expect("open the root");
+    let previous = index.roots[0].kid.clone();
+    let anchor = pairs[0].clone();
+    let record = runtime
+        .block_on(trust::dedicated_record(
+            &index.ring,
+            2,
+            Some(&previous),
+            &root,
+            async |m| Ok(Some(trust::sign_with_pair(&anchor, m)?)),
+        ))
+        .expect("hand-over");
+    index.roots.push(record);
+    index.expires = Some(jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24 * 7));
+    runtime
+        .block_on(trust::sign_index_dedicated(&mut index, &root))
+        .expect("sign");
+    let pinned = Trust::anchored(root.kid().clone());
+    let mut g = c.benchmark_group("index/24keys/dedicated root");
+    g.bench_function("verify the history", |b| {
+        b.iter(|| trust::verify(black_box(&index), &pinned, "bench").expect("verify"))
+    });
+    g.bench_function("sign (a write, file root)", |b| {
+        let mut copy = index.clone();
+        b.iter(|| {
+            runtime
+                .block_on(trust::sign_index_dedicated(black_box(&mut copy), &root))
+                .expect("sign")
+        })
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = trust_benches;
     config = Criterion::default().sample_size(30);
-    targets = benches
+    targets = benches, dedicated
 }
 criterion_main!(trust_benches);

@@ -12,12 +12,14 @@
 //!   air-gapped clusters and for secrets mounted by the Secrets Store CSI driver.
 //!
 //! [`Ring`] implements the operations on top (push, activate, retire, import, fetch), with the
-//! index written as a compare-and-swap so two writers never lose a key. Nothing here logs;
-//! errors never hold key material.
+//! index written as a compare-and-swap so two writers never lose a key. [`fleet`] holds each
+//! cluster's acknowledgement of the ring (SSM Parameter Store, or the ring's directory): reports,
+//! never trust. Nothing here logs; errors never hold key material.
 
 mod asm;
 mod contract;
 mod dir;
+pub mod fleet;
 mod location;
 mod ring;
 pub mod root;
@@ -26,6 +28,7 @@ pub mod trust;
 pub use asm::{AsmStore, AwsOptions};
 pub use contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid, UNSIGNED_INDEX_SCHEMA};
 pub use dir::{DIR_TIMEOUT, DirStore, MAX_FILE_BYTES};
+pub use fleet::{Ack, ClusterId, FleetStore, Listed};
 pub use location::{DEFAULT_RING, Location};
 pub use ring::{
     ActivateOutcome, DEFAULT_ACTIVATION_DELAY, DEFAULT_INDEX_LIFETIME, MAX_INDEX_LIFETIME,

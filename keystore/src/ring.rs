@@ -45,6 +45,19 @@ pub struct Ring {
     /// How long an index this writer signs stays current (default: the ring's current one,
     /// else [`DEFAULT_INDEX_LIFETIME`]).
     lifetime: Option<Duration>,
+    /// Whether a write may build on an index past its expiry (`--allow-expired`).
+    allow_expired: bool,
+}
+
+/// What the history marker records ([`Ring::mark_written`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Marker {
+    /// The last index version written (0 in a marker written before versions were recorded).
+    version: u64,
+    /// The history's anchor.
+    anchor: Option<Kid>,
+    /// The newest dedicated root: its number and kid.
+    root: Option<(u64, Kid)>,
 }
 
 /// How long a signed index stays current when nothing says otherwise: the seeder refreshes
@@ -163,6 +176,7 @@ impl Ring {
                 trust: Trust::legacy(),
                 root: None,
                 lifetime: None,
+                allow_expired: false,
             },
             Location::Directory { .. } => Self {
                 store,
@@ -171,6 +185,7 @@ impl Ring {
                 trust: Trust::legacy(),
                 root: None,
                 lifetime: None,
+                allow_expired: false,
             },
         }
     }
@@ -197,6 +212,14 @@ impl Ring {
     #[must_use]
     pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
         self.lifetime = Some(lifetime);
+        self
+    }
+
+    /// Lets writes build on an index past its expiry (`--allow-expired`): for a seeder whose
+    /// refreshes stopped, after checking the version and active key of the index it read.
+    #[must_use]
+    pub fn with_allow_expired(mut self, allow: bool) -> Self {
+        self.allow_expired = allow;
         self
     }
 
@@ -235,54 +258,160 @@ impl Ring {
         }
     }
 
-    /// The history marker (`R/root`): `None` when the ring has none; else the highest index
-    /// version kseal's writers recorded there (0 for a marker written before versions were).
-    async fn marker(&self) -> Result<Option<(u64, Version)>> {
+    /// The history marker (`R/root`, a directory's `root.json`) with its store version; `None`
+    /// when the ring has none.
+    async fn marker(&self) -> Result<Option<(Marker, Version)>> {
         let Some((text, version)) = self.store.read(&self.root_name(), None).await? else {
             return Ok(None);
         };
-        let written = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v.get("version").and_then(serde_json::Value::as_u64))
-            .unwrap_or(0);
-        Ok(Some((written, version)))
+        let value =
+            serde_json::from_str::<serde_json::Value>(&text).map_err(|_| Error::Malformed {
+                what: self.root_name(),
+                reason: "it is not the JSON kseal writes; nothing is written on this ring until \
+                         it is restored from the store's previous versions"
+                    .into(),
+            })?;
+        let kid = |v: Option<&serde_json::Value>| {
+            v.and_then(|v| v.as_str()).and_then(|t| Kid::parse(t).ok())
+        };
+        let root = value.get("root").and_then(|r| {
+            Some((
+                r.get("seq").and_then(serde_json::Value::as_u64)?,
+                kid(r.get("kid"))?,
+            ))
+        });
+        Ok(Some((
+            Marker {
+                version: value
+                    .get("version")
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0),
+                anchor: kid(value.get("anchor")),
+                root,
+            },
+            version,
+        )))
     }
 
-    /// Records that this ring's history is signed (anchored at `anchor`) and that `version` of
-    /// its index was written. Only the seeder can write the marker (an index writer cannot), so
-    /// it is the writers' rollback floor: a write refuses an index older than the marker says
-    /// (an old index put back), which a pod without a cache (the seed Job) could not otherwise
-    /// tell from the current one.
-    async fn mark_written(&self, anchor: &Kid, version: u64) -> Result<()> {
+    /// Records that this ring's history is signed (anchored at its first root) and that
+    /// `index`'s version was written, with its newest dedicated root. Only the seeder can write
+    /// the marker on Secrets Manager (an index writer's `PutSecretValue` on `R/index` does not
+    /// reach `R/root`), so it is the writers' own pin and rollback floor: a write refuses an
+    /// index older than the marker says, one whose history does not start at its anchor, and
+    /// one that does not pass through its dedicated root (a fork made with ring keys, which a
+    /// routine `re-root` would otherwise bless). A pod without a cache (the seed Job) gets the
+    /// same protection as a laptop. A directory ring's `root.json` is no better protected than
+    /// its `index.json`: there, the directory's permissions are the protection.
+    async fn mark_written(&self, index: &Index) -> Result<()> {
         let name = self.root_name();
         let tags = [
             ("kseal.dev/ring", self.name.as_str()),
             ("kseal.dev/part", "root"),
         ];
+        let root = index
+            .roots
+            .iter()
+            .rev()
+            .find(|r| r.dedicated)
+            .map(|r| (r.seq, r.kid.clone()));
         for _ in 0..CAS_ATTEMPTS {
             let current = self.marker().await?;
-            if current
-                .as_ref()
-                .is_some_and(|(written, _)| *written >= version)
+            if let Some((m, _)) = &current
+                && m.version >= index.version
+                && m.root.as_ref().map(|r| r.0) >= root.as_ref().map(|r| r.0)
             {
                 return Ok(());
             }
-            let text = serde_json::json!({
+            let mut text = serde_json::json!({
                 "ring": self.name,
-                "anchor": anchor.as_str(),
-                "version": version,
-                "note": "kseal: this ring's index is a signed history; an unsigned index here replaced it, and an index older than this version was put back",
-            })
-            .to_string();
+                "anchor": index.roots[0].kid.as_str(),
+                "version": index.version,
+                "note": "kseal: this ring's index is a signed history; an unsigned index here replaced it, and an index older than this version, or not through this root, was put back",
+            });
+            if let Some((seq, kid)) = &root {
+                text["root"] = serde_json::json!({"seq": seq, "kid": kid.as_str()});
+            }
             match self
                 .store
-                .compare_and_swap(&name, &text, current.as_ref().map(|(_, v)| v), &tags)
+                .compare_and_swap(
+                    &name,
+                    &text.to_string(),
+                    current.as_ref().map(|(_, v)| v),
+                    &tags,
+                )
                 .await
             {
                 Ok(_) => return Ok(()),
-                Err(Error::Conflict { .. }) => continue,
+                Err(Error::Conflict { .. }) => {}
                 Err(e) => return Err(e),
             }
+        }
+        Ok(())
+    }
+
+    /// Checks the index a write builds on against the marker (see [`Ring::mark_written`]) and
+    /// its expiry.
+    fn check_against_marker(&self, snapshot: &Snapshot, marker: Option<&Marker>) -> Result<()> {
+        let index = &snapshot.index;
+        let put_back = |reason: String| Error::Untrusted {
+            what: self.index_name(),
+            reason: format!(
+                "{reason}. Nothing was written; restore the index from the store's previous \
+                 versions"
+            ),
+        };
+        if let Some(m) = marker {
+            if index.version < m.version {
+                return Err(put_back(format!(
+                    "it is version {}, but this ring's writers wrote version {} ({} records \
+                     it): an older index was put back",
+                    index.version,
+                    m.version,
+                    self.root_name()
+                )));
+            }
+            if let (Some(anchor), Some(first)) = (&m.anchor, index.roots.first())
+                && &first.kid != anchor
+            {
+                return Err(put_back(format!(
+                    "its history starts at {}, but {} records anchor {}: a history rooted \
+                     elsewhere was put in its place",
+                    first.kid.short(),
+                    self.root_name(),
+                    anchor.short()
+                )));
+            }
+            if let Some((seq, kid)) = &m.root {
+                let at = usize::try_from(*seq)
+                    .ok()
+                    .and_then(|i| i.checked_sub(1))
+                    .and_then(|i| index.roots.get(i));
+                if at.map(|r| &r.kid) != Some(kid) {
+                    return Err(put_back(format!(
+                        "its history does not pass through the dedicated root {} (root {seq}) \
+                         that {} records: a fork made with keys clusters hold",
+                        kid.short(),
+                        self.root_name()
+                    )));
+                }
+            }
+        }
+        if let Verified::Signed {
+            expired: true,
+            version,
+            ..
+        } = &snapshot.verified
+            && !self.allow_expired
+        {
+            return Err(Error::Refused(format!(
+                "{} (version {version}, active key {}) expired at {}: an expired index may be \
+                 an old one put back, and a write would sign it anew. If it is the index you \
+                 wrote last (check its version and active key), write again with \
+                 --allow-expired",
+                self.index_name(),
+                index.active.as_ref().map_or("none", |k| k.short()),
+                index.expires.map(|e| e.to_string()).unwrap_or_default()
+            )));
         }
         Ok(())
     }
@@ -423,20 +552,7 @@ impl Ring {
             let marker = self.marker().await?;
             let (mut index, expected) = match current {
                 Some(s) => {
-                    if let Some((written, _)) = &marker
-                        && s.index.version < *written
-                    {
-                        return Err(Error::Untrusted {
-                            what: self.index_name(),
-                            reason: format!(
-                                "it is version {}, but this ring's writers wrote version {written} \
-                                 ({} records it): an older index was put back. Nothing was \
-                                 written; restore the index from the store's previous versions",
-                                s.index.version,
-                                self.root_name()
-                            ),
-                        });
-                    }
+                    self.check_against_marker(&s, marker.as_ref().map(|(m, _)| m))?;
                     (s.index, Some(s.version))
                 }
                 None if marker.is_some() => {
@@ -496,8 +612,7 @@ impl Ring {
                 .await
             {
                 Ok(_) => {
-                    self.mark_written(&index.roots[0].kid, index.version)
-                        .await?;
+                    self.mark_written(&index).await?;
                     return Ok(result);
                 }
                 Err(Error::Conflict { .. }) if attempt < CAS_ATTEMPTS => {

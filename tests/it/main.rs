@@ -3,6 +3,7 @@
 mod ci;
 mod examples;
 mod fleet;
+mod fleet_ack;
 mod golden;
 mod names;
 mod round_trip;

@@ -131,6 +131,61 @@ pub(crate) enum KeysCommand {
     /// Generate an offline root key file (RSA-4096, mode 0600) for `re-root --root file://…`
     #[command(name = "new-root", after_help = REROOT_EXAMPLES)]
     NewRoot(NewRootArgs),
+    /// List every SealedSecret item sealed to a key, in the tree and in every commit: the
+    /// values to change at their source after the key (or a cluster holding it) is compromised
+    #[command(after_help = EXPOSURE_EXAMPLES)]
+    Exposure(ExposureArgs),
+}
+
+pub(super) const EXPOSURE_EXAMPLES: &str = "\
+Examples:
+  # What the key's ciphertexts in the working tree would open
+  kseal keys exposure SHA256:mOu37IQK… clusters/
+
+  # Also every value ever committed with it (old ciphertexts stay in git history)
+  kseal keys exposure SHA256:mOu37IQK… --git-history -o json > exposed.json
+
+  # The key by its certificate
+  kseal keys exposure certs/prod-2025.crt --git-history
+
+Items are attributed by their kseal.dev/sealing-key annotation (kseal writes it when it seals).
+SealedSecrets without one cannot be attributed offline: they are listed apart, as possibly
+sealed to the key.";
+
+/// Report formats of `kseal keys exposure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ExposureFormat {
+    /// Grouped by namespace/name/item, one line per value
+    Text,
+    /// One JSON object
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExposureArgs {
+    /// The key: its SHA256: fingerprint (as the kseal.dev/sealing-key annotation and `kseal
+    /// keys inspect` show it), or a file holding its certificate
+    #[arg(value_name = "KID|CERT")]
+    pub(crate) key: String,
+    /// Files and directories to search (in the working tree; with --git-history, the same
+    /// paths in every commit of the repository holding them) [default: .]
+    #[arg(value_name = "PATH")]
+    pub(crate) paths: Vec<PathBuf>,
+    /// Also search every commit reachable from any ref (`git log --all`), naming the commit
+    /// that introduced each value
+    // The variable names are spelled here until env.rs (shared) declares them.
+    #[arg(long, env = "KSEAL_EXPOSURE_GIT_HISTORY")]
+    pub(crate) git_history: bool,
+    /// Report format
+    #[arg(
+        short = 'o',
+        long,
+        env = "KSEAL_EXPOSURE_FORMAT",
+        value_enum,
+        default_value = "text",
+        ignore_case = true
+    )]
+    pub(crate) format: ExposureFormat,
 }
 
 pub(super) const REROOT_EXAMPLES: &str = "Examples:
@@ -202,8 +257,8 @@ pub(crate) struct TrustArgs {
     /// Where to write the pin [default: ./.kseal.yaml]
     #[arg(long, env = env::KSEAL_TRUST_FILE, value_name = "FILE")]
     pub(crate) file: Option<PathBuf>,
-    /// Move a pin that names a ring key to the ring's dedicated root with this kid, confirmed
-    /// with the ring's seeder out of band (a pin at a ring key cannot tell a real move from a
+    /// Move a pin that names a ring key to the ring's dedicated root with this kid (all 64 hex
+    /// digits), confirmed with the ring's seeder out of band (a pin at a ring key cannot tell a real move from a
     /// fork signed with a cluster's keys)
     #[arg(long, env = env::KSEAL_TRUST_ROOT_KID, value_name = "KID")]
     pub(crate) root_kid: Option<String>,
@@ -261,6 +316,10 @@ pub(crate) struct RingArgs {
     /// the ring has, else 7 days
     #[arg(long, env = env::KSEAL_RING_LIFETIME, value_parser = super::parse_duration, value_name = "DURATION")]
     pub(crate) lifetime: Option<std::time::Duration>,
+    /// Let a write build on an index past its expiry: only after checking that its version and
+    /// active key are the ones you wrote last (an expired index may be an old one put back)
+    #[arg(long, env = env::KSEAL_ALLOW_EXPIRED)]
+    pub(crate) allow_expired: bool,
     /// Accept a directory ring whose files or directories group or others may write, or whose
     /// private keys they may read (as ssh, kseal refuses them by default)
     #[arg(long, env = env::KSEAL_INSECURE_PERMS)]

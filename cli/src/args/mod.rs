@@ -11,6 +11,7 @@ use crate::env;
 
 mod check;
 mod create;
+mod fleet;
 mod keys;
 mod recovery;
 mod seal;
@@ -19,6 +20,7 @@ mod tools;
 use check::CHECK_EXAMPLES;
 pub(crate) use check::*;
 pub(crate) use create::*;
+pub(crate) use fleet::*;
 pub(crate) use keys::*;
 pub(crate) use recovery::*;
 use recovery::{RESEAL_EXAMPLES, UNSEAL_EXAMPLES, VALIDATE_EXAMPLES};
@@ -86,6 +88,9 @@ pub(crate) enum Command {
     /// 1 findings, 2 usage or I/O error)
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
+    /// The fleet's view of the key ring: which clusters hold which keys and are current
+    #[command(subcommand)]
+    Fleet(FleetCommand),
 }
 
 /// How to reach the controller through the Kubernetes API server.

@@ -5,6 +5,8 @@ pub(crate) mod check;
 pub(crate) mod completions;
 pub(crate) mod config;
 pub(crate) mod create;
+pub(crate) mod exposure;
+pub(crate) mod fleet;
 pub(crate) mod keys;
 pub(crate) mod quickstart;
 pub(crate) mod recovery;

@@ -1,18 +1,25 @@
 //! `kseal reseal` and `kseal validate`: offline maintenance with local private keys.
 //!
+//! `validate` also holds each file to its `.kseal.yaml` creation rule, chosen as `kseal check`
+//! chooses it: an object sealed with a key outside the ring or certificate its path's rule
+//! names (`wrong-ring-for-path`), or whose rule is refused (a redirecting link, a nested
+//! `.kseal.yaml`), gets a warning; whether it opens is still what passes or fails.
+//!
 //! Both open `spec.encryptedData` item by item with the key ring instead of unsealing whole
 //! objects, so a SealedSecret with `spec.template.data` is handled too: its templates only
 //! refer to item names, which resealing keeps.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
 use kseal_api::SealedSecret;
 use kseal_api::constants::SEALING_KEY_ANNOTATION;
-use kseal_keys::{Certificate, KeyRing};
+use kseal_keys::{Certificate, KeyId, KeyRing};
 
 use crate::args::{ResealArgs, ValidateArgs};
 use crate::controller::Controller;
+use crate::keysource::rules::{PathRules, spec_key_ids};
 use crate::keysource::target::{Backing, keys_or_controller, rule_certificate, target_certificate};
 use crate::manifest::{Input, SealedFile, mapping_at};
 use crate::opening::{Checker, label_of, object_name, open_items};
@@ -27,13 +34,38 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
     };
     let mut report = String::new();
     let (mut total, mut bad) = (0usize, 0usize);
+    let mut rules = PathRules::new();
+    let mut by_spec: HashMap<String, Vec<KeyId>> = HashMap::new();
     for input in Input::read_all(&args.files.all())? {
         let sealed: Vec<SealedSecret> =
             input.objects("SealedSecret", kseal_api::constants::API_VERSION)?;
+        // The keys the file's creation rule seals with, chosen as `kseal check` chooses them.
+        let group = match &input.source {
+            crate::manifest::Source::File(path) if !sealed.is_empty() => {
+                rule_keys(&mut rules, &mut by_spec, path).map_err(|e| crate::text::chain(&e))
+            }
+            _ => Ok(None),
+        };
         for (i, s) in sealed.iter().enumerate() {
             total += 1;
             let name = object_name(s);
             let place = format!("{} document {}", input.source, i + 1);
+            // Whether it opens is what validate answers; the rule is a warning beside it (it
+            // is an error of `kseal check`).
+            match &group {
+                Err(why) => {
+                    eprintln!("warning: {name} ({place}): its creation rule cannot be used: {why}")
+                }
+                Ok(Some((why, keys))) => {
+                    if let Some(key) = outside_group(s, &checker, keys)? {
+                        eprintln!(
+                            "warning: {name} ({place}) is sealed with key {key}, which is not a \
+                             key of {why} (wrong-ring-for-path: kseal check fails on it)"
+                        );
+                    }
+                }
+                Ok(None) => {}
+            }
             let line = match checker.check(s)? {
                 Err(reason) => {
                     bad += 1;
@@ -53,6 +85,48 @@ pub(crate) fn validate(args: ValidateArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The keys of the ring or certificate the creation rule of `path` names, and the rule (for
+/// messages); `None` when no rule names one.
+fn rule_keys(
+    rules: &mut PathRules,
+    by_spec: &mut HashMap<String, Vec<KeyId>>,
+    path: &Path,
+) -> Result<Option<(String, Vec<KeyId>)>> {
+    let Some(rule) = rules.rule_for(path)? else {
+        return Ok(None);
+    };
+    let Some(spec) = rule.spec else {
+        return Ok(None);
+    };
+    let keys = match by_spec.get(&spec) {
+        Some(keys) => keys.clone(),
+        None => {
+            let keys = spec_key_ids(&spec, rule.anchor.as_deref())
+                .with_context(|| format!("failed to read the keys of {}", rule.why))?;
+            by_spec.insert(spec.clone(), keys.clone());
+            keys
+        }
+    };
+    Ok(Some((format!("`{spec}`, which {} names", rule.why), keys)))
+}
+
+/// A key outside `group` that `s` is sealed with: the one its `kseal.dev/sealing-key`
+/// annotation names, else (with local keys) one that opens an item. The controller cannot
+/// say which key opened an item, so without the annotation nothing is found.
+fn outside_group(s: &SealedSecret, checker: &Checker, group: &[KeyId]) -> Result<Option<KeyId>> {
+    if let Some(hint) = s.sealing_key_hint() {
+        return Ok((!group.contains(&hint)).then_some(hint));
+    }
+    let Checker::Keys(ring) = checker else {
+        return Ok(None);
+    };
+    // An object that does not open is reported by the check itself.
+    let Ok(opened) = open_items(s, ring) else {
+        return Ok(None);
+    };
+    Ok(opened.keys.into_values().find(|key| !group.contains(key)))
 }
 
 /// Who re-encrypts.

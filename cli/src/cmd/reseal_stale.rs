@@ -6,6 +6,10 @@
 //! documents of the file stay as they were, and the diff of a GitOps repository shows only
 //! the re-sealed values (and the `kseal.dev/sealing-key` annotations that named the old key).
 //! A second run finds nothing stale and writes nothing.
+//!
+//! Each file is re-sealed to the key of its `.kseal.yaml` creation rule, chosen as `kseal seal`
+//! and `kseal check` choose it ([`crate::keysource::rules`]); a file that is a symbolic link is
+//! never rewritten (writing would replace the committed link with a regular file).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -19,6 +23,7 @@ use kseal_keys::{Certificate, KeyId, KeyRing};
 use crate::args::ResealArgs;
 use crate::controller::{Controller, ControllerTarget};
 use crate::keysource::cert::{CertRequest, Source, Spec};
+use crate::keysource::rules::PathRules;
 use crate::keysource::target::cert_for;
 use crate::opening::{object_name, open_items};
 use crate::text::count;
@@ -38,6 +43,8 @@ enum Backing {
         sealing: std::result::Result<(Certificate, String), String>,
         /// Certificates of creation rules, by `--cert` value.
         by_rule: HashMap<String, Certificate>,
+        /// Each file's creation rule, as `kseal check` and `kseal seal` choose it.
+        rules: PathRules,
     },
     /// The controller's `/v1/rotate`, to its sealing key.
     Controller {
@@ -141,6 +148,7 @@ impl Backing {
             explicit,
             sealing,
             by_rule: HashMap::new(),
+            rules: PathRules::new(),
         })
     }
 
@@ -164,6 +172,7 @@ impl Backing {
             explicit,
             sealing,
             by_rule,
+            rules,
             ..
         } = self
         else {
@@ -172,20 +181,21 @@ impl Backing {
         if let Some(cert) = explicit {
             return Ok((cert.clone(), "--cert".to_owned()));
         }
-        let rule = crate::project::rule_for_output(Some(path))?;
-        if let Some(spec) = rule.as_ref().map(|r| r.cert_spec()).transpose()?.flatten() {
-            let why = rule.as_ref().map(|r| r.describe()).unwrap_or_default();
+        let rule = rules.rule_for(path)?;
+        if let Some((spec, rule)) = rule.and_then(|r| r.spec.clone().map(|s| (s, r))) {
             if let Some(cert) = by_rule.get(&spec) {
-                return Ok((cert.clone(), why));
+                return Ok((cert.clone(), rule.why));
             }
-            let cert = cert_for(&spec, false).with_context(|| {
-                format!(
-                    "failed to load the certificate of {}",
-                    rule.as_ref().map(|r| r.describe()).unwrap_or_default()
-                )
-            })?;
+            let cert = CertRequest {
+                specs: vec![crate::keysource::cert::parse_spec(&spec)?],
+                controller: ControllerTarget::default(),
+                allow_http: false,
+                ring_anchor: rule.anchor.clone(),
+            }
+            .load_one()
+            .with_context(|| format!("failed to load the certificate of {}", rule.why))?;
             by_rule.insert(spec, cert.clone());
-            return Ok((cert, why));
+            return Ok((cert, rule.why));
         }
         sealing.clone().map_err(|why| {
             anyhow::anyhow!(
@@ -299,6 +309,22 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
     Ok(Some(plan))
 }
 
+/// Refuses to rewrite a file that is a symbolic link: writing it would replace the committed
+/// link with a regular file (and the file it leads to would keep its stale values).
+fn refuse_link(path: &Path) -> Result<()> {
+    let meta = fs_err::symlink_metadata(path)?;
+    if meta.file_type().is_symlink() {
+        let target = fs_err::read_link(path)?;
+        bail!(
+            "refusing to re-seal `{}` in place: it is a symbolic link (to `{}`), which writing \
+             would replace with a regular file; re-seal the file it leads to instead",
+            path.display(),
+            target.display()
+        );
+    }
+    Ok(())
+}
+
 /// `POST /v1/rotate` of one SealedSecret.
 fn rotate(controller: &Controller, sealed: &SealedSecret) -> Result<SealedSecret> {
     let body = serde_json::to_string(sealed).context("failed to encode the SealedSecret")?;
@@ -400,6 +426,7 @@ pub(crate) fn run(args: &ResealArgs) -> Result<()> {
     }
     let mut rewrites = Vec::new();
     for plan in plans.iter().filter(|p| !p.stale.is_empty()) {
+        refuse_link(&plan.path)?;
         rewrites.push((plan, plan.rewrite()?));
     }
     // Say which key the items go to, once per key.

@@ -21,7 +21,8 @@ fn describe_anchor(snapshot: &Snapshot, anchor: &Kid) -> String {
         .find(|r| r.dedicated && &r.kid == anchor)
     {
         return format!(
-            "{anchor}\n  dedicated root{} (a key no cluster holds)",
+            "{anchor}\n  dedicated root{} (as the ring's index says: confirm its kid with the \
+             ring's seeder)",
             root.location
                 .as_deref()
                 .map(|l| format!(", {l}"))
@@ -150,7 +151,11 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
                         target.short(),
                         ring_arg(&args.ring)
                     ),
-                    Some(kid) if kid.len() < 12 || !target.as_str().starts_with(kid) => bail!(
+                    Some(kid) if kid.len() != 64 => bail!(
+                        "--root-kid needs the root's whole kid (64 hex digits, as re-root prints \
+                         it): a short prefix could be matched by a key made to fit it"
+                    ),
+                    Some(kid) if target.as_str() != kid => bail!(
                         "the ring's dedicated root is {target}, not the root {kid} you \
                          confirmed: the ring may have been forked with a cluster's keys. Do not \
                          seal to it; ask the ring's seeder"

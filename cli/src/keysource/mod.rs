@@ -5,7 +5,8 @@
 //! rule for which of them seals ([`keys`]); a local key directory is what `kseal keys
 //! generate` writes ([`keydir`]); a fleet key ring is read through `kseal-keystore`
 //! ([`ring`]); a `.kseal.yaml` creation rule may name the certificate of a path, and
-//! `reseal` and `validate` work with local keys or the controller ([`target`]).
+//! `reseal` and `validate` work with local keys or the controller ([`target`]); commands that
+//! walk a repository take each file's ring or certificate from its creation rule ([`rules`]).
 //!
 //! The key-ring readers are installed by the full CLI ([`crate::run`], what `kseal-ring`
 //! runs) with [`read_rings_with`]: `kseal` itself hands every key-ring source to
@@ -22,6 +23,7 @@ pub(crate) mod cert;
 pub(crate) mod keydir;
 pub(crate) mod keys;
 pub(crate) mod ring;
+pub(crate) mod rules;
 pub(crate) mod target;
 
 /// A key ring's verified index: every certificate with the time it was added, and the

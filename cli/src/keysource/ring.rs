@@ -68,6 +68,7 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
     if let Some(lifetime) = args.lifetime {
         ring = ring.with_lifetime(lifetime);
     }
+    ring = ring.with_allow_expired(args.allow_expired);
     Ok(ring)
 }
 
@@ -300,6 +301,7 @@ pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Sn
         ring_anchor: anchor.map(str::to_owned),
         root: None,
         lifetime: None,
+        allow_expired: false,
         // As clap reads a boolean flag's variable.
         insecure_perms: var(crate::env::KSEAL_INSECURE_PERMS).is_some_and(|v| {
             !matches!(
@@ -355,6 +357,7 @@ mod tests {
             ring_anchor: None,
             root: None,
             lifetime: None,
+            allow_expired: false,
             insecure_perms: false,
         }
     }

@@ -10,6 +10,7 @@ mod build_info;
 mod check;
 mod cli;
 mod config_rules;
+mod repositories;
 mod reseal_stale;
 mod ring;
 mod workflows;

@@ -604,7 +604,7 @@ fn choose_ring_key(
     let Some(view) = view else {
         ring.disable_sealing();
         return RingSealing::Refused(
-            "the fleet ring has not been read yet (no index, no ring-state Secret)".to_owned(),
+            "the fleet ring has not been read yet (no verified index: none read from the store, and no ring-state Secret verified against a pinned anchor)".to_owned(),
         );
     };
     // Whatever seals, the ring's own keys are tried first and key the data MACs.

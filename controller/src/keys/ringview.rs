@@ -109,6 +109,12 @@ pub struct RingView {
     /// The last active key whose mirror was verified: it keeps sealing while the index's
     /// active key cannot be mirrored.
     pub last_active: Option<Kid>,
+    /// The index's version.
+    pub version: u64,
+    /// Until when the index is current (signed; `None`: written before expiry existed). Past
+    /// it, this view is still used (its keys open, its active key seals), and `/readyz` detail
+    /// says so, until the seeder refreshes the index.
+    pub expires: Option<jiff::Timestamp>,
 }
 
 impl RingView {
@@ -129,7 +135,22 @@ impl RingView {
             kids,
             ever,
             last_active,
+            version: index.version,
+            expires: index.expires,
         }
+    }
+
+    /// `/readyz` detail's line about the index's expiry, once it has passed at `now`.
+    pub fn expiry_line(&self, now: jiff::Timestamp) -> Option<String> {
+        let expires = self.expires.filter(|e| now >= *e)?;
+        Some(format!(
+            "ring index: version {} of ring {} expired at {}: this controller keeps using it \
+             (its keys open, its active key seals), but accepts no index written before then; \
+             the seeder refreshes it with `kseal keys refresh`\n",
+            self.version,
+            self.ring,
+            expires.strftime("%Y-%m-%d %H:%M:%S UTC")
+        ))
     }
 
     /// Whether `kid` is a key of the index.
@@ -195,6 +216,27 @@ impl Default for RingViews {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readyz_says_when_the_index_held_has_expired() {
+        let mut index = Index::empty("kseal/fleet", std::time::SystemTime::now());
+        index.version = 7;
+        let view = RingView::new(&index, &BTreeSet::new(), None);
+        assert_eq!(view.expiry_line(jiff::Timestamp::now()), None, "no expiry");
+        let expires = jiff::Timestamp::from_second(2_000_000_000).unwrap();
+        index.expires = Some(expires);
+        let view = RingView::new(&index, &BTreeSet::new(), None);
+        assert_eq!(view.expires, Some(expires));
+        let before = jiff::Timestamp::from_second(1_999_999_999).unwrap();
+        assert_eq!(view.expiry_line(before), None, "not yet");
+        let line = view.expiry_line(expires).unwrap();
+        assert!(
+            line.contains("version 7")
+                && line.contains("2033-05-18 03:33:20 UTC")
+                && line.contains("kseal keys refresh"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn kids_ever_round_trips_and_skips_garbage() {

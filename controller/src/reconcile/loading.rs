@@ -111,6 +111,8 @@ mod tests {
             kids: kids.iter().map(|p| Kid::of(p.public_key())).collect(),
             ever: BTreeSet::new(),
             last_active: None,
+            version: 1,
+            expires: None,
         }
     }
 

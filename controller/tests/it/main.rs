@@ -22,4 +22,5 @@ mod outage;
 mod reconcile;
 mod renewal;
 mod scrub;
+mod store_recovery;
 mod value_budget;

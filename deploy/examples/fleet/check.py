@@ -40,8 +40,11 @@ cannot be fetched here):
    operators with their two-way wildcards, JMESPath paths with quoted keys, `||`,
    parse_json, regex_match, a ConfigMap context, failureAction and allowExistingViolations).
    Every (policy, resource, operation) is evaluated in both forms: each must give its test
-   file's result, both forms the same, and DELETE must never be judged. Every example
-   SealedSecret passes both forms with kyverno/fleet-keys.yaml.
+   file's result, both forms the same, and DELETE must never be judged; then the UPDATEs
+   whose object and oldObject differ, which the CLI's format cannot hold
+   (kyverno/test/admission-cases.yaml: no-op server-side applies and dry runs, finalizer
+   removals during deletion, real changes), each with its result in both forms. Every
+   example SealedSecret passes both forms with kyverno/fleet-keys.yaml.
 
 It writes into OUT what deploy/check.sh then dry-runs on the reference apiserver:
 dry-run-NN.yaml (core objects, variables substituted, kseal renderings with their patches;
@@ -87,6 +90,7 @@ KNOWN = {
     "Test": {"cli.kyverno.io/v1alpha1"},
     "Values": {"cli.kyverno.io/v1alpha1"},
     "Context": {"cli.kyverno.io/v1alpha1"},
+    "AdmissionCases": {"check.kseal.dev/v1"},  # check.py's own: kyverno/test/admission-cases.yaml
     "ConfigMap": {"v1"},
     "Namespace": {"v1"},
     "ServiceAccount": {"v1"},
@@ -179,7 +183,7 @@ def check_files():
                     error(f"{rel(path)}: kind {kind} is not in check.py's table of known kinds")
                 elif api not in KNOWN[kind]:
                     error(f"{rel(path)}: {kind} {name}: apiVersion {api}, expected {sorted(KNOWN[kind])}")
-                if kind and kind not in CLUSTER_SCOPED and kind not in ("Test", "Values", "Context") \
+                if kind and kind not in CLUSTER_SCOPED and kind not in ("Test", "Values", "Context", "AdmissionCases") \
                         and not (d.get("metadata") or {}).get("namespace"):
                     error(f"{rel(path)}: {kind} {name} has no metadata.namespace")
     # Every file is listed by its directory's kustomization.
@@ -479,7 +483,7 @@ def check_iam(path, docs, trust, policy, values=None):
 #   nothing else special); a scalar key is compared with each list element both ways;
 # - DELETE: the request's object is null and oldObject is the resource
 #   (pkg/engine/policycontext NewPolicyContext; the CLI's AdmissionRequestShape); UPDATE in
-#   the CLI: object and oldObject are both the resource;
+#   the CLI: object and oldObject are both the resource (admission-cases.yaml: differing);
 # - ClusterPolicy validate: match.any[].resources.{kinds,operations} (no operations: every
 #   operation), preconditions -> skip, deny -> fail, and with Enforce on UPDATE an old
 #   object that fails too turns the result into skip unless allowExistingViolations is
@@ -574,8 +578,10 @@ NUMBER_LIKE = re.compile(r"\s*[-+]?\.?[0-9]")  # what Kyverno may read as a dura
 
 def operator(op, k, v):
     if op in ("Equals", "NotEquals"):
-        if isinstance(k, str) and NUMBER_LIKE.match(k):
-            # equal.go compares durations and resource quantities before strings
+        if isinstance(k, str) and NUMBER_LIKE.match(k) and \
+                (isinstance(v, (int, float)) or (isinstance(v, str) and NUMBER_LIKE.match(v))):
+            # equal.go compares two durations or two resource quantities before strings (only
+            # when both sides parse: a timestamp against "" is a string comparison)
             raise KyvernoError(f"{op} on {k!r}: duration and quantity comparison is not interpreted here")
         if isinstance(k, bool) or isinstance(v, bool):
             eq = isinstance(k, bool) and isinstance(v, bool) and k == v
@@ -703,8 +709,9 @@ def request(resource, operation):
     return {"CREATE": (resource, None), "UPDATE": (resource, resource), "DELETE": (None, resource)}[operation]
 
 
-def legacy_rule(policy, rule, resource, operation, context_values):
-    """pass, fail, skip or excluded: Kyverno's validate rule with preconditions and deny."""
+def legacy_rule(policy, rule, resource, operation, context_values, pair=None, dry_run=False):
+    """pass, fail, skip or excluded: Kyverno's validate rule with preconditions and deny.
+    pair: (object, oldObject) of the request, else the CLI's shape of it (request())."""
     spec = policy["spec"]
     for k in ("validationFailureAction", "validationFailureActionOverrides"):
         if k in spec:
@@ -729,7 +736,7 @@ def legacy_rule(policy, rule, resource, operation, context_values):
         raise KyvernoError(f"rule {rule['name']}: validate.failureAction must be Enforce or Audit")
 
     def run(obj, old, op):
-        ctx = {"request": {"operation": op, "object": obj, "oldObject": old}}
+        ctx = {"request": {"operation": op, "object": obj, "oldObject": old, "dryRun": dry_run}}
         for entry in rule.get("context", []):
             if entry["name"] not in context_values:
                 raise KyvernoError(f"no value for context {entry['name']}")
@@ -738,7 +745,7 @@ def legacy_rule(policy, rule, resource, operation, context_values):
             return "skip"
         return "fail" if conditions(validate["deny"]["conditions"], ctx) else "pass"
 
-    obj, old = request(resource, operation)
+    obj, old = pair or request(resource, operation)
     got = run(obj, old, operation)
     if got == "fail" and operation == "UPDATE" and validate["failureAction"] == "Enforce" \
             and validate.get("allowExistingViolations", True) and run(old, None, "CREATE") == "fail":
@@ -787,8 +794,9 @@ def plural_of(kind):
     return kind.lower() + "s"  # ConfigMap, SealedSecret: their plurals
 
 
-def cel_policy(policy, resource, operation, context_resources):
-    """pass, fail, skip or excluded: Kyverno's ValidatingPolicy on one admission request."""
+def cel_policy(policy, resource, operation, context_resources, pair=None, dry_run=False):
+    """pass, fail, skip or excluded: Kyverno's ValidatingPolicy on one admission request.
+    pair: (object, oldObject) of the request, else the CLI's shape of it (request())."""
     celpy, celtypes, functions = cel_env()
     CEL_CONTEXT[:] = context_resources
     spec = policy["spec"]
@@ -808,9 +816,9 @@ def cel_policy(policy, resource, operation, context_resources):
                hit(r["resources"], plural_of(resource["kind"])) and hit(r["operations"], operation)
                for r in mc["resourceRules"]):
         return "excluded"
-    obj, old = request(resource, operation)
+    obj, old = pair or request(resource, operation)
     activation = {"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
-                  "request": celpy.json_to_cel({"operation": operation}),
+                  "request": celpy.json_to_cel({"operation": operation, "dryRun": dry_run}),
                   "resource": CelLib("resource"), "json": CelLib("json")}
 
     def run(expr):
@@ -872,8 +880,8 @@ def legacy_context(test_dir, test):
     return ctx_values
 
 
-def evaluate_form(policies, resource, operation, cel, context):
-    """{policy name: result} for one resource and operation."""
+def evaluate_form(policies, resource, operation, cel, context, pair=None, dry_run=False):
+    """{policy name: result} for one resource and operation (pair: object and oldObject)."""
     out = {}
     for pol in policies:
         name = pol["metadata"]["name"]
@@ -881,15 +889,63 @@ def evaluate_form(policies, resource, operation, cel, context):
             if cel:
                 if pol["kind"] != "ValidatingPolicy":
                     raise KyvernoError(f"{pol['kind']} among the ValidatingPolicies")
-                out[name] = cel_policy(pol, resource, operation, context)
+                out[name] = cel_policy(pol, resource, operation, context, pair, dry_run)
             else:
                 if pol["kind"] != "ClusterPolicy" or len(pol["spec"]["rules"]) != 1:
                     raise KyvernoError("expected a ClusterPolicy with one rule")
                 rule = pol["spec"]["rules"][0]
-                out[name] = legacy_rule(pol, rule, resource, operation, context.get((name, rule["name"]), {}))
+                out[name] = legacy_rule(pol, rule, resource, operation, context.get((name, rule["name"]), {}),
+                                        pair, dry_run)
         except KyvernoError as e:
             out[name] = f"error ({e})"
     return out
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch (null removes a key), on copies."""
+    if not isinstance(patch, dict):
+        return json.loads(json.dumps(patch))
+    out = json.loads(json.dumps(target)) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def check_admission_cases(resources, cel_policies, cel_context, legacy_policies, legacy_values):
+    """kyverno/test/admission-cases.yaml: UPDATE requests whose object and oldObject differ
+    (the Kyverno CLI's test format has one resource per request): each case starts from a
+    test resource, merge-patches it into oldObject (old) and that into object (new), and
+    names every policy's result; both forms must give it. Returns the number evaluated."""
+    path = os.path.join(KYVERNO, "test", "admission-cases.yaml")
+    (doc,) = load_file(path)
+    by_name = {r["metadata"]["name"]: r for r in resources}
+    names = sorted(p["metadata"]["name"] for p in cel_policies)
+    evaluated = 0
+    for case in doc["cases"]:
+        where = f"{rel(path)}: {case.get('name')!r}"
+        if set(case) - {"name", "resource", "operation", "dryRun", "old", "new", "results"} \
+                or case.get("operation") not in OPERATIONS or case.get("resource") not in by_name:
+            error(f"{where}: needs name, a test resource, an operation; only old, new, dryRun besides")
+            continue
+        if sorted(case["results"]) != names:
+            error(f"{where}: results must name every policy ({', '.join(names)})")
+            continue
+        old = merge_patch(by_name[case["resource"]], case.get("old") or {})
+        new = merge_patch(old, case.get("new") or {})
+        pair = {"CREATE": (new, None), "UPDATE": (new, old), "DELETE": (None, old)}[case["operation"]]
+        dry_run = bool(case.get("dryRun", False))
+        cel = evaluate_form(cel_policies, new, case["operation"], True, cel_context, pair, dry_run)
+        legacy = evaluate_form(legacy_policies, new, case["operation"], False, legacy_values, pair, dry_run)
+        for pol in names:
+            want = case["results"][pol]
+            for form, got in (("ValidatingPolicy", cel.get(pol)), ("ClusterPolicy", legacy.get(pol))):
+                if got != want and not (got == "excluded" and want == "pass"):
+                    error(f"{where}: {pol} ({form}): {got}, expected {want}")
+            evaluated += 1
+    return evaluated
 
 
 def check_kyverno(example_sealed):
@@ -924,13 +980,14 @@ def check_kyverno(example_sealed):
             error(f"{where}: {got}, expected {expected}")
 
     def expect(k):
-        """The test file's result; where it names none, UPDATE is judged like CREATE and
-        DELETE is not judged at all (every CREATE must be listed)."""
+        """The test file's result; where it names none, an UPDATE (the CLI's: object and
+        oldObject are the same, a no-op) is skipped and DELETE is not judged at all (every
+        CREATE must be listed)."""
         pol, name, op = k
         if k in strip:
             return strip[k]
-        if op == "UPDATE" and (pol, name, "CREATE") in strip:
-            return strip[(pol, name, "CREATE")]
+        if op == "UPDATE":
+            return "skip"
         return "excluded" if op == "DELETE" else "an expected result in kyverno-test.yaml"
 
     # Every (policy, resource, operation): both forms, against their test files and each other.
@@ -953,6 +1010,8 @@ def check_kyverno(example_sealed):
     for k in strip:
         if k[1] not in names or k[2] not in OPERATIONS:
             error(f"kyverno test: expected result for {k}, which is not a test resource and operation")
+
+    cases += check_admission_cases(resources, cel_policies, cel_context, legacy_policies, legacy_values)
 
     # The test data is the deployed data: fleet-keys.yaml, context.yaml and values.yaml agree.
     (cm,) = load_file(os.path.join(KYVERNO, "fleet-keys.yaml"))

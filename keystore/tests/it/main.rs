@@ -4,5 +4,6 @@
 mod asm;
 mod asm_no_credentials;
 mod dir;
+mod fleet;
 mod root;
 mod trust;

@@ -424,3 +424,50 @@ async fn the_seeders_writes_refuse_an_old_index_put_back_and_never_restart_a_rin
         }
     }
 }
+
+/// Attack review, round 2: a fork made with ring keys (cut back to the anchor, the attacker's
+/// key active) is not blessed by the seeder's routine `re-root` to the ring's own dedicated
+/// root (which would re-add the root record and sign the fork), because the history marker
+/// records the dedicated root every write must pass through; and a routine write on an
+/// expired index needs `--allow-expired`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_is_not_blessed_by_re_root_and_expired_indexes_need_a_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    for (ring, _keep) in rings("fork_not_blessed").await {
+        let (a, _b, anchor) = seeded(&ring).await;
+        let root = file_root(dir.path(), &format!("r2-{}.pem", anchor.short())).await;
+        let seeder = ring.clone().with_root(root.clone());
+        seeder.re_root(&root).await.unwrap();
+        let real = raw_index(&ring).await;
+        let evil = pair();
+        overwrite_index(&ring, &fork_from_ring_key(&real, &a, &evil).to_json()).await;
+        for (what, result) in [
+            ("re-root", seeder.re_root(&root).await.map(|_| ())),
+            ("refresh", seeder.refresh().await.map(|_| ())),
+        ] {
+            let e = result.expect_err(what).to_string();
+            assert!(
+                e.contains("does not pass through the dedicated root"),
+                "{what}: {e}"
+            );
+        }
+        overwrite_index(&ring, &real.to_json()).await;
+        // Read two weeks later: expired. A routine write refuses; with the flag it refreshes.
+        let later = real
+            .expires
+            .unwrap()
+            .checked_add(jiff::SignedDuration::from_hours(24 * 7))
+            .unwrap();
+        let late = seeder.clone_with(Trust::anchored(root.kid().clone()).at(later));
+        let e = late.refresh().await.unwrap_err().to_string();
+        assert!(
+            e.contains("--allow-expired") && e.contains("expired at"),
+            "{e}"
+        );
+        late.clone()
+            .with_allow_expired(true)
+            .refresh()
+            .await
+            .unwrap();
+    }
+}

@@ -47,7 +47,8 @@ impl Excludes {
             } else {
                 path.parent().unwrap_or(&cwd)
             };
-            if let Some(file) = crate::project::find_from(dir) {
+            // A nested or linked-out `.kseal.yaml` is refused: its excludes could hide files.
+            if let Some(file) = crate::project::discover_file(dir).checked_file()? {
                 files.insert(file);
             }
         }

@@ -29,9 +29,12 @@ pub(super) enum Rule {
     Stale,
     ClusterWide,
     HelmTemplate,
+    WrongRing,
+    RulesRefused,
+    NotRead,
 }
 
-pub(super) const RULES: [Rule; 10] = [
+pub(super) const RULES: [Rule; 13] = [
     Rule::Parse,
     Rule::Scope,
     Rule::Malformed,
@@ -42,6 +45,9 @@ pub(super) const RULES: [Rule; 10] = [
     Rule::Stale,
     Rule::ClusterWide,
     Rule::HelmTemplate,
+    Rule::WrongRing,
+    Rule::RulesRefused,
+    Rule::NotRead,
 ];
 
 impl Rule {
@@ -57,6 +63,9 @@ impl Rule {
             Rule::Stale => "stale-sealing-key",
             Rule::ClusterWide => "cluster-wide-forbidden",
             Rule::HelmTemplate => "helm-template-not-checked",
+            Rule::WrongRing => "wrong-ring-for-path",
+            Rule::RulesRefused => "creation-rule-refused",
+            Rule::NotRead => "file-not-read",
         }
     }
 
@@ -83,6 +92,18 @@ impl Rule {
             Rule::HelmTemplate => {
                 "A Helm template holds a SealedSecret: it is not checked until rendered (exclude \
                  it with --exclude or `excludes:` in .kseal.yaml)"
+            }
+            Rule::WrongRing => {
+                "Sealed to another group's ring than the one the path's creation rule in \
+                 .kseal.yaml names"
+            }
+            Rule::RulesRefused => {
+                "The path's .kseal.yaml creation rule cannot be used (a link that leads it under \
+                 another rule, a nested or linked-out .kseal.yaml, an unpinned ring)"
+            }
+            Rule::NotRead => {
+                "A file kseal check does not read: a link out of the repository, not a regular \
+                 file, or larger than the size cap"
             }
         }
     }

@@ -8,6 +8,13 @@
 //! templates render. The private tier (`--key` files, or `--controller`) also opens every
 //! item; plaintext is dropped (and zeroized) as soon as it has been checked.
 //!
+//! Each file is checked against the ring or certificate of its `.kseal.yaml` creation rule,
+//! exactly as `kseal seal -w FILE` chooses it ([`groups`]); the flags give the keys of the paths
+//! no rule covers. An object sealed to another group's ring is `wrong-ring-for-path`; a path a
+//! committed link leads under another rule, or below a nested `.kseal.yaml`, is
+//! `creation-rule-refused`. The walk never leaves the repository and reads only regular files
+//! up to a size cap ([`tree`], `file-not-read`).
+//!
 //! Paths that `--exclude` or the `excludes:` of `.kseal.yaml` match are skipped; a SealedSecret
 //! in a Helm chart's `templates/` (or a document that is a template) is reported as not
 //! checked, a warning, rather than as a document that does not parse.
@@ -22,11 +29,11 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 
-use self::finding::Level;
-use self::keys::ring_view;
+use self::finding::{Finding, Level, Rule};
+use self::groups::Groups;
 use self::report::{human, json, junit, sarif};
-use self::rules::{check_private_controller, check_private_keys, check_public};
-use self::scan::{Object, Panicked, parallel_map, read_file};
+use self::rules::{At, check_private_controller, check_private_keys, check_public};
+use self::scan::{FileReport, Object, Panicked, parallel_map, read_file};
 use crate::args::{CheckArgs, CheckFormat, Progress};
 use crate::controller::{Controller, ControllerTarget};
 use crate::opening::Checker;
@@ -34,10 +41,12 @@ use crate::text::count;
 
 mod exclude;
 mod finding;
+mod groups;
 mod keys;
 mod report;
 mod rules;
 mod scan;
+mod tree;
 
 /// The exit code a command chose, after printing its own report and errors:
 /// [`crate::run`] exits with it and prints nothing more.
@@ -51,17 +60,6 @@ impl std::fmt::Display for Exit {
 }
 
 impl std::error::Error for Exit {}
-
-/// Whether the repository's rules forbid cluster-wide SealedSecrets in `file`.
-///
-/// Whether the repository's `.kseal.yaml` forbids a cluster-wide SealedSecret in `file`: the
-/// rule that does (`crate::project::forbid_cluster_wide`), or why the rules could not be read.
-pub(super) fn forbid_cluster_wide(file: &Path) -> Option<String> {
-    match crate::project::forbid_cluster_wide(file) {
-        Ok(rule) => rule,
-        Err(e) => Some(format!("the creation rules could not be read: {e:#}")),
-    }
-}
 
 /// Totals of a run.
 #[derive(Debug, Default)]
@@ -93,7 +91,6 @@ fn check(args: &CheckArgs) -> Result<u8> {
     } else {
         Some(crate::keysource::keys::load_keys(&args.keys)?)
     };
-    let view = ring_view(args, loaded.as_ref())?;
     let checker = if args.use_controller {
         Some(Checker::Controller(Controller::connect(
             &ControllerTarget::from_args(&args.controller),
@@ -107,30 +104,62 @@ fn check(args: &CheckArgs) -> Result<u8> {
         args.paths.clone()
     };
     let excludes = exclude::Excludes::load(&args.excludes, &paths)?;
-    let mut files = crate::walk::walk(
-        &paths,
-        &crate::walk::Walk {
-            gitignore: !args.no_ignore,
-            what: "path",
-        },
-    )?;
-    let walked = files.len();
+    let mut rules = crate::keysource::rules::PathRules::new();
+    let mut walked = tree::walk(&paths, !args.no_ignore, &mut rules)?;
+    // A path a link gives a file, under another creation rule than its own: refused.
+    let mut redirected = Vec::new();
+    for alias in walked.aliases() {
+        if let Err(e) = rules.rule_for(&alias)
+            && !excludes.excludes(&alias)
+        {
+            redirected.push(FileReport {
+                path: alias,
+                findings: vec![Finding {
+                    rule: Rule::RulesRefused,
+                    line: 1,
+                    item: None,
+                    message: crate::text::chain(&e),
+                }],
+                objects: Vec::new(),
+            });
+        }
+    }
+    let mut files = std::mem::take(&mut walked.files);
+    let mut links_out = std::mem::take(&mut walked.refused);
+    let found = files.len() + links_out.len();
     files.retain(|f| !excludes.excludes(f));
-    let excluded = walked - files.len();
+    links_out.retain(|(f, _)| !excludes.excludes(f));
+    let excluded = found - files.len() - links_out.len();
+    // Each file's ring: its creation rule's, exactly as `kseal seal -w FILE` picks it.
+    let groups = Groups::resolve(&files, &mut rules, args, loaded.as_ref())?;
     let progress = args.progress == Progress::Auto && std::io::stderr().is_terminal();
     let now = SystemTime::now();
     let names = files.clone();
-    let mut reports = Vec::with_capacity(files.len());
-    for (path, result) in names
-        .iter()
-        .zip(parallel_map(files, "reading", progress, |path| {
+    let mut reports = Vec::with_capacity(files.len() + links_out.len());
+    for (path, result) in names.iter().zip(parallel_map(
+        files.into_iter().zip(&groups.places).collect(),
+        "reading",
+        progress,
+        |(path, place)| {
             let mut report = read_file(&path)?;
+            if let Some(why) = &place.refused {
+                report.findings.push(Finding {
+                    rule: Rule::RulesRefused,
+                    line: 1,
+                    item: None,
+                    message: why.clone(),
+                });
+            }
+            let at = At {
+                groups: &groups,
+                place,
+            };
             for object in &mut report.objects {
-                check_public(&report.path, object, &view, now);
+                check_public(object, at, now);
             }
             anyhow::Ok(report)
-        }))
-    {
+        },
+    )) {
         reports.push(result.map_err(|Panicked(why)| {
             anyhow::anyhow!(
                 "checking `{}` failed unexpectedly (a bug in kseal: {why}); no report, since \
@@ -139,17 +168,30 @@ fn check(args: &CheckArgs) -> Result<u8> {
             )
         })??);
     }
+    groups.require_keys(
+        reports
+            .iter()
+            .map(|r| (r.path.as_path(), !r.objects.is_empty())),
+    )?;
     if let Some(loaded) = &loaded {
-        let objects: Vec<(&Path, &mut Object)> = reports
+        let objects: Vec<(&Path, &mut Object, At<'_>)> = reports
             .iter_mut()
-            .flat_map(|r| r.objects.iter_mut().map(|o| (r.path.as_path(), o)))
+            .zip(&groups.places)
+            .flat_map(|(r, place)| {
+                let at = At {
+                    groups: &groups,
+                    place,
+                };
+                let path = r.path.as_path();
+                r.objects.iter_mut().map(move |o| (path, o, at))
+            })
             .collect();
         let names: Vec<String> = objects
             .iter()
-            .map(|(path, o)| format!("{} in `{}`", o.name, path.display()))
+            .map(|(path, o, _)| format!("{} in `{}`", o.name, path.display()))
             .collect();
-        let opened = parallel_map(objects, "opening", progress, |(_, object)| {
-            check_private_keys(object, &loaded.ring, &view);
+        let opened = parallel_map(objects, "opening", progress, |(_, object, at)| {
+            check_private_keys(object, &loaded.ring, at);
         });
         for (name, result) in names.iter().zip(opened) {
             result.map_err(|Panicked(why)| {
@@ -164,6 +206,20 @@ fn check(args: &CheckArgs) -> Result<u8> {
         for object in reports.iter_mut().flat_map(|r| r.objects.iter_mut()) {
             check_private_controller(object, checker)?;
         }
+    }
+    reports.extend(redirected);
+    // Links out of the repository: reported, never read.
+    for (path, why) in links_out {
+        reports.push(FileReport {
+            path,
+            findings: vec![Finding {
+                rule: Rule::NotRead,
+                line: 1,
+                item: None,
+                message: why,
+            }],
+            objects: Vec::new(),
+        });
     }
     let mut totals = Totals {
         excluded,

@@ -2,7 +2,6 @@
 //! the public tier (scope, RSA block size, sealing-key hint, templates, age) needs only
 //! certificates; the private tier opens every item with `--key` files or the controller.
 
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
@@ -13,7 +12,7 @@ use kseal_api::constants::{
 use kseal_keys::{KeyId, KeyRing, Scope};
 
 use super::finding::{Finding, Rule};
-use super::forbid_cluster_wide;
+use super::groups::{Groups, Place};
 use super::keys::{RingKey, RingView};
 use super::scan::Object;
 use crate::opening::{Checker, open_items};
@@ -108,15 +107,50 @@ pub(super) fn check_scope(sealed: &SealedSecret, line: usize, out: &mut Vec<Find
     }
 }
 
-/// The public-tier findings of one object of `file`.
-pub(super) fn check_public(file: &Path, object: &mut Object, ring: &RingView, now: SystemTime) {
+/// Where an object is checked: its file's place (view and rules), and every view of the run
+/// (another group's ring that holds the sealing key makes `wrong-ring-for-path`).
+#[derive(Clone, Copy)]
+pub(super) struct At<'a> {
+    pub(super) groups: &'a Groups,
+    pub(super) place: &'a Place,
+}
+
+impl<'a> At<'a> {
+    fn view(&self) -> Option<(usize, &'a RingView)> {
+        self.place.view.map(|v| (v, &self.groups.views[v]))
+    }
+
+    /// The finding for key `id`, which the path's view does not hold, when another group's
+    /// ring does.
+    fn wrong_ring(&self, id: &KeyId, line: usize, item: Option<String>) -> Option<Finding> {
+        let (index, view) = self.view()?;
+        let other = self.groups.holding(index, id).next()?;
+        let rule = self.place.rule.as_deref().map_or_else(
+            || "no creation rule covers this path, so it is checked against".to_owned(),
+            |why| format!("{why} seals this path to"),
+        );
+        Some(Finding {
+            rule: Rule::WrongRing,
+            line,
+            item,
+            message: format!(
+                "sealed with key {id} of {}, but {rule} {}: the clusters of the other group \
+                 open it and this path's cannot; seal it again to this path's ring",
+                other.name, view.name
+            ),
+        })
+    }
+}
+
+/// The public-tier findings of one object.
+pub(super) fn check_public(object: &mut Object, at: At<'_>, now: SystemTime) {
     let Some(sealed) = object.sealed.as_ref() else {
         return;
     };
     let mut out = Vec::new();
     check_scope(sealed, object.line, &mut out);
     if sealed.scope() == Scope::Cluster
-        && let Some(rule) = forbid_cluster_wide(file)
+        && let Some(rule) = &at.place.forbid
     {
         out.push(Finding {
             rule: Rule::ClusterWide,
@@ -127,7 +161,9 @@ pub(super) fn check_public(file: &Path, object: &mut Object, ring: &RingView, no
             ),
         });
     }
-    let hinted = check_hint(sealed, object, ring, now, &mut out);
+    // A file whose creation rule is refused has no ring to check against: its finding says so.
+    let ring = at.view().map(|(_, view)| view);
+    let hinted = ring.and_then(|ring| check_hint(sealed, object, ring, at, now, &mut out));
     check_envelopes(sealed, object, ring, hinted, &mut out);
     check_templates(sealed, object, &mut out);
     object.findings.extend(out);
@@ -139,6 +175,7 @@ fn check_hint<'r>(
     sealed: &SealedSecret,
     object: &Object,
     ring: &'r RingView,
+    at: At<'_>,
     now: SystemTime,
     out: &mut Vec<Finding>,
 ) -> Option<&'r RingKey> {
@@ -157,15 +194,20 @@ fn check_hint<'r>(
                 message: format!("annotation `{SEALING_KEY_ANNOTATION}` is not a key fingerprint"),
             }),
             Some(id) => match ring.get(&id) {
-                None => out.push(Finding {
-                    rule: Rule::UnknownKey,
-                    line: object.line,
-                    item: None,
-                    message: format!(
-                        "sealed with key {id}, which the ring does not hold (never did, or \
-                         retired it): no controller can open it"
-                    ),
-                }),
+                None => {
+                    out.push(
+                        at.wrong_ring(&id, object.line, None)
+                            .unwrap_or_else(|| Finding {
+                                rule: Rule::UnknownKey,
+                                line: object.line,
+                                item: None,
+                                message: format!(
+                                    "sealed with key {id}, which the ring does not hold (never \
+                                 did, or retired it): no controller can open it"
+                                ),
+                            }),
+                    )
+                }
                 Some(key) => {
                     hinted = Some(key);
                     if ring.active.as_ref().is_some_and(|a| a != &key.id) {
@@ -197,7 +239,7 @@ fn check_hint<'r>(
 fn check_envelopes(
     sealed: &SealedSecret,
     object: &Object,
-    ring: &RingView,
+    ring: Option<&RingView>,
     hinted: Option<&RingKey>,
     out: &mut Vec<Finding>,
 ) {
@@ -232,6 +274,9 @@ fn check_envelopes(
             }
         };
         let len = envelope.rsa_ciphertext().len();
+        let Some(ring) = ring else {
+            continue;
+        };
         match hinted {
             Some(key) if key.block_len != len => finding(
                 Rule::RsaLength,
@@ -276,7 +321,7 @@ fn check_templates(sealed: &SealedSecret, object: &Object, out: &mut Vec<Finding
     }
 }
 
-pub(super) fn check_private_keys(object: &mut Object, ring: &KeyRing, view: &RingView) {
+pub(super) fn check_private_keys(object: &mut Object, ring: &KeyRing, at: At<'_>) {
     let Some(sealed) = object.sealed.as_ref() else {
         return;
     };
@@ -303,14 +348,32 @@ pub(super) fn check_private_keys(object: &mut Object, ring: &KeyRing, view: &Rin
             ),
         });
     }
-    // Stale by the key that really opened it, where the hint did not say so already.
+    // Sealed to another group's ring, where the hint did not say so already.
+    let wrong = object.findings.iter().any(|f| f.rule == Rule::WrongRing);
+    if let Some((_, view)) = at.view()
+        && !wrong
+    {
+        for (item, key) in &opened.keys {
+            let line = object.item_lines.get(item).copied().unwrap_or(object.line);
+            if view.get(key).is_none()
+                && let Some(finding) = at.wrong_ring(key, line, Some(item.clone()))
+            {
+                object.findings.push(finding);
+            }
+        }
+    }
+    // Stale by the key that really opened it, where the hint did not say so already (nor
+    // that the key is another group's: re-sealing to this ring's active key is the same fix).
+    if object.findings.iter().any(|f| f.rule == Rule::WrongRing) {
+        return;
+    }
     let warned: Vec<String> = object
         .findings
         .iter()
         .filter(|f| f.rule == Rule::Stale)
         .filter_map(|f| f.item.clone())
         .collect();
-    if let Some(active) = &view.active {
+    if let Some(active) = at.view().and_then(|(_, view)| view.active.as_ref()) {
         for (item, key) in &opened.keys {
             if key != active && !warned.contains(item) {
                 object.findings.push(Finding {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use kseal_api::SealedSecret;
 use kseal_api::constants::{API_VERSION, KIND};
 
@@ -92,13 +92,55 @@ pub(super) fn is_key_line(line: &str, key: &str) -> bool {
     rest.is_some_and(|r| r.trim_start().starts_with(':'))
 }
 
+/// The most `kseal check` reads of one file: manifests are far smaller, and a committed file
+/// (or a link to `/proc`) must not make the gate run out of memory.
+pub(super) const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// A finding for a file that is not read.
+fn not_read(report: &mut FileReport, message: String) {
+    report.findings.push(Finding {
+        rule: Rule::NotRead,
+        line: 1,
+        item: None,
+        message,
+    });
+}
+
 pub(super) fn read_file(path: &Path) -> Result<FileReport> {
-    let bytes = fs_err::read(path)?;
+    use std::io::Read as _;
     let mut report = FileReport {
         path: path.to_path_buf(),
         findings: Vec::new(),
         objects: Vec::new(),
     };
+    let file = fs_err::File::open(path)?;
+    // The open file is inspected, so it cannot be swapped between the check and the read.
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        not_read(
+            &mut report,
+            "not a regular file (a FIFO or a device would never end): not read".to_owned(),
+        );
+        return Ok(report);
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    if meta.len() > MAX_FILE_BYTES
+        || u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_FILE_BYTES
+    {
+        not_read(
+            &mut report,
+            format!(
+                "larger than the {} MiB kseal check reads of one file: not read, so it may \
+                 hide a SealedSecret; split it, or exclude it (--exclude, or `excludes:` in \
+                 .kseal.yaml)",
+                MAX_FILE_BYTES >> 20
+            ),
+        );
+        return Ok(report);
+    }
     let Ok(text) = String::from_utf8(bytes) else {
         if is_manifest_name(path) {
             report.findings.push(Finding {

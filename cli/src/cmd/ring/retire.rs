@@ -11,6 +11,7 @@ use kseal_keystore::{Kid, RetireOutcome, Ring, Snapshot, Store};
 use super::mirror;
 use crate::args::RetireArgs;
 use crate::keysource::ring::{block_on, open, read_index, ring_label};
+use crate::keysource::rules::PathRules;
 use crate::opening::open_items;
 use crate::output::confirm_or_yes;
 use crate::text::count;
@@ -34,12 +35,34 @@ struct Dependence {
     needs: Vec<String>,
     /// Objects with items no key of the ring opens (not blocking, but worth a look).
     broken: Vec<String>,
+    /// Files whose `.kseal.yaml` creation rule seals them to another ring or certificate:
+    /// another group's, not checked against this ring.
+    other_group: usize,
 }
 
-fn check_dependence(paths: &[PathBuf], without: &KeyRing, only: &KeyRing) -> Result<Dependence> {
+/// Whether the creation rule of `file` (as `kseal seal` and `kseal check` choose it) seals it
+/// to another ring or certificate than `ring`.
+fn sealed_elsewhere(file: &Path, ring: &str, rules: &mut PathRules) -> Result<bool> {
+    Ok(rules
+        .rule_for(file)?
+        .and_then(|rule| rule.spec)
+        .is_some_and(|spec| !crate::project::same_ring_spec(&spec, ring)))
+}
+
+fn check_dependence(
+    paths: &[PathBuf],
+    ring: &str,
+    without: &KeyRing,
+    only: &KeyRing,
+) -> Result<Dependence> {
     let mut found = Dependence::default();
+    let mut rules = PathRules::new();
     for file in crate::walk::manifest_files(paths)? {
         found.read += 1;
+        if sealed_elsewhere(&file, ring, &mut rules)? {
+            found.other_group += 1;
+            continue;
+        }
         let sealed = sealed_secrets_in(&file)?;
         if sealed.is_empty() {
             continue;
@@ -177,13 +200,19 @@ fn prove_unneeded(
     only: &KeyRing,
     target: &Kid,
 ) -> Result<()> {
-    let found = check_dependence(&args.check, without, only)?;
+    let found = check_dependence(&args.check, &args.ring.ring, without, only)?;
     eprintln!(
         "checked {} in {} (of {} under --check)",
         count(found.objects, "SealedSecret"),
         count(found.files, "file"),
         count(found.read, "manifest file")
     );
+    if found.other_group > 0 {
+        eprintln!(
+            "skipped {} that .kseal.yaml creation rules seal to another ring or certificate",
+            count(found.other_group, "file")
+        );
+    }
     for b in &found.broken {
         eprintln!("warning: no key of the ring opens {b}");
     }

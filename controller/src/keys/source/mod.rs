@@ -25,6 +25,14 @@
 //! proven one is never patched nor deleted (one Warning event); errors back off exponentially
 //! (5 s doubling to 5 min) and never stop the loop.
 //!
+//! Recovery follows the store, not the backoff: while a sync that failed on the store backs
+//! off, the leader probes it every second or so with one cheap call (`DescribeSecret` of the
+//! index; for a directory ring, a read of its small `index.json`), and syncs as soon as the
+//! answer differs from what the failed sync saw (the store answers again, the ring appears,
+//! the index changes). The backoff only spaces the expensive calls (reading the index and the
+//! keys, writing the mirror), so a store that comes back is read within a probe period, not
+//! after up to 5 minutes of backoff.
+//!
 //! The folder's files: this one holds the loop ([`run`]) and one sync; `ringstate` the
 //! ring-state Secret and the anchor pin; `mirror` the mirror key Secrets.
 
@@ -85,6 +93,9 @@ const FOLLOWER_STORE_READ: Duration = Duration::from_secs(300);
 const FOLLOWER_STORE_RETRY: Duration = Duration::from_secs(30);
 /// How often a follower reads the ring-state Secret (besides each change the watch reports).
 const STATE_POLL: Duration = Duration::from_secs(10);
+/// How often the leader probes the store while a sync that failed on it backs off (±20 %
+/// jitter, so the leaders of a fleet do not probe in step).
+pub const PROBE_PERIOD: Duration = Duration::from_secs(1);
 
 /// The `generateName` of the mirror Secret of `kid`: the API server appends a random suffix,
 /// so nobody can create a Secret under the mirror's name before it exists.
@@ -157,6 +168,22 @@ struct Cache {
     follower_next: Option<tokio::time::Instant>,
     /// Whether the ring-state Secret's memory was taken in ([`Mirror::merge_state`]).
     state_merged: bool,
+    /// What the last sync saw of the store: what a probe must see differently to end a
+    /// backoff early.
+    store_seen: StoreSeen,
+}
+
+/// What a sync saw of the store when it asked for the index's version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum StoreSeen {
+    /// It did not get that far (e.g. the API server failed first): a probe cannot tell when
+    /// to retry, the backoff does.
+    #[default]
+    NotAsked,
+    /// The store did not answer (unreachable, throttled, denied).
+    NoAnswer,
+    /// The store answered: the index's version then (`None`: no index).
+    Answered(Option<Version>),
 }
 
 /// The key-source mirror: the ring, where to mirror it, and what it remembers.
@@ -295,6 +322,7 @@ impl Mirror {
                 pin_event_pending: None,
                 follower_next: None,
                 state_merged: false,
+                store_seen: StoreSeen::NotAsked,
             },
         }
     }
@@ -340,9 +368,14 @@ impl Mirror {
         // trustworthy as write access to Secrets here, so it is read once the store's index
         // has pinned the anchor (below). Under an anchor the store is read only once this
         // succeeded: it restores the version floor.
+        self.cache.store_seen = StoreSeen::NotAsked;
         self.merge_state(true).await?;
         let version = self.ring.index_version().await;
         count(&self.state, "describe_index", outcome(&version));
+        self.cache.store_seen = match &version {
+            Ok(v) => StoreSeen::Answered(v.clone()),
+            Err(_) => StoreSeen::NoAnswer,
+        };
         let Some(version) = version.map_err(|e| self.store_err(e))? else {
             return Err(SyncError::NoRing {
                 ring: self.ring.name().to_owned(),
@@ -392,10 +425,65 @@ impl Mirror {
             }
             let view = RingView::new(index, &self.cache.ever, self.cache.last_active.clone());
             self.state.ring_view.publish(view);
+            self.state.readiness.set_ring_state_ignored(None);
         }
         self.write_state().await;
         self.warn_active_unavailable(report.active_mirrored).await;
         Ok(report)
+    }
+
+    /// While a sync that failed on the store backs off: asks the store for the index's
+    /// version (one cheap call) and returns whether the answer differs from what that sync
+    /// saw, i.e. whether a full sync may now get further: the store answers again, the ring
+    /// was seeded, or its index changed. An index whose version did not change (refused, or
+    /// a key not readable) waits for the backoff.
+    pub async fn store_answers(&self) -> bool {
+        if self.cache.store_seen == StoreSeen::NotAsked {
+            return false;
+        }
+        let version = self.ring.index_version().await;
+        count(&self.state, "describe_index", outcome(&version));
+        match (&self.cache.store_seen, version) {
+            (StoreSeen::NoAnswer, Ok(Some(_))) => true,
+            (StoreSeen::Answered(before), Ok(Some(now))) => before.as_ref() != Some(&now),
+            (_, Ok(None) | Err(_)) | (StoreSeen::NotAsked, _) => false,
+        }
+    }
+
+    /// Says whether a ring-state Secret of this ring is ignored: with no anchor pinned
+    /// (`--ring-anchor`), that Secret is only as trustworthy as write access to Secrets here,
+    /// so until the store's index is read nothing seals, and readiness, `/v1/cert.pem` and the
+    /// log say so rather than "no ring-state Secret". Lists Secrets only while no ring view is
+    /// published and the answer is not known yet.
+    async fn note_ignored_state(&self) {
+        let readiness = &self.state.readiness;
+        if self.pin.anchor.is_some() || self.state.ring_view.current().is_some() {
+            readiness.set_ring_state_ignored(None);
+            return;
+        }
+        if readiness.ring_state_ignored().is_some() {
+            return;
+        }
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+            .await;
+        let Ok(listed) = listed else {
+            return;
+        };
+        let found = listed.items.iter().find(|s| {
+            s.annotations().get(RING_ANNOTATION).map(String::as_str) == Some(self.ring.name())
+        });
+        if let Some(secret) = found {
+            tracing::warn!(
+                secret = %secret.name_any(),
+                "ring-state Secret {} ignored: no ring anchor pinned (--ring-anchor); nothing \
+                 seals until the ring's index is read from {}",
+                secret.name_any(),
+                self.ring.store().describe()
+            );
+            readiness.set_ring_state_ignored(Some(secret.name_any()));
+        }
     }
 }
 
@@ -439,6 +527,7 @@ pub async fn run(
         backoff: BACKOFF_MIN,
         next: tokio::time::Instant::now(),
         last_poll: None,
+        probe: None,
     };
     let mut terms = state.leadership.subscribe();
     let mut trigger;
@@ -467,7 +556,22 @@ pub async fn run(
                 trigger = "leadership";
             }
             Some(()) = state_changes.next(), if !state.is_leader() => trigger = "ring_state",
+            // While a failed sync backs off: does the store answer again?
+            () = sleep_until_some(schedule.probe), if schedule.probe.is_some() => trigger = "probe",
             _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if trigger == "probe" {
+            schedule.probe = None;
+            if !state.is_leader() {
+                continue;
+            }
+            if !mirror.store_answers().await {
+                schedule.probe =
+                    Some(tokio::time::Instant::now() + crate::timing::jitter(PROBE_PERIOD, 0.2));
+                continue;
+            }
+            tracing::info!("the key store answers again: reading the key ring now");
+            trigger = "store_answered";
         }
         if !state.is_leader() {
             // Followers take the ring view from the ring-state Secret the leader writes, and
@@ -478,6 +582,7 @@ pub async fn run(
                     crate::error_chain(&e)
                 );
             }
+            mirror.note_ignored_state().await;
             schedule.next = tokio::time::Instant::now() + STATE_POLL.min(config.interval);
             continue;
         }
@@ -526,12 +631,23 @@ async fn open_ring(
     }
 }
 
+/// Sleeps until `at` (forever for `None`: the branch is then disabled anyway).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// When the key-source loop acts next, and how long it backs off after a failed sync.
 struct Schedule {
     next: tokio::time::Instant,
     backoff: Duration,
     /// When the leader last started a sync.
     last_poll: Option<tokio::time::Instant>,
+    /// When the leader probes the store next, while a sync that failed on the store backs
+    /// off ([`PROBE_PERIOD`]).
+    probe: Option<tokio::time::Instant>,
 }
 
 impl Schedule {
@@ -546,6 +662,7 @@ impl Schedule {
         trigger: &'static str,
     ) {
         self.last_poll = Some(tokio::time::Instant::now());
+        self.probe = None;
         // Taken before the first read: a sync that outlives this term writes nothing more.
         let Some(fence) = state.leadership.fence() else {
             return;
@@ -588,8 +705,15 @@ impl Schedule {
                 }
                 state.readiness.key_source_failed(e.reason(), &message);
                 count(state, "sync", e.reason());
-                self.next = tokio::time::Instant::now() + self.backoff;
+                let now = tokio::time::Instant::now();
+                self.next = now + self.backoff;
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                // A failure of the store (not of the API server) ends as soon as the store
+                // answers differently: probe it meanwhile.
+                if matches!(e, SyncError::Store { .. } | SyncError::NoRing { .. }) {
+                    self.probe = Some(now + crate::timing::jitter(PROBE_PERIOD, 0.2));
+                }
+                mirror.note_ignored_state().await;
             }
         }
     }
@@ -657,6 +781,7 @@ mod tests {
                 next: tokio::time::Instant::now(),
                 backoff: BACKOFF_MIN,
                 last_poll: None,
+                probe: None,
             };
             // No ring yet: each failed sync waits the backoff, which doubles up to its cap.
             let mut waits = Vec::new();
@@ -696,5 +821,72 @@ mod tests {
         })
         .await
         .expect("the schedule test finishes within its deadline");
+    }
+
+    #[tokio::test]
+    async fn while_backing_off_a_probe_ends_the_wait_once_the_store_answers_differently() {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let dir = tempfile::tempdir().unwrap();
+            let location = Location::Directory {
+                path: dir.path().join("ring"),
+                insecure_perms: false,
+            };
+            let (_server, client) = server().await;
+            let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
+            let state = State::new();
+            state.leadership.assume(true);
+            let config = crate::config::KeySourceConfig {
+                location: location.clone(),
+                interval: Duration::from_secs(3600),
+                retire_grace: Duration::from_secs(3600),
+                refresh_spacing: Duration::from_secs(5),
+                aws: AwsOptions::default(),
+                anchor: None,
+            };
+            let mut mirror = Mirror::new(
+                ring.clone(),
+                location.to_string(),
+                client,
+                "kseal",
+                "test",
+                config.retire_grace,
+                state.clone(),
+            );
+            let mut schedule = Schedule {
+                next: tokio::time::Instant::now(),
+                backoff: BACKOFF_MIN,
+                last_poll: None,
+                probe: None,
+            };
+            // No ring yet: the sync backs off 5 s, and a probe is due within a period.
+            let before = tokio::time::Instant::now();
+            schedule
+                .leader_sync(&mut mirror, &state, &config, "test")
+                .await;
+            let probe = schedule.probe.expect("a probe while backing off");
+            assert!(probe.saturating_duration_since(before) <= PROBE_PERIOD.mul_f64(1.2));
+            assert!(schedule.next.saturating_duration_since(before) >= Duration::from_secs(4));
+            // The store answers as the sync saw it (no index): no early sync.
+            assert!(!mirror.store_answers().await);
+            // The ring is seeded: the next probe says sync now, and the sync succeeds.
+            let key = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+            ring.push(&key).await.unwrap();
+            assert!(mirror.store_answers().await);
+            schedule
+                .leader_sync(&mut mirror, &state, &config, "store_answered")
+                .await;
+            assert_eq!(schedule.probe, None, "no probe after a success");
+            assert_eq!(schedule.backoff, BACKOFF_MIN);
+            assert!(
+                state
+                    .readiness
+                    .key_source()
+                    .is_some_and(|s| s.problem.is_none())
+            );
+            // Nothing changed since: a probe would not sync again.
+            assert!(!mirror.store_answers().await);
+        })
+        .await
+        .expect("the probe test finishes within its deadline");
     }
 }

@@ -184,6 +184,11 @@ impl Mirror {
             .metrics
             .key_source_ring_signed
             .set(i64::from(matches!(verified, Verified::Signed { .. })));
+        let expires = match verified {
+            Verified::Signed { expires, .. } => expires.map_or(0, |e| e.as_second()),
+            Verified::Unsigned => 0,
+        };
+        self.state.metrics.key_source_index_expiry.set(expires);
         if matches!(verified, Verified::Unsigned) {
             tracing::warn!(
                 ring = %self.ring.name(),

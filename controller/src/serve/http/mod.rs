@@ -387,16 +387,29 @@ async fn healthz() -> Response {
 
 /// The API port's `/readyz`: reason classes only.
 async fn readyz(AxumState(app): AxumState<App>) -> Response {
-    let (status, body) = readiness_report(&app.state.readiness, false);
+    let (status, body) = readiness_report(&app.state, false);
     text(status, body)
 }
 
 /// The metrics port's `/readyz`: the same answer, plus the key source's last error and an
 /// API server outage (`kseal_api_server_reachable` says the same).
 async fn readyz_detail(AxumState(state): AxumState<State>) -> Response {
-    let (status, mut body) = readiness_report(&state.readiness, true);
+    let (status, mut body) = readiness_report(&state, true);
     if let Some(line) = state.api.readyz_line() {
         body.push_str(&line);
+    }
+    if let Some(line) = state
+        .ring_view
+        .current()
+        .and_then(|view| view.expiry_line(jiff::Timestamp::now()))
+    {
+        body.push_str(&line);
+    }
+    if let Some(line) = crate::fleet::readyz_detail(&state) {
+        body.push_str(&line);
+        if !line.ends_with('\n') {
+            body.push('\n');
+        }
     }
     text(status, body)
 }
@@ -407,10 +420,11 @@ async fn readyz_detail(AxumState(state): AxumState<State>) -> Response {
 /// secret names. With `detail` (the metrics port) the chain follows, as the logs have it.
 /// The sealing warning (`ok (warning: …)`) is the controller's own text, naming short kids
 /// only, on both.
-fn readiness_report(readiness: &crate::state::Readiness, detail: bool) -> (StatusCode, String) {
+fn readiness_report(state: &State, detail: bool) -> (StatusCode, String) {
     use std::sync::atomic::Ordering;
+    let readiness = &state.readiness;
     if readiness.is_ready() {
-        let mut body = match readiness.sealing_problem() {
+        let mut body = match state.sealing_problem() {
             Some(p) => format!("ok (warning: {})\n", p.message),
             None => "ok\n".to_owned(),
         };
@@ -463,7 +477,7 @@ async fn refresh(AxumState(app): AxumState<App>) -> Response {
 async fn cert_pem(AxumState(app): AxumState<App>) -> Response {
     let ring = app.state.keys.ring();
     let Some(key) = ring.sealing_key() else {
-        return no_sealing_key(app.state.readiness.sealing_problem().as_ref()).into_response();
+        return no_sealing_key(app.state.sealing_problem().as_ref()).into_response();
     };
     let mut response = (StatusCode::OK, key.certificate().to_pem()).into_response();
     response.headers_mut().insert(

@@ -350,7 +350,7 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
         let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
-        let refusal = app.state.readiness.sealing_problem();
+        let refusal = app.state.sealing_problem();
         let resealed = rsa_job(&app, bucket, ring, worst_case, all, move |ring, budget| {
             let opened = open_items(&sealed, ring, accept_v1, budget)?;
             let key = ring

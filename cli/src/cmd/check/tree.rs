@@ -1,0 +1,284 @@
+//! The files `kseal check` reads, walked as [`crate::walk`] walks (links followed, each file
+//! and directory once, hidden entries and what `.gitignore` files ignore skipped), but never
+//! out of the repository: a link whose target lies outside the git repository it is committed
+//! in (or, outside any repository, under `/proc`, `/sys` or `/dev`) is reported, not followed,
+//! so a committed link cannot make the CI gate read `/proc/self/pagemap` until it runs out of
+//! memory, nor walk the runner's file system.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use anyhow::{Context as _, Result, bail};
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+use crate::keysource::rules::PathRules;
+
+/// What the walk found.
+#[derive(Debug, Default)]
+pub(super) struct Walked {
+    /// Files to read, sorted.
+    pub(super) files: Vec<PathBuf>,
+    /// Links not followed, with why.
+    pub(super) refused: Vec<(PathBuf, String)>,
+    /// Links followed (inside the repository): each as walked, and its canonical target.
+    pub(super) links: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Walked {
+    /// The other paths the files are reachable by through links: a file or directory reached
+    /// twice is read once, under the first path walked, but a creation rule may apply to the
+    /// other path (`clusters/prod/app -> ../dev/app`), so each is checked against the rules.
+    pub(super) fn aliases(&self) -> Vec<PathBuf> {
+        if self.links.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for file in &self.files {
+            let Ok(real) = std::fs::canonicalize(file) else {
+                continue;
+            };
+            for (link, target) in &self.links {
+                if file.starts_with(link) {
+                    continue;
+                }
+                if let Ok(rest) = real.strip_prefix(target) {
+                    let alias = if rest.as_os_str().is_empty() {
+                        link.clone()
+                    } else {
+                        link.join(rest)
+                    };
+                    if alias != *file {
+                        out.push(alias);
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// The `.gitignore` rules in force in a directory, nearest first.
+type Ignores = Rc<Vec<Gitignore>>;
+
+fn with_ignores_of(dir: &Path, above: &Ignores) -> Result<Ignores> {
+    let file = dir.join(".gitignore");
+    if !file.is_file() {
+        return Ok(Rc::clone(above));
+    }
+    let mut builder = GitignoreBuilder::new(std::path::absolute(dir)?);
+    if let Some(e) = builder.add(&file) {
+        bail!("failed to read `{}`: {e}", file.display());
+    }
+    let gitignore = builder
+        .build()
+        .with_context(|| format!("failed to read `{}`", file.display()))?;
+    let mut all = Vec::with_capacity(above.len() + 1);
+    all.push(gitignore);
+    all.extend(above.iter().cloned());
+    Ok(Rc::new(all))
+}
+
+fn ignored(ignores: &Ignores, path: &Path, is_dir: bool) -> bool {
+    let Ok(path) = std::path::absolute(path) else {
+        return false;
+    };
+    for gitignore in ignores.iter() {
+        let matched = gitignore.matched(&path, is_dir);
+        if matched.is_ignore() {
+            return true;
+        }
+        if matched.is_whitelist() {
+            return false;
+        }
+    }
+    false
+}
+
+/// The rules of the directories from `root` down to the parent of `path`.
+fn ignores_above(path: &Path, root: Option<&Path>) -> Result<Ignores> {
+    let mut ignores: Ignores = Rc::new(Vec::new());
+    let (Some(root), Ok(absolute)) = (root, std::path::absolute(path)) else {
+        return Ok(ignores);
+    };
+    let mut dirs: Vec<&Path> = absolute
+        .ancestors()
+        .skip(1)
+        .take_while(|d| d.starts_with(root))
+        .collect();
+    dirs.reverse();
+    for dir in dirs {
+        ignores = with_ignores_of(dir, &ignores)?;
+    }
+    Ok(ignores)
+}
+
+/// Where a link may lead: inside `root` (canonical), or anywhere but `/proc`, `/sys` and
+/// `/dev` outside any repository. `None` when it may, else why not.
+fn link_refused(link: &Path, target: &Path, root: Option<&Path>) -> Option<String> {
+    match root {
+        Some(root) if !target.starts_with(root) => Some(format!(
+            "`{}` is a link to `{}`, outside the repository `{}`: not followed (kseal check \
+             never reads outside the repository it checks)",
+            link.display(),
+            target.display(),
+            root.display()
+        )),
+        None if ["/proc", "/sys", "/dev"]
+            .iter()
+            .any(|special| target.starts_with(special)) =>
+        {
+            Some(format!(
+                "`{}` is a link to `{}`, a kernel or device file: not followed",
+                link.display(),
+                target.display()
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn is_manifest(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+}
+
+/// Walks `paths` (see the module documentation); `gitignore`: skip what `.gitignore` files
+/// ignore.
+pub(super) fn walk(paths: &[PathBuf], gitignore: bool, rules: &mut PathRules) -> Result<Walked> {
+    let mut walked = Walked::default();
+    let mut seen = HashSet::new();
+    for named in paths {
+        let absolute = std::path::absolute(named)
+            .with_context(|| format!("cannot resolve path `{}`", named.display()))?;
+        let root = if absolute.is_dir() && absolute.join(".git").exists() {
+            Some(absolute.clone())
+        } else {
+            rules.repo_root(&absolute)
+        };
+        let root = root.map(|r| std::fs::canonicalize(&r).unwrap_or(r));
+        let ignores = if gitignore {
+            Some(ignores_above(&absolute, root.as_deref())?)
+        } else {
+            None
+        };
+        let mut stack = vec![(named.clone(), true, ignores)];
+        while let Some((path, is_named, ignores)) = stack.pop() {
+            let link = fs_err::symlink_metadata(&path).context("failed to read a path")?;
+            if link.file_type().is_symlink() {
+                let target = fs_err::canonicalize(&path).context("failed to follow a link")?;
+                if let Some(why) = link_refused(&path, &target, root.as_deref()) {
+                    walked.refused.push((path, why));
+                    continue;
+                }
+                walked.links.push((path.clone(), target));
+            }
+            let meta = fs_err::metadata(&path).context("failed to read a path")?;
+            if !seen.insert(identity(&path, &meta)?) {
+                continue;
+            }
+            if meta.is_dir() {
+                let ignores = ignores
+                    .map(|above| with_ignores_of(&path, &above))
+                    .transpose()?;
+                let mut children = Vec::new();
+                for entry in fs_err::read_dir(&path)? {
+                    let child = entry?.path();
+                    if child
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                    {
+                        continue;
+                    }
+                    if let Some(ignores) = &ignores
+                        && ignored(ignores, &child, child.is_dir())
+                    {
+                        continue;
+                    }
+                    children.push(child);
+                }
+                children.sort();
+                stack.extend(
+                    children
+                        .into_iter()
+                        .rev()
+                        .map(|c| (c, false, ignores.clone())),
+                );
+            } else if !meta.is_file() {
+                // A FIFO or a device would hang or never end: only regular files are read.
+                if is_named {
+                    bail!("path `{}` is not a regular file", path.display());
+                }
+            } else if is_named || is_manifest(&path) {
+                walked.files.push(path);
+            }
+        }
+    }
+    walked.files.sort();
+    walked.refused.sort();
+    Ok(walked)
+}
+
+/// What identifies a file or directory however it is reached.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum Identity {
+    #[cfg(unix)]
+    Inode(u64, u64),
+    #[cfg_attr(unix, allow(dead_code))]
+    Path(PathBuf),
+}
+
+fn identity(path: &Path, meta: &std::fs::Metadata) -> Result<Identity> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let _ = path;
+        Ok(Identity::Inode(meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        Ok(Identity::Path(fs_err::canonicalize(path)?))
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_out_of_the_repository_are_reported_not_followed() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        let repo = top.join("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join("apps")).unwrap();
+        std::fs::create_dir_all(top.join("outside")).unwrap();
+        std::fs::write(top.join("outside/db.yaml"), "").unwrap();
+        std::fs::write(repo.join("apps/a.yaml"), "").unwrap();
+        std::fs::write(repo.join(".gitignore"), "build/\n").unwrap();
+        std::fs::create_dir_all(repo.join("apps/build")).unwrap();
+        std::fs::write(repo.join("apps/build/b.yaml"), "").unwrap();
+        symlink("/proc/self/pagemap", repo.join("apps/pagemap.yaml")).unwrap();
+        symlink(top.join("outside"), repo.join("apps/outside")).unwrap();
+        symlink("../apps", repo.join("apps/loop")).unwrap();
+        symlink("a.yaml", repo.join("apps/again.yaml")).unwrap();
+        let mut rules = PathRules::new();
+        let walked = walk(std::slice::from_ref(&repo), true, &mut rules).unwrap();
+        assert_eq!(walked.files, vec![repo.join("apps/a.yaml")]);
+        let refused: Vec<&Path> = walked.refused.iter().map(|(p, _)| p.as_path()).collect();
+        assert_eq!(
+            refused,
+            vec![repo.join("apps/outside"), repo.join("apps/pagemap.yaml")]
+        );
+        assert!(walked.refused[1].1.contains("outside the repository"));
+        // Named directly (as pre-commit names staged files), the link is refused too.
+        let named = walk(&[repo.join("apps/pagemap.yaml")], true, &mut rules).unwrap();
+        assert!(named.files.is_empty());
+        assert_eq!(named.refused.len(), 1);
+    }
+}

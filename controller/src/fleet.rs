@@ -1,0 +1,842 @@
+//! The fleet acknowledgement: the leader reports what this cluster holds of the key ring.
+//!
+//! With `--key-source`, the leader writes this cluster's [`Ack`] into the ring's
+//! acknowledgement store ([`FleetStore`]: SSM Parameter Store `/kseal/<ring>/fleet/<cluster>`
+//! for a Secrets Manager ring, `<ring dir>/fleet/<cluster>.json` for a directory ring): the
+//! ring and anchor it trusts, the index version it holds, the ring's kids it holds, the kid it
+//! seals with, SealedSecrets per kid, its version and its last successful sync. `kseal fleet
+//! status` reads every cluster's record.
+//!
+//! It writes only when what it reports changes (index version, anchor, kids held, sealing kid,
+//! object counts in powers of two, so that a few more objects do not cause a write) and once a
+//! heartbeat (a day, ±10 %) when nothing does; never per poll. A restarted controller reads
+//! its own record first and writes nothing when that still says the same and is fresh. The
+//! cluster id is `--cluster-id`, else the UID of the `kube-system` namespace; without either,
+//! acknowledgements are off (one warning).
+//!
+//! Objects per kid count the watched SealedSecrets by the key their `kseal.dev/sealing-key`
+//! annotation names (what `kseal seal` writes and the controller opens with first); objects
+//! without it (sealed by kubeseal) or naming a key not held here are `unattributed`. The same
+//! counts are the `kseal_objects_by_kid{ring,kid}` gauge, and [`readyz_detail`] renders them
+//! as a line for the metrics port's `/readyz` detail (not yet called by the HTTP server).
+//!
+//! A failed write never touches readiness: it is logged, counted
+//! (`kseal_fleet_ack_writes_total{outcome}`) and retried with backoff.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kseal_api::SealedSecret;
+use kseal_keys::{KeyId, KeyRing};
+use kseal_keystore::fleet::{ACK_SCHEMA, DEFAULT_HEARTBEAT, MAX_ACK_KIDS};
+use kseal_keystore::{Ack, ClusterId, FleetStore, Kid};
+use kube::Client;
+use kube::api::{Api, ListParams};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+use tokio::sync::watch;
+
+use crate::config::Namespaces;
+use crate::{Config, State};
+
+/// When the writer looks, and how often it writes.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A record is written at least this often (±10 %) when nothing changes.
+    pub heartbeat: Duration,
+    /// How often the SealedSecrets are counted again (also whenever the keys change).
+    pub recount: Duration,
+    /// How often the writer compares what it holds with what it wrote, besides the wake-ups
+    /// when the ring view, the keys or the leadership change (no store call unless it differs).
+    pub check: Duration,
+    /// The first retry after a failure; it doubles up to `retry_max`.
+    pub retry_min: Duration,
+    /// The longest wait between retries.
+    pub retry_max: Duration,
+}
+
+impl Options {
+    /// The defaults for `config`: a daily heartbeat, counting every key-source interval.
+    pub fn for_config(config: &Config) -> Self {
+        let interval = config
+            .key_source
+            .as_ref()
+            .map_or(Duration::from_secs(3600), |s| s.interval);
+        Self {
+            heartbeat: DEFAULT_HEARTBEAT,
+            recount: interval.max(Duration::from_secs(60)),
+            check: Duration::from_secs(60),
+            retry_min: Duration::from_secs(30),
+            retry_max: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Labels of `kseal_objects_by_kid`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RingKidLabels {
+    /// The ring, as its index names it.
+    pub ring: String,
+    /// The first 12 characters of the kid, or `unattributed`.
+    pub kid: String,
+}
+
+/// Labels of `kseal_fleet_ack_writes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AckOutcomeLabels {
+    /// `written`, `unchanged` (own record found fresh after a restart) or a store failure
+    /// reason (`access_denied`, `service`, …).
+    pub outcome: String,
+}
+
+/// The fleet acknowledgement's metrics (part of [`crate::metrics::Metrics`]).
+#[derive(Debug, Default)]
+pub struct FleetMetrics {
+    /// `kseal_objects_by_kid{ring,kid}`: watched SealedSecrets by the key that seals them.
+    pub objects_by_kid: Family<RingKidLabels, Gauge>,
+    /// `kseal_fleet_ack_writes_total{outcome}`: acknowledgement writes by outcome.
+    pub ack_writes: Family<AckOutcomeLabels, Counter>,
+    /// `kseal_fleet_ack_last_written_timestamp_seconds`: Unix time of the last record written.
+    pub ack_last_written: Gauge,
+    /// The counts as last published, for `/readyz` detail.
+    detail: Mutex<Option<Counts>>,
+}
+
+impl FleetMetrics {
+    /// Registers the metrics under `r` (the `kseal_` prefix).
+    pub(crate) fn register(&self, r: &mut Registry) {
+        r.register(
+            "objects_by_kid",
+            "Watched SealedSecrets by the ring key that seals them (unattributed: no or unknown sealing-key annotation)",
+            self.objects_by_kid.clone(),
+        );
+        r.register(
+            "fleet_ack_writes",
+            "Writes of this cluster's fleet acknowledgement record, by outcome",
+            self.ack_writes.clone(),
+        );
+        r.register_with_unit(
+            "fleet_ack_last_written_timestamp",
+            "Unix time of the last fleet acknowledgement record written",
+            Unit::Seconds,
+            self.ack_last_written.clone(),
+        );
+    }
+
+    fn publish(&self, ring: &str, counts: &Counts) {
+        self.objects_by_kid.clear();
+        for (kid, n) in &counts.by_kid {
+            self.objects_by_kid
+                .get_or_create(&RingKidLabels {
+                    ring: ring.to_owned(),
+                    kid: kid.short().to_owned(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        self.objects_by_kid
+            .get_or_create(&RingKidLabels {
+                ring: ring.to_owned(),
+                kid: "unattributed".to_owned(),
+            })
+            .set(i64::try_from(counts.unattributed).unwrap_or(i64::MAX));
+        *self.detail.lock().unwrap_or_else(PoisonError::into_inner) = Some(Counts {
+            ring: ring.to_owned(),
+            ..counts.clone()
+        });
+    }
+
+    fn count(&self, outcome: &str) {
+        self.ack_writes
+            .get_or_create(&AckOutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+}
+
+/// The `/readyz` detail line about objects per kid (`None` before the first count), e.g.
+/// `objects by kid (ring kseal/fleet): 0123456789ab=40 fedcba987654=3 unattributed=1`. Public
+/// figures only.
+pub fn readyz_detail(state: &State) -> Option<String> {
+    let guard = state
+        .metrics
+        .fleet
+        .detail
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let counts = guard.as_ref()?;
+    let mut line = format!("objects by kid (ring {}):", counts.ring);
+    for (kid, n) in &counts.by_kid {
+        line.push_str(&format!(" {}={n}", kid.short()));
+    }
+    line.push_str(&format!(" unattributed={}\n", counts.unattributed));
+    Some(line)
+}
+
+/// SealedSecrets by the kid that seals them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Counts {
+    /// The ring (set when published).
+    ring: String,
+    by_kid: BTreeMap<Kid, u64>,
+    unattributed: u64,
+}
+
+/// What a record says, less its times: two equal fingerprints need no write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    ring: String,
+    anchor: Option<Kid>,
+    version: u64,
+    held: Vec<Kid>,
+    sealing: Option<Kid>,
+    objects: BTreeMap<Kid, u32>,
+    unattributed: u32,
+}
+
+/// `n` in powers of two: 0, 1, 2–3, 4–7, …; only a change of bucket is worth a write, and 0
+/// (nothing left on a key) always is one.
+fn bucket(n: u64) -> u32 {
+    u64::BITS - n.leading_zeros()
+}
+
+impl Fingerprint {
+    fn of(ack: &Ack) -> Self {
+        Self {
+            ring: ack.ring.clone(),
+            anchor: ack.anchor.clone(),
+            version: ack.index_version,
+            held: ack.held.clone(),
+            sealing: ack.sealing.clone(),
+            objects: ack
+                .objects
+                .iter()
+                .map(|(k, n)| (k.clone(), bucket(*n)))
+                .collect(),
+            unattributed: bucket(ack.unattributed),
+        }
+    }
+}
+
+/// Runs the acknowledgement writer until `shutdown` turns true; returns at once without a key
+/// source, and after one warning when no cluster id can be found. Only the leader writes.
+pub async fn run(
+    client: Client,
+    config: Arc<Config>,
+    state: State,
+    options: Options,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(source) = config.key_source.clone() else {
+        return;
+    };
+    let Some(cluster) = cluster_id(&client, &config, &options, &mut shutdown).await else {
+        return;
+    };
+    let mut backoff = options.retry_min;
+    let store = loop {
+        match FleetStore::open(&source.location, &source.aws).await {
+            Ok(store) => break store,
+            // A ring whose name no parameter can carry: retrying would not help.
+            Err(e @ kseal_keystore::Error::Location { .. }) => {
+                tracing::warn!("fleet acknowledgements are off: {}", crate::error_chain(&e));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    reason = e.reason(),
+                    retry_in = ?backoff,
+                    "fleet acknowledgements: cannot open the store: {}",
+                    crate::error_chain(&e)
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.wait_for(|s| *s) => return,
+                }
+                backoff = (backoff * 2).min(options.retry_max);
+            }
+        }
+    };
+    tracing::info!(
+        cluster = %cluster,
+        store = %store.describe(),
+        "acknowledging the fleet key ring as cluster {cluster}"
+    );
+    let mut writer = Writer::new(cluster, store, options);
+    let mut views = state.ring_view.subscribe();
+    let mut keys = state.keys.subscribe();
+    let mut terms = state.leadership.subscribe();
+    let mut next = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            Ok(()) = views.changed() => {}
+            Ok(()) = keys.changed() => writer.recount_now = true,
+            Ok(()) = terms.changed() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        next = if state.is_leader() {
+            writer.step(&client, &config, &state).await
+        } else {
+            tokio::time::Instant::now() + writer.options.check
+        };
+    }
+}
+
+/// `--cluster-id`, else the UID of the `kube-system` namespace (retried while the API server
+/// is away); `None` with a warning when neither is available, or once `shutdown` turns true.
+async fn cluster_id(
+    client: &Client,
+    config: &Config,
+    options: &Options,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<ClusterId> {
+    if let Some(id) = &config.cluster_id {
+        return Some(id.clone());
+    }
+    let off = |why: &str| {
+        tracing::warn!(
+            "fleet acknowledgements are off: no --cluster-id, and {why}; set --cluster-id \
+             (Helm value clusterId) to report what this cluster holds"
+        );
+    };
+    let mut backoff = options.retry_min.min(Duration::from_secs(5));
+    loop {
+        match Api::<Namespace>::all(client.clone())
+            .get("kube-system")
+            .await
+        {
+            Ok(ns) => {
+                return match ns.metadata.uid.as_deref().map(ClusterId::parse) {
+                    Some(Ok(id)) => Some(id),
+                    _ => {
+                        off("the kube-system namespace has no usable UID");
+                        None
+                    }
+                };
+            }
+            Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403 | 404) => {
+                off(&format!(
+                    "the kube-system namespace cannot be read ({} {})",
+                    status.code, status.reason
+                ));
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(error = %crate::error_chain(&e), "reading the kube-system namespace failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.wait_for(|s| *s) => return None,
+                }
+                backoff = (backoff * 2).min(options.retry_max);
+            }
+        }
+    }
+}
+
+/// The writer's memory: what it wrote last, the counts, the anchor.
+struct Writer {
+    cluster: ClusterId,
+    store: FleetStore,
+    options: Options,
+    /// What the last record written (or found fresh) said, and when it was written.
+    last: Option<(Fingerprint, jiff::Timestamp)>,
+    /// This run's heartbeat, jittered once (±10 %).
+    heartbeat: Duration,
+    /// Whether the own record was looked at (once per run, before the first write).
+    looked: bool,
+    counts: Option<Counts>,
+    counted_at: Option<tokio::time::Instant>,
+    recount_now: bool,
+    /// The anchor, and the index version it was read for.
+    anchor: Option<(u64, Option<Kid>)>,
+    failures: u32,
+    retry_at: Option<tokio::time::Instant>,
+}
+
+impl Writer {
+    fn new(cluster: ClusterId, store: FleetStore, options: Options) -> Self {
+        Self {
+            cluster,
+            store,
+            heartbeat: crate::timing::jitter(options.heartbeat, 0.1),
+            options,
+            last: None,
+            looked: false,
+            counts: None,
+            counted_at: None,
+            recount_now: true,
+            anchor: None,
+            failures: 0,
+            retry_at: None,
+        }
+    }
+
+    /// One look: recount when due, write when the record would say something new or the
+    /// heartbeat is due. Returns when to look next.
+    async fn step(
+        &mut self,
+        client: &Client,
+        config: &Config,
+        state: &State,
+    ) -> tokio::time::Instant {
+        let now = tokio::time::Instant::now();
+        let next = now + self.options.check;
+        let Some(view) = state.ring_view.current() else {
+            return next;
+        };
+        let ring = state.keys.ring();
+        if self.recount_now
+            || self
+                .counted_at
+                .is_none_or(|t| now.duration_since(t) >= self.options.recount)
+        {
+            // An anchor not known yet (the ring-state Secret not written yet) is looked for
+            // again with each count.
+            if self.anchor.as_ref().is_some_and(|(_, a)| a.is_none()) {
+                self.anchor = None;
+            }
+            match count_objects(client, config, &ring).await {
+                Ok(counts) => {
+                    state.metrics.fleet.publish(&view.ring, &counts);
+                    self.counts = Some(counts);
+                    self.counted_at = Some(now);
+                    self.recount_now = false;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %crate::error_chain(&e), "fleet acknowledgements: counting SealedSecrets failed; retrying");
+                    return now + self.options.retry_min.min(self.options.check);
+                }
+            }
+        }
+        let Some(counts) = self.counts.clone() else {
+            return next;
+        };
+        if self.retry_at.is_some_and(|t| now < t) {
+            return self.retry_at.unwrap_or(next).min(next);
+        }
+        if self.anchor.as_ref().is_none_or(|(v, _)| *v != view.version) {
+            let anchor = read_anchor(client, config).await;
+            self.anchor = Some((view.version, anchor));
+        }
+        let ack = self.report(&view, &ring, &counts, state);
+        let fingerprint = Fingerprint::of(&ack);
+        let wall = jiff::Timestamp::now();
+        let heartbeat = i64::try_from(self.heartbeat.as_secs()).unwrap_or(i64::MAX);
+        let heartbeat_due = move |written: jiff::Timestamp| {
+            wall.as_second().saturating_sub(written.as_second()) >= heartbeat
+        };
+        if !self.looked {
+            self.looked = true;
+            // A restart: the record written before it may still say the same.
+            if let Ok(Some(own)) = self.store.read(&self.cluster).await
+                && Fingerprint::of(&own) == fingerprint
+                && !heartbeat_due(own.written)
+            {
+                state.metrics.fleet.count("unchanged");
+                self.last = Some((fingerprint, own.written));
+                return next;
+            }
+        }
+        if let Some((last, written)) = &self.last
+            && *last == fingerprint
+            && !heartbeat_due(*written)
+        {
+            return next;
+        }
+        match self.store.write(&ack).await {
+            Ok(()) => {
+                state.metrics.fleet.count("written");
+                state
+                    .metrics
+                    .fleet
+                    .ack_last_written
+                    .set(ack.written.as_second());
+                if self.failures > 0 {
+                    tracing::info!(
+                        failures = self.failures,
+                        "fleet acknowledgement written again"
+                    );
+                }
+                tracing::debug!(
+                    version = ack.index_version,
+                    held = ack.held.len(),
+                    "fleet acknowledgement written"
+                );
+                self.failures = 0;
+                self.retry_at = None;
+                self.last = Some((fingerprint, ack.written));
+                next
+            }
+            Err(e) => {
+                state.metrics.fleet.count(e.reason());
+                let wait = self
+                    .options
+                    .retry_min
+                    .saturating_mul(1 << self.failures.min(16))
+                    .min(self.options.retry_max);
+                self.failures += 1;
+                // The first failure, then one line per doubling of the count.
+                if self.failures.is_power_of_two() {
+                    tracing::warn!(
+                        reason = e.reason(),
+                        failures = self.failures,
+                        retry_in = ?wait,
+                        "fleet acknowledgement not written: {}",
+                        crate::error_chain(&e)
+                    );
+                }
+                let at = now + wait;
+                self.retry_at = Some(at);
+                at
+            }
+        }
+    }
+
+    /// The record for what this cluster holds now.
+    fn report(
+        &self,
+        view: &crate::keys::ringview::RingView,
+        ring: &KeyRing,
+        counts: &Counts,
+        state: &State,
+    ) -> Ack {
+        let known: BTreeSet<&Kid> = view.ever.iter().chain(&view.kids).collect();
+        let mut held: Vec<Kid> = ring
+            .keys()
+            .map(|k| Kid::of(k.public_key()))
+            .filter(|k| known.contains(k))
+            .collect();
+        held.sort();
+        held.dedup();
+        held.truncate(MAX_ACK_KIDS);
+        let mut objects = counts.by_kid.clone();
+        let mut unattributed = counts.unattributed;
+        // A record has room for MAX_ACK_KIDS: the smallest counts of keys the ring never
+        // listed go first, then the smallest ones.
+        while objects.len() > MAX_ACK_KIDS {
+            let pick = |only_unknown: bool| {
+                objects
+                    .iter()
+                    .filter(|(k, _)| !only_unknown || !known.contains(k))
+                    .min_by_key(|(_, n)| **n)
+                    .map(|(k, _)| k.clone())
+            };
+            let Some(kid) = pick(true).or_else(|| pick(false)) else {
+                break;
+            };
+            unattributed += objects.remove(&kid).unwrap_or(0);
+        }
+        let synced = state.metrics.key_source_last_success.get();
+        Ack {
+            schema: ACK_SCHEMA,
+            cluster: self.cluster.clone(),
+            ring: view.ring.clone(),
+            anchor: self.anchor.as_ref().and_then(|(_, a)| a.clone()),
+            index_version: view.version,
+            held,
+            sealing: ring.sealing_key().map(|k| Kid::of(k.public_key())),
+            objects,
+            unattributed,
+            controller: crate::VERSION.to_owned(),
+            heartbeat_seconds: self.options.heartbeat.mul_f64(1.1).as_secs().max(1),
+            synced: jiff::Timestamp::from_second(synced)
+                .ok()
+                .filter(|_| synced > 0),
+            written: jiff::Timestamp::now(),
+        }
+    }
+}
+
+/// The anchor this controller trusts: `--ring-anchor`, else the one of the index in the
+/// ring-state Secret (the leader's copy of what it accepted).
+async fn read_anchor(client: &Client, config: &Config) -> Option<Kid> {
+    if let Some(anchor) = config.key_source.as_ref().and_then(|s| s.anchor.clone()) {
+        return Some(anchor);
+    }
+    use crate::keys::ringview::{INDEX_ITEM, RING_STATE_LABEL, parse_ring_state};
+    let secrets = Api::<Secret>::namespaced(client.clone(), &config.controller_namespace)
+        .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+        .await
+        .ok()?;
+    secrets.items.iter().find_map(|secret| {
+        let bytes = secret.data.as_ref()?.get(INDEX_ITEM)?;
+        let text = std::str::from_utf8(&bytes.0).ok()?;
+        let trust = kseal_keystore::Trust::first_use().allow_unsigned(true);
+        let (_, verified) = parse_ring_state(text, None, &trust).ok()?;
+        verified.anchor().cloned()
+    })
+}
+
+/// Counts the watched SealedSecrets (metadata only, 500 a page) by the kid their sealing-key
+/// annotation names among the keys held.
+async fn count_objects(
+    client: &Client,
+    config: &Config,
+    ring: &KeyRing,
+) -> Result<Counts, kube::Error> {
+    let apis: Vec<Api<SealedSecret>> = match &config.namespaces {
+        Namespaces::All => vec![Api::all(client.clone())],
+        Namespaces::Only(namespaces) => namespaces
+            .iter()
+            .map(|ns| Api::namespaced(client.clone(), ns))
+            .collect(),
+    };
+    let kids: BTreeMap<KeyId, Kid> = ring
+        .keys()
+        .map(|k| (k.id().clone(), Kid::of(k.public_key())))
+        .collect();
+    let mut counts = Counts::default();
+    for api in apis {
+        let mut params = ListParams::default().limit(500);
+        if let Some(selector) = &config.label_selector {
+            params = params.labels(selector);
+        }
+        loop {
+            let page = api.list_metadata(&params).await?;
+            for item in &page.items {
+                let kid = item
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(kseal_api::constants::SEALING_KEY_ANNOTATION))
+                    .and_then(|hint| KeyId::parse(hint.trim()))
+                    .and_then(|id| kids.get(&id));
+                match kid {
+                    Some(kid) => *counts.by_kid.entry(kid.clone()).or_default() += 1,
+                    None => counts.unattributed += 1,
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_grow_in_powers_of_two() {
+        let buckets: Vec<u32> = [0, 1, 2, 3, 4, 7, 8, 1000, 1023, 1024]
+            .into_iter()
+            .map(bucket)
+            .collect();
+        assert_eq!(buckets, [0, 1, 2, 2, 3, 3, 4, 10, 10, 11]);
+    }
+
+    #[test]
+    fn a_few_more_objects_change_no_fingerprint_but_none_left_does() {
+        let kid = |c: char| Kid::parse(&c.to_string().repeat(64)).unwrap();
+        let ack = |objects: &[(char, u64)]| Ack {
+            schema: ACK_SCHEMA,
+            cluster: ClusterId::parse("c").unwrap(),
+            ring: "r".into(),
+            anchor: None,
+            index_version: 3,
+            held: vec![kid('a')],
+            sealing: Some(kid('a')),
+            objects: objects.iter().map(|(c, n)| (kid(*c), *n)).collect(),
+            unattributed: 0,
+            controller: "v".into(),
+            heartbeat_seconds: 60,
+            synced: None,
+            written: jiff::Timestamp::now(),
+        };
+        let base = Fingerprint::of(&ack(&[('a', 40), ('b', 5)]));
+        assert_eq!(base, Fingerprint::of(&ack(&[('a', 45), ('b', 6)])));
+        assert_ne!(base, Fingerprint::of(&ack(&[('a', 70), ('b', 5)])));
+        assert_ne!(base, Fingerprint::of(&ack(&[('a', 40)])), "none left on b");
+        let mut newer = ack(&[('a', 40), ('b', 5)]);
+        newer.index_version = 4;
+        assert_ne!(base, Fingerprint::of(&newer));
+    }
+
+    #[test]
+    fn the_cluster_id_flag_is_checked() {
+        use clap::Parser as _;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["kseal-controller", "--controller-namespace", "k"];
+            argv.extend_from_slice(extra);
+            Config::from_args(crate::config::Args::try_parse_from(argv).unwrap(), None)
+        };
+        assert_eq!(parse(&[]).unwrap().cluster_id, None);
+        assert_eq!(
+            parse(&["--cluster-id", "prod-eu-1"])
+                .unwrap()
+                .cluster_id
+                .map(|c| c.to_string()),
+            Some("prod-eu-1".to_owned())
+        );
+        let e = parse(&["--cluster-id", "prod/eu"]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "invalid --cluster-id: \"prod/eu\": '/' is not allowed (letters, digits, '.', '_' and '-' are)"
+        );
+    }
+
+    #[test]
+    fn readyz_detail_lists_the_counts() {
+        let state = State::new();
+        assert_eq!(readyz_detail(&state), None);
+        let kid = Kid::parse(&"ab".repeat(32)).unwrap();
+        let counts = Counts {
+            ring: String::new(),
+            by_kid: BTreeMap::from([(kid, 40)]),
+            unattributed: 2,
+        };
+        state.metrics.fleet.publish("kseal/fleet", &counts);
+        assert_eq!(
+            readyz_detail(&state).unwrap(),
+            "objects by kid (ring kseal/fleet): abababababab=40 unattributed=2\n"
+        );
+        let text = state.metrics.encode();
+        assert!(
+            text.contains(r#"kseal_objects_by_kid{ring="kseal/fleet",kid="abababababab"} 40"#)
+                && text
+                    .contains(r#"kseal_objects_by_kid{ring="kseal/fleet",kid="unattributed"} 2"#),
+            "{text}"
+        );
+    }
+
+    /// A writer on a directory ring: the first look writes, looks that find nothing new write
+    /// nothing, a restarted writer finds its fresh record and writes nothing, a change writes.
+    #[tokio::test]
+    async fn writes_only_what_is_new_even_across_a_restart() {
+        use clap::Parser as _;
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::api::{Patch, PatchParams};
+        let server = kseal_testkit::TestApiServer::new();
+        let client = server.client();
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(include_str!("../../deploy/crd.yaml")).unwrap();
+        let mut value = serde_json::to_value(&crd).unwrap();
+        value["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
+        value["kind"] = serde_json::json!("CustomResourceDefinition");
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .patch(
+                "sealedsecrets.bitnami.com",
+                &PatchParams::apply("kseal-tests").force(),
+                &Patch::Apply(value),
+            )
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ring_dir = dir.path().join("ring");
+        let source = format!("dir://{}", ring_dir.display());
+        let argv = [
+            "kseal-controller",
+            "--controller-namespace",
+            "kseal",
+            "--cluster-id",
+            "c1",
+            "--key-source",
+            source.as_str(),
+        ];
+        let config =
+            Config::from_args(crate::config::Args::try_parse_from(argv).unwrap(), None).unwrap();
+        let location = kseal_keystore::Location::Directory {
+            path: ring_dir,
+            insecure_perms: true,
+        };
+        let store = || async {
+            FleetStore::open(&location, &kseal_keystore::AwsOptions::default())
+                .await
+                .unwrap()
+        };
+        let options = Options {
+            heartbeat: Duration::from_secs(3600),
+            recount: Duration::from_secs(3600),
+            check: Duration::from_millis(10),
+            retry_min: Duration::from_millis(10),
+            retry_max: Duration::from_millis(10),
+        };
+        let state = State::new();
+        let pair = kseal_keys::KeyPair::generate(
+            kseal_keys::KeySize::Rsa2048,
+            &kseal_keys::CertificateOptions::default(),
+        )
+        .unwrap();
+        let kid = Kid::of(pair.public_key());
+        let mut index = kseal_keystore::Index::empty("kseal/fleet", std::time::SystemTime::now());
+        index.version = 3;
+        index.active = Some(kid.clone());
+        index.keys.push(
+            kseal_keystore::IndexEntry::new(pair.certificate(), std::time::SystemTime::now())
+                .unwrap(),
+        );
+        let view = |index: &kseal_keystore::Index| {
+            crate::keys::ringview::RingView::new(index, &BTreeSet::new(), Some(kid.clone()))
+        };
+        state.ring_view.publish(view(&index));
+        let mut ring: KeyRing = [pair.clone()].into_iter().collect();
+        ring.set_sealing_key(pair.id());
+        state.keys.replace(ring);
+        let written = |state: &State| {
+            state
+                .metrics
+                .fleet
+                .ack_writes
+                .get_or_create(&AckOutcomeLabels {
+                    outcome: "written".into(),
+                })
+                .get()
+        };
+        let cluster = ClusterId::parse("c1").unwrap();
+        let mut writer = Writer::new(cluster.clone(), store().await, options.clone());
+        for _ in 0..3 {
+            writer.step(&client, &config, &state).await;
+        }
+        assert_eq!(written(&state), 1, "one write for three looks");
+        let ack = store().await.read(&cluster).await.unwrap().unwrap();
+        assert_eq!(
+            (ack.index_version, ack.held.clone()),
+            (3, vec![kid.clone()])
+        );
+        assert_eq!(ack.sealing, Some(kid.clone()));
+
+        // A restart: the record on file still says the same.
+        let restarted = State::new();
+        restarted.ring_view.publish(view(&index));
+        restarted.keys.replace(state.keys.ring().as_ref().clone());
+        let mut again = Writer::new(cluster.clone(), store().await, options.clone());
+        again.step(&client, &config, &restarted).await;
+        assert_eq!(written(&restarted), 0);
+        assert_eq!(
+            restarted
+                .metrics
+                .fleet
+                .ack_writes
+                .get_or_create(&AckOutcomeLabels {
+                    outcome: "unchanged".into(),
+                })
+                .get(),
+            1
+        );
+
+        // A new index version is a change.
+        index.version = 4;
+        restarted.ring_view.publish(view(&index));
+        again.step(&client, &config, &restarted).await;
+        assert_eq!(written(&restarted), 1);
+        assert_eq!(
+            store()
+                .await
+                .read(&cluster)
+                .await
+                .unwrap()
+                .unwrap()
+                .index_version,
+            4
+        );
+    }
+}
