@@ -353,7 +353,7 @@ pub struct Metrics {
     /// request over the reserved capacity, answered 503).
     pub http_connections_dropped: Family<ConnectionDropLabels, Counter>,
     /// The fleet acknowledgement's metrics (`kseal_objects_by_kid`, …: [`crate::fleet`]).
-    pub fleet: crate::fleet::FleetMetrics,
+    pub fleet: crate::fleet::metrics::FleetMetrics,
 }
 
 /// Labels of the connection gauges.
@@ -449,7 +449,7 @@ impl Metrics {
             http_connections_peak: Family::default(),
             http_client_connections_peak: Family::default(),
             http_connections_dropped: Family::default(),
-            fleet: crate::fleet::FleetMetrics::default(),
+            fleet: crate::fleet::metrics::FleetMetrics::default(),
             registry: Registry::default(),
         };
         m.register_bitnami_metrics(registry.sub_registry_with_prefix("sealed_secrets_controller"));

@@ -24,7 +24,7 @@
 //! (`kseal_fleet_ack_writes_total{outcome}`) and retried with backoff.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -34,12 +34,12 @@ use kseal_keystore::fleet::{ACK_SCHEMA, DEFAULT_HEARTBEAT, MAX_ACK_KIDS};
 use kseal_keystore::{Ack, ClusterId, FleetStore, Kid};
 use kube::Client;
 use kube::api::{Api, ListParams};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::{Registry, Unit};
 use tokio::sync::watch;
+
+pub(crate) mod metrics;
+
+use metrics::Counts;
+pub use metrics::{AckOutcomeLabels, FleetMetrics, RingKidLabels};
 
 use crate::config::Namespaces;
 use crate::{Config, State};
@@ -77,88 +77,6 @@ impl Options {
     }
 }
 
-/// Labels of `kseal_objects_by_kid`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RingKidLabels {
-    /// The ring, as its index names it.
-    pub ring: String,
-    /// The first 12 characters of the kid, or `unattributed`.
-    pub kid: String,
-}
-
-/// Labels of `kseal_fleet_ack_writes_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AckOutcomeLabels {
-    /// `written`, `unchanged` (own record found fresh after a restart) or a store failure
-    /// reason (`access_denied`, `service`, …).
-    pub outcome: String,
-}
-
-/// The fleet acknowledgement's metrics (part of [`crate::metrics::Metrics`]).
-#[derive(Debug, Default)]
-pub struct FleetMetrics {
-    /// `kseal_objects_by_kid{ring,kid}`: watched SealedSecrets by the key that seals them.
-    pub objects_by_kid: Family<RingKidLabels, Gauge>,
-    /// `kseal_fleet_ack_writes_total{outcome}`: acknowledgement writes by outcome.
-    pub ack_writes: Family<AckOutcomeLabels, Counter>,
-    /// `kseal_fleet_ack_last_written_timestamp_seconds`: Unix time of the last record written.
-    pub ack_last_written: Gauge,
-    /// The counts as last published, for `/readyz` detail.
-    detail: Mutex<Option<Counts>>,
-}
-
-impl FleetMetrics {
-    /// Registers the metrics under `r` (the `kseal_` prefix).
-    pub(crate) fn register(&self, r: &mut Registry) {
-        r.register(
-            "objects_by_kid",
-            "Watched SealedSecrets by the ring key that seals them (unattributed: no or unknown sealing-key annotation)",
-            self.objects_by_kid.clone(),
-        );
-        r.register(
-            "fleet_ack_writes",
-            "Writes of this cluster's fleet acknowledgement record, by outcome",
-            self.ack_writes.clone(),
-        );
-        r.register_with_unit(
-            "fleet_ack_last_written_timestamp",
-            "Unix time of the last fleet acknowledgement record written",
-            Unit::Seconds,
-            self.ack_last_written.clone(),
-        );
-    }
-
-    fn publish(&self, ring: &str, counts: &Counts) {
-        self.objects_by_kid.clear();
-        for (kid, n) in &counts.by_kid {
-            self.objects_by_kid
-                .get_or_create(&RingKidLabels {
-                    ring: ring.to_owned(),
-                    kid: kid.short().to_owned(),
-                })
-                .set(i64::try_from(*n).unwrap_or(i64::MAX));
-        }
-        self.objects_by_kid
-            .get_or_create(&RingKidLabels {
-                ring: ring.to_owned(),
-                kid: "unattributed".to_owned(),
-            })
-            .set(i64::try_from(counts.unattributed).unwrap_or(i64::MAX));
-        *self.detail.lock().unwrap_or_else(PoisonError::into_inner) = Some(Counts {
-            ring: ring.to_owned(),
-            ..counts.clone()
-        });
-    }
-
-    fn count(&self, outcome: &str) {
-        self.ack_writes
-            .get_or_create(&AckOutcomeLabels {
-                outcome: outcome.to_owned(),
-            })
-            .inc();
-    }
-}
-
 /// The `/readyz` detail line about objects per kid (`None` before the first count), e.g.
 /// `objects by kid (ring kseal/fleet): 0123456789ab=40 fedcba987654=3 unattributed=1`. Public
 /// figures only.
@@ -176,15 +94,6 @@ pub fn readyz_detail(state: &State) -> Option<String> {
     }
     line.push_str(&format!(" unattributed={}\n", counts.unattributed));
     Some(line)
-}
-
-/// SealedSecrets by the kid that seals them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Counts {
-    /// The ring (set when published).
-    ring: String,
-    by_kid: BTreeMap<Kid, u64>,
-    unattributed: u64,
 }
 
 /// What a record says, less its times: two equal fingerprints need no write.
@@ -718,7 +627,7 @@ mod tests {
         let server = kseal_testkit::TestApiServer::new();
         let client = server.client();
         let crd: CustomResourceDefinition =
-            serde_saphyr::from_str(include_str!("../../deploy/crd.yaml")).unwrap();
+            serde_saphyr::from_str(include_str!("../../../deploy/crd.yaml")).unwrap();
         let mut value = serde_json::to_value(&crd).unwrap();
         value["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
         value["kind"] = serde_json::json!("CustomResourceDefinition");

@@ -1,0 +1,106 @@
+//! The fleet acknowledgement's metrics and the counts they publish: a leaf that the crate's
+//! [`crate::metrics`] holds, apart from the writer ([`super`]), which needs the configuration
+//! and the state.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
+use kseal_keystore::Kid;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Labels of `kseal_objects_by_kid`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RingKidLabels {
+    /// The ring, as its index names it.
+    pub ring: String,
+    /// The first 12 characters of the kid, or `unattributed`.
+    pub kid: String,
+}
+
+/// Labels of `kseal_fleet_ack_writes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AckOutcomeLabels {
+    /// `written`, `unchanged` (own record found fresh after a restart) or a store failure
+    /// reason (`access_denied`, `service`, …).
+    pub outcome: String,
+}
+
+/// The fleet acknowledgement's metrics (part of [`crate::metrics::Metrics`]).
+#[derive(Debug, Default)]
+pub struct FleetMetrics {
+    /// `kseal_objects_by_kid{ring,kid}`: watched SealedSecrets by the key that seals them.
+    pub objects_by_kid: Family<RingKidLabels, Gauge>,
+    /// `kseal_fleet_ack_writes_total{outcome}`: acknowledgement writes by outcome.
+    pub ack_writes: Family<AckOutcomeLabels, Counter>,
+    /// `kseal_fleet_ack_last_written_timestamp_seconds`: Unix time of the last record written.
+    pub ack_last_written: Gauge,
+    /// The counts as last published, for `/readyz` detail.
+    pub(crate) detail: Mutex<Option<Counts>>,
+}
+
+impl FleetMetrics {
+    /// Registers the metrics under `r` (the `kseal_` prefix).
+    pub(crate) fn register(&self, r: &mut Registry) {
+        r.register(
+            "objects_by_kid",
+            "Watched SealedSecrets by the ring key that seals them (unattributed: no or unknown sealing-key annotation)",
+            self.objects_by_kid.clone(),
+        );
+        r.register(
+            "fleet_ack_writes",
+            "Writes of this cluster's fleet acknowledgement record, by outcome",
+            self.ack_writes.clone(),
+        );
+        r.register_with_unit(
+            "fleet_ack_last_written_timestamp",
+            "Unix time of the last fleet acknowledgement record written",
+            Unit::Seconds,
+            self.ack_last_written.clone(),
+        );
+    }
+
+    pub(crate) fn publish(&self, ring: &str, counts: &Counts) {
+        self.objects_by_kid.clear();
+        for (kid, n) in &counts.by_kid {
+            self.objects_by_kid
+                .get_or_create(&RingKidLabels {
+                    ring: ring.to_owned(),
+                    kid: kid.short().to_owned(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        self.objects_by_kid
+            .get_or_create(&RingKidLabels {
+                ring: ring.to_owned(),
+                kid: "unattributed".to_owned(),
+            })
+            .set(i64::try_from(counts.unattributed).unwrap_or(i64::MAX));
+        *self.detail.lock().unwrap_or_else(PoisonError::into_inner) = Some(Counts {
+            ring: ring.to_owned(),
+            ..counts.clone()
+        });
+    }
+
+    pub(crate) fn count(&self, outcome: &str) {
+        self.ack_writes
+            .get_or_create(&AckOutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+}
+
+/// SealedSecrets by the kid that seals them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// The ring (set when published).
+    pub(crate) ring: String,
+    /// Objects by the kid their sealing-key annotation names.
+    pub(crate) by_kid: BTreeMap<Kid, u64>,
+    /// Objects with no sealing-key annotation, or one naming no key of the ring.
+    pub(crate) unattributed: u64,
+}
