@@ -297,7 +297,7 @@ assert docs["ConfigMap"]["metadata"]["labels"]["grafana_dashboard"] == "1"
 PY
   grep -q -- "- --additional-namespaces=$APP_NS" "${rendered[helm-namespaced]}" ||
     fail "the namespaced chart does not pass --additional-namespaces"
-  expect_kinds helm-key-source "ClusterRole ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
+  expect_kinds helm-key-source "ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
   for want in '- "--key-source=secretsmanager://kseal/fleet"' '- "--key-source-interval=1h"' \
     '- "--key-source-retire-grace=168h"' '- "--key-source-refresh-spacing=5s"' \
     '- "--ring-anchor=4034c72f56d5236d32b909de25579bc93dd6e075a4204efe04465127cb959771"' \
