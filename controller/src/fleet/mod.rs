@@ -214,6 +214,10 @@ async fn cluster_id(
              (Helm value clusterId) to report what this cluster holds"
         );
     };
+    if may_read_kube_system(client).await == Some(false) {
+        off("its RBAC does not allow reading the kube-system namespace");
+        return None;
+    }
     let mut backoff = options.retry_min.min(Duration::from_secs(5));
     loop {
         match Api::<Namespace>::all(client.clone())
@@ -246,6 +250,33 @@ async fn cluster_id(
             }
         }
     }
+}
+
+/// Whether this ServiceAccount may `get` the kube-system namespace, asked with a
+/// SelfSubjectAccessReview (every authenticated user may create one) so that a least-privilege
+/// install without that rule sees no refused request; `None` when the review cannot be made
+/// (then the read itself tells).
+async fn may_read_kube_system(client: &Client) -> Option<bool> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("get".into()),
+                resource: Some("namespaces".into()),
+                name: Some("kube-system".into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .ok()?;
+    answer.status.map(|s| s.allowed)
 }
 
 /// The writer's memory: what it wrote last, the counts, the anchor.
