@@ -748,41 +748,56 @@ mod tests {
         (server, client)
     }
 
+    /// A leading key source on an empty directory ring (`dir/ring`), with its mirror on a
+    /// test API server and a fresh schedule: what the schedule tests start from.
+    async fn leader() -> (
+        tempfile::TempDir,
+        TestApiServer,
+        Ring,
+        State,
+        crate::config::KeySourceConfig,
+        Mirror,
+        Schedule,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::Directory {
+            path: dir.path().join("ring"),
+            insecure_perms: false,
+        };
+        let (server, client) = server().await;
+        let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
+        let state = State::new();
+        state.leadership.assume(true);
+        let config = crate::config::KeySourceConfig {
+            location: location.clone(),
+            interval: Duration::from_secs(3600),
+            retire_grace: Duration::from_secs(3600),
+            refresh_spacing: Duration::from_secs(5),
+            aws: AwsOptions::default(),
+            anchor: None,
+        };
+        let mirror = Mirror::new(
+            ring.clone(),
+            location.to_string(),
+            client,
+            "kseal",
+            "test",
+            config.retire_grace,
+            state.clone(),
+        );
+        let schedule = Schedule {
+            next: tokio::time::Instant::now(),
+            backoff: BACKOFF_MIN,
+            last_poll: None,
+            probe: None,
+        };
+        (dir, server, ring, state, config, mirror, schedule)
+    }
+
     #[tokio::test]
     async fn failures_back_off_doubling_to_the_cap_and_a_success_resets_it() {
         tokio::time::timeout(Duration::from_secs(60), async {
-            let dir = tempfile::tempdir().unwrap();
-            let location = Location::Directory {
-                path: dir.path().join("ring"),
-                insecure_perms: false,
-            };
-            let (_server, client) = server().await;
-            let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
-            let state = State::new();
-            state.leadership.assume(true);
-            let config = crate::config::KeySourceConfig {
-                location: location.clone(),
-                interval: Duration::from_secs(3600),
-                retire_grace: Duration::from_secs(3600),
-                refresh_spacing: Duration::from_secs(5),
-                aws: AwsOptions::default(),
-                anchor: None,
-            };
-            let mut mirror = Mirror::new(
-                ring.clone(),
-                location.to_string(),
-                client,
-                "kseal",
-                "test",
-                config.retire_grace,
-                state.clone(),
-            );
-            let mut schedule = Schedule {
-                next: tokio::time::Instant::now(),
-                backoff: BACKOFF_MIN,
-                last_poll: None,
-                probe: None,
-            };
+            let (_dir, _server, ring, state, config, mut mirror, mut schedule) = leader().await;
             // No ring yet: each failed sync waits the backoff, which doubles up to its cap.
             let mut waits = Vec::new();
             for _ in 0..8 {
@@ -826,38 +841,7 @@ mod tests {
     #[tokio::test]
     async fn while_backing_off_a_probe_ends_the_wait_once_the_store_answers_differently() {
         tokio::time::timeout(Duration::from_secs(60), async {
-            let dir = tempfile::tempdir().unwrap();
-            let location = Location::Directory {
-                path: dir.path().join("ring"),
-                insecure_perms: false,
-            };
-            let (_server, client) = server().await;
-            let ring = Ring::open(&location, &AwsOptions::default()).await.unwrap();
-            let state = State::new();
-            state.leadership.assume(true);
-            let config = crate::config::KeySourceConfig {
-                location: location.clone(),
-                interval: Duration::from_secs(3600),
-                retire_grace: Duration::from_secs(3600),
-                refresh_spacing: Duration::from_secs(5),
-                aws: AwsOptions::default(),
-                anchor: None,
-            };
-            let mut mirror = Mirror::new(
-                ring.clone(),
-                location.to_string(),
-                client,
-                "kseal",
-                "test",
-                config.retire_grace,
-                state.clone(),
-            );
-            let mut schedule = Schedule {
-                next: tokio::time::Instant::now(),
-                backoff: BACKOFF_MIN,
-                last_poll: None,
-                probe: None,
-            };
+            let (_dir, _server, ring, state, config, mut mirror, mut schedule) = leader().await;
             // No ring yet: the sync backs off 5 s, and a probe is due within a period.
             let before = tokio::time::Instant::now();
             schedule
