@@ -14,14 +14,14 @@ use anyhow::{Context as _, Result};
 /// What identifies a file or directory however it is reached: device and inode on Unix, the
 /// canonical path elsewhere.
 #[derive(Debug, PartialEq, Eq, Hash)]
-enum Identity {
+pub(crate) enum Identity {
     #[cfg(unix)]
     Inode(u64, u64),
     #[cfg_attr(unix, allow(dead_code))]
     Path(PathBuf),
 }
 
-fn identity(path: &Path, meta: &std::fs::Metadata) -> Result<Identity> {
+pub(crate) fn identity(path: &Path, meta: &std::fs::Metadata) -> Result<Identity> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt as _;
@@ -36,7 +36,7 @@ fn identity(path: &Path, meta: &std::fs::Metadata) -> Result<Identity> {
 }
 
 /// Whether `path` may hold Kubernetes manifests, by its extension.
-fn is_manifest(path: &Path) -> bool {
+pub(crate) fn is_manifest(path: &Path) -> bool {
     path.extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
@@ -71,10 +71,10 @@ impl Default for Walk {
 }
 
 /// The `.gitignore` rules in force in a directory, nearest directory first.
-type Rules = Rc<Vec<Gitignore>>;
+pub(crate) type Rules = Rc<Vec<Gitignore>>;
 
 /// `rules` plus the `.gitignore` of `dir`, if it has one.
-fn with_rules_of(dir: &Path, rules: &Rules) -> Result<Rules> {
+pub(crate) fn with_rules_of(dir: &Path, rules: &Rules) -> Result<Rules> {
     let file = dir.join(".gitignore");
     if !file.is_file() {
         return Ok(Rc::clone(rules));
@@ -94,7 +94,7 @@ fn with_rules_of(dir: &Path, rules: &Rules) -> Result<Rules> {
 }
 
 /// Whether the nearest rule that matches `path` ignores it (a `!pattern` re-includes).
-fn ignored(rules: &Rules, path: &Path, is_dir: bool) -> bool {
+pub(crate) fn ignored(rules: &Rules, path: &Path, is_dir: bool) -> bool {
     let Ok(path) = std::path::absolute(path) else {
         return false;
     };

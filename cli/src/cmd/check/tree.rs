@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{Context as _, Result, bail};
-use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use crate::keysource::rules::PathRules;
+use crate::walk::{Rules, identity, ignored, is_manifest, with_rules_of};
 
 /// What the walk found.
 #[derive(Debug, Default)]
@@ -60,46 +60,9 @@ impl Walked {
     }
 }
 
-/// The `.gitignore` rules in force in a directory, nearest first.
-type Ignores = Rc<Vec<Gitignore>>;
-
-fn with_ignores_of(dir: &Path, above: &Ignores) -> Result<Ignores> {
-    let file = dir.join(".gitignore");
-    if !file.is_file() {
-        return Ok(Rc::clone(above));
-    }
-    let mut builder = GitignoreBuilder::new(std::path::absolute(dir)?);
-    if let Some(e) = builder.add(&file) {
-        bail!("failed to read `{}`: {e}", file.display());
-    }
-    let gitignore = builder
-        .build()
-        .with_context(|| format!("failed to read `{}`", file.display()))?;
-    let mut all = Vec::with_capacity(above.len() + 1);
-    all.push(gitignore);
-    all.extend(above.iter().cloned());
-    Ok(Rc::new(all))
-}
-
-fn ignored(ignores: &Ignores, path: &Path, is_dir: bool) -> bool {
-    let Ok(path) = std::path::absolute(path) else {
-        return false;
-    };
-    for gitignore in ignores.iter() {
-        let matched = gitignore.matched(&path, is_dir);
-        if matched.is_ignore() {
-            return true;
-        }
-        if matched.is_whitelist() {
-            return false;
-        }
-    }
-    false
-}
-
 /// The rules of the directories from `root` down to the parent of `path`.
-fn ignores_above(path: &Path, root: Option<&Path>) -> Result<Ignores> {
-    let mut ignores: Ignores = Rc::new(Vec::new());
+fn ignores_above(path: &Path, root: Option<&Path>) -> Result<Rules> {
+    let mut ignores: Rules = Rc::new(Vec::new());
     let (Some(root), Ok(absolute)) = (root, std::path::absolute(path)) else {
         return Ok(ignores);
     };
@@ -110,7 +73,7 @@ fn ignores_above(path: &Path, root: Option<&Path>) -> Result<Ignores> {
         .collect();
     dirs.reverse();
     for dir in dirs {
-        ignores = with_ignores_of(dir, &ignores)?;
+        ignores = with_rules_of(dir, &ignores)?;
     }
     Ok(ignores)
 }
@@ -138,12 +101,6 @@ fn link_refused(link: &Path, target: &Path, root: Option<&Path>) -> Option<Strin
         }
         _ => None,
     }
-}
-
-fn is_manifest(path: &Path) -> bool {
-    path.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
 }
 
 /// Walks `paths` (see the module documentation); `gitignore`: skip what `.gitignore` files
@@ -182,7 +139,7 @@ pub(super) fn walk(paths: &[PathBuf], gitignore: bool, rules: &mut PathRules) ->
             }
             if meta.is_dir() {
                 let ignores = ignores
-                    .map(|above| with_ignores_of(&path, &above))
+                    .map(|above| with_rules_of(&path, &above))
                     .transpose()?;
                 let mut children = Vec::new();
                 for entry in fs_err::read_dir(&path)? {
@@ -220,29 +177,6 @@ pub(super) fn walk(paths: &[PathBuf], gitignore: bool, rules: &mut PathRules) ->
     walked.files.sort();
     walked.refused.sort();
     Ok(walked)
-}
-
-/// What identifies a file or directory however it is reached.
-#[derive(Debug, PartialEq, Eq, Hash)]
-enum Identity {
-    #[cfg(unix)]
-    Inode(u64, u64),
-    #[cfg_attr(unix, allow(dead_code))]
-    Path(PathBuf),
-}
-
-fn identity(path: &Path, meta: &std::fs::Metadata) -> Result<Identity> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        let _ = path;
-        Ok(Identity::Inode(meta.dev(), meta.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = meta;
-        Ok(Identity::Path(fs_err::canonicalize(path)?))
-    }
 }
 
 #[cfg(all(test, unix))]
