@@ -295,7 +295,7 @@ fn signal(child: &std::process::Child, name: &str) {
 }
 
 /// Sends SIGTERM and asserts a clean exit; returns the log.
-async fn terminate(mut child: std::process::Child, log: &std::path::Path) -> String {
+pub(crate) async fn terminate(mut child: std::process::Child, log: &std::path::Path) -> String {
     signal(&child, "TERM");
     let exit = eventually("controller exits", Duration::from_secs(30), || {
         let r = child.try_wait().map_err(anyhow::Error::from);

@@ -109,27 +109,6 @@ fn get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     Ok((status, body.to_owned()))
 }
 
-/// Sends SIGTERM and waits for a clean exit; returns the log.
-async fn terminate(mut child: std::process::Child, log: &Path) -> String {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = eventually("controller exits", Duration::from_secs(30), || {
-        let r = child.try_wait().map_err(anyhow::Error::from);
-        async move { r }
-    })
-    .await
-    .unwrap_or_else(|e| {
-        let _ = child.kill();
-        panic!("{e}");
-    });
-    let log = std::fs::read_to_string(log).unwrap();
-    assert!(exit.success(), "exit {exit:?}; log:\n{log}");
-    log
-}
-
 /// The scenario: a migrating Bitnami user's cluster (the CRD, a labelled Bitnami key Secret in
 /// the controller namespace), the chart's default command line, a SealedSecret sealed to that
 /// key: it is unsealed, its status written (`--update-status`), and the certificate served on
@@ -192,7 +171,7 @@ async fn chart_command_line_unseals(client: kube::Client, kubeconfig: &Path) {
     let (status, _) = get(metrics, "/metrics").unwrap();
     assert_eq!(status, 200);
 
-    let log = terminate(child, &log).await;
+    let log = crate::binary::terminate(child, &log).await;
     assert!(log.contains("starting kseal-controller"), "{log}");
     // The chart's defaults are kseal's meaning: nothing is ignored.
     assert!(!log.contains(" ignored: "), "{log}");
