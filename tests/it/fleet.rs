@@ -312,7 +312,7 @@ impl Names {
 }
 
 /// Registers the SealedSecret CRD from `deploy/crd.yaml` and waits until it is served.
-async fn ensure_crd(client: &Client) {
+pub(crate) async fn ensure_crd(client: &Client) {
     let crd: CustomResourceDefinition =
         serde_saphyr::from_str(include_str!("../../deploy/crd.yaml")).expect("deploy/crd.yaml");
     let mut value = serde_json::to_value(&crd).expect("CRD as JSON");

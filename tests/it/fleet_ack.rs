@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kseal_api::SealedSecret;
 use kseal_controller::config::{Args, KeySourceConfig, Namespaces};
 use kseal_controller::fleet::Options;
@@ -30,7 +29,7 @@ use kseal_testkit::TestApiServer;
 use kseal_testkit::scenarios::eventually;
 use kseal_testkit::sm;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -151,33 +150,6 @@ impl Where {
     }
 }
 
-/// Registers the SealedSecret CRD and waits until it is served.
-async fn ensure_crd(client: &Client) {
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(include_str!("../../deploy/crd.yaml")).expect("deploy/crd.yaml");
-    let mut value = serde_json::to_value(&crd).expect("CRD as JSON");
-    value["apiVersion"] = json!("apiextensions.k8s.io/v1");
-    value["kind"] = json!("CustomResourceDefinition");
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .patch(
-            "sealedsecrets.bitnami.com",
-            &PatchParams::apply("kseal-tests").force(),
-            &Patch::Apply(value),
-        )
-        .await
-        .expect("apply the SealedSecret CRD");
-    let api: Api<SealedSecret> = Api::all(client.clone());
-    eventually("the SealedSecret CRD to be served", DEADLINE, || async {
-        Ok(api
-            .list(&ListParams::default().limit(1))
-            .await
-            .ok()
-            .map(|_| ()))
-    })
-    .await
-    .expect("CRD served");
-}
-
 async fn create_namespace(client: &Client, name: &str) -> Namespace {
     // (kube-system exists already: the test API server creates the built-in namespaces.)
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
@@ -203,7 +175,7 @@ impl Cluster {
     async fn start(place: &Where, cluster_id: Option<&str>, heartbeat: Duration) -> Self {
         let server = TestApiServer::new();
         let client = server.client();
-        ensure_crd(&client).await;
+        crate::fleet::ensure_crd(&client).await;
         create_namespace(&client, "kseal").await;
         create_namespace(&client, "apps").await;
         let mut argv = vec!["kseal-controller", "--controller-namespace", "kseal"];
