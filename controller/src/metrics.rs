@@ -340,6 +340,20 @@ pub struct Metrics {
     /// `kseal_key_source_ring_anchor_pinned`: 1 once the ring's trust anchor was pinned on
     /// first use (no `--ring-anchor`); 0 while none is, or when `--ring-anchor` gave it.
     pub key_source_ring_anchor_pinned: Gauge,
+    /// `kseal_key_source_mirrors_kept_unretired`: proven mirrors of keys the verified signed
+    /// index no longer lists but never retired (a replayed or rolled-back index, or a hand
+    /// edit): they are kept, never removed, until a signed index retires them.
+    pub key_source_mirrors_kept_unretired: Gauge,
+    /// `kseal_key_source_index_refused_total{reason}`: indexes the leader refused
+    /// (`rollback`: older than its version floor; `expired`: past its expiry; `untrusted`:
+    /// any other failed verification; `malformed`).
+    pub key_source_index_refused: Family<KeyErrorLabels, Counter>,
+    /// `kseal_key_source_index_expired`: 1 while the index this controller holds (and keeps
+    /// using) is past its signed expiry.
+    pub key_source_index_expired: Gauge,
+    /// `kseal_key_source_ring_state_repairs_total`: times the leader rewrote a ring-state
+    /// Secret that was rolled back, failed verification or was changed by someone else.
+    pub key_source_ring_state_repairs: Counter,
     /// `kseal_http_connections{listener}`: connections open now (`api`, `metrics`).
     pub http_connections: Family<ListenerLabels, Gauge>,
     /// `kseal_http_connections_peak{listener}`: the most connections held at once.
@@ -444,6 +458,10 @@ impl Metrics {
             key_source_index_expiry: Gauge::default(),
             key_source_ring_version: Gauge::default(),
             key_source_ring_anchor_pinned: Gauge::default(),
+            key_source_mirrors_kept_unretired: Gauge::default(),
+            key_source_index_refused: Family::default(),
+            key_source_index_expired: Gauge::default(),
+            key_source_ring_state_repairs: Counter::default(),
             key_source_mirror_conflicts: Family::default(),
             http_connections: Family::default(),
             http_connections_peak: Family::default(),
@@ -638,6 +656,26 @@ impl Metrics {
             "key_source_mirror_conflicts",
             "Secrets that look like key mirrors but are not proven ones, and taken names, by reason",
             self.key_source_mirror_conflicts.clone(),
+        );
+        r.register(
+            "key_source_mirrors_kept_unretired",
+            "Proven key mirrors kept although the signed index no longer lists them, because it never retired them (a replayed or rolled-back index)",
+            self.key_source_mirrors_kept_unretired.clone(),
+        );
+        r.register(
+            "key_source_index_refused",
+            "Fleet ring indexes the leader refused, by reason (rollback, expired, untrusted, malformed)",
+            self.key_source_index_refused.clone(),
+        );
+        r.register(
+            "key_source_index_expired",
+            "1 while the fleet ring index this controller holds is past its signed expiry",
+            self.key_source_index_expired.clone(),
+        );
+        r.register(
+            "key_source_ring_state_repairs",
+            "Times the leader rewrote a rolled-back, unverifiable or altered ring-state Secret",
+            self.key_source_ring_state_repairs.clone(),
         );
     }
 

@@ -1801,3 +1801,228 @@ async fn a_sync_of_a_deposed_leader_writes_nothing() {
     let report = mirror.sync().await.unwrap();
     assert_eq!(report.created.len(), 1);
 }
+
+// ---------------------------------------------------------------------------------------
+// Issue 35: trust that survives restarts, replays and tampered ring-state Secrets.
+
+/// The `index.json` item of a ring-state Secret.
+fn state_index(secret: &Secret) -> String {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("index.json"))
+        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        .unwrap_or_default()
+}
+
+/// Puts `text` into the ring-state Secret's `index.json`, as whoever can write Secrets in the
+/// controller namespace (the rest, `kids-ever` and `last-active`, is left as it was).
+async fn tamper_ring_state(client: &Client, ns: &str, name: &str, text: &str) {
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    let mut secret = api.get(name).await.unwrap();
+    secret.data.get_or_insert_with(Default::default).insert(
+        "index.json".into(),
+        k8s_openapi::ByteString(text.as_bytes().to_vec()),
+    );
+    api.replace(name, &PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// Successful syncs of the key source so far.
+fn good_syncs(state: &State) -> u64 {
+    state
+        .metrics
+        .key_source_requests
+        .get_or_create(&kseal_controller::metrics::KeySourceLabels {
+            operation: "sync".into(),
+            outcome: "ok".into(),
+        })
+        .get()
+}
+
+/// Issue 35: the attacker holds the index and every Secret of the controller namespace.
+/// Ring v1 holds key A; the seeder adds B and activates it. While the controller is down, the
+/// index writer puts v1 back (signed, not expired) and the Secret writer rolls the ring-state
+/// Secret's index back to the same verified v1. The restarted, pinned controller accepts v1
+/// (it cannot tell), but B's mirror survives well past the retire grace: v1 never retired B.
+/// A Warning names B, and what seals is A, the key v1's signed history names: never a key
+/// the attacker chose.
+async fn a_replayed_index_and_ring_state_never_drop_a_key(client: Client) {
+    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let (v1, _) = ring.snapshot_text(None).await.unwrap().unwrap();
+    ring.push(key(1)).await.unwrap();
+    ring.activate(kid(key(1)).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, Duration::from_secs(1));
+    source.anchor = Some(kid(older_key()));
+    let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source.clone())).await;
+    wait_sealing_key(&running.state, key(1), 2).await;
+    let ring_state = wait_ring_state(&client, &ctrl).await;
+    let b = mirror_of(&client, &ctrl, key(1)).await;
+    running.stop().await;
+
+    overwrite_index(&ring, &v1).await;
+    tamper_ring_state(&client, &ctrl, &ring_state.name_any(), &v1).await;
+    let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    wait_sealing_key(&running.state, older_key(), 2).await;
+    let event = wait_event(&client, &ctrl, &b.name_any(), "KeyMissingFromRing").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains(kid(key(1)).short()), "{note}");
+    // Past the grace, and synced again since: B's mirror is still there.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = good_syncs(&running.state);
+    refresh_until(&running.state, "two more syncs past the grace", || {
+        good_syncs(&running.state) >= before + 2
+    })
+    .await;
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    let kept = api.get_opt(&b.name_any()).await.unwrap();
+    assert!(
+        kept.is_some_and(|s| s.metadata.uid == b.metadata.uid),
+        "B's mirror survives the grace"
+    );
+    assert_eq!(
+        running
+            .state
+            .metrics
+            .key_source_mirrors_kept_unretired
+            .get(),
+        1
+    );
+    assert_eq!(
+        cert_pem(&running.state).await.1,
+        older_key().certificate().to_pem(),
+        "the signed index's active key seals"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_index_and_ring_state_never_drop_a_key_on_the_test_server() {
+    a_replayed_index_and_ring_state_never_drop_a_key(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_index_and_ring_state_never_drop_a_key_on_a_real_apiserver() {
+    if let Some(client) = real_client("a_replayed_index_and_ring_state_never_drop_a_key").await {
+        a_replayed_index_and_ring_state_never_drop_a_key(client).await;
+    }
+}
+
+/// Issue 35: the running leader rewrites a ring-state Secret rolled back to an older verified
+/// index from the index it verified, with a Warning naming the rollback; a follower reading
+/// the shared copy meanwhile keeps its view (its floor only rises).
+async fn the_leader_repairs_a_rolled_back_ring_state(client: Client) {
+    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let (v1, _) = ring.snapshot_text(None).await.unwrap().unwrap();
+    ring.push(key(1)).await.unwrap();
+    ring.activate(kid(key(1)).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    let (current, _) = ring.snapshot_text(None).await.unwrap().unwrap();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, PATIENCE);
+    source.anchor = Some(kid(older_key()));
+    let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source.clone())).await;
+    wait_sealing_key(&leader.state, key(1), 2).await;
+    let follower = Running::start_as(&client, with_source(&ctrl, &[&ctrl], source), false).await;
+    wait_sealing_key(&follower.state, key(1), 2).await;
+    let name = wait_ring_state(&client, &ctrl).await.name_any();
+
+    tamper_ring_state(&client, &ctrl, &name, &v1).await;
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    eventually(
+        "the leader repairs the ring-state Secret",
+        PATIENCE,
+        || async {
+            leader.state.refresh.request();
+            let secret = api.get(&name).await?;
+            Ok((state_index(&secret) == current).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    let event = wait_event(&client, &ctrl, &name, "RingStateRepaired").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains("rolled back to version"), "{note}");
+    assert!(leader.state.metrics.key_source_ring_state_repairs.get() >= 1);
+    wait_sealing_key(&follower.state, key(1), 2).await;
+    assert_eq!(
+        cert_pem(&follower.state).await.1,
+        key(1).certificate().to_pem()
+    );
+    follower.stop().await;
+    leader.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_repairs_a_rolled_back_ring_state_on_the_test_server() {
+    the_leader_repairs_a_rolled_back_ring_state(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_repairs_a_rolled_back_ring_state_on_a_real_apiserver() {
+    if let Some(client) = real_client("the_leader_repairs_a_rolled_back_ring_state").await {
+        the_leader_repairs_a_rolled_back_ring_state(client).await;
+    }
+}
+
+/// Issue 35: the index a running controller holds expires (the seeder did not refresh it):
+/// it keeps sealing with it, and a Warning names the expiry, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_held_past_its_expiry_is_named_by_a_warning() {
+    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let mut index = ring.require_snapshot().await.unwrap().index;
+    let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(8);
+    index.expires = Some(expires);
+    write_index(&ring, &index).await;
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, PATIENCE);
+    source.anchor = Some(kid(older_key()));
+    let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    wait_sealing_key(&running.state, older_key(), 1).await;
+    let name = wait_ring_state(&client, &ctrl).await.name_any();
+    let left = expires
+        .duration_since(jiff::Timestamp::now())
+        .unsigned_abs();
+    tokio::time::sleep(left + Duration::from_millis(200)).await;
+    refresh_until(&running.state, "the expiry is noted", || {
+        running.state.metrics.key_source_index_expired.get() == 1
+    })
+    .await;
+    let event = wait_event(&client, &ctrl, &name, "RingIndexExpired").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("kseal keys refresh"),
+        "{:?}",
+        event.note
+    );
+    let before = good_syncs(&running.state);
+    refresh_until(&running.state, "two more syncs", || {
+        good_syncs(&running.state) >= before + 2
+    })
+    .await;
+    let events = events(&client, &ctrl, &name, "RingIndexExpired").await;
+    assert_eq!(events.len(), 1);
+    assert!(events[0].series.is_none(), "once per version, not per poll");
+    assert_eq!(
+        cert_pem(&running.state).await.1,
+        older_key().certificate().to_pem(),
+        "the index held keeps sealing"
+    );
+    running.stop().await;
+}

@@ -1,6 +1,6 @@
 //! The mirror: reading the ring's new keys and writing each usable key into a proven mirror
 //! key Secret, marking the active one, and removing a key that left the ring only after the
-//! grace and never the last one.
+//! grace, never the last one, and under a signed index only once that index retires it.
 
 use super::*;
 
@@ -219,6 +219,27 @@ impl Mirror {
             return;
         }
         if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
+        }
+    }
+
+    /// A Warning Event whose note names what happened, published as an Event of its own:
+    /// the shared recorder would fold it into an earlier Event with the same reason on the
+    /// same object, whose note names something else. Callers publish each once (per refusal,
+    /// index version or repair), so nothing needs folding.
+    pub(super) async fn warn_on(&self, reference: &ObjectReference, reason: &str, note: String) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "VerifyRing".into(),
+            secondary: None,
+        };
+        if self.may_write().is_err() {
+            return;
+        }
+        let recorder = Recorder::new(self.api.clone().into_client(), self.reporter.clone());
+        if let Err(e) = recorder.publish(&event, reference).await {
             tracing::debug!(error = %crate::error_chain(&e), "failed to publish key-source event");
         }
     }
@@ -458,7 +479,11 @@ impl Mirror {
 
     /// Mirrors of keys no longer in the index: mark, then remove after the grace period,
     /// never the ring's last mirrored key, and only proven mirrors of a key this
-    /// controller saw in the ring (a hand-made Secret is never touched).
+    /// controller saw in the ring (a hand-made Secret is never touched). Under a signed
+    /// index, only a key the index lists as retired (the seeder's `kseal keys retire`) leaves
+    /// the mirror: one that merely vanished from it (an older signed index replayed, with the
+    /// ring-state Secret rolled back to match) is kept, with a Warning. An unsigned index (an
+    /// older kseal) proves nothing either way: there a key that left it is retired as before.
     async fn retire_departed(
         &mut self,
         index: &Index,
@@ -467,6 +492,8 @@ impl Mirror {
         report: &mut SyncReport,
     ) -> Result<(), SyncError> {
         let now = jiff::Timestamp::now();
+        let signed = index.schema != kseal_keystore::UNSIGNED_INDEX_SCHEMA;
+        let mut kept = 0usize;
         for Filed {
             secret,
             kid,
@@ -493,6 +520,11 @@ impl Mirror {
                 self.warn_unproven(secret, "material_mismatch", note).await;
                 continue;
             }
+            if signed && !index.retired.iter().any(|r| &r.kid == kid) {
+                kept += 1;
+                self.keep_unretired(secret, kid, index).await?;
+                continue;
+            }
             let since = secret
                 .annotations()
                 .get(MISSING_SINCE_ANNOTATION)
@@ -501,8 +533,20 @@ impl Mirror {
                 self.mark_missing(secret, now).await?;
                 continue;
             };
-            let gone_for = now.duration_since(since).unsigned_abs();
-            if gone_for < self.retire_grace {
+            // The grace runs from the signed retirement too (an annotation dated back by
+            // whoever can write Secrets here does not shorten it), and a date ahead of now
+            // is no time gone.
+            let retired_at = index
+                .retired
+                .iter()
+                .find(|r| &r.kid == kid)
+                .map(|r| r.retired);
+            let since = match retired_at {
+                Some(at) if signed => since.max(at),
+                _ => since,
+            };
+            let gone_for = now.duration_since(since);
+            if gone_for.is_negative() || gone_for.unsigned_abs() < self.retire_grace {
                 continue;
             }
             if mirrored_in_index == 0 {
@@ -514,6 +558,56 @@ impl Mirror {
             }
             self.remove_retired(secret, kid, report).await?;
         }
+        self.state
+            .metrics
+            .key_source_mirrors_kept_unretired
+            .set(i64::try_from(kept).unwrap_or(i64::MAX));
+        Ok(())
+    }
+
+    /// The proven mirror of `kid`, which the signed `index` neither lists nor retired: kept
+    /// (no longer flagged active), with one `KeyMissingFromRing` Warning per index version.
+    async fn keep_unretired(
+        &mut self,
+        secret: &Secret,
+        kid: &Kid,
+        index: &Index,
+    ) -> Result<(), SyncError> {
+        if secret
+            .annotations()
+            .get(ACTIVE_ANNOTATION)
+            .map(String::as_str)
+            == Some("true")
+        {
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                ACTIVE_ANNOTATION: "false",
+            }}});
+            self.may_write()?;
+            self.api
+                .patch(
+                    &secret.name_any(),
+                    &PatchParams::apply(FIELD_MANAGER),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|e| self.kube_err(e))?;
+        }
+        if self.cache.kept_warned.get(kid) == Some(&index.version) {
+            return Ok(());
+        }
+        let note = format!(
+            "key {} is missing from version {} of ring {}'s signed index, which does not retire \
+             it: its mirror is kept (only a key the signed index retires is removed), and \
+             SealedSecrets sealed with it keep opening. The index may be an older one replayed \
+             or rolled back; the seeder retires a key with `kseal keys retire`",
+            kid.short(),
+            index.version,
+            self.ring.name()
+        );
+        tracing::warn!(secret = %secret.name_any(), kid = %kid.short(), "{note}");
+        self.warn_on(&secret.object_ref(&()), "KeyMissingFromRing", note)
+            .await;
+        self.cache.kept_warned.insert(kid.clone(), index.version);
         Ok(())
     }
 

@@ -20,7 +20,9 @@
 //!
 //! Safety rules: the mirror only ever writes proven mirrors of its own ring; a key that
 //! disappears from the ring is removed from the mirror only after
-//! `--key-source-retire-grace`, only if this controller once saw it in the index, and never
+//! `--key-source-retire-grace`, only if this controller once saw it in the index, under a
+//! signed index only once a verified index lists it as retired (a key that merely vanished,
+//! as from a replayed older index, is kept with a `KeyMissingFromRing` Warning), and never
 //! when it would leave the ring's mirror empty; a Secret that looks like a mirror but is not
 //! proven one is never patched nor deleted (one Warning event); errors back off exponentially
 //! (5 s doubling to 5 min) and never stop the loop.
@@ -171,6 +173,14 @@ struct Cache {
     /// What the last sync saw of the store: what a probe must see differently to end a
     /// backoff early.
     store_seen: StoreSeen,
+    /// Mirrors kept although the signed index dropped their key without retiring it: the
+    /// index version each was last warned about (one `KeyMissingFromRing` per kid and version).
+    kept_warned: HashMap<Kid, u64>,
+    /// The last refusal of the store's index a `RingIndexRefused` event named (one event per
+    /// refusal, not one per retry).
+    refused_warned: Option<String>,
+    /// The index version a `RingIndexExpired` event named.
+    expired_warned: Option<u64>,
 }
 
 /// What a sync saw of the store when it asked for the index's version.
@@ -193,6 +203,8 @@ pub struct Mirror {
     namespace: String,
     api: Api<Secret>,
     recorder: Recorder,
+    /// Who publishes this mirror's Events (for [`Mirror::warn_on`]'s own recorders).
+    reporter: Reporter,
     retire_grace: Duration,
     state: State,
     cache: Cache,
@@ -283,13 +295,11 @@ impl Mirror {
         retire_grace: Duration,
         state: State,
     ) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: REPORTER.to_owned(),
-                instance: Some(identity.to_owned()),
-            },
-        );
+        let reporter = Reporter {
+            controller: REPORTER.to_owned(),
+            instance: Some(identity.to_owned()),
+        };
+        let recorder = Recorder::new(client.clone(), reporter.clone());
         let expected_ring = match ring.store() {
             kseal_keystore::Store::Directory(_) => None,
             kseal_keystore::Store::SecretsManager(_) => Some(ring.name().to_owned()),
@@ -303,6 +313,7 @@ impl Mirror {
             namespace: namespace.to_owned(),
             api: Api::namespaced(client, namespace),
             recorder,
+            reporter,
             retire_grace,
             state,
             cache: Cache {
@@ -323,6 +334,9 @@ impl Mirror {
                 follower_next: None,
                 state_merged: false,
                 store_seen: StoreSeen::NotAsked,
+                kept_warned: HashMap::new(),
+                refused_warned: None,
+                expired_warned: None,
             },
         }
     }
@@ -428,6 +442,8 @@ impl Mirror {
             self.state.readiness.set_ring_state_ignored(None);
         }
         self.write_state().await;
+        self.cache.refused_warned = None;
+        self.note_expiry().await;
         self.warn_active_unavailable(report.active_mirrored).await;
         Ok(report)
     }
@@ -631,6 +647,22 @@ async fn open_ring(
     }
 }
 
+/// What kind of refusal a failed verification of the store's index is (a metric label):
+/// `rollback` (older than the version floor), `expired`, else the error's reason.
+fn refusal_kind(e: &SyncError) -> &'static str {
+    match e {
+        SyncError::Store {
+            source: kseal_keystore::Error::Untrusted { reason, .. },
+            ..
+        } if reason.contains("rolled-back index") => "rollback",
+        SyncError::Store {
+            source: kseal_keystore::Error::Untrusted { reason, .. },
+            ..
+        } if reason.contains(" expired at ") => "expired",
+        _ => e.reason(),
+    }
+}
+
 /// Sleeps until `at` (forever for `None`: the branch is then disabled anyway).
 async fn sleep_until_some(at: Option<tokio::time::Instant>) {
     match at {
@@ -701,7 +733,9 @@ impl Schedule {
                 tracing::warn!(reason = e.reason(), retry_in = ?self.backoff, "key source: {message}");
                 if matches!(e.reason(), "untrusted" | "malformed") {
                     let found = mirror.cache.found_state.clone();
-                    mirror.refused_index_event(&message, found.as_deref()).await;
+                    mirror
+                        .refused_index_event(refusal_kind(&e), &message, found.as_deref())
+                        .await;
                 }
                 state.readiness.key_source_failed(e.reason(), &message);
                 count(state, "sync", e.reason());
@@ -872,5 +906,79 @@ mod tests {
         })
         .await
         .expect("the probe test finishes within its deadline");
+    }
+
+    /// Issue 35: a refused rollback is a Warning Event and a count, but one Event per refusal,
+    /// not one (or one more in its series) at every retry of the backoff.
+    #[tokio::test]
+    async fn a_refused_rollback_is_named_once_not_at_every_retry() {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let (_dir, _server, ring, state, config, mut mirror, mut schedule) = leader().await;
+            let a = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+            ring.push(&a).await.unwrap();
+            let (old, _) = ring.snapshot_text(None).await.unwrap().unwrap();
+            ring.push(
+                &KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap(),
+            )
+            .await
+            .unwrap();
+            schedule
+                .leader_sync(&mut mirror, &state, &config, "test")
+                .await;
+            assert_eq!(
+                schedule.backoff, BACKOFF_MIN,
+                "the current index is accepted"
+            );
+
+            let version = ring.index_version().await.unwrap();
+            ring.store()
+                .compare_and_swap(&ring.index_name(), &old, version.as_ref(), &[])
+                .await
+                .unwrap();
+            for _ in 0..3 {
+                schedule
+                    .leader_sync(&mut mirror, &state, &config, "test")
+                    .await;
+            }
+            let refused = state
+                .metrics
+                .key_source_index_refused
+                .get_or_create(&KeyErrorLabels {
+                    reason: "rollback".to_owned(),
+                })
+                .get();
+            assert_eq!(refused, 3, "every refusal counts");
+            let name = mirror
+                .cache
+                .state_name
+                .clone()
+                .expect("the ring-state Secret");
+            let events: Vec<_> = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+                mirror.api.clone().into_client(),
+                "kseal",
+            )
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("RingIndexRefused")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+            })
+            .collect();
+            assert_eq!(events.len(), 1, "{events:?}");
+            assert!(events[0].series.is_none(), "not one per retry: {events:?}");
+            assert!(
+                events[0]
+                    .note
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("rolled-back"),
+                "{events:?}"
+            );
+        })
+        .await
+        .expect("the rollback test finishes within its deadline");
     }
 }

@@ -114,33 +114,103 @@ impl Mirror {
             }
             (None, None) => {}
         }
+        // A follower keeps the view it holds past its expiry too (an expired copy is refused
+        // above): the gauge says so; the leader's Event names it.
+        let now = jiff::Timestamp::now();
+        let expired = self
+            .state
+            .ring_view
+            .current()
+            .and_then(|v| v.expires)
+            .is_some_and(|e| now >= e);
+        self.state
+            .metrics
+            .key_source_index_expired
+            .set(i64::from(expired));
         Ok(())
     }
 
-    /// A Warning Event on the ring-state Secret when the store's index was refused (a
-    /// rollback, a forged field, a history rooted elsewhere): the controller keeps its last
-    /// verified ring, and says so where `kubectl get events` shows it, not only in its log.
-    pub(super) async fn refused_index_event(&self, message: &str, found: Option<&str>) {
-        let reference = match (
+    /// Where ring-level Events go: the ring-state Secret this replica wrote, else the one it
+    /// found (`found`).
+    pub(super) fn state_reference(&self, found: Option<&str>) -> Option<ObjectReference> {
+        match (
             &self.cache.state_ref,
             self.cache.state_name.as_deref().or(found),
         ) {
-            (Some(reference), _) => reference.clone(),
-            (None, Some(name)) => ObjectReference {
+            (Some(reference), _) => Some(reference.clone()),
+            (None, Some(name)) => Some(ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Secret".into()),
                 name: Some(name.to_owned()),
                 namespace: Some(self.namespace.clone()),
                 ..ObjectReference::default()
-            },
-            (None, None) => return,
+            }),
+            (None, None) => None,
+        }
+    }
+
+    /// A Warning Event on the ring-state Secret when the store's index was refused (a
+    /// rollback, an expired index, a forged field, a history rooted elsewhere): the
+    /// controller keeps its last verified ring, and says so where `kubectl get events` shows
+    /// it, not only in its log. Counted at every refusal (`kind`: `rollback`, `expired`,
+    /// `untrusted`, `malformed`), but one Event per refusal, not one per retry: the same
+    /// refusal is named again only after a sync succeeded in between.
+    pub(super) async fn refused_index_event(
+        &mut self,
+        kind: &'static str,
+        message: &str,
+        found: Option<&str>,
+    ) {
+        self.state
+            .metrics
+            .key_source_index_refused
+            .get_or_create(&KeyErrorLabels {
+                reason: kind.to_owned(),
+            })
+            .inc();
+        if self.cache.refused_warned.as_deref() == Some(message) {
+            return;
+        }
+        let Some(reference) = self.state_reference(found) else {
+            return;
         };
         let note = format!(
             "the index of ring {} was refused; the last verified ring is kept: {message}",
             self.ring.name()
         );
-        self.event_on(&reference, EventType::Warning, "RingIndexRefused", note)
-            .await;
+        self.warn_on(&reference, "RingIndexRefused", note).await;
+        self.cache.refused_warned = Some(message.to_owned());
+    }
+
+    /// The index this controller holds (and keeps using) past its signed expiry: the gauge,
+    /// and one `RingIndexExpired` Warning per index version (`/readyz` detail says so too).
+    pub(super) async fn note_expiry(&mut self) {
+        let Some(index) = &self.cache.index else {
+            return;
+        };
+        let now = jiff::Timestamp::now();
+        let Some(expires) = index.expires.filter(|e| now >= *e) else {
+            self.state.metrics.key_source_index_expired.set(0);
+            return;
+        };
+        self.state.metrics.key_source_index_expired.set(1);
+        let version = index.version;
+        if self.cache.expired_warned == Some(version) {
+            return;
+        }
+        let Some(reference) = self.state_reference(None) else {
+            return;
+        };
+        let note = format!(
+            "version {version} of ring {}'s index expired at {}: this controller keeps using \
+             it (its keys open, its active key seals) but accepts no index written before \
+             then; the seeder refreshes it with `kseal keys refresh`",
+            self.ring.name(),
+            expires.strftime("%Y-%m-%d %H:%M:%S UTC")
+        );
+        tracing::warn!("{note}");
+        self.warn_on(&reference, "RingIndexExpired", note).await;
+        self.cache.expired_warned = Some(version);
     }
 
     /// Takes what this controller remembered in the ring-state Secret before a restart (the
@@ -265,23 +335,40 @@ impl Mirror {
             );
         }
         if self.cache.state_written.as_ref() == Some(&data) {
-            // Unchanged: written again only if someone removed it.
-            if let Some(name) = &self.cache.state_name
-                && !matches!(self.api.get_opt(name).await, Ok(None))
-            {
-                return;
+            // Unchanged: written again only if someone removed or changed it (a rolled-back
+            // or forged copy is repaired from the index this leader verified).
+            if let Some(name) = &self.cache.state_name {
+                match self.api.get_opt(name).await {
+                    Ok(Some(current)) if current.data.as_ref() == Some(&data) => return,
+                    Ok(Some(_)) => {}
+                    Ok(None) => self.cache.state_name = None,
+                    Err(_) => return,
+                }
+            } else {
+                self.cache.state_name = None;
             }
-            self.cache.state_name = None;
         }
         if self.may_write().is_err() {
             return;
         }
         match self.put_state(&data).await {
-            Ok(written) => {
+            Ok((written, replaced)) => {
+                let problem = replaced.and_then(|before| self.copy_problem(&before, &data));
                 self.cache.state_name = Some(written.name_any());
                 let reference = written.object_ref(&());
                 self.cache.state_ref = Some(reference.clone());
                 self.cache.state_written = Some(data);
+                if let Some(problem) = problem {
+                    self.state.metrics.key_source_ring_state_repairs.inc();
+                    let note = format!(
+                        "ring-state Secret of ring {} repaired from the index this leader \
+                         verified (version {}): {problem}",
+                        self.ring.name(),
+                        self.cache.index.as_ref().map_or(0, |i| i.version)
+                    );
+                    tracing::warn!(secret = %written.name_any(), "{note}");
+                    self.warn_on(&reference, "RingStateRepaired", note).await;
+                }
                 if let Some(note) = self.cache.pin_event_pending.take() {
                     self.anchor_pinned_event(note, &reference).await;
                 }
@@ -293,10 +380,59 @@ impl Mirror {
         }
     }
 
+    /// What was wrong with `before`, the ring-state Secret the leader just replaced with
+    /// `data`, if anything: a copy that fails verification under the pin (forged, another
+    /// history, no index), or, when this leader had written it, one rolled back to an older
+    /// version or changed since it wrote it. `None` for the ordinary update to a newer index.
+    fn copy_problem(&self, before: &Secret, data: &BTreeMap<String, ByteString>) -> Option<String> {
+        if before.data.as_ref() == Some(data) {
+            return None;
+        }
+        let text = before
+            .data
+            .as_ref()
+            .and_then(|d| d.get(INDEX_ITEM))
+            .and_then(|v| std::str::from_utf8(&v.0).ok());
+        let Some(text) = text else {
+            return Some(format!("it held no readable {INDEX_ITEM}"));
+        };
+        // Verified under the anchor alone: the floor and the expiry are compared below.
+        let trust = match &self.pin.anchor {
+            Some(anchor) => kseal_keystore::Trust::anchored(anchor.clone()).accept_expired(true),
+            None => self.pin.trust().accept_expired(true),
+        };
+        let held = self.cache.index.as_ref().map_or(0, |i| i.version);
+        let version = match parse_ring_state(text, self.expected_ring.as_deref(), &trust) {
+            Err(e) => {
+                return Some(format!(
+                    "its index failed verification ({})",
+                    crate::error_chain(&e)
+                ));
+            }
+            Ok((_, Verified::Signed { version, .. })) => version,
+            Ok((_, Verified::Unsigned)) => 0,
+        };
+        // Only a copy this leader wrote can have been rolled back or changed behind it; an
+        // older copy found at start, or the one it wrote last, is the ordinary update.
+        let ours = self.cache.state_name.as_deref() == Some(before.name_any().as_str());
+        let last = self.cache.state_written.as_ref().filter(|_| ours)?;
+        if before.data.as_ref() == Some(last) {
+            return None;
+        }
+        Some(if version < held {
+            format!("it was rolled back to version {version} of the index")
+        } else {
+            "its content was changed by someone other than this leader".to_owned()
+        })
+    }
+
+    /// Writes `data` into this ring's ring-state Secret: the one this replica wrote, else the
+    /// one replicas read (the newest verified), else one that fails verification (repaired in
+    /// place), else a new one. Returns it, and what it held before when it was replaced.
     pub(super) async fn put_state(
         &self,
         data: &BTreeMap<String, ByteString>,
-    ) -> Result<Secret, kube::Error> {
+    ) -> Result<(Secret, Option<Secret>), kube::Error> {
         let listed = self
             .api
             .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
@@ -322,6 +458,7 @@ impl Mirror {
                 candidates
                     .iter()
                     .find(|s| Some(s.name_any()) == best)
+                    .or_else(|| candidates.iter().find(|_| best.is_none()))
                     .copied()
             }
         };
@@ -333,6 +470,7 @@ impl Mirror {
                 self.api
                     .replace(&secret.name_any(), &PostParams::default(), &desired)
                     .await
+                    .map(|written| (written, Some(secret.clone())))
             }
             None => {
                 let secret = Secret {
@@ -356,7 +494,10 @@ impl Mirror {
                     data: Some(data.clone()),
                     ..Secret::default()
                 };
-                self.api.create(&PostParams::default(), &secret).await
+                self.api
+                    .create(&PostParams::default(), &secret)
+                    .await
+                    .map(|written| (written, None))
             }
         }
     }
@@ -606,6 +747,238 @@ mod tests {
             follower.follow().await.unwrap();
             let view = follower.state.ring_view.current().unwrap();
             assert_eq!(view.active, Some(Kid::of(a.public_key())));
+        })
+        .await;
+    }
+
+    /// Events with `reason` about the Secret `name` in the controller namespace.
+    async fn events_about(
+        client: &Client,
+        name: &str,
+        reason: &str,
+    ) -> Vec<k8s_openapi::api::events::v1::Event> {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "kseal")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+            .collect()
+    }
+
+    /// Writes the next version of the ring's index after `edit`, signed by its root `root`
+    /// (what an index writer holding the ring's keys, or the seeder, would write).
+    async fn write_signed(writer: &Ring, root: &KeyPair, edit: impl FnOnce(&mut Index)) {
+        let snapshot = writer.require_snapshot().await.unwrap();
+        let mut index = snapshot.index.clone();
+        edit(&mut index);
+        index.version = snapshot.index.version + 1;
+        kseal_keystore::trust::sign_index(&mut index, root).unwrap();
+        writer
+            .store()
+            .compare_and_swap(
+                &writer.index_name(),
+                &index.to_json(),
+                Some(&snapshot.version),
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// The proven mirror of `kid` in the controller namespace, if any.
+    async fn mirror_secret(client: &Client, kid: &Kid) -> Option<Secret> {
+        Api::<Secret>::namespaced(client.clone(), "kseal")
+            .list(&ListParams::default().labels(&format!("{MIRROR_LABEL}=true")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|s| mirrored_pair(s, kid).is_some())
+    }
+
+    /// Issue 35: under a signed index, a key that vanished from it without being retired (an
+    /// older index replayed, the ring-state Secret rolled back to match) keeps its mirror past
+    /// the retire grace, with one Warning per index version; only a signed retirement removes
+    /// it.
+    #[tokio::test]
+    async fn a_key_missing_from_a_signed_index_keeps_its_mirror_until_the_index_retires_it() {
+        within("kept unretired", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            writer.push(&b).await.unwrap();
+            let kid_b = Kid::of(b.public_key());
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.retire_grace = Duration::ZERO;
+            assert_eq!(leader.sync().await.unwrap().created.len(), 2);
+
+            write_signed(&writer, &a, |index| index.keys.retain(|e| e.kid != kid_b)).await;
+            for _ in 0..3 {
+                let report = leader.sync().await.unwrap();
+                assert!(report.retired.is_empty(), "{report:?}");
+            }
+            let kept = mirror_secret(&client, &kid_b)
+                .await
+                .expect("the mirror of a key the ring did not retire is kept");
+            assert!(!kept.annotations().contains_key(MISSING_SINCE_ANNOTATION));
+            let warned = events_about(&client, &kept.name_any(), "KeyMissingFromRing").await;
+            assert_eq!(warned.len(), 1, "{warned:?}");
+            assert!(warned[0].series.is_none(), "one Warning, not one per poll");
+            let note = warned[0].note.clone().unwrap_or_default();
+            assert_eq!(warned[0].type_.as_deref(), Some("Warning"));
+            assert!(
+                note.contains(kid_b.short()) && note.contains("does not retire"),
+                "{note}"
+            );
+            assert_eq!(
+                leader.state.metrics.key_source_mirrors_kept_unretired.get(),
+                1
+            );
+
+            // The seeder retires it in a signed index: marked, then removed after the grace,
+            // which runs from the signed retirement (a missing-since dated back by a Secret
+            // writer does not shorten it).
+            write_signed(&writer, &a, |index| {
+                index.retired.push(kseal_keystore::trust::RetiredEntry {
+                    kid: kid_b.clone(),
+                    retired: jiff::Timestamp::now(),
+                });
+            })
+            .await;
+            leader.retire_grace = Duration::from_secs(3600);
+            assert!(
+                leader.sync().await.unwrap().retired.is_empty(),
+                "not at once"
+            );
+            let marked = mirror_secret(&client, &kid_b).await.unwrap();
+            assert!(marked.annotations().contains_key(MISSING_SINCE_ANNOTATION));
+            let backdated = serde_json::json!({"metadata": {"annotations": {
+                MISSING_SINCE_ANNOTATION: "2020-01-01T00:00:00Z",
+            }}});
+            leader
+                .api
+                .patch(
+                    &marked.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&backdated),
+                )
+                .await
+                .unwrap();
+            assert!(
+                leader.sync().await.unwrap().retired.is_empty(),
+                "grace kept"
+            );
+            leader.retire_grace = Duration::ZERO;
+            assert_eq!(leader.sync().await.unwrap().retired.len(), 1);
+            assert!(mirror_secret(&client, &kid_b).await.is_none());
+            assert_eq!(
+                leader.state.metrics.key_source_mirrors_kept_unretired.get(),
+                0
+            );
+        })
+        .await;
+    }
+
+    /// Issue 35: the leader rewrites a ring-state Secret rolled back to an older verified
+    /// index, or forged, from the index it verified, and names what was wrong.
+    #[tokio::test]
+    async fn a_leader_repairs_a_rolled_back_or_forged_ring_state() {
+        within("repair", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            let (old, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            writer.push(&b).await.unwrap();
+            writer
+                .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+                .await
+                .unwrap();
+            let (current, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.sync().await.unwrap();
+            let name = leader.load_state().await.unwrap().unwrap().name;
+            let index_of = |s: &Secret| {
+                String::from_utf8(s.data.as_ref().unwrap()[INDEX_ITEM].0.clone()).unwrap()
+            };
+
+            for (tampered, problem) in [
+                (old.clone(), "rolled back to version"),
+                ("{\"not\": \"an index\"}".to_owned(), "failed verification"),
+            ] {
+                let mut secret = leader.api.get(&name).await.unwrap();
+                secret
+                    .data
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(INDEX_ITEM.into(), ByteString(tampered.into_bytes()));
+                leader
+                    .api
+                    .replace(&name, &PostParams::default(), &secret)
+                    .await
+                    .unwrap();
+                leader.sync().await.unwrap();
+                let repaired = leader.api.get(&name).await.unwrap();
+                assert_eq!(index_of(&repaired), current, "repaired in place");
+                let events = events_about(&client, &name, "RingStateRepaired").await;
+                assert!(
+                    events.iter().any(|e| e.type_.as_deref() == Some("Warning")
+                        && e.note.as_deref().unwrap_or_default().contains(problem)),
+                    "{problem}: {events:?}"
+                );
+            }
+            assert_eq!(leader.state.metrics.key_source_ring_state_repairs.get(), 2);
+            // Unchanged since: nothing more to repair.
+            leader.sync().await.unwrap();
+            assert_eq!(leader.state.metrics.key_source_ring_state_repairs.get(), 2);
+        })
+        .await;
+    }
+
+    /// Issue 35: the index held past its signed expiry is named by one Warning per version
+    /// (and a gauge), not one per poll.
+    #[tokio::test]
+    async fn an_expired_index_held_is_named_once_per_version() {
+        within("expired", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let a = pair();
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(6);
+            write_signed(&writer, &a, |index| index.expires = Some(expires)).await;
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.sync().await.unwrap();
+            assert_eq!(leader.state.metrics.key_source_index_expired.get(), 0);
+            let name = leader.load_state().await.unwrap().unwrap().name;
+            assert!(
+                events_about(&client, &name, "RingIndexExpired")
+                    .await
+                    .is_empty()
+            );
+
+            let wait = expires.duration_since(jiff::Timestamp::now());
+            tokio::time::sleep(wait.unsigned_abs() + Duration::from_millis(200)).await;
+            for _ in 0..3 {
+                leader.sync().await.unwrap();
+            }
+            assert_eq!(leader.state.metrics.key_source_index_expired.get(), 1);
+            let events = events_about(&client, &name, "RingIndexExpired").await;
+            assert_eq!(events.len(), 1, "{events:?}");
+            assert!(events[0].series.is_none(), "one Warning, not one per poll");
+            assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+            let note = events[0].note.clone().unwrap_or_default();
+            assert!(
+                note.contains("expired at") && note.contains("kseal keys refresh"),
+                "{note}"
+            );
         })
         .await;
     }
