@@ -218,8 +218,8 @@ pub struct Args {
     /// ignored with a warning)
     #[arg(long, hide = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub watch_for_secrets: Option<bool>,
-    /// Bitnami's `--log-info-stdout`: ignored with a warning when true (every line goes to
-    /// stderr)
+    /// Bitnami's `--log-info-stdout`: INFO and DEBUG lines go to stdout, WARN and ERROR to
+    /// stderr (default: every line to stderr)
     #[arg(long, hide = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = BoolishValueParser::new())]
     pub log_info_stdout: Option<bool>,
     /// Bitnami's `--max-unseal-retries`: ignored with a warning (kseal never gives up)
@@ -683,12 +683,6 @@ fn compat_warnings(args: &Args) -> Vec<String> {
         warnings.push(ignored(
             "watch-for-secrets",
             "kseal always watches the key Secrets, so a key created outside the controller loads at once",
-        ));
-    }
-    if args.log_info_stdout == Some(true) {
-        warnings.push(ignored(
-            "log-info-stdout",
-            "kseal writes every log line to stderr",
         ));
     }
     if args.max_unseal_retries.is_some() {
@@ -1844,7 +1838,7 @@ mod tests {
             &host(),
         )
         .unwrap();
-        assert_eq!(c.warnings.len(), 8, "{:#?}", c.warnings);
+        assert_eq!(c.warnings.len(), 7, "{:#?}", c.warnings);
         for w in &c.warnings {
             assert!(!w.contains('\n'), "{w}");
             assert!(w.contains(" ignored: "), "{w}");

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
     // Before the configuration: the default connection caps follow the raised limit.
     let nofile = kseal_controller::host::raise_nofile_limit();
     let (log_level, log_format) = (args.log_level.clone(), args.log_format);
+    let info_stdout = args.log_info_stdout == Some(true);
     let default_namespace = std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
         .ok()
         .map(|n| n.trim().to_owned())
@@ -38,7 +39,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = init_tracing(&log_level, log_format) {
+    if let Err(e) = init_tracing(&log_level, log_format, info_stdout) {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
     }
@@ -80,12 +81,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(level: &str, format: LogFormat) -> anyhow::Result<()> {
+/// Every line to stderr; with `info_stdout` (Bitnami's `--log-info-stdout`) INFO and DEBUG
+/// lines to stdout and WARN and ERROR to stderr.
+fn init_tracing(level: &str, format: LogFormat, info_stdout: bool) -> anyhow::Result<()> {
+    use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt as _};
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .with_context(|| format!("invalid --log-level {level:?}"))?;
+    let writer = if info_stdout {
+        BoxMakeWriter::new(
+            std::io::stderr
+                .with_max_level(tracing::Level::WARN)
+                .or_else(std::io::stdout),
+        )
+    } else {
+        BoxMakeWriter::new(std::io::stderr)
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         // Colours only on a terminal, never in pod logs.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {

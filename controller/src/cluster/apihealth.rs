@@ -17,7 +17,11 @@
 //! nothing answered for [`PROBE_PERIOD`], so a quiet cluster's outage is seen too: within
 //! `PROBE_PERIOD` × 2 + `PROBE_DEADLINE` (11 s) of the last answer.
 //!
-//! This module depends on nothing else in the crate (the probe reports through callbacks).
+//! The features the API server's RBAC refuses (`crate::cluster::denied`) are kept here too:
+//! the metrics port's `/readyz` lists them with the outage ([`ApiHealth::readyz_line`]).
+//!
+//! This module depends on nothing else in the crate but `denied` (the probe reports through
+//! callbacks).
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
@@ -167,6 +171,8 @@ pub struct ApiHealth {
     /// When the API server last answered, in milliseconds since `born` (for the probe).
     last_answer_ms: AtomicU64,
     born: Instant,
+    /// Features turned off because the API server refused them (RBAC).
+    pub degraded: super::denied::Degraded,
 }
 
 impl Default for ApiHealth {
@@ -181,6 +187,7 @@ impl Default for ApiHealth {
             recovered: watch::channel(0).0,
             last_answer_ms: AtomicU64::new(0),
             born: Instant::now(),
+            degraded: super::denied::Degraded::default(),
         }
     }
 }
@@ -225,15 +232,18 @@ impl ApiHealth {
     }
 
     /// The line the metrics port's `/readyz` adds while the API server is unreachable
-    /// (readiness itself does not change: the replica keeps serving its certificates).
+    /// (readiness itself does not change: the replica keeps serving its certificates), then
+    /// one line per feature its RBAC turned off.
     pub fn readyz_line(&self) -> Option<String> {
-        self.outage().map(|(down, failures)| {
+        let outage = self.outage().map(|(down, failures)| {
             format!(
                 "api server: unreachable for {} s ({failures} failed requests); certificates are \
                  served from the keys already loaded\n",
                 down.as_secs()
             )
-        })
+        });
+        let lines = outage.unwrap_or_default() + &self.degraded.lines();
+        (!lines.is_empty()).then_some(lines)
     }
 
     /// A request could not reach the API server.

@@ -25,6 +25,14 @@
 //!   shorten the lease to one second, so another replica takes over at its next retry.
 //!
 //! Without election (`--leader-elect=false`) the replica is always leader.
+//!
+//! **Refused by RBAC.** When the API server refuses the Lease (`403`) before this replica ever
+//! held it, as under Bitnami's Helm chart, whose roles grant no Lease, election is turned off
+//! for the life of the process: the replica leads alone, without a deadline, as Bitnami's
+//! controller (which has no election) always does. One WARN line names the refused permission
+//! and the fix, and the metrics port's `/readyz` lists it (`crate::cluster::denied`). Two such
+//! replicas would both write, as two of Bitnami's would: run one. A refusal after the Lease was
+//! held is a failure like any other (the replica steps down at its deadline).
 
 use std::future::Future;
 use std::time::Duration;
@@ -36,6 +44,7 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::time::Instant;
 
+use crate::cluster::denied::{self, describe};
 use crate::{Config, Error, Result, State};
 
 /// Timing and identity of leader election.
@@ -131,9 +140,16 @@ pub async fn run(
         set_leader(&state, None);
         return Ok(());
     };
-    let mut elector = Elector::new(client, state, config.sanitized());
+    let mut elector = Elector::new(client, state.clone(), config.sanitized());
     tokio::pin!(shutdown);
     loop {
+        if elector.refused {
+            // Election off (see the module docs): this replica leads alone.
+            set_leader(&state, Some(None));
+            shutdown.await;
+            set_leader(&state, None);
+            return Ok(());
+        }
         let wake = elector.next_wake();
         tokio::select! {
             () = &mut shutdown => break,
@@ -191,6 +207,10 @@ struct Elector {
     /// When the next attempt is due.
     next_attempt: Instant,
     observed: Option<Observed>,
+    /// Whether this replica ever held the Lease.
+    held_once: bool,
+    /// The API server refused the Lease before it was ever held: election is off.
+    refused: bool,
 }
 
 impl Elector {
@@ -203,6 +223,8 @@ impl Elector {
             valid_until: None,
             next_attempt: Instant::now(),
             observed: None,
+            held_once: false,
+            refused: false,
         }
     }
 
@@ -244,6 +266,7 @@ impl Elector {
         match attempt {
             Attempt::Held => {
                 self.state.api_answered();
+                self.held_once = true;
                 // Measured from before the request was sent: the server may have written
                 // the Lease at any moment after that.
                 let until = started + self.config.renew_deadline;
@@ -268,6 +291,10 @@ impl Elector {
                     .api_unreachable("renewing the leader lease", &error);
                 self.after_failure();
             }
+            Attempt::Failed(error) if !self.held_once && denied::forbidden(&error) => {
+                self.state.api_answered();
+                self.refuse(&error);
+            }
             Attempt::Failed(error) => {
                 self.state.api_answered();
                 tracing::warn!(error = %describe(&error), "leader lease request failed");
@@ -284,6 +311,30 @@ impl Elector {
                 }
                 self.after_failure();
             }
+        }
+    }
+
+    /// Turns election off (see the module docs), saying so once.
+    fn refuse(&mut self, error: &kube::Error) {
+        self.refused = true;
+        let fix = format!(
+            "run a single replica, or grant get, create and update on \
+             leases.coordination.k8s.io {:?} in namespace {:?} (docs/bitnami.md)",
+            self.config.lease_name, self.config.namespace
+        );
+        let first = self.state.api.degraded.record("lease", || {
+            format!(
+                "leader election off: the API server refused the Lease ({}); this replica leads \
+                 alone: {fix}",
+                describe(error)
+            )
+        });
+        if first {
+            tracing::warn!(
+                error = %describe(error),
+                "leader election off: the API server refused the Lease; this replica leads \
+                 alone, as Bitnami's controller does: {fix}"
+            );
         }
     }
 
@@ -433,16 +484,6 @@ impl Elector {
             Err(e) if is_conflict(&e) => Ok(()),
             Err(e) => Err(Error::LeaderElection(e)),
         }
-    }
-}
-
-/// A Kubernetes error on one line (Lease requests carry no secret material).
-fn describe(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => {
-            format!("{} ({} {})", status.message, status.code, status.reason)
-        }
-        other => other.to_string(),
     }
 }
 

@@ -1,7 +1,9 @@
 //! This replica's place in the cluster: leader election on a `coordination.k8s.io/v1` Lease
 //! ([`leader`]), leadership as an event and the fence every write goes through
-//! (`leadership`), and whether the API server answers (`apihealth`).
+//! (`leadership`), whether the API server answers (`apihealth`), and the features its RBAC
+//! refuses, turned off one by one (`denied`).
 
 pub(crate) mod apihealth;
+pub(crate) mod denied;
 pub mod leader;
 pub(crate) mod leadership;

@@ -443,7 +443,9 @@ impl Pass<'_> {
             let api: Api<SealedSecret> = Api::namespaced(ctx.client.clone(), &self.namespace);
             ctx.state.metrics.sealed_secret_reads.inc();
             let name = self.obj.name_any();
-            result = match crate::cluster::apihealth::within_deadline(api.get_status(&name)).await {
+            let degraded = &ctx.state.api.degraded;
+            let whole = crate::cluster::denied::get_whole(&api, degraded, &name);
+            result = match crate::cluster::apihealth::within_deadline(whole).await {
                 Ok(whole) => {
                     self.obj = Arc::new(whole);
                     sync(ctx, &self.obj, None, self.fence).await

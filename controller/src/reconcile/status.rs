@@ -80,7 +80,9 @@ pub(super) async fn write_status(
         let fresh: &SealedSecret = if attempt == 1 && ss.metadata.resource_version.is_some() {
             ss
         } else {
-            match crate::cluster::apihealth::within_deadline(api().get_status(name)).await {
+            let sealed = api();
+            let whole = crate::cluster::denied::get_whole(&sealed, &ctx.state.api.degraded, name);
+            match crate::cluster::apihealth::within_deadline(whole).await {
                 Ok(f) => read.insert(f),
                 Err(e) if api_code(&e) == Some(404) => return Ok(false),
                 Err(e) => return Err(Error::Status(e)),
@@ -140,6 +142,13 @@ pub(super) async fn write_status(
             Ok(_) => return Ok(true),
             Err(e) if api_code(&e) == Some(409) && attempt < WRITE_ATTEMPTS => continue,
             Err(e) if api_code(&e) == Some(404) => return Ok(false),
+            // Bitnami's roles grant `update` on the status, not `patch` (cluster::denied).
+            Err(e) if crate::cluster::denied::forbidden(&e) => {
+                let (degraded, status) = (&ctx.state.api.degraded, &patch["status"]);
+                return crate::cluster::denied::update_status(&ctx.client, degraded, fresh, status)
+                    .await
+                    .map_err(Error::Status);
+            }
             Err(e) => return Err(Error::Status(e)),
         }
     }
@@ -180,7 +189,7 @@ pub(super) async fn publish_event(
             );
             let pp = PostParams::default();
             if let Err(e) = writes::create_unread(&ctx.client, namespace, &pp, &event).await {
-                tracing::debug!(error = %crate::error_chain(&e), "failed to publish event");
+                crate::cluster::denied::event_failed(&ctx.state.api.degraded, &e);
             }
         }
         // Warnings repeat while an object keeps failing: the shared recorder counts them into
@@ -198,7 +207,7 @@ pub(super) async fn publish_event(
                 ctx.recorder.publish(&event, &reference),
             );
             if let Err(e) = published.await {
-                tracing::debug!(error = %crate::error_chain(&e), "failed to publish event");
+                crate::cluster::denied::event_failed(&ctx.state.api.degraded, &e);
             }
         }
     }
