@@ -49,6 +49,15 @@ pub const SEALING_KEY_LABEL_ACTIVE: &str = "active";
 /// wrong result. Bitnami ignores it.
 pub const SEALING_KEY_ANNOTATION: &str = "kseal.dev/sealing-key";
 
+/// kseal's own top-level SealedSecret annotation: the values are sealed with a label that
+/// also commits to a digest of `spec.template` ([`crate::binding`]), so any edit of the
+/// template makes the object refuse to open. Only a hint for which label to try: removing or
+/// adding it makes the object refuse to open too. Bitnami ignores it (and cannot open such
+/// objects: its label differs).
+pub const TEMPLATE_BINDING_ANNOTATION: &str = "kseal.dev/template-binding";
+/// The value of [`TEMPLATE_BINDING_ANNOTATION`] for the binding this build writes and opens.
+pub const TEMPLATE_BINDING_V1: &str = "v1";
+
 /// `kubectl apply`'s copy of the last applied object; holds the plaintext of a Secret.
 pub const KUBECTL_LAST_APPLIED_ANNOTATION: &str =
     "kubectl.kubernetes.io/last-applied-configuration";

@@ -51,6 +51,32 @@ pub enum Error {
         #[source]
         source: kseal_keys::Error,
     },
+    /// No key could open the items of a template-bound object ([`crate::binding`]): its
+    /// template (or its binding annotation) was edited since sealing, or, as for
+    /// [`Error::Decrypt`], a wrong key, name, namespace or scope, or tampering. The message is
+    /// the same whatever the template says: it never renders it.
+    #[error(
+        "{TEMPLATE_BINDING_MISMATCH}, or the values were sealed for another key, name, namespace or scope (items {}; tried {tried})",
+        list(.items)
+    )]
+    TemplateBinding {
+        /// The item keys that failed, sorted.
+        items: Vec<String>,
+        /// The scope and label that were tried (public metadata).
+        tried: crate::ScopeTarget,
+        /// Always the opaque [`kseal_keys::Error::Open`].
+        #[source]
+        source: kseal_keys::Error,
+    },
+    /// The top-level `kseal.dev/template-binding` annotation has a value this build does not
+    /// know.
+    #[error(
+        "unknown template binding `{value}` in annotation kseal.dev/template-binding: this build opens only `v1`"
+    )]
+    UnknownTemplateBinding {
+        /// The annotation's value (public metadata).
+        value: String,
+    },
     /// No key could open these items (wrong key, wrong name, namespace or scope, or
     /// tampering; deliberately not told apart).
     #[error("failed to decrypt items {} (tried {tried}){}", list(.items), hint_note(.hint.as_deref()))]
@@ -127,6 +153,10 @@ impl Error {
 pub const TEMPLATE_FAILED: &str = "a spec.template.data template failed while rendering (its \
     error is not shown: it could depend on the secret's values; render the template where the \
     plaintext is at hand to see it)";
+
+/// The first words of [`Error::TemplateBinding`]: a bound object whose template changed.
+pub const TEMPLATE_BINDING_MISMATCH: &str =
+    "the template does not match the one the values were sealed with (template binding)";
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod binding;
 pub mod budget;
 pub mod constants;
 pub mod duration;
@@ -14,7 +15,8 @@ pub mod template;
 mod unseal;
 pub mod validation;
 
-pub use error::{Error, HintNote, Result, TEMPLATE_FAILED};
+pub use binding::items_label;
+pub use error::{Error, HintNote, Result, TEMPLATE_BINDING_MISMATCH, TEMPLATE_FAILED};
 pub use render::render_template_data;
 pub use resource::{
     SealedSecret, SealedSecretCondition, SealedSecretSpec, SealedSecretStatus, SecretTemplateSpec,

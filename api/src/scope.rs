@@ -47,6 +47,8 @@ pub struct ScopeTarget {
     /// The label as text: `namespace/name` (strict), `namespace` (namespace-wide) or empty
     /// (cluster-wide).
     pub label: String,
+    /// Whether the label was also bound to `spec.template` ([`crate::binding`]).
+    pub template_bound: bool,
 }
 
 impl ScopeTarget {
@@ -57,6 +59,7 @@ impl ScopeTarget {
         Self {
             scope,
             label: String::from_utf8_lossy(label.as_bytes()).into_owned(),
+            template_bound: false,
         }
     }
 }
@@ -64,9 +67,13 @@ impl ScopeTarget {
 impl std::fmt::Display for ScopeTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.scope {
-            Scope::Cluster => f.write_str("cluster-wide scope"),
-            scope => write!(f, "{scope} scope {:?}", self.label),
+            Scope::Cluster => f.write_str("cluster-wide scope")?,
+            scope => write!(f, "{scope} scope {:?}", self.label)?,
         }
+        if self.template_bound {
+            f.write_str(", bound to spec.template")?;
+        }
+        Ok(())
     }
 }
 

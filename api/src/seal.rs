@@ -6,7 +6,9 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kseal_keys::{PublicKey, Scope};
 
-use crate::constants::{SEALING_KEY_ANNOTATION, STRIPPED_ANNOTATIONS};
+use crate::constants::{
+    SEALING_KEY_ANNOTATION, STRIPPED_ANNOTATIONS, TEMPLATE_BINDING_ANNOTATION, TEMPLATE_BINDING_V1,
+};
 use crate::{Error, Result, SealedSecret, SealedSecretSpec, SecretTemplateSpec};
 use crate::{scope_of, set_scope_annotations};
 
@@ -34,6 +36,11 @@ pub struct SealOptions {
     /// default; the pure-Rust backend avoids AWS-LC's one-off RNG seeding in short-lived
     /// processes that seal a few values.
     pub backend: kseal_keys::Backend,
+    /// Bind the values to the SealedSecret's `spec.template` ([`crate::binding`]): the label
+    /// also commits to the template's digest and the object is annotated
+    /// [`TEMPLATE_BINDING_ANNOTATION`]`: v1`, so any later edit of the template (or of that
+    /// annotation) makes it refuse to open. Only kseal opens bound objects.
+    pub bind_template: bool,
 }
 
 /// Server-populated metadata that must not travel into a template (or out of one).
@@ -62,7 +69,9 @@ fn non_empty(value: Option<&String>) -> Option<String> {
 ///   label; `stringData` wins on a key clash. Neither present is [`Error::EmptyData`] unless
 ///   [`SealOptions::allow_empty_data`].
 /// - Top-level metadata: name, namespace, the scope annotation and
-///   [`SEALING_KEY_ANNOTATION`] (the key's fingerprint) only.
+///   [`SEALING_KEY_ANNOTATION`] (the key's fingerprint) only, plus
+///   [`TEMPLATE_BINDING_ANNOTATION`] with [`SealOptions::bind_template`], whose label then
+///   also commits to the template written here ([`crate::binding`]).
 /// - Template: the Secret's metadata without server fields (uid, resourceVersion, generation,
 ///   creation/deletion timestamps, deletionGracePeriodSeconds, selfLink, managedFields),
 ///   without last-applied annotations (they hold the plaintext) and without ownerReferences;
@@ -130,7 +139,17 @@ pub fn seal_secret(
         }
     }
 
-    let label = scope.label(namespace.as_deref().unwrap_or_default(), &name);
+    let template = SecretTemplateSpec {
+        data: None,
+        immutable: secret.immutable,
+        metadata: Some(meta),
+        type_: secret.type_.clone(),
+    };
+    let mut label = scope.label(namespace.as_deref().unwrap_or_default(), &name);
+    if options.bind_template {
+        // The template exactly as it is written below: the controller digests the same.
+        label = crate::binding::bind_label(&label, Some(&template));
+    }
     let mut encrypted_data = BTreeMap::new();
     let data_items = data.into_iter().flatten().map(|(k, v)| (k, v.0.as_slice()));
     let string_items = string_data
@@ -152,6 +171,12 @@ pub fn seal_secret(
     let mut top_annotations = BTreeMap::new();
     set_scope_annotations(&mut top_annotations, scope);
     top_annotations.insert(SEALING_KEY_ANNOTATION.to_owned(), key.id().to_string());
+    if options.bind_template {
+        top_annotations.insert(
+            TEMPLATE_BINDING_ANNOTATION.to_owned(),
+            TEMPLATE_BINDING_V1.to_owned(),
+        );
+    }
 
     Ok(SealedSecret {
         metadata: ObjectMeta {
@@ -163,12 +188,7 @@ pub fn seal_secret(
         spec: SealedSecretSpec {
             data: None,
             encrypted_data,
-            template: Some(SecretTemplateSpec {
-                data: None,
-                immutable: secret.immutable,
-                metadata: Some(meta),
-                type_: secret.type_.clone(),
-            }),
+            template: Some(template),
         },
         status: None,
     })

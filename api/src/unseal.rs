@@ -112,6 +112,11 @@ pub fn unseal(sealed: &SealedSecret, ring: &KeyRing) -> Result<Secret> {
 ///   template is tried and all failures are reported together in [`Error::TemplateData`].
 ///   [`UnsealOptions::render_template_data`] turns this off.
 ///
+/// - A SealedSecret annotated `kseal.dev/template-binding: v1` is opened with the label bound
+///   to its current `spec.template` ([`crate::binding`]): when the template (or the
+///   annotation) changed since sealing, every item fails and the error is
+///   [`Error::TemplateBinding`], the same whatever the template says; nothing is rendered.
+///
 /// Every item is tried; all that fail are named in one [`Error::Decrypt`].
 pub fn unseal_with(
     sealed: &SealedSecret,
@@ -141,8 +146,10 @@ pub fn unseal_counted(
             name: name.to_owned(),
         });
     }
-    let label = scope.label(namespace.unwrap_or_default(), name);
-    let tried = ScopeTarget::new(scope, namespace.unwrap_or_default(), name);
+    // Scope, name and namespace from the top-level metadata; bound to `spec.template` when
+    // the object says so. A bound object whose template changed fails to open every item
+    // here, before any template is rendered.
+    let (label, tried) = crate::binding::items_label(sealed, namespace.unwrap_or_default(), name)?;
 
     let spec = &sealed.spec;
     let template = spec.template.as_ref();
@@ -298,6 +305,14 @@ fn open_items(
                 key,
             })
         });
+        if tried.template_bound {
+            // One fixed message: nothing of the template is rendered or named.
+            return Err(Error::TemplateBinding {
+                items: failed,
+                tried: tried.clone(),
+                source,
+            });
+        }
         return Err(Error::Decrypt {
             items: failed,
             tried: tried.clone(),

@@ -28,6 +28,8 @@ pub(crate) const KSEAL_NAMESPACE: &str = "KSEAL_NAMESPACE";
 pub(crate) const KSEAL_NAME: &str = "KSEAL_NAME";
 /// Allow Secrets without data (`--allow-empty-data`).
 pub(crate) const KSEAL_ALLOW_EMPTY_DATA: &str = "KSEAL_ALLOW_EMPTY_DATA";
+/// Bind the values to the SealedSecret's template (`--bind-template`).
+pub(crate) const KSEAL_BIND_TEMPLATE: &str = "KSEAL_BIND_TEMPLATE";
 /// SealedSecret file to merge into (`--merge-into`).
 pub(crate) const KSEAL_MERGE_INTO: &str = "KSEAL_MERGE_INTO";
 /// Seal one raw value (`--raw`).

@@ -47,10 +47,8 @@ pub(crate) fn label_of(sealed: &SealedSecret) -> Result<(Label, ScopeTarget)> {
     if scope != Scope::Cluster && namespace.is_empty() {
         bail!("the SealedSecret has no namespace");
     }
-    Ok((
-        scope.label(namespace, name),
-        ScopeTarget::new(scope, namespace, name),
-    ))
+    // Bound to `spec.template` when the object is template-bound (digested, not rendered).
+    Ok(kseal_api::items_label(sealed, namespace, name)?)
 }
 
 /// `namespace/name` for messages.
@@ -72,10 +70,17 @@ pub(crate) struct Opened {
 }
 
 impl Opened {
-    /// "no key opens `a`, `b` (tried strict scope "prod/db")".
+    /// "no key opens `a`, `b` (tried strict scope "prod/db")", after
+    /// [`kseal_api::TEMPLATE_BINDING_MISMATCH`] for a template-bound object.
     pub(crate) fn failure(&self) -> String {
+        // A bound object's template was maybe edited: the same words, whatever it says.
+        let binding = if self.tried.template_bound {
+            format!("{}, or ", kseal_api::TEMPLATE_BINDING_MISMATCH)
+        } else {
+            String::new()
+        };
         format!(
-            "no key opens {} (tried {})",
+            "{binding}no key opens {} (tried {})",
             quoted(&self.failed),
             self.tried
         )

@@ -6,4 +6,5 @@ mod interop;
 mod no_panic;
 mod seal_unseal;
 mod template;
+mod template_binding;
 mod validation;

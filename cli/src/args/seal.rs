@@ -78,6 +78,15 @@ pub(crate) struct SealArgs {
     /// Allow Secrets with neither data nor stringData (with --raw: an empty value)
     #[arg(long, env = env::KSEAL_ALLOW_EMPTY_DATA)]
     pub(crate) allow_empty_data: bool,
+    /// Bind the values to the SealedSecret's spec.template (annotation
+    /// kseal.dev/template-binding): any later edit of the template makes the object refuse to
+    /// open, so no template edit can probe the values. Only kseal opens such objects
+    #[arg(
+        long,
+        env = env::KSEAL_BIND_TEMPLATE,
+        conflicts_with_all = ["merge_into", "raw"]
+    )]
+    pub(crate) bind_template: bool,
     /// Add or replace the sealed items in this existing SealedSecret file, in place, keeping
     /// its format, key order, name, namespace and scope (YAML comments are not kept)
     #[arg(

@@ -245,10 +245,10 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
                         opened.failed.join(", ")
                     );
                 }
-                let label = s.scope().label(
-                    s.metadata.namespace.as_deref().unwrap_or_default(),
-                    s.metadata.name.as_deref().unwrap_or_default(),
-                );
+                // The label the items opened with: bound to the template when the object is
+                // template-bound, so the re-sealed items keep the binding.
+                let (label, _) = crate::opening::label_of(s)
+                    .with_context(|| format!("cannot reseal {name} in `{}`", path.display()))?;
                 for (item, key) in &opened.keys {
                     if *key == target {
                         continue;

@@ -60,6 +60,8 @@ struct SealRequest {
     namespace: Option<String>,
     default_namespace: DefaultNamespace,
     allow_empty_data: bool,
+    /// `--bind-template`: the values commit to the SealedSecret's template.
+    bind_template: bool,
     mode: Mode,
     /// The `.kseal.yaml` creation rule for the output path, if one applies.
     rule: Option<crate::project::MatchedRule>,
@@ -148,6 +150,7 @@ impl SealRequest {
             namespace: args.namespace,
             default_namespace,
             allow_empty_data: args.allow_empty_data,
+            bind_template: args.bind_template,
             mode,
             rule,
             keys: args.keys,
@@ -175,6 +178,7 @@ impl SealRequest {
             default_namespace: None,
             scope: self.default_scope(),
             allow_empty_data: self.allow_empty_data,
+            bind_template: self.bind_template,
             ..SealOptions::default()
         }
     }
@@ -348,6 +352,15 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
     let namespace = existing.metadata.namespace.clone();
     let file_scope = existing.scope();
     request.check_scope(file_scope, &format!("`{}`", path.display()))?;
+    if kseal_api::binding::template_binding(&existing.metadata)? {
+        // Merging rewrites the template's labels and annotations: the items already there
+        // are bound to the old template and would refuse to open.
+        bail!(
+            "`{}` is bound to its template (kseal.dev/template-binding), which merging would \
+             change: seal the whole Secret again with --bind-template instead",
+            path.display()
+        );
+    }
     let secrets = read_merge_inputs(&request.inputs)?;
     let backend = backend_for(secrets.iter().map(|(_, s)| value_count(s)).sum());
     let mut added = Vec::new();

@@ -6,6 +6,7 @@
 #[macro_use]
 mod common;
 
+mod bind_template;
 mod build_info;
 mod check;
 mod cli;

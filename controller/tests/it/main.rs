@@ -10,6 +10,7 @@ mod common;
 mod affinity;
 mod binary;
 mod bitnami;
+mod bound_template;
 #[cfg(target_os = "linux")]
 mod connections;
 mod flow;

@@ -109,9 +109,9 @@ pub(super) fn units(operations: u64) -> i64 {
     i64::try_from(operations.div_ceil(RSA_OPERATIONS_PER_UNIT).max(1)).unwrap_or(i64::MAX)
 }
 
-/// Opens every item of `sealed` with `ring`, **without** looking at `spec.template` at all:
-/// the label comes from the top-level name, namespace and scope annotations only, and no
-/// template is rendered. Takes an RSA slot per value and adds the operations spent to the
+/// Opens every item of `sealed` with `ring`, **without** rendering `spec.template`: the label
+/// comes from the top-level name, namespace and scope annotations, bound to the template's
+/// digest when the object is template-bound ([`kseal_api::binding`]). Takes an RSA slot per value and adds the operations spent to the
 /// budget; stops at the first value that fails unless the budget asks for all.
 pub(super) fn open_items(
     sealed: &SealedSecret,
@@ -132,9 +132,11 @@ pub(super) fn open_items(
             "the {scope} SealedSecret `{name}` has no metadata.namespace"
         )));
     }
-    let label = scope.label(namespace.unwrap_or_default(), name);
     // Public metadata, named in failures: it answers "renamed or moved?" and nothing else.
-    let tried = kseal_api::ScopeTarget::new(scope, namespace.unwrap_or_default(), name);
+    // A template-bound object's label also commits to its `spec.template` (digested, never
+    // rendered): an edited template fails here like a wrong key, and rotate keeps the binding.
+    let (label, tried) = kseal_api::items_label(sealed, namespace.unwrap_or_default(), name)
+        .map_err(|e| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
     let spec = &sealed.spec;
     let deprecated = spec.data.as_deref().filter(|d| !d.is_empty());
     if deprecated.is_some() && !spec.encrypted_data.is_empty() {
@@ -214,8 +216,13 @@ pub(super) fn open_items(
         } else {
             "; stopped at the first failure (?all=true names every one)"
         };
+        let binding = if tried.template_bound {
+            format!("{}, or ", kseal_api::TEMPLATE_BINDING_MISMATCH)
+        } else {
+            String::new()
+        };
         return Err(conflict(format!(
-            "no key could decrypt items {} (tried {tried}){rest}",
+            "{binding}no key could decrypt items {} (tried {tried}){rest}",
             failed.join(", ")
         )));
     }
