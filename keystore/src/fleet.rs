@@ -341,6 +341,22 @@ pub fn assess(
     }
 }
 
+/// Whether nothing was heard from the cluster of `ack` at `now` for more than two of its
+/// heartbeats (as [`assess`] judges it): `Some(how long)` when silent.
+pub fn silence(ack: &Ack, now: jiff::Timestamp) -> Option<u64> {
+    let heartbeat = ack.heartbeat_seconds.max(MIN_HEARTBEAT.as_secs());
+    let quiet = now.as_second().saturating_sub(ack.written.as_second());
+    (quiet > 0 && quiet.unsigned_abs() > heartbeat.saturating_mul(2)).then(|| quiet.unsigned_abs())
+}
+
+/// Whether `ack` reports holding `kid` under an index of at least `version` whose history
+/// starts at `anchor` (when both the ring's and the record's anchors are known): what a
+/// rotation waiting for the fleet asks of each cluster. A report, not trust: it only delays.
+pub fn acknowledges(ack: &Ack, kid: &Kid, version: u64, anchor: Option<&Kid>) -> bool {
+    let other_anchor = matches!((anchor, &ack.anchor), (Some(a), Some(b)) if a != b);
+    !other_anchor && ack.index_version >= version && ack.held.contains(kid)
+}
+
 /// `90s`, `5m`, `3h`, `2d`: a rough length for messages.
 pub fn span(seconds: u64) -> String {
     match seconds {
@@ -972,6 +988,28 @@ mod tests {
         assert_eq!(s.reasons, ["silent for 2m (heartbeat 60s)"]);
         quiet.written = jiff::Timestamp::from_second(1_800_000_200 - 119).unwrap();
         assert!(assess(&quiet, &index, None, now).is_current());
+    }
+
+    #[test]
+    fn acknowledging_needs_the_kid_the_version_and_the_same_anchor() {
+        let a = ack("c1");
+        assert!(acknowledges(&a, &kid('b'), 7, Some(&kid('a'))));
+        assert!(acknowledges(&a, &kid('b'), 6, None));
+        assert!(!acknowledges(&a, &kid('c'), 7, None), "a kid not held");
+        assert!(!acknowledges(&a, &kid('b'), 8, None), "an older index");
+        assert!(
+            !acknowledges(&a, &kid('b'), 7, Some(&kid('f'))),
+            "another anchor"
+        );
+        let written = a.written.as_second();
+        let at = |s: i64| jiff::Timestamp::from_second(written + s).unwrap();
+        assert_eq!(silence(&a, at(2 * 86_400)), None);
+        assert_eq!(silence(&a, at(2 * 86_400 + 1)), Some(2 * 86_400 + 1));
+        assert_eq!(
+            silence(&a, at(-5)),
+            None,
+            "a record from the future is not silent"
+        );
     }
 
     #[tokio::test]

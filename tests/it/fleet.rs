@@ -787,7 +787,7 @@ async fn run_mission(endpoint: &str, client1: Client, client2: Client, shared: b
 
 /// A client for the reference kube-apiserver (`KSEAL_REFAPI_KUBECONFIG`, set by
 /// scripts/test.sh), or `None` (skip loudly; fail under `CI=true`).
-async fn real_client(test: &str) -> Option<Client> {
+pub(crate) async fn real_client(test: &str) -> Option<Client> {
     let path = match std::env::var("KSEAL_REFAPI_KUBECONFIG") {
         Ok(p) if !p.is_empty() => p,
         _ => {

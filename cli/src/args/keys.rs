@@ -36,12 +36,22 @@ Examples:
   kseal keys activate --ring kseal/fleet 3f2a9c1b0d4e
 
   # Wait for the delay instead of failing
-  kseal keys activate --ring kseal/fleet --wait 3f2a9c1b0d4e";
+  kseal keys activate --ring kseal/fleet --wait 3f2a9c1b0d4e
+
+  # Seal with it once every cluster reports holding it (kseal fleet status), at most an hour
+  kseal keys activate --ring kseal/fleet --wait-for all --timeout 1h 3f2a9c1b0d4e";
 
 pub(super) const ROTATE_EXAMPLES: &str = "\
 Examples:
   # New key now, sealing in about an hour (every controller fetches it first)
   kseal keys rotate --ring kseal/fleet
+
+  # Activate as soon as every cluster reports holding the new key, instead of after a delay
+  kseal keys rotate --ring kseal/fleet --wait-for all
+
+  # ... or 95 % of the clusters, or named ones (a canary first)
+  kseal keys rotate --ring kseal/fleet --wait-for 95%
+  kseal keys rotate --ring kseal/fleet --wait-for canary-eu,canary-us --timeout 10m
 
   # Push now, activate later from CI
   kseal keys rotate --ring kseal/fleet --no-wait
@@ -81,7 +91,9 @@ Examples:
   kseal keys retire --ring kseal/fleet 3f2a9c1b0d4e --check . --yes
 
 The key is first removed from the index (controllers drop their copy after their
---key-source-retire-grace), then its secret is scheduled for deletion with a recovery window.";
+--key-source-retire-grace), then its secret is scheduled for deletion with a recovery window.
+Retiring is refused while a cluster that reported recently (kseal fleet status) still opens
+SealedSecrets with the key; --force retires it anyway.";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum KeysCommand {
@@ -440,20 +452,102 @@ pub(crate) struct DelayArgs {
     #[arg(long, env = env::KSEAL_NOW)]
     pub(crate) now: bool,
     /// How long a key must have been in the ring before it may seal: at least the
-    /// controllers' --key-source-interval plus its 10 % jitter
-    #[arg(long, env = env::KSEAL_ACTIVATION_DELAY, default_value = "66m", value_parser = parse_duration, value_name = "DURATION")]
-    pub(crate) delay: std::time::Duration,
+    /// controllers' --key-source-interval plus its 10 % jitter [default: 66m; with
+    /// --wait-for: none, and a floor when given]
+    #[arg(long, env = env::KSEAL_ACTIVATION_DELAY, value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) delay: Option<std::time::Duration>,
 }
 
+/// The activation delay without `--delay` or `--wait-for`.
+pub(crate) const DEFAULT_ACTIVATION_DELAY: std::time::Duration =
+    std::time::Duration::from_secs(66 * 60);
+
 impl DelayArgs {
-    /// The delay to wait before a key may seal: none with `--now`.
-    pub(crate) fn effective(&self) -> std::time::Duration {
-        if self.now {
-            std::time::Duration::ZERO
-        } else {
-            self.delay
+    /// The delay to wait before a key may seal: none with `--now`; with `--wait-for`
+    /// (`fleet`), only the `--delay` given, as a floor under the fleet's acknowledgements.
+    pub(crate) fn effective(&self, fleet: bool) -> std::time::Duration {
+        match (self.now, self.delay) {
+            (true, _) => std::time::Duration::ZERO,
+            (false, Some(delay)) => delay,
+            (false, None) if fleet => std::time::Duration::ZERO,
+            (false, None) => DEFAULT_ACTIVATION_DELAY,
         }
     }
+}
+
+/// `--wait-for` of `kseal keys rotate` and `activate`.
+const KSEAL_WAIT_FOR: &str = "KSEAL_WAIT_FOR";
+/// `--timeout` of `--wait-for`.
+const KSEAL_WAIT_TIMEOUT: &str = "KSEAL_WAIT_TIMEOUT";
+/// The hidden poll interval of `--wait-for` (tests).
+const KSEAL_WAIT_POLL: &str = "KSEAL_WAIT_POLL";
+
+/// Which clusters must acknowledge a pending key before it seals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WaitFor {
+    /// Every cluster with a record (a silent or unreadable one blocks).
+    All,
+    /// This percentage (1 to 100) of the clusters with a record, rounded up.
+    Percent(u8),
+    /// These clusters, each of them.
+    Clusters(Vec<kseal_keystore::ClusterId>),
+}
+
+impl std::fmt::Display for WaitFor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitFor::All => f.write_str("all"),
+            WaitFor::Percent(n) => write!(f, "{n}%"),
+            WaitFor::Clusters(ids) => {
+                let ids: Vec<&str> = ids.iter().map(|c| c.as_str()).collect();
+                f.write_str(&ids.join(","))
+            }
+        }
+    }
+}
+
+/// `all`, `N%` (1 to 100) or cluster ids separated by commas.
+pub(crate) fn parse_wait_for(text: &str) -> Result<WaitFor, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(WaitFor::All);
+    }
+    if let Some(number) = text.strip_suffix('%') {
+        return match number.trim().parse::<u8>() {
+            Ok(n @ 1..=100) => Ok(WaitFor::Percent(n)),
+            _ => Err(format!(
+                "`{text}` is not a share of the fleet: use 1% to 100%"
+            )),
+        };
+    }
+    let mut ids = Vec::new();
+    for id in text.split(',').map(str::trim) {
+        let id = kseal_keystore::ClusterId::parse(id)
+            .map_err(|e| format!("{e}; use `all`, `N%` or cluster ids separated by commas"))?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(WaitFor::Clusters(ids))
+}
+
+/// `--wait-for`: activate once the fleet reports holding the key, not after a guessed delay.
+#[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Activation")]
+pub(crate) struct FleetWaitArgs {
+    /// Activate once these clusters' fleet records show they hold the key and the index that
+    /// added it: `all` (every cluster with a record; a silent one blocks until it reports
+    /// again), `N%` of them, or cluster ids separated by commas. Needs records (`kseal fleet
+    /// status`); without, the delay applies
+    #[arg(long, env = KSEAL_WAIT_FOR, value_parser = parse_wait_for, conflicts_with = "now", value_name = "all|N%|CLUSTERS")]
+    pub(crate) wait_for: Option<WaitFor>,
+    /// How long --wait-for waits; then it exits 3, naming the clusters missing, and the key
+    /// stays pending
+    #[arg(long, env = KSEAL_WAIT_TIMEOUT, default_value = "30m", value_parser = parse_duration, value_name = "DURATION")]
+    pub(crate) timeout: std::time::Duration,
+    /// How often --wait-for reads the records
+    #[arg(long = "wait-poll", env = KSEAL_WAIT_POLL, default_value = "5s", value_parser = parse_duration, hide = true)]
+    pub(crate) poll: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -472,6 +566,8 @@ pub(crate) struct ActivateArgs {
     /// Wait until the key may be activated instead of failing
     #[arg(long, env = env::KSEAL_WAIT)]
     pub(crate) wait: bool,
+    #[command(flatten)]
+    pub(crate) fleet: FleetWaitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -485,8 +581,10 @@ pub(crate) struct RotateArgs {
     #[command(flatten)]
     pub(crate) delay: DelayArgs,
     /// Push the new key and stop; activate it later with `kseal keys activate`
-    #[arg(long, env = env::KSEAL_NO_WAIT, conflicts_with = "now")]
+    #[arg(long, env = env::KSEAL_NO_WAIT, conflicts_with_all = ["now", "wait_for"])]
     pub(crate) no_wait: bool,
+    #[command(flatten)]
+    pub(crate) fleet: FleetWaitArgs,
     #[command(flatten)]
     pub(crate) spec: KeySpecArgs,
 }
@@ -534,6 +632,9 @@ pub(crate) struct ImportArgs {
     pub(crate) never_asks: NeverAsksArgs,
 }
 
+/// `--force` of `kseal keys retire`.
+const KSEAL_RETIRE_FORCE: &str = "KSEAL_RETIRE_FORCE";
+
 #[derive(Debug, Args)]
 pub(crate) struct RetireArgs {
     /// The key: its kid, at least 6 leading characters of it, or its SHA256: fingerprint
@@ -550,6 +651,10 @@ pub(crate) struct RetireArgs {
     /// that is refused: it usually means a wrong path)
     #[arg(long, env = env::KSEAL_ALLOW_NONE)]
     pub(crate) allow_none: bool,
+    /// Retire the key even while clusters that reported recently (`kseal fleet status`) still
+    /// open SealedSecrets with it: they stop opening them once their controllers drop the key
+    #[arg(long, env = KSEAL_RETIRE_FORCE)]
+    pub(crate) force: bool,
     /// Run every check and say what would be retired; change nothing
     #[arg(long, env = env::KSEAL_DRY_RUN)]
     pub(crate) dry_run: bool,

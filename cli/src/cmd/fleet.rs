@@ -8,7 +8,7 @@ use kseal_keystore::fleet::{self, Standing};
 use kseal_keystore::{Ack, FleetStore, Index, Kid, Listed, Location};
 use serde::Serialize;
 
-use crate::args::{FleetStatusArgs, ListOutput, Require};
+use crate::args::{FleetStatusArgs, ListOutput, Require, RingArgs};
 use crate::cmd::check::Exit;
 use crate::keysource::ring::{aws_options, block_on, open, read_index, ring_label};
 use crate::output;
@@ -94,23 +94,33 @@ struct Report {
     clusters: Vec<Row>,
 }
 
+/// The acknowledgement store of the ring `args` names (no request is made).
+pub(crate) async fn open_store(args: &RingArgs) -> Result<FleetStore> {
+    let mut location = Location::parse(&args.ring)?;
+    if let Location::Directory { insecure_perms, .. } = &mut location {
+        *insecure_perms |= args.insecure_perms;
+    }
+    FleetStore::open(&location, &aws_options(args, None))
+        .await
+        .context("failed to open the fleet's acknowledgement store")
+}
+
+/// Every record of `store`, each read or the reason it was not accepted.
+pub(crate) async fn list(store: &FleetStore) -> Result<Vec<Listed>> {
+    store.list().await.with_context(|| {
+        format!(
+            "failed to read the fleet's acknowledgements from {}",
+            store.describe()
+        )
+    })
+}
+
 pub(crate) fn status(args: FleetStatusArgs) -> Result<()> {
     let (snapshot, listed, store, label) = block_on(async {
         let ring = open(&args.ring, None).await?;
         let snapshot = read_index(&ring).await?;
-        let mut location = Location::parse(&args.ring.ring)?;
-        if let Location::Directory { insecure_perms, .. } = &mut location {
-            *insecure_perms |= args.ring.insecure_perms;
-        }
-        let store = FleetStore::open(&location, &aws_options(&args.ring, None))
-            .await
-            .context("failed to open the fleet's acknowledgement store")?;
-        let listed = store.list().await.with_context(|| {
-            format!(
-                "failed to read the fleet's acknowledgements from {}",
-                store.describe()
-            )
-        })?;
+        let store = open_store(&args.ring).await?;
+        let listed = list(&store).await?;
         anyhow::Ok((snapshot, listed, store.describe(), ring_label(&ring)))
     })??;
     let now = jiff::Timestamp::now();

@@ -11,6 +11,7 @@ mod build_info;
 mod check;
 mod cli;
 mod config_rules;
+mod fleet_wait;
 mod repositories;
 mod reseal_stale;
 mod ring;

@@ -1,13 +1,15 @@
 //! `kseal keys activate`: make a key of the ring the sealing key, once every controller has
-//! had time to fetch it.
+//! had time to fetch it (the delay) or, with `--wait-for`, has reported holding it
+//! ([`super::wait`]).
 
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, Result, bail};
 use kseal_keystore::{ActivateOutcome, Kid, Ring};
 
-use super::{minutes, mirror, when};
+use super::{minutes, mirror, wait, when};
 use crate::args::ActivateArgs;
+use crate::cmd::fleet::open_store;
 use crate::keysource::ring::{block_on, open, read_index, ring_arg, ring_label};
 use crate::output::confirm;
 
@@ -83,11 +85,27 @@ pub(super) async fn activate_key(
 }
 
 pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
-    let delay = args.delay.effective();
+    let delay = args.delay.effective(args.fleet.wait_for.is_some());
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
         // A clear message for a ring that does not exist (rather than "no key … in the ring").
-        read_index(&ring).await?;
+        let snapshot = read_index(&ring).await?;
+        let fleet = match &args.fleet.wait_for {
+            Some(wait_for) => {
+                let kid = snapshot.index.resolve(&args.key)?.kid.clone();
+                let store = open_store(&args.ring).await?;
+                wait::preflight(&store, wait_for).await?;
+                // Clusters must hold the key under this index (it holds the key) or a later one.
+                let target = wait::Target {
+                    kid,
+                    version: snapshot.index.version,
+                    anchor: snapshot.verified.anchor().cloned(),
+                };
+                (snapshot.index.active.as_ref() != Some(&target.kid))
+                    .then_some((store, wait_for, target))
+            }
+            None => None,
+        };
         confirm(
             &format!(
                 "Seal with key {} in key ring {} from now on?",
@@ -96,12 +114,21 @@ pub(crate) fn activate(args: ActivateArgs) -> Result<()> {
             ),
             args.confirm.yes,
         )?;
+        if let Some((store, wait_for, target)) = &fleet {
+            let later = format!(
+                "`kseal keys activate --ring {} --wait-for {wait_for} {}` again",
+                ring_arg(&args.ring),
+                target.kid.short()
+            );
+            wait::wait(store, &args.fleet, wait_for, target, &later).await?;
+        }
         let done = activate_key(
             &ring,
             &ring_arg(&args.ring),
             &args.key,
             delay,
-            args.wait,
+            // With --wait-for, a --delay given is a floor to wait for, not to fail on.
+            args.wait || fleet.is_some(),
             None,
         )
         .await?;

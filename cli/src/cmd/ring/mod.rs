@@ -24,6 +24,7 @@ mod list;
 mod push;
 mod retire;
 mod rotate;
+mod wait;
 
 pub(crate) use activate::activate;
 pub(crate) use export_cert::export_cert;

@@ -1,15 +1,17 @@
 //! `kseal keys retire`: remove a key from the ring, after proving that no SealedSecret needs
-//! it.
+//! it: none under `--check` opens only with it, and no cluster that reported recently (its
+//! fleet record) still opens objects with it (`--force` overrides the latter).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use kseal_api::SealedSecret;
 use kseal_keys::KeyRing;
-use kseal_keystore::{Kid, RetireOutcome, Ring, Snapshot, Store};
+use kseal_keystore::{Kid, RetireOutcome, Ring, Snapshot, Store, fleet};
 
 use super::mirror;
 use crate::args::RetireArgs;
+use crate::cmd::fleet::{list as fleet_list, open_store};
 use crate::keysource::ring::{block_on, open, read_index, ring_label};
 use crate::keysource::rules::PathRules;
 use crate::opening::open_items;
@@ -121,6 +123,7 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
                 target.short()
             );
         }
+        fleet_check(&args, &target).await?;
         eprintln!(
             "reading the {} of key ring {} to check what still needs key {}…",
             count(snapshot.index.keys.len(), "key"),
@@ -172,6 +175,124 @@ pub(crate) fn retire(args: RetireArgs) -> Result<()> {
         );
         mirror(&ring, &args.write).await
     })?
+}
+
+/// Refuses (without `--force`) to retire `target` while a cluster that reported within its
+/// silence window (two heartbeats) says SealedSecrets there open with it. Records are reports:
+/// they can stop a retirement, never allow one that `--check` refuses.
+async fn fleet_check(args: &RetireArgs, target: &Kid) -> Result<()> {
+    let listed = match async {
+        let store = open_store(&args.ring).await?;
+        let listed = fleet_list(&store).await?;
+        anyhow::Ok((store.describe(), listed))
+    }
+    .await
+    {
+        Ok(found) => found,
+        Err(e) if args.force => {
+            eprintln!(
+                "warning: {}; retiring without the fleet's reports (--force)",
+                crate::text::chain(&e)
+            );
+            return Ok(());
+        }
+        Err(e) => {
+            return Err(e.context(
+                "cannot tell whether a cluster still opens SealedSecrets with the key (pass \
+                 --force to retire without the fleet's reports)",
+            ));
+        }
+    };
+    let (store, listed) = listed;
+    if listed.is_empty() {
+        eprintln!(
+            "no cluster has reported on this key ring (nothing in {store}): only --check decides"
+        );
+        return Ok(());
+    }
+    let now = jiff::Timestamp::now();
+    let mut using = Vec::new();
+    let mut quiet = Vec::new();
+    let mut unknown = Vec::new();
+    let mut recent = 0;
+    for l in &listed {
+        let Ok(ack) = &l.ack else {
+            unknown.push(format!("{} (unreadable)", l.name));
+            continue;
+        };
+        let n = ack.objects.get(target).copied().unwrap_or(0);
+        if fleet::silence(ack, now).is_none() {
+            recent += 1;
+        }
+        if n > 0 {
+            match fleet::silence(ack, now) {
+                None => using.push(format!("{} ({})", l.name, count(n, "SealedSecret"))),
+                Some(q) => quiet.push(format!(
+                    "{} ({} when last heard from, {} ago)",
+                    l.name,
+                    count(n, "SealedSecret"),
+                    fleet::span(q)
+                )),
+            }
+        } else if ack.unattributed > 0 && fleet::silence(ack, now).is_none() {
+            unknown.push(format!(
+                "{} ({} whose key it cannot name)",
+                l.name,
+                count(ack.unattributed, "SealedSecret")
+            ));
+        }
+    }
+    let list = |names: &[String]| {
+        let mut shown: Vec<&str> = names.iter().take(20).map(String::as_str).collect();
+        let more = format!("and {} more", names.len().saturating_sub(20));
+        if names.len() > 20 {
+            shown.push(&more);
+        }
+        shown.join(", ")
+    };
+    if !quiet.is_empty() {
+        eprintln!(
+            "warning: silent clusters last reported SealedSecrets opened with key {}: {} (not \
+             counted: they have not reported within two heartbeats)",
+            target.short(),
+            list(&quiet)
+        );
+    }
+    if !unknown.is_empty() {
+        eprintln!(
+            "warning: whether these clusters need key {} is unknown: {}",
+            target.short(),
+            list(&unknown)
+        );
+    }
+    if using.is_empty() {
+        eprintln!(
+            "{} reported recently: none opens SealedSecrets with key {}",
+            count(recent, "cluster"),
+            target.short()
+        );
+        return Ok(());
+    }
+    let what = format!(
+        "key {} still opens SealedSecrets in {} that reported recently: {}",
+        target.short(),
+        count(using.len(), "cluster"),
+        list(&using)
+    );
+    if args.force {
+        eprintln!(
+            "warning: {what}; retiring anyway (--force): they stop opening once their \
+             controllers drop the key"
+        );
+        return Ok(());
+    }
+    bail!(
+        "{what}\nre-seal them with the active key (`kseal reseal --stale`), apply them, wait \
+         until `kseal fleet status --ring {}` shows no object on key {} there, and retire \
+         again (--force retires it anyway)",
+        args.ring.ring,
+        target.short()
+    );
 }
 
 /// Reads every key of the ring: the ring without `target`, and `target` alone.

@@ -1,20 +1,32 @@
-//! `kseal keys rotate`: generate and push a new key, then activate it after the safety delay.
+//! `kseal keys rotate`: generate and push a new key, then activate it after the safety delay
+//! or, with `--wait-for`, once the fleet reports holding it ([`super::wait`]).
 
 use anyhow::{Result, bail};
 use kseal_keystore::{Index, Kid};
 
 use super::activate::activate_key;
-use super::{generate, hint_activation, mirror, push_all};
+use super::{generate, hint_activation, mirror, push_all, wait};
 use crate::args::RotateArgs;
+use crate::cmd::fleet::open_store;
 use crate::keysource::ring::{block_on, open, read_index, ring_arg, ring_label};
 use crate::output::confirm;
 
 pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
-    let delay = args.delay.effective();
+    let delay = args.delay.effective(args.fleet.wait_for.is_some());
     block_on(async {
         let ring = open(&args.ring, Some(&args.write)).await?;
         // Rotating a ring that does not exist is a mistyped name, not a new ring.
         let before = read_index(&ring).await?.index.active;
+        // `--wait-for` on a ring no cluster reports on could never finish: refuse it before
+        // a key is pushed.
+        let fleet = match &args.fleet.wait_for {
+            Some(wait_for) => {
+                let store = open_store(&args.ring).await?;
+                wait::preflight(&store, wait_for).await?;
+                Some((store, wait_for))
+            }
+            None => None,
+        };
         confirm(
             &format!(
                 "Generate a new sealing key for key ring {}?",
@@ -32,15 +44,39 @@ pub(crate) fn rotate(args: RotateArgs) -> Result<()> {
                 hint_activation(&ring_arg(&args.ring), &outcomes, delay);
                 return mirror(&ring, &args.write).await;
             }
-            let done = activate_key(
-                &ring,
-                &ring_arg(&args.ring),
-                outcome.kid.as_str(),
-                delay,
-                true,
-                Some(&before),
-            )
-            .await;
+            let done = match &fleet {
+                Some((store, wait_for)) => {
+                    // The index read back after the push holds the key: clusters must hold
+                    // this version (or a later one).
+                    let snapshot = read_index(&ring).await?;
+                    let target = wait::Target {
+                        kid: outcome.kid.clone(),
+                        version: snapshot.index.version,
+                        anchor: snapshot.verified.anchor().cloned(),
+                    };
+                    let later = format!(
+                        "`kseal keys activate --ring {} --wait-for {wait_for} {}`",
+                        ring_arg(&args.ring),
+                        outcome.kid.short()
+                    );
+                    wait::wait(store, &args.fleet, wait_for, &target, &later).await
+                }
+                None => Ok(()),
+            };
+            let done = match done {
+                Ok(()) => {
+                    activate_key(
+                        &ring,
+                        &ring_arg(&args.ring),
+                        outcome.kid.as_str(),
+                        delay,
+                        true,
+                        Some(&before),
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
             let done = match done {
                 Ok(done) => done,
                 Err(e) => {
