@@ -5,18 +5,31 @@
 //! repository contributor, anyone with `update` on SealedSecrets) can write a
 //! `spec.template.data` template whose outcome depends on the values
 //! (`{{ if eq .password "guess" }}…`) and watch whether the Secret appears. A **bound**
-//! object's items are sealed with the label
+//! object's item `NAME` (its key in `spec.encryptedData`) is sealed with the label
 //!
 //! ```text
 //! <Bitnami label> || "\0kseal-template-v1:" || hex(SHA-256(canonical JSON of spec.template))
+//!                 || "\0" || NAME
 //! ```
 //!
 //! where the Bitnami label is `namespace/name` (strict), `namespace` (namespace-wide) or
-//! empty (cluster-wide). The top-level annotation [`TEMPLATE_BINDING_ANNOTATION`]`: v1`
-//! tells the opener which label to use; it is only a hint: removing it, adding it or
-//! changing the template gives another label, so every item fails to open, the template is
-//! never rendered and the failure is the same whatever the edit was. Bitnami's labels never
-//! hold a NUL byte (names cannot), so a bound label never equals an unbound one.
+//! empty (cluster-wide), and the hex digest is 64 lowercase characters. The top-level
+//! annotation [`TEMPLATE_BINDING_ANNOTATION`]`: v1` tells the opener which label to use; it
+//! is only a hint: removing it, adding it or changing the template gives another label, so
+//! every item fails to open, the template is never rendered and the failure is the same
+//! whatever the edit was. Bitnami's labels never hold a NUL byte (names cannot), so a bound
+//! label never equals an unbound one.
+//!
+//! The item name is bound too: moving a ciphertext to another item of a bound object (say
+//! `token`'s value into `.dockerconfigjson`, to have the API server's validation of that key
+//! describe the value) changes its label, so it fails to open with the same fixed failure.
+//! The base label and the digest have a fixed length for one object, so the name is simply
+//! the rest of the label: no two names give the same label. Unbound objects keep Bitnami's
+//! one label for every item (wire compatibility), and so do not get this protection.
+//! [`ItemsLabel`] gives each caller the label of one item.
+//!
+//! The deprecated `spec.data` (one sealed Secret, no item names) of a bound object would use
+//! the label without the `"\0" || NAME` tail ([`ItemsLabel::whole`]); kseal never seals one.
 //!
 //! # Canonical form
 //!
@@ -66,7 +79,65 @@ pub fn template_digest(template: Option<&SecretTemplateSpec>) -> [u8; 32] {
     sha2::Sha256::digest(canonical_template(template)).into()
 }
 
-/// `label` bound to `template`: `label || "\0kseal-template-v1:" || hex(digest)`.
+/// The separator between the bound label and the item name (version 1).
+pub const ITEM_NAME_SEPARATOR: &[u8] = b"\0";
+
+/// The labels of one SealedSecret's values: Bitnami's one label for every item of an unbound
+/// object; for a template-bound object, one label per item name ([module docs](self)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemsLabel {
+    /// The Bitnami label, or `Bitnami label || "\0kseal-template-v1:" || hex(digest)` when
+    /// the object is template-bound.
+    base: Label,
+    bound: bool,
+}
+
+impl ItemsLabel {
+    /// Bitnami's label, the same for every item (an unbound object).
+    pub fn unbound(label: Label) -> Self {
+        Self {
+            base: label,
+            bound: false,
+        }
+    }
+
+    /// `label` bound to `template`: each item gets its own label ([`ItemsLabel::item`]).
+    pub fn bound(label: &Label, template: Option<&SecretTemplateSpec>) -> Self {
+        Self {
+            base: bind_label(label, template),
+            bound: true,
+        }
+    }
+
+    /// Whether the labels commit to the template and the item names.
+    pub fn is_bound(&self) -> bool {
+        self.bound
+    }
+
+    /// The label of the item `name` (its key in `spec.encryptedData`), to open it and to seal
+    /// a value for it: the base label when unbound, the base label `|| "\0" || name` when
+    /// bound.
+    pub fn item(&self, name: &str) -> Label {
+        if !self.bound {
+            return self.base.clone();
+        }
+        let mut bytes =
+            Vec::with_capacity(self.base.as_bytes().len() + ITEM_NAME_SEPARATOR.len() + name.len());
+        bytes.extend_from_slice(self.base.as_bytes());
+        bytes.extend_from_slice(ITEM_NAME_SEPARATOR);
+        bytes.extend_from_slice(name.as_bytes());
+        Label::from_bytes(bytes)
+    }
+
+    /// The label of a value that belongs to no item: the deprecated `spec.data` (one sealed
+    /// Secret). The base label, bound to the template when the object is bound.
+    pub fn whole(&self) -> &Label {
+        &self.base
+    }
+}
+
+/// `label` bound to `template`: `label || "\0kseal-template-v1:" || hex(digest)`, the base
+/// of a bound object's item labels ([`ItemsLabel::item`] appends the item name).
 pub fn bind_label(label: &Label, template: Option<&SecretTemplateSpec>) -> Label {
     let mut bytes = label.as_bytes().to_vec();
     bytes.extend_from_slice(TEMPLATE_BINDING_SEPARATOR);
@@ -94,22 +165,26 @@ pub fn template_binding(meta: &ObjectMeta) -> Result<bool> {
     }
 }
 
-/// The label `sealed`'s values are sealed with, as the object `namespace/name` (its scope
-/// from its top-level annotations, bound to `spec.template` when it is marked bound), and the
-/// target it stands for in messages. Every value of the object uses this one label.
+/// The labels `sealed`'s values are sealed with, as the object `namespace/name` (its scope
+/// from its top-level annotations, bound to `spec.template` and each item's name when it is
+/// marked bound), and the target it stands for in messages. Open and re-seal the item `key`
+/// with `.item(key)`.
 pub fn items_label(
     sealed: &SealedSecret,
     namespace: &str,
     name: &str,
-) -> Result<(Label, ScopeTarget)> {
+) -> Result<(ItemsLabel, ScopeTarget)> {
     let scope: Scope = sealed.scope();
     let label = scope.label(namespace, name);
     let mut tried = ScopeTarget::new(scope, namespace, name);
     if template_binding(&sealed.metadata)? {
         tried.template_bound = true;
-        Ok((bind_label(&label, sealed.spec.template.as_ref()), tried))
+        Ok((
+            ItemsLabel::bound(&label, sealed.spec.template.as_ref()),
+            tried,
+        ))
     } else {
-        Ok((label, tried))
+        Ok((ItemsLabel::unbound(label), tried))
     }
 }
 
@@ -292,6 +367,39 @@ mod tests {
             label.as_bytes(),
             b"prod\0kseal-template-v1:db9cdeb839f1f02e49f1feec660474833d4596506fa8983c638f7ad6fd35495c"
         );
+        let items = ItemsLabel::bound(&Scope::Namespace.label("prod", "db"), Some(&t));
+        assert_eq!(
+            items.item("password").as_bytes(),
+            b"prod\0kseal-template-v1:db9cdeb839f1f02e49f1feec660474833d4596506fa8983c638f7ad6fd35495c\0password"
+        );
+    }
+
+    #[test]
+    fn bound_items_have_their_own_label_and_unbound_ones_share_bitnamis() {
+        let t = template(r#"{"type":"kubernetes.io/dockerconfigjson"}"#);
+        let base = Scope::Strict.label("prod", "db");
+        let unbound = ItemsLabel::unbound(base.clone());
+        assert!(!unbound.is_bound());
+        assert_eq!(unbound.item("token"), base);
+        assert_eq!(unbound.item(".dockerconfigjson"), base);
+        assert_eq!(unbound.whole(), &base);
+
+        let bound = ItemsLabel::bound(&base, Some(&t));
+        assert!(bound.is_bound());
+        assert_eq!(bound.whole(), &bind_label(&base, Some(&t)));
+        let names = ["token", ".dockerconfigjson", "", "a", "a\0b", "b"];
+        let labels: std::collections::BTreeSet<Vec<u8>> = names
+            .iter()
+            .map(|n| bound.item(n).as_bytes().to_vec())
+            .collect();
+        assert_eq!(labels.len(), names.len());
+        for (name, label) in names.iter().map(|n| (n, bound.item(n))) {
+            let mut expected = bind_label(&base, Some(&t)).as_bytes().to_vec();
+            expected.push(0);
+            expected.extend_from_slice(name.as_bytes());
+            assert_eq!(label.as_bytes(), expected.as_slice());
+            assert_ne!(label.as_bytes(), bound.whole().as_bytes());
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod template;
 mod unseal;
 pub mod validation;
 
-pub use binding::items_label;
+pub use binding::{ItemsLabel, items_label};
 pub use error::{Error, HintNote, Result, TEMPLATE_BINDING_MISMATCH, TEMPLATE_FAILED};
 pub use render::render_template_data;
 pub use resource::{

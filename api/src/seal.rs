@@ -36,8 +36,9 @@ pub struct SealOptions {
     /// default; the pure-Rust backend avoids AWS-LC's one-off RNG seeding in short-lived
     /// processes that seal a few values.
     pub backend: kseal_keys::Backend,
-    /// Bind the values to the SealedSecret's `spec.template` ([`crate::binding`]): the label
-    /// also commits to the template's digest and the object is annotated
+    /// Bind the values to the SealedSecret's `spec.template` ([`crate::binding`]): each
+    /// value's label also commits to the template's digest and to the value's item name, and
+    /// the object is annotated
     /// [`TEMPLATE_BINDING_ANNOTATION`]`: v1`, so any later edit of the template (or of that
     /// annotation) makes it refuse to open. Only kseal opens bound objects.
     pub bind_template: bool,
@@ -70,8 +71,8 @@ fn non_empty(value: Option<&String>) -> Option<String> {
 ///   [`SealOptions::allow_empty_data`].
 /// - Top-level metadata: name, namespace, the scope annotation and
 ///   [`SEALING_KEY_ANNOTATION`] (the key's fingerprint) only, plus
-///   [`TEMPLATE_BINDING_ANNOTATION`] with [`SealOptions::bind_template`], whose label then
-///   also commits to the template written here ([`crate::binding`]).
+///   [`TEMPLATE_BINDING_ANNOTATION`] with [`SealOptions::bind_template`], whose labels then
+///   also commit to the template written here and to each item's name ([`crate::binding`]).
 /// - Template: the Secret's metadata without server fields (uid, resourceVersion, generation,
 ///   creation/deletion timestamps, deletionGracePeriodSeconds, selfLink, managedFields),
 ///   without last-applied annotations (they hold the plaintext) and without ownerReferences;
@@ -145,11 +146,13 @@ pub fn seal_secret(
         metadata: Some(meta),
         type_: secret.type_.clone(),
     };
-    let mut label = scope.label(namespace.as_deref().unwrap_or_default(), &name);
-    if options.bind_template {
+    let base = scope.label(namespace.as_deref().unwrap_or_default(), &name);
+    let labels = if options.bind_template {
         // The template exactly as it is written below: the controller digests the same.
-        label = crate::binding::bind_label(&label, Some(&template));
-    }
+        crate::binding::ItemsLabel::bound(&base, Some(&template))
+    } else {
+        crate::binding::ItemsLabel::unbound(base)
+    };
     let mut encrypted_data = BTreeMap::new();
     let data_items = data.into_iter().flatten().map(|(k, v)| (k, v.0.as_slice()));
     let string_items = string_data
@@ -158,12 +161,10 @@ pub fn seal_secret(
         .map(|(k, v)| (k, v.as_bytes()));
     // stringData comes last, so it overwrites data on a key clash (as the API server does).
     for (item, plaintext) in data_items.chain(string_items) {
-        let sealed =
-            kseal_keys::seal_with(options.backend, key, &label, plaintext).map_err(|source| {
-                Error::Seal {
-                    item: item.clone(),
-                    source,
-                }
+        let sealed = kseal_keys::seal_with(options.backend, key, &labels.item(item), plaintext)
+            .map_err(|source| Error::Seal {
+                item: item.clone(),
+                source,
             })?;
         encrypted_data.insert(item.clone(), kseal_keys::envelope::encode_base64(&sealed));
     }

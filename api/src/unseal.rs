@@ -12,7 +12,7 @@ use kseal_keys::{KeyId, KeyRing, Label, OpenOrder, OpenStats, Plaintext, Scope};
 use crate::constants::{API_VERSION, KIND, SKIP_SET_OWNER_REFERENCES_ANNOTATION, TRUE};
 use crate::render::render_template_data;
 use crate::seal::strip_server_fields;
-use crate::{Error, Result, ScopeTarget, SealedSecret};
+use crate::{Error, ItemsLabel, Result, ScopeTarget, SealedSecret};
 
 /// How to unseal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,8 +113,9 @@ pub fn unseal(sealed: &SealedSecret, ring: &KeyRing) -> Result<Secret> {
 ///   [`UnsealOptions::render_template_data`] turns this off.
 ///
 /// - A SealedSecret annotated `kseal.dev/template-binding: v1` is opened with the label bound
-///   to its current `spec.template` ([`crate::binding`]): when the template (or the
-///   annotation) changed since sealing, every item fails and the error is
+///   to its current `spec.template` and to each item's name ([`crate::binding`]): when the
+///   template (or the annotation) changed since sealing, or a value was moved to another
+///   item, the items fail and the error is
 ///   [`Error::TemplateBinding`], the same whatever the template says; nothing is rendered.
 ///
 /// Every item is tried; all that fail are named in one [`Error::Decrypt`].
@@ -179,7 +180,7 @@ pub fn unseal_counted(
         let order = OpenOrder::new()
             .hint(object_hint)
             .prefer(&options.preferred_keys);
-        let (secret, key) = open_deprecated(blob, (&label, &tried), ring, &order, stats)?;
+        let (secret, key) = open_deprecated(blob, (label.whole(), &tried), ring, &order, stats)?;
         Unsealed {
             secret,
             rsa_operations: 0,
@@ -251,7 +252,7 @@ fn decode_envelope(text: &str) -> kseal_keys::Result<Vec<u8>> {
 
 fn open_items(
     sealed: &SealedSecret,
-    (label, tried): (&Label, &ScopeTarget),
+    (label, tried): (&ItemsLabel, &ScopeTarget),
     ring: &KeyRing,
     options: &UnsealOptions,
     object_hint: Option<&KeyId>,
@@ -282,7 +283,7 @@ fn open_items(
     for (item, bytes) in &envelopes {
         let hint = options.item_hints.get(*item).or(object_hint);
         let order = OpenOrder::new().hint(hint).prefer(&prefer);
-        match ring.open_ordered(label, bytes, &order, stats) {
+        match ring.open_ordered(&label.item(item), bytes, &order, stats) {
             Ok(open) => {
                 if prefer.first() != Some(&open.key) {
                     prefer.retain(|k| k != &open.key);

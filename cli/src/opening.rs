@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::core::v1::Secret;
-use kseal_api::{ScopeTarget, SealedSecret};
-use kseal_keys::{KeyId, KeyRing, Label, Plaintext, Scope};
+use kseal_api::{ItemsLabel, ScopeTarget, SealedSecret};
+use kseal_keys::{KeyId, KeyRing, Plaintext, Scope};
 
 use crate::args::Format;
 use crate::controller::Controller;
@@ -35,9 +35,9 @@ pub(crate) fn unseal_input(input: &Input, ring: &KeyRing, format: Format) -> Res
     render(&secrets, format)
 }
 
-/// The label a SealedSecret's items are sealed with, from its top-level metadata, and the
-/// scope and label it stands for (for messages).
-pub(crate) fn label_of(sealed: &SealedSecret) -> Result<(Label, ScopeTarget)> {
+/// The labels a SealedSecret's items are sealed with (item `k`: `.item(k)`), from its
+/// top-level metadata, and the scope and label it stands for (for messages).
+pub(crate) fn label_of(sealed: &SealedSecret) -> Result<(ItemsLabel, ScopeTarget)> {
     let scope = sealed.scope();
     let name = sealed.metadata.name.as_deref().unwrap_or_default();
     let namespace = sealed.metadata.namespace.as_deref().unwrap_or_default();
@@ -47,7 +47,8 @@ pub(crate) fn label_of(sealed: &SealedSecret) -> Result<(Label, ScopeTarget)> {
     if scope != Scope::Cluster && namespace.is_empty() {
         bail!("the SealedSecret has no namespace");
     }
-    // Bound to `spec.template` when the object is template-bound (digested, not rendered).
+    // Bound to `spec.template` (digested, not rendered) and to each item's name when the
+    // object is template-bound.
     Ok(kseal_api::items_label(sealed, namespace, name)?)
 }
 
@@ -100,7 +101,7 @@ pub(crate) fn open_items(sealed: &SealedSecret, ring: &KeyRing) -> Result<Opened
         tried,
     };
     for (item, value) in &sealed.spec.encrypted_data {
-        match ring.open_base64(&label, value, hint.as_ref()) {
+        match ring.open_base64(&label.item(item), value, hint.as_ref()) {
             Ok(o) => {
                 opened.keys.insert(item.clone(), o.key);
                 opened.items.insert(item.clone(), o.plaintext);

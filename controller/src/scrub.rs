@@ -23,6 +23,19 @@
 //!
 //! Everything else is kept: object names, reasons, codes, field paths. When a value's end
 //! cannot be told, everything from it to the end of the line goes.
+//!
+//! # Validation errors on data
+//!
+//! Removing the quoted bytes is not enough for the Secret's data: *which* error the API server
+//! found says something about the value too. A `spec.template.data` template can branch on a
+//! value (`{{ if … (.password | trunc 1) … }}`) and write a `.dockerconfigjson` that is empty,
+//! an array, a number or truncated JSON, and Go's `unexpected end of JSON input`,
+//! `cannot unmarshal array …`, `cannot unmarshal number …` tell the branches apart: several
+//! bits per edit instead of one (failed or not). So, before the rest, every field error on a
+//! path under `data` (`data[KEY]: Invalid value: …`, `data: Too long: …`, `data[KEY]: Required
+//! value`, …) is replaced whole, path included, by [`DATA_WITHHELD`], and consecutive ones are
+//! merged into one: every refusal of a Secret's data reads the same. Field errors on other
+//! paths (`type`, `metadata.…`) and other errors keep their text (with values scrubbed).
 
 /// What follows a marker, and how it is replaced.
 #[derive(Clone, Copy)]
@@ -68,8 +81,135 @@ const SAFE_VALUES: &[&str] = &["\"<secret contents redacted>\"", "\"<value omitt
 /// Written where a value was.
 const GONE: &str = "…";
 
-/// `text` with every value quoted from object data replaced by `…` (see the module docs).
+/// Written instead of every field error under `data` (see the module docs).
+pub(crate) const DATA_WITHHELD: &str = "the API server refused the Secret's data (validation failed; details withheld: they could reveal values)";
+
+/// apimachinery's `field.ErrorType` strings.
+const FIELD_ERROR_TYPES: &[&str] = &[
+    "Invalid value",
+    "Required value",
+    "Unsupported value",
+    "Duplicate value",
+    "Not found",
+    "Too many",
+    "Too few",
+    "Too short",
+    "Too long",
+    "Forbidden",
+    "Internal error",
+];
+
+/// `text` with every field error under `data` replaced by [`DATA_WITHHELD`] and every other
+/// value quoted from object data replaced by `…` (see the module docs).
 pub(crate) fn scrub(text: &str) -> String {
+    scrub_values(&withhold_data_errors(text))
+}
+
+/// Whether a field error (`path: Type…`) starts at `at` of `line`; `Some(true)` when its path
+/// is under `data`.
+fn field_error_at(line: &str, at: usize) -> Option<bool> {
+    let rest = &line[at..];
+    let path_end = rest.find(": ")?;
+    let path = &rest[..path_end];
+    let first = path.chars().next()?;
+    // A path has no space outside its `[key]` subscripts.
+    let head = path.split('[').next().unwrap_or(path);
+    if !first.is_ascii_alphabetic() || head.contains(' ') {
+        return None;
+    }
+    let after = &rest[path_end + 2..];
+    FIELD_ERROR_TYPES
+        .iter()
+        .any(|t| after.starts_with(t))
+        .then(|| path == "data" || path.starts_with("data[") || path.starts_with("data."))
+}
+
+/// Where a field error may start: the line's start, or after `: `, `* `, `[` or `, `.
+fn is_error_start(line: &str, at: usize) -> bool {
+    let before = &line[..at];
+    before.is_empty()
+        || before.ends_with(": ")
+        || before.ends_with("* ")
+        || before.ends_with('[')
+        || before.ends_with(", ")
+}
+
+/// The `(422 Invalid)` that [`crate::error_chain`] appends to an API error, at the end of
+/// `line` (without its newline): its length, or 0.
+fn status_suffix_len(line: &str) -> usize {
+    let Some(open) = line.rfind(" (") else {
+        return 0;
+    };
+    let inner = &line[open + 2..];
+    let Some(inner) = inner.strip_suffix(')') else {
+        return 0;
+    };
+    let (code, reason) = inner.split_once(' ').unwrap_or((inner, ""));
+    if code.len() == 3
+        && code.bytes().all(|b| b.is_ascii_digit())
+        && !reason.is_empty()
+        && reason.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        line.len() - open
+    } else {
+        0
+    }
+}
+
+/// Every field error under `data` replaced by [`DATA_WITHHELD`], consecutive ones merged.
+fn withhold_data_errors(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    // Where the output stood after the latest DATA_WITHHELD.
+    let mut withheld_at: Option<usize> = None;
+    for line in text.split_inclusive('\n') {
+        let (body, newline) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        // A field error runs to the next `, <field error>` of an `[a, b]` list, or to the end
+        // of the line, less the status suffix and the list's closing `]`.
+        let end_of_line = body.len() - status_suffix_len(body);
+        let in_list = |at: usize| body[..at].contains(" is invalid: [");
+        let mut i = 0;
+        while i < end_of_line {
+            if is_error_start(body, i) && field_error_at(body, i) == Some(true) {
+                let mut end = end_of_line;
+                let mut k = i;
+                while let Some(comma) = body[k..end_of_line].find(", ") {
+                    let next = k + comma + 2;
+                    if field_error_at(body, next).is_some() {
+                        end = k + comma;
+                        break;
+                    }
+                    k = next;
+                }
+                if end == end_of_line && in_list(i) && body[..end].ends_with(']') {
+                    end -= 1;
+                }
+                // Merged with the previous one when only a list separator lies between them:
+                // how many there are could depend on the values too.
+                match withheld_at {
+                    Some(at) if matches!(&out[at..], ", " | "\n* " | "\n") => out.truncate(at),
+                    _ => out.push_str(DATA_WITHHELD),
+                }
+                withheld_at = Some(out.len());
+                i = end;
+                continue;
+            }
+            let Some(c) = body[i..].chars().next() else {
+                break;
+            };
+            out.push(c);
+            i += c.len_utf8();
+        }
+        out.push_str(&body[i..]);
+        out.push_str(newline);
+    }
+    out
+}
+
+/// `text` with every value quoted from object data replaced by `…` (the markers above).
+fn scrub_values(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
     'outer: while i < text.len() {
@@ -259,7 +399,7 @@ fn body_echo_len(s: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::scrub;
+    use super::{DATA_WITHHELD, scrub, scrub_values};
 
     /// Real messages, with the plaintext that produced them: (message, scrubbed, secret
     /// fragments that must not survive). From the reference kube-apiserver 1.20.2
@@ -508,10 +648,16 @@ mod tests {
     #[test]
     fn real_api_server_messages_lose_every_quoted_value() {
         for (message, want, secrets) in TABLE {
+            // The value scrubber alone (it also covers paths outside `data`), then the whole.
+            let values = scrub_values(message);
+            assert_eq!(&values, want, "scrubbing {message:?}");
             let got = scrub(message);
-            assert_eq!(&got, want, "scrubbing {message:?}");
             for secret in *secrets {
                 assert!(message.contains(secret), "{secret:?} is not in {message:?}");
+                assert!(
+                    !values.contains(secret),
+                    "{secret:?} survived in {values:?}"
+                );
                 assert!(!got.contains(secret), "{secret:?} survived in {got:?}");
             }
         }
@@ -522,6 +668,107 @@ mod tests {
         for (message, _, _) in TABLE {
             let once = scrub(message);
             assert_eq!(scrub(&once), once, "{message:?}");
+            let once = scrub_values(message);
+            assert_eq!(scrub_values(&once), once, "{message:?}");
+        }
+    }
+
+    /// What a template branching on a value can make the API server say about one
+    /// `kubernetes.io/dockerconfigjson` (or `dockercfg`) item: Go's `encoding/json` errors for
+    /// an empty value, a number, an array, a bool, a string, truncated JSON, trailing bytes.
+    const GO_JSON_DETAILS: &[&str] = &[
+        "unexpected end of JSON input",
+        "json: cannot unmarshal number into Go value of type map[string]interface {}",
+        "json: cannot unmarshal number 42 into Go value of type credentialprovider.DockerConfigJSON",
+        "json: cannot unmarshal array into Go value of type map[string]interface {}",
+        "json: cannot unmarshal bool into Go value of type map[string]interface {}",
+        "json: cannot unmarshal string into Go value of type map[string]interface {}",
+        "json: cannot unmarshal object into Go struct field DockerConfigJSON.auths of type credentialprovider.DockerConfig",
+        "invalid character 'H' looking for beginning of value",
+        "invalid character '1' after top-level value",
+        "invalid character 'u' in literal true (expecting 'r')",
+        "invalid character '}' after object key",
+    ];
+
+    #[test]
+    fn every_data_validation_error_reads_the_same() {
+        let mut seen = std::collections::BTreeSet::new();
+        for detail in GO_JSON_DETAILS {
+            for key in ["data[.dockerconfigjson]", "data[.dockercfg]"] {
+                let field =
+                    format!("{key}: Invalid value: \"<secret contents redacted>\": {detail}");
+                for message in [
+                    format!("Secret \"pull\" is invalid: {field}"),
+                    format!(
+                        "failed to write secret: Secret \"pull\" is invalid: {field} (422 Invalid)"
+                    ),
+                ] {
+                    let got = scrub(&message);
+                    assert!(got.contains(DATA_WITHHELD), "{got}");
+                    assert!(!got.contains("data["), "{got}");
+                    seen.insert(
+                        got.replace(" (422 Invalid)", "")
+                            .replace("failed to write secret: ", ""),
+                    );
+                }
+            }
+        }
+        // Also a size error and a missing key: the same sentence.
+        for field in [
+            "data: Too long: must have at most 1048576 bytes",
+            "data[.dockerconfigjson]: Required value",
+        ] {
+            seen.insert(scrub(&format!("Secret \"pull\" is invalid: {field}")));
+        }
+        assert_eq!(
+            seen.into_iter().collect::<Vec<_>>(),
+            [format!("Secret \"pull\" is invalid: {DATA_WITHHELD}")]
+        );
+        assert_eq!(
+            scrub(&format!(
+                "failed to write secret: Secret \"pull\" is invalid: data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": {} (422 Invalid)",
+                GO_JSON_DETAILS[0]
+            )),
+            format!(
+                "failed to write secret: Secret \"pull\" is invalid: {DATA_WITHHELD} (422 Invalid)"
+            )
+        );
+    }
+
+    #[test]
+    fn errors_outside_data_keep_their_text_and_data_errors_merge() {
+        // An `[a, b]` list: `type` stays (its value scrubbed), the data errors become one.
+        assert_eq!(
+            scrub(
+                "Secret \"ty\" is invalid: [type: Invalid value: \"kubernetes.io/tls\": field is immutable, data[tls.crt]: Required value, data[tls.key]: Required value] (422 Invalid)"
+            ),
+            format!(
+                "Secret \"ty\" is invalid: [type: Invalid value: \"…\": field is immutable, {DATA_WITHHELD}] (422 Invalid)"
+            )
+        );
+        assert_eq!(
+            scrub(
+                "Secret \"s\" is invalid: [data: Too long: must have at most 1048576 bytes, data[.dockerconfigjson]: Invalid value: \"<secret contents redacted>\": unexpected end of JSON input, metadata.name: Required value]"
+            ),
+            format!("Secret \"s\" is invalid: [{DATA_WITHHELD}, metadata.name: Required value]")
+        );
+        // kubectl's form, one error a line.
+        assert_eq!(
+            scrub(
+                "The Secret \"s\" is invalid: \n* data[username]: Required value\n* data[password]: Required value\n* type: Invalid value: \"x\": field is immutable"
+            ),
+            format!(
+                "The Secret \"s\" is invalid: \n* {DATA_WITHHELD}\n* type: Invalid value: \"…\": field is immutable"
+            )
+        );
+        // Not field errors under `data`: kept.
+        for text in [
+            "secrets \"db\" is forbidden: User \"u\" cannot update resource \"secrets\" (403 Forbidden)",
+            "metadata.annotations: Too long: must have at most 262144 bytes",
+            "reading data: connection reset by peer",
+            "Secret in version \"v1\" cannot be handled as a Secret: v1.Secret.Data: decode base64: illegal base64 data at input byte 8",
+        ] {
+            assert_eq!(scrub(text), text);
         }
     }
 

@@ -163,3 +163,108 @@ fn a_bound_object_cannot_be_renamed_or_moved() {
         Error::TemplateBinding { .. }
     ));
 }
+
+/// The attacker's position: may update SealedSecrets, cannot open anything. Moving a value's
+/// ciphertext to another item of a bound object (`token` into `.dockerconfigjson`, so that the
+/// API server's validation of that key would describe the value) fails to open, with the
+/// fixed message; nothing is rendered and nothing of the value shows.
+#[test]
+fn a_bound_value_moved_to_another_item_does_not_open() {
+    let mut s = secret(
+        Some("prod"),
+        "pull",
+        &[
+            ("token", b"1234-secret-token"),
+            (".dockerconfigjson", br#"{"auths":{}}"#),
+        ],
+    );
+    s.type_ = Some("kubernetes.io/dockerconfigjson".into());
+    for scope in Scope::ALL {
+        let options = SealOptions {
+            scope,
+            bind_template: true,
+            ..SealOptions::default()
+        };
+        let sealed = seal_secret(&s, pair().public_key(), &options).expect("seal");
+        assert_eq!(
+            data_of(&unseal(&sealed, &ring()).expect("unseal"))["token"],
+            b"1234-secret-token"
+        );
+        let items = &sealed.spec.encrypted_data;
+
+        let mut moved = sealed.clone();
+        moved
+            .spec
+            .encrypted_data
+            .insert(".dockerconfigjson".into(), items["token"].clone());
+        let err = unseal(&moved, &ring()).unwrap_err();
+        let Error::TemplateBinding { items: failed, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(failed, &[".dockerconfigjson".to_owned()]);
+        let message = err.to_string();
+        assert!(message.starts_with(TEMPLATE_BINDING_MISMATCH), "{message}");
+        assert!(!message.contains("1234") && !message.contains("secret-token"));
+
+        // Swapped, or copied under a new name: every moved value fails, the same way.
+        let mut swapped = sealed.clone();
+        swapped.spec.encrypted_data = BTreeMap::from([
+            ("token".to_owned(), items[".dockerconfigjson"].clone()),
+            (".dockerconfigjson".to_owned(), items["token"].clone()),
+        ]);
+        let err = unseal(&swapped, &ring()).unwrap_err();
+        assert!(
+            matches!(&err, Error::TemplateBinding { items, .. } if items.len() == 2),
+            "{err:?}"
+        );
+        let mut copied = sealed.clone();
+        copied
+            .spec
+            .encrypted_data
+            .insert("token2".into(), items["token"].clone());
+        let err = unseal(&copied, &ring()).unwrap_err();
+        assert!(
+            matches!(&err, Error::TemplateBinding { items, .. } if items == &["token2".to_owned()]),
+            "{err:?}"
+        );
+    }
+}
+
+/// Unbound objects keep Bitnami's one label for every item (wire compatibility): there a
+/// moved value still opens, which is why the binding covers item names.
+#[test]
+fn unbound_items_share_one_label_and_bound_ones_do_not() {
+    let s = secret(Some("prod"), "db", &[("a", b"one"), ("b", b"two")]);
+    let unbound = seal_secret(&s, pair().public_key(), &SealOptions::default()).unwrap();
+    let mut swapped = unbound.clone();
+    let items = &unbound.spec.encrypted_data;
+    swapped.spec.encrypted_data = BTreeMap::from([
+        ("a".to_owned(), items["b"].clone()),
+        ("b".to_owned(), items["a"].clone()),
+    ]);
+    let opened = data_of(&unseal(&swapped, &ring()).unwrap());
+    assert_eq!(opened["a"], b"two");
+
+    let (labels, _) = kseal_api::items_label(&unbound, "prod", "db").unwrap();
+    assert!(!labels.is_bound());
+    assert_eq!(labels.item("a"), labels.item("b"));
+    assert_eq!(labels.item("a"), Scope::Strict.label("prod", "db"));
+
+    let bound = bound(Scope::Strict);
+    let (labels, tried) = kseal_api::items_label(&bound, "prod", "db").unwrap();
+    assert!(labels.is_bound() && tried.template_bound);
+    assert_ne!(labels.item("password"), labels.item("user"));
+    // Each item opens with its own label, and only with it.
+    let value =
+        |item: &str| kseal_keys::envelope::decode_base64(&bound.spec.encrypted_data[item]).unwrap();
+    let keys = ring();
+    let opened = keys
+        .open(&labels.item("password"), &value("password"), None)
+        .expect("own label");
+    assert_eq!(opened.plaintext.expose(), b"Hunter2");
+    assert!(
+        keys.open(&labels.item("user"), &value("password"), None)
+            .is_err()
+    );
+    assert!(keys.open(labels.whole(), &value("password"), None).is_err());
+}

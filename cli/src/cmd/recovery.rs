@@ -154,8 +154,11 @@ impl Resealer {
                 let (label, _) = label_of(sealed)?;
                 let mut resealed = Vec::new();
                 for (item, plaintext) in &opened.items {
-                    let value =
-                        kseal_keys::seal_base64(cert.public_key(), &label, plaintext.expose())?;
+                    let value = kseal_keys::seal_base64(
+                        cert.public_key(),
+                        &label.item(item),
+                        plaintext.expose(),
+                    )?;
                     resealed.push((item.clone(), value));
                 }
                 let data = mapping_at(doc, &["spec", "encryptedData"])?;

@@ -245,8 +245,8 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
                         opened.failed.join(", ")
                     );
                 }
-                // The label the items opened with: bound to the template when the object is
-                // template-bound, so the re-sealed items keep the binding.
+                // The labels the items opened with: bound to the template and each item's name
+                // when the object is template-bound, so the re-sealed items keep the binding.
                 let (label, _) = crate::opening::label_of(s)
                     .with_context(|| format!("cannot reseal {name} in `{}`", path.display()))?;
                 for (item, key) in &opened.keys {
@@ -254,8 +254,11 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
                         continue;
                     }
                     let plaintext = &opened.items[item];
-                    let resealed =
-                        kseal_keys::seal_base64(cert.public_key(), &label, plaintext.expose())?;
+                    let resealed = kseal_keys::seal_base64(
+                        cert.public_key(),
+                        &label.item(item),
+                        plaintext.expose(),
+                    )?;
                     plan.stale.push(Stale {
                         object: name.clone(),
                         item: item.clone(),

@@ -44,11 +44,12 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
         Some(prompt.as_str()),
         args.allow_empty_data,
     )?;
-    // The file's own label: bound to its current template when the file is template-bound,
-    // so the new item opens with the others (and, like them, only with this template).
+    // The file's own label: bound to its current template and to the item's name when the
+    // file is template-bound, so the new item opens with the others (and, like them, only
+    // with this template and under this name).
     let (label, _) = kseal_api::items_label(sealed, &namespace, &name)
         .with_context(|| format!("cannot add to `{}`", args.file.display()))?;
-    let sealed_b64 = crate::sealing::seal_value(cert.public_key(), &label, &value)?;
+    let sealed_b64 = crate::sealing::seal_value(cert.public_key(), &label.item(&args.key), &value)?;
     let (mut added, mut replaced) = (Vec::new(), Vec::new());
     let doc = &mut file.values[0];
     set_item(doc, &args.key, &sealed_b64, &mut added, &mut replaced)?;

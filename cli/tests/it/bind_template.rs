@@ -238,3 +238,87 @@ fn set_and_reseal_stale_keep_the_binding_and_merge_into_refuses() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("--bind-template"), "{}", run.stderr);
 }
+
+/// A contributor who cannot open anything moves the `token` item's ciphertext into
+/// `.dockerconfigjson` of a bound `kubernetes.io/dockerconfigjson` object (template
+/// untouched), hoping the API server's validation of that key describes the token: the moved
+/// value no longer opens, offline or in `validate`, with the fixed template-binding words.
+#[test]
+fn a_bound_value_moved_to_another_item_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    generate(root, "k");
+    let (cert, key) = (root.join("k/tls.crt"), root.join("k/tls.key"));
+    let secret = "apiVersion: v1
+kind: Secret
+type: kubernetes.io/dockerconfigjson
+metadata:
+  name: pull
+  namespace: prod
+stringData:
+  token: 1234-t0k3n
+  .dockerconfigjson: '{\"auths\":{}}'
+";
+    let sealed = ok(
+        root,
+        &["seal", "--cert", s(&cert), "--bind-template"],
+        Some(secret),
+    )
+    .stdout;
+    ok(root, &["unseal", "--key", s(&key)], Some(&sealed));
+
+    let mut doc: serde_json::Value = serde_saphyr::from_str(&sealed).unwrap();
+    let token = doc["spec"]["encryptedData"]["token"].clone();
+    doc["spec"]["encryptedData"][".dockerconfigjson"] = token;
+    let moved = serde_json::to_string(&doc).unwrap();
+    let run = kseal(&["unseal", "--key", s(&key)], Some(&moved), root);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(
+        run.stderr.contains(
+            "the template does not match the one the values were sealed with (template binding)"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("`.dockerconfigjson`"), "{}", run.stderr);
+    assert!(!run.stderr.contains("`token`"), "{}", run.stderr);
+    assert!(!run.stderr.contains("1234"), "{}", run.stderr);
+
+    let file = root.join("moved.json");
+    std::fs::write(&file, &moved).unwrap();
+    let run = kseal(&["validate", "--key", s(&key), s(&file)], None, root);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    assert!(out.contains("(template binding)"), "{out}");
+    assert!(!out.contains("1234"), "{out}");
+
+    // `kseal reseal` re-seals each item under its own name: the result opens, and a value
+    // moved in it is refused as before.
+    let original = root.join("pull.yaml");
+    std::fs::write(&original, &sealed).unwrap();
+    let resealed = ok(
+        root,
+        &["reseal", "--key", s(&key), "-f", s(&original)],
+        None,
+    )
+    .stdout;
+    assert_ne!(resealed, sealed);
+    let run = ok(
+        root,
+        &["unseal", "--key", s(&key), "-o", "json"],
+        Some(&resealed),
+    );
+    let opened: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(opened["data"]["token"], "MTIzNC10MGszbg==");
+    let mut doc: serde_json::Value = serde_saphyr::from_str(&resealed).unwrap();
+    let token = doc["spec"]["encryptedData"]["token"].clone();
+    doc["spec"]["encryptedData"][".dockerconfigjson"] = token;
+    let run = kseal(
+        &["unseal", "--key", s(&key)],
+        Some(&serde_json::to_string(&doc).unwrap()),
+        root,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("(template binding)"), "{}", run.stderr);
+}

@@ -59,7 +59,8 @@ pub(super) fn parse_sealed_secret(body: &[u8]) -> Result<Parsed, Problem> {
 
 /// What opening a SealedSecret's items gave.
 pub(super) struct OpenedItems {
-    pub(super) label: Label,
+    /// The labels the values opened with: re-seal item `k` with `label.item(k)`.
+    pub(super) label: kseal_api::ItemsLabel,
     /// `encryptedData` items, opened (zeroized on drop).
     pub(super) items: Vec<(String, Plaintext)>,
     /// The deprecated `spec.data` blob, opened.
@@ -134,7 +135,8 @@ pub(super) fn open_items(
     }
     // Public metadata, named in failures: it answers "renamed or moved?" and nothing else.
     // A template-bound object's label also commits to its `spec.template` (digested, never
-    // rendered): an edited template fails here like a wrong key, and rotate keeps the binding.
+    // rendered) and each item to its name: an edited template or a value moved to another
+    // item fails here like a wrong key, and rotate keeps the binding.
     let (label, tried) = kseal_api::items_label(sealed, namespace.unwrap_or_default(), name)
         .map_err(|e| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
     let spec = &sealed.spec;
@@ -181,7 +183,7 @@ pub(super) fn open_items(
         .sealing_key_hint()
         .filter(|hint| ring.get(hint).is_some());
     let mut learned = None;
-    let mut open = |bytes: &[u8], budget: &mut Budget<'_>| {
+    let mut open = |label: &Label, bytes: &[u8], budget: &mut Budget<'_>| {
         let _slot = budget
             .job
             .slot(budget.deadline)
@@ -190,7 +192,7 @@ pub(super) fn open_items(
             Some(hint) => (Some(hint), HintPolicy::Binds),
             None => (learned.as_ref(), HintPolicy::Orders),
         };
-        let opened = ring.open_with(&label, bytes, hint, policy, &mut budget.stats);
+        let opened = ring.open_with(label, bytes, hint, policy, &mut budget.stats);
         if let Ok(opened) = &opened {
             learned = Some(opened.key.clone());
         }
@@ -199,7 +201,7 @@ pub(super) fn open_items(
     let mut items = Vec::with_capacity(envelopes.len());
     let mut failed = Vec::new();
     for (item, bytes) in &envelopes {
-        match open(bytes, budget)? {
+        match open(&label.item(item), bytes, budget)? {
             Some(plaintext) => items.push(((*item).clone(), plaintext)),
             None => {
                 failed.push(format!("`{item}`"));
@@ -228,7 +230,7 @@ pub(super) fn open_items(
     }
     let deprecated = match deprecated {
         None => None,
-        Some(bytes) => Some(open(&bytes, budget)?.ok_or_else(|| {
+        Some(bytes) => Some(open(label.whole(), &bytes, budget)?.ok_or_else(|| {
             conflict(format!(
                 "no key could decrypt the deprecated field 'data' (tried {tried})"
             ))
@@ -363,23 +365,26 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
             let key = ring
                 .sealing_key()
                 .ok_or_else(|| no_sealing_key(refusal.as_ref()))?;
-            let seal = |what: &str, plaintext: &Plaintext| {
-                kseal_keys::seal_base64(key.public_key(), &opened.label, plaintext.expose())
-                    .map_err(|_| {
-                        Problem::new(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            format!("failed to re-seal {what}"),
-                        )
-                    })
+            let seal = |what: &str, label: &Label, plaintext: &Plaintext| {
+                kseal_keys::seal_base64(key.public_key(), label, plaintext.expose()).map_err(|_| {
+                    Problem::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("failed to re-seal {what}"),
+                    )
+                })
             };
             let mut items = Vec::with_capacity(opened.items.len());
             for (item, plaintext) in &opened.items {
-                items.push((item.clone(), seal(&format!("item `{item}`"), plaintext)?));
+                let label = opened.label.item(item);
+                items.push((
+                    item.clone(),
+                    seal(&format!("item `{item}`"), &label, plaintext)?,
+                ));
             }
             let deprecated = opened
                 .deprecated
                 .as_ref()
-                .map(|p| seal("the deprecated field 'data'", p))
+                .map(|p| seal("the deprecated field 'data'", opened.label.whole(), p))
                 .transpose()?;
             Ok((items, deprecated, key.id().to_string()))
         })
