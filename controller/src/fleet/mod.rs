@@ -10,7 +10,11 @@
 //! It writes only when what it reports changes (index version, anchor, kids held, sealing kid,
 //! object counts in powers of two, so that a few more objects do not cause a write) and once a
 //! heartbeat (a day, ±10 %) when nothing does; never per poll. A restarted controller reads
-//! its own record first and writes nothing when that still says the same and is fresh. The
+//! its own record first and writes nothing when that still says the same and is fresh. A
+//! fleet shares one Parameter Store throughput quota (40 TPS per account and Region), so the
+//! first look after a start waits a random part of one key-source interval, and a look after
+//! a change a random part of the check period (a minute): a thousand clusters restarting or
+//! reading a new index at once do not call the store in the same second. The
 //! cluster id is `--cluster-id`, else the UID of the `kube-system` namespace; without either,
 //! acknowledgements are off (one warning).
 //!
@@ -61,6 +65,21 @@ pub struct Options {
 }
 
 impl Options {
+    /// The writer's first look after a start (reading its own record, writing when it says
+    /// something else) waits a random part of this: the recount period (the key-source
+    /// interval), so a thousand clusters restarting at once read about one record every
+    /// four seconds. Unsealing does not wait for it; only the record's freshness does.
+    pub fn start_spread(&self) -> Duration {
+        self.recount
+    }
+
+    /// A look after a change (new ring view, keys, leadership) waits a random part of this:
+    /// the check period. A rotation's acknowledgement is then written within one key-source
+    /// interval (±10 %) plus this.
+    pub fn change_spread(&self) -> Duration {
+        self.check
+    }
+
     /// The defaults for `config`: a daily heartbeat, counting every key-source interval.
     pub fn for_config(config: &Config) -> Self {
         let interval = config
@@ -180,14 +199,29 @@ pub async fn run(
     let mut views = state.ring_view.subscribe();
     let mut keys = state.keys.subscribe();
     let mut terms = state.leadership.subscribe();
-    let mut next = tokio::time::Instant::now();
+    // A fleet restarted at once (an upgrade rolled out everywhere) reads its records over the
+    // start spread, not in one second: Parameter Store's throughput quota is per account.
+    let first_look = tokio::time::Instant::now() + spread(writer.options.start_spread());
+    let mut next = first_look;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
-            Ok(()) = views.changed() => {}
-            Ok(()) = keys.changed() => writer.recount_now = true,
-            Ok(()) = terms.changed() => {}
+        let changed = tokio::select! {
+            _ = tokio::time::sleep_until(next) => false,
+            Ok(()) = views.changed() => true,
+            Ok(()) = keys.changed() => {
+                writer.recount_now = true;
+                true
+            }
+            Ok(()) = terms.changed() => true,
             _ = shutdown.wait_for(|s| *s) => return,
+        };
+        if changed {
+            next = after_change(
+                next,
+                tokio::time::Instant::now(),
+                first_look,
+                spread(writer.options.change_spread()),
+            );
+            continue;
         }
         next = if state.is_leader() {
             writer.step(&client, &config, &state).await
@@ -195,6 +229,25 @@ pub async fn run(
             tokio::time::Instant::now() + writer.options.check
         };
     }
+}
+
+/// A uniform random part of `window`: `[0, window)`.
+fn spread(window: Duration) -> Duration {
+    crate::timing::jitter(window / 2, 1.0).min(window.saturating_sub(Duration::from_nanos(1)))
+}
+
+/// When the writer looks after a change woke it (a new ring view, keys, a leadership term):
+/// `delay` from `now` (a random part of the change spread: the clusters that read a new
+/// index in the same second do not all write in it, and the keys the key loader reads a
+/// moment after the view come in the same write), unless a look was due sooner anyway, and
+/// never before the first look.
+fn after_change(
+    next: tokio::time::Instant,
+    now: tokio::time::Instant,
+    first_look: tokio::time::Instant,
+    delay: Duration,
+) -> tokio::time::Instant {
+    next.min(now + delay).max(first_look)
 }
 
 /// `--cluster-id`, else the UID of the `kube-system` namespace (retried while the API server
@@ -564,6 +617,52 @@ async fn count_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn looks_are_spread_within_their_window() {
+        let window = Duration::from_secs(3600);
+        let mut minutes = BTreeSet::new();
+        for _ in 0..2000 {
+            let d = spread(window);
+            assert!(d < window, "{d:?}");
+            minutes.insert(d.as_secs() / 60);
+        }
+        // Spread over the whole window, not bunched at its start or end.
+        assert!(
+            minutes.len() > 40 && minutes.contains(&0) && minutes.contains(&59),
+            "{minutes:?}"
+        );
+        assert_eq!(spread(Duration::ZERO), Duration::ZERO);
+        let options = Options {
+            heartbeat: DEFAULT_HEARTBEAT,
+            recount: window,
+            check: Duration::from_secs(60),
+            retry_min: Duration::from_secs(30),
+            retry_max: window,
+        };
+        assert_eq!(
+            (options.start_spread(), options.change_spread()),
+            (window, Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn a_change_is_looked_at_within_its_delay_but_not_before_the_first_look() {
+        let now = tokio::time::Instant::now();
+        let s = Duration::from_secs;
+        // A look due later: the change brings it forward to its delay.
+        assert_eq!(after_change(now + s(60), now, now, s(7)), now + s(7));
+        // A look due sooner stays.
+        assert_eq!(after_change(now + s(3), now, now, s(7)), now + s(3));
+        // Before the first look after a start, a change waits for it.
+        assert_eq!(
+            after_change(now + s(900), now, now + s(900), s(7)),
+            now + s(900)
+        );
+        // Changes in a row keep the earliest.
+        let first = after_change(now + s(60), now, now, s(40));
+        assert_eq!(after_change(first, now + s(1), now, s(50)), now + s(40));
+    }
 
     #[test]
     fn buckets_grow_in_powers_of_two() {
