@@ -340,6 +340,10 @@ pub struct Metrics {
     /// `kseal_key_source_ring_anchor_pinned`: 1 once the ring's trust anchor was pinned on
     /// first use (no `--ring-anchor`); 0 while none is, or when `--ring-anchor` gave it.
     pub key_source_ring_anchor_pinned: Gauge,
+    /// `kseal_key_source_ring_anchor_superseded`: 1 while the pinned anchor (`--ring-anchor`)
+    /// is not the newest dedicated root of the ring's verified history (the pin should move
+    /// there).
+    pub key_source_ring_anchor_superseded: Gauge,
     /// `kseal_key_source_mirrors_kept_unretired`: proven mirrors of keys the verified signed
     /// index no longer lists but never retired (a replayed or rolled-back index, or a hand
     /// edit): they are kept, never removed, until a signed index retires them.
@@ -354,6 +358,10 @@ pub struct Metrics {
     /// `kseal_key_source_ring_state_repairs_total`: times the leader rewrote a ring-state
     /// Secret that was rolled back, failed verification or was changed by someone else.
     pub key_source_ring_state_repairs: Counter,
+    /// `kseal_key_source_ring_state_rivals_total`: ring-state Secrets of the ring, other than
+    /// the leader's own, that fail verification, hold another index at the same or a higher
+    /// version, or an older one (each named by one `RingStateForged` Warning, never deleted).
+    pub key_source_ring_state_rivals: Counter,
     /// `kseal_http_connections{listener}`: connections open now (`api`, `metrics`).
     pub http_connections: Family<ListenerLabels, Gauge>,
     /// `kseal_http_connections_peak{listener}`: the most connections held at once.
@@ -458,10 +466,12 @@ impl Metrics {
             key_source_index_expiry: Gauge::default(),
             key_source_ring_version: Gauge::default(),
             key_source_ring_anchor_pinned: Gauge::default(),
+            key_source_ring_anchor_superseded: Gauge::default(),
             key_source_mirrors_kept_unretired: Gauge::default(),
             key_source_index_refused: Family::default(),
             key_source_index_expired: Gauge::default(),
             key_source_ring_state_repairs: Counter::default(),
+            key_source_ring_state_rivals: Counter::default(),
             key_source_mirror_conflicts: Family::default(),
             http_connections: Family::default(),
             http_connections_peak: Family::default(),
@@ -653,6 +663,11 @@ impl Metrics {
             self.key_source_ring_anchor_pinned.clone(),
         );
         r.register(
+            "key_source_ring_anchor_superseded",
+            "1 while the pinned ring anchor is not the newest dedicated root of the fleet ring's verified history",
+            self.key_source_ring_anchor_superseded.clone(),
+        );
+        r.register(
             "key_source_mirror_conflicts",
             "Secrets that look like key mirrors but are not proven ones, and taken names, by reason",
             self.key_source_mirror_conflicts.clone(),
@@ -676,6 +691,11 @@ impl Metrics {
             "key_source_ring_state_repairs",
             "Times the leader rewrote a rolled-back, unverifiable or altered ring-state Secret",
             self.key_source_ring_state_repairs.clone(),
+        );
+        r.register(
+            "key_source_ring_state_rivals",
+            "Ring-state Secrets not written by the leader that fail verification, differ from its index or are older",
+            self.key_source_ring_state_rivals.clone(),
         );
     }
 

@@ -49,29 +49,80 @@ pub(crate) fn parse_ring_state(
 }
 
 /// What this controller accepts of the ring's history: the anchor given by `--ring-anchor`,
-/// else the one pinned on first use, and never a version older than one it accepted.
+/// else the one pinned on first use, never a version older than one it accepted, and never a
+/// history that does not extend the newest dedicated root it accepted (a fork signed by a
+/// ring key from before the ring moved to its dedicated root, which every cluster could sign).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Pin {
     /// The anchor, once known.
     pub anchor: Option<Kid>,
     /// The newest signed version accepted.
     pub floor: u64,
+    /// The newest dedicated root accepted: its number in the chain and its kid.
+    pub seen_root: Option<(u64, Kid)>,
+    /// Why an unsigned (schema 1) index is refused although no anchor is pinned: this
+    /// controller accepted a signed history of the ring before (a ring-state copy verifies),
+    /// or the store's history marker says the ring was signed.
+    pub unsigned_refused: Option<String>,
 }
 
 impl Pin {
     /// The pin `--ring-anchor` gives (none: pinned on first use).
     pub(crate) fn configured(anchor: Option<Kid>) -> Self {
-        Self { anchor, floor: 0 }
+        Self {
+            anchor,
+            floor: 0,
+            seen_root: None,
+            unsigned_refused: None,
+        }
     }
 
     /// What an index must prove now. Before any anchor is known, an unsigned index of an
     /// older kseal is accepted too (its keys open); once a signed history was accepted, only
     /// histories from that anchor are, and never an older version.
     pub(crate) fn trust(&self) -> Trust {
-        match &self.anchor {
+        let trust = match &self.anchor {
             Some(anchor) => Trust::anchored(anchor.clone()).min_version(self.floor),
-            None => Trust::first_use().allow_unsigned(true),
+            None => Trust::first_use().allow_unsigned(self.unsigned_refused.is_none()),
+        };
+        match &self.seen_root {
+            Some((seq, kid)) => trust.seen_root(*seq, kid.clone()),
+            None => trust,
         }
+    }
+
+    /// The newest dedicated root of a verified history: `(seq, kid)` of the root that signed
+    /// it, when that root is dedicated (after a dedicated root, every root is).
+    pub(crate) fn dedicated_root(verified: &Verified) -> Option<(u64, Kid)> {
+        match verified {
+            Verified::Signed {
+                root,
+                root_seq,
+                dedicated: true,
+                ..
+            } => Some((*root_seq, root.clone())),
+            _ => None,
+        }
+    }
+
+    /// Records a newer dedicated root `root` of a verified history (an older one is ignored);
+    /// returns whether it is new.
+    pub(crate) fn see_root(&mut self, root: Option<(u64, Kid)>) -> bool {
+        match root {
+            Some(root) if self.seen_root.as_ref().is_none_or(|(seq, _)| root.0 > *seq) => {
+                self.seen_root = Some(root);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// When the pin names a key other than the newest dedicated root this pin saw (a ring key,
+    /// or an older dedicated root): that root, for the `RingAnchorSuperseded` warning.
+    pub(crate) fn superseded(&self) -> Option<(&Kid, &(u64, Kid))> {
+        let anchor = self.anchor.as_ref()?;
+        let root = self.seen_root.as_ref()?;
+        (anchor != &root.1).then_some((anchor, root))
     }
 
     /// Records an accepted index; returns the anchor when this pinned it on first use.
@@ -83,6 +134,7 @@ impl Pin {
             return None;
         };
         self.floor = self.floor.max(*version);
+        self.see_root(Self::dedicated_root(verified));
         if self.anchor.is_none() {
             self.anchor = Some(anchor.clone());
             return Some(anchor.clone());
@@ -281,5 +333,42 @@ mod tests {
         assert_eq!(pin.accept(&signed), None, "pinned once");
         assert_eq!(pin.trust(), Trust::anchored(anchor).min_version(7));
         assert!(parse_ring_state(&unsigned.to_json(), None, &pin.trust()).is_err());
+    }
+
+    #[test]
+    fn a_pin_remembers_the_newest_dedicated_root_and_requires_it() {
+        let kid = |c: char| Kid::parse(&c.to_string().repeat(64)).unwrap();
+        let signed = |root: Kid, root_seq: u64, dedicated: bool, version: u64| Verified::Signed {
+            anchor: kid('a'),
+            root,
+            root_seq,
+            dedicated,
+            version,
+            expires: None,
+            expired: false,
+        };
+        let mut pin = Pin::configured(Some(kid('a')));
+        pin.accept(&signed(kid('a'), 1, false, 3));
+        assert_eq!(pin.seen_root, None, "a ring key root is not remembered");
+        assert_eq!(pin.superseded(), None);
+        pin.accept(&signed(kid('d'), 2, true, 4));
+        assert_eq!(pin.seen_root, Some((2, kid('d'))));
+        assert_eq!(
+            pin.trust(),
+            Trust::anchored(kid('a'))
+                .min_version(4)
+                .seen_root(2, kid('d'))
+        );
+        assert_eq!(pin.superseded(), Some((&kid('a'), &(2, kid('d')))));
+        assert!(!pin.see_root(Some((1, kid('e')))), "never an older root");
+        assert!(pin.see_root(Some((3, kid('f')))));
+        assert_eq!(pin.seen_root, Some((3, kid('f'))));
+        let at_root = Pin::configured(Some(kid('f')));
+        let mut at_root = Pin {
+            seen_root: Some((3, kid('f'))),
+            ..at_root
+        };
+        assert_eq!(at_root.superseded(), None, "pinned at the dedicated root");
+        assert_eq!(at_root.accept(&signed(kid('f'), 3, true, 9)), None);
     }
 }

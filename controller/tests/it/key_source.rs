@@ -2026,3 +2026,360 @@ async fn an_index_held_past_its_expiry_is_named_by_a_warning() {
     );
     running.stop().await;
 }
+
+/// An offline dedicated root key file (mode 0600) in `dir`.
+async fn file_root(dir: &std::path::Path) -> kseal_keystore::RootSigner {
+    let key = kseal_keys::PrivateKey::generate(kseal_keys::KeySize::Rsa2048).unwrap();
+    let path = dir.join("root.pem");
+    std::fs::write(&path, key.to_pkcs8_pem().as_bytes()).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    kseal_keystore::RootSigner::open(&kseal_keystore::RootKey::File(path), &AwsOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Issue 35, security review BROKE #1 and #2: the ring (anchor: the ring key `older_key`)
+/// moved to a dedicated root, then `key(1)` became active. A controller still pinned at the
+/// old anchor reads that history. Whoever holds the ring keys (any cluster's mirror) and can
+/// write the index replaces it with a fork from before the move, signed by the old anchor, at
+/// a higher version: their key active, `key(1)` retired. The leader refuses it (a Warning
+/// names it), keeps sealing with `key(1)`, keeps its mirror past the retire grace, and a
+/// Warning says the pin should move to the dedicated root; a follower ignores the fork
+/// planted as a ring-state Secret.
+async fn a_ring_key_fork_after_a_dedicated_root_is_refused(client: Client) {
+    let (dir, location, ring) = dir_ring(&[older_key(), key(1)]).await;
+    let before = ring.require_snapshot().await.unwrap().index;
+    let root = file_root(dir.path()).await;
+    let seeder = ring.clone().with_root(root.clone());
+    assert!(seeder.re_root(&root).await.unwrap());
+    seeder
+        .activate(kid(key(1)).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    let current = ring.require_snapshot().await.unwrap().index;
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, Duration::from_secs(1));
+    source.anchor = Some(kid(older_key()));
+    let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source.clone())).await;
+    wait_sealing_key(&leader.state, key(1), 2).await;
+    let name = wait_ring_state(&client, &ctrl).await.name_any();
+    let event = wait_event(&client, &ctrl, &name, "RingAnchorSuperseded").await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(root.kid().as_str()) && note.contains("move --ring-anchor"),
+        "{note}"
+    );
+    assert_eq!(
+        leader.state.metrics.key_source_ring_anchor_superseded.get(),
+        1
+    );
+    let follower =
+        Running::start_as(&client, with_source(&ctrl, &[&ctrl], source.clone()), false).await;
+    wait_sealing_key(&follower.state, key(1), 2).await;
+    let mirrored = mirror_of(&client, &ctrl, key(1)).await;
+
+    // The fork, as the reviewer's fork.sh builds it.
+    let evil = key(2);
+    ring.store()
+        .create_immutable(
+            &ring.key_name(&kid(evil)),
+            &KeyEntry::from_pair(evil).unwrap().to_json(),
+            kid(evil).as_str(),
+            &[],
+            &|_| true,
+        )
+        .await
+        .unwrap();
+    let mut fork = before;
+    fork.keys.retain(|e| e.kid != kid(key(1)));
+    fork.keys
+        .push(IndexEntry::new(evil.certificate(), SystemTime::now()).unwrap());
+    fork.retired.push(kseal_keystore::trust::RetiredEntry {
+        kid: kid(key(1)),
+        retired: jiff::Timestamp::now(),
+    });
+    fork.active = Some(kid(evil));
+    fork.version = current.version + 10;
+    fork.updated = jiff::Timestamp::now();
+    fork.expires = Some(jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24));
+    kseal_keystore::trust::sign_index(&mut fork, older_key()).unwrap();
+    overwrite_index(&ring, &fork.to_json()).await;
+    refresh_until(&leader.state, "the fork is refused", || {
+        leader
+            .state
+            .readiness
+            .key_source()
+            .and_then(|s| s.problem)
+            .is_some_and(|p| p.contains("a fork from an older root"))
+    })
+    .await;
+    let event = wait_event(&client, &ctrl, &name, "RingIndexRefused").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    // Past the retire grace, refreshed again: the real active key seals, its mirror is kept.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    leader.state.refresh.request();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        cert_pem(&leader.state).await.1,
+        key(1).certificate().to_pem()
+    );
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    let kept = api.get_opt(&mirrored.name_any()).await.unwrap();
+    assert!(
+        kept.is_some_and(|s| s.metadata.uid == mirrored.metadata.uid),
+        "no mirror deleted"
+    );
+    assert!(leader.state.keys.ring().get(evil.id()).is_none());
+
+    // The fork planted as ring state, with a forged mirror of the attacker's key.
+    let planted = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kseal-ring-state-evil".into()),
+            namespace: Some(ctrl.clone()),
+            labels: Some([("kseal.dev/ring-state".to_owned(), "true".to_owned())].into()),
+            annotations: Some(
+                [(
+                    kseal_controller::keys::source::RING_ANNOTATION.to_owned(),
+                    ring.name().to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(
+            [(
+                "index.json".to_owned(),
+                k8s_openapi::ByteString(fork.to_json().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Secret::default()
+    };
+    api.create(&PostParams::default(), &planted).await.unwrap();
+    forged_key_secret(
+        &client,
+        &ctrl,
+        "evil-kx",
+        evil,
+        &[
+            (kseal_controller::keys::source::RING_ANNOTATION, ring.name()),
+            (KID_ANNOTATION, kid(evil).as_str()),
+            (ACTIVE_ANNOTATION, "true"),
+        ],
+    )
+    .await;
+    follower.stop().await;
+    let follower = Running::start_as(&client, with_source(&ctrl, &[&ctrl], source), false).await;
+    wait_sealing_key(&follower.state, key(1), 3).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let view = follower.state.ring_view.current().unwrap();
+    assert_eq!(view.active, Some(kid(key(1))));
+    assert_eq!(
+        cert_pem(&follower.state).await.1,
+        key(1).certificate().to_pem()
+    );
+    follower.stop().await;
+    leader.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_key_fork_after_a_dedicated_root_is_refused_on_the_test_server() {
+    a_ring_key_fork_after_a_dedicated_root_is_refused(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_key_fork_after_a_dedicated_root_is_refused_on_a_real_apiserver() {
+    if let Some(client) = real_client("a_ring_key_fork_after_a_dedicated_root_is_refused").await {
+        a_ring_key_fork_after_a_dedicated_root_is_refused(client).await;
+    }
+}
+
+/// Issue 35, security review BROKE #3: a controller started without `--ring-anchor` pinned
+/// the ring's signed history. While it is down, the index writer replaces the index with an
+/// unsigned (schema 1) one naming their key active (its key secret stored beside), and a
+/// Secret writer adds a key Secret of it labelled active. After the restart the controller
+/// refuses the unsigned index (a Warning names it), never seals with their key, and removes
+/// no mirror of the ring's keys, however long the unsigned index leaves them out.
+async fn an_unpinned_controller_refuses_an_unsigned_index_after_a_restart(client: Client) {
+    let (_dir, location, ring) = dir_ring(&[older_key(), key(1)]).await;
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let source = dir_source(&location, Duration::from_secs(1));
+    let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source.clone())).await;
+    wait_sealing_key(&running.state, older_key(), 2).await;
+    let name = wait_ring_state(&client, &ctrl).await.name_any();
+    let kept = mirror_of(&client, &ctrl, key(1)).await;
+    running.stop().await;
+
+    let evil = key(2);
+    ring.store()
+        .create_immutable(
+            &ring.key_name(&kid(evil)),
+            &KeyEntry::from_pair(evil).unwrap().to_json(),
+            kid(evil).as_str(),
+            &[],
+            &|_| true,
+        )
+        .await
+        .unwrap();
+    let ring_name = ring.require_snapshot().await.unwrap().index.ring;
+    let mut unsigned = Index::empty(&ring_name, SystemTime::now());
+    unsigned
+        .keys
+        .push(IndexEntry::new(evil.certificate(), SystemTime::now()).unwrap());
+    unsigned.active = Some(kid(evil));
+    overwrite_index(&ring, &unsigned.to_json()).await;
+    forged_key_secret(
+        &client,
+        &ctrl,
+        "evil-kx",
+        evil,
+        &[
+            (kseal_controller::keys::source::RING_ANNOTATION, ring.name()),
+            (KID_ANNOTATION, kid(evil).as_str()),
+            (ACTIVE_ANNOTATION, "true"),
+        ],
+    )
+    .await;
+    let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    refresh_until(&running.state, "the unsigned index is refused", || {
+        running
+            .state
+            .readiness
+            .key_source()
+            .and_then(|s| s.problem)
+            .is_some_and(|p| p.contains("it is not signed"))
+    })
+    .await;
+    let event = wait_event(&client, &ctrl, &name, "RingIndexRefused").await;
+    assert!(
+        event
+            .note
+            .unwrap_or_default()
+            .contains("restore the signed index"),
+        "names the fix"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    running.state.refresh.request();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let sealing = running
+        .state
+        .keys
+        .ring()
+        .sealing_key()
+        .map(|k| k.id().clone());
+    assert_ne!(sealing.as_ref(), Some(evil.id()), "never their key");
+    let (status, pem) = cert_pem(&running.state).await;
+    assert_ne!(pem, evil.certificate().to_pem(), "{status}");
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    assert!(
+        api.get_opt(&kept.name_any())
+            .await
+            .unwrap()
+            .is_some_and(|s| s.metadata.uid == kept.metadata.uid),
+        "no mirror removed"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpinned_controller_refuses_an_unsigned_index_after_a_restart_on_the_test_server() {
+    an_unpinned_controller_refuses_an_unsigned_index_after_a_restart(TestApiServer::new().client())
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpinned_controller_refuses_an_unsigned_index_after_a_restart_on_a_real_apiserver() {
+    if let Some(client) =
+        real_client("an_unpinned_controller_refuses_an_unsigned_index_after_a_restart").await
+    {
+        an_unpinned_controller_refuses_an_unsigned_index_after_a_restart(client).await;
+    }
+}
+
+/// Issue 35 (security review 5, 7): a running leader names a ring-state Secret it did not
+/// write, one that fails verification and one rolled back to an older verified index (one
+/// Warning `RingStateForged` each), leaves them as they are, and keeps writing its own.
+async fn a_leader_names_ring_state_secrets_it_did_not_write(client: Client) {
+    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let (v1, _) = ring.snapshot_text(None).await.unwrap().unwrap();
+    ring.push(key(1)).await.unwrap();
+    let (current, _) = ring.snapshot_text(None).await.unwrap().unwrap();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, PATIENCE);
+    source.anchor = Some(kid(older_key()));
+    let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    wait_sealing_key(&leader.state, older_key(), 2).await;
+    let own = wait_ring_state(&client, &ctrl).await.name_any();
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    for (name, text) in [
+        ("kseal-ring-state-forged", "{\"schema\": 2}"),
+        ("kseal-ring-state-rolled", v1.as_str()),
+    ] {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ctrl.clone()),
+                labels: Some([("kseal.dev/ring-state".to_owned(), "true".to_owned())].into()),
+                annotations: Some(
+                    [(
+                        kseal_controller::keys::source::RING_ANNOTATION.to_owned(),
+                        ring.name().to_owned(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            type_: Some("Opaque".into()),
+            data: Some(
+                [(
+                    "index.json".to_owned(),
+                    k8s_openapi::ByteString(text.as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
+            ..Secret::default()
+        };
+        api.create(&PostParams::default(), &secret).await.unwrap();
+    }
+    leader.state.refresh.request();
+    let forged = wait_event(&client, &ctrl, "kseal-ring-state-forged", "RingStateForged").await;
+    assert_eq!(forged.type_.as_deref(), Some("Warning"));
+    assert!(
+        forged
+            .note
+            .unwrap_or_default()
+            .contains("fails verification")
+    );
+    let rolled = wait_event(&client, &ctrl, "kseal-ring-state-rolled", "RingStateForged").await;
+    assert!(
+        rolled
+            .note
+            .unwrap_or_default()
+            .contains("stale or rolled back")
+    );
+    for name in ["kseal-ring-state-forged", "kseal-ring-state-rolled"] {
+        assert!(api.get_opt(name).await.unwrap().is_some(), "{name} left");
+    }
+    assert_eq!(state_index(&api.get(&own).await.unwrap()), current);
+    leader.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_names_ring_state_secrets_it_did_not_write_on_the_test_server() {
+    a_leader_names_ring_state_secrets_it_did_not_write(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_names_ring_state_secrets_it_did_not_write_on_a_real_apiserver() {
+    if let Some(client) = real_client("a_leader_names_ring_state_secrets_it_did_not_write").await {
+        a_leader_names_ring_state_secrets_it_did_not_write(client).await;
+    }
+}

@@ -493,6 +493,9 @@ impl Mirror {
     ) -> Result<(), SyncError> {
         let now = jiff::Timestamp::now();
         let signed = index.schema != kseal_keystore::UNSIGNED_INDEX_SCHEMA;
+        self.cache
+            .missing_seen
+            .retain(|kid, _| index.entry(kid).is_none());
         let mut kept = 0usize;
         for Filed {
             secret,
@@ -525,6 +528,10 @@ impl Mirror {
                 self.keep_unretired(secret, kid, index).await?;
                 continue;
             }
+            // Under an unsigned index, the grace runs from when this process first saw the
+            // key missing too: an annotation dated back by whoever can write Secrets here
+            // does not shorten it.
+            let first_seen = *self.cache.missing_seen.entry(kid.clone()).or_insert(now);
             let since = secret
                 .annotations()
                 .get(MISSING_SINCE_ANNOTATION)
@@ -543,6 +550,7 @@ impl Mirror {
                 .map(|r| r.retired);
             let since = match retired_at {
                 Some(at) if signed => since.max(at),
+                _ if !signed => since.max(first_seen),
                 _ => since,
             };
             let gone_for = now.duration_since(since);

@@ -132,6 +132,10 @@ pub struct FoundState {
     pub view: RingView,
     /// The version of its signed index (0 for an unsigned one), verified under the pin.
     pub version: u64,
+    /// The newest dedicated root of its verified history (`(seq, kid)`), if it has one.
+    pub root: Option<(u64, Kid)>,
+    /// Its index text, exactly as it holds it.
+    pub text: String,
     /// The Secret's name.
     pub name: String,
 }
@@ -181,6 +185,30 @@ struct Cache {
     refused_warned: Option<String>,
     /// The index version a `RingIndexExpired` event named.
     expired_warned: Option<u64>,
+    /// The dedicated root a `RingAnchorSuperseded` event named (one per root).
+    superseded_warned: Option<Kid>,
+    /// The verified ring-state copy this replica last followed: a new leader writes it back
+    /// when the ring-state copy it finds is older (rolled back while it followed) and the store
+    /// cannot be read.
+    followed: Option<FoundState>,
+    /// The version floor when the current sync began (before the store's index raised it): a
+    /// ring-state copy older than that was rolled back, whoever wrote it.
+    sync_floor: u64,
+    /// Rival ring-state Secrets already warned about (uid and resource version).
+    rivals_warned: HashSet<String>,
+    /// Whether a replica started without an anchor looked for one persisted in a ring-state
+    /// copy ([`Mirror::adopt_persisted_anchor`]).
+    persisted_checked: bool,
+    /// Whether the anchor came from a ring-state copy: its view is not published before the
+    /// store's index verifies under it.
+    anchor_from_state: bool,
+    /// Whether a signed index from the store verified under the pin (a follower whose anchor
+    /// came from a ring-state copy reads the store until it has).
+    store_confirmed: bool,
+    /// Under an unsigned index: when this process first saw each key missing from it (the
+    /// retire grace runs from here, never from a `missing-since` annotation alone, which
+    /// whoever can write Secrets here can date back).
+    missing_seen: HashMap<Kid, jiff::Timestamp>,
 }
 
 /// What a sync saw of the store when it asked for the index's version.
@@ -215,6 +243,9 @@ pub struct Mirror {
     /// The leadership term the current sync runs in: every write checks it first (`None`:
     /// unfenced, for callers that drive [`Mirror::sync`] themselves).
     fence: Option<crate::cluster::leadership::Fence>,
+    /// The leader-election Lease: where ring-level Events go while no ring-state Secret
+    /// exists (else this replica's Pod).
+    lease: Option<String>,
 }
 
 fn count(state: &State, operation: &'static str, outcome: &'static str) {
@@ -337,8 +368,23 @@ impl Mirror {
                 kept_warned: HashMap::new(),
                 refused_warned: None,
                 expired_warned: None,
+                superseded_warned: None,
+                followed: None,
+                sync_floor: 0,
+                rivals_warned: HashSet::new(),
+                persisted_checked: false,
+                anchor_from_state: false,
+                store_confirmed: false,
+                missing_seen: HashMap::new(),
             },
+            lease: None,
         }
+    }
+
+    /// Sets the leader-election Lease, where ring-level Events go while no ring-state Secret
+    /// exists (`None`: this replica's Pod).
+    pub fn set_lease(&mut self, lease: Option<String>) {
+        self.lease = lease;
     }
 
     /// Sets the leadership term the next syncs run in (`None`: unfenced).
@@ -383,7 +429,10 @@ impl Mirror {
         // has pinned the anchor (below). Under an anchor the store is read only once this
         // succeeded: it restores the version floor.
         self.cache.store_seen = StoreSeen::NotAsked;
-        self.merge_state(true).await?;
+        self.adopt_persisted_anchor().await?;
+        let publish = !self.cache.anchor_from_state || self.cache.index.is_some();
+        self.merge_state(publish).await?;
+        self.cache.sync_floor = self.pin.floor;
         let version = self.ring.index_version().await;
         count(&self.state, "describe_index", outcome(&version));
         self.cache.store_seen = match &version {
@@ -409,6 +458,7 @@ impl Mirror {
             let (index, verified) =
                 parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
                     .map_err(|e| self.store_err(e))?;
+            self.unsigned_allowed(&verified).await?;
             self.accepted(&verified).await;
             self.merge_state(false).await?;
             report.index_read = true;
@@ -442,6 +492,7 @@ impl Mirror {
             self.state.readiness.set_ring_state_ignored(None);
         }
         self.write_state().await;
+        self.note_superseded(None).await;
         self.cache.refused_warned = None;
         self.note_expiry().await;
         self.warn_active_unavailable(report.active_mirrored).await;
@@ -517,10 +568,11 @@ pub async fn run(
     let Some(config_source) = config.key_source.clone() else {
         return;
     };
-    let (namespace, identity, refresh) = (
+    let (namespace, identity, refresh, lease) = (
         config.controller_namespace.clone(),
         config.identity.clone(),
         state.refresh.clone(),
+        config.leader_election_lease.clone(),
     );
     let config = config_source;
     state.readiness.key_source_configured();
@@ -538,6 +590,7 @@ pub async fn run(
         config.retire_grace,
         state.clone(),
     );
+    mirror.set_lease(lease);
     tracing::info!(key_source = %source, interval = ?config.interval, "reading keys from the fleet key ring");
     let mut schedule = Schedule {
         backoff: BACKOFF_MIN,
@@ -731,6 +784,9 @@ impl Schedule {
             Err(e) => {
                 let message = crate::error_chain(&e);
                 tracing::warn!(reason = e.reason(), retry_in = ?self.backoff, "key source: {message}");
+                // A new leader that cannot read the store still puts back the newer verified
+                // copy it followed, should the ring-state copy have been rolled back.
+                mirror.restore_followed().await;
                 if matches!(e.reason(), "untrusted" | "malformed") {
                     let found = mirror.cache.found_state.clone();
                     mirror

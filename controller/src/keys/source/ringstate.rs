@@ -8,6 +8,13 @@ impl Mirror {
     /// Reads the ring-state Secrets of this ring and returns the view of the one that parses
     /// with the newest `updated` (several can exist: a leader's, a stale one, a forged one;
     /// until the index is signed a forged one is as good as write access to Secrets here).
+    ///
+    /// Of signed copies, only those that extend the newest dedicated root are taken: the one
+    /// this controller saw before (the pin's), else the newest one a verified copy names. A
+    /// fork signed by a ring key from before the ring moved to its dedicated root (which every
+    /// cluster holding that key could sign) is refused even at a higher version; two copies
+    /// naming different dedicated roots at the same place of the chain, newer than the pin's,
+    /// mean that no copy is taken (the pin cannot say which is the ring's).
     pub async fn load_state(&self) -> Result<Option<FoundState>, SyncError> {
         let trust = self.pin.trust();
         let listed = self
@@ -15,7 +22,7 @@ impl Mirror {
             .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
             .await
             .map_err(|e| self.kube_err(e))?;
-        let mut best: Option<FoundState> = None;
+        let mut candidates = Vec::new();
         for secret in listed.items {
             if secret
                 .annotations()
@@ -36,17 +43,72 @@ impl Mirror {
             let Some(text) = item(INDEX_ITEM) else {
                 continue;
             };
-            let (index, version) = match parse_ring_state(
+            let (index, verified) = match parse_ring_state(
                 &text,
                 self.expected_ring.as_deref(),
                 &trust,
             ) {
-                Ok((index, Verified::Signed { version, .. })) => (index, version),
-                Ok((index, Verified::Unsigned)) => (index, 0),
+                Ok(parsed) => parsed,
                 Err(e) => {
                     tracing::warn!(secret = %secret.name_any(), "ignoring a ring-state Secret: {}", crate::error_chain(&e));
                     continue;
                 }
+            };
+            let ever = item(KIDS_EVER_ITEM)
+                .map(|t| parse_kids(&t))
+                .unwrap_or_default();
+            let last_active = item(LAST_ACTIVE_ITEM).and_then(|t| Kid::parse(t.trim()).ok());
+            candidates.push((secret.name_any(), text, index, verified, ever, last_active));
+        }
+        // The newest dedicated root the copies name, unless the pin already knows one as new.
+        let known = self.pin.seen_root.as_ref().map_or(0, |(seq, _)| *seq);
+        let roots: BTreeSet<(u64, Kid)> = candidates
+            .iter()
+            .filter_map(|(_, _, _, verified, _, _)| Pin::dedicated_root(verified))
+            .filter(|(seq, _)| *seq > known)
+            .collect();
+        let newest_seq = roots.iter().map(|(seq, _)| *seq).max();
+        let newest: Vec<&(u64, Kid)> = roots
+            .iter()
+            .filter(|(seq, _)| Some(*seq) == newest_seq)
+            .collect();
+        let required = match newest.as_slice() {
+            [] => self.pin.seen_root.clone(),
+            [one] => Some((*one).clone()),
+            many => {
+                tracing::warn!(
+                    roots = %many.iter().map(|(_, k)| k.short()).collect::<Vec<_>>().join(", "),
+                    "ring-state Secrets of ring {} name different dedicated roots at root {}: \
+                     no ring-state copy is taken (give --ring-anchor the ring's dedicated \
+                     root)",
+                    self.ring.name(),
+                    newest_seq.unwrap_or_default()
+                );
+                candidates.clear();
+                None
+            }
+        };
+        let mut best: Option<FoundState> = None;
+        for (name, text, index, verified, ever, last_active) in candidates {
+            if let (Some((seq, kid)), Verified::Signed { .. }) = (&required, &verified) {
+                let extends = usize::try_from(*seq)
+                    .ok()
+                    .and_then(|i| i.checked_sub(1))
+                    .and_then(|i| index.roots.get(i))
+                    .is_some_and(|r| &r.kid == kid);
+                if !extends {
+                    tracing::warn!(
+                        secret = %name,
+                        "ignoring a ring-state Secret: its history does not extend the ring's \
+                         dedicated root {seq} ({}): a fork from an older root",
+                        kid.short()
+                    );
+                    continue;
+                }
+            }
+            let version = match &verified {
+                Verified::Signed { version, .. } => *version,
+                Verified::Unsigned => 0,
             };
             if best
                 .as_ref()
@@ -54,14 +116,12 @@ impl Mirror {
             {
                 continue;
             }
-            let ever = item(KIDS_EVER_ITEM)
-                .map(|t| parse_kids(&t))
-                .unwrap_or_default();
-            let last_active = item(LAST_ACTIVE_ITEM).and_then(|t| Kid::parse(t.trim()).ok());
             best = Some(FoundState {
                 version,
+                text,
+                root: Pin::dedicated_root(&verified),
                 view: RingView::new(&index, &ever, last_active),
-                name: secret.name_any(),
+                name,
             });
         }
         Ok(best)
@@ -73,7 +133,10 @@ impl Mirror {
     /// this namespace could have written; until it has, it takes no view, so it seals nothing.
     pub async fn follow(&mut self) -> Result<(), SyncError> {
         let mut from_store = None;
-        if self.pin.anchor.is_none() {
+        self.adopt_persisted_anchor().await?;
+        if self.pin.anchor.is_none()
+            || (self.cache.anchor_from_state && !self.cache.store_confirmed)
+        {
             let now = tokio::time::Instant::now();
             if self.cache.follower_next.is_some_and(|t| now < t) {
                 return Ok(());
@@ -92,6 +155,7 @@ impl Mirror {
             let (index, verified) =
                 parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
                     .map_err(|e| self.store_err(e))?;
+            self.unsigned_allowed(&verified).await?;
             self.accepted(&verified).await;
             from_store = Some(index);
         }
@@ -104,9 +168,13 @@ impl Mirror {
             (Some(found), _) => {
                 // A follower's floor too only rises: a ring-state Secret rewritten with an
                 // older signed index of the ring is then refused (load_state verifies with
-                // it), and the follower keeps the view it has.
+                // it), and the follower keeps the view it has. Its newest dedicated root
+                // too: a fork from an older root planted later is refused.
                 self.pin.floor = self.pin.floor.max(found.version);
-                self.state.ring_view.publish(found.view);
+                self.pin.see_root(found.root.clone());
+                self.note_superseded(Some(&found.name)).await;
+                self.state.ring_view.publish(found.view.clone());
+                self.cache.followed = Some(found);
             }
             (None, Some(index)) => {
                 let view = RingView::new(&index, &self.cache.ever, self.cache.last_active.clone());
@@ -131,8 +199,31 @@ impl Mirror {
     }
 
     /// Where ring-level Events go: the ring-state Secret this replica wrote, else the one it
-    /// found (`found`).
+    /// found (`found`), else (none exists: removed, or never written) the leader-election
+    /// Lease, else this replica's Pod, so that a refusal is never silent.
     pub(super) fn state_reference(&self, found: Option<&str>) -> Option<ObjectReference> {
+        self.ring_state_reference(found).or_else(|| {
+            Some(match &self.lease {
+                Some(lease) => ObjectReference {
+                    api_version: Some("coordination.k8s.io/v1".into()),
+                    kind: Some("Lease".into()),
+                    name: Some(lease.clone()),
+                    namespace: Some(self.namespace.clone()),
+                    ..ObjectReference::default()
+                },
+                None => ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: self.reporter.instance.clone(),
+                    namespace: Some(self.namespace.clone()),
+                    ..ObjectReference::default()
+                },
+            })
+        })
+    }
+
+    /// The ring-state Secret this replica wrote, else the one it found (`found`).
+    pub(super) fn ring_state_reference(&self, found: Option<&str>) -> Option<ObjectReference> {
         match (
             &self.cache.state_ref,
             self.cache.state_name.as_deref().or(found),
@@ -236,6 +327,9 @@ impl Mirror {
                     .key_source_ring_version
                     .set(i64::try_from(found.version).unwrap_or(i64::MAX));
             }
+            // So does the newest dedicated root, taken from the copy's verified history.
+            self.pin.see_root(found.root.clone());
+            self.note_superseded(Some(&found.name)).await;
             self.cache.ever.extend(found.view.ever.iter().cloned());
             if self.cache.last_active.is_none() {
                 self.cache.last_active.clone_from(&found.view.last_active);
@@ -267,16 +361,192 @@ impl Mirror {
                  `kseal keys sign`"
             );
         }
+        if matches!(verified, Verified::Signed { .. }) {
+            self.cache.store_confirmed = true;
+        }
         let floor = self.pin.floor;
         if let Some(anchor) = self.pin.accept(verified) {
             self.pin_anchor(anchor, "the ring").await;
         }
+        self.note_superseded(None).await;
         if self.pin.floor != floor {
             self.state
                 .metrics
                 .key_source_ring_version
                 .set(i64::try_from(self.pin.floor).unwrap_or(i64::MAX));
         }
+    }
+
+    /// A replica started without `--ring-anchor`, once: the anchor it pinned on first use
+    /// before this start is persisted in the ring-state Secret (the signed history of its
+    /// `index.json`, re-verified here), so it is not pinned again from whatever the store
+    /// holds now. The anchor the store's history marker names (`R/root`, a directory's
+    /// `root.json`: only the seeder writes it on Secrets Manager) comes first; else the one
+    /// anchor every signed copy of this ring verifies from (copies of several anchors pin
+    /// none). The copy's view is not taken before the store's index verifies under it. Once a
+    /// signed copy or the marker exists, an unsigned index is refused.
+    pub(super) async fn adopt_persisted_anchor(&mut self) -> Result<(), SyncError> {
+        if self.cache.persisted_checked || self.pin.anchor.is_some() {
+            return Ok(());
+        }
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+            .await
+            .map_err(|e| self.kube_err(e))?;
+        let marker = self.marker_anchor().await;
+        self.cache.persisted_checked = true;
+        let trust = kseal_keystore::Trust::first_use().accept_expired(true);
+        let mut anchors: BTreeMap<Kid, String> = BTreeMap::new();
+        for secret in &listed.items {
+            if secret
+                .annotations()
+                .get(RING_ANNOTATION)
+                .map(String::as_str)
+                != Some(self.ring.name())
+            {
+                continue;
+            }
+            let text = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(INDEX_ITEM))
+                .and_then(|v| std::str::from_utf8(&v.0).ok());
+            if let Some(Ok((_, Verified::Signed { anchor, .. }))) =
+                text.map(|t| parse_ring_state(t, self.expected_ring.as_deref(), &trust))
+            {
+                anchors.entry(anchor).or_insert_with(|| secret.name_any());
+            }
+        }
+        let first = anchors.iter().next().map(|(k, v)| (k.clone(), v.clone()));
+        let (anchor, from) = match (marker, first) {
+            (Some(anchor), _) => {
+                self.pin.unsigned_refused = Some(format!(
+                    "the ring's history marker {} names its anchor",
+                    self.ring.root_name()
+                ));
+                for (other, secret) in anchors.iter().filter(|(k, _)| **k != anchor) {
+                    tracing::warn!(
+                        secret = %secret,
+                        "ring-state Secret {secret} holds a history of anchor {}, not the \
+                         anchor {} the ring's history marker names: ignored",
+                        other.short(),
+                        anchor.short()
+                    );
+                }
+                (
+                    anchor,
+                    format!("the ring's history marker {}", self.ring.root_name()),
+                )
+            }
+            (None, None) => return Ok(()),
+            (None, Some((anchor, secret))) => {
+                self.pin.unsigned_refused = Some(format!(
+                    "this controller accepted a signed history of the ring before (ring-state \
+                     Secret {secret})"
+                ));
+                if anchors.len() > 1 {
+                    tracing::warn!(
+                        anchors = %anchors.keys().map(Kid::short).collect::<Vec<_>>().join(", "),
+                        "ring-state Secrets of ring {} hold histories of different anchors: \
+                         none is pinned from them (give --ring-anchor)",
+                        self.ring.name()
+                    );
+                    return Ok(());
+                }
+                (anchor, format!("the verified ring-state Secret {secret}"))
+            }
+        };
+        self.cache.anchor_from_state = true;
+        self.pin_anchor(anchor, &from).await;
+        Ok(())
+    }
+
+    /// The anchor the store's history marker names (read only; `None` without a marker, or
+    /// when it cannot be read: a failure is logged, the copies still count).
+    async fn marker_anchor(&self) -> Option<Kid> {
+        let read = self.ring.store().read(&self.ring.root_name(), None).await;
+        count(&self.state, "get_marker", outcome(&read));
+        let (text, _) = match read {
+            Ok(found) => found?,
+            Err(e) => {
+                tracing::warn!(
+                    "reading the ring's history marker {} failed: {}",
+                    self.ring.root_name(),
+                    crate::error_chain(&e)
+                );
+                return None;
+            }
+        };
+        let value = serde_json::from_str::<serde_json::Value>(&text).ok()?;
+        Kid::parse(value.get("anchor")?.as_str()?).ok()
+    }
+
+    /// An unsigned (schema 1) index read from the store, with no anchor pinned: refused when
+    /// this controller accepted a signed history of the ring before, or when the store's
+    /// history marker (`R/root`, a directory's `root.json`, written by the first signed
+    /// write and never removed by an index writer) exists. A signed index replaced by an
+    /// unsigned one would otherwise hand its writer the sealing key.
+    pub(super) async fn unsigned_allowed(&mut self, verified: &Verified) -> Result<(), SyncError> {
+        if !matches!(verified, Verified::Unsigned) {
+            return Ok(());
+        }
+        let refused = match self.pin.unsigned_refused.clone() {
+            Some(reason) => Some(reason),
+            None => {
+                let marker = self.ring.store().read(&self.ring.root_name(), None).await;
+                count(&self.state, "get_marker", outcome(&marker));
+                match marker.map_err(|e| self.store_err(e))? {
+                    Some(_) => Some(format!(
+                        "the ring's history marker {} exists: its history was signed",
+                        self.ring.root_name()
+                    )),
+                    None => None,
+                }
+            }
+        };
+        let Some(refused) = refused else {
+            return Ok(());
+        };
+        Err(self.store_err(kseal_keystore::Error::Untrusted {
+            what: self.ring.index_name(),
+            reason: format!(
+                "it is not signed, but {refused}: a signed index was replaced by an unsigned \
+                 one. Do not sign it; restore the signed index from the store's previous \
+                 version"
+            ),
+        }))
+    }
+
+    /// When the pin names a key other than the newest dedicated root of the verified history
+    /// (pinned at the ring key anchor before the ring moved to a dedicated root): the gauge,
+    /// a log line and one `RingAnchorSuperseded` Warning per dedicated root. The pin keeps
+    /// working (that root's chain passes through it), and forks from before that root are
+    /// refused all the same, but the pin should move to it.
+    pub(super) async fn note_superseded(&mut self, found: Option<&str>) {
+        let Some((anchor, (seq, root))) = self.pin.superseded() else {
+            self.state.metrics.key_source_ring_anchor_superseded.set(0);
+            return;
+        };
+        let (anchor, seq, root) = (anchor.clone(), *seq, root.clone());
+        self.state.metrics.key_source_ring_anchor_superseded.set(1);
+        if self.cache.superseded_warned.as_ref() == Some(&root) {
+            return;
+        }
+        let note = format!(
+            "pinned at {anchor} but the ring {}'s history is rooted at dedicated root {root} \
+             (root {seq} of its chain; seen at version {}): move --ring-anchor / \
+             keySource.ringAnchor to {root}",
+            self.ring.name(),
+            self.pin.floor
+        );
+        // On the ring-state Secret only (it is written within this sync, or found).
+        let Some(reference) = self.ring_state_reference(found) else {
+            return;
+        };
+        tracing::warn!(anchor = %anchor, root = %root, "{note}");
+        self.warn_on(&reference, "RingAnchorSuperseded", note).await;
+        self.cache.superseded_warned = Some(root);
     }
 
     /// Pins `anchor` on first use: says so in a log line, an Event and a metric.
@@ -339,9 +609,11 @@ impl Mirror {
             // or forged copy is repaired from the index this leader verified).
             if let Some(name) = &self.cache.state_name {
                 match self.api.get_opt(name).await {
-                    Ok(Some(current)) if current.data.as_ref() == Some(&data) => return,
-                    Ok(Some(_)) => {}
-                    Ok(None) => self.cache.state_name = None,
+                    Ok(Some(current)) if current.data.as_ref() == Some(&data) => {
+                        self.check_rivals().await;
+                        return;
+                    }
+                    Ok(Some(_)) | Ok(None) => {}
                     Err(_) => return,
                 }
             } else {
@@ -353,7 +625,20 @@ impl Mirror {
         }
         match self.put_state(&data).await {
             Ok((written, replaced)) => {
-                let problem = replaced.and_then(|before| self.copy_problem(&before, &data));
+                let mut problem = replaced.and_then(|before| self.copy_problem(&before, &data));
+                // Ours, gone: say so (whoever can delete Secrets here removed it).
+                if let Some(lost) = self
+                    .cache
+                    .state_name
+                    .as_deref()
+                    .filter(|lost| *lost != written.name_any())
+                {
+                    problem = Some(format!(
+                        "the ring-state Secret {lost} this leader wrote was deleted; written anew \
+                         as {}",
+                        written.name_any()
+                    ));
+                }
                 self.cache.state_name = Some(written.name_any());
                 let reference = written.object_ref(&());
                 self.cache.state_ref = Some(reference.clone());
@@ -372,6 +657,7 @@ impl Mirror {
                 if let Some(note) = self.cache.pin_event_pending.take() {
                     self.anchor_pinned_event(note, &reference).await;
                 }
+                self.check_rivals().await;
             }
             Err(e) => tracing::warn!(
                 "writing the ring-state Secret failed; retrying at the next poll: {}",
@@ -397,11 +683,19 @@ impl Mirror {
             return Some(format!("it held no readable {INDEX_ITEM}"));
         };
         // Verified under the anchor alone: the floor and the expiry are compared below.
-        let trust = match &self.pin.anchor {
+        // And a fork that does not extend the newest dedicated root fails it.
+        let mut trust = match &self.pin.anchor {
             Some(anchor) => kseal_keystore::Trust::anchored(anchor.clone()).accept_expired(true),
             None => self.pin.trust().accept_expired(true),
         };
-        let held = self.cache.index.as_ref().map_or(0, |i| i.version);
+        if let Some((seq, kid)) = &self.pin.seen_root {
+            trust = trust.seen_root(*seq, kid.clone());
+        }
+        let held = self
+            .cache
+            .index
+            .as_ref()
+            .map_or(self.pin.floor, |i| i.version);
         let version = match parse_ring_state(text, self.expected_ring.as_deref(), &trust) {
             Err(e) => {
                 return Some(format!(
@@ -412,23 +706,156 @@ impl Mirror {
             Ok((_, Verified::Signed { version, .. })) => version,
             Ok((_, Verified::Unsigned)) => 0,
         };
-        // Only a copy this leader wrote can have been rolled back or changed behind it; an
-        // older copy found at start, or the one it wrote last, is the ordinary update.
+        // A copy older than this replica's floor when the sync began (what it had verified
+        // before, from the store or from a ring-state copy it followed) was rolled back,
+        // whoever wrote it. A copy this leader wrote was also rolled back, or changed, when it
+        // differs from what it wrote; an older copy found at start, or the one it wrote last,
+        // is the ordinary update.
         let ours = self.cache.state_name.as_deref() == Some(before.name_any().as_str());
-        let last = self.cache.state_written.as_ref().filter(|_| ours)?;
-        if before.data.as_ref() == Some(last) {
-            return None;
+        let changed = ours
+            && self
+                .cache
+                .state_written
+                .as_ref()
+                .is_some_and(|last| before.data.as_ref() != Some(last));
+        if version < held && (changed || version < self.cache.sync_floor) {
+            return Some(format!(
+                "it was rolled back to version {version} of the index"
+            ));
         }
-        Some(if version < held {
-            format!("it was rolled back to version {version} of the index")
-        } else {
-            "its content was changed by someone other than this leader".to_owned()
-        })
+        changed.then(|| "its content was changed by someone other than this leader".to_owned())
+    }
+
+    /// Warns (once per Secret and content, reason `RingStateForged`; never deletes) about
+    /// every ring-state Secret of this ring other than the leader's own that fails
+    /// verification, verifies but holds another index than the leader's at the same or a
+    /// higher version, or holds an older version (stale or rolled back): a copy someone else
+    /// wrote, which followers might otherwise take.
+    pub(super) async fn check_rivals(&mut self) {
+        let (Some(own), Some(text)) =
+            (self.cache.state_name.clone(), self.cache.index_text.clone())
+        else {
+            return;
+        };
+        let held = self
+            .cache
+            .index
+            .as_ref()
+            .map_or(self.pin.floor, |i| i.version);
+        let Ok(listed) = self
+            .api
+            .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+            .await
+        else {
+            return;
+        };
+        let mut trust = self.pin.trust().accept_expired(true).min_version(0);
+        if let Some(anchor) = &self.pin.anchor {
+            trust = kseal_keystore::Trust::anchored(anchor.clone()).accept_expired(true);
+            if let Some((seq, kid)) = &self.pin.seen_root {
+                trust = trust.seen_root(*seq, kid.clone());
+            }
+        }
+        for secret in &listed.items {
+            if secret.name_any() == own
+                || secret
+                    .annotations()
+                    .get(RING_ANNOTATION)
+                    .map(String::as_str)
+                    != Some(self.ring.name())
+            {
+                continue;
+            }
+            let key = format!(
+                "{}@{}",
+                secret.uid().unwrap_or_default(),
+                secret.resource_version().unwrap_or_default()
+            );
+            if self.cache.rivals_warned.contains(&key) {
+                continue;
+            }
+            let copy = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(INDEX_ITEM))
+                .and_then(|v| std::str::from_utf8(&v.0).ok());
+            let problem = match copy.map(|t| {
+                (
+                    t,
+                    parse_ring_state(t, self.expected_ring.as_deref(), &trust),
+                )
+            }) {
+                None => Some(format!("it holds no readable {INDEX_ITEM}")),
+                Some((_, Err(e))) => Some(format!(
+                    "its index fails verification ({})",
+                    crate::error_chain(&e)
+                )),
+                Some((copy, Ok((index, _)))) if index.version >= held && copy != text => {
+                    Some(format!(
+                        "its index verifies but differs from the one this leader holds, at \
+                         version {} (this leader holds version {held})",
+                        index.version
+                    ))
+                }
+                Some((_, Ok((index, _)))) if index.version < held => Some(format!(
+                    "it holds version {} of the index, older than the one this leader holds \
+                     (version {held}): stale or rolled back",
+                    index.version
+                )),
+                Some(_) => None,
+            };
+            self.cache.rivals_warned.insert(key);
+            let Some(problem) = problem else {
+                continue;
+            };
+            let note = format!(
+                "ring-state Secret {} of ring {} was not written by this leader (its own is \
+                 {own}); left as it is: {problem}",
+                secret.name_any(),
+                self.ring.name()
+            );
+            tracing::warn!(secret = %secret.name_any(), "{note}");
+            self.state.metrics.key_source_ring_state_rivals.inc();
+            self.warn_on(&secret.object_ref(&()), "RingStateForged", note)
+                .await;
+        }
+    }
+
+    /// A new leader that could not read the store: when no ring-state copy verifies under its
+    /// floor (the copy was rolled back, forged or removed while it followed), writes back the
+    /// verified copy it followed, so that followers and restarts find it.
+    pub(super) async fn restore_followed(&mut self) {
+        if self.cache.index_text.is_some() {
+            return;
+        }
+        let Some(followed) = self.cache.followed.clone() else {
+            return;
+        };
+        match self.load_state().await {
+            Ok(None) => {}
+            Ok(Some(_)) | Err(_) => return,
+        }
+        tracing::warn!(
+            version = followed.version,
+            "no ring-state Secret holds the verified index this replica followed (version {}): \
+             writing it back",
+            followed.version
+        );
+        self.cache.index_text = Some(followed.text.clone());
+        self.cache.ever.extend(followed.view.ever.iter().cloned());
+        if self.cache.last_active.is_none() {
+            self.cache
+                .last_active
+                .clone_from(&followed.view.last_active);
+        }
+        self.write_state().await;
     }
 
     /// Writes `data` into this ring's ring-state Secret: the one this replica wrote, else the
-    /// one replicas read (the newest verified), else one that fails verification (repaired in
-    /// place), else a new one. Returns it, and what it held before when it was replaced.
+    /// one replicas read (the newest verified), else a new one: never one that fails
+    /// verification, which anyone who can write Secrets here may have made (it is named by
+    /// [`Mirror::check_rivals`] instead). Returns it, and what it held before when it was
+    /// replaced.
     pub(super) async fn put_state(
         &self,
         data: &BTreeMap<String, ByteString>,
@@ -458,7 +885,6 @@ impl Mirror {
                 candidates
                     .iter()
                     .find(|s| Some(s.name_any()) == best)
-                    .or_else(|| candidates.iter().find(|_| best.is_none()))
                     .copied()
             }
         };
@@ -978,6 +1404,637 @@ mod tests {
             assert!(
                 note.contains("expired at") && note.contains("kseal keys refresh"),
                 "{note}"
+            );
+        })
+        .await;
+    }
+
+    /// An offline dedicated root key file (mode 0600) in `dir`.
+    async fn file_root(dir: &std::path::Path) -> kseal_keystore::RootSigner {
+        let key = kseal_keys::PrivateKey::generate(KeySize::Rsa2048).unwrap();
+        let path = dir.join("root.pem");
+        std::fs::write(&path, key.to_pkcs8_pem().as_bytes()).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        kseal_keystore::RootSigner::open(
+            &kseal_keystore::RootKey::File(path),
+            &AwsOptions::default(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// A ring moved to a dedicated root (ring keys `a`, `b`; `b` active), and the index an
+    /// attacker holding every ring key builds from the history before the move: signed by the
+    /// old anchor `a`, a higher version, their own key `evil` (stored in the ring) active and
+    /// `b` retired. Returns the dedicated root's kid and the fork's text.
+    async fn moved_ring_and_fork(
+        dir: &std::path::Path,
+        root_dir: &std::path::Path,
+        a: &KeyPair,
+        b: &KeyPair,
+        evil: &KeyPair,
+    ) -> (Kid, String) {
+        let writer = ring(dir, None).await;
+        writer.push(a).await.unwrap();
+        writer.push(b).await.unwrap();
+        let before = writer.require_snapshot().await.unwrap().index;
+        let root = file_root(root_dir).await;
+        let seeder = writer.clone().with_root(root.clone());
+        assert!(seeder.re_root(&root).await.unwrap());
+        seeder
+            .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        let current = writer.require_snapshot().await.unwrap().index;
+        let (kid_evil, kid_b) = (Kid::of(evil.public_key()), Kid::of(b.public_key()));
+        writer
+            .store()
+            .put(
+                &writer.key_name(&kid_evil),
+                &KeyEntry::from_pair(evil).unwrap().to_json(),
+                &[],
+            )
+            .await
+            .unwrap();
+        let mut fork = before;
+        fork.keys.retain(|e| e.kid != kid_b);
+        fork.keys
+            .push(IndexEntry::new(evil.certificate(), std::time::SystemTime::now()).unwrap());
+        fork.retired.push(kseal_keystore::trust::RetiredEntry {
+            kid: kid_b,
+            retired: jiff::Timestamp::now(),
+        });
+        fork.active = Some(kid_evil);
+        fork.version = current.version + 10;
+        fork.updated = jiff::Timestamp::now();
+        fork.expires = Some(jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24));
+        kseal_keystore::trust::sign_index(&mut fork, a).unwrap();
+        (root.kid().clone(), fork.to_json())
+    }
+
+    /// Issue 35, attacks 1 and 2 (security review): a controller pinned at the ring's old
+    /// ring-key anchor that read the history rooted at the dedicated root refuses a fork
+    /// signed by a ring key from before the move, from the store (leader) and from a planted
+    /// ring-state Secret (follower, also after a restart), and says the pin should move.
+    #[tokio::test]
+    async fn a_ring_key_fork_is_refused_once_the_dedicated_root_was_seen() {
+        within("dedicated fork", async {
+            let (dir, root_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (_server, client) = server().await;
+            let (a, b, evil) = (pair(), pair(), pair());
+            let (root, fork) =
+                moved_ring_and_fork(dir.path(), root_dir.path(), &a, &b, &evil).await;
+            let (kid_b, kid_evil) = (Kid::of(b.public_key()), Kid::of(evil.public_key()));
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.retire_grace = Duration::ZERO;
+            leader.sync().await.unwrap();
+            assert_eq!(leader.pin.seen_root, Some((2, root.clone())));
+            let view = leader.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(kid_b.clone()));
+            // The pin names a ring key: one Warning says where to move it, and a gauge.
+            let name = leader.load_state().await.unwrap().unwrap().name;
+            leader.sync().await.unwrap();
+            let superseded = events_about(&client, &name, "RingAnchorSuperseded").await;
+            assert_eq!(superseded.len(), 1, "{superseded:?}");
+            let note = superseded[0].note.clone().unwrap_or_default();
+            assert!(
+                note.contains(Kid::of(a.public_key()).as_str())
+                    && note.contains(root.as_str())
+                    && note.contains("move --ring-anchor"),
+                "{note}"
+            );
+            assert_eq!(
+                leader.state.metrics.key_source_ring_anchor_superseded.get(),
+                1
+            );
+            let mut follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            follower.follow().await.unwrap();
+            assert_eq!(follower.pin.seen_root, Some((2, root.clone())));
+
+            // The index writer replaces the index with the fork: refused.
+            let writer = ring(dir.path(), None).await;
+            let version = writer.index_version().await.unwrap();
+            writer
+                .store()
+                .compare_and_swap(&writer.index_name(), &fork, version.as_ref(), &[])
+                .await
+                .unwrap();
+            let err = leader.sync().await.unwrap_err();
+            let chain = crate::error_chain(&err);
+            assert_eq!(err.reason(), "untrusted", "{chain}");
+            assert!(chain.contains("a fork from an older root"), "{chain}");
+            let view = leader.state.ring_view.current().unwrap();
+            assert_eq!(
+                view.active,
+                Some(kid_b.clone()),
+                "keeps the real active key"
+            );
+            assert!(
+                mirror_secret(&client, &kid_b).await.is_some(),
+                "no mirror deleted"
+            );
+            assert!(mirror_secret(&client, &kid_evil).await.is_none());
+            // A restarted leader refuses it too (the seen root comes back from the copy).
+            let mut restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
+            assert_eq!(restarted.sync().await.unwrap_err().reason(), "untrusted");
+            assert_eq!(restarted.pin.seen_root, Some((2, root.clone())));
+            assert_eq!(
+                restarted.state.ring_view.current().unwrap().active,
+                Some(kid_b.clone())
+            );
+
+            // A Secret writer plants the fork as ring state: the follower, and a follower
+            // started afresh, ignore it.
+            let planted = Secret {
+                metadata: ObjectMeta {
+                    name: Some(format!("{RING_STATE_PREFIX}evil")),
+                    labels: Some(BTreeMap::from([(RING_STATE_LABEL.into(), "true".into())])),
+                    annotations: Some(BTreeMap::from([(
+                        RING_ANNOTATION.into(),
+                        leader.ring.name().to_owned(),
+                    )])),
+                    ..ObjectMeta::default()
+                },
+                data: Some(BTreeMap::from([(
+                    INDEX_ITEM.into(),
+                    ByteString(fork.clone().into_bytes()),
+                )])),
+                ..Secret::default()
+            };
+            leader
+                .api
+                .create(&PostParams::default(), &planted)
+                .await
+                .unwrap();
+            follower.follow().await.unwrap();
+            assert_eq!(
+                follower.state.ring_view.current().unwrap().active,
+                Some(kid_b.clone())
+            );
+            let mut fresh = mirror(ring(dir.path(), Some(&a)).await, &client);
+            fresh.follow().await.unwrap();
+            assert_eq!(
+                fresh.state.ring_view.current().unwrap().active,
+                Some(kid_b.clone()),
+                "the fork's higher version does not win over the dedicated root's history"
+            );
+            assert_eq!(fresh.pin.seen_root, Some((2, root)));
+        })
+        .await;
+    }
+
+    /// A Secret that looks like ring state of `ring`, holding `index` as its `index.json`.
+    fn ring_state_secret(ring: &str, name: &str, index: &str) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some(BTreeMap::from([(RING_STATE_LABEL.into(), "true".into())])),
+                annotations: Some(BTreeMap::from([(RING_ANNOTATION.into(), ring.to_owned())])),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                INDEX_ITEM.into(),
+                ByteString(index.as_bytes().to_vec()),
+            )])),
+            ..Secret::default()
+        }
+    }
+
+    /// Issue 35 (security review 5, 7, 8): the leader names every ring-state Secret of its
+    /// ring it did not write that fails verification, holds another index at the same or a
+    /// higher version, or an older one (one `RingStateForged` Warning each, nothing deleted);
+    /// writes only to its own; says when its own was deleted; and a leader with none of its
+    /// own never writes into an unverifiable one.
+    #[tokio::test]
+    async fn a_leader_names_rival_ring_state_secrets_and_writes_only_its_own() {
+        within("rivals", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            let (old, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            writer.push(&b).await.unwrap();
+            let (current, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            // A newer verified index, then the store put back to the current one.
+            write_signed(&writer, &a, |index| {
+                index.active = Some(Kid::of(b.public_key()))
+            })
+            .await;
+            let (newer, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            overwrite(&writer, &current).await;
+
+            // Before any leader wrote: only an unverifiable copy exists.
+            let api = Api::<Secret>::namespaced(client.clone(), "kseal");
+            let name = "kseal-ring-state-garbage";
+            let forged = ring_state_secret("kseal/fleet", name, "{}");
+            let ring_name = ring(dir.path(), None).await.name().to_owned();
+            let forged = Secret {
+                metadata: ObjectMeta {
+                    annotations: Some(BTreeMap::from([(
+                        RING_ANNOTATION.into(),
+                        ring_name.clone(),
+                    )])),
+                    ..forged.metadata
+                },
+                ..forged
+            };
+            api.create(&PostParams::default(), &forged).await.unwrap();
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.sync().await.unwrap();
+            let own = leader.cache.state_name.clone().unwrap();
+            assert_ne!(own, name, "never written into an unverifiable copy");
+            let garbage = api.get(name).await.unwrap();
+            assert_eq!(garbage.data, forged.data, "left as it is");
+            let warned = events_about(&client, name, "RingStateForged").await;
+            assert_eq!(warned.len(), 1, "{warned:?}");
+            assert!(
+                warned[0]
+                    .note
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("fails verification"),
+                "{warned:?}"
+            );
+
+            for (rival, text) in [
+                ("kseal-ring-state-newer", newer.as_str()),
+                ("kseal-ring-state-older", old.as_str()),
+            ] {
+                api.create(
+                    &PostParams::default(),
+                    &ring_state_secret(&ring_name, rival, text),
+                )
+                .await
+                .unwrap();
+            }
+            for _ in 0..2 {
+                leader.sync().await.unwrap();
+            }
+            let newer_note =
+                events_about(&client, "kseal-ring-state-newer", "RingStateForged").await;
+            assert_eq!(newer_note.len(), 1, "{newer_note:?}");
+            assert!(
+                newer_note[0]
+                    .note
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("verifies but differs"),
+                "{newer_note:?}"
+            );
+            let older_note =
+                events_about(&client, "kseal-ring-state-older", "RingStateForged").await;
+            assert_eq!(older_note.len(), 1, "{older_note:?}");
+            assert!(
+                older_note[0]
+                    .note
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("stale or rolled back"),
+                "{older_note:?}"
+            );
+            assert_eq!(leader.state.metrics.key_source_ring_state_rivals.get(), 3);
+            for rival in [name, "kseal-ring-state-newer", "kseal-ring-state-older"] {
+                assert!(api.get_opt(rival).await.unwrap().is_some(), "{rival} kept");
+            }
+            let own_secret = api.get(&own).await.unwrap();
+            assert_eq!(
+                own_secret.data.as_ref().unwrap()[INDEX_ITEM].0,
+                current.as_bytes(),
+                "its own holds the index it verified"
+            );
+
+            // Its own deleted: written anew, and said so.
+            api.delete(&own, &DeleteParams::default()).await.unwrap();
+            leader.sync().await.unwrap();
+            let anew = leader.cache.state_name.clone().unwrap();
+            assert_ne!(anew, own);
+            let events = events_about(&client, &anew, "RingStateRepaired").await;
+            assert!(
+                events.iter().any(|e| e
+                    .note
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains(&format!("{own} this leader wrote was deleted"))),
+                "{events:?}"
+            );
+        })
+        .await;
+    }
+
+    /// Issue 35 (security review 8): a follower that followed a verified copy and becomes
+    /// leader while the store cannot be trusted (here: the index rolled back too) writes the
+    /// copy it followed back when the ring-state copy was rolled back, and the refusal of the
+    /// store's index is named even when no ring-state Secret is left to carry it.
+    #[tokio::test]
+    async fn a_new_leader_writes_back_the_copy_it_followed_and_never_refuses_silently() {
+        within("write back", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            let (old, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            writer.push(&b).await.unwrap();
+            let (current, _) = writer.snapshot_text(None).await.unwrap().unwrap();
+            let mut first = mirror(ring(dir.path(), Some(&a)).await, &client);
+            first.sync().await.unwrap();
+            let name = first.cache.state_name.clone().unwrap();
+            let mut follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            follower.follow().await.unwrap();
+
+            // The first leader is gone; the copy and the index are rolled back.
+            let api = Api::<Secret>::namespaced(client.clone(), "kseal");
+            let mut secret = api.get(&name).await.unwrap();
+            secret
+                .data
+                .get_or_insert_with(BTreeMap::new)
+                .insert(INDEX_ITEM.into(), ByteString(old.as_bytes().to_vec()));
+            api.replace(&name, &PostParams::default(), &secret)
+                .await
+                .unwrap();
+            overwrite(&writer, &old).await;
+            let err = follower.sync().await.unwrap_err();
+            assert_eq!(err.reason(), "untrusted");
+            follower.restore_followed().await;
+            let restored = follower.cache.state_name.clone().unwrap();
+            assert_ne!(restored, name, "its own, not the rolled-back copy");
+            assert_eq!(
+                api.get(&restored).await.unwrap().data.unwrap()[INDEX_ITEM].0,
+                current.as_bytes()
+            );
+            let rolled = events_about(&client, &name, "RingStateForged").await;
+            assert!(
+                rolled.iter().any(|e| e
+                    .note
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("stale or rolled back")),
+                "{rolled:?}"
+            );
+            let mut fresh = mirror(ring(dir.path(), Some(&a)).await, &client);
+            fresh.follow().await.unwrap();
+            assert_eq!(
+                fresh.state.ring_view.current().unwrap().version,
+                follower.pin.floor,
+                "a restarted follower finds the newer copy"
+            );
+
+            // No ring-state Secret at all: the refusal goes to this replica's Pod.
+            for s in api
+                .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+                .await
+                .unwrap()
+                .items
+            {
+                api.delete(&s.name_any(), &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+            let mut lone = mirror(ring(dir.path(), Some(&a)).await, &client);
+            lone.pin.floor = follower.pin.floor;
+            let err = lone.sync().await.unwrap_err();
+            lone.refused_index_event("rollback", &crate::error_chain(&err), None)
+                .await;
+            let events = events_about(&client, "test", "RingIndexRefused").await;
+            assert_eq!(events.len(), 1, "{events:?}");
+            let regarding = events[0].regarding.clone().unwrap();
+            assert_eq!(regarding.kind.as_deref(), Some("Pod"));
+            lone.set_lease(Some("kseal-leader".into()));
+            lone.cache.refused_warned = None;
+            lone.refused_index_event("rollback", "again", None).await;
+            let on_lease = events_about(&client, "kseal-leader", "RingIndexRefused").await;
+            assert_eq!(on_lease.len(), 1, "{on_lease:?}");
+        })
+        .await;
+    }
+
+    /// Replaces the ring's index with `text`, as whoever can write it.
+    async fn overwrite(writer: &Ring, text: &str) {
+        let version = writer.index_version().await.unwrap();
+        writer
+            .store()
+            .compare_and_swap(&writer.index_name(), text, version.as_ref(), &[])
+            .await
+            .unwrap();
+    }
+
+    /// An unsigned (schema 1) index of `ring` holding `keys` (their key secrets stored),
+    /// `active` active: what an older kseal wrote, or an index writer writes now.
+    async fn write_unsigned(writer: &Ring, ring_name: &str, keys: &[&KeyPair], active: &KeyPair) {
+        let mut index = Index::empty(ring_name, std::time::SystemTime::now());
+        for pair in keys {
+            let kid = Kid::of(pair.public_key());
+            let stored = writer.store().read(&writer.key_name(&kid), None).await;
+            if stored.unwrap().is_none() {
+                writer
+                    .store()
+                    .put(
+                        &writer.key_name(&kid),
+                        &KeyEntry::from_pair(pair).unwrap().to_json(),
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+            }
+            index
+                .keys
+                .push(IndexEntry::new(pair.certificate(), std::time::SystemTime::now()).unwrap());
+        }
+        index.active = Some(Kid::of(active.public_key()));
+        let version = writer.index_version().await.unwrap();
+        writer
+            .store()
+            .compare_and_swap(
+                &writer.index_name(),
+                &index.to_json(),
+                version.as_ref(),
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Issue 35, security review BROKE #3: a controller started without `--ring-anchor` that
+    /// accepted a signed history refuses, after a restart, an unsigned index put in its place
+    /// (whether the store's history marker is still there or was removed with it), and is
+    /// not pinned again from another signed history the store holds now: the anchor persisted
+    /// in its verified ring-state copy stays the pin.
+    #[tokio::test]
+    async fn an_unpinned_controller_never_takes_an_unsigned_index_or_a_new_anchor_after_a_restart()
+    {
+        within("unpinned restart", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, evil) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            let ring_name = writer.require_snapshot().await.unwrap().index.ring;
+            let mut first = mirror(ring(dir.path(), None).await, &client);
+            first.sync().await.unwrap();
+            assert_eq!(first.pin.anchor, Some(Kid::of(a.public_key())));
+            drop(first);
+
+            write_unsigned(&writer, &ring_name, &[&a, &evil], &evil).await;
+            let marker = dir.path().join("root.json");
+            assert!(
+                marker.exists(),
+                "the first signed write left the history marker"
+            );
+            for (case, remove_marker) in [("marker", false), ("ring-state copy", true)] {
+                if remove_marker {
+                    std::fs::remove_file(&marker).unwrap();
+                }
+                let mut restarted = mirror(ring(dir.path(), None).await, &client);
+                let err = restarted.sync().await.unwrap_err();
+                let chain = crate::error_chain(&err);
+                assert_eq!(err.reason(), "untrusted", "{case}: {chain}");
+                assert!(
+                    chain.contains("it is not signed")
+                        && chain.contains("restore the signed index"),
+                    "{case}: {chain}"
+                );
+                assert_eq!(
+                    restarted.pin.anchor,
+                    Some(Kid::of(a.public_key())),
+                    "{case}: the anchor pinned before the restart"
+                );
+                assert!(
+                    restarted.state.ring_view.current().is_none(),
+                    "{case}: nothing seals"
+                );
+                assert!(
+                    mirror_secret(&client, &Kid::of(evil.public_key()))
+                        .await
+                        .is_none()
+                );
+                // A follower too.
+                let mut follower = mirror(ring(dir.path(), None).await, &client);
+                assert_eq!(follower.follow().await.unwrap_err().reason(), "untrusted");
+                assert!(follower.state.ring_view.current().is_none());
+            }
+
+            // Another signed history in the store: not pinned anew.
+            let other = tempfile::tempdir().unwrap();
+            let foreign = ring(other.path(), None).await;
+            foreign.push(&evil).await.unwrap();
+            let (text, _) = foreign.snapshot_text(None).await.unwrap().unwrap();
+            let version = writer.index_version().await.unwrap();
+            writer
+                .store()
+                .compare_and_swap(&writer.index_name(), &text, version.as_ref(), &[])
+                .await
+                .unwrap();
+            let mut restarted = mirror(ring(dir.path(), None).await, &client);
+            let err = restarted.sync().await.unwrap_err();
+            assert_eq!(err.reason(), "untrusted", "{}", crate::error_chain(&err));
+            assert_eq!(restarted.pin.anchor, Some(Kid::of(a.public_key())));
+        })
+        .await;
+    }
+
+    /// An unsigned ring that was never signed (no marker, no signed ring-state copy) is still
+    /// read by an unpinned controller, but a key that leaves it is retired only after the
+    /// grace counted from when this process saw it missing: a `missing-since` annotation
+    /// dated back by whoever can write Secrets here does not shorten it.
+    #[tokio::test]
+    async fn under_an_unsigned_index_the_retire_grace_runs_from_what_this_process_saw() {
+        within("unsigned grace", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            write_unsigned(&writer, "kseal/fleet", &[&a, &b], &a).await;
+            let mut leader = mirror(ring(dir.path(), None).await, &client);
+            assert_eq!(leader.sync().await.unwrap().created.len(), 2);
+            assert_eq!(leader.pin.anchor, None, "an unsigned ring pins nothing");
+            write_unsigned(&writer, "kseal/fleet", &[&a], &a).await;
+            leader.retire_grace = Duration::from_secs(3600);
+            assert!(leader.sync().await.unwrap().retired.is_empty());
+            let kid_b = Kid::of(b.public_key());
+            let marked = mirror_secret(&client, &kid_b).await.unwrap();
+            let backdated = serde_json::json!({"metadata": {"annotations": {
+                MISSING_SINCE_ANNOTATION: "2020-01-01T00:00:00Z",
+            }}});
+            leader
+                .api
+                .patch(
+                    &marked.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&backdated),
+                )
+                .await
+                .unwrap();
+            assert!(
+                leader.sync().await.unwrap().retired.is_empty(),
+                "the grace runs from when this process saw it missing"
+            );
+            assert!(mirror_secret(&client, &kid_b).await.is_some());
+            leader.retire_grace = Duration::ZERO;
+            assert_eq!(leader.sync().await.unwrap().retired.len(), 1);
+        })
+        .await;
+    }
+
+    /// A fork that hands the root from the old ring-key anchor to a dedicated root of the
+    /// attacker's, planted as ring state: a follower that saw the ring's dedicated root takes
+    /// the ring's copy; one that saw none cannot tell the two apart and takes neither.
+    #[tokio::test]
+    async fn copies_naming_different_dedicated_roots_are_not_taken_without_a_seen_root() {
+        within("dedicated conflict", async {
+            let (dir, root_dir, evil_dir) = (
+                tempfile::tempdir().unwrap(),
+                tempfile::tempdir().unwrap(),
+                tempfile::tempdir().unwrap(),
+            );
+            let (_server, client) = server().await;
+            let (a, b, evil) = (pair(), pair(), pair());
+            let (root, fork) =
+                moved_ring_and_fork(dir.path(), root_dir.path(), &a, &b, &evil).await;
+            let mut fork = Index::parse_any_ring(&fork, "fork").unwrap();
+            let evil_root = file_root(evil_dir.path()).await;
+            let record = kseal_keystore::trust::dedicated_record(
+                &fork.ring,
+                2,
+                Some(&Kid::of(a.public_key())),
+                &evil_root,
+                async |message: &[u8]| kseal_keystore::trust::sign_with_pair(&a, message).map(Some),
+            )
+            .await
+            .unwrap();
+            fork.roots.push(record);
+            kseal_keystore::trust::sign_index_dedicated(&mut fork, &evil_root)
+                .await
+                .unwrap();
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.sync().await.unwrap();
+            let mut seen = mirror(ring(dir.path(), Some(&a)).await, &client);
+            seen.follow().await.unwrap();
+            assert_eq!(seen.pin.seen_root, Some((2, root.clone())));
+            let ring_name = leader.ring.name().to_owned();
+            leader
+                .api
+                .create(
+                    &PostParams::default(),
+                    &ring_state_secret(&ring_name, "kseal-ring-state-evil-root", &fork.to_json()),
+                )
+                .await
+                .unwrap();
+            seen.follow().await.unwrap();
+            assert_eq!(
+                seen.state.ring_view.current().unwrap().active,
+                Some(Kid::of(b.public_key()))
+            );
+            let found = seen.load_state().await.unwrap().unwrap();
+            assert_ne!(found.name, "kseal-ring-state-evil-root");
+            let fresh = mirror(ring(dir.path(), Some(&a)).await, &client);
+            assert!(
+                fresh.load_state().await.unwrap().is_none(),
+                "two dedicated roots at root 2: neither copy is taken"
             );
         })
         .await;
