@@ -10,13 +10,27 @@
 //!   without a round trip through the async runtime between two unseals. A free slot always
 //!   goes to a queued reconcile job first.
 //! - **HTTP jobs** (one verify or rotate request each) are first admitted
-//!   ([`RsaPool::admit_http`]): at most `http_share + http_queue` jobs at once and at most
-//!   `http_share` per client; beyond that the request is refused at once (the caller answers
-//!   503 with `Retry-After`) instead of queueing. An admitted job then takes a slot **per
-//!   item** ([`HttpJob::slot`]) on its own blocking thread, only while no reconcile job is
+//!   ([`RsaPool::admit_http`]): at most `http_share + http_queue` jobs at once, and per client
+//!   at most its allowance: that many divided by the clients holding jobs (at most
+//!   `http_share`, at least one), so a client's part shrinks as more clients are active.
+//!   Beyond that the request is refused at once (the caller answers 503 with `Retry-After`)
+//!   instead of queueing. An admitted job then takes a slot **per item** ([`HttpJob::slot`])
+//!   on its own blocking thread, only while no reconcile job is
 //!   queued and fewer than `http_share` (half the slots and half the CPUs, at least one) are
 //!   held by HTTP work. So a reconcile that arrives while every slot is busy waits for at
 //!   most one item's RSA work (the keys it may try), never for a whole request.
+//!
+//! **Fair to clients, not to requests** (a flood from many addresses). A free HTTP slot goes
+//! to the waiting item of a client holding fewer slots than its part of the share (the share
+//! divided by the active clients, at least one), among those to the client that used the
+//! fewest slot-seconds lately (halved every [`USAGE_HALF_LIFE`]), then the oldest. And when
+//! every admission place is taken, a client that holds no job takes the place of the newest
+//! job of the client that used the share most, if that one used more than twice as much:
+//! that job stops at its next item (503, `Retry-After`). So a client that was not served
+//! lately is admitted at once and its first item gets the next free HTTP slot: it waits for
+//! at most one item's RSA work, however many addresses flood. Clients never served cannot
+//! displace one another (first come, first served among them), and an evicted job ends at
+//! its next item, so the jobs alive stay bounded by the places plus the HTTP slots.
 //!
 //! **Why the reconciles' unseals run on threads of the pool** rather than each taking a slot
 //! and then a thread of tokio's blocking pool: with the handover through the async runtime
@@ -25,7 +39,7 @@
 //! async threads were busy. A cold start on 2 cores left about 14 % of the CPUs idle
 //! (`cargo bench --bench scale`, docs/benchmarks.md).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
@@ -38,6 +52,11 @@ use crate::net::Client;
 pub(crate) const DEFAULT_SLOTS: usize = 4;
 /// Admitted HTTP jobs that may wait, per slot of the HTTP share.
 const QUEUE_PER_HTTP_SLOT: usize = 2;
+/// How fast a client's recent use of the HTTP share is forgotten: halved every this long.
+pub(crate) const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
+/// Recent use (slot-seconds) below which a client counts as not served: nobody takes its
+/// place, and its entry is forgotten once it holds no job.
+const USAGE_FLOOR: f64 = 0.000_1;
 /// Name of the pool's threads (as `top -H` and `/proc/PID/task/*/comm` show them).
 const THREAD_NAME: &str = "kseal-rsa";
 
@@ -81,9 +100,45 @@ struct Inner {
     idle_threads: usize,
     /// The pool was dropped: its threads end.
     closed: bool,
-    http_waiting: VecDeque<(u64, mpsc::SyncSender<()>)>,
+    /// HTTP items waiting for a slot (the order is chosen by [`Inner::next_waiter`]).
+    http_waiting: Vec<Waiter>,
     http_jobs: usize,
+    /// Admitted HTTP jobs per client.
     per_client: HashMap<Client, usize>,
+    /// Admitted HTTP jobs by id, with their client: whose place a new client may take.
+    admitted: HashMap<u64, Client>,
+    /// Jobs whose place a new client took: their next item is refused.
+    evicted: HashSet<u64>,
+    /// HTTP slots held per client.
+    holding: HashMap<Client, usize>,
+    /// Each client's recent slot-seconds, decaying ([`USAGE_HALF_LIFE`]).
+    usage: HashMap<Client, Usage>,
+    /// `usage` is pruned when it grows to this many entries (amortized).
+    prune_at: usize,
+}
+
+/// An HTTP item waiting for a slot.
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    job: u64,
+    client: Client,
+    tx: mpsc::SyncSender<()>,
+}
+
+/// A client's recent use of the HTTP share, in slot-seconds, as of `at`.
+#[derive(Debug, Clone, Copy)]
+struct Usage {
+    seconds: f64,
+    at: Instant,
+}
+
+impl Usage {
+    /// The use as of `now`, halved every [`USAGE_HALF_LIFE`].
+    fn at(self, now: Instant) -> f64 {
+        let age = now.saturating_duration_since(self.at).as_secs_f64();
+        self.seconds * 0.5f64.powf(age / USAGE_HALF_LIFE.as_secs_f64())
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -135,21 +190,97 @@ impl Inner {
         if !self.jobs.is_empty() {
             return;
         }
+        let now = Instant::now();
         while self.busy < self.slots && self.http_busy < self.http_share {
-            let Some((_, tx)) = self.http_waiting.pop_front() else {
+            let Some(at) = self.next_waiter(now) else {
                 break;
             };
-            self.busy += 1;
-            self.http_busy += 1;
-            let _ = tx.send(());
+            let waiter = self.http_waiting.swap_remove(at);
+            // A waiter removes itself under the lock before it stops listening, so this
+            // only fails for one that is gone: it takes nothing.
+            if waiter.tx.try_send(()).is_ok() {
+                self.busy += 1;
+                self.http_busy += 1;
+                *self.holding.entry(waiter.client).or_insert(0) += 1;
+            }
         }
     }
 
-    /// Gives back a slot HTTP work held.
-    fn release_http(&mut self, work: &Condvar) {
+    /// Gives back a slot HTTP work of `client` held for `held`, charged to its usage.
+    fn release_http(&mut self, client: Client, held: Duration, work: &Condvar) {
         self.busy = self.busy.saturating_sub(1);
         self.http_busy = self.http_busy.saturating_sub(1);
+        if let Some(count) = self.holding.get_mut(&client) {
+            *count -= 1;
+            if *count == 0 {
+                self.holding.remove(&client);
+            }
+        }
+        let now = Instant::now();
+        self.charge(client, held.as_secs_f64(), now);
         self.dispatch(work);
+    }
+
+    /// Adds `seconds` of slot use to `client`'s recent use, as of `now`.
+    fn charge(&mut self, client: Client, seconds: f64, now: Instant) {
+        let seconds = self.used(client, now) + seconds;
+        self.usage.insert(client, Usage { seconds, at: now });
+        if self.usage.len() >= self.prune_at {
+            // Forget clients holding no job whose use decayed away; amortized by pruning
+            // again only once the table has doubled.
+            let per_client = &self.per_client;
+            self.usage
+                .retain(|c, u| per_client.contains_key(c) || u.at(now) >= USAGE_FLOOR);
+            self.prune_at = 2 * self.usage.len() + 64;
+        }
+    }
+
+    /// `client`'s recent use of the HTTP share as of `now`.
+    fn used(&self, client: Client, now: Instant) -> f64 {
+        self.usage.get(&client).map_or(0.0, |u| u.at(now))
+    }
+
+    /// The waiting HTTP item to serve next: of a client holding fewer slots than its part of
+    /// the share (the share divided by the clients holding or waiting for slots, at least
+    /// one) first, then of the client with the least recent use, then the oldest.
+    fn next_waiter(&self, now: Instant) -> Option<usize> {
+        if self.http_waiting.is_empty() {
+            return None;
+        }
+        let mut active: HashSet<Client> = self.holding.keys().copied().collect();
+        active.extend(self.http_waiting.iter().map(|w| w.client));
+        let part = (self.http_share / active.len().max(1)).max(1);
+        let key = |w: &Waiter| {
+            let over = self.holding.get(&w.client).copied().unwrap_or(0) >= part;
+            (over, self.used(w.client, now), w.id)
+        };
+        self.http_waiting
+            .iter()
+            .enumerate()
+            .map(|(at, w)| (at, key(w)))
+            .min_by(|(_, a), (_, b)| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)))
+            .map(|(at, _)| at)
+    }
+
+    /// How many jobs `client` may hold: the admission places divided by the clients holding
+    /// jobs (itself included), at most the HTTP share, at least one.
+    fn allowance(&self, client: Client) -> usize {
+        let active = self.per_client.len() + usize::from(!self.per_client.contains_key(&client));
+        ((self.http_share + self.http_queue) / active.max(1)).clamp(1, self.http_share.max(1))
+    }
+
+    /// With every admission place taken: the job whose place `client` (holding no job) may
+    /// take: the newest live job of the client with the most recent use, if that client used
+    /// more than twice what `client` did (so clients never served never displace each other).
+    fn victim(&self, client: Client, now: Instant) -> Option<u64> {
+        let mine = self.used(client, now);
+        self.admitted
+            .iter()
+            .filter(|(id, _)| !self.evicted.contains(id))
+            .map(|(id, c)| (self.used(*c, now), *id))
+            .filter(|(used, _)| *used >= USAGE_FLOOR && *used > 2.0 * mine)
+            .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+            .map(|(_, id)| id)
     }
 
     fn id(&mut self) -> u64 {
@@ -217,9 +348,14 @@ impl RsaPool {
                     threads: 0,
                     idle_threads: 0,
                     closed: false,
-                    http_waiting: VecDeque::new(),
+                    http_waiting: Vec::new(),
                     http_jobs: 0,
                     per_client: HashMap::new(),
+                    admitted: HashMap::new(),
+                    evicted: HashSet::new(),
+                    holding: HashMap::new(),
+                    usage: HashMap::new(),
+                    prune_at: 64,
                 }),
                 work: Condvar::new(),
             }),
@@ -293,26 +429,45 @@ impl RsaPool {
         rx.await.map_err(|_| Failed)
     }
 
-    /// Admits one HTTP job for `client`, or refuses at once when the HTTP share and its
-    /// queue are taken, or when `client` already has its share of jobs.
+    /// Admits one HTTP job for `client`, or refuses at once when `client` already holds its
+    /// allowance of jobs, or when every admission place is taken and no heavier client's job
+    /// gives its place up (see the [module](self) documentation).
     pub fn admit_http(self: &Arc<Self>, client: Client) -> Result<HttpJob, Busy> {
         let mut inner = self.lock();
-        let share = inner.http_share;
-        if inner.http_jobs >= share + inner.http_queue
-            || inner.per_client.get(&client).copied().unwrap_or(0) >= share
-        {
+        let held = inner.per_client.get(&client).copied().unwrap_or(0);
+        if held >= inner.allowance(client) {
             return Err(Busy);
+        }
+        let live = inner.http_jobs.saturating_sub(inner.evicted.len());
+        if live >= inner.http_share + inner.http_queue {
+            let victim = if held == 0 {
+                inner.victim(client, Instant::now())
+            } else {
+                None
+            };
+            let victim = victim.ok_or(Busy)?;
+            inner.evicted.insert(victim);
+            // A victim waiting for its next item's slot is refused now: dropping its sender
+            // ends its wait.
+            inner.http_waiting.retain(|w| w.job != victim);
         }
         inner.http_jobs += 1;
         *inner.per_client.entry(client).or_insert(0) += 1;
+        let id = inner.id();
+        inner.admitted.insert(id, client);
         Ok(HttpJob {
             pool: self.clone(),
             client,
+            id,
         })
     }
 
-    fn http_slot(self: &Arc<Self>) -> RsaSlot {
-        RsaSlot { pool: self.clone() }
+    fn http_slot(self: &Arc<Self>, client: Client) -> RsaSlot {
+        RsaSlot {
+            pool: self.clone(),
+            client,
+            since: Instant::now(),
+        }
     }
 }
 
@@ -326,15 +481,20 @@ impl Drop for RsaPool {
     }
 }
 
-/// A slot held by HTTP work; dropping it frees the slot for the next waiter.
+/// A slot held by HTTP work; dropping it frees the slot for the next waiter and charges the
+/// time it was held to its client.
 #[derive(Debug)]
 pub struct RsaSlot {
     pool: Arc<RsaPool>,
+    client: Client,
+    since: Instant,
 }
 
 impl Drop for RsaSlot {
     fn drop(&mut self) {
-        self.pool.lock().release_http(&self.pool.shared.work);
+        self.pool
+            .lock()
+            .release_http(self.client, self.since.elapsed(), &self.pool.shared.work);
     }
 }
 
@@ -343,42 +503,48 @@ impl Drop for RsaSlot {
 pub struct HttpJob {
     pool: Arc<RsaPool>,
     client: Client,
+    id: u64,
 }
 
 impl HttpJob {
     /// Waits (blocking the thread: call it from the job's blocking thread) for a slot for
     /// one item, until `deadline`. Queued reconcile jobs, and those queued meanwhile, go
-    /// first.
+    /// first; among HTTP items, the client's fair turn (see the [module](self) documentation).
+    /// Refused at once when a new client took this job's place.
     pub fn slot(&self, deadline: Instant) -> Result<RsaSlot, Busy> {
         let pool = &self.pool;
         let (id, rx) = {
             let mut inner = pool.lock();
-            if inner.busy < inner.slots
-                && inner.http_busy < inner.http_share
-                && inner.jobs.is_empty()
-                && inner.http_waiting.is_empty()
-            {
-                inner.busy += 1;
-                inner.http_busy += 1;
-                return Ok(pool.http_slot());
+            if inner.evicted.contains(&self.id) {
+                return Err(Busy);
             }
             let (tx, rx) = mpsc::sync_channel(1);
             let id = inner.id();
-            inner.http_waiting.push_back((id, tx));
+            inner.http_waiting.push(Waiter {
+                id,
+                job: self.id,
+                client: self.client,
+                tx,
+            });
+            inner.dispatch(&pool.shared.work);
             (id, rx)
         };
         let wait = deadline.saturating_duration_since(Instant::now());
-        if rx.recv_timeout(wait).is_ok() {
-            return Ok(pool.http_slot());
+        match rx.recv_timeout(wait) {
+            Ok(()) => return Ok(pool.http_slot(self.client)),
+            // A new client took this job's place while it waited.
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Busy),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         let mut inner = pool.lock();
-        match inner.http_waiting.iter().position(|(i, _)| *i == id) {
+        match inner.http_waiting.iter().position(|w| w.id == id) {
             Some(at) => {
-                inner.http_waiting.remove(at);
+                inner.http_waiting.swap_remove(at);
                 Err(Busy)
             }
             // Handed a slot just as the wait ended (under the lock, so it is in the channel).
-            None => Ok(pool.http_slot()),
+            None if rx.try_recv().is_ok() => Ok(pool.http_slot(self.client)),
+            None => Err(Busy),
         }
     }
 }
@@ -387,6 +553,8 @@ impl Drop for HttpJob {
     fn drop(&mut self) {
         let mut inner = self.pool.lock();
         inner.http_jobs = inner.http_jobs.saturating_sub(1);
+        inner.admitted.remove(&self.id);
+        inner.evicted.remove(&self.id);
         if let Some(count) = inner.per_client.get_mut(&self.client) {
             *count -= 1;
             if *count == 0 {
@@ -464,6 +632,150 @@ mod tests {
         drop((mine, again));
         assert_eq!(pool.lock().http_jobs, 0);
         assert!(pool.lock().per_client.is_empty());
+    }
+
+    /// Charges `client` `seconds` of recent use of the HTTP share, as if it held slots that long.
+    fn charge(pool: &RsaPool, n: u8, seconds: f64) {
+        pool.lock().charge(client(n), seconds, Instant::now());
+    }
+
+    /// Polls `what` until it holds; fails (instead of hanging) after ten seconds.
+    fn until_sync(pool: &RsaPool, what: impl Fn(&Inner) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !what(&pool.lock()) {
+            assert!(Instant::now() < deadline, "{:?}", pool.lock());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// What an item's wait on its own thread got, and its job back.
+    type Waited = mpsc::Receiver<(Result<RsaSlot, Busy>, HttpJob)>;
+
+    /// Waits for a slot for `job` on a thread of its own, for up to twenty seconds.
+    fn wait_on_thread(job: HttpJob) -> Waited {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let slot = job.slot(Instant::now() + Duration::from_secs(20));
+            let _ = tx.send((slot, job));
+        });
+        rx
+    }
+
+    /// What a wait on a thread got; fails (instead of hanging) after ten seconds.
+    fn waited(rx: &Waited) -> (Result<RsaSlot, Busy>, HttpJob) {
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the wait ended within ten seconds")
+    }
+
+    #[test]
+    fn a_clients_allowance_shrinks_with_the_active_clients() {
+        let pool = RsaPool::with_cores(16, 64);
+        let shape = pool.shape();
+        assert_eq!((shape.http_share, shape.http_jobs), (8, 24));
+        // Alone, a client may hold the whole share of jobs.
+        let alone: Vec<_> = (0..8)
+            .map(|_| pool.admit_http(client(1)).unwrap())
+            .collect();
+        assert_eq!(pool.admit_http(client(1)).unwrap_err(), Busy);
+        drop(alone);
+        // With 12 clients active, two each; with 24, one each.
+        let many: Vec<_> = (1..=11)
+            .map(|n| pool.admit_http(client(n)).unwrap())
+            .collect();
+        let twelfth: Vec<_> = (0..2)
+            .map(|_| pool.admit_http(client(12)).unwrap())
+            .collect();
+        assert_eq!(pool.admit_http(client(12)).unwrap_err(), Busy);
+        drop((many, twelfth));
+        let all: Vec<_> = (1..=24)
+            .map(|n| pool.admit_http(client(n)).unwrap())
+            .collect();
+        assert_eq!(pool.admit_http(client(24)).unwrap_err(), Busy);
+        drop(all);
+        let inner = pool.lock();
+        assert!(inner.per_client.is_empty() && inner.admitted.is_empty());
+    }
+
+    #[test]
+    fn the_next_free_slot_goes_to_the_client_that_used_the_share_least() {
+        // One HTTP slot.
+        let pool = RsaPool::with_cores(2, 64);
+        let heavy = pool.admit_http(client(1)).unwrap();
+        let held = heavy.slot(soon()).unwrap();
+        charge(&pool, 1, 1.0);
+        // The heavy client's next item waits first, a light client's after it...
+        let heavy_next = wait_on_thread(heavy);
+        until_sync(&pool, |i| i.http_waiting.len() == 1);
+        charge(&pool, 2, 0.01);
+        let light_next = wait_on_thread(pool.admit_http(client(2)).unwrap());
+        until_sync(&pool, |i| i.http_waiting.len() == 2);
+        // ...and gets the slot first.
+        drop(held);
+        let (slot, light) = waited(&light_next);
+        let slot = slot.unwrap();
+        assert_eq!(pool.lock().http_waiting.len(), 1, "the heavy client waits");
+        assert_eq!(pool.lock().holding.get(&client(2)), Some(&1));
+        drop((slot, light));
+        let (slot, heavy) = waited(&heavy_next);
+        drop((slot.unwrap(), heavy));
+        until_sync(&pool, |i| i.http_busy == 0 && i.holding.is_empty());
+    }
+
+    #[test]
+    fn a_new_client_takes_the_heaviest_clients_place_and_is_served_next() {
+        // One HTTP slot, three admission places.
+        let pool = RsaPool::with_cores(2, 64);
+        assert_eq!(pool.shape().http_jobs, 3);
+        // Three clients fill every place: client 2 holds the slot, client 1 (which used the
+        // share lately) and client 3 (never served) wait for it.
+        let holder = pool.admit_http(client(2)).unwrap();
+        let held = holder.slot(soon()).unwrap();
+        charge(&pool, 1, 1.0);
+        let heavy = wait_on_thread(pool.admit_http(client(1)).unwrap());
+        let light = wait_on_thread(pool.admit_http(client(3)).unwrap());
+        until_sync(&pool, |i| i.http_waiting.len() == 2);
+        assert_eq!(
+            pool.admit_http(client(1)).unwrap_err(),
+            Busy,
+            "no place left"
+        );
+        // A new client takes the heavy client's place: its waiting item is refused at once.
+        let newcomer = pool.admit_http(client(9)).unwrap();
+        let (refused, evicted) = waited(&heavy);
+        assert_eq!(refused.unwrap_err(), Busy);
+        // And so is any later item of that job.
+        assert_eq!(evicted.slot(soon()).unwrap_err(), Busy);
+        // Clients never served never displace each other: first come, first served.
+        assert_eq!(pool.admit_http(client(10)).unwrap_err(), Busy);
+        // The new client's item goes before the older one of a client that used a little.
+        charge(&pool, 3, 0.01);
+        let first = wait_on_thread(newcomer);
+        until_sync(&pool, |i| i.http_waiting.len() == 2);
+        drop(held);
+        let (slot, newcomer) = waited(&first);
+        let slot = slot.unwrap();
+        assert_eq!(pool.lock().holding.get(&client(9)), Some(&1));
+        drop((slot, newcomer));
+        let (slot, light) = waited(&light);
+        drop((slot.unwrap(), light, evicted, holder));
+        let inner = pool.lock();
+        assert_eq!((inner.http_jobs, inner.http_busy, inner.busy), (0, 0, 0));
+        assert!(inner.admitted.is_empty() && inner.evicted.is_empty());
+        assert!(inner.per_client.is_empty() && inner.holding.is_empty());
+        assert!(inner.http_waiting.is_empty());
+    }
+
+    #[test]
+    fn the_usage_table_forgets_clients_that_used_next_to_nothing() {
+        let pool = RsaPool::with_cores(2, 64);
+        for n in 0..10_000u32 {
+            let c = Client::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+            pool.lock().charge(c, USAGE_FLOOR / 2.0, Instant::now());
+        }
+        assert!(pool.lock().usage.len() <= 64, "{}", pool.lock().usage.len());
+        // A client that used the share is remembered.
+        charge(&pool, 1, 1.0);
+        assert!(pool.lock().used(client(1), Instant::now()) > 0.9);
     }
 
     /// A job that holds its slot until `gate` is opened (or dropped), then returns `value`.

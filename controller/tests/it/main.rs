@@ -13,6 +13,8 @@ mod bitnami;
 mod bound_template;
 #[cfg(target_os = "linux")]
 mod connections;
+#[cfg(target_os = "linux")]
+mod flood;
 mod flow;
 mod http;
 mod key_source;

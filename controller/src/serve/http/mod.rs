@@ -38,7 +38,10 @@
 //!   in debt is answered 429 with `Retry-After` until its bucket recovers.
 //! - The work runs on the RSA slots shared with the reconciler (`crate::serve::rsapool`), which
 //!   goes first; when the HTTP share and its short queue are taken the answer is 503 with
-//!   `Retry-After` at once.
+//!   `Retry-After` at once. Among clients the share is fair: a client's part shrinks with the
+//!   number of active clients, the client that used the share least lately gets the next free
+//!   slot, and a client holding no request takes the place of the heaviest one's (which stops
+//!   with 503), so a flood from many addresses leaves another client answered.
 
 mod limit;
 mod verify;
