@@ -374,7 +374,7 @@ fn check_link_owner(path: &Path, meta: &std::fs::Metadata, me: u32) -> Result<()
 /// it: exactly one member, the owner, whether as its primary group or listed in it. A group
 /// these files do not list, or with no member at all, counts as shared: nothing shows whom it
 /// holds.
-fn others_in_group(gid: u32, owner: u32, passwd: &str, group: &str) -> Option<String> {
+pub(crate) fn others_in_group(gid: u32, owner: u32, passwd: &str, group: &str) -> Option<String> {
     let fields = |line: &str| -> Vec<String> { line.split(':').map(str::to_owned).collect() };
     let Some(entry) = group
         .lines()

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Checks the IAM documents in deploy/iam (run by deploy/check.sh, so by scripts/test.sh and CI):
 #
-#   1. every *.json parses (python3 -m json.tool), and the eight expected documents exist;
+#   1. every *.json parses (python3 -m json.tool), and the nine expected documents exist;
+#      render.sh leaves out what it has no value for and refuses placeholders and aliases;
 #   2. lint_policies.py substitutes the placeholders (${AWS_REGION}, ${ACCOUNT_ID}, ${RING},
-#      ${KMS_KEY_ARN}, ${OIDC_PROVIDER}) with sample values and runs parliament on each
+#      ${KMS_KEY_ARN}, ${KMS_ROOT_KEY_ARN}, ${OIDC_PROVIDER}) with sample values and runs parliament on each
 #      document (core and community auditors, every severity): any finding fails, except
 #      those accepted, with a reason, in parliament.yaml (which must still occur); then
 #      kseal's own rules (exact actions per policy, no ListSecrets, no wildcard actions or
-#      resources, KMS only via Secrets Manager, what the ARN patterns match and do not match,
+#      resources, KMS only via Secrets Manager (but the dedicated root's kms:Sign, with its
+#      algorithm and message type, and kms:GetPublicKey, in seeder-root-policy.json only), what the ARN patterns match and do not match,
 #      the trust policies' service account).
 #
 # parliament comes from PyPI, pinned with its dependencies in requirements-parliament.txt,
@@ -33,7 +35,7 @@ command -v python3 >/dev/null 2>&1 || fail "python3 is required"
 
 # --- 1. the documents parse --------------------------------------------------------------
 for want in seeder-policy controller-policy sealer-policy controller-trust-irsa controller-trust-pod-identity seeder-trust-irsa \
-  eso-mirror-policy eso-trust-irsa; do
+  eso-mirror-policy eso-trust-irsa seeder-root-policy; do
   [[ -f "$IAM/$want.json" ]] || fail "$IAM/$want.json is missing"
 done
 mapfile -t docs < <(find "$IAM" -maxdepth 1 -name '*.json' | sort)
@@ -45,7 +47,7 @@ log "ok: ${#docs[@]} JSON documents parse"
 # --- 1b. render.sh: no empty Resource without a KMS key, placeholders refused ---------------
 render_tmp=$(mktemp -d)
 trap 'rm -rf "$render_tmp"' EXIT
-render() { env -u KMS_KEY_ARN -u OIDC_PROVIDER AWS_REGION=eu-west-1 ACCOUNT_ID=123456789012 RING=kseal/fleet "$@"; }
+render() { env -u KMS_KEY_ARN -u KMS_ROOT_KEY_ARN -u OIDC_PROVIDER AWS_REGION=eu-west-1 ACCOUNT_ID=123456789012 RING=kseal/fleet "$@"; }
 render "$IAM/render.sh" "$render_tmp/plain" 2>/dev/null || fail "render.sh failed without KMS_KEY_ARN"
 if grep -l '"kms:' "$render_tmp"/plain/*.json >/dev/null 2>&1; then
   fail "render.sh kept KMS statements without KMS_KEY_ARN"
@@ -53,17 +55,43 @@ fi
 if grep -n '"Resource": ""' "$render_tmp"/plain/*.json; then fail "render.sh wrote an empty Resource"; fi
 [[ -f "$render_tmp/plain/seeder-policy.json" && ! -f "$render_tmp/plain/controller-trust-irsa.json" ]] ||
   fail "render.sh without OIDC_PROVIDER: want the policies and no IRSA trust policy"
+[[ ! -e "$render_tmp/plain/seeder-root-policy.json" ]] ||
+  fail "render.sh wrote seeder-root-policy.json without KMS_ROOT_KEY_ARN"
 render env KMS_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:key/0123abcd-45ef-6789-abcd-0123456789ab \
   OIDC_PROVIDER=oidc.eks.eu-west-1.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF \
   "$IAM/render.sh" "$render_tmp/kms" 2>/dev/null || fail "render.sh failed with every value set"
 [[ $(grep -l 'key/0123abcd' "$render_tmp"/kms/*.json | wc -l) -eq 4 ]] ||
   fail "render.sh with KMS_KEY_ARN: want the key in the four policies"
+# The dedicated root: its policy alone names the root key, with exactly kms:Sign (conditioned
+# on what keystore/src/root.rs sends) and kms:GetPublicKey; no reader's policy names it.
+root_arn=arn:aws:kms:eu-west-1:123456789012:key/fedc3210-ba98-4765-8321-0fedcba98765
+render env KMS_ROOT_KEY_ARN=$root_arn "$IAM/render.sh" "$render_tmp/root" 2>/dev/null ||
+  fail "render.sh failed with KMS_ROOT_KEY_ARN"
+[[ "$(grep -l "$root_arn" "$render_tmp"/root/*.json)" == "$render_tmp/root/seeder-root-policy.json" ]] ||
+  fail "render.sh with KMS_ROOT_KEY_ARN: want the root key in seeder-root-policy.json only"
+python3 -c '
+import json, sys
+doc, arn = json.load(open(sys.argv[1])), sys.argv[2]
+cond = {"StringEquals": {"kms:MessageType": ["RAW", "DIGEST"], "kms:SigningAlgorithm": "RSASSA_PSS_SHA_256"}}
+got = sorted((s["Effect"], s["Action"], s["Resource"], json.dumps(s.get("Condition"), sort_keys=True)) for s in doc["Statement"])
+want = sorted([("Allow", "kms:Sign", arn, json.dumps(cond, sort_keys=True)), ("Allow", "kms:GetPublicKey", arn, "null")])
+if got != want:
+    sys.exit(f"got {got}, want {want}")
+' "$render_tmp/root/seeder-root-policy.json" "$root_arn" ||
+  fail "the rendered seeder-root-policy.json is not what kseal needs (above)"
+for bad in "KMS_ROOT_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:alias/kseal-root" \
+  "KMS_ROOT_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:key/0123abcd-45ef-6789-abcd-0123456789ab KMS_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:key/0123abcd-45ef-6789-abcd-0123456789ab"; do
+  # shellcheck disable=SC2086 # one or two assignments
+  if render env $bad "$IAM/render.sh" "$render_tmp/bad" 2>/dev/null; then
+    fail "render.sh accepted $bad"
+  fi
+done
 for bad in 'KMS_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:key/…' 'ACCOUNT_ID=1111...' 'RING=kseal/fleet/'; do
   if render env "$bad" "$IAM/render.sh" "$render_tmp/bad" 2>/dev/null; then
     fail "render.sh accepted $bad"
   fi
 done
-log "ok: render.sh leaves KMS statements out without a key and refuses placeholders"
+log "ok: render.sh leaves KMS statements out without a key, renders the root's policy alone, refuses placeholders and aliases"
 
 # --- 2. parliament -----------------------------------------------------------------------
 want_version=$(sed -n 's/^parliament==//p' "$REQ")

@@ -9,7 +9,9 @@ Each FILE is read from the repository, its placeholders are replaced by sample v
 1. parliament (its Python API, core and community auditors, every severity) reports nothing
    but the findings CONFIG accepts; every accepted finding must still occur;
 2. kseal's own rules hold: the exact actions of each policy, no ListSecrets, no wildcard
-   action or resource, KMS only through Secrets Manager, the resource patterns match the
+   action or resource, KMS only through Secrets Manager (except the dedicated root's policy:
+   kms:Sign with its algorithm and message type, kms:GetPublicKey, on that key only, and no
+   other document naming it), the resource patterns match the
    ring's secret ARNs and nothing else, the trust policies name the controller's service
    account.
 
@@ -30,6 +32,7 @@ SAMPLE = {
     "ACCOUNT_ID": "123456789012",
     "RING": "kseal/fleet",
     "KMS_KEY_ARN": "arn:aws:kms:eu-west-1:123456789012:key/0123abcd-45ef-6789-abcd-0123456789ab",
+    "KMS_ROOT_KEY_ARN": "arn:aws:kms:eu-west-1:123456789012:key/fedc3210-ba98-4765-8321-0fedcba98765",
     "OIDC_PROVIDER": "oidc.eks.eu-west-1.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF",
 }
 SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:"
@@ -52,6 +55,12 @@ SEEDER_RING_ACTIONS = {
     "secretsmanager:RemoveRegionsFromReplication",
 }
 READ = {"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}
+# The ring's dedicated root in KMS (keystore/src/root.rs): the seeder reads its public half
+# (GetPublicKey, when opening `--root kms://...`) and signs with it (Sign, RSASSA_PSS_SHA_256
+# over the RAW message). Nothing else: no DescribeKey (never called), no Verify (readers
+# verify with the public key recorded in the ring's index, without KMS).
+ROOT_ACTIONS = {"kms:Sign", "kms:GetPublicKey"}
+ROOT_SIGN_CONDITION = {"StringEquals": {"kms:SigningAlgorithm": "RSASSA_PSS_SHA_256", "kms:MessageType": ["RAW", "DIGEST"]}}
 
 errors = []
 
@@ -120,7 +129,16 @@ def common_rules(path, doc):
             if resource == "*" or resource.endswith(":*"):
                 error(path, f"{sid}: unscoped resource {resource}")
         kms = [a for a in as_list(st.get("Action", [])) if a.startswith("kms:")]
-        if kms and st["Effect"] == "Allow":
+        on_root = SAMPLE["KMS_ROOT_KEY_ARN"] in as_list(st.get("Resource", []))
+        if on_root and os.path.basename(path) != "seeder-root-policy.json":
+            error(path, f"{sid}: only seeder-root-policy.json may name ${{KMS_ROOT_KEY_ARN}} "
+                  "(readers verify the ring with the public key in its index, without KMS)")
+        if kms and st["Effect"] == "Allow" and on_root:
+            if as_list(st["Resource"]) != [SAMPLE["KMS_ROOT_KEY_ARN"]]:
+                error(path, f"{sid}: the root's statements are limited to ${{KMS_ROOT_KEY_ARN}}")
+            if "kms:Sign" in kms and st.get("Condition") != ROOT_SIGN_CONDITION:
+                error(path, f"{sid}: kms:Sign must be limited to exactly {ROOT_SIGN_CONDITION}")
+        elif kms and st["Effect"] == "Allow":
             cond = st.get("Condition", {})
             if cond.get("StringEquals", {}).get("kms:ViaService") != VIA:
                 error(path, f"{sid}: KMS must be limited to kms:ViaService={VIA}")
@@ -148,6 +166,15 @@ def policy_rules(name, path, doc):
             error(path, f"the mirror reader may only read {LEGACY_ARN}: got {sorted(sm)} on {sorted(sm_resources)}")
         if kms != {"kms:Decrypt"}:
             error(path, f"the mirror reader needs kms:Decrypt only, got {sorted(kms)}")
+    elif name == "seeder-root-policy.json":
+        sm_all = {a for st in doc["Statement"] for a in as_list(st["Action"]) if not a.startswith("kms:")}
+        if sm_all:
+            error(path, f"the root policy grants KMS on the root only, got {sorted(sm_all)}")
+        if kms != ROOT_ACTIONS or {st["Effect"] for st in doc["Statement"]} != {"Allow"}:
+            error(path, f"the root policy allows exactly {sorted(ROOT_ACTIONS)}, got {sorted(kms)}")
+        for st in doc["Statement"]:
+            if "kms:Sign" in as_list(st["Action"]) and as_list(st["Action"]) != ["kms:Sign"]:
+                error(path, f"{st['Sid']}: kms:Sign has a statement of its own (with its condition)")
     elif name == "seeder-policy.json":
         by_sid = {st["Sid"]: st for st in doc["Statement"]}
         ring = [st for st in doc["Statement"] if st["Effect"] == "Allow" and as_list(st["Resource"]) == [RING_ARN]]

@@ -29,6 +29,23 @@ use crate::contract::Kid;
 use crate::contract::Signature;
 use crate::{Error, Result};
 
+/// The most `kms:Sign` takes as a `RAW` message (AWS KMS API reference, `Sign`, `Message`).
+pub const KMS_RAW_MESSAGE_MAX: usize = 4096;
+
+/// What `kms:Sign` is sent for `message`: the message itself (`RAW`) up to 4096 bytes, else its
+/// SHA-256 digest (`DIGEST`). For RSASSA-PSS-SHA-256 both give a signature over the same
+/// message: KMS hashes a `RAW` message with SHA-256 and signs a `DIGEST` as that hash. A
+/// signed index grows by about 250 bytes per key, so a ring of 15 keys or more needs the
+/// digest. The emulator implements only `RAW`, which the tests' short messages keep using.
+fn kms_payload(message: &[u8]) -> (Vec<u8>, MessageType) {
+    if message.len() <= KMS_RAW_MESSAGE_MAX {
+        (message.to_vec(), MessageType::Raw)
+    } else {
+        use sha2::Digest as _;
+        (sha2::Sha256::digest(message).to_vec(), MessageType::Digest)
+    }
+}
+
 /// Where a dedicated root key lives, as `--root` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RootKey {
@@ -238,11 +255,12 @@ impl RootSigner {
             }
             Backend::Kms { client, key_id } => {
                 let what = format!("KMS key {key_id}");
+                let (payload, kind) = kms_payload(message);
                 let out = client
                     .sign()
                     .key_id(key_id)
-                    .message(Blob::new(message.to_vec()))
-                    .message_type(MessageType::Raw)
+                    .message(Blob::new(payload))
+                    .message_type(kind)
                     .signing_algorithm(SigningAlgorithmSpec::RsassaPssSha256)
                     .send()
                     .await
@@ -275,6 +293,24 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// AWS KMS refuses a RAW message over 4096 bytes (a ring of 15 keys or more): longer
+    /// messages go as their SHA-256 digest, which PSS-SHA-256 signs alike.
+    #[test]
+    fn long_messages_go_to_kms_as_their_digest() {
+        use aws_sdk_kms::types::MessageType;
+        use sha2::Digest as _;
+        let short = vec![7u8; super::KMS_RAW_MESSAGE_MAX];
+        assert_eq!(
+            super::kms_payload(&short),
+            (short.clone(), MessageType::Raw)
+        );
+        let long = vec![7u8; super::KMS_RAW_MESSAGE_MAX + 1];
+        assert_eq!(
+            super::kms_payload(&long),
+            (sha2::Sha256::digest(&long).to_vec(), MessageType::Digest)
+        );
+    }
 
     #[test]
     fn root_keys_parse_and_bad_ones_say_what_is_expected() {

@@ -5,15 +5,22 @@
         Print how many unauthenticated calls `setup` makes: the value of moto's
         INITIAL_NO_AUTH_ACTION_COUNT, after which moto checks every call against IAM.
     iam_policies.py setup ENDPOINT IAM_DIR RING OUT_DIR
-        Load seeder-, controller- and sealer-policy.json from IAM_DIR, substitute the
+        Create the ring's dedicated root on moto's KMS (RSA_4096, SIGN_VERIFY; its key id in
+        OUT_DIR/root-key.txt), load seeder-, controller- and sealer-policy.json and
+        seeder-root-policy.json (${KMS_ROOT_KEY_ARN}: that key) from IAM_DIR, substitute the
         placeholders, rewrite them into what moto can evaluate (below; every change is printed),
-        create one IAM user per role with that policy and an access key, write the key to
-        OUT_DIR/<role>.env (shell assignments) and the policy moto got to
-        OUT_DIR/<role>-policy.moto.json, then prove that moto now enforces IAM.
-    iam_policies.py call ENDPOINT CREDS_FILE ACTION [SECRET_ID]
-        One Secrets Manager call (ListSecrets, GetSecretValue, DescribeSecret, CreateSecret)
-        with the credentials of CREDS_FILE. Prints `allowed`, `denied <code>: <message>` or
-        `error <what>`; exits 0 (allowed), 3 (denied) or 1 (anything else).
+        create one IAM user per role with that policy (the seeder also gets the root policy,
+        as a second inline policy) and an access key, write the key to OUT_DIR/<role>.env
+        (shell assignments) and the policy moto got to OUT_DIR/<role>-policy.moto.json, then
+        prove that moto now enforces IAM.
+    iam_policies.py call ENDPOINT CREDS_FILE ACTION [ID [ARG]]
+        One Secrets Manager call (ListSecrets, GetSecretValue, DescribeSecret, CreateSecret;
+        ID: the secret) or KMS call (kms:Sign ID [ALGORITHM] signs a short RAW message,
+        default RSASSA_PSS_SHA_256; kms:GetPublicKey, kms:DescribeKey, kms:ScheduleKeyDeletion
+        ID; kms:ListKeys) with the credentials of CREDS_FILE. Prints `allowed`,
+        `denied <code>: <message>` or `error <what>`; exits 0 (allowed), 3 (denied) or 1
+        (anything else). kms:ScheduleKeyDeletion asks for the longest window (30 days) and is
+        only ever expected to be denied.
 
 What moto 5.2.5 can evaluate, and so what the rewrite does (moto/iam/access_control.py):
 
@@ -29,7 +36,13 @@ What moto 5.2.5 can evaluate, and so what the rewrite does (moto/iam/access_cont
   unconditional Allow (wider), so it is dropped instead (none of the Secrets Manager
   statements has one today).
 - KMS statements are dropped: moto's Secrets Manager uses no KMS key, and kms:ViaService /
-  kms:EncryptionContext cannot be evaluated.
+  kms:EncryptionContext cannot be evaluated. Except the dedicated root's (seeder-root-policy.json,
+  kms:Sign and kms:GetPublicKey called directly by kseal): moto checks KMS calls against
+  resource "*" too (its KMS has no _determine_resource), so the Resource becomes "*"; and its
+  Condition (kms:SigningAlgorithm, kms:MessageType) is dropped: moto passes no KMS request
+  context, and its StringEquals over no value counts as met, so the Allow is unconditional
+  there whatever the document says (wider than the real policy: a Sign with another
+  algorithm is allowed on moto; the linter, deploy/iam/check.sh, pins the condition).
 
 Only the Python standard library and boto3 (in moto's venv) are used; `plan` needs neither.
 """
@@ -41,6 +54,8 @@ import sys
 
 ROLES = ("seeder", "controller", "sealer")
 SETUP_CALLS_PER_ROLE = 3  # CreateUser, PutUserPolicy, CreateAccessKey
+SETUP_CALLS_ROOT = 2  # kms CreateKey (the ring's dedicated root), the seeder's PutUserPolicy for it
+ROOT_POLICY = "seeder-root-policy.json"
 REGION = "us-east-1"
 ACCOUNT_ID = "123456789012"  # moto's default account
 KMS_KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT_ID}:key/00000000-0000-4000-8000-000000000000"
@@ -51,8 +66,10 @@ def as_list(value):
     return value if isinstance(value, list) else [value]
 
 
-def substitute(path, text, ring):
+def substitute(path, text, ring, root_arn=None):
     values = {"AWS_REGION": REGION, "ACCOUNT_ID": ACCOUNT_ID, "RING": ring, "KMS_KEY_ARN": KMS_KEY_ARN}
+    if root_arn:
+        values["KMS_ROOT_KEY_ARN"] = root_arn
 
     def repl(match):
         name = match.group(1)
@@ -66,8 +83,11 @@ def substitute(path, text, ring):
     return out
 
 
-def for_moto(role, doc):
-    """The policy as moto can evaluate it, and one line per change."""
+def for_moto(role, doc, root=False):
+    """The policy as moto can evaluate it, and one line per change.
+
+    root: the dedicated root's policy (direct KMS calls): its statements are kept, with
+    Resource "*" and without their Condition (see the module doc)."""
     notes, statements = [], []
     for st in as_list(doc["Statement"]):
         sid = st.get("Sid", "?")
@@ -75,6 +95,17 @@ def for_moto(role, doc):
             if unsupported in st:
                 sys.exit(f"iam_policies.py: {role}: {sid}: {unsupported} is not handled by this check")
         actions = as_list(st["Action"])
+        if root:
+            if st["Effect"] != "Allow" or not all(a.lower().startswith("kms:") for a in actions):
+                sys.exit(f"iam_policies.py: {role}: {sid}: the root policy has KMS Allows only")
+            notes.append(f"{role}: {sid}: Resource {' '.join(as_list(st['Resource']))} -> * (moto checks KMS "
+                         "calls against * only)")
+            if "Condition" in st:
+                cond = json.dumps(st["Condition"], separators=(",", ":"))
+                notes.append(f"{role}: {sid}: Condition {cond} dropped: moto passes no KMS request context and "
+                             "counts it as met anyway (wider than the real policy; deploy/iam/check.sh pins it)")
+            statements.append({"Sid": sid, "Effect": "Allow", "Action": st["Action"], "Resource": "*"})
+            continue
         if any(a.lower().startswith("kms:") for a in actions):
             if not all(a.lower().startswith("kms:") for a in actions):
                 sys.exit(f"iam_policies.py: {role}: {sid}: mixes KMS and other actions")
@@ -127,11 +158,27 @@ def denial(error):
 
 
 def cmd_plan():
-    print(len(ROLES) * SETUP_CALLS_PER_ROLE)
+    print(len(ROLES) * SETUP_CALLS_PER_ROLE + SETUP_CALLS_ROOT)
 
 
 def cmd_setup(endpoint, iam_dir, ring, out_dir):
     from botocore.exceptions import ClientError
+
+    # The ring's dedicated root, as `aws kms create-key` makes it (docs/key-ring.md).
+    kms = clients(endpoint, "setup", "setup")("kms")
+    root = kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="RSA_4096", Description="kseal ring root (iam check)")
+    root_id, root_arn = root["KeyMetadata"]["KeyId"], root["KeyMetadata"]["Arn"]
+    with open(os.path.join(out_dir, "root-key.txt"), "w", encoding="utf-8") as f:
+        f.write(root_id + "\n")
+    print(f"root:    KMS key {root_arn} (RSA_4096, SIGN_VERIFY)")
+    path = os.path.join(iam_dir, ROOT_POLICY)
+    with open(path, encoding="utf-8") as f:
+        root_doc, notes = for_moto("seeder", json.loads(substitute(path, f.read(), ring, root_arn)), root=True)
+    for note in notes:
+        print(f"rewrite: {note}")
+    print(f"policy:  seeder (root): {', '.join(','.join(as_list(st['Action'])) for st in root_doc['Statement'])}")
+    with open(os.path.join(out_dir, "seeder-root-policy.moto.json"), "w", encoding="utf-8") as f:
+        json.dump(root_doc, f, indent=2)
 
     docs = {}
     for role in ROLES:
@@ -156,6 +203,8 @@ def cmd_setup(endpoint, iam_dir, ring, out_dir):
         user = f"kseal-iam-{role}"
         iam.create_user(UserName=user)
         iam.put_user_policy(UserName=user, PolicyName=f"kseal-{role}", PolicyDocument=json.dumps(doc))
+        if role == "seeder":
+            iam.put_user_policy(UserName=user, PolicyName="kseal-seeder-root", PolicyDocument=json.dumps(root_doc))
         key = iam.create_access_key(UserName=user)["AccessKey"]
         path = os.path.join(out_dir, f"{role}.env")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -167,7 +216,8 @@ def cmd_setup(endpoint, iam_dir, ring, out_dir):
         iam.list_users()
     except ClientError as e:
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        print(f"enforce: after {len(docs) * SETUP_CALLS_PER_ROLE} setup calls moto refuses an unknown key (HTTP {status})")
+        print(f"enforce: after {len(docs) * SETUP_CALLS_PER_ROLE + SETUP_CALLS_ROOT} setup calls moto refuses an "
+              f"unknown key (HTTP {status})")
         return
     sys.exit("iam_policies.py: moto still accepts unauthenticated calls after the setup: "
              "INITIAL_NO_AUTH_ACTION_COUNT did not reach moto_server, or the count is wrong")
@@ -182,18 +232,26 @@ def read_creds(path):
     return creds["AWS_ACCESS_KEY_ID"], creds["AWS_SECRET_ACCESS_KEY"]
 
 
-def cmd_call(endpoint, creds_path, action, secret_id=None):
+def cmd_call(endpoint, creds_path, action, secret_id=None, arg=None):
     from botocore.exceptions import BotoCoreError, ClientError
 
-    sm = clients(endpoint, *read_creds(creds_path))("secretsmanager")
+    client = clients(endpoint, *read_creds(creds_path))
+    sm, kms = client("secretsmanager"), client("kms")
     calls = {
         "ListSecrets": lambda: sm.list_secrets(MaxResults=1),
         "GetSecretValue": lambda: sm.get_secret_value(SecretId=secret_id),
         "DescribeSecret": lambda: sm.describe_secret(SecretId=secret_id),
         # A name no check relies on; on a denial nothing is created.
         "CreateSecret": lambda: sm.create_secret(Name=secret_id, SecretString="{}"),
+        # secret_id is the KMS key id here. As kseal signs (keystore/src/root.rs): RAW.
+        "kms:Sign": lambda: kms.sign(KeyId=secret_id, Message=b"kseal iam check", MessageType="RAW",
+                                     SigningAlgorithm=arg or "RSASSA_PSS_SHA_256"),
+        "kms:GetPublicKey": lambda: kms.get_public_key(KeyId=secret_id),
+        "kms:DescribeKey": lambda: kms.describe_key(KeyId=secret_id),
+        "kms:ScheduleKeyDeletion": lambda: kms.schedule_key_deletion(KeyId=secret_id, PendingWindowInDays=30),
+        "kms:ListKeys": lambda: kms.list_keys(Limit=1),
     }
-    if action not in calls or (action != "ListSecrets" and not secret_id):
+    if action not in calls or (action not in ("ListSecrets", "kms:ListKeys") and not secret_id):
         sys.exit(f"iam_policies.py: call: unknown action {action} or missing secret id")
     try:
         calls[action]()
@@ -219,7 +277,7 @@ def main(argv):
     if argv[:1] == ["setup"] and len(argv) == 5:
         cmd_setup(*argv[1:])
         return 0
-    if argv[:1] == ["call"] and len(argv) in (4, 5):
+    if argv[:1] == ["call"] and len(argv) in (4, 5, 6):
         return cmd_call(*argv[1:])
     print(__doc__.split("\n\n")[1], file=sys.stderr)
     return 2

@@ -13,18 +13,30 @@
 #    the seeder's force-delete Deny becomes an unconditional Deny of DeleteSecret (no command
 #    here calls it), and an Allow with a condition would be dropped whole (none has one). Each
 #    change is printed. It creates one IAM user per role with that policy and an access key.
+#    It also creates the ring's dedicated root on moto's KMS (RSA_4096, SIGN_VERIFY) and gives
+#    the seeder seeder-root-policy.json for it (kms:Sign, kms:GetPublicKey; Resource "*", and
+#    the kms:SigningAlgorithm / kms:MessageType condition dropped: moto evaluates no KMS
+#    condition key, it counts them as met).
 # 2. moto starts with INITIAL_NO_AUTH_ACTION_COUNT = the number of setup calls (start.sh passes
 #    the variable through to moto_server): every later call is checked against the caller's
 #    policies, and the helper proves it (an unknown key is refused).
 # 3. The real CLI, with each user's access key: the seeder seeds the ring and rotates it; the
 #    controller lists it and reads a key secret but cannot push, rotate or ListSecrets; the
 #    sealer seals with the ring's certificate but cannot push, rotate or ListSecrets; the
-#    refused writes leave the ring unchanged. Prints a table; exits 1 on a failed expectation.
+#    refused writes leave the ring unchanged. Then the dedicated root: the controller and the
+#    sealer are denied every KMS call on it (Sign, GetPublicKey, DescribeKey; ListKeys), and
+#    the controller's `kseal keys re-root` / `refresh --root` stop at kms:GetPublicKey; the
+#    seeder may GetPublicKey and Sign (PSS-SHA-256) but not DescribeKey or ScheduleKeyDeletion,
+#    hands the ring to the KMS key with `kseal keys re-root`, then refreshes and rotates with
+#    `--root kms://…`; pinned at that root, the controller lists the ring and the sealer seals
+#    with no KMS permission. Prints a table; exits 1 on a failed expectation.
 #
 # What this cannot prove: resource scoping. Above all, the sealer's GetSecretValue is limited
 # to R/index-?????? on real AWS, so it cannot read a private key (R/keys/<kid>); moto allows
 # the action on every secret. That is checked by deploy/iam/check.sh's linter (what each ARN
-# pattern matches). The table shows this as an informational row (–).
+# pattern matches). The table shows this as an informational row (–). Nor can it prove the
+# root's condition: moto allows the seeder's kms:Sign with any algorithm (another – row); the
+# linter pins the condition (kms:SigningAlgorithm RSASSA_PSS_SHA_256, kms:MessageType RAW or DIGEST).
 #
 # moto answers a denial with HTTP 403 and an XML body (`<Code>AccessDenied</Code>`; real
 # Secrets Manager: HTTP 400, JSON AccessDeniedException). The AWS SDK for Rust cannot parse it
@@ -286,6 +298,114 @@ else
   row ✗ seeder "the refused writes left the ring unchanged (2 keys)" "exit $rc, keys before: ${kids[*]:-none}, after: ${kids_after[*]:-none}"
 fi
 
+# --- the ring's dedicated root in KMS (deploy/iam/seeder-root-policy.json) -----------------
+# Only the seeder may use the root (kms:Sign, kms:GetPublicKey); readers verify the history
+# with the public key recorded in the index, so the controller and the sealer get no KMS
+# permission at all and still read and seal after the hand-over.
+root_key=$(cat "$work/out/root-key.txt")
+expect_kms() { # role action want(allowed|denied) [algorithm]
+  local role=$1 action=$2 want=$3 algo=${4:-}
+  call_as "$role" "$action" "$root_key" ${algo:+"$algo"}
+  local label="$action${algo:+ ($algo)} on the root (boto3): $want"
+  if [[ $want == allowed && $rc == 0 ]] || [[ $want == denied && $rc == 3 ]]; then
+    row ✓ "$role" "$label" "${answer%%:*}"
+  else
+    row ✗ "$role" "$label" "$answer"
+  fi
+}
+for role in controller sealer; do
+  for action in kms:Sign kms:GetPublicKey kms:DescribeKey; do
+    expect_kms "$role" "$action" denied
+  done
+done
+call_as controller kms:ListKeys
+if [[ $rc == 3 ]]; then
+  row ✓ controller "kms:ListKeys (boto3): denied" "${answer%%:*}"
+else
+  row ✗ controller "kms:ListKeys (boto3): denied" "$answer"
+fi
+expect_kms seeder kms:GetPublicKey allowed
+expect_kms seeder kms:Sign allowed RSASSA_PSS_SHA_256
+expect_kms seeder kms:DescribeKey denied # kseal never calls it, so the policy does not grant it
+expect_kms seeder kms:ScheduleKeyDeletion denied
+# The condition (kms:SigningAlgorithm = RSASSA_PSS_SHA_256, kms:MessageType RAW or DIGEST) cannot be
+# proven here: moto passes no KMS request context and counts the condition as met.
+call_as seeder kms:Sign "$root_key" RSASSA_PKCS1_V1_5_SHA_256
+if [[ $rc == 3 ]]; then
+  row ✓ seeder "kms:Sign (RSASSA_PKCS1_V1_5_SHA_256) on the root (boto3): denied" "${answer%%:*}"
+elif [[ $rc == 0 ]]; then
+  row – seeder "kms:Sign with another algorithm: not provable on moto (answer: ${answer%%:*})" \
+    "moto ignores kms:SigningAlgorithm and kms:MessageType; deploy/iam/check.sh pins the condition"
+else
+  row ✗ seeder "kms:Sign (RSASSA_PKCS1_V1_5_SHA_256) on the root (boto3)" "$answer"
+fi
+
+# kseal itself: the controller cannot hand the ring over (it may not even read the root's
+# public key); the seeder can, and then refreshes and rotates with --root.
+expect_denied_root() { # role name label kseal-args...
+  local role=$1 name=$2 label=$3
+  shift 3
+  local before
+  before=$(count_403)
+  kseal_as "$role" "$name" "$@"
+  if [[ $rc == 1 ]] && saw_403_since "$before" && grep -q 'kms:GetPublicKey' "$work/$name.err"; then
+    row ✓ "$role" "$label: refused at kms:GetPublicKey"
+  else
+    row ✗ "$role" "$label: refused at kms:GetPublicKey" "exit $rc: $(last_err "$name")"
+  fi
+}
+# re-root checks the history first: it needs the pin (the anchor, as a GitOps repository has it).
+expect_denied_root controller reroot-controller "kseal keys re-root --to kms://<root>" \
+  keys re-root --ring "$RING" --endpoint-url "$endpoint" --ring-anchor "$anchor" --to "kms://$root_key" --yes
+kseal_as seeder reroot keys re-root --ring "$RING" --endpoint-url "$endpoint" --ring-anchor "$anchor" \
+  --to "kms://$root_key" --yes
+root_kid=""
+if [[ $rc == 0 ]]; then
+  ring_keys seeder list-rerooted
+  root_kid=$("$VENV_PY" -c '
+import json, sys
+roots = json.load(open(sys.argv[1]))["roots"]
+print(roots[-1]["kid"] if roots and roots[-1].get("dedicated") else "")
+' "$work/list-rerooted.out" 2>/dev/null || true)
+fi
+if [[ $root_kid =~ ^[0-9a-f]{64}$ ]] && grep -q "$root_kid" "$work/reroot.out" "$work/reroot.err"; then
+  row ✓ seeder "kseal keys re-root --to kms://<root>: the history's newest root is the KMS key"
+else
+  row ✗ seeder "kseal keys re-root --to kms://<root>" "exit $rc, root kid '$root_kid': $(last_err reroot)"
+fi
+expect_denied_root controller refresh-controller "kseal keys refresh --root kms://<root>" \
+  keys refresh --ring "$RING" --endpoint-url "$endpoint" --ring-anchor "$anchor" --root "kms://$root_key"
+for step in refresh rotate; do
+  args=(keys "$step" --ring "$RING" --endpoint-url "$endpoint" --ring-anchor "${root_kid:-$anchor}" --root "kms://$root_key")
+  if [[ $step == rotate ]]; then args+=(--key-size 2048 --now --yes); fi
+  kseal_as seeder "$step-root" "${args[@]}"
+  if [[ $rc == 0 ]]; then
+    row ✓ seeder "kseal keys $step --root kms://<root>: signed by the root"
+  else
+    row ✗ seeder "kseal keys $step --root kms://<root>" "exit $rc: $(last_err "$step-root")"
+  fi
+done
+# Readers pinned at the dedicated root read and seal with no KMS permission.
+if [[ -n "$root_kid" ]]; then
+  extra_env=("KSEAL_RING_ANCHOR=$root_kid")
+  ring_keys controller list-root-controller
+  extra_env=()
+  mapfile -t kids_root <"$work/list-root-controller.kids"
+  if [[ $rc == 0 && ${#kids_root[@]} == 3 ]]; then
+    row ✓ controller "kseal keys list pinned at the root: reads the root-signed index (3 keys), no KMS"
+  else
+    row ✗ controller "kseal keys list pinned at the root" "exit $rc, keys: ${kids_root[*]:-none}: $(last_err list-root-controller)"
+  fi
+  extra_env=("KSEAL_AWS_ENDPOINT_URL=$endpoint" "KSEAL_RING_ANCHOR=$root_kid")
+  kseal_as sealer seal-root seal --cert "secretsmanager://$RING" -f "$work/secret.yaml" -o yaml
+  extra_env=()
+  if [[ $rc == 0 ]] && grep -q '^kind: SealedSecret' "$work/seal-root.out"; then
+    row ✓ sealer "kseal seal pinned at the root: seals, no KMS"
+  else
+    row ✗ sealer "kseal seal pinned at the root" "exit $rc: $(last_err seal-root)"
+  fi
+fi
+
 # --- report ------------------------------------------------------------------------------
 echo
 echo "IAM policies at the action level (moto $endpoint, ring $RING, $KSEAL_BIN):"
@@ -301,7 +421,8 @@ if ((gaps > 0)); then
   echo "  known gap: moto answers a denial with HTTP 403 and an XML body; kseal (keystore/src/asm.rs classify) does not"
   echo "  recognise it and reports a generic, retryable service error. KSEAL_IAM_STRICT_DENIAL_TEXT=1 makes this a failure."
 fi
-echo "  not checked here: resource scoping (every Resource was rewritten to *), KMS, conditions (see deploy/iam/check.sh)"
+echo "  not checked here: resource scoping (every Resource was rewritten to *), KMS through Secrets Manager, conditions"
+echo "  (moto counts them as met, kms:SigningAlgorithm and kms:MessageType included; see deploy/iam/check.sh)"
 total=${#rows[@]}
 if ((failed > 0)); then
   echo "iam policies: $failed of $total checks FAILED"

@@ -3,6 +3,7 @@
 //! (hand the history to a dedicated root), `kseal keys refresh` (a new expiry) and `kseal keys
 //! new-root` (an offline root key file).
 
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
@@ -105,6 +106,33 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
                     pin.from,
                     pin.anchor.short()
                 );
+            }
+            // A root kid a person confirmed out of band, and the ring's current dedicated root,
+            // replace what this machine read before: a fork read earlier (under a pin at a ring
+            // key) left its version and root in the cache, which would otherwise refuse the real
+            // history for good.
+            if let Some(root_kid) = &dedicated
+                && args
+                    .root_kid
+                    .as_deref()
+                    .is_some_and(|kid| kid.eq_ignore_ascii_case(root_kid.as_str()))
+            {
+                let seq = u64::try_from(snapshot.index.roots.len()).unwrap_or(u64::MAX);
+                let kept = seen::load(&pin.anchor)?;
+                let real = Some((seq, root_kid.clone()));
+                if kept.version > version || kept.root.is_some() && kept.root != real {
+                    seen::replace(&pin.anchor, version, Some((seq, root_kid)))?;
+                    eprintln!(
+                        "this machine had read another history of the ring (version {}{}): \
+                         replaced by the confirmed root {}'s, version {version}",
+                        kept.version,
+                        kept.root
+                            .as_ref()
+                            .map(|(_, kid)| format!(", dedicated root {}", kid.short()))
+                            .unwrap_or_default(),
+                        root_kid.short()
+                    );
+                }
             }
             // The same floors as sealing: the pin's version and the newest this machine read.
             let seen_version = seen::version(&pin.anchor);
@@ -209,6 +237,35 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
             .file
             .clone()
             .unwrap_or_else(|| PathBuf::from(project::FILE_NAME));
+        // A first pin at a dedicated root is trust on first use of whatever the index says:
+        // with a kid confirmed out of band (--root-kid) it is not. Off a terminal nobody can be
+        // asked, so the kid is required there (attack review: a CI bootstrap pinned a fork's
+        // root unasked).
+        if let Some(root_kid) = &dedicated {
+            match args.root_kid.as_deref() {
+                Some(kid) if kid.len() != 64 => bail!(
+                    "--root-kid needs the root's whole kid (64 hex digits, as re-root prints \
+                     it): a short prefix could be matched by a key made to fit it"
+                ),
+                Some(kid) if !kid.eq_ignore_ascii_case(root_kid.as_str()) => bail!(
+                    "the ring's dedicated root is {root_kid}, not the root {kid} you \
+                     confirmed: the ring may have been forked. Do not seal to it; ask the \
+                     ring's seeder"
+                ),
+                Some(_) => {}
+                None if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() => {
+                    bail!(
+                        "key ring {} is signed by the dedicated root {root_kid}: pinning it \
+                         without a terminal to ask on needs the root's kid confirmed out of \
+                         band (`kseal keys re-root` printed it): run `kseal keys trust --ring {} \
+                         --root-kid KID`",
+                        ring_label(&ring),
+                        ring_arg(&args.ring)
+                    )
+                }
+                None => {}
+            }
+        }
         confirm(
             &format!(
                 "pin {} for key ring {} in {}?",

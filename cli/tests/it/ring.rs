@@ -1707,6 +1707,200 @@ fn a_dedicated_root_moves_the_pin_and_refuses_forks_signed_with_ring_keys() {
 }
 
 /// The anchor pinned in `d/.kseal.yaml`.
+/// Attack review (issue 35): a fresh CI job pinned at the old ring-key anchor reads a fork
+/// whose dedicated root is the attacker's before it ever read the real one (the documented
+/// "can still"); its cache then held the fork's version and root and refused the real history
+/// for good, and `kseal keys trust --root-kid REAL` was refused as a rollback. A root kid
+/// confirmed out of band now replaces the cache entry. And a first pin at a dedicated root off
+/// a terminal needs that kid: nobody can be asked there.
+#[test]
+fn a_confirmed_root_kid_recovers_from_a_fork_read_first_and_a_first_pin_needs_it() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = d.join("ring");
+    let url = format!("dir://{}", ring.display());
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", d.join("cache").to_str().unwrap());
+    let ok = |out: Run| {
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    ok(aws.run(
+        d,
+        &["keys", "push", "--key-size", "2048", "--ring", &url],
+        None,
+    ));
+    ok(aws.run(d, &["keys", "trust", "--yes", "--ring", &url], None));
+    let anchor = pinned_anchor(d);
+    let root_file = d.join("root.pem");
+    ok(aws.run(d, &["keys", "new-root", "--out", s(&root_file)], None));
+    let root_arg = format!("file://{}", root_file.display());
+    ok(aws.run(
+        d,
+        &[
+            "keys", "re-root", "--to", &root_arg, "--yes", "--ring", &url,
+        ],
+        None,
+    ));
+    let root_kid = kseal_keystore::Kid::of(
+        kseal_keys::PrivateKey::from_pem(&std::fs::read_to_string(&root_file).unwrap())
+            .unwrap()
+            .public_key(),
+    );
+
+    // The fork: from the anchor (a ring key every cluster holds) to the attacker's own
+    // "dedicated" root A, with their key X active, at a high version.
+    let path = ring.join("index.json");
+    let real = std::fs::read_to_string(&path).unwrap();
+    let mut index = kseal_keystore::Index::parse_any_ring(&real, "index.json").unwrap();
+    let anchor_dir = ring.join("keys").join(&anchor);
+    let anchor_pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(anchor_dir.join("tls.key")).unwrap(),
+        &std::fs::read_to_string(anchor_dir.join("tls.crt")).unwrap(),
+    )
+    .unwrap();
+    let generate = || {
+        kseal_keys::KeyPair::generate(
+            kseal_keys::KeySize::Rsa2048,
+            &kseal_keys::CertificateOptions::default(),
+        )
+        .unwrap()
+    };
+    let (fake_root, x) = (generate(), generate());
+    let fake_kid = kseal_keystore::Kid::of(fake_root.public_key());
+    index.roots.truncate(1);
+    let message = kseal_keystore::trust::dedicated_root_message(
+        &index.ring,
+        2,
+        &fake_kid,
+        Some(&index.roots[0].kid),
+        None,
+    )
+    .unwrap();
+    index.roots.push(kseal_keystore::trust::RootRecord {
+        seq: 2,
+        kid: fake_kid.clone(),
+        spki: base64::engine::general_purpose::STANDARD
+            .encode(fake_root.public_key().to_spki_der()),
+        signatures: vec![
+            kseal_keystore::trust::sign_with_pair(&anchor_pair, &message).unwrap(),
+            kseal_keystore::trust::sign_with_pair(&fake_root, &message).unwrap(),
+        ],
+        dedicated: true,
+        location: None,
+    });
+    index.keys.push(
+        kseal_keystore::IndexEntry::new(x.certificate(), std::time::SystemTime::now()).unwrap(),
+    );
+    index.active = Some(kseal_keystore::Kid::of(x.public_key()));
+    index.version += 50;
+    kseal_keystore::trust::sign_index(&mut index, &fake_root).unwrap();
+    std::fs::write(&path, index.to_json()).unwrap();
+
+    // A fresh CI job (its own cache) pinned at the old anchor reads the fork first: the
+    // documented residual. Its cache now names the fork.
+    let ci = Aws::new().with("KSEAL_CACHE_DIR", d.join("ci-cache").to_str().unwrap());
+    let seal = |aws: &Aws| {
+        aws.run(
+            d,
+            &[
+                "seal",
+                "--cert",
+                &url,
+                "--raw",
+                "--name",
+                "x",
+                "--namespace",
+                "y",
+            ],
+            Some("v"),
+        )
+    };
+    let forked = seal(&ci);
+    assert_eq!(forked.code, 0, "{}", forked.stderr);
+    std::fs::write(&path, &real).unwrap();
+    let locked = seal(&ci);
+    assert!(locked.stderr.contains("fork"), "{}", locked.stderr);
+    assert_eq!(
+        locked.code, 1,
+        "the cache holds the fork: {}",
+        locked.stderr
+    );
+    // Without the kid, or with the fork's, nothing moves.
+    let unconfirmed = ci.run(d, &["keys", "trust", "--ring", &url], None);
+    assert_eq!(unconfirmed.code, 1, "{}", unconfirmed.stderr);
+    let wrong = ci.run(
+        d,
+        &[
+            "keys",
+            "trust",
+            "--ring",
+            &url,
+            "--root-kid",
+            fake_kid.as_str(),
+        ],
+        None,
+    );
+    assert_eq!(wrong.code, 1, "{}", wrong.stderr);
+    // The real root's kid, confirmed out of band, replaces the cache entry and moves the pin.
+    let trusted = ok(ci.run(
+        d,
+        &[
+            "keys",
+            "trust",
+            "--ring",
+            &url,
+            "--root-kid",
+            root_kid.as_str(),
+        ],
+        None,
+    ));
+    assert!(
+        trusted.stderr.contains("replaced by the confirmed root"),
+        "{}",
+        trusted.stderr
+    );
+    assert_eq!(pinned_anchor(d), root_kid.as_str());
+    let sealed = ok(seal(&ci));
+    assert!(!sealed.stdout.is_empty());
+
+    // A first pin at a dedicated root, off a terminal: the kid is required.
+    let other = tempfile::tempdir().unwrap();
+    let o = other.path();
+    let first = aws.run(o, &["keys", "trust", "--yes", "--ring", &url], None);
+    assert_eq!(first.code, 1, "{}", first.stderr);
+    assert!(first.stderr.contains("--root-kid"), "{}", first.stderr);
+    assert!(!o.join(".kseal.yaml").exists());
+    let first = aws.run(
+        o,
+        &[
+            "keys",
+            "trust",
+            "--yes",
+            "--ring",
+            &url,
+            "--root-kid",
+            &anchor,
+        ],
+        None,
+    );
+    assert_eq!(first.code, 1, "{}", first.stderr);
+    ok(aws.run(
+        o,
+        &[
+            "keys",
+            "trust",
+            "--yes",
+            "--ring",
+            &url,
+            "--root-kid",
+            root_kid.as_str(),
+        ],
+        None,
+    ));
+    assert_eq!(pinned_anchor(o), root_kid.as_str());
+}
+
 fn pinned_anchor(d: &Path) -> String {
     let text = std::fs::read_to_string(d.join(".kseal.yaml")).unwrap();
     let value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
