@@ -240,6 +240,9 @@ pub struct State {
     /// What cached SealedSecrets not yet synced may hold of encrypted values
     /// (`--pending-values-mib`; [`crate::cache::sealed`]).
     pub value_budget: Arc<crate::cache::sealed::ValueBudget>,
+    /// Which keys opened each SealedSecret (recorded by the reconciler while the fleet
+    /// writer runs; counted by it as objects per kid).
+    pub opened: Arc<crate::reconcile::affinity::Opened>,
 }
 
 impl State {
@@ -257,6 +260,7 @@ impl State {
             value_budget: crate::cache::sealed::ValueBudget::new(
                 crate::cache::sealed::DEFAULT_VALUE_BUDGET_BYTES,
             ),
+            opened: Arc::default(),
         }
     }
 

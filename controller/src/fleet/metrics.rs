@@ -99,8 +99,9 @@ impl FleetMetrics {
 pub(crate) struct Counts {
     /// The ring (set when published).
     pub(crate) ring: String,
-    /// Objects by the kid their sealing-key annotation names.
+    /// Objects by the kids of the keys that opened them (else of the key their sealing-key
+    /// annotation names); an object opened by two keys counts under each.
     pub(crate) by_kid: BTreeMap<Kid, u64>,
-    /// Objects with no sealing-key annotation, or one naming no key of the ring.
+    /// Objects neither opened by a held key nor annotated with one.
     pub(crate) unattributed: u64,
 }

@@ -18,16 +18,25 @@
 //! cluster id is `--cluster-id`, else the UID of the `kube-system` namespace; without either,
 //! acknowledgements are off (one warning).
 //!
-//! Objects per kid count the watched SealedSecrets by the key their `kseal.dev/sealing-key`
-//! annotation names (what `kseal seal` writes and the controller opens with first); objects
-//! without it (sealed by kubeseal) or naming a key not held here are `unattributed`. The same
+//! Objects per kid count the watched SealedSecrets by the keys that opened them: the
+//! reconciler records, for each object it unseals while this writer runs, every key that
+//! opened one of its values, with the object's UID and generation
+//! ([`crate::reconcile::affinity::Opened`], in the shared [`State`]; only the leader unseals,
+//! and only the leader counts). An object opened by two held keys counts once under each (it
+//! needs both). An object not opened here as it is now falls back to the key its
+//! `kseal.dev/sealing-key` annotation names: one changed since it was opened and not opened
+//! again yet, and one not opened since this controller started or became leader (a restart
+//! does not unseal objects whose Secrets are up to date). Objects whose openers are not held
+//! any more, and objects not opened whose annotation is missing (kubeseal) or names no held
+//! key, are `unattributed`. Each count forgets the opened keys of objects it no longer lists,
+//! so the record holds at most the watched objects plus those opened since. The same
 //! counts are the `kseal_objects_by_kid{ring,kid}` gauge, and [`readyz_detail`] renders them
 //! as a line for the metrics port's `/readyz` detail (not yet called by the HTTP server).
 //!
 //! A failed write never touches readiness: it is logged, counted
 //! (`kseal_fleet_ack_writes_total{outcome}`) and retried with backoff.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
@@ -46,6 +55,7 @@ use metrics::Counts;
 pub use metrics::{AckOutcomeLabels, FleetMetrics, RingKidLabels};
 
 use crate::config::Namespaces;
+use crate::reconcile::affinity::Opened;
 use crate::{Config, State};
 
 /// When the writer looks, and how often it writes.
@@ -163,7 +173,10 @@ pub async fn run(
     let Some(source) = config.key_source.clone() else {
         return;
     };
+    // The reconciler records which keys open each object from now on; the counts prune it.
+    state.opened.enable();
     let Some(cluster) = cluster_id(&client, &config, &options, &mut shutdown).await else {
+        state.opened.disable();
         return;
     };
     let mut backoff = options.retry_min;
@@ -173,6 +186,7 @@ pub async fn run(
             // A ring whose name no parameter can carry: retrying would not help.
             Err(e @ kseal_keystore::Error::Location { .. }) => {
                 tracing::warn!("fleet acknowledgements are off: {}", crate::error_chain(&e));
+                state.opened.disable();
                 return;
             }
             Err(e) => {
@@ -394,7 +408,7 @@ impl Writer {
             if self.anchor.as_ref().is_some_and(|(_, a)| a.is_none()) {
                 self.anchor = None;
             }
-            match count_objects(client, config, &ring).await {
+            match count_objects(client, config, &ring, &state.opened).await {
                 Ok(counts) => {
                     state.metrics.fleet.publish(&view.ring, &counts);
                     self.counts = Some(counts);
@@ -566,12 +580,13 @@ async fn read_anchor(client: &Client, config: &Config) -> Option<Kid> {
     })
 }
 
-/// Counts the watched SealedSecrets (metadata only, 500 a page) by the kid their sealing-key
-/// annotation names among the keys held.
+/// Counts the watched SealedSecrets (metadata only, 500 a page) by the kids of the keys that
+/// opened them ([`attribute`]), then forgets the opened keys of objects no longer listed.
 async fn count_objects(
     client: &Client,
     config: &Config,
     ring: &KeyRing,
+    opened: &Opened,
 ) -> Result<Counts, kube::Error> {
     let apis: Vec<Api<SealedSecret>> = match &config.namespaces {
         Namespaces::All => vec![Api::all(client.clone())],
@@ -580,11 +595,10 @@ async fn count_objects(
             .map(|ns| Api::namespaced(client.clone(), ns))
             .collect(),
     };
-    let kids: BTreeMap<KeyId, Kid> = ring
-        .keys()
-        .map(|k| (k.id().clone(), Kid::of(k.public_key())))
-        .collect();
+    let kids = kids_of(ring);
+    let mark = opened.mark();
     let mut counts = Counts::default();
+    let mut listed: HashSet<(String, String)> = HashSet::new();
     for api in apis {
         let mut params = ListParams::default().limit(500);
         if let Some(selector) = &config.label_selector {
@@ -593,16 +607,10 @@ async fn count_objects(
         loop {
             let page = api.list_metadata(&params).await?;
             for item in &page.items {
-                let kid = item
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(kseal_api::constants::SEALING_KEY_ANNOTATION))
-                    .and_then(|hint| KeyId::parse(hint.trim()))
-                    .and_then(|id| kids.get(&id));
-                match kid {
-                    Some(kid) => *counts.by_kid.entry(kid.clone()).or_default() += 1,
-                    None => counts.unattributed += 1,
+                attribute(&item.metadata, &kids, opened, &mut counts);
+                let meta = &item.metadata;
+                if let (Some(namespace), Some(name)) = (&meta.namespace, &meta.name) {
+                    listed.insert((namespace.clone(), name.clone()));
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -611,7 +619,52 @@ async fn count_objects(
             }
         }
     }
+    opened.retain(mark, |namespace, name| {
+        listed.contains(&(namespace.to_owned(), name.to_owned()))
+    });
     Ok(counts)
+}
+
+/// The kid of each key `ring` holds.
+fn kids_of(ring: &KeyRing) -> BTreeMap<KeyId, Kid> {
+    ring.keys()
+        .map(|k| (k.id().clone(), Kid::of(k.public_key())))
+        .collect()
+}
+
+/// Counts one SealedSecret (its metadata): once under the kid of each held key that opened
+/// it, when it was opened here as it is now (same UID and generation); otherwise (not opened
+/// since this controller started, or changed since) under the kid its sealing-key annotation
+/// names. `unattributed` when neither names a held key.
+fn attribute(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    kids: &BTreeMap<KeyId, Kid>,
+    opened: &Opened,
+    counts: &mut Counts,
+) {
+    let by_opener = opened.keys(
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        meta.uid.as_deref(),
+        meta.generation,
+    );
+    let held: BTreeSet<&Kid> = match by_opener {
+        Some(keys) => keys.iter().filter_map(|id| kids.get(id)).collect(),
+        None => meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(kseal_api::constants::SEALING_KEY_ANNOTATION))
+            .and_then(|hint| KeyId::parse(hint.trim()))
+            .and_then(|id| kids.get(&id))
+            .into_iter()
+            .collect(),
+    };
+    if held.is_empty() {
+        counts.unattributed += 1;
+    }
+    for kid in held {
+        *counts.by_kid.entry(kid.clone()).or_default() += 1;
+    }
 }
 
 #[cfg(test)]
@@ -723,6 +776,106 @@ mod tests {
         );
     }
 
+    /// Objects count under the key that opened them; the annotation only speaks for objects
+    /// not opened here as they are now.
+    #[test]
+    fn objects_count_under_the_key_that_opened_them() {
+        use std::collections::BTreeMap;
+
+        use k8s_openapi::api::core::v1::Secret;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        use kseal_api::{SealedSecretSpec, Unsealed};
+
+        let id = |i: u8| {
+            use base64::Engine as _;
+            let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode([i; 32]);
+            KeyId::parse(&format!("SHA256:{text}")).unwrap()
+        };
+        let kid = |c: char| Kid::parse(&c.to_string().repeat(64)).unwrap();
+        // Keys 1 (kid a) and 2 (kid b) are held; key 3 is not.
+        let kids = BTreeMap::from([(id(1), kid('a')), (id(2), kid('b'))]);
+        let meta = |name: &str, hint: Option<u8>, generation: i64| ObjectMeta {
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            generation: Some(generation),
+            annotations: hint.map(|i| {
+                BTreeMap::from([(
+                    kseal_api::constants::SEALING_KEY_ANNOTATION.to_owned(),
+                    id(i).to_string(),
+                )])
+            }),
+            ..ObjectMeta::default()
+        };
+        let opened = Opened::default();
+        opened.enable();
+        let open = |meta: &ObjectMeta, keys: &[u8]| {
+            let mut sealed = SealedSecret::new("", SealedSecretSpec::default());
+            sealed.metadata = meta.clone();
+            let unsealed = Unsealed {
+                secret: Secret::default(),
+                rsa_operations: 0,
+                keys: keys
+                    .iter()
+                    .enumerate()
+                    .map(|(n, i)| (format!("item{n}"), id(*i)))
+                    .collect(),
+                deprecated_data_key: None,
+            };
+            opened.record(&sealed, &unsealed);
+        };
+        let count = |metas: &[ObjectMeta]| {
+            let mut counts = Counts::default();
+            for meta in metas {
+                attribute(meta, &kids, &opened, &mut counts);
+            }
+            let by: Vec<(char, u64)> = counts
+                .by_kid
+                .iter()
+                .map(|(k, n)| (k.to_string().chars().next().unwrap(), *n))
+                .collect();
+            (by, counts.unattributed)
+        };
+
+        // Annotated with key 2, opened with key 1: counts under a, not b.
+        let wrong = meta("wrong", Some(2), 1);
+        open(&wrong, &[1]);
+        assert_eq!(count(std::slice::from_ref(&wrong)), (vec![('a', 1)], 0));
+        // No annotation (kubeseal), opened with key 1: counts under a, not unattributed.
+        let kubeseal = meta("kubeseal", None, 1);
+        open(&kubeseal, &[1]);
+        assert_eq!(count(std::slice::from_ref(&kubeseal)), (vec![('a', 1)], 0));
+        // Never opened: by its annotation, or unattributed without one.
+        let waiting = meta("waiting", Some(2), 1);
+        let bare = meta("bare", None, 1);
+        assert_eq!(count(&[waiting.clone(), bare.clone()]), (vec![('b', 1)], 1));
+        // Changed since it was opened: its annotation speaks until it is opened again, then
+        // the new key does.
+        let changed = meta("wrong", Some(2), 2);
+        assert_eq!(count(std::slice::from_ref(&changed)), (vec![('b', 1)], 0));
+        open(&changed, &[1]);
+        assert_eq!(count(std::slice::from_ref(&changed)), (vec![('a', 1)], 0));
+        let resealed = meta("wrong", None, 3);
+        open(&resealed, &[2]);
+        assert_eq!(count(std::slice::from_ref(&resealed)), (vec![('b', 1)], 0));
+        // Values opened by two held keys: the object needs both, and counts under each; a key
+        // not held counts nowhere, and an object opened only by such keys is unattributed.
+        let mixed = meta("mixed", Some(1), 1);
+        open(&mixed, &[1, 2, 3, 1]);
+        assert_eq!(
+            count(std::slice::from_ref(&mixed)),
+            (vec![('a', 1), ('b', 1)], 0)
+        );
+        let gone = meta("gone", Some(1), 1);
+        open(&gone, &[3]);
+        assert_eq!(count(std::slice::from_ref(&gone)), (vec![], 1));
+        // All together.
+        assert_eq!(
+            count(&[kubeseal, waiting, bare, resealed, mixed, gone]),
+            (vec![('a', 2), ('b', 3)], 2)
+        );
+    }
+
     #[test]
     fn readyz_detail_lists_the_counts() {
         let state = State::new();
@@ -745,6 +898,160 @@ mod tests {
                     .contains(r#"kseal_objects_by_kid{ring="kseal/fleet",kid="unattributed"} 2"#),
             "{text}"
         );
+    }
+
+    /// End to end: the reconciler opens a kubeseal-style object (no annotation) and a wrongly
+    /// annotated one, both with key A, and the record counts both under A and none under B.
+    #[tokio::test]
+    async fn the_record_counts_objects_by_the_key_the_reconciler_opened_them_with() {
+        use clap::Parser as _;
+        use k8s_openapi::api::core::v1::Namespace;
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::api::{Patch, PatchParams, PostParams};
+        let server = kseal_testkit::TestApiServer::new();
+        let client = server.client();
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(include_str!("../../../deploy/crd.yaml")).unwrap();
+        let mut value = serde_json::to_value(&crd).unwrap();
+        value["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
+        value["kind"] = serde_json::json!("CustomResourceDefinition");
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .patch(
+                "sealedsecrets.bitnami.com",
+                &PatchParams::apply("kseal-tests").force(),
+                &Patch::Apply(value),
+            )
+            .await
+            .unwrap();
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "apps"}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ring_dir = dir.path().join("ring");
+        let source = format!("dir://{}", ring_dir.display());
+        let argv = [
+            "kseal-controller",
+            "--controller-namespace",
+            "kseal",
+            "--cluster-id",
+            "c1",
+            "--key-source",
+            source.as_str(),
+        ];
+        let mut config =
+            Config::from_args(crate::config::Args::try_parse_from(argv).unwrap(), None).unwrap();
+        config.namespaces = Namespaces::Only(vec!["apps".to_owned()]);
+        let config = Arc::new(config);
+        let location = kseal_keystore::Location::Directory {
+            path: ring_dir,
+            insecure_perms: true,
+        };
+        let store = FleetStore::open(&location, &kseal_keystore::AwsOptions::default())
+            .await
+            .unwrap();
+        let generate = || {
+            kseal_keys::KeyPair::generate(
+                kseal_keys::KeySize::Rsa2048,
+                &kseal_keys::CertificateOptions::default(),
+            )
+            .unwrap()
+        };
+        let (a, b) = (generate(), generate());
+        let mut index = kseal_keystore::Index::empty("kseal/fleet", std::time::SystemTime::now());
+        index.version = 1;
+        index.active = Some(Kid::of(a.public_key()));
+        for pair in [&a, &b] {
+            index.keys.push(
+                kseal_keystore::IndexEntry::new(pair.certificate(), std::time::SystemTime::now())
+                    .unwrap(),
+            );
+        }
+        let state = State::new();
+        state.leadership.assume(true);
+        state
+            .ring_view
+            .publish(crate::keys::ringview::RingView::new(
+                &index,
+                &BTreeSet::new(),
+                Some(Kid::of(a.public_key())),
+            ));
+        let mut ring: KeyRing = [a.clone(), b.clone()].into_iter().collect();
+        ring.set_sealing_key(a.id());
+        state.keys.replace(ring);
+        // As `run` does before its first count.
+        state.opened.enable();
+
+        // Both sealed with key A: one as kubeseal writes it (no annotation), one whose
+        // annotation names key B.
+        for (name, hint) in [("plain", None), ("wrong", Some(b.id().to_string()))] {
+            let secret: Secret = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "apps"},
+                "stringData": {"password": "s3cr3t"}
+            }))
+            .unwrap();
+            let mut sealed =
+                kseal_api::seal_secret(&secret, a.public_key(), &kseal_api::SealOptions::default())
+                    .unwrap();
+            let annotations = sealed.metadata.annotations.get_or_insert_default();
+            annotations.remove(kseal_api::constants::SEALING_KEY_ANNOTATION);
+            if let Some(hint) = hint {
+                annotations.insert(kseal_api::constants::SEALING_KEY_ANNOTATION.into(), hint);
+            }
+            Api::<SealedSecret>::namespaced(client.clone(), "apps")
+                .create(&PostParams::default(), &sealed)
+                .await
+                .unwrap();
+        }
+        let options = Options {
+            heartbeat: Duration::from_secs(3600),
+            recount: Duration::from_secs(3600),
+            check: Duration::from_millis(10),
+            retry_min: Duration::from_millis(10),
+            retry_max: Duration::from_millis(10),
+        };
+        let cluster = ClusterId::parse("c1").unwrap();
+        let mut writer = Writer::new(cluster.clone(), store, options);
+        // Not opened yet: counted by their annotations.
+        writer.step(&client, &config, &state).await;
+        let counts = writer.counts.clone().unwrap();
+        assert_eq!(
+            (counts.by_kid, counts.unattributed),
+            (BTreeMap::from([(Kid::of(b.public_key()), 1)]), 1)
+        );
+
+        let (stop, stop_rx) = watch::channel(false);
+        let reconciler = tokio::spawn(crate::reconcile::run(
+            client.clone(),
+            config.clone(),
+            state.clone(),
+            stop_rx,
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while state.opened.len() < 2 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "both objects opened"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        writer.recount_now = true;
+        writer.step(&client, &config, &state).await;
+        let ack = writer.store.read(&cluster).await.unwrap().unwrap();
+        assert_eq!(
+            (ack.objects, ack.unattributed),
+            (BTreeMap::from([(Kid::of(a.public_key()), 2)]), 0)
+        );
+        stop.send_replace(true);
+        let abort = reconciler.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(10), reconciler)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
     }
 
     /// A writer on a directory ring: the first look writes, looks that find nothing new write

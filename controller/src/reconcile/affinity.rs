@@ -21,6 +21,9 @@
 //! the whole ring at once. The memory is bounded
 //! ([`Affinity::with_capacity`]) and holds object names and key fingerprints only, never
 //! secret data.
+//!
+//! [`Opened`] is a separate record for the fleet acknowledgement's objects per kid: every key
+//! that opened each object, hinted or not, kept as long as the object is listed.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -186,6 +189,125 @@ impl Inner {
             }
         }
         keys
+    }
+}
+
+/// Which keys opened each SealedSecret at its last unseal here, for the fleet
+/// acknowledgement's objects per kid (`crate::fleet`). Unlike [`Affinity`], it records every
+/// unseal (hinted or not), forgets nothing on its own and keeps every key an object needed,
+/// not only the most common one. It records only while [`Opened::enable`]d (the fleet writer
+/// runs), and the writer's counts [`Opened::retain`] the objects still listed, so it holds
+/// at most the watched objects plus those opened since the last count. Each entry carries
+/// the object's UID and generation: an object changed (or re-created under its name) since
+/// it was opened matches it no longer. Names and key fingerprints only, never secret data.
+#[derive(Debug, Default)]
+pub struct Opened {
+    inner: Mutex<OpenedInner>,
+}
+
+#[derive(Debug, Default)]
+struct OpenedInner {
+    enabled: bool,
+    objects: HashMap<(String, String), (u64, OpenedBy)>,
+    /// Records so far: each entry keeps its number, for [`Opened::retain`].
+    recorded: u64,
+}
+
+/// The keys that opened one object, and which version of it they opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OpenedBy {
+    /// The object's UID.
+    pub(crate) uid: String,
+    /// Its `metadata.generation` when it was opened.
+    pub(crate) generation: i64,
+    /// Every key that opened one of its values, each once.
+    pub(crate) keys: Vec<KeyId>,
+}
+
+impl Opened {
+    fn lock(&self) -> MutexGuard<'_, OpenedInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts recording (the fleet writer runs and prunes it).
+    pub(crate) fn enable(&self) {
+        self.lock().enabled = true;
+    }
+
+    /// Stops recording and forgets everything (the fleet writer is off).
+    pub(crate) fn disable(&self) {
+        let mut inner = self.lock();
+        inner.enabled = false;
+        inner.objects = HashMap::new();
+    }
+
+    /// After `sealed` was unsealed: the keys that opened its values replace what was
+    /// recorded for it. Nothing while disabled, or for an object without UID or generation.
+    pub(crate) fn record(&self, sealed: &SealedSecret, unsealed: &Unsealed) {
+        let meta = &sealed.metadata;
+        let (Some(uid), Some(generation)) = (meta.uid.as_ref(), meta.generation) else {
+            return;
+        };
+        let mut keys: Vec<KeyId> = Vec::new();
+        for key in unsealed
+            .keys
+            .values()
+            .chain(unsealed.deprecated_data_key.as_ref())
+        {
+            if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+        let mut inner = self.lock();
+        if !inner.enabled {
+            return;
+        }
+        let (namespace, name) = identity(sealed);
+        let by = OpenedBy {
+            uid: uid.clone(),
+            generation,
+            keys,
+        };
+        inner.recorded += 1;
+        let seq = inner.recorded;
+        inner
+            .objects
+            .insert((namespace.to_owned(), name.to_owned()), (seq, by));
+    }
+
+    /// A mark for [`Opened::retain`]: records made after it are kept.
+    pub(crate) fn mark(&self) -> u64 {
+        self.lock().recorded
+    }
+
+    /// The keys that opened `namespace/name`, if it was opened here as it is now (same UID
+    /// and generation).
+    pub(crate) fn keys(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        generation: Option<i64>,
+    ) -> Option<Vec<KeyId>> {
+        let inner = self.lock();
+        let (_, by) = inner
+            .objects
+            .get(&(namespace.to_owned(), name.to_owned()))?;
+        (Some(by.uid.as_str()) == uid && Some(by.generation) == generation).then(|| by.keys.clone())
+    }
+
+    /// Forgets the objects `keep` rejects (those not listed), except those recorded after
+    /// `mark` (opened while the list ran: maybe created after it).
+    pub(crate) fn retain(&self, mark: u64, mut keep: impl FnMut(&str, &str) -> bool) {
+        self.lock()
+            .objects
+            .retain(|(namespace, name), (seq, _)| *seq > mark || keep(namespace, name));
+    }
+
+    /// How many objects are recorded.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().objects.len()
     }
 }
 
@@ -419,6 +541,55 @@ mod tests {
         let (keys, turn) = waiting.await;
         assert_eq!(keys, [key(3)]);
         assert!(turn.is_none(), "no turns once a key is known");
+    }
+
+    #[test]
+    fn opened_keeps_every_key_of_the_version_it_opened_and_forgets_unlisted_objects() {
+        let opened = Opened::default();
+        let mut object = sealed("ns", "x", Some(&key(9)));
+        object.metadata.uid = Some("u1".into());
+        object.metadata.generation = Some(1);
+        let by = unsealed(&[("p", &key(1)), ("q", &key(2)), ("r", &key(1))]);
+        // Nothing is recorded until the fleet writer enables it.
+        opened.record(&object, &by);
+        assert_eq!(opened.len(), 0);
+        opened.enable();
+        opened.record(&object, &by);
+        // Every key that opened a value, each once; the annotation (key 9) plays no part.
+        let lookup = |uid, generation| opened.keys("ns", "x", Some(uid), Some(generation));
+        assert_eq!(lookup("u1", 1), Some(vec![key(1), key(2)]));
+        // A newer generation, or another object under the same name, was not opened.
+        assert_eq!(lookup("u1", 2), None);
+        assert_eq!(lookup("u2", 1), None);
+        assert_eq!(opened.keys("ns", "y", Some("u1"), Some(1)), None);
+        // Re-opened with another key after a change: the new key replaces the old ones.
+        object.metadata.generation = Some(2);
+        opened.record(&object, &unsealed(&[("p", &key(3))]));
+        assert_eq!(lookup("u1", 2), Some(vec![key(3)]));
+        assert_eq!(lookup("u1", 1), None);
+        // An object without UID or generation is not recorded.
+        let mut bare = sealed("ns", "bare", None);
+        bare.metadata.generation = Some(1);
+        opened.record(&bare, &by);
+        assert_eq!(opened.len(), 1);
+        // A count forgets objects it did not list, except those opened while it ran.
+        let mark = opened.mark();
+        let mut late = sealed("ns", "late", None);
+        late.metadata.uid = Some("u3".into());
+        late.metadata.generation = Some(1);
+        opened.record(&late, &by);
+        opened.retain(mark, |_, _| false);
+        assert_eq!(opened.len(), 1);
+        assert!(opened.keys("ns", "late", Some("u3"), Some(1)).is_some());
+        opened.retain(opened.mark(), |_, name| name == "late");
+        assert_eq!(opened.len(), 1);
+        opened.retain(opened.mark(), |_, _| false);
+        assert_eq!(opened.len(), 0);
+        // Disabled again: forgets everything and records nothing.
+        opened.record(&object, &by);
+        opened.disable();
+        opened.record(&object, &by);
+        assert_eq!(opened.len(), 0);
     }
 
     #[test]

@@ -218,6 +218,7 @@ pub(super) async fn unseal(
         }
     };
     ctx.affinity.learn(ss, &unsealed);
+    ctx.state.opened.record(ss, &unsealed);
     let annotation_hint = ss.sealing_key_hint();
     ctx.with_object(oref, |o| {
         if unsealed.deprecated_data_key.is_some() {
