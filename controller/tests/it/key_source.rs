@@ -2175,7 +2175,8 @@ async fn a_ring_key_fork_after_a_dedicated_root_is_refused(client: Client) {
     )
     .await;
     follower.stop().await;
-    let follower = Running::start_as(&client, with_source(&ctrl, &[&ctrl], source), false).await;
+    let follower =
+        Running::start_as(&client, with_source(&ctrl, &[&ctrl], source.clone()), false).await;
     wait_sealing_key(&follower.state, key(1), 3).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let view = follower.state.ring_view.current().unwrap();
@@ -2185,6 +2186,26 @@ async fn a_ring_key_fork_after_a_dedicated_root_is_refused(client: Client) {
         key(1).certificate().to_pem()
     );
     follower.stop().await;
+    leader.stop().await;
+
+    // Review round 2: with the real index back in the store, the leader's own ring-state
+    // Secret deleted and the fork still planted beside the forged mirror, the leader restarts
+    // (still pinned at the old anchor). It read the store's history marker (the seeder's
+    // alone) first: its dedicated root and floor refuse the fork copy, which a copy published
+    // before the store answered would otherwise have made the sealing key.
+    overwrite_index(&ring, &current.to_json()).await;
+    api.delete(&name, &Default::default()).await.unwrap();
+    let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    wait_sealing_key(&leader.state, key(1), 3).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        leader.state.ring_view.current().unwrap().active,
+        Some(kid(key(1)))
+    );
+    assert_eq!(
+        cert_pem(&leader.state).await.1,
+        key(1).certificate().to_pem()
+    );
     leader.stop().await;
 }
 

@@ -199,6 +199,9 @@ struct Cache {
     /// Whether a replica started without an anchor looked for one persisted in a ring-state
     /// copy ([`Mirror::adopt_persisted_anchor`]).
     persisted_checked: bool,
+    /// Whether this process took the store's history marker's floor and dedicated root
+    /// ([`Mirror::apply_marker`]).
+    marker_applied: bool,
     /// Whether the anchor came from a ring-state copy: its view is not published before the
     /// store's index verifies under it.
     anchor_from_state: bool,
@@ -373,6 +376,7 @@ impl Mirror {
                 sync_floor: 0,
                 rivals_warned: HashSet::new(),
                 persisted_checked: false,
+                marker_applied: false,
                 anchor_from_state: false,
                 store_confirmed: false,
                 missing_seen: HashMap::new(),
@@ -430,6 +434,7 @@ impl Mirror {
         // succeeded: it restores the version floor.
         self.cache.store_seen = StoreSeen::NotAsked;
         self.adopt_persisted_anchor().await?;
+        self.apply_marker().await;
         let publish = !self.cache.anchor_from_state || self.cache.index.is_some();
         self.merge_state(publish).await?;
         self.cache.sync_floor = self.pin.floor;

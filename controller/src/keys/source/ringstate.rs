@@ -134,6 +134,7 @@ impl Mirror {
     pub async fn follow(&mut self) -> Result<(), SyncError> {
         let mut from_store = None;
         self.adopt_persisted_anchor().await?;
+        self.apply_marker().await;
         if self.pin.anchor.is_none()
             || (self.cache.anchor_from_state && !self.cache.store_confirmed)
         {
@@ -462,6 +463,58 @@ impl Mirror {
         Ok(())
     }
 
+    /// Takes the store's history marker's version as a floor and its dedicated root as seen,
+    /// once per process (again after a failed read), before any ring-state copy is used: the
+    /// marker is written only by the seeder (`R/root`; an index writer cannot reach it), so a
+    /// restarted controller pinned at a superseded ring key, or not pinned, never takes a
+    /// planted or replayed copy of a fork signed with ring keys, nor one older than the
+    /// seeder's last write (attack review, round 2). Applied only to the history the pin
+    /// names (its anchor, or its dedicated root) or to an unpinned controller.
+    pub(super) async fn apply_marker(&mut self) {
+        if self.cache.marker_applied {
+            return;
+        }
+        let read = self.ring.store().read(&self.ring.root_name(), None).await;
+        count(&self.state, "get_marker", outcome(&read));
+        let text = match read {
+            Ok(Some((text, _))) => text,
+            Ok(None) => {
+                self.cache.marker_applied = true;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "reading the ring's history marker {} failed (retried at the next poll): {}",
+                    self.ring.root_name(),
+                    crate::error_chain(&e)
+                );
+                return;
+            }
+        };
+        self.cache.marker_applied = true;
+        let Some(marker) = MarkerFacts::parse(&text) else {
+            tracing::warn!(
+                "the ring's history marker {} is not what kseal writes: ignored",
+                self.ring.root_name()
+            );
+            return;
+        };
+        let ours = match &self.pin.anchor {
+            None => true,
+            Some(pin) => {
+                marker.anchor.as_ref() == Some(pin)
+                    || marker.root.as_ref().is_some_and(|(_, kid)| kid == pin)
+            }
+        };
+        if !ours {
+            return;
+        }
+        if marker.version > self.pin.floor {
+            self.pin.floor = marker.version;
+        }
+        self.pin.see_root(marker.root);
+    }
+
     /// The anchor the store's history marker names (read only; `None` without a marker, or
     /// when it cannot be read: a failure is logged, the copies still count).
     async fn marker_anchor(&self) -> Option<Kid> {
@@ -478,8 +531,7 @@ impl Mirror {
                 return None;
             }
         };
-        let value = serde_json::from_str::<serde_json::Value>(&text).ok()?;
-        Kid::parse(value.get("anchor")?.as_str()?).ok()
+        MarkerFacts::parse(&text)?.anchor
     }
 
     /// An unsigned (schema 1) index read from the store, with no anchor pinned: refused when
@@ -980,6 +1032,39 @@ pub(super) fn ring_state_changes(
         })
     })
     .boxed()
+}
+
+/// What a controller takes from the store's history marker (`R/root`, `root.json`): the
+/// history's anchor, the last version the seeder wrote and its newest dedicated root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct MarkerFacts {
+    pub(super) anchor: Option<Kid>,
+    pub(super) version: u64,
+    pub(super) root: Option<(u64, Kid)>,
+}
+
+impl MarkerFacts {
+    pub(super) fn parse(text: &str) -> Option<Self> {
+        let value = serde_json::from_str::<serde_json::Value>(text).ok()?;
+        let kid = |v: Option<&serde_json::Value>| {
+            v.and_then(serde_json::Value::as_str)
+                .and_then(|t| Kid::parse(t).ok())
+        };
+        let root = value.get("root").and_then(|r| {
+            Some((
+                r.get("seq").and_then(serde_json::Value::as_u64)?,
+                kid(r.get("kid"))?,
+            ))
+        });
+        Some(Self {
+            anchor: kid(value.get("anchor")),
+            version: value
+                .get("version")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0),
+            root,
+        })
+    }
 }
 
 #[cfg(test)]
