@@ -14,7 +14,11 @@
 //!   at most its allowance: that many divided by the clients holding jobs (at most
 //!   `http_share`, at least one), so a client's part shrinks as more clients are active.
 //!   Beyond that the request is refused at once (the caller answers 503 with `Retry-After`)
-//!   instead of queueing. An admitted job then takes a slot **per item** ([`HttpJob::slot`])
+//!   instead of queueing. The HTTP API admits a job **before it reads the request body**,
+//!   so a refused request's body is never parsed (issue 40), and marks the body
+//!   read ([`HttpJob::body_read`]): a job whose body takes more than [`READ_GRACE`] to arrive
+//!   gives its place up to a client holding no job, so slow bodies cannot keep new clients
+//!   out. An admitted job then takes a slot **per item** ([`HttpJob::slot`])
 //!   on its own blocking thread, only while no reconcile job is
 //!   queued and fewer than `http_share` (half the slots and half the CPUs, at least one) are
 //!   held by HTTP work. So a reconcile that arrives while every slot is busy waits for at
@@ -30,7 +34,9 @@
 //! lately is admitted at once and its first item gets the next free HTTP slot: it waits for
 //! at most one item's RSA work, however many addresses flood. Clients never served cannot
 //! displace one another (first come, first served among them), and an evicted job ends at
-//! its next item, so the jobs alive stay bounded by the places plus the HTTP slots.
+//! its next item, so the jobs alive stay bounded by the places plus the HTTP slots, plus jobs
+//! evicted while slow to send their bodies, which end when the body is in or its read times
+//! out (bounded by the connection caps).
 //!
 //! **Why the reconciles' unseals run on threads of the pool** rather than each taking a slot
 //! and then a thread of tokio's blocking pool: with the handover through the async runtime
@@ -57,6 +63,10 @@ pub(crate) const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
 /// Recent use (slot-seconds) below which a client counts as not served: nobody takes its
 /// place, and its entry is forgotten once it holds no job.
 const USAGE_FLOOR: f64 = 0.000_1;
+/// How long an admitted job may read its request body before a client holding no job may
+/// take its place (see [`RsaPool::admit_http`]): a request body too slow to arrive in this
+/// long does not keep new clients out.
+pub(crate) const READ_GRACE: Duration = Duration::from_secs(2);
 /// Name of the pool's threads (as `top -H` and `/proc/PID/task/*/comm` show them).
 const THREAD_NAME: &str = "kseal-rsa";
 
@@ -109,6 +119,8 @@ struct Inner {
     admitted: HashMap<u64, Client>,
     /// Jobs whose place a new client took: their next item is refused.
     evicted: HashSet<u64>,
+    /// Admitted jobs still reading their request body, and since when.
+    reading: HashMap<u64, Instant>,
     /// HTTP slots held per client.
     holding: HashMap<Client, usize>,
     /// Each client's recent slot-seconds, decaying ([`USAGE_HALF_LIFE`]).
@@ -271,16 +283,28 @@ impl Inner {
 
     /// With every admission place taken: the job whose place `client` (holding no job) may
     /// take: the newest live job of the client with the most recent use, if that client used
-    /// more than twice what `client` did (so clients never served never displace each other).
+    /// more than twice what `client` did (so clients never served never displace each other);
+    /// else the job that has read its request body longest, if for more than [`READ_GRACE`].
     fn victim(&self, client: Client, now: Instant) -> Option<u64> {
         let mine = self.used(client, now);
-        self.admitted
+        let heaviest = self
+            .admitted
             .iter()
             .filter(|(id, _)| !self.evicted.contains(id))
             .map(|(id, c)| (self.used(*c, now), *id))
             .filter(|(used, _)| *used >= USAGE_FLOOR && *used > 2.0 * mine)
             .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
-            .map(|(_, id)| id)
+            .map(|(_, id)| id);
+        heaviest.or_else(|| {
+            self.reading
+                .iter()
+                .filter(|(id, since)| {
+                    !self.evicted.contains(id)
+                        && now.saturating_duration_since(**since) > READ_GRACE
+                })
+                .min_by_key(|(id, since)| (**since, **id))
+                .map(|(id, _)| *id)
+        })
     }
 
     fn id(&mut self) -> u64 {
@@ -353,6 +377,7 @@ impl RsaPool {
                     per_client: HashMap::new(),
                     admitted: HashMap::new(),
                     evicted: HashSet::new(),
+                    reading: HashMap::new(),
                     holding: HashMap::new(),
                     usage: HashMap::new(),
                     prune_at: 64,
@@ -455,6 +480,7 @@ impl RsaPool {
         *inner.per_client.entry(client).or_insert(0) += 1;
         let id = inner.id();
         inner.admitted.insert(id, client);
+        inner.reading.insert(id, Instant::now());
         Ok(HttpJob {
             pool: self.clone(),
             client,
@@ -507,6 +533,21 @@ pub struct HttpJob {
 }
 
 impl HttpJob {
+    /// The job's request body is read: from now on only a heavier client may take its place.
+    /// Refused when a client holding no job took its place while the body was read (more
+    /// than [`READ_GRACE`]).
+    ///
+    /// # Errors
+    /// [`Busy`] when the job's place was taken.
+    pub fn body_read(&self) -> Result<(), Busy> {
+        let mut inner = self.pool.lock();
+        inner.reading.remove(&self.id);
+        if inner.evicted.contains(&self.id) {
+            return Err(Busy);
+        }
+        Ok(())
+    }
+
     /// Waits (blocking the thread: call it from the job's blocking thread) for a slot for
     /// one item, until `deadline`. Queued reconcile jobs, and those queued meanwhile, go
     /// first; among HTTP items, the client's fair turn (see the [module](self) documentation).
@@ -515,6 +556,7 @@ impl HttpJob {
         let pool = &self.pool;
         let (id, rx) = {
             let mut inner = pool.lock();
+            inner.reading.remove(&self.id);
             if inner.evicted.contains(&self.id) {
                 return Err(Busy);
             }
@@ -554,6 +596,7 @@ impl Drop for HttpJob {
         let mut inner = self.pool.lock();
         inner.http_jobs = inner.http_jobs.saturating_sub(1);
         inner.admitted.remove(&self.id);
+        inner.reading.remove(&self.id);
         inner.evicted.remove(&self.id);
         if let Some(count) = inner.per_client.get_mut(&self.client) {
             *count -= 1;
@@ -763,6 +806,36 @@ mod tests {
         assert!(inner.admitted.is_empty() && inner.evicted.is_empty());
         assert!(inner.per_client.is_empty() && inner.holding.is_empty());
         assert!(inner.http_waiting.is_empty());
+    }
+
+    #[test]
+    fn a_job_slow_to_send_its_body_gives_its_place_to_a_new_client() {
+        // One HTTP slot, three admission places, taken by jobs of clients never served.
+        let pool = RsaPool::with_cores(2, 64);
+        let slow = pool.admit_http(client(1)).unwrap();
+        let read: Vec<_> = (2..4)
+            .map(|n| pool.admit_http(client(n)).unwrap())
+            .collect();
+        for job in &read {
+            job.body_read().unwrap();
+        }
+        // While the slow body is within its grace, a new client waits its turn.
+        assert_eq!(pool.admit_http(client(9)).unwrap_err(), Busy);
+        // Past the grace, a new client takes the slow job's place; that job's body, once
+        // read, is refused, and so is any item of it.
+        let long_ago = Instant::now().checked_sub(2 * READ_GRACE).expect("uptime");
+        pool.lock().reading.insert(slow.id, long_ago);
+        let newcomer = pool.admit_http(client(9)).unwrap();
+        assert_eq!(slow.body_read().unwrap_err(), Busy);
+        assert_eq!(slow.slot(soon()).unwrap_err(), Busy);
+        // Jobs whose bodies were read keep their places, as does the newcomer's.
+        assert_eq!(pool.admit_http(client(10)).unwrap_err(), Busy);
+        newcomer.body_read().unwrap();
+        drop((slow, read, newcomer));
+        let inner = pool.lock();
+        assert_eq!(inner.http_jobs, 0);
+        assert!(inner.admitted.is_empty() && inner.evicted.is_empty());
+        assert!(inner.reading.is_empty() && inner.per_client.is_empty());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! against the request's budget, and the RSA work on the pool's HTTP share.
 
 use super::*;
+use http_body_util::BodyExt as _;
 
 pub(super) async fn read_body(app: &App, request: Request) -> Result<Bytes, Problem> {
     let limit = app.options.max_body_bytes;
@@ -243,26 +244,81 @@ pub(super) fn open_items(
     })
 }
 
-/// Runs RSA work on a blocking thread as one admitted HTTP job of the shared RSA pool
-/// (refused with 503 and `Retry-After` when its HTTP share is taken), charges the client's
-/// bucket for the worst case before and settles it to what was spent after, and counts the
-/// RSA operations whatever the outcome.
+/// Admits the request as one HTTP job of the shared RSA pool, **before its body is read**
+/// (issue 40), then reads the body under [`read_body`]'s limits.
+///
+/// Refused with 503 and `Retry-After` when the request's client holds its allowance or the
+/// HTTP share is taken: the body is then dropped unparsed ([`discard_body`]), so a flood's
+/// bodies cost no parsing and hold no place. Also 503 when the body was slow to arrive and
+/// a client holding no job took the place meanwhile ([`HttpJob::body_read`]).
+pub(super) async fn admit_and_read(
+    app: &App,
+    request: Request,
+) -> Result<(Admitted, Bytes), Problem> {
+    let bucket = request.extensions().get::<Bucket>().copied();
+    let client = bucket.map_or(Client::Unknown, |b| b.0.1);
+    let job = match app.state.rsa.admit_http(client) {
+        Ok(job) => job,
+        Err(_) => {
+            discard_body(app, request).await;
+            return Err(Problem::rsa_busy());
+        }
+    };
+    let body = read_body(app, request).await?;
+    job.body_read().map_err(|_| Problem::rsa_busy())?;
+    Ok((Admitted { job, bucket }, body))
+}
+
+/// Reads and drops a refused request's body, so its client reads the refusal rather than a
+/// connection reset with the body unread: at most `--max-body-bytes` of it, within
+/// [`BODY_READ_TIMEOUT`] (the bounds of an admitted body), and none when the client waits for
+/// `100 Continue` before sending it. A longer or slower body is left to the server, which
+/// closes the connection instead. Dropping costs no parsing and no memory beyond a frame.
+pub(super) async fn discard_body(app: &App, request: Request) {
+    let expects_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        return;
+    }
+    let limit = app.options.max_body_bytes;
+    let mut body = request.into_body();
+    let drain = async {
+        let mut read = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            read = read.saturating_add(frame.data_ref().map_or(0, Bytes::len));
+            if read > limit {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(BODY_READ_TIMEOUT, drain).await;
+}
+
+/// An admitted request: its place in the RSA pool, and the rate-limit bucket it is charged to.
+pub(super) struct Admitted {
+    job: HttpJob,
+    bucket: Option<Bucket>,
+}
+
+/// Runs RSA work on a blocking thread as the `admitted` HTTP job of the shared RSA pool
+/// ([`admit`]), charges the client's bucket for the worst case before and settles it to what
+/// was spent after, and counts the RSA operations whatever the outcome.
 pub(super) async fn rsa_job<T: Send + 'static>(
     app: &App,
-    bucket: Option<Bucket>,
+    admitted: Admitted,
     ring: Arc<KeyRing>,
     worst_case: u64,
     all: bool,
     job: impl FnOnce(&KeyRing, &mut Budget<'_>) -> Result<T, Problem> + Send + 'static,
 ) -> Result<T, Problem> {
-    let client = bucket.map_or(Client::Unknown, |b| b.0.1);
-    let admitted = app
-        .state
-        .rsa
-        .admit_http(client)
-        .map_err(|_| Problem::rsa_busy())?;
     // Admission charged one unit; reserve the rest of the worst case now, so concurrent
     // requests of the same client see the debt at once.
+    let Admitted {
+        job: admitted,
+        bucket,
+    } = admitted;
     let reserved = units(worst_case) - 1;
     let charge = |extra: i64| {
         if let Some(Bucket(key)) = &bucket {
@@ -317,16 +373,15 @@ pub(super) fn object_ref(sealed: &SealedSecret) -> String {
 /// `POST /v1/verify`: `200` when every item opens, `409` when one does not.
 pub(super) async fn verify(AxumState(app): AxumState<App>, request: Request) -> Response {
     let result = async {
-        let bucket = request.extensions().get::<Bucket>().copied();
         let all = wants_all(&request);
-        let body = read_body(&app, request).await?;
+        let (place, body) = admit_and_read(&app, request).await?;
         let Parsed { sealed, .. } = parse_sealed_secret(&body)?;
         let values = count_values(&sealed, app.options.max_request_items)?;
         let ring = app.state.keys.ring();
         let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
-        let count = rsa_job(&app, bucket, ring, worst_case, all, move |ring, budget| {
+        let count = rsa_job(&app, place, ring, worst_case, all, move |ring, budget| {
             let opened = open_items(&sealed, ring, accept_v1, budget)?;
             Ok(opened.items.len() + usize::from(opened.deprecated.is_some()))
         })
@@ -350,9 +405,8 @@ pub(super) async fn verify(AxumState(app): AxumState<App>, request: Request) -> 
 /// label it was opened with, so the scope never changes (CVE-2026-22728).
 pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> Response {
     let result = async {
-        let bucket = request.extensions().get::<Bucket>().copied();
         let all = wants_all(&request);
-        let body = read_body(&app, request).await?;
+        let (place, body) = admit_and_read(&app, request).await?;
         let Parsed { sealed, mut raw } = parse_sealed_secret(&body)?;
         let values = count_values(&sealed, app.options.max_request_items)?;
         let ring = app.state.keys.ring();
@@ -360,7 +414,7 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
         let refusal = app.state.sealing_problem();
-        let resealed = rsa_job(&app, bucket, ring, worst_case, all, move |ring, budget| {
+        let resealed = rsa_job(&app, place, ring, worst_case, all, move |ring, budget| {
             let opened = open_items(&sealed, ring, accept_v1, budget)?;
             let key = ring
                 .sealing_key()
