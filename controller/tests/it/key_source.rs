@@ -1849,7 +1849,7 @@ fn good_syncs(state: &State) -> u64 {
 /// A Warning names B, and what seals is A, the key v1's signed history names: never a key
 /// the attacker chose.
 async fn a_replayed_index_and_ring_state_never_drop_a_key(client: Client) {
-    let (_dir, location, ring) = dir_ring(&[older_key()]).await;
+    let (dir, location, ring) = dir_ring(&[older_key()]).await;
     let (v1, _) = ring.snapshot_text(None).await.unwrap().unwrap();
     ring.push(key(1)).await.unwrap();
     ring.activate(kid(key(1)).as_str(), Duration::ZERO)
@@ -1867,6 +1867,11 @@ async fn a_replayed_index_and_ring_state_never_drop_a_key(client: Client) {
 
     overwrite_index(&ring, &v1).await;
     tamper_ring_state(&client, &ctrl, &ring_state.name_any(), &v1).await;
+    // Without the store's history marker (a ring whose marker is gone: only a directory
+    // writer can remove it; on Secrets Manager only the seeder writes `R/root`): with it the
+    // restarted controller takes the seeder's last version as its floor and refuses v1
+    // outright (`a_ring_key_fork_after_a_dedicated_root_is_refused`).
+    std::fs::remove_file(dir.path().join("ring").join("root.json")).unwrap();
     let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
     wait_sealing_key(&running.state, older_key(), 2).await;
     let event = wait_event(&client, &ctrl, &b.name_any(), "KeyMissingFromRing").await;

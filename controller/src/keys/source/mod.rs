@@ -202,6 +202,8 @@ struct Cache {
     /// Whether this process took the store's history marker's floor and dedicated root
     /// ([`Mirror::apply_marker`]).
     marker_applied: bool,
+    /// What the marker said when it was read (none: no marker, or not kseal's).
+    marker: Option<ringstate::MarkerFacts>,
     /// Whether the anchor came from a ring-state copy: its view is not published before the
     /// store's index verifies under it.
     anchor_from_state: bool,
@@ -377,6 +379,7 @@ impl Mirror {
                 rivals_warned: HashSet::new(),
                 persisted_checked: false,
                 marker_applied: false,
+                marker: None,
                 anchor_from_state: false,
                 store_confirmed: false,
                 missing_seen: HashMap::new(),
@@ -433,8 +436,8 @@ impl Mirror {
         // has pinned the anchor (below). Under an anchor the store is read only once this
         // succeeded: it restores the version floor.
         self.cache.store_seen = StoreSeen::NotAsked;
-        self.adopt_persisted_anchor().await?;
         self.apply_marker().await;
+        self.adopt_persisted_anchor().await?;
         let publish = !self.cache.anchor_from_state || self.cache.index.is_some();
         self.merge_state(publish).await?;
         self.cache.sync_floor = self.pin.floor;

@@ -133,8 +133,8 @@ impl Mirror {
     /// this namespace could have written; until it has, it takes no view, so it seals nothing.
     pub async fn follow(&mut self) -> Result<(), SyncError> {
         let mut from_store = None;
-        self.adopt_persisted_anchor().await?;
         self.apply_marker().await;
+        self.adopt_persisted_anchor().await?;
         if self.pin.anchor.is_none()
             || (self.cache.anchor_from_state && !self.cache.store_confirmed)
         {
@@ -492,7 +492,8 @@ impl Mirror {
             }
         };
         self.cache.marker_applied = true;
-        let Some(marker) = MarkerFacts::parse(&text) else {
+        self.cache.marker = MarkerFacts::parse(&text);
+        let Some(marker) = self.cache.marker.clone() else {
             tracing::warn!(
                 "the ring's history marker {} is not what kseal writes: ignored",
                 self.ring.root_name()
@@ -518,20 +519,8 @@ impl Mirror {
     /// The anchor the store's history marker names (read only; `None` without a marker, or
     /// when it cannot be read: a failure is logged, the copies still count).
     async fn marker_anchor(&self) -> Option<Kid> {
-        let read = self.ring.store().read(&self.ring.root_name(), None).await;
-        count(&self.state, "get_marker", outcome(&read));
-        let (text, _) = match read {
-            Ok(found) => found?,
-            Err(e) => {
-                tracing::warn!(
-                    "reading the ring's history marker {} failed: {}",
-                    self.ring.root_name(),
-                    crate::error_chain(&e)
-                );
-                return None;
-            }
-        };
-        MarkerFacts::parse(&text)?.anchor
+        // Read once per process by apply_marker, which runs first.
+        self.cache.marker.as_ref().and_then(|m| m.anchor.clone())
     }
 
     /// An unsigned (schema 1) index read from the store, with no anchor pinned: refused when
