@@ -902,8 +902,40 @@ pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Sn
                 ring_arg(&args)
             );
         }
-        Ok((read_index(&ring).await?, ring_label(&ring)))
+        let snapshot = read_index(&ring).await?;
+        warn_lagging_pin(&args, &snapshot)?;
+        Ok((snapshot, ring_label(&ring)))
     })?
+}
+
+/// How many versions a repository's pin may lag the ring before readers say so.
+pub(crate) const PIN_LAG_WARN: u64 = 10;
+
+/// Warns when the version a `.kseal.yaml` pin records lags the ring's signed version by more
+/// than [`PIN_LAG_WARN`]: the pin's version is the floor a fresh clone (a new CI runner, with
+/// no cache of its own) refuses replays below, so a lagging pin lets an index writer put back
+/// any of the versions in between there (`kseal keys trust` raises it).
+fn warn_lagging_pin(args: &RingArgs, snapshot: &Snapshot) -> Result<()> {
+    let Verified::Signed { version, .. } = &snapshot.verified else {
+        return Ok(());
+    };
+    let location = Location::parse(&args.ring)?;
+    let Some(pin) = crate::project::pin_for(&location, args.ring_anchor.as_deref())? else {
+        return Ok(());
+    };
+    if pin.from != "--ring-anchor" && version.saturating_sub(pin.version) > PIN_LAG_WARN {
+        eprintln!(
+            "warning: {} pins key ring {} at version {}, {} versions behind the ring's {version}: \
+             a fresh clone (a new CI runner) accepts a replay of any version in between; run \
+             `kseal keys trust --ring {}` and commit it",
+            pin.from,
+            args.ring,
+            pin.version,
+            version - pin.version,
+            ring_arg(args)
+        );
+    }
+    Ok(())
 }
 
 /// Every key of the verified index of the ring at `location` (the reader [`crate::run`]

@@ -1901,6 +1901,71 @@ fn a_confirmed_root_kid_recovers_from_a_fork_read_first_and_a_first_pin_needs_it
     assert_eq!(pinned_anchor(o), root_kid.as_str());
 }
 
+/// Issue 35: a repository pin that lags the ring by more than ten versions is named by
+/// readers (a fresh clone refuses replays only below the pin's version).
+#[test]
+fn a_pin_lagging_the_ring_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("dir://{}", d.join("ring").display());
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", d.join("cache").to_str().unwrap());
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        let out = aws.run(d, &all, None);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    keys(&["push", "--key-size", "2048"]);
+    keys(&["trust", "--yes"]);
+    let seal = || {
+        aws.run(
+            d,
+            &[
+                "seal",
+                "--cert",
+                &url,
+                "--raw",
+                "--name",
+                "x",
+                "--namespace",
+                "y",
+            ],
+            Some("v"),
+        )
+    };
+    let fresh = seal();
+    assert_eq!(fresh.code, 0, "{}", fresh.stderr);
+    assert!(
+        !fresh.stderr.contains("versions behind"),
+        "{}",
+        fresh.stderr
+    );
+    for _ in 0..11 {
+        keys(&["refresh"]);
+    }
+    let lagging = seal();
+    assert_eq!(lagging.code, 0, "{}", lagging.stderr);
+    assert!(
+        lagging.stderr.contains("versions behind"),
+        "{}",
+        lagging.stderr
+    );
+    assert!(
+        lagging.stderr.contains("kseal keys trust"),
+        "{}",
+        lagging.stderr
+    );
+    keys(&["trust", "--yes"]);
+    let raised = seal();
+    assert!(
+        !raised.stderr.contains("versions behind"),
+        "{}",
+        raised.stderr
+    );
+}
+
 fn pinned_anchor(d: &Path) -> String {
     let text = std::fs::read_to_string(d.join(".kseal.yaml")).unwrap();
     let value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
