@@ -21,7 +21,7 @@
 //! Objects per kid count the watched SealedSecrets by the keys that opened them: the
 //! reconciler records, for each object it unseals while this writer runs, every key that
 //! opened one of its values, with the object's UID and generation
-//! ([`crate::reconcile::affinity::Opened`], in the shared [`State`]; only the leader unseals,
+//! (`reconcile::affinity::Opened`, in the shared [`State`]; only the leader unseals,
 //! and only the leader counts). An object opened by two held keys counts once under each (it
 //! needs both). An object not opened here as it is now falls back to the key its
 //! `kseal.dev/sealing-key` annotation names: one changed since it was opened and not opened
