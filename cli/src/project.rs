@@ -301,7 +301,7 @@ pub(crate) fn find_from(dir: &Path) -> Option<PathBuf> {
 /// The current user's id: the owner of a file it creates (std has no `geteuid`, and unsafe
 /// code is forbidden here).
 #[cfg(unix)]
-fn current_uid() -> Result<u32> {
+pub(crate) fn current_uid() -> Result<u32> {
     use std::os::unix::fs::MetadataExt as _;
     static UID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     if let Some(uid) = UID.get() {

@@ -238,22 +238,8 @@ pub(crate) mod seen {
         Ok(())
     }
 
-    /// The current user's id: the owner of a file it creates (std has no `geteuid`, and
-    /// unsafe code is forbidden here).
     #[cfg(unix)]
-    fn current_uid() -> Result<u32> {
-        use std::os::unix::fs::MetadataExt as _;
-        static UID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-        if let Some(uid) = UID.get() {
-            return Ok(*uid);
-        }
-        let probe = tempfile::tempfile().context("cannot tell the current user id")?;
-        let uid = probe
-            .metadata()
-            .context("cannot tell the current user id")?
-            .uid();
-        Ok(*UID.get_or_init(|| uid))
-    }
+    use crate::project::current_uid;
 
     /// Refuses an ancestor directory of the cache (`path`, one of its parents) that another
     /// user could rename the cache out of: owned by someone other than `me` or root, or
