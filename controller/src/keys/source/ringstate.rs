@@ -390,6 +390,12 @@ impl Mirror {
         if self.cache.persisted_checked || self.pin.anchor.is_some() {
             return Ok(());
         }
+        // Not before the store's history marker answered (attack review, round 3): while the
+        // store cannot be read, a copy planted here would pin its anchor and raise the floor
+        // past the real index. Nothing seals meanwhile; retried at the next poll.
+        if !self.cache.marker_applied {
+            return Ok(());
+        }
         let listed = self
             .api
             .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
