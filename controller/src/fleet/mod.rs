@@ -900,16 +900,10 @@ mod tests {
         );
     }
 
-    /// End to end: the reconciler opens a kubeseal-style object (no annotation) and a wrongly
-    /// annotated one, both with key A, and the record counts both under A and none under B.
-    #[tokio::test]
-    async fn the_record_counts_objects_by_the_key_the_reconciler_opened_them_with() {
-        use clap::Parser as _;
-        use k8s_openapi::api::core::v1::Namespace;
+    /// Registers the SealedSecret CRD (deploy/crd.yaml) on a test API server.
+    async fn register_crd(client: &kube::Client) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        use kube::api::{Patch, PatchParams, PostParams};
-        let server = kseal_testkit::TestApiServer::new();
-        let client = server.client();
+        use kube::api::{Patch, PatchParams};
         let crd: CustomResourceDefinition =
             serde_saphyr::from_str(include_str!("../../../deploy/crd.yaml")).unwrap();
         let mut value = serde_json::to_value(&crd).unwrap();
@@ -923,6 +917,18 @@ mod tests {
             )
             .await
             .unwrap();
+    }
+
+    /// End to end: the reconciler opens a kubeseal-style object (no annotation) and a wrongly
+    /// annotated one, both with key A, and the record counts both under A and none under B.
+    #[tokio::test]
+    async fn the_record_counts_objects_by_the_key_the_reconciler_opened_them_with() {
+        use clap::Parser as _;
+        use k8s_openapi::api::core::v1::Namespace;
+        use kube::api::PostParams;
+        let server = kseal_testkit::TestApiServer::new();
+        let client = server.client();
+        register_crd(&client).await;
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "apps"}})).unwrap();
         Api::<Namespace>::all(client.clone())
@@ -1059,23 +1065,9 @@ mod tests {
     #[tokio::test]
     async fn writes_only_what_is_new_even_across_a_restart() {
         use clap::Parser as _;
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        use kube::api::{Patch, PatchParams};
         let server = kseal_testkit::TestApiServer::new();
         let client = server.client();
-        let crd: CustomResourceDefinition =
-            serde_saphyr::from_str(include_str!("../../../deploy/crd.yaml")).unwrap();
-        let mut value = serde_json::to_value(&crd).unwrap();
-        value["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
-        value["kind"] = serde_json::json!("CustomResourceDefinition");
-        Api::<CustomResourceDefinition>::all(client.clone())
-            .patch(
-                "sealedsecrets.bitnami.com",
-                &PatchParams::apply("kseal-tests").force(),
-                &Patch::Apply(value),
-            )
-            .await
-            .unwrap();
+        register_crd(&client).await;
         let dir = tempfile::tempdir().unwrap();
         let ring_dir = dir.path().join("ring");
         let source = format!("dir://{}", ring_dir.display());
