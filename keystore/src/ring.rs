@@ -49,15 +49,16 @@ pub struct Ring {
     allow_expired: bool,
 }
 
-/// What the history marker records ([`Ring::mark_written`]).
+/// What the history marker records ([`Ring::history_marker`]): written by the ring's writers
+/// after each signed write, readable by whoever may read it (no secret in it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Marker {
+pub struct Marker {
     /// The last index version written (0 in a marker written before versions were recorded).
-    version: u64,
+    pub version: u64,
     /// The history's anchor.
-    anchor: Option<Kid>,
+    pub anchor: Option<Kid>,
     /// The newest dedicated root: its number and kid.
-    root: Option<(u64, Kid)>,
+    pub root: Option<(u64, Kid)>,
 }
 
 /// How long a signed index stays current when nothing says otherwise: the seeder refreshes
@@ -256,6 +257,15 @@ impl Ring {
         } else {
             "root.json".to_owned()
         }
+    }
+
+    /// The history marker (`R/root`, a directory's `root.json`): the last version its writers
+    /// wrote and the newest dedicated root, for readers that pin a ring key (a fresh CI job
+    /// among them) and so would not otherwise know that the ring moved to a dedicated root,
+    /// nor how new its index is. On Secrets Manager only the seeder writes it; a directory's
+    /// `root.json` is as well protected as its `index.json`. `None` when the ring has none.
+    pub async fn history_marker(&self) -> Result<Option<Marker>> {
+        Ok(self.marker().await?.map(|(m, _)| m))
     }
 
     /// The history marker (`R/root`, a directory's `root.json`) with its store version; `None`

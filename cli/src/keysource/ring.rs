@@ -768,8 +768,18 @@ pub(crate) fn ring_arg(args: &RingArgs) -> String {
 /// Reads the ring's index, with messages that name the ring: a ring that does not exist (a
 /// wrong name or region, more often than not) and a store that cannot be read.
 pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
+    // Under a pin, the history marker first (written after each index write, so never ahead
+    // of an index its writers wrote): a reader with no cache of its own (a fresh CI job) still
+    // learns the version floor and the dedicated root (attack review, round 3).
+    let marker = match ring.trust().anchor() {
+        Some(_) => Some(ring.history_marker().await),
+        None => None,
+    };
     match ring.snapshot(None).await {
         Ok(Some(snapshot)) => {
+            if let (Some(pinned), Some(marker)) = (ring.trust().anchor(), marker) {
+                check_marker(ring, pinned, &snapshot, marker)?;
+            }
             // Only under a pin: an unpinned reader has not decided which history is the ring's.
             if let (
                 Some(pinned),
@@ -835,6 +845,99 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
             Err(error)
         }
     }
+}
+
+/// Checks a verified `snapshot` of a ring pinned at `pinned` against the ring's history
+/// marker as read (`marker`): an index older than the marker's version was put back, and one
+/// whose history does not pass through the marker's dedicated root is a fork signed with keys
+/// clusters held; both are refused. The marker's version and root are kept as this machine's
+/// floor. A marker this identity may not read (a sealer role allowed the index only) changes
+/// nothing, but a reader pinned at a ring key says once that a fork would go unnoticed here.
+fn check_marker(
+    ring: &Ring,
+    pinned: &kseal_keystore::Kid,
+    snapshot: &Snapshot,
+    marker: kseal_keystore::Result<Option<kseal_keystore::Marker>>,
+) -> Result<()> {
+    let pinned_dedicated = snapshot
+        .index
+        .roots
+        .iter()
+        .any(|r| r.dedicated && &r.kid == pinned);
+    let marker = match marker {
+        // Whatever the pin names (its anchor, a dedicated root, a ring key from the middle of
+        // the chain): the marker is this ring's, and only its writers write it.
+        Ok(Some(marker)) => marker,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if !pinned_dedicated && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                eprintln!(
+                    "warning: key ring {} is pinned at {}, a key clusters held, and its history \
+                     marker {} could not be read ({}): should the ring have moved to a \
+                     dedicated root, a history forked with a key any cluster held would not be \
+                     noticed here. Pin the dedicated root (`kseal keys trust --root-kid KID`), \
+                     or allow this identity to read {}",
+                    ring_label(ring),
+                    pinned.short(),
+                    ring.root_name(),
+                    crate::text::chain(&anyhow::Error::from(e)),
+                    ring.root_name()
+                );
+            }
+            return Ok(());
+        }
+    };
+    let version = match &snapshot.verified {
+        Verified::Signed { version, .. } => *version,
+        Verified::Unsigned => 0,
+    };
+    if version < marker.version {
+        bail!(
+            "key ring {}'s index is version {version}, but its history marker {} records that \
+             its writers wrote version {}: an older index was put back (a rollback). Nothing \
+             was done; the ring's seeder restores the index from the store's previous versions",
+            ring_label(ring),
+            ring.root_name(),
+            marker.version
+        );
+    }
+    if let (Some(anchor), Some(first)) = (&marker.anchor, snapshot.index.roots.first())
+        && &first.kid != anchor
+    {
+        bail!(
+            "key ring {}'s index starts its history at {}, but its history marker {} records \
+             anchor {}: a history rooted elsewhere was put in its place. Nothing was done; the \
+             ring's seeder restores the index from the store's previous versions",
+            ring_label(ring),
+            first.kid.short(),
+            ring.root_name(),
+            anchor.short()
+        );
+    }
+    if let Some((seq, root)) = &marker.root {
+        let at = usize::try_from(*seq)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| snapshot.index.roots.get(i));
+        if at.map(|r| &r.kid) != Some(root) {
+            bail!(
+                "key ring {}'s index does not pass through the dedicated root {} (root {seq}) \
+                 that its history marker {} records: a history forked with keys clusters held \
+                 was put in its place. Nothing was done; the ring's seeder restores the index \
+                 from the store's previous versions",
+                ring_label(ring),
+                root.short(),
+                ring.root_name()
+            );
+        }
+    }
+    seen::record(
+        pinned,
+        marker.version,
+        marker.root.as_ref().map(|(seq, kid)| (*seq, kid)),
+    )
 }
 
 /// The sealing certificate of a ring, for `kseal seal --cert secretsmanager://R` (reads the

@@ -1303,7 +1303,8 @@ fn resign_dir_index(ring: &Path) {
 /// Issue 35, attack 6: a laptop keeps the highest version it read of each pinned ring. The
 /// pin in `.kseal.yaml` records the version seen when it was made; an older signed index put
 /// back later (at or above that version) is refused as a rollback on a machine that read a
-/// newer one, and the message names where that version is kept.
+/// newer one, and the message names where that version is kept; on a machine that did not, the
+/// history marker (`root.json`, `R/root`) refuses it.
 #[test]
 fn a_laptop_refuses_an_index_older_than_one_it_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -1347,7 +1348,8 @@ fn a_laptop_refuses_an_index_older_than_one_it_read() {
         "{}",
         seal.stderr
     );
-    // Without that memory (another machine), the pin alone still accepts it.
+    // Without that memory (another machine, a fresh CI job), the history marker's version
+    // refuses it too.
     let elsewhere = Aws::new().run(
         d,
         &[
@@ -1362,7 +1364,13 @@ fn a_laptop_refuses_an_index_older_than_one_it_read() {
         ],
         Some("v"),
     );
-    assert_eq!(elsewhere.code, 0, "{}", elsewhere.stderr);
+    assert_eq!(elsewhere.code, 1, "{}", elsewhere.stderr);
+    assert!(
+        elsewhere.stderr.contains("an older index was put back")
+            && elsewhere.stderr.contains("root.json"),
+        "{}",
+        elsewhere.stderr
+    );
 }
 
 /// Issue 35 (attack review): `kseal keys sign` honours the pin. Once the ring is pinned, an
@@ -1687,6 +1695,38 @@ fn a_dedicated_root_moves_the_pin_and_refuses_forks_signed_with_ring_keys() {
     );
     assert_eq!(old_pin.code, 1, "{}", old_pin.stderr);
     assert!(old_pin.stderr.contains("fork"), "{}", old_pin.stderr);
+    // A fresh CI job (an empty cache) pinned at the old anchor never saw the root: the
+    // history marker root.json names it (attack review, round 3: this one sealed to the fork).
+    let fresh = Aws::new().with("KSEAL_CACHE_DIR", d.join("ci-cache").to_str().unwrap());
+    let fresh_pin = fresh.run(
+        d,
+        &[
+            "seal",
+            "--cert",
+            &url,
+            "--ring-anchor",
+            &anchor,
+            "--raw",
+            "--name",
+            "x",
+            "--namespace",
+            "y",
+        ],
+        Some("v"),
+    );
+    assert_eq!(fresh_pin.code, 1, "{}", fresh_pin.stderr);
+    assert!(
+        fresh_pin
+            .stderr
+            .contains("does not pass through the dedicated root"),
+        "{}",
+        fresh_pin.stderr
+    );
+    assert!(
+        fresh_pin.stderr.contains("root.json"),
+        "{}",
+        fresh_pin.stderr
+    );
 
     // Refresh: the real index back, signed again by the root with a lifetime of one hour.
     std::fs::write(&path, &real).unwrap();
@@ -1704,6 +1744,20 @@ fn a_dedicated_root_moves_the_pin_and_refuses_forks_signed_with_ring_keys() {
             .as_secs(),
         3600
     );
+    // The index from before the refresh put back: a fresh CI job's pin (the version
+    // .kseal.yaml records) does not refuse it, the history marker's version does.
+    let newest = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, &real).unwrap();
+    let fresh = Aws::new().with("KSEAL_CACHE_DIR", d.join("ci-cache-2").to_str().unwrap());
+    let replayed = seal(&fresh);
+    assert_eq!(replayed.code, 1, "{}", replayed.stderr);
+    assert!(
+        replayed.stderr.contains("an older index was put back"),
+        "{}",
+        replayed.stderr
+    );
+    std::fs::write(&path, &newest).unwrap();
+    ok(seal(&fresh));
 }
 
 /// The anchor pinned in `d/.kseal.yaml`.
@@ -1797,8 +1851,8 @@ fn a_confirmed_root_kid_recovers_from_a_fork_read_first_and_a_first_pin_needs_it
     kseal_keystore::trust::sign_index(&mut index, &fake_root).unwrap();
     std::fs::write(&path, index.to_json()).unwrap();
 
-    // A fresh CI job (its own cache) pinned at the old anchor reads the fork first: the
-    // documented residual. Its cache now names the fork.
+    // A fresh CI job (its own cache) pinned at the old anchor reads the fork first. The
+    // history marker root.json names the real root: refused.
     let ci = Aws::new().with("KSEAL_CACHE_DIR", d.join("ci-cache").to_str().unwrap());
     let seal = |aws: &Aws| {
         aws.run(
@@ -1816,8 +1870,28 @@ fn a_confirmed_root_kid_recovers_from_a_fork_read_first_and_a_first_pin_needs_it
             Some("v"),
         )
     };
+    let refused = seal(&ci);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("history marker root.json"),
+        "{}",
+        refused.stderr
+    );
+    // Where the marker cannot be read (a sealer role allowed the index only), the fork is
+    // read first, with a warning that says so: the residual. Its cache now names the fork.
+    let marker = ring.join("root.json");
+    let marker_text = std::fs::read_to_string(&marker).unwrap();
+    std::fs::remove_file(&marker).unwrap();
+    std::fs::create_dir(&marker).unwrap();
     let forked = seal(&ci);
     assert_eq!(forked.code, 0, "{}", forked.stderr);
+    assert!(
+        forked.stderr.contains("could not be read") && forked.stderr.contains("--root-kid"),
+        "{}",
+        forked.stderr
+    );
+    std::fs::remove_dir(&marker).unwrap();
+    std::fs::write(&marker, &marker_text).unwrap();
     std::fs::write(&path, &real).unwrap();
     let locked = seal(&ci);
     assert!(locked.stderr.contains("fork"), "{}", locked.stderr);

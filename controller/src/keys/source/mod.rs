@@ -204,6 +204,9 @@ struct Cache {
     marker_applied: bool,
     /// What the marker said when it was read (none: no marker, or not kseal's).
     marker: Option<ringstate::MarkerFacts>,
+    /// Why no anchor may be pinned on first use (persisted anchors disagree): the `Warning`
+    /// text, repeated in the refusal of the store's index.
+    anchor_conflict: Option<String>,
     /// Whether the anchor came from a ring-state copy: its view is not published before the
     /// store's index verifies under it.
     anchor_from_state: bool,
@@ -379,6 +382,7 @@ impl Mirror {
                 rivals_warned: HashSet::new(),
                 persisted_checked: false,
                 marker_applied: false,
+                anchor_conflict: None,
                 marker: None,
                 anchor_from_state: false,
                 store_confirmed: false,

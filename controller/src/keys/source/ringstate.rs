@@ -90,6 +90,19 @@ impl Mirror {
         };
         let mut best: Option<FoundState> = None;
         for (name, text, index, verified, ever, last_active) in candidates {
+            // Before the store's history marker answered (a restart while the store cannot be
+            // read), a copy is taken only under a pin that is a dedicated root of its verified
+            // history: no cluster holds that key, so no copy anyone here could make passes.
+            // Under a pin at a ring key (held by every cluster) a planted fork copy would pass,
+            // raise the floor past the real index and be written back by the leader (attack
+            // review, round 3); nothing seals until the marker names the ring's root.
+            if !self.cache.marker_applied && !self.pin_is_dedicated_in(&index) {
+                tracing::debug!(
+                    secret = %name,
+                    "ring-state Secret not taken before the ring's history marker answered"
+                );
+                continue;
+            }
             if let (Some((seq, kid)), Verified::Signed { .. }) = (&required, &verified) {
                 let extends = usize::try_from(*seq)
                     .ok()
@@ -125,6 +138,15 @@ impl Mirror {
             });
         }
         Ok(best)
+    }
+
+    /// Whether the pinned anchor is a dedicated root of `index`'s history (which was verified
+    /// under it): no cluster ever held that key.
+    fn pin_is_dedicated_in(&self, index: &Index) -> bool {
+        self.pin
+            .anchor
+            .as_ref()
+            .is_some_and(|pin| index.roots.iter().any(|r| r.dedicated && &r.kid == pin))
     }
 
     /// A follower's poll: publishes the ring-state Secret's view, verified under the pinned
@@ -315,7 +337,9 @@ impl Mirror {
         // Merged only once it succeeded: a failed list (an API server hiccup at start) must
         // not leave the floor at 0 for the life of the process.
         let found = self.load_state().await?;
-        self.cache.state_merged = true;
+        // Not merged for good before the history marker answered: a copy refused meanwhile
+        // (a pin at a ring key) is taken at a later sync.
+        self.cache.state_merged = self.cache.marker_applied;
         if let Some(found) = found {
             self.cache.found_state = Some(found.name.clone());
             // The version floor survives a restart: the copy was verified again under the
@@ -425,6 +449,43 @@ impl Mirror {
                 anchors.entry(anchor).or_insert_with(|| secret.name_any());
             }
         }
+        // A directory ring's root.json is as writable as its index.json (its directory's
+        // permissions protect both): there it is one more claimant, not the word of a seeder
+        // nobody else can imitate. When it and the verified copies name different anchors,
+        // nothing is pinned, from them or from the store (attack review, round 3).
+        if let (Some(marker), kseal_keystore::Store::Directory(_)) = (&marker, self.ring.store())
+            && !anchors.is_empty()
+            && (anchors.len() > 1 || !anchors.contains_key(marker))
+        {
+            let note = format!(
+                "the ring's history marker {} names anchor {}, but the verified ring-state \
+                 Secrets of ring {} hold histories of anchor {}: nothing is pinned, and nothing \
+                 seals until --ring-anchor (keySource.ringAnchor) names the ring's anchor or \
+                 dedicated root (a directory ring's root.json is no better protected than its \
+                 index.json)",
+                self.ring.root_name(),
+                marker.short(),
+                self.ring.name(),
+                anchors
+                    .keys()
+                    .map(Kid::short)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            tracing::warn!("{note}");
+            self.pin.unsigned_refused = Some(format!(
+                "the ring's history marker {} exists",
+                self.ring.root_name()
+            ));
+            if let Some(reference) =
+                self.state_reference(anchors.values().next().map(String::as_str))
+            {
+                self.warn_on(&reference, "RingAnchorConflict", note.clone())
+                    .await;
+            }
+            self.cache.anchor_conflict = Some(note);
+            return Ok(());
+        }
         let first = anchors.iter().next().map(|(k, v)| (k.clone(), v.clone()));
         let (anchor, from) = match (marker, first) {
             (Some(anchor), _) => {
@@ -453,12 +514,24 @@ impl Mirror {
                      Secret {secret})"
                 ));
                 if anchors.len() > 1 {
-                    tracing::warn!(
-                        anchors = %anchors.keys().map(Kid::short).collect::<Vec<_>>().join(", "),
-                        "ring-state Secrets of ring {} hold histories of different anchors: \
-                         none is pinned from them (give --ring-anchor)",
-                        self.ring.name()
+                    let note = format!(
+                        "ring-state Secrets of ring {} hold histories of different anchors \
+                         ({}): nothing is pinned, from them or from the store, and nothing \
+                         seals until --ring-anchor (keySource.ringAnchor) names the ring's \
+                         anchor or dedicated root",
+                        self.ring.name(),
+                        anchors
+                            .keys()
+                            .map(Kid::short)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     );
+                    tracing::warn!("{note}");
+                    if let Some(reference) = self.state_reference(Some(&secret)) {
+                        self.warn_on(&reference, "RingAnchorConflict", note.clone())
+                            .await;
+                    }
+                    self.cache.anchor_conflict = Some(note);
                     return Ok(());
                 }
                 (anchor, format!("the verified ring-state Secret {secret}"))
@@ -474,8 +547,7 @@ impl Mirror {
     /// marker is written only by the seeder (`R/root`; an index writer cannot reach it), so a
     /// restarted controller pinned at a superseded ring key, or not pinned, never takes a
     /// planted or replayed copy of a fork signed with ring keys, nor one older than the
-    /// seeder's last write (attack review, round 2). Applied only to the history the pin
-    /// names (its anchor, or its dedicated root) or to an unpinned controller.
+    /// seeder's last write (attack review, round 2). Applied whatever the pin names.
     pub(super) async fn apply_marker(&mut self) {
         if self.cache.marker_applied {
             return;
@@ -489,8 +561,12 @@ impl Mirror {
                 return;
             }
             Err(e) => {
+                let pinned_at = self.pin.anchor.as_ref().map_or("no anchor", Kid::short);
                 tracing::warn!(
-                    "reading the ring's history marker {} failed (retried at the next poll): {}",
+                    "reading the ring's history marker {} failed (retried at the next poll): \
+                     {}; until it answers, a controller pinned at a ring key ({pinned_at} here, \
+                     unless it is the ring's dedicated root) takes no ring-state copy, so \
+                     nothing seals: pin the dedicated root to seal from the copy meanwhile",
                     self.ring.root_name(),
                     crate::error_chain(&e)
                 );
@@ -506,16 +582,10 @@ impl Mirror {
             );
             return;
         };
-        let ours = match &self.pin.anchor {
-            None => true,
-            Some(pin) => {
-                marker.anchor.as_ref() == Some(pin)
-                    || marker.root.as_ref().is_some_and(|(_, kid)| kid == pin)
-            }
-        };
-        if !ours {
-            return;
-        }
+        // Whatever the pin: the marker is this ring's (its name in the store), written by its
+        // seeder alone. A pin at a ring key from the middle of the chain names neither the
+        // marker's anchor nor its root, yet a fork from that key must still pass through the
+        // root (attack review, round 4); a pin of another history verifies nothing here anyway.
         if marker.version > self.pin.floor {
             self.pin.floor = marker.version;
         }
@@ -535,6 +605,16 @@ impl Mirror {
     /// write and never removed by an index writer) exists. A signed index replaced by an
     /// unsigned one would otherwise hand its writer the sealing key.
     pub(super) async fn unsigned_allowed(&mut self, verified: &Verified) -> Result<(), SyncError> {
+        // Persisted anchors that disagree: the store's index is not pinned on first use
+        // either (whoever planted the disagreement may be the one who wrote it).
+        if self.pin.anchor.is_none()
+            && let Some(note) = &self.cache.anchor_conflict
+        {
+            return Err(self.store_err(kseal_keystore::Error::Untrusted {
+                what: self.ring.index_name(),
+                reason: note.clone(),
+            }));
+        }
         if !matches!(verified, Verified::Unsigned) {
             return Ok(());
         }
@@ -1663,6 +1743,156 @@ mod tests {
                 "the fork's higher version does not win over the dedicated root's history"
             );
             assert_eq!(fresh.pin.seen_root, Some((2, root)));
+        })
+        .await;
+    }
+
+    /// Makes `file` of a directory ring unreadable (a directory in its place, as a store that
+    /// does not answer), returning what it held.
+    fn break_file(file: &std::path::Path) -> String {
+        let text = std::fs::read_to_string(file).unwrap();
+        std::fs::remove_file(file).unwrap();
+        std::fs::create_dir(file).unwrap();
+        text
+    }
+
+    fn mend_file(file: &std::path::Path, text: &str) {
+        std::fs::remove_dir(file).unwrap();
+        std::fs::write(file, text).unwrap();
+    }
+
+    /// Attack review, round 3: a controller pinned at the old ring-key anchor (its pin not
+    /// moved to the dedicated root), restarted while the store cannot be read, with the fork
+    /// (signed by that ring key, at a higher version) written into the ring-state Secret in
+    /// place of the leader's copy. It published the copy, raised its floor past the real
+    /// index, sealed to the fork's key and refused the real index once the store answered.
+    /// Now it takes no copy until the history marker answered, and then refuses the fork.
+    #[tokio::test]
+    async fn a_restart_pinned_at_a_ring_key_takes_no_copy_before_the_marker_answers() {
+        within("ring-key restart", async {
+            let (dir, root_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (_server, client) = server().await;
+            let (a, b, evil) = (pair(), pair(), pair());
+            let (root, fork) =
+                moved_ring_and_fork(dir.path(), root_dir.path(), &a, &b, &evil).await;
+            let (kid_b, kid_evil) = (Kid::of(b.public_key()), Kid::of(evil.public_key()));
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.sync().await.unwrap();
+            let real_version = leader.pin.floor;
+            let name = leader.load_state().await.unwrap().unwrap().name;
+            drop(leader);
+
+            // The Secret writer puts the fork into the leader's copy; the store goes away.
+            let api: Api<Secret> = Api::namespaced(client.clone(), "kseal");
+            let mut copy = api.get(&name).await.unwrap();
+            copy.data
+                .as_mut()
+                .unwrap()
+                .insert(INDEX_ITEM.into(), ByteString(fork.clone().into_bytes()));
+            api.replace(&name, &PostParams::default(), &copy)
+                .await
+                .unwrap();
+            let (index_file, marker_file) =
+                (dir.path().join("index.json"), dir.path().join("root.json"));
+            let index_text = break_file(&index_file);
+            let marker_text = break_file(&marker_file);
+
+            let mut follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            follower.follow().await.unwrap();
+            assert!(
+                follower.state.ring_view.current().is_none(),
+                "nothing seals from a copy a ring-key pin cannot tell from a fork"
+            );
+            assert_eq!(follower.pin.floor, 0, "the fork raised no floor");
+            let mut restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
+            restarted.retire_grace = Duration::ZERO;
+            assert!(restarted.sync().await.is_err(), "the store does not answer");
+            assert!(restarted.state.ring_view.current().is_none());
+            assert_eq!(restarted.pin.floor, 0);
+            assert!(mirror_secret(&client, &kid_evil).await.is_none());
+            assert!(mirror_secret(&client, &kid_b).await.is_some());
+
+            // The store answers again: the marker names the dedicated root, the fork copy is
+            // refused, the leader reads the real index and repairs the copy.
+            mend_file(&index_file, &index_text);
+            mend_file(&marker_file, &marker_text);
+            restarted.sync().await.unwrap();
+            assert_eq!(restarted.pin.seen_root, Some((2, root.clone())));
+            assert_eq!(restarted.pin.floor, real_version);
+            let view = restarted.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(kid_b.clone()));
+            follower.follow().await.unwrap();
+            assert_eq!(
+                follower.state.ring_view.current().unwrap().active,
+                Some(kid_b.clone())
+            );
+            assert_eq!(follower.pin.seen_root, Some((2, root.clone())));
+            // The copy replicas read holds the real index (the fork's stays, named forged).
+            let found = restarted.load_state().await.unwrap().unwrap();
+            assert_eq!(found.version, real_version);
+            assert!(found.text != fork, "the copy taken is not the fork");
+
+            // Pinned at the dedicated root, a restart during an outage seals from the copy.
+            let broken = break_file(&marker_file);
+            let at_root = ring(dir.path(), None)
+                .await
+                .with_trust(Trust::anchored(root.clone()));
+            let mut follower = mirror(at_root, &client);
+            follower.follow().await.unwrap();
+            assert_eq!(
+                follower.state.ring_view.current().unwrap().active,
+                Some(kid_b)
+            );
+            mend_file(&marker_file, &broken);
+        })
+        .await;
+    }
+
+    /// Attack review, round 3: on a directory ring, root.json is as writable as index.json.
+    /// An unpinned controller restarted after both were replaced by another history (the
+    /// ring-state copy still holds the real one) pinned the new root.json's anchor. Now the
+    /// disagreement pins nothing, from either or from the store, with a Warning that says
+    /// what to do.
+    #[tokio::test]
+    async fn an_unpinned_restart_pins_nothing_when_root_json_and_the_copies_disagree() {
+        within("dir anchor conflict", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, evil) = (pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            let mut first = mirror(ring(dir.path(), None).await, &client);
+            first.sync().await.unwrap();
+            assert_eq!(first.pin.anchor, Some(Kid::of(a.public_key())));
+            let name = first.load_state().await.unwrap().unwrap().name;
+            drop(first);
+
+            let other = tempfile::tempdir().unwrap();
+            let foreign = ring(other.path(), None).await;
+            foreign.push(&evil).await.unwrap();
+            for file in ["index.json", "root.json"] {
+                std::fs::copy(other.path().join(file), dir.path().join(file)).unwrap();
+            }
+            let mut restarted = mirror(ring(dir.path(), None).await, &client);
+            let err = restarted.sync().await.unwrap_err();
+            let chain = crate::error_chain(&err);
+            assert_eq!(err.reason(), "untrusted", "{chain}");
+            assert!(
+                chain.contains("nothing is pinned") && chain.contains("--ring-anchor"),
+                "{chain}"
+            );
+            assert_eq!(restarted.pin.anchor, None);
+            assert!(restarted.state.ring_view.current().is_none());
+            assert!(
+                mirror_secret(&client, &Kid::of(evil.public_key()))
+                    .await
+                    .is_none()
+            );
+            let events = events_about(&client, &name, "RingAnchorConflict").await;
+            assert_eq!(events.len(), 1, "{events:?}");
+            let mut follower = mirror(ring(dir.path(), None).await, &client);
+            assert_eq!(follower.follow().await.unwrap_err().reason(), "untrusted");
+            assert!(follower.state.ring_view.current().is_none());
         })
         .await;
     }
