@@ -3,6 +3,11 @@
 #
 #   1. every *.json parses (python3 -m json.tool), and the nine expected documents exist;
 #      render.sh leaves out what it has no value for and refuses placeholders and aliases;
+#      with RINGS (rings per blast-radius group) one ring renders as RING does, two rings
+#      give one resource per ring (the sealer two: R/index-?????? and R/root-??????, never a
+#      key secret), none covering another ring (kseal/prod vs kseal/prod-eu),
+#      and an empty list, duplicates, nested rings, wildcards and placeholders are refused;
+#      the policies rendered for two rings go through step 2 too (lint_policies.py --rendered);
 #   2. lint_policies.py substitutes the placeholders (${AWS_REGION}, ${ACCOUNT_ID}, ${RING},
 #      ${KMS_KEY_ARN}, ${KMS_ROOT_KEY_ARN}, ${OIDC_PROVIDER}) with sample values and runs parliament on each
 #      document (core and community auditors, every severity): any finding fails, except
@@ -93,6 +98,86 @@ for bad in 'KMS_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:key/…' 'ACCOUNT_ID=
 done
 log "ok: render.sh leaves KMS statements out without a key, renders the root's policy alone, refuses placeholders and aliases"
 
+# --- 1c. render.sh RINGS: rings per blast-radius group ----------------------------------------
+# One ring in RINGS renders what RING does; several give each ring-scoped statement exactly
+# one resource (and one kms:EncryptionContext:SecretARN value) per ring and pattern (the
+# sealer's two: the index and the history marker R/root), and no pattern covers another ring's
+# secrets: kseal/prod and kseal/prod-eu (a name that extends another's
+# without a slash) each open only their own. Bad lists are refused.
+rings() { render env -u RING "RINGS=$1" "${@:2}"; }
+rings kseal/fleet "$IAM/render.sh" "$render_tmp/one" 2>/dev/null || fail "render.sh failed with RINGS=kseal/fleet"
+diff -r "$render_tmp/plain" "$render_tmp/one" >&2 || fail "render.sh: RINGS=kseal/fleet differs from RING=kseal/fleet (above)"
+rings "kseal/prod kseal/prod-eu" env KMS_KEY_ARN=arn:aws:kms:eu-west-1:123456789012:key/0123abcd-45ef-6789-abcd-0123456789ab \
+  "$IAM/render.sh" "$render_tmp/groups" 2>/dev/null || fail "render.sh failed with RINGS=\"kseal/prod kseal/prod-eu\""
+python3 - "$render_tmp/groups" "$IAM" <<'PY' || fail "the policies rendered for two rings are wrong (above)"
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from lint_policies import matches  # IAM's `*` and `?`
+out = sys.argv[1]
+arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:"
+kid = "0f" * 32
+rings = ["kseal/prod", "kseal/prod-eu"]
+others = ["kseal/fleet", "kseal/prod-eu2", "kseal/pro", "kseal/prodx", "kseal"]
+secrets = lambda ring: {"index": f"{arn}{ring}/index-Ab12Cd", "root": f"{arn}{ring}/root-Ab12Cd",
+                        "key": f"{arn}{ring}/keys/{kid}-Ab12Cd",
+                        # look-alikes of the history marker: R/* covers them, R/root-?????? not
+                        "root-named": f"{arn}{ring}/root-Ab12Cd-x1y2z3", "roots": f"{arn}{ring}/roots-Ab12Cd",
+                        "key-named-root": f"{arn}{ring}/keys/root-Ab12Cd"}
+every = set(secrets("R"))
+# what each policy's ring statement must open, and with how many patterns per ring: the
+# controller and the seeder every secret of a ring (R/*), the sealer the index and the history
+# marker R/root (one pattern each), never a key secret
+want = {"controller-policy.json": ("ReadTheRing", every, 1),
+        "sealer-policy.json": ("ReadTheRingIndexAndHistoryMarkerOnly", {"index", "root"}, 2),
+        "seeder-policy.json": ("WriteTheRing", every, 1)}
+problems = []
+for name, (sid, kinds, per_ring) in want.items():
+    doc = json.load(open(f"{out}/{name}"))
+    st = next((s for s in doc["Statement"] if s["Sid"] == sid), None)
+    if st is None:
+        problems.append(f"{name}: no statement {sid}")
+        continue
+    res = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+    if len(res) != per_ring * len(rings):
+        problems.append(f"{name}: {sid}: {len(res)} resources, want {per_ring} per ring: {res}")
+    for ring in rings:
+        for kind, secret in secrets(ring).items():
+            hits = [p for p in res if matches(p, secret)]
+            if kind in kinds and len(hits) != 1:
+                problems.append(f"{name}: {sid}: {secret} matched by {hits}, want exactly one pattern")
+            if kind not in kinds and hits:
+                problems.append(f"{name}: {sid}: {secret} is matched by {hits}")
+            for p in hits:  # the pattern of the ring itself, never another ring's
+                if not p.startswith(f"{arn}{ring}/"):
+                    problems.append(f"{name}: {sid}: {secret} of {ring} is matched by {p}")
+    for p in res:  # no pattern left over, none standing for two of the sealer's secrets
+        opened = [s for ring in rings for kind, s in secrets(ring).items() if kind in kinds and matches(p, s)]
+        if len(opened) != (len(kinds) if per_ring == 1 else 1):
+            problems.append(f"{name}: {sid}: {p} opens {opened}")
+    for ring in others:
+        for secret in secrets(ring).values():
+            hits = [p for p in res if matches(p, secret)]
+            if hits:
+                problems.append(f"{name}: {sid}: {secret} (not a listed ring) is matched by {hits}")
+    for s in doc["Statement"]:
+        like = s.get("Condition", {}).get("StringLike", {}).get("kms:EncryptionContext:SecretARN")
+        if like is not None and s["Effect"] == "Allow" and sorted(like if isinstance(like, list) else [like]) != sorted(res):
+            problems.append(f"{name}: {s['Sid']}: kms:EncryptionContext:SecretARN {like} is not the rings' resources {res}")
+for p in problems:
+    print(p, file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+for bad in "" " " "kseal/prod kseal/prod" "kseal/prod kseal/prod/eu" "kseal/prod,kseal/nonprod" "kseal/*" \
+  "kseal/prod kseal/..." "kseal/prod <ring>" "kseal//prod" "kseal/prod/"; do
+  if rings "$bad" "$IAM/render.sh" "$render_tmp/bad" 2>/dev/null; then
+    fail "render.sh accepted RINGS='$bad'"
+  fi
+done
+if rings kseal/prod env RING=kseal/fleet "$IAM/render.sh" "$render_tmp/bad" 2>/dev/null; then
+  fail "render.sh accepted both RING and RINGS"
+fi
+log "ok: render.sh RINGS: one ring as RING, two rings each scoped to its own secrets (kseal/prod not kseal/prod-eu), bad lists refused"
+
 # --- 2. parliament -----------------------------------------------------------------------
 want_version=$(sed -n 's/^parliament==//p' "$REQ")
 [[ -n "$want_version" ]] || fail "$REQ pins no parliament version"
@@ -135,7 +220,9 @@ install_parliament() { # into $venv, once per version of $REQ; prints nothing on
 if install_parliament; then
   "$venv/bin/python" "$IAM/lint_policies.py" "$CONFIG" "${docs[@]}" >&2 ||
     fail "the IAM documents have findings (above)"
-  log "ok: parliament $want_version (core + community auditors, all severities) and kseal's rules: ${#docs[@]} documents"
+  "$venv/bin/python" "$IAM/lint_policies.py" --rendered "$CONFIG" "$render_tmp"/groups/{controller,sealer,seeder}-policy.json >&2 ||
+    fail "the documents render.sh wrote for two rings have findings (above)"
+  log "ok: parliament $want_version (core + community auditors, all severities) and kseal's rules: ${#docs[@]} documents, and the ones rendered for two rings"
 else
   rm -rf "$venv"
   if [[ "${CI:-}" == true ]]; then
@@ -143,5 +230,7 @@ else
   fi
   python3 "$IAM/lint_policies.py" --no-parliament "$CONFIG" "${docs[@]}" >&2 ||
     fail "the IAM documents break kseal's rules (above)"
+  python3 "$IAM/lint_policies.py" --no-parliament --rendered "$CONFIG" "$render_tmp"/groups/{controller,sealer,seeder}-policy.json >&2 ||
+    fail "the documents render.sh wrote for two rings break kseal's rules (above)"
   log "ok: kseal's rules on ${#docs[@]} documents; SKIPPED parliament (could not install it; required under CI=true)"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Lints the IAM documents of deploy/iam; run by deploy/iam/check.sh (see there).
 
-    lint_policies.py [--no-parliament] CONFIG FILE...
+    lint_policies.py [--no-parliament] [--rendered] CONFIG FILE...
 
 Each FILE is read from the repository, its placeholders are replaced by sample values (as
 `envsubst` would), and then:
@@ -18,6 +18,12 @@ Each FILE is read from the repository, its placeholders are replaced by sample v
 Before linting, parliament must report findings for a known-bad policy, so that a broken
 install can never pass as "no findings". --no-parliament runs step 2 only (for a machine
 that cannot install parliament; check.sh never uses it under CI=true).
+
+--rendered: the FILEs are what render.sh wrote (with the sample region, account and KMS key
+above, any rings, e.g. RINGS="kseal/prod kseal/prod-eu"): no placeholder may be left, the
+rules that do not depend on the ring's name hold (no wildcard action, no ListSecrets, KMS
+only through Secrets Manager on the key, ...), and parliament reports nothing but accepted
+findings (which need not all occur: render.sh skips documents it has no value for).
 """
 
 import json
@@ -38,6 +44,9 @@ SAMPLE = {
 SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:"
 RING_ARN = SECRET + "kseal/fleet/*"
 INDEX_ARN = SECRET + "kseal/fleet/index-??????"
+# The history marker R/root (no secret: ring, anchor, version, dedicated root): every pinned
+# reader, the sealer included, takes its floor and root (cli/src/keysource/ring.rs check_marker).
+MARKER_ARN = SECRET + "kseal/fleet/root-??????"
 LEGACY_ARN = SECRET + "sealed-secrets-??????"
 VIA = "secretsmanager.eu-west-1.amazonaws.com"
 KID = "0f" * 32  # a key id: 64 lowercase hex characters
@@ -155,10 +164,16 @@ def policy_rules(name, path, doc):
         if kms != {"kms:Decrypt"}:
             error(path, f"the controller needs kms:Decrypt only, got {sorted(kms)}")
     elif name == "sealer-policy.json":
-        if sm != READ or sm_resources != {INDEX_ARN}:
-            error(path, f"the sealer may only read the index: got {sorted(sm)} on {sorted(sm_resources)}")
+        if sm != READ or sm_resources != {INDEX_ARN, MARKER_ARN}:
+            error(path, f"the sealer may only read the index and the history marker: got {sorted(sm)} "
+                  f"on {sorted(sm_resources)}")
         if kms != {"kms:Decrypt"}:
             error(path, f"the sealer needs kms:Decrypt only, got {sorted(kms)}")
+        for st in doc["Statement"]:
+            like = st.get("Condition", {}).get("StringLike", {}).get("kms:EncryptionContext:SecretARN")
+            if st["Effect"] == "Allow" and like is not None and sorted(as_list(like)) != sorted([INDEX_ARN, MARKER_ARN]):
+                error(path, f"{st['Sid']}: kms:EncryptionContext:SecretARN must be the index and the "
+                      f"history marker ({INDEX_ARN}, {MARKER_ARN}), got {like}")
     elif name == "eso-mirror-policy.json":
         # External Secrets Operator reading the active-key mirror (`--mirror-current-to
         # sealed-secrets`): that one secret, never the ring's key secrets or its index.
@@ -201,15 +216,23 @@ def policy_rules(name, path, doc):
     index = SECRET + "kseal/fleet/index-Ab12Cd"
     key = SECRET + f"kseal/fleet/keys/{KID}-Ab12Cd"
     if name == "sealer-policy.json":
+        marker = SECRET + "kseal/fleet/root-Ab12Cd"
         for arn, want in [
             (index, True),
+            (marker, True),
             (key, False),
             (SECRET + "kseal/fleet/index-Ab12Cd-x1y2z3", False),  # a secret named ".../index-Ab12Cd"
             (SECRET + "kseal/fleet/indexes-Ab12Cd", False),
             (SECRET + "kseal/fleet/keys/index-Ab12Cd", False),
+            (SECRET + "kseal/fleet/root-Ab12Cd-x1y2z3", False),  # a secret named ".../root-Ab12Cd"
+            (SECRET + "kseal/fleet/roots-Ab12Cd", False),
+            (SECRET + "kseal/fleet/keys/root-Ab12Cd", False),
+            (SECRET + "kseal/fleet2/root-Ab12Cd", False),
         ]:
-            if matches(INDEX_ARN, arn) != want:
-                error(path, f"{INDEX_ARN} {'should' if want else 'must not'} match {arn}")
+            hits = [p for p in (INDEX_ARN, MARKER_ARN) if matches(p, arn)]
+            if len(hits) != (1 if want else 0):
+                error(path, f"{arn} is matched by {hits or 'no pattern'}; want "
+                      f"{'exactly one of' if want else 'none of'} {INDEX_ARN}, {MARKER_ARN}")
     if name in ("controller-policy.json", "seeder-policy.json"):
         for arn, want in [
             (index, True),
@@ -284,7 +307,7 @@ def ignored(finding):
     return False
 
 
-def parliament_findings(config_path, docs):
+def parliament_findings(config_path, docs, all_must_occur=True):
     """Runs parliament; returns (unexpected findings, accepted findings)."""
     warnings.simplefilter("ignore")  # pkg_resources' deprecation notice on import
     import parliament
@@ -326,15 +349,16 @@ def parliament_findings(config_path, docs):
                 accepted.append((finding.issue, line))
             else:
                 unexpected.append(line)
-    for issue in sorted(accepted_issues - {i for i, _ in accepted}):
+    for issue in sorted(accepted_issues - {i for i, _ in accepted} if all_must_occur else []):
         unexpected.append(f"{config_path}: {issue} is accepted but no longer occurs: remove it")
     return unexpected, [line for _, line in accepted]
 
 
 def main(argv):
-    use_parliament = True
-    if argv and argv[0] == "--no-parliament":
-        use_parliament = False
+    use_parliament, rendered = True, False
+    while argv and argv[0] in ("--no-parliament", "--rendered"):
+        use_parliament = use_parliament and argv[0] != "--no-parliament"
+        rendered = rendered or argv[0] == "--rendered"
         argv = argv[1:]
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -344,7 +368,9 @@ def main(argv):
     for path in paths:
         with open(path) as f:
             raw = f.read()
-        text = substitute(path, raw)
+        if rendered and "$" in raw:
+            error(path, "a '$' is left in a rendered document")
+        text = raw if rendered else substitute(path, raw)
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
@@ -353,6 +379,8 @@ def main(argv):
         docs.append((path, text))
         name = os.path.basename(path)
         common_rules(path, doc)
+        if rendered:
+            continue
         if "-trust-" in name:
             trust_rules(name, path, doc)
         else:
@@ -360,7 +388,7 @@ def main(argv):
 
     accepted = []
     if use_parliament and len(docs) == len(paths):
-        unexpected, accepted = parliament_findings(config_path, docs)
+        unexpected, accepted = parliament_findings(config_path, docs, all_must_occur=not rendered)
         errors.extend(f"parliament: {u}" for u in unexpected)
     for line in accepted:
         print(f"accepted ({config_path}): {line}")

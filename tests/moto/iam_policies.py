@@ -4,7 +4,7 @@
     iam_policies.py plan
         Print how many unauthenticated calls `setup` makes: the value of moto's
         INITIAL_NO_AUTH_ACTION_COUNT, after which moto checks every call against IAM.
-    iam_policies.py setup ENDPOINT IAM_DIR RING OUT_DIR
+    iam_policies.py setup ENDPOINT IAM_DIR RING OUT_DIR SCOPED_DIR
         Create the ring's dedicated root on moto's KMS (RSA_4096, SIGN_VERIFY; its key id in
         OUT_DIR/root-key.txt), load seeder-, controller- and sealer-policy.json and
         seeder-root-policy.json (${KMS_ROOT_KEY_ARN}: that key) from IAM_DIR, substitute the
@@ -12,7 +12,14 @@
         create one IAM user per role with that policy (the seeder also gets the root policy,
         as a second inline policy) and an access key, write the key to OUT_DIR/<role>.env
         (shell assignments) and the policy moto got to OUT_DIR/<role>-policy.moto.json, then
-        prove that moto now enforces IAM.
+        prove that moto now enforces IAM. Two more users, controller-nonprod and sealer-nonprod,
+        get SCOPED_DIR/controller-policy.json and sealer-policy.json as `deploy/iam/render.sh`
+        wrote them for one blast-radius group (RINGS=<the non-prod ring>), with their
+        Resources kept: the moto this runs against has the hook below.
+    iam_policies.py moto-hook DIR
+        Write DIR/sitecustomize.py: with DIR on moto_server's PYTHONPATH, moto authorizes
+        Secrets Manager calls against the secret's ARN instead of "*", and matches a
+        statement's Resource with IAM's wildcards (see install_moto_hook).
     iam_policies.py call ENDPOINT CREDS_FILE ACTION [ID [ARG]]
         One Secrets Manager call (ListSecrets, GetSecretValue, DescribeSecret, CreateSecret;
         ID: the secret) or KMS call (kms:Sign ID [ALGORITHM] signs a short RAW message,
@@ -20,15 +27,16 @@
         ID; kms:ListKeys) with the credentials of CREDS_FILE. Prints `allowed`,
         `denied <code>: <message>` or `error <what>`; exits 0 (allowed), 3 (denied) or 1
         (anything else). kms:ScheduleKeyDeletion asks for the longest window (30 days) and is
-        only ever expected to be denied.
+        only ever expected to be denied. GetSecretValue ID OUT writes the key secret's private
+        key and certificate ({"crt","key"}) as PEM to OUT (mode 0600), for `kseal unseal --key`.
 
 What moto 5.2.5 can evaluate, and so what the rewrite does (moto/iam/access_control.py):
 
 - Resources: moto checks every Secrets Manager call against resource "*", so a statement
   scoped to an ARN never matches (and `?` in a pattern is handed to Python's `re`:
   `-??????` makes moto answer HTTP 500). Every Resource becomes "*": the check is per action
-  only. The resource scoping (the sealer's `R/index-??????` above all) is checked by
-  deploy/iam/check.sh's linter, not here.
+  only. The resource scoping (the sealer's `R/index-??????` and `R/root-??????` above all) is
+  checked by deploy/iam/check.sh's linter, not here (and, for the scoped users, by the hook).
 - Conditions: moto passes no request context for Secrets Manager calls and evaluates only
   StringEquals, so it treats every condition as met. A Deny statement with a condition
   therefore becomes an unconditional Deny (narrower than the real policy: sound for proving
@@ -44,6 +52,17 @@ What moto 5.2.5 can evaluate, and so what the rewrite does (moto/iam/access_cont
   there whatever the document says (wider than the real policy: a Sign with another
   algorithm is allowed on moto; the linter, deploy/iam/check.sh, pins the condition).
 
+Rings per blast-radius group (the scoped users, controller-nonprod and sealer-nonprod) need
+what moto lacks: it authorizes every Secrets Manager call against resource "*". `moto-hook` gives moto's
+SecretsManagerResponse the `_determine_resource` that moto's SQS, IAM and STS already have (the
+ARN of the secret named by SecretId or Name: the stored secret's full ARN with its `-XXXXXX`
+suffix, or, for one that does not exist, arn:...:secret:NAME) and makes moto's policy
+evaluation match a Resource with IAM's wildcards (`*` any run, `?` one character, everything
+else literal; moto turns only `*` into `.*` and hands the rest to Python's `re`). Everything
+else is moto's own evaluation: an explicit Deny wins, an Allow must match action and resource.
+The unscoped users' policies have Resource "*", which matches every ARN, so their checks are
+unchanged by the hook.
+
 Only the Python standard library and boto3 (in moto's venv) are used; `plan` needs neither.
 """
 
@@ -53,6 +72,8 @@ import re
 import sys
 
 ROLES = ("seeder", "controller", "sealer")
+# The policies render.sh wrote for one group's ring (RINGS=<the non-prod ring>), Resources kept.
+SCOPED_ROLES = {"controller-nonprod": "controller-policy.json", "sealer-nonprod": "sealer-policy.json"}
 SETUP_CALLS_PER_ROLE = 3  # CreateUser, PutUserPolicy, CreateAccessKey
 SETUP_CALLS_ROOT = 2  # kms CreateKey (the ring's dedicated root), the seeder's PutUserPolicy for it
 ROOT_POLICY = "seeder-root-policy.json"
@@ -81,6 +102,56 @@ def substitute(path, text, ring, root_arn=None):
     if "$" in out:
         sys.exit(f"iam_policies.py: {path}: a '$' is left after substituting the placeholders")
     return out
+
+
+HOOK_MARKER = "kseal iam hook: Secrets Manager calls are authorized against the secret's ARN"
+
+
+def iam_resource_glob(pattern):
+    """An IAM Resource pattern as a regex: `*` any run of characters, `?` one, the rest literal."""
+    return "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+
+
+def install_moto_hook():
+    """Run in moto_server (from the sitecustomize.py that `moto-hook` writes); see the module doc."""
+    from moto.iam.access_control import IAMPolicyStatement
+    from moto.secretsmanager.responses import SecretsManagerResponse
+
+    def _determine_resource(self):
+        name = self._get_param("SecretId") or self._get_param("Name")
+        if not name:
+            return "*"  # ListSecrets, BatchGetSecretValue: not resource-scoped on AWS either
+        secret = self.backend.secrets.get(name)
+        if secret is not None:
+            return secret.arn
+        if name.startswith("arn:"):
+            return name
+        return f"arn:aws:secretsmanager:{self.region}:{self.current_account}:secret:{name}"
+
+    original = IAMPolicyStatement._check_element_matches
+
+    def _check_element_matches(self, element, value):
+        if element != "Resource":
+            return original(self, element, value)
+        patterns = self._statement[element]
+        patterns = patterns if isinstance(patterns, list) else [patterns]
+        return any(re.fullmatch(iam_resource_glob(p), value) for p in patterns)
+
+    SecretsManagerResponse._determine_resource = _determine_resource
+    IAMPolicyStatement._check_element_matches = _check_element_matches
+    print(HOOK_MARKER, file=sys.stderr, flush=True)
+
+
+def cmd_moto_hook(directory):
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(directory, "sitecustomize.py"), "w", encoding="utf-8") as f:
+        f.write("# Written by tests/moto/iam_policies.py moto-hook: loaded by moto_server only.\n"
+                "import sys\n"
+                "sys.dont_write_bytecode = True  # nothing written into the repository\n"
+                f"sys.path.insert(0, {here!r})\n"
+                "if sys.argv and sys.argv[0].endswith('moto_server'):\n"
+                "    import iam_policies\n"
+                "    iam_policies.install_moto_hook()\n")
 
 
 def for_moto(role, doc, root=False):
@@ -157,11 +228,39 @@ def denial(error):
     return None
 
 
+def setup_calls():
+    return (len(ROLES) + len(SCOPED_ROLES)) * SETUP_CALLS_PER_ROLE + SETUP_CALLS_ROOT
+
+
 def cmd_plan():
-    print(len(ROLES) * SETUP_CALLS_PER_ROLE + SETUP_CALLS_ROOT)
+    print(setup_calls())
 
 
-def cmd_setup(endpoint, iam_dir, ring, out_dir):
+def scoped_for_moto(role, path):
+    """The rendered policy of one group, as moto gets it: unchanged but for KMS statements
+    (none without KMS_KEY_ARN; dropped like the others' if there are any)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if "${" in text:
+        sys.exit(f"iam_policies.py: {path} still holds a placeholder: pass what render.sh wrote")
+    doc, notes, statements = json.loads(text), [], []
+    for st in as_list(doc["Statement"]):
+        sid = st.get("Sid", "?")
+        if any(a.lower().startswith("kms:") for a in as_list(st["Action"])):
+            notes.append(f"{role}: {sid}: dropped (KMS, as for the others)")
+            continue
+        for unsupported in ("NotAction", "NotResource", "Principal", "NotPrincipal", "Condition"):
+            if unsupported in st:
+                sys.exit(f"iam_policies.py: {role}: {sid}: {unsupported} is not handled by this check")
+        if "*" in as_list(st["Resource"]):
+            sys.exit(f"iam_policies.py: {role}: {sid}: Resource * in a policy rendered for one group")
+        statements.append(st)
+    if not statements:
+        sys.exit(f"iam_policies.py: {role}: nothing left of {path}")
+    return {"Version": doc["Version"], "Statement": statements}, notes
+
+
+def cmd_setup(endpoint, iam_dir, ring, out_dir, scoped_dir):
     from botocore.exceptions import ClientError
 
     # The ring's dedicated root, as `aws kms create-key` makes it (docs/key-ring.md).
@@ -197,6 +296,17 @@ def cmd_setup(endpoint, iam_dir, ring, out_dir):
         with open(os.path.join(out_dir, f"{role}-policy.moto.json"), "w", encoding="utf-8") as f:
             json.dump(moto_doc, f, indent=2)
 
+    for role, name in SCOPED_ROLES.items():
+        scoped, notes = scoped_for_moto(role, os.path.join(scoped_dir, name))
+        for note in notes:
+            print(f"rewrite: {note}")
+        for st in scoped["Statement"]:
+            print(f"policy:  {role}: {st['Effect']} {','.join(as_list(st['Action']))} on "
+                  f"{' '.join(as_list(st['Resource']))} (Resources kept)")
+        docs[role] = scoped
+        with open(os.path.join(out_dir, f"{role}-policy.moto.json"), "w", encoding="utf-8") as f:
+            json.dump(scoped, f, indent=2)
+
     # Exactly SETUP_CALLS_PER_ROLE calls per role (see `plan`): moto counts them.
     iam = clients(endpoint, "setup", "setup")("iam")
     for role, doc in docs.items():
@@ -216,7 +326,7 @@ def cmd_setup(endpoint, iam_dir, ring, out_dir):
         iam.list_users()
     except ClientError as e:
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        print(f"enforce: after {len(docs) * SETUP_CALLS_PER_ROLE + SETUP_CALLS_ROOT} setup calls moto refuses an "
+        print(f"enforce: after {setup_calls()} setup calls moto refuses an "
               f"unknown key (HTTP {status})")
         return
     sys.exit("iam_policies.py: moto still accepts unauthenticated calls after the setup: "
@@ -232,14 +342,28 @@ def read_creds(path):
     return creds["AWS_ACCESS_KEY_ID"], creds["AWS_SECRET_ACCESS_KEY"]
 
 
+def write_key_pem(answer, path):
+    """A ring key secret ({"crt","key"}, keystore/src/contract.rs) as one PEM file, 0600."""
+    doc = json.loads(answer["SecretString"])
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(doc["key"].rstrip("\n") + "\n" + doc["crt"].rstrip("\n") + "\n")
+
+
 def cmd_call(endpoint, creds_path, action, secret_id=None, arg=None):
     from botocore.exceptions import BotoCoreError, ClientError
 
     client = clients(endpoint, *read_creds(creds_path))
     sm, kms = client("secretsmanager"), client("kms")
+
+    def get_secret_value():
+        answer = sm.get_secret_value(SecretId=secret_id)
+        if arg:  # the key secret, saved for `kseal unseal --key`
+            write_key_pem(answer, arg)
+
     calls = {
         "ListSecrets": lambda: sm.list_secrets(MaxResults=1),
-        "GetSecretValue": lambda: sm.get_secret_value(SecretId=secret_id),
+        "GetSecretValue": get_secret_value,
         "DescribeSecret": lambda: sm.describe_secret(SecretId=secret_id),
         # A name no check relies on; on a denial nothing is created.
         "CreateSecret": lambda: sm.create_secret(Name=secret_id, SecretString="{}"),
@@ -266,6 +390,9 @@ def cmd_call(endpoint, creds_path, action, secret_id=None, arg=None):
     except BotoCoreError as e:
         print(f"error {type(e).__name__}: {e}")
         return 1
+    except (ValueError, KeyError) as e:  # GetSecretValue ID OUT: not a ring key secret
+        print(f"error {secret_id} is not a ring key secret ({type(e).__name__})")
+        return 1
     print("allowed")
     return 0
 
@@ -274,8 +401,11 @@ def main(argv):
     if argv[:1] == ["plan"] and len(argv) == 1:
         cmd_plan()
         return 0
-    if argv[:1] == ["setup"] and len(argv) == 5:
+    if argv[:1] == ["setup"] and len(argv) == 6:
         cmd_setup(*argv[1:])
+        return 0
+    if argv[:1] == ["moto-hook"] and len(argv) == 2:
+        cmd_moto_hook(argv[1])
         return 0
     if argv[:1] == ["call"] and len(argv) in (4, 5, 6):
         return cmd_call(*argv[1:])

@@ -29,12 +29,32 @@
 #    seeder may GetPublicKey and Sign (PSS-SHA-256) but not DescribeKey or ScheduleKeyDeletion,
 #    hands the ring to the KMS key with `kseal keys re-root`, then refreshes and rotates with
 #    `--root kms://…`; pinned at that root, the controller lists the ring and the sealer seals
-#    with no KMS permission. Prints a table; exits 1 on a failed expectation.
+#    with no KMS permission.
+# 4. Rings per blast-radius group (docs/key-ring.md): the seeder seeds two more rings,
+#    kseal-iam/prod and kseal-iam/nonprod. A fourth user, controller-nonprod, gets the
+#    controller policy that `deploy/iam/render.sh` renders with RINGS=kseal-iam/nonprod, its
+#    Resources kept: this one moto runs with a hook (iam_policies.py moto-hook, loaded through
+#    PYTHONPATH) that makes it authorize Secrets Manager calls against the secret's ARN, which
+#    moto alone does not do. The non-prod controller reads its ring (kseal keys list, a key
+#    secret) and is denied the prod ring's index and key secrets, the fleet ring, and a
+#    sibling kseal-iam/nonprod-eu (kseal keys list says access denied; boto3 gets
+#    AccessDenied); offline, the key it fetched opens a value sealed to the non-prod ring and
+#    `kseal unseal` with it refuses one sealed to the prod ring (and prints no plaintext).
+#    A fifth user, sealer-nonprod, gets the rendered sealer-policy.json the same way: it reads
+#    its ring's history marker R/root (GetSecretValue, DescribeSecret), seals for its group
+#    pinned at the ring's anchor with no warning that R/root "could not be read" (so a fresh
+#    CI job takes the marker's floor and root), and is denied a key secret of its own ring
+#    (R/index-?????? and R/root-?????? only, proven here with the Resources kept) and the prod
+#    ring's index and history marker (kseal seal: access denied).
+# Prints a table; exits 1 on a failed expectation.
 #
-# What this cannot prove: resource scoping. Above all, the sealer's GetSecretValue is limited
-# to R/index-?????? on real AWS, so it cannot read a private key (R/keys/<kid>); moto allows
-# the action on every secret. That is checked by deploy/iam/check.sh's linter (what each ARN
-# pattern matches). The table shows this as an informational row (–). Nor can it prove the
+# What this cannot prove: resource scoping for the seeder, controller and sealer of step 3
+# (their Resources are rewritten to "*"; only the non-prod group's users keep theirs, step 4).
+# Above all, the sealer's GetSecretValue is limited to R/index-?????? and R/root-?????? on real
+# AWS, so it cannot read a private key (R/keys/<kid>); moto allows the action on every secret
+# for that user.
+# That is checked by deploy/iam/check.sh's linter (what each ARN pattern matches) and, for
+# the rendered non-prod sealer, by step 4. The table shows this as an informational row (–). Nor can it prove the
 # root's condition: moto allows the seeder's kms:Sign with any algorithm (another – row); the
 # linter pins the condition (kms:SigningAlgorithm RSASSA_PSS_SHA_256, kms:MessageType RAW or DIGEST).
 #
@@ -63,6 +83,8 @@ fi
 cd "$root"
 
 RING=kseal-iam/fleet
+RING_PROD=kseal-iam/prod       # rings per blast-radius group (step 4)
+RING_NONPROD=kseal-iam/nonprod
 REGION=us-east-1
 KSEAL_BIN=${KSEAL_BIN:-$(realpath -m -- "${CARGO_TARGET_DIR:-target}/debug/kseal")}
 STRICT=${KSEAL_IAM_STRICT_DENIAL_TEXT:-1}
@@ -95,21 +117,33 @@ mkdir -m 700 "$work/home" "$work/out"
 # --- moto with IAM enforcement -----------------------------------------------------------
 setup_calls=$("${KSEAL_MOTO_PYTHON:-python3}" "$HELPER" plan)
 [[ "$setup_calls" =~ ^[0-9]+$ ]] || die "$HELPER plan printed '$setup_calls'"
-log "starting a dedicated moto with INITIAL_NO_AUTH_ACTION_COUNT=$setup_calls"
-env_lines=$(INITIAL_NO_AUTH_ACTION_COUNT="$setup_calls" KSEAL_MOTO_STATE="" \
+# The non-prod group's controller policy, as an operator renders it (no KMS key: moto's
+# Secrets Manager uses none), and the hook that makes moto check its Resources.
+[[ -f "$IAM_DIR/render.sh" ]] || die "$IAM_DIR/render.sh is missing"
+env -i "PATH=$PATH" AWS_REGION=$REGION ACCOUNT_ID=123456789012 "RINGS=$RING_NONPROD" \
+  bash "$IAM_DIR/render.sh" "$work/render-nonprod" 2>"$work/render.txt" || {
+  cat "$work/render.txt" >&2
+  die "render.sh RINGS=$RING_NONPROD failed"
+}
+mkdir -m 700 "$work/hook"
+"${KSEAL_MOTO_PYTHON:-python3}" "$HELPER" moto-hook "$work/hook" || die "$HELPER moto-hook failed"
+log "starting a dedicated moto with INITIAL_NO_AUTH_ACTION_COUNT=$setup_calls and the Resource hook"
+env_lines=$(INITIAL_NO_AUTH_ACTION_COUNT="$setup_calls" KSEAL_MOTO_STATE="" PYTHONPATH="$work/hook" \
   KSEAL_MOTO_MAX_SECONDS=900 bash tests/moto/start.sh) || die "moto did not start"
 eval "$env_lines"
 moto_state=$KSEAL_MOTO_STATE
 endpoint=$KSEAL_TEST_SM_ENDPOINT
 unset KSEAL_MOTO_STATE KSEAL_TEST_SM_ENDPOINT
 [[ -x "$VENV_PY" ]] || die "no Python in moto's venv ($VENV_PY)"
+grep -q "^kseal iam hook: " "$moto_state/moto.log" ||
+  die "moto_server did not load the Resource hook ($work/hook/sitecustomize.py through PYTHONPATH)"
 
 # The helper and kseal see only these variables: no credentials, profiles or endpoints of
 # the caller's shell.
 clean_env=(env -i "PATH=$PATH" "HOME=$work/home" "LANG=C.UTF-8")
 helper() { "${clean_env[@]}" timeout 120 "$VENV_PY" "$HELPER" "$@"; }
 
-helper setup "$endpoint" "$IAM_DIR" "$RING" "$work/out" >"$work/setup.txt" 2>&1 || {
+helper setup "$endpoint" "$IAM_DIR" "$RING" "$work/out" "$work/render-nonprod" >"$work/setup.txt" 2>&1 || {
   cat "$work/setup.txt" >&2
   die "creating the IAM users failed"
 }
@@ -189,9 +223,9 @@ expect_list_secrets_denied() { # role
   fi
 }
 
-ring_keys() { # role name: the kids in the ring's index (kseal keys list -o json) into $work/<name>.kids
+ring_keys() { # role name [ring]: the kids in the ring's index (kseal keys list -o json) into $work/<name>.kids
   : >"$work/$2.kids"
-  kseal_as "$1" "$2" keys list --ring "$RING" --endpoint-url "$endpoint" -o json
+  kseal_as "$1" "$2" keys list --ring "${3:-$RING}" --endpoint-url "$endpoint" -o json
   [[ $rc == 0 ]] || return 0
   "$VENV_PY" -c '
 import json, sys
@@ -282,10 +316,11 @@ expect_denied_write sealer rotate-sealer "kseal keys rotate --now" \
   keys rotate --ring "$RING" --endpoint-url "$endpoint" --key-size 2048 --now --yes
 expect_list_secrets_denied sealer
 if [[ -n "$kid" ]]; then
-  # Not provable here: on AWS the sealer's GetSecretValue is limited to R/index-??????.
+  # Not provable here: on AWS the sealer's GetSecretValue is limited to R/index-?????? and
+  # R/root-??????.
   call_as sealer GetSecretValue "$RING/keys/$kid"
   row – sealer "GetSecretValue $RING/keys/<kid>: not provable on moto (answer: ${answer%%:*})" \
-    "moto checks actions only; on AWS the sealer's policy allows only $RING/index-?????? (deploy/iam/check.sh lints what that pattern matches)"
+    "moto checks actions only; on AWS the sealer's policy allows only $RING/index-?????? and $RING/root-?????? (deploy/iam/check.sh lints what those patterns match; sealer-nonprod below proves it with Resources kept)"
 fi
 
 # seeder: nothing else may list, and the refused writes left the ring as it was
@@ -406,12 +441,145 @@ if [[ -n "$root_kid" ]]; then
   fi
 fi
 
+# --- rings per blast-radius group (docs/key-ring.md) ---------------------------------------------
+# Two groups' rings; controller-nonprod has the policy render.sh wrote for RINGS=$RING_NONPROD,
+# Resources kept (the hook makes moto check them against the secret's ARN).
+anchor_of() { # name: the trust anchor in $work/<name>.out (kseal keys list -o json)
+  "$VENV_PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["roots"][0]["kid"])' \
+    "$work/$1.out" 2>/dev/null || true
+}
+declare -A group_kid group_anchor
+for group in prod nonprod; do
+  ring=kseal-iam/$group
+  kseal_as seeder "seed-$group" keys push --ring "$ring" --endpoint-url "$endpoint" --key-size 2048 --yes
+  ring_keys seeder "list-$group" "$ring"
+  mapfile -t gkids <"$work/list-$group.kids"
+  group_kid[$group]=${gkids[0]:-}
+  group_anchor[$group]=$(anchor_of "list-$group")
+  if [[ $rc == 0 && ${#gkids[@]} == 1 && ${group_kid[$group]} =~ ^[0-9a-f]{64}$ && -n ${group_anchor[$group]} ]]; then
+    row ✓ seeder "kseal keys push: seeds $ring (group $group)"
+  else
+    row ✗ seeder "kseal keys push: seeds $ring (group $group)" "keys: ${gkids[*]:-none}: $(last_err "seed-$group") $(last_err "list-$group")"
+  fi
+done
+# A name that extends the non-prod ring's without a slash: not part of it.
+call_as seeder CreateSecret "$RING_NONPROD-eu/index"
+[[ $rc == 0 ]] || row ✗ seeder "CreateSecret $RING_NONPROD-eu/index (boto3)" "$answer"
+
+ring_keys controller-nonprod list-own "$RING_NONPROD"
+mapfile -t own_kids <"$work/list-own.kids"
+if [[ $rc == 0 && "${own_kids[*]}" == "${group_kid[nonprod]}" ]]; then
+  row ✓ controller-nonprod "kseal keys list --ring $RING_NONPROD: reads its group's ring"
+else
+  row ✗ controller-nonprod "kseal keys list --ring $RING_NONPROD: reads its group's ring" "exit $rc, keys: ${own_kids[*]:-none}: $(last_err list-own)"
+fi
+call_as controller-nonprod GetSecretValue "$RING_NONPROD/keys/${group_kid[nonprod]}" "$work/nonprod-key.pem"
+if [[ $rc == 0 ]] && grep -q 'PRIVATE KEY-----' "$work/nonprod-key.pem"; then
+  row ✓ controller-nonprod "GetSecretValue $RING_NONPROD/keys/<kid> (boto3): allowed (the key a cluster holds)"
+else
+  row ✗ controller-nonprod "GetSecretValue $RING_NONPROD/keys/<kid> (boto3): allowed" "$answer"
+fi
+
+# Another group's ring: kseal itself, then each secret with boto3.
+before=$(count_403)
+ring_keys controller-nonprod list-prod-denied "$RING_PROD"
+if [[ $rc == 1 ]] && saw_403_since "$before" && grep -qi 'access denied' "$work/list-prod-denied.err"; then
+  row ✓ controller-nonprod "kseal keys list --ring $RING_PROD: refused, 'access denied'"
+else
+  row ✗ controller-nonprod "kseal keys list --ring $RING_PROD: refused, 'access denied'" "exit $rc: $(last_err list-prod-denied)"
+fi
+for probe in "GetSecretValue $RING_PROD/index" "DescribeSecret $RING_PROD/index" \
+  "GetSecretValue $RING_PROD/keys/${group_kid[prod]}" "DescribeSecret $RING_PROD/keys/${group_kid[prod]}" \
+  "GetSecretValue $RING/index" "GetSecretValue $RING_NONPROD-eu/index" ListSecrets; do
+  read -r action secret <<<"$probe"
+  call_as controller-nonprod "$action" ${secret:+"$secret"}
+  label="$action${secret:+ ${secret/${group_kid[prod]}/<kid>}} (boto3): denied"
+  if [[ $rc == 3 ]]; then
+    row ✓ controller-nonprod "$label" "${answer%%:*}"
+  else
+    row ✗ controller-nonprod "$label" "$answer"
+  fi
+done
+
+# Offline: the non-prod cluster's key opens its group's values and nothing sealed for prod.
+for group in prod nonprod; do
+  sed "s/not-a-real-password/$group-only-value/" "$work/secret.yaml" >"$work/secret-$group.yaml"
+  extra_env=("KSEAL_AWS_ENDPOINT_URL=$endpoint" "KSEAL_RING_ANCHOR=${group_anchor[$group]}")
+  kseal_as sealer "seal-$group" seal --cert "secretsmanager://kseal-iam/$group" -f "$work/secret-$group.yaml" -o yaml
+  extra_env=()
+  cp "$work/seal-$group.out" "$work/sealed-$group.yaml"
+  if [[ $rc == 0 ]] && grep -q '^kind: SealedSecret' "$work/sealed-$group.yaml"; then
+    row ✓ sealer "kseal seal --cert secretsmanager://kseal-iam/$group: seals for group $group"
+  else
+    row ✗ sealer "kseal seal --cert secretsmanager://kseal-iam/$group" "exit $rc: $(last_err "seal-$group")"
+  fi
+done
+b64() { printf '%s' "$1" | base64 -w0; }
+# The group's sealer (render.sh's sealer-policy.json for the non-prod ring, Resources kept):
+# reads its ring's history marker and seals for its group without the warning a reader that
+# may not read R/root prints (a fork would go unnoticed there), never reads a private key
+# (R/index-?????? and R/root-?????? only), not even its own ring's, and cannot read another
+# group's index or history marker.
+for action in GetSecretValue DescribeSecret; do
+  call_as sealer-nonprod "$action" "$RING_NONPROD/root"
+  if [[ $rc == 0 ]]; then
+    row ✓ sealer-nonprod "$action $RING_NONPROD/root (boto3): allowed (the history marker)"
+  else
+    row ✗ sealer-nonprod "$action $RING_NONPROD/root (boto3): allowed (the history marker)" "$answer"
+  fi
+done
+extra_env=("KSEAL_AWS_ENDPOINT_URL=$endpoint" "KSEAL_RING_ANCHOR=${group_anchor[nonprod]}")
+kseal_as sealer-nonprod seal-scoped seal --cert "secretsmanager://$RING_NONPROD" -f "$work/secret-nonprod.yaml" -o yaml
+extra_env=()
+if [[ $rc == 0 ]] && grep -q '^kind: SealedSecret' "$work/seal-scoped.out" &&
+  ! grep -q 'could not be read' "$work/seal-scoped.err"; then
+  row ✓ sealer-nonprod "kseal seal --cert secretsmanager://$RING_NONPROD: seals, reads R/root (no 'could not be read' warning)"
+elif [[ $rc == 0 ]]; then
+  row ✗ sealer-nonprod "kseal seal --cert secretsmanager://$RING_NONPROD: seals, reads R/root" \
+    "sealed, but: $(grep -m1 'could not be read' "$work/seal-scoped.err" || last_err seal-scoped)"
+else
+  row ✗ sealer-nonprod "kseal seal --cert secretsmanager://$RING_NONPROD: seals" "exit $rc: $(last_err seal-scoped)"
+fi
+for secret in "$RING_NONPROD/keys/${group_kid[nonprod]}" "$RING_PROD/index" "$RING_PROD/root"; do
+  call_as sealer-nonprod GetSecretValue "$secret"
+  label="GetSecretValue ${secret/${group_kid[nonprod]}/<kid>} (boto3): denied"
+  if [[ $rc == 3 ]]; then
+    row ✓ sealer-nonprod "$label" "${answer%%:*}"
+  else
+    row ✗ sealer-nonprod "$label" "$answer"
+  fi
+done
+before=$(count_403)
+extra_env=("KSEAL_AWS_ENDPOINT_URL=$endpoint" "KSEAL_RING_ANCHOR=${group_anchor[prod]}")
+kseal_as sealer-nonprod seal-other seal --cert "secretsmanager://$RING_PROD" -f "$work/secret-prod.yaml" -o yaml
+extra_env=()
+if [[ $rc == 1 ]] && saw_403_since "$before" && grep -qi 'access denied' "$work/seal-other.err"; then
+  row ✓ sealer-nonprod "kseal seal --cert secretsmanager://$RING_PROD: refused, 'access denied'"
+else
+  row ✗ sealer-nonprod "kseal seal --cert secretsmanager://$RING_PROD: refused, 'access denied'" "exit $rc: $(last_err seal-other)"
+fi
+
+kseal_as controller-nonprod unseal-own unseal --key "$work/nonprod-key.pem" -f "$work/sealed-nonprod.yaml"
+if [[ $rc == 0 ]] && grep -Fq "password: $(b64 nonprod-only-value)" "$work/unseal-own.out"; then
+  row ✓ controller-nonprod "kseal unseal with its ring's key: opens the value sealed for nonprod"
+else
+  row ✗ controller-nonprod "kseal unseal with its ring's key: opens the value sealed for nonprod" "exit $rc: $(last_err unseal-own)"
+fi
+kseal_as controller-nonprod unseal-prod unseal --key "$work/nonprod-key.pem" -f "$work/sealed-prod.yaml"
+if grep -Fq -e 'prod-only-value' -e "$(b64 prod-only-value)" "$work/unseal-prod.out" "$work/unseal-prod.err"; then
+  row ✗ controller-nonprod "kseal unseal with its ring's key: opens nothing sealed for prod" "the prod value was printed"
+elif [[ $rc == 1 ]] && grep -q 'which this key ring does not hold' "$work/unseal-prod.err"; then
+  row ✓ controller-nonprod "kseal unseal with its ring's key: opens nothing sealed for prod" "$(last_err unseal-prod)"
+else
+  row ✗ controller-nonprod "kseal unseal with its ring's key: opens nothing sealed for prod" "exit $rc: $(last_err unseal-prod)"
+fi
+
 # --- report ------------------------------------------------------------------------------
 echo
 echo "IAM policies at the action level (moto $endpoint, ring $RING, $KSEAL_BIN):"
 for r in "${rows[@]}"; do
   IFS='|' read -r symbol role check detail <<<"$r"
-  printf '  %s %-10s %s\n' "$symbol" "$role" "$check"
+  printf '  %s %-18s %s\n' "$symbol" "$role" "$check"
   if [[ -n "$detail" && $symbol != ✓ ]]; then
     printf '      %s\n' "$detail"
   fi
@@ -421,7 +589,8 @@ if ((gaps > 0)); then
   echo "  known gap: moto answers a denial with HTTP 403 and an XML body; kseal (keystore/src/asm.rs classify) does not"
   echo "  recognise it and reports a generic, retryable service error. KSEAL_IAM_STRICT_DENIAL_TEXT=1 makes this a failure."
 fi
-echo "  not checked here: resource scoping (every Resource was rewritten to *), KMS through Secrets Manager, conditions"
+echo "  not checked here: resource scoping of seeder, controller and sealer (their Resources were rewritten to *;"
+echo "  controller-nonprod's and sealer-nonprod's were kept), KMS through Secrets Manager, conditions"
 echo "  (moto counts them as met, kms:SigningAlgorithm and kms:MessageType included; see deploy/iam/check.sh)"
 total=${#rows[@]}
 if ((failed > 0)); then
