@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use kseal_controller::State;
-use kseal_controller::keys::source::Mirror;
+use kseal_controller::keys::source::{Mirror, START_SPREAD};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 use kseal_keystore::fleet::{ACK_SCHEMA, DEFAULT_HEARTBEAT};
 use kseal_keystore::{Ack, AwsOptions, ClusterId, FleetStore, Kid, Location, Ring};
@@ -739,8 +739,12 @@ fn busiest_real(
     let mut bins: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     for _ in 0..n {
         // A renewal process started long ago (or just before 0): the first poll after 0.
+        // Restarted together: the start-up sync within the start spread (a leader that seals
+        // from its copy), the poll after it uniform over one interval (`first_poll_wait`),
+        // then the interval ±10 %.
         let mut t = if in_step {
-            -0.5
+            -0.5 + START_SPREAD.min(INTERVAL).as_secs_f64() * unit()
+                + INTERVAL.as_secs_f64() * unit()
         } else {
             -(INTERVAL.as_secs_f64() * 10.0 * unit())
         };
@@ -891,12 +895,18 @@ fn report(options: &Options, r: &Reports) {
     let spread = writer_options().start_spread();
     // All restarting in the same second: the key source's start-up calls land in it; the
     // writer's first look is spread over its window.
+    // The key source's start-up reads: over START_SPREAD (leaders that seal from their
+    // verified ring-state copy, pinned at the dedicated root); `unspread` keeps them in one
+    // second (a leader with nothing to seal from reads at once).
+    let start = START_SPREAD.min(INTERVAL);
     let real_restart: BTreeMap<&'static str, f64> = OPS
         .iter()
         .map(|op| {
             let v = restart_per.get(op).copied().unwrap_or(0.0) * n as f64;
             let v = if SSM_OPS.contains(op) && !spread.is_zero() {
                 poisson_peak(v / spread.as_secs_f64(), spread.as_secs_f64())
+            } else if !SSM_OPS.contains(op) && !start.is_zero() {
+                poisson_peak(v / start.as_secs_f64(), start.as_secs_f64())
             } else {
                 v
             };
@@ -919,9 +929,12 @@ fn report(options: &Options, r: &Reports) {
         "Measured: the busiest one-second window under compression (the emulator's own \
          speed bounds the bursts). Real: the fleet's jittered schedule at the {} s interval \
          drawn with the measured calls per poll; a restart puts every cluster's start-up \
-         calls into one second, the writer's first look spread over {} s. `SSM` is the sum \
-         of Parameter Store operations (one shared quota).",
+         in one second, its key-source reads spread over {} s (leaders that seal from their \
+         verified ring-state copy), the writer's first look over {} s, the poll after the \
+         start-up sync uniform over one interval. `SSM` is the sum of Parameter Store \
+         operations (one shared quota).",
         INTERVAL.as_secs(),
+        start.as_secs(),
         spread.as_secs()
     );
     println!();
@@ -971,6 +984,13 @@ fn report(options: &Options, r: &Reports) {
         "| the same at a mass restart without the writer's start spread (every first look in one second) | {SSM_QUOTA:.0} | {unspread:.1} | {} |",
         headroom(SSM_QUOTA, unspread)
     );
+    for (op, quota) in SM_QUOTAS {
+        let unspread = r.restart.calls.get(op).copied().unwrap_or(0) as f64 * scale;
+        println!(
+            "| Secrets Manager {op} at a mass restart of leaders with nothing to seal from (every start-up read in one second) | {quota:.0} | {unspread:.1} | {} |",
+            headroom(quota, unspread)
+        );
+    }
     let status_calls = ssm_sum(&r.status.calls) * scale;
     println!(
         "| `kseal fleet status` listing ({status_calls:.0} GetParametersByPath calls) at the shared TPS | {SSM_QUOTA:.0} | {:.1} s at the quota | — |",

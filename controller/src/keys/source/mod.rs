@@ -609,6 +609,8 @@ pub async fn run(
         next: tokio::time::Instant::now(),
         last_poll: None,
         probe: None,
+        start_checked: false,
+        synced_once: false,
     };
     let mut terms = state.leadership.subscribe();
     let mut trigger;
@@ -653,6 +655,24 @@ pub async fn run(
             }
             tracing::info!("the key store answers again: reading the key ring now");
             trigger = "store_answered";
+        }
+        // A restarted leader that seals from its verified ring-state copy reads the store a
+        // random part of START_SPREAD later: a fleet restarted at once (an upgrade rolled
+        // out everywhere) spreads its start-up reads of the index and the history marker
+        // over that window instead of one second of the account's quota. Its mirrored keys
+        // open meanwhile; one with nothing to seal from reads the store at once.
+        if matches!(trigger, "start" | "leadership") && !schedule.start_checked && state.is_leader()
+        {
+            schedule.start_checked = true;
+            if mirror.start_from_copy().await {
+                let wait = start_wait(config.interval);
+                tracing::info!(
+                    wait = ?wait,
+                    "sealing from the verified ring-state copy; reading the key ring in {wait:?}"
+                );
+                schedule.next = tokio::time::Instant::now() + wait;
+                continue;
+            }
         }
         if !state.is_leader() {
             // Followers take the ring view from the ring-state Secret the leader writes, and
@@ -745,6 +765,34 @@ struct Schedule {
     /// When the leader probes the store next, while a sync that failed on the store backs
     /// off ([`PROBE_PERIOD`]).
     probe: Option<tokio::time::Instant>,
+    /// Whether the start-up sync was looked at for the start spread ([`start_wait`]).
+    start_checked: bool,
+    /// Whether a sync succeeded in this process: the poll after the first is drawn over a
+    /// whole interval ([`first_poll_wait`]).
+    synced_once: bool,
+}
+
+/// The longest a restarted leader that seals from its verified ring-state copy waits before it
+/// reads the store (a random part of it, never more than the interval).
+pub const START_SPREAD: Duration = Duration::from_secs(30);
+
+/// How long a restarted leader that seals from its verified copy waits before reading the
+/// store: uniform over `START_SPREAD` (at most `interval`). 1,000 clusters restarting in
+/// the same second then make about 70 store reads a second, not 2,000 in one.
+fn start_wait(interval: Duration) -> Duration {
+    let window = START_SPREAD.min(interval);
+    crate::timing::jitter(window / 2, 1.0).min(window)
+}
+
+/// The wait after the first successful sync of a process: uniform over one `interval` (at
+/// least a second), not one interval ±10 %. Clusters restarted together (an upgrade) would
+/// otherwise keep polling within seconds of each other for hours, the jitter spreading them
+/// only with the square root of the polls; so would their acknowledgements of a key pushed
+/// then. Later waits are the interval ±10 %.
+fn first_poll_wait(interval: Duration) -> Duration {
+    crate::timing::jitter(interval / 2, 1.0)
+        .min(interval)
+        .max(Duration::from_secs(1).min(interval))
 }
 
 impl Schedule {
@@ -784,8 +832,13 @@ impl Schedule {
                 if report != SyncReport::default() {
                     tracing::debug!(?report, "key ring synced");
                 }
-                self.next =
-                    tokio::time::Instant::now() + crate::timing::jitter(config.interval, 0.1);
+                let wait = if self.synced_once {
+                    crate::timing::jitter(config.interval, 0.1)
+                } else {
+                    first_poll_wait(config.interval)
+                };
+                self.synced_once = true;
+                self.next = tokio::time::Instant::now() + wait;
             }
             Err(SyncError::Fenced(e)) => {
                 // Not a problem of the key source: followers read the view the new leader
@@ -892,8 +945,57 @@ mod tests {
             backoff: BACKOFF_MIN,
             last_poll: None,
             probe: None,
+            start_checked: false,
+            synced_once: true,
         };
         (dir, server, ring, state, config, mirror, schedule)
+    }
+
+    /// Issue 38: the poll after a process's first successful sync is drawn over a whole
+    /// interval (clusters restarted together do not poll together for hours after), later
+    /// ones one interval ±10 %; a restarted leader's start-up read waits at most the start
+    /// spread.
+    #[tokio::test]
+    async fn the_poll_after_a_start_is_drawn_over_one_interval() {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let interval = Duration::from_secs(3600);
+            let draws: Vec<Duration> = (0..400).map(|_| first_poll_wait(interval)).collect();
+            assert!(
+                draws
+                    .iter()
+                    .all(|d| *d >= Duration::from_secs(1) && *d <= interval)
+            );
+            assert!(draws.iter().any(|d| *d < interval / 4), "{draws:?}");
+            assert!(draws.iter().any(|d| *d > interval * 3 / 4), "{draws:?}");
+            let starts: Vec<Duration> = (0..400).map(|_| start_wait(interval)).collect();
+            assert!(starts.iter().all(|d| *d <= START_SPREAD));
+            assert!(starts.iter().any(|d| *d < START_SPREAD / 4));
+            assert!(start_wait(Duration::from_secs(4)) <= Duration::from_secs(4));
+            assert!(first_poll_wait(Duration::from_millis(300)) <= Duration::from_millis(300));
+
+            let (_dir, _server, ring, state, config, mut mirror, mut schedule) = leader().await;
+            schedule.synced_once = false;
+            let key = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+            ring.push(&key).await.unwrap();
+            let before = tokio::time::Instant::now();
+            schedule
+                .leader_sync(&mut mirror, &state, &config, "start")
+                .await;
+            assert!(schedule.synced_once);
+            let wait = schedule.next.saturating_duration_since(before);
+            assert!(wait <= config.interval + Duration::from_secs(1), "{wait:?}");
+            let before = tokio::time::Instant::now();
+            schedule
+                .leader_sync(&mut mirror, &state, &config, "interval")
+                .await;
+            let wait = schedule.next.saturating_duration_since(before);
+            assert!(
+                wait >= Duration::from_secs(3240) && wait <= Duration::from_secs(3961),
+                "{wait:?}"
+            );
+        })
+        .await
+        .expect("the schedule test finishes within its deadline");
     }
 
     #[tokio::test]

@@ -366,6 +366,21 @@ impl Mirror {
         Ok(())
     }
 
+    /// At a leader's start, before the store is read: takes the mirrored keys and the
+    /// verified ring-state copy (under a pin, and before the history marker answered only
+    /// under a pin at a dedicated root, [`Mirror::load_state`]) and publishes its view.
+    /// Returns whether this replica now seals from it, i.e. whether its first read of the
+    /// store may wait.
+    pub(super) async fn start_from_copy(&mut self) -> bool {
+        if !self.cache.seeded && self.seed_from_mirror().await.is_err() {
+            return false;
+        }
+        if self.merge_state(true).await.is_err() {
+            return false;
+        }
+        self.state.ring_view.current().is_some()
+    }
+
     /// Records an index accepted from the store: the version floor, and the anchor when this
     /// is the first signed history this controller accepts.
     pub(super) async fn accepted(&mut self, verified: &Verified) {
@@ -1844,6 +1859,44 @@ mod tests {
                 Some(kid_b)
             );
             mend_file(&marker_file, &broken);
+        })
+        .await;
+    }
+
+    /// Issue 38: a leader restarted at once with the rest of the fleet reads the store a
+    /// random part of the start spread later only when it seals from its verified copy at
+    /// once: pinned at the dedicated root. Pinned at a ring key (no copy before the marker)
+    /// or with no copy, it reads at once.
+    #[tokio::test]
+    async fn only_a_leader_sealing_from_its_copy_may_wait_to_read_the_store() {
+        within("start from copy", async {
+            let (dir, root_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (_server, client) = server().await;
+            let (a, b, evil) = (pair(), pair(), pair());
+            let (root, _) = moved_ring_and_fork(dir.path(), root_dir.path(), &a, &b, &evil).await;
+            let at_root = || async {
+                ring(dir.path(), None)
+                    .await
+                    .with_trust(Trust::anchored(root.clone()))
+            };
+            let mut first = mirror(at_root().await, &client);
+            assert!(!first.start_from_copy().await, "no copy yet");
+            first.sync().await.unwrap();
+            let kid_b = Kid::of(b.public_key());
+            let mut restarted = mirror(at_root().await, &client);
+            assert!(restarted.start_from_copy().await);
+            assert_eq!(
+                restarted.state.ring_view.current().unwrap().active,
+                Some(kid_b.clone())
+            );
+            assert_eq!(
+                restarted.cache.keys.len(),
+                2,
+                "the mirrored keys are taken too"
+            );
+            let mut at_ring_key = mirror(ring(dir.path(), Some(&a)).await, &client);
+            assert!(!at_ring_key.start_from_copy().await);
+            assert!(at_ring_key.state.ring_view.current().is_none());
         })
         .await;
     }
