@@ -288,6 +288,7 @@ fn local(command: Command) -> Result<anyhow::Result<()>, Box<Command>> {
             | KeysCommand::Rotate(_)
             | KeysCommand::List(_)
             | KeysCommand::ExportCert(_)
+            | KeysCommand::ExportPolicy(_)
             | KeysCommand::Import(_)
             | KeysCommand::Retire(_)
             | KeysCommand::Trust(_)
@@ -309,6 +310,7 @@ fn ring(command: Command) -> anyhow::Result<()> {
         Command::Keys(KeysCommand::Rotate(args)) => cmd::ring::rotate(args),
         Command::Keys(KeysCommand::List(args)) => cmd::ring::list(args),
         Command::Keys(KeysCommand::ExportCert(args)) => cmd::ring::export_cert(args),
+        Command::Keys(KeysCommand::ExportPolicy(args)) => cmd::ring::export_policy(&args),
         Command::Keys(KeysCommand::Import(args)) => cmd::ring::import(args),
         Command::Keys(KeysCommand::Retire(args)) => cmd::ring::retire(args),
         Command::Keys(KeysCommand::Trust(args)) => cmd::trust::trust(args),

@@ -147,6 +147,73 @@ pub(crate) enum KeysCommand {
     /// values to change at their source after the key (or a cluster holding it) is compromised
     #[command(after_help = EXPOSURE_EXAMPLES)]
     Exposure(ExposureArgs),
+    /// Write the Kyverno policy (or its ConfigMap) that admits only SealedSecrets sealed with
+    /// a key of the ring, from the ring's verified index
+    #[command(name = "export-policy", after_help = EXPORT_POLICY_EXAMPLES)]
+    ExportPolicy(ExportPolicyArgs),
+}
+
+pub(super) const EXPORT_POLICY_EXAMPLES: &str = "\
+Examples:
+  # The ConfigMap of fingerprints and the ValidatingPolicy (Kyverno 1.17+) for the fleet ring
+  kseal keys export-policy --ring kseal/fleet | kubectl apply -f -
+
+  # After each push, rotate or retire (e.g. in the seeder's job), kept in Git
+  kseal keys export-policy --ring kseal/fleet -o clusters/all/kyverno-kseal.yaml
+
+  # One policy per ring, each bound to its namespaces
+  kseal keys export-policy --ring kseal/prod --name prod -n payments -n orders
+  kseal keys export-policy --ring kseal/dev --name dev -n sandbox
+
+  # Only the ConfigMap, for the ClusterPolicy forms (Kyverno 1.13 to 1.16)
+  kseal keys export-policy --ring kseal/fleet --format configmap
+
+Every key of the ring is listed: the sealing key, the keys pushed but not yet active (so that
+values sealed right after an activation are admitted before every cluster's copy is updated)
+and the older keys that still open what they sealed. Retired keys are not. The index must be
+signed and verify against the ring's pin (.kseal.yaml or --ring-anchor).";
+
+/// `--format` of `kseal keys export-policy`.
+const KSEAL_POLICY_FORMAT: &str = "KSEAL_POLICY_FORMAT";
+/// `--namespace` of `kseal keys export-policy`.
+const KSEAL_POLICY_NAMESPACES: &str = "KSEAL_POLICY_NAMESPACES";
+/// `--name` of `kseal keys export-policy`.
+const KSEAL_POLICY_NAME: &str = "KSEAL_POLICY_NAME";
+/// `--output` of `kseal keys export-policy`.
+const KSEAL_POLICY_OUTPUT: &str = "KSEAL_POLICY_OUTPUT";
+
+/// What `kseal keys export-policy` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PolicyFormat {
+    /// The ConfigMap of fingerprints and the ValidatingPolicy that reads it (Kyverno 1.17 or
+    /// later), ready for `kubectl apply -f`
+    Policy,
+    /// Only the ConfigMap kyverno/kseal-NAME-keys, as the examples' fleet-keys.yaml (for the
+    /// ClusterPolicy forms, Kyverno 1.13 to 1.16)
+    Configmap,
+    /// Only the fingerprints, as a JSON array (the ConfigMap's `fingerprints` value)
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportPolicyArgs {
+    /// What to write
+    #[arg(long, env = KSEAL_POLICY_FORMAT, value_enum, default_value = "policy", ignore_case = true)]
+    pub(crate) format: PolicyFormat,
+    /// Judge SealedSecrets only in these namespaces (repeat or separate with commas; with
+    /// --format policy) [default: every namespace]
+    #[arg(short = 'n', long = "namespace", env = KSEAL_POLICY_NAMESPACES, value_delimiter = ',', value_name = "NAMESPACE")]
+    pub(crate) namespaces: Vec<String>,
+    /// Names the ConfigMap (kyverno/kseal-NAME-keys) and the policy
+    /// (kseal-require-NAME-sealing-key): one NAME per ring, so that policies of several rings
+    /// live side by side
+    #[arg(long, env = KSEAL_POLICY_NAME, default_value = "fleet", value_name = "NAME")]
+    pub(crate) name: String,
+    /// Write to this file (atomically) instead of stdout
+    #[arg(short = 'o', long = "output", alias = "write", env = KSEAL_POLICY_OUTPUT, value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) ring: RingArgs,
 }
 
 pub(super) const EXPOSURE_EXAMPLES: &str = "\

@@ -24,10 +24,11 @@ use kseal_keys::{Certificate, KeyId};
 use serde::Serialize;
 
 use crate::args::{ExposureArgs, ExposureFormat};
+use crate::cmd::check::tree::{Capped, read_capped, walk};
 use crate::text::count;
 
-/// The most read of one file or blob: manifests are far smaller.
-const MAX_BYTES: u64 = 16 << 20;
+/// The most read of one file or blob: `kseal check`'s cap (manifests are far smaller).
+const MAX_BYTES: u64 = crate::cmd::check::tree::MAX_FILE_BYTES;
 
 /// Where one value was seen first.
 #[derive(Debug, Clone, Serialize)]
@@ -150,22 +151,25 @@ fn is_manifest(path: &str) -> bool {
         .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
 }
 
-/// Searches the working tree under `paths`.
+/// Searches the working tree under `paths`, walked as `kseal check` walks it: links are
+/// followed inside the repository and each file once (a loop ends), a link out of the
+/// repository (or to `/proc`) is reported by name and not followed, and only regular files
+/// up to the size cap are read.
 fn search_tree(key: &KeyId, paths: &[PathBuf], found: &mut Found) -> Result<()> {
-    for file in crate::walk::manifest_files(paths)? {
-        let meta = fs_err::metadata(&file)?;
-        if meta.len() > MAX_BYTES {
-            found.unreadable.push(format!(
-                "`{}`: larger than {} MiB, not read",
-                file.display(),
-                MAX_BYTES >> 20
-            ));
-            continue;
-        }
-        let text = match fs_err::read_to_string(&file) {
-            Ok(text) => text,
+    let mut rules = crate::keysource::rules::PathRules::new();
+    let walked = walk(paths, false, &mut rules)?;
+    found
+        .unreadable
+        .extend(walked.refused.into_iter().map(|(_, why)| why));
+    for file in walked.files {
+        let text = match read_capped(&file) {
+            Ok(Capped::Text(text)) => text,
+            Ok(Capped::NotRead(why)) => {
+                found.unreadable.push(why);
+                continue;
+            }
             Err(e) => {
-                found.unreadable.push(format!("{e}"));
+                found.unreadable.push(crate::text::chain(&e));
                 continue;
             }
         };
@@ -249,7 +253,17 @@ impl Blobs {
             .nth(2)
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("git cat-file answered `{}`", header.trim()))?;
-        // The content and its trailing newline are read whole, or skipped whole.
+        // The content and its trailing newline are read whole, or skipped whole (a blob
+        // over the cap is never held in memory).
+        if size > MAX_BYTES {
+            let skipped =
+                std::io::copy(&mut (&mut self.output).take(size + 1), &mut std::io::sink())
+                    .context("failed to read a blob from git cat-file")?;
+            if skipped != size + 1 {
+                bail!("git cat-file ended in the middle of blob {id}");
+            }
+            return Ok(None);
+        }
         let mut content = Vec::new();
         let read = (&mut self.output)
             .take(size + 1)
@@ -259,7 +273,7 @@ impl Blobs {
             bail!("git cat-file ended in the middle of blob {id}");
         }
         content.pop();
-        Ok((size <= MAX_BYTES).then_some(content))
+        Ok(Some(content))
     }
 }
 

@@ -46,7 +46,7 @@ mod keys;
 mod report;
 mod rules;
 mod scan;
-mod tree;
+pub(crate) mod tree;
 
 /// The exit code a command chose, after printing its own report and errors:
 /// [`crate::run`] exits with it and prints nothing more.

@@ -16,13 +16,13 @@ use crate::walk::{Rules, identity, ignored, is_manifest, with_rules_of};
 
 /// What the walk found.
 #[derive(Debug, Default)]
-pub(super) struct Walked {
+pub(crate) struct Walked {
     /// Files to read, sorted.
-    pub(super) files: Vec<PathBuf>,
+    pub(crate) files: Vec<PathBuf>,
     /// Links not followed, with why.
-    pub(super) refused: Vec<(PathBuf, String)>,
+    pub(crate) refused: Vec<(PathBuf, String)>,
     /// Links followed (inside the repository): each as walked, and its canonical target.
-    pub(super) links: Vec<(PathBuf, PathBuf)>,
+    pub(crate) links: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Walked {
@@ -83,8 +83,8 @@ fn ignores_above(path: &Path, root: Option<&Path>) -> Result<Rules> {
 fn link_refused(link: &Path, target: &Path, root: Option<&Path>) -> Option<String> {
     match root {
         Some(root) if !target.starts_with(root) => Some(format!(
-            "`{}` is a link to `{}`, outside the repository `{}`: not followed (kseal check \
-             never reads outside the repository it checks)",
+            "`{}` is a link to `{}`, outside the repository `{}`: not followed (kseal never \
+             reads outside the repository it walks)",
             link.display(),
             target.display(),
             root.display()
@@ -104,8 +104,8 @@ fn link_refused(link: &Path, target: &Path, root: Option<&Path>) -> Option<Strin
 }
 
 /// Walks `paths` (see the module documentation); `gitignore`: skip what `.gitignore` files
-/// ignore.
-pub(super) fn walk(paths: &[PathBuf], gitignore: bool, rules: &mut PathRules) -> Result<Walked> {
+/// ignore. `kseal keys retire --check` and `kseal keys exposure` walk with it too.
+pub(crate) fn walk(paths: &[PathBuf], gitignore: bool, rules: &mut PathRules) -> Result<Walked> {
     let mut walked = Walked::default();
     let mut seen = HashSet::new();
     for named in paths {
@@ -179,6 +179,49 @@ pub(super) fn walk(paths: &[PathBuf], gitignore: bool, rules: &mut PathRules) ->
     Ok(walked)
 }
 
+/// The most read of one file: `kseal check`'s cap, for the commands that walk with [`walk`].
+pub(crate) const MAX_FILE_BYTES: u64 = super::scan::MAX_FILE_BYTES;
+
+/// What [`read_capped`] found.
+#[derive(Debug)]
+pub(crate) enum Capped {
+    /// The file's text.
+    Text(String),
+    /// Not read, with why (not a regular file, larger than the cap, not UTF-8).
+    NotRead(String),
+}
+
+/// Reads `path` as `kseal check` reads a file: only a regular file (the open file is
+/// inspected, so it cannot be swapped between the check and the read), and at most
+/// [`MAX_FILE_BYTES`] of it, so a committed file (or a link to `/proc`) cannot
+/// make the reader run out of memory. For the commands that walk with [`walk`].
+pub(crate) fn read_capped(path: &Path) -> Result<Capped> {
+    use std::io::Read as _;
+    let cap = MAX_FILE_BYTES;
+    let file = fs_err::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(Capped::NotRead(format!(
+            "`{}` is not a regular file: not read",
+            path.display()
+        )));
+    }
+    let mut bytes = Vec::new();
+    // fs-err's errors name the file.
+    file.take(cap + 1).read_to_end(&mut bytes)?;
+    if meta.len() > cap || u64::try_from(bytes.len()).unwrap_or(u64::MAX) > cap {
+        return Ok(Capped::NotRead(format!(
+            "`{}` is larger than the {} MiB read of one file: not read",
+            path.display(),
+            cap >> 20
+        )));
+    }
+    Ok(match String::from_utf8(bytes) {
+        Ok(text) => Capped::Text(text),
+        Err(_) => Capped::NotRead(format!("`{}` is not UTF-8 text: not read", path.display())),
+    })
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
@@ -214,5 +257,38 @@ mod tests {
         let named = walk(&[repo.join("apps/pagemap.yaml")], true, &mut rules).unwrap();
         assert!(named.files.is_empty());
         assert_eq!(named.refused.len(), 1);
+    }
+
+    #[test]
+    fn read_capped_reads_regular_text_files_up_to_the_cap_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = tmp.path().join("a.yaml");
+        std::fs::write(&text, "kind: SealedSecret\n").unwrap();
+        assert!(
+            matches!(read_capped(&text).unwrap(), Capped::Text(t) if t == "kind: SealedSecret\n")
+        );
+        // A sparse file one byte over the cap: refused, named.
+        let large = tmp.path().join("large.yaml");
+        std::fs::File::create(&large)
+            .unwrap()
+            .set_len(MAX_FILE_BYTES + 1)
+            .unwrap();
+        let Capped::NotRead(why) = read_capped(&large).unwrap() else {
+            panic!("a file over the cap was read");
+        };
+        assert!(
+            why.contains("large.yaml") && why.contains("16 MiB"),
+            "{why}"
+        );
+        let binary = tmp.path().join("b.yaml");
+        std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
+        assert!(matches!(read_capped(&binary).unwrap(), Capped::NotRead(w) if w.contains("UTF-8")));
+        // A kernel file that reports no size and never ends: read up to the cap at most (or
+        // refused by the kernel), never whole.
+        let pagemap = Path::new("/proc/self/pagemap");
+        if pagemap.exists() {
+            let read = read_capped(pagemap);
+            assert!(!matches!(read, Ok(Capped::Text(_))), "{read:?}");
+        }
     }
 }

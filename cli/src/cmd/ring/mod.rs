@@ -18,6 +18,7 @@ use crate::text::count;
 
 mod activate;
 mod export_cert;
+mod export_policy;
 mod import;
 mod keyfiles;
 mod list;
@@ -28,6 +29,7 @@ mod wait;
 
 pub(crate) use activate::activate;
 pub(crate) use export_cert::export_cert;
+pub(crate) use export_policy::export_policy;
 pub(crate) use import::import;
 pub(crate) use list::list;
 pub(crate) use push::push;

@@ -1,6 +1,14 @@
 //! `kseal keys retire`: remove a key from the ring, after proving that no SealedSecret needs
 //! it: none under `--check` opens only with it, and no cluster that reported recently (its
 //! fleet record) still opens objects with it (`--force` overrides the latter).
+//!
+//! The `--check` paths are walked as `kseal check` walks them ([`crate::cmd::check::tree`]):
+//! links are followed inside the repository, each file and directory once (a loop ends), but
+//! never out of the git repository a link is committed in, and only regular files up to
+//! `kseal check`'s size cap are read. What is not read may hold the only SealedSecret that
+//! needs the key, so it blocks the retirement: a file not read, and a link out of the
+//! repository unless its target is under another `--check` path. A link to `/proc`, `/sys` or
+//! `/dev` holds no SealedSecret: it is only reported.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +19,7 @@ use kseal_keystore::{Kid, RetireOutcome, Ring, Snapshot, Store, fleet};
 
 use super::mirror;
 use crate::args::RetireArgs;
+use crate::cmd::check::tree::{Capped, read_capped, walk};
 use crate::cmd::fleet::{list as fleet_list, open_store};
 use crate::keysource::ring::{block_on, open, read_index, ring_label};
 use crate::keysource::rules::PathRules;
@@ -18,10 +27,28 @@ use crate::opening::open_items;
 use crate::output::confirm_or_yes;
 use crate::text::count;
 
-/// The SealedSecrets of one file (other kinds are skipped).
-fn sealed_secrets_in(path: &Path) -> Result<Vec<SealedSecret>> {
-    let text = fs_err::read_to_string(path)?;
-    crate::manifest::sealed_secrets_in(path, &text, ", so it cannot be checked")
+/// The SealedSecrets of one file (other kinds are skipped); `Err(why)` when it is not read.
+fn sealed_secrets_in(path: &Path) -> Result<Result<Vec<SealedSecret>, String>> {
+    let text = match read_capped(path)? {
+        Capped::Text(text) => text,
+        Capped::NotRead(why) => return Ok(Err(why)),
+    };
+    crate::manifest::sealed_secrets_in(path, &text, ", so it cannot be checked").map(Ok)
+}
+
+/// Whether a link the walk did not follow may hide a SealedSecret: not when its target is a
+/// kernel or device file, nor when it lies under one of the `--check` paths (walked anyway).
+fn link_blocks(link: &Path, checked: &[PathBuf]) -> bool {
+    let Ok(target) = std::fs::canonicalize(link) else {
+        return true;
+    };
+    if ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|special| target.starts_with(special))
+    {
+        return false;
+    }
+    !checked.iter().any(|path| target.starts_with(path))
 }
 
 /// What scanning the `--check` paths found.
@@ -40,6 +67,10 @@ struct Dependence {
     /// Files whose `.kseal.yaml` creation rule seals them to another ring or certificate:
     /// another group's, not checked against this ring.
     other_group: usize,
+    /// Links not followed, with why, and whether they block the retirement.
+    links_skipped: Vec<(String, bool)>,
+    /// Files not read (too large, not a regular file, not UTF-8), with why: they block.
+    not_read: Vec<String>,
 }
 
 /// Whether the creation rule of `file` (as `kseal seal` and `kseal check` choose it) seals it
@@ -59,13 +90,29 @@ fn check_dependence(
 ) -> Result<Dependence> {
     let mut found = Dependence::default();
     let mut rules = PathRules::new();
-    for file in crate::walk::manifest_files(paths)? {
+    let walked = walk(paths, false, &mut rules).context("failed to walk the --check paths")?;
+    let checked: Vec<PathBuf> = paths
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    for (link, why) in walked.refused {
+        found
+            .links_skipped
+            .push((why, link_blocks(&link, &checked)));
+    }
+    for file in walked.files {
         found.read += 1;
         if sealed_elsewhere(&file, ring, &mut rules)? {
             found.other_group += 1;
             continue;
         }
-        let sealed = sealed_secrets_in(&file)?;
+        let sealed = match sealed_secrets_in(&file)? {
+            Ok(sealed) => sealed,
+            Err(why) => {
+                found.not_read.push(why);
+                continue;
+            }
+        };
         if sealed.is_empty() {
             continue;
         }
@@ -336,6 +383,37 @@ fn prove_unneeded(
     }
     for b in &found.broken {
         eprintln!("warning: no key of the ring opens {b}");
+    }
+    // A link to a kernel or device file, or to a path checked anyway: named, not blocking.
+    for (why, _) in found.links_skipped.iter().filter(|(_, blocks)| !*blocks) {
+        eprintln!("warning: {why}");
+    }
+    let links_out: Vec<&str> = found
+        .links_skipped
+        .iter()
+        .filter(|(_, blocks)| *blocks)
+        .map(|(why, _)| why.as_str())
+        .collect();
+    if !links_out.is_empty() || !found.not_read.is_empty() {
+        let mut fixes = Vec::new();
+        if !links_out.is_empty() {
+            fixes.push("check each link's target with another --check path (or remove the link)");
+        }
+        if !found.not_read.is_empty() {
+            fixes.push("split or remove each file not read");
+        }
+        let unchecked: Vec<&str> = links_out
+            .into_iter()
+            .chain(found.not_read.iter().map(String::as_str))
+            .collect();
+        bail!(
+            "cannot show that key {} is no longer needed: {} under --check not checked, which \
+             may hold SealedSecrets that need it:\n  {}\n{}",
+            target.short(),
+            count(unchecked.len(), "path"),
+            unchecked.join("\n  "),
+            fixes.join("; ")
+        );
     }
     if found.objects == 0 {
         // Nothing checked proves nothing: a wrong path or an unmounted repository would
