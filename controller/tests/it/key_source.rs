@@ -1618,9 +1618,11 @@ async fn a_ring_rooted_elsewhere_than_the_given_anchor_is_refused() {
 }
 
 /// Someone who can write Secrets in the controller namespace (but has no ring access) plants
-/// a ring-state Secret holding a valid history of their own and a mirror of its key: a
-/// follower without `--ring-anchor` pins the ring's anchor from the store itself, so it never
-/// seals with the planted key; with `--ring-anchor`, neither the leader nor a follower does.
+/// a ring-state Secret holding a valid history of their own and a mirror of its key. Without
+/// `--ring-anchor`, on a directory ring (whose `root.json` is no better protected than its
+/// index), the planted history and the ring's history marker disagree: nothing is pinned and
+/// nothing seals, with a reason that says to pin (availability only: the planted key never
+/// seals); with `--ring-anchor`, the leader and a follower seal with the ring's key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planted_ring_state_secret_never_chooses_a_followers_sealing_key() {
     let (_dir, location, ring) = dir_ring(&[older_key()]).await;
@@ -1691,6 +1693,27 @@ async fn a_planted_ring_state_secret_never_chooses_a_followers_sealing_key() {
             with_source(&ctrl, &[&ctrl], source)
         };
         let leader = Running::start(&client, config()).await;
+        if anchor.is_none() {
+            refresh_until(&leader.state, "the disagreement is reported", || {
+                leader
+                    .state
+                    .readiness
+                    .key_source()
+                    .and_then(|s| s.problem)
+                    .is_some_and(|p| p.contains("nothing is pinned") && p.contains("--ring-anchor"))
+            })
+            .await;
+            assert!(leader.state.ring_view.current().is_none());
+            let sealing = leader
+                .state
+                .keys
+                .ring()
+                .sealing_key()
+                .map(|k| k.id().clone());
+            assert_ne!(sealing.as_ref(), Some(evil.id()));
+            leader.stop().await;
+            continue;
+        }
         wait_sealing_key(&leader.state, older_key(), 2).await;
         let follower = Running::start_as(&client, config(), false).await;
         eventually("the follower has its view", PATIENCE, || async {

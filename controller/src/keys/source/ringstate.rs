@@ -378,7 +378,9 @@ impl Mirror {
         if self.merge_state(true).await.is_err() {
             return false;
         }
-        self.state.ring_view.current().is_some()
+        // A view taken from a copy found now, not one followed before this replica led (a
+        // new leader without a copy reads the store at once).
+        self.cache.found_state.is_some() && self.state.ring_view.current().is_some()
     }
 
     /// Records an index accepted from the store: the version floor, and the anchor when this
