@@ -30,14 +30,14 @@
 //! any more, and objects not opened whose annotation is missing (kubeseal) or names no held
 //! key, are `unattributed`. Each count forgets the opened keys of objects it no longer lists,
 //! so the record holds at most the watched objects plus those opened since. The same
-//! counts are the `kseal_objects_by_kid{ring,kid}` gauge, and [`readyz_detail`] renders them
-//! as a line for the metrics port's `/readyz` detail (not yet called by the HTTP server).
+//! counts are the `kseal_objects_by_kid{ring,kid}` gauge, and a line of the metrics port's
+//! `/readyz` detail (rendered by the HTTP server, at most 8 kids named).
 //!
 //! A failed write never touches readiness: it is logged, counted
 //! (`kseal_fleet_ack_writes_total{outcome}`) and retried with backoff.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -104,25 +104,6 @@ impl Options {
             retry_max: Duration::from_secs(3600),
         }
     }
-}
-
-/// The `/readyz` detail line about objects per kid (`None` before the first count), e.g.
-/// `objects by kid (ring kseal/fleet): 0123456789ab=40 fedcba987654=3 unattributed=1`. Public
-/// figures only.
-pub fn readyz_detail(state: &State) -> Option<String> {
-    let guard = state
-        .metrics
-        .fleet
-        .detail
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let counts = guard.as_ref()?;
-    let mut line = format!("objects by kid (ring {}):", counts.ring);
-    for (kid, n) in &counts.by_kid {
-        line.push_str(&format!(" {}={n}", kid.short()));
-    }
-    line.push_str(&format!(" unattributed={}\n", counts.unattributed));
-    Some(line)
 }
 
 /// What a record says, less its times: two equal fingerprints need no write.
@@ -877,9 +858,8 @@ mod tests {
     }
 
     #[test]
-    fn readyz_detail_lists_the_counts() {
+    fn the_counts_are_published_as_the_gauge() {
         let state = State::new();
-        assert_eq!(readyz_detail(&state), None);
         let kid = Kid::parse(&"ab".repeat(32)).unwrap();
         let counts = Counts {
             ring: String::new(),
@@ -887,10 +867,6 @@ mod tests {
             unattributed: 2,
         };
         state.metrics.fleet.publish("kseal/fleet", &counts);
-        assert_eq!(
-            readyz_detail(&state).unwrap(),
-            "objects by kid (ring kseal/fleet): abababababab=40 unattributed=2\n"
-        );
         let text = state.metrics.encode();
         assert!(
             text.contains(r#"kseal_objects_by_kid{ring="kseal/fleet",kid="abababababab"} 40"#)

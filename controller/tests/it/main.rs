@@ -13,6 +13,7 @@ mod bitnami;
 mod bound_template;
 #[cfg(target_os = "linux")]
 mod connections;
+mod fleet_readyz;
 #[cfg(target_os = "linux")]
 mod flood;
 mod flow;

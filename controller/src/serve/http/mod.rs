@@ -13,7 +13,9 @@
 //!
 //! The metrics server (`--listen-metrics-addr`) serves `GET /metrics` and `GET /readyz` with
 //! the detail: the same status and first line, plus the key source's last error as the logs
-//! have it.
+//! have it, an API server outage, the ring index's expiry, and the SealedSecrets each kid
+//! opened (`objects by kid …`: the fleet writer's last count, 8 kids at most, the others
+//! summed up).
 //!
 //! Unlike Bitnami's endpoints (reference §4.6), verify and rotate never render
 //! `spec.template.data` (rendering turned them into a decryption oracle), take the scope only
@@ -394,8 +396,9 @@ async fn readyz(AxumState(app): AxumState<App>) -> Response {
     text(status, body)
 }
 
-/// The metrics port's `/readyz`: the same answer, plus the key source's last error and an
-/// API server outage (`kseal_api_server_reachable` says the same).
+/// The metrics port's `/readyz`: the same answer, plus the key source's last error, an API
+/// server outage (`kseal_api_server_reachable` says the same), the ring index's expiry and
+/// the objects per kid (`kseal_objects_by_kid` says the same, for every kid).
 async fn readyz_detail(AxumState(state): AxumState<State>) -> Response {
     let (status, mut body) = readiness_report(&state, true);
     if let Some(line) = state.api.readyz_line() {
@@ -408,13 +411,56 @@ async fn readyz_detail(AxumState(state): AxumState<State>) -> Response {
     {
         body.push_str(&line);
     }
-    if let Some(line) = crate::fleet::readyz_detail(&state) {
+    if let Some(line) = objects_line(&state) {
         body.push_str(&line);
-        if !line.ends_with('\n') {
-            body.push('\n');
-        }
     }
     text(status, body)
+}
+
+/// Kids named one by one on the `/readyz` objects line; the others are summed up, so that the
+/// line stays short on a ring with many keys.
+const OBJECTS_LINE_KIDS: usize = 8;
+
+/// The metrics port's `/readyz` line about SealedSecrets per kid, as the fleet
+/// acknowledgement last counted them (by the keys that opened them: `crate::fleet`), e.g.
+/// `objects by kid (ring kseal/fleet): 0123456789ab=40 fedcba987654=3 unattributed=1`; `None`
+/// before the first count (and without a key source or a cluster id, or on a replica that
+/// never led). Public figures only: short kids and counts.
+fn objects_line(state: &State) -> Option<String> {
+    let counts = state
+        .metrics
+        .fleet
+        .detail
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    counts
+        .as_ref()
+        .map(|counts| render_objects_line(counts, OBJECTS_LINE_KIDS))
+}
+
+/// `counts` as one line: the `max_kids` kids with the most objects (ties in kid order),
+/// listed in kid order, then how many other kids there are and their objects together
+/// (`(+3 more kids: 12)`), then the unattributed objects.
+fn render_objects_line(counts: &crate::fleet::metrics::Counts, max_kids: usize) -> String {
+    use std::fmt::Write as _;
+    let mut kids: Vec<_> = counts.by_kid.iter().collect();
+    // Stable: equal counts keep the map's kid order.
+    kids.sort_by(|a, b| b.1.cmp(a.1));
+    let more = kids.split_off(max_kids.min(kids.len()));
+    kids.sort_by(|a, b| a.0.cmp(b.0));
+    let mut line = format!("objects by kid (ring {}):", counts.ring);
+    for (kid, n) in kids {
+        let _ = write!(line, " {}={n}", kid.short());
+    }
+    if !more.is_empty() {
+        let objects = more
+            .iter()
+            .fold(0_u64, |sum, (_, n)| sum.saturating_add(**n));
+        let noun = if more.len() == 1 { "kid" } else { "kids" };
+        let _ = write!(line, " (+{} more {noun}: {objects})", more.len());
+    }
+    let _ = writeln!(line, " unattributed={}", counts.unattributed);
+    line
 }
 
 /// `/readyz`'s status and body. Without `detail` (the API port, which anyone who can reach the
@@ -607,6 +653,117 @@ mod tests {
         ] {
             assert_eq!(ip(bad), None, "{bad}");
         }
+    }
+
+    fn counts(by_kid: &[(char, u64)], unattributed: u64) -> crate::fleet::metrics::Counts {
+        crate::fleet::metrics::Counts {
+            ring: "kseal/fleet".into(),
+            by_kid: by_kid
+                .iter()
+                .map(|(c, n)| {
+                    (
+                        kseal_keystore::Kid::parse(&c.to_string().repeat(64)).unwrap(),
+                        *n,
+                    )
+                })
+                .collect(),
+            unattributed,
+        }
+    }
+
+    #[test]
+    fn the_objects_line_lists_each_kid_in_kid_order() {
+        let line = |by_kid: &[(char, u64)], unattributed| {
+            render_objects_line(&counts(by_kid, unattributed), OBJECTS_LINE_KIDS)
+        };
+        assert_eq!(
+            line(&[('b', 4), ('a', 120)], 0),
+            "objects by kid (ring kseal/fleet): aaaaaaaaaaaa=120 bbbbbbbbbbbb=4 unattributed=0\n"
+        );
+        assert_eq!(
+            line(&[], 3),
+            "objects by kid (ring kseal/fleet): unattributed=3\n"
+        );
+    }
+
+    #[test]
+    fn the_objects_line_names_the_kids_with_most_objects_and_sums_up_the_rest() {
+        // Ten kids, three shown: the three with most objects (a tie goes to the lower kid),
+        // in kid order; the seven others as one figure.
+        let by_kid = [
+            ('0', 5),
+            ('1', 1),
+            ('2', 50),
+            ('3', 2),
+            ('4', 7),
+            ('5', 7),
+            ('6', 0),
+            ('7', 3),
+            ('8', 4),
+            ('9', 9),
+        ];
+        assert_eq!(
+            render_objects_line(&counts(&by_kid, 2), 3),
+            "objects by kid (ring kseal/fleet): 222222222222=50 444444444444=7 999999999999=9 (+7 more kids: 22) unattributed=2\n"
+        );
+        assert_eq!(
+            render_objects_line(&counts(&by_kid[..4], 0), 3),
+            "objects by kid (ring kseal/fleet): 000000000000=5 222222222222=50 333333333333=2 (+1 more kid: 1) unattributed=0\n"
+        );
+        // At the default bound, the line of a ring with 1,000 keys stays short.
+        let mut many = counts(&[], 0);
+        many.by_kid = (0..1000_u64)
+            .map(|i| {
+                (
+                    kseal_keystore::Kid::parse(&format!("{i:064x}")).unwrap(),
+                    1000 + i,
+                )
+            })
+            .collect();
+        let line = render_objects_line(&many, OBJECTS_LINE_KIDS);
+        assert_eq!(line.matches('=').count(), OBJECTS_LINE_KIDS + 1, "{line}");
+        assert!(
+            line.ends_with(" (+992 more kids: 1483536) unattributed=0\n"),
+            "{line}"
+        );
+        assert!(line.len() < 250, "{} bytes: {line}", line.len());
+    }
+
+    #[tokio::test]
+    async fn the_metrics_ports_readyz_prints_the_objects_line_once_counted_and_the_api_port_never()
+    {
+        use tower::ServiceExt as _;
+        let state = State::new();
+        let readyz = |router: Router| async move {
+            let request = Request::builder()
+                .uri("/readyz")
+                .body(Body::empty())
+                .unwrap();
+            let response = router.oneshot(request).await.unwrap();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            String::from_utf8(body.to_vec()).unwrap()
+        };
+        let metrics = || metrics_router(state.clone());
+        let api = || api_router(state.clone(), ApiOptions::default());
+        // Before the first count: no line.
+        assert_eq!(
+            readyz(metrics()).await,
+            "not ready: no keys loaded, caches not synced\n"
+        );
+        state
+            .metrics
+            .fleet
+            .publish("kseal/fleet", &counts(&[('a', 40), ('f', 3)], 1));
+        assert_eq!(
+            readyz(metrics()).await,
+            "not ready: no keys loaded, caches not synced\nobjects by kid (ring kseal/fleet): aaaaaaaaaaaa=40 ffffffffffff=3 unattributed=1\n"
+        );
+        assert_eq!(
+            readyz(api()).await,
+            "not ready: no keys loaded, caches not synced\n"
+        );
     }
 
     #[test]
