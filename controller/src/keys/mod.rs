@@ -322,7 +322,10 @@ impl KeySource for SecretKeySource {
                 move |sets, (which, event)| {
                     let changed = match (event, &state) {
                         (Ok(event), state) => {
-                            if let Some(state) = state {
+                            // `Init` starts a (re)list before any request is sent: no answer.
+                            if let Some(state) = state
+                                && !matches!(event, watcher::Event::Init)
+                            {
                                 state.api_answered();
                             }
                             sets[which].apply(event)

@@ -67,7 +67,11 @@ pub(super) fn sealed_triggers(
     events.filter_map(move |event| {
         let mut event = match event {
             Ok(event) => {
-                state.api_answered();
+                // `Init` starts a (re)list before any request is sent: it is no answer (a
+                // refused connection announced "reachable again" at every retry).
+                if !matches!(event, watcher::Event::Init) {
+                    state.api_answered();
+                }
                 event
             }
             // Counted and logged here (once per burst); the watcher retries it.
@@ -279,5 +283,47 @@ pub(super) async fn until_true(mut rx: watch::Receiver<bool>) {
     if rx.wait_for(|v| *v).await.is_err() {
         // The sender is gone: nobody can ask for shutdown any more; keep running.
         futures::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::apihealth::NoAnswer;
+
+    /// A watch that cannot reach the API server emits `Init` at every retry of its list,
+    /// before any request: that is no answer, so an outage is not announced as over (it
+    /// was, at every retry: "unreachable", then "reachable again … down_for=122µs").
+    #[tokio::test]
+    async fn a_relist_starting_is_no_answer_from_the_api_server() {
+        let state = State::new();
+        let (_store, writer) = reflector::store();
+        let error = NoAnswer(Duration::from_secs(5)).into_kube();
+        state.api_unreachable("test", &error);
+        assert!(!state.api.is_reachable());
+        let events =
+            futures::stream::iter(vec![Ok(watcher::Event::Init), Ok(watcher::Event::Init)]);
+        let triggers = sealed_triggers(
+            events,
+            state.clone(),
+            writer,
+            Arc::new(Admission::new(4)),
+            None,
+        );
+        let out: Vec<_> = triggers.collect().await;
+        assert!(out.is_empty());
+        assert!(!state.api.is_reachable(), "a relist starting is no answer");
+        let (_store, writer) = reflector::store();
+        let events =
+            futures::stream::iter(vec![Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)]);
+        let triggers = sealed_triggers(
+            events,
+            state.clone(),
+            writer,
+            Arc::new(Admission::new(4)),
+            None,
+        );
+        let _: Vec<_> = triggers.collect().await;
+        assert!(state.api.is_reachable(), "a finished list is an answer");
     }
 }
