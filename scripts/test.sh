@@ -140,6 +140,9 @@ else
     log "container image: not built (needs root; KSEAL_SKIP_IMAGE=1 to silence)"
   else
     step "container image: build (deploy/image/build.sh)"
+    # Under .ci/run its cargo build has mostly been done by now: .ci/run starts the same
+    # build (deploy/image/cargo-build.sh) in the background at its beginning. cargo waits for
+    # that one if it is still going ("Blocking waiting for file lock") and finds it done.
     image_env=$(bash deploy/image/build.sh)
     eval "$image_env"
     export KSEAL_IMAGE_ROOTFS
