@@ -868,7 +868,43 @@ fn check_marker(
         // Whatever the pin names (its anchor, a dedicated root, a ring key from the middle of
         // the chain): the marker is this ring's, and only its writers write it.
         Ok(Some(marker)) => marker,
-        Ok(None) => return Ok(()),
+        Ok(None) => {
+            // A signed ring has a marker since its first signed write (or its first write
+            // after an upgrade): on a directory ring whoever can write the index may have
+            // removed it.
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            if !pinned_dedicated
+                && matches!(snapshot.verified, Verified::Signed { .. })
+                && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                eprintln!(
+                    "warning: key ring {} is pinned at {}, a key clusters held, and has no \
+                     history marker {}: should the ring have moved to a dedicated root, a \
+                     history forked with a key any cluster held would not be noticed here. Pin \
+                     the dedicated root (`kseal keys trust --root-kid KID`)",
+                    ring_label(ring),
+                    pinned.short(),
+                    ring.root_name()
+                );
+            }
+            return Ok(());
+        }
+        // Under a pin at a ring key, only a marker this identity may not read (a sealer role
+        // allowed the index only) is let pass, with a warning; any other failure (a store
+        // that errs or throttles, a malformed marker) fails closed: it may hide the root a
+        // fork must pass through (attack review, round 4).
+        Err(e) if !pinned_dedicated && e.reason() != "access_denied" => {
+            return Err(anyhow::Error::from(e).context(format!(
+                "key ring {} is pinned at {}, a key clusters held, and its history marker {} \
+                 could not be read: nothing is sealed to it before the marker says which \
+                 dedicated root the index must pass through (retry; or pin the dedicated root \
+                 with `kseal keys trust --root-kid KID`)",
+                ring_label(ring),
+                pinned.short(),
+                ring.root_name()
+            )));
+        }
         Err(e) => {
             static WARNED: std::sync::atomic::AtomicBool =
                 std::sync::atomic::AtomicBool::new(false);

@@ -1877,20 +1877,29 @@ fn a_confirmed_root_kid_recovers_from_a_fork_read_first_and_a_first_pin_needs_it
         "{}",
         refused.stderr
     );
-    // Where the marker cannot be read (a sealer role allowed the index only), the fork is
-    // read first, with a warning that says so: the residual. Its cache now names the fork.
+    // A marker that cannot be read (here: not a file) fails closed under a ring-key pin.
     let marker = ring.join("root.json");
     let marker_text = std::fs::read_to_string(&marker).unwrap();
     std::fs::remove_file(&marker).unwrap();
     std::fs::create_dir(&marker).unwrap();
+    let unreadable = seal(&ci);
+    assert_eq!(unreadable.code, 1, "{}", unreadable.stderr);
+    assert!(
+        unreadable.stderr.contains("could not be read") && unreadable.stderr.contains("--root-kid"),
+        "{}",
+        unreadable.stderr
+    );
+    std::fs::remove_dir(&marker).unwrap();
+    // Where there is no marker (a directory writer removed it; on Secrets Manager only the
+    // seeder could), the fork is read first, with a warning that says so: the residual. Its
+    // cache now names the fork.
     let forked = seal(&ci);
     assert_eq!(forked.code, 0, "{}", forked.stderr);
     assert!(
-        forked.stderr.contains("could not be read") && forked.stderr.contains("--root-kid"),
+        forked.stderr.contains("has no history marker") && forked.stderr.contains("--root-kid"),
         "{}",
         forked.stderr
     );
-    std::fs::remove_dir(&marker).unwrap();
     std::fs::write(&marker, &marker_text).unwrap();
     std::fs::write(&path, &real).unwrap();
     let locked = seal(&ci);

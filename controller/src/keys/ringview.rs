@@ -253,6 +253,12 @@ impl RingViews {
         });
     }
 
+    /// Withdraws the view (a rolled-back one): nothing seals from the ring until a view is
+    /// published again.
+    pub fn clear(&self) {
+        self.tx.send_if_modified(|current| current.take().is_some());
+    }
+
     /// Notified whenever the view changes.
     pub fn subscribe(&self) -> watch::Receiver<Option<Arc<RingView>>> {
         self.tx.subscribe()

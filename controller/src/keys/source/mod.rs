@@ -440,11 +440,23 @@ impl Mirror {
         // has pinned the anchor (below). Under an anchor the store is read only once this
         // succeeded: it restores the version floor.
         self.cache.store_seen = StoreSeen::NotAsked;
-        self.apply_marker().await;
+        let marker = self.apply_marker().await;
         self.adopt_persisted_anchor().await?;
         let publish = !self.cache.anchor_from_state || self.cache.index.is_some();
         self.merge_state(publish).await?;
         self.cache.sync_floor = self.pin.floor;
+        // No index is read before the history marker answered: it gives the floor and the
+        // dedicated root the index must pass through (a ring-key pin knows neither).
+        if let Err(e) = marker {
+            return Err(self.marker_unread(e));
+        }
+        // A marker read now may have raised the floor or the root past the index held: it is
+        // read and verified again.
+        if let Some(held) = &self.cache.index
+            && (held.version < self.pin.floor || !self.extends_seen_root(held))
+        {
+            self.cache.version = None;
+        }
         let version = self.ring.index_version().await;
         count(&self.state, "describe_index", outcome(&version));
         self.cache.store_seen = match &version {
@@ -850,8 +862,12 @@ impl Schedule {
                 let message = crate::error_chain(&e);
                 tracing::warn!(reason = e.reason(), retry_in = ?self.backoff, "key source: {message}");
                 // A new leader that cannot read the store still puts back the newer verified
-                // copy it followed, should the ring-state copy have been rolled back.
+                // copy it followed, should the ring-state copy have been rolled back; a leader
+                // that verified an index puts its copy back if it was removed or rolled back
+                // meanwhile (attack review, round 4: followers restarted during an outage took
+                // an older copy planted in its place).
                 mirror.restore_followed().await;
+                mirror.write_state().await;
                 if matches!(e.reason(), "untrusted" | "malformed") {
                     let found = mirror.cache.found_state.clone();
                     mirror

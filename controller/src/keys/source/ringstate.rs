@@ -141,12 +141,59 @@ impl Mirror {
     }
 
     /// Whether the pinned anchor is a dedicated root of `index`'s history (which was verified
-    /// under it): no cluster ever held that key.
+    /// under it) and not a key of the ring as far as this controller knows: no cluster ever
+    /// held that key. A chain's own word is not enough: whoever holds a ring key can sign a
+    /// history that calls that key a dedicated root (attack review, round 4), so a pin at a
+    /// key this controller mirrored, or that the copy lists as a key of the ring, is a ring
+    /// key whatever the chain says.
     fn pin_is_dedicated_in(&self, index: &Index) -> bool {
-        self.pin
-            .anchor
-            .as_ref()
-            .is_some_and(|pin| index.roots.iter().any(|r| r.dedicated && &r.kid == pin))
+        let Some(pin) = self.pin.anchor.as_ref() else {
+            return false;
+        };
+        let ring_key = self.cache.keys.contains_key(pin)
+            || self.cache.ever.contains(pin)
+            || index.entry(pin).is_some()
+            || index.retired.iter().any(|r| &r.kid == pin);
+        !ring_key && index.roots.iter().any(|r| r.dedicated && &r.kid == pin)
+    }
+
+    /// Whether `index` passes through the newest dedicated root this controller saw (true
+    /// when it saw none).
+    pub(super) fn extends_seen_root(&self, index: &Index) -> bool {
+        self.pin.seen_root.as_ref().is_none_or(|(seq, kid)| {
+            usize::try_from(*seq)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| index.roots.get(i))
+                .is_some_and(|r| &r.kid == kid)
+        })
+    }
+
+    /// A follower that took no copy now: a view it holds that is older than its floor (a
+    /// newer version was seen since, from the history marker or a copy) was rolled back, and
+    /// is dropped (nothing seals until a current copy is written), with one Warning per
+    /// version (attack review, round 4: a follower kept sealing from a copy it had since
+    /// refused).
+    async fn drop_stale_view(&mut self) {
+        let Some(view) = self.state.ring_view.current() else {
+            return;
+        };
+        if view.version >= self.pin.floor {
+            return;
+        }
+        self.state.ring_view.clear();
+        let note = format!(
+            "the ring view of ring {} this replica held (version {}) is older than version {} \
+             it has seen since: dropped; nothing seals here until the leader writes a current \
+             ring-state Secret",
+            self.ring.name(),
+            view.version,
+            self.pin.floor
+        );
+        tracing::warn!("{note}");
+        if let Some(reference) = self.state_reference(None) {
+            self.warn_on(&reference, "RingViewStale", note).await;
+        }
     }
 
     /// A follower's poll: publishes the ring-state Secret's view, verified under the pinned
@@ -155,11 +202,19 @@ impl Mirror {
     /// this namespace could have written; until it has, it takes no view, so it seals nothing.
     pub async fn follow(&mut self) -> Result<(), SyncError> {
         let mut from_store = None;
-        self.apply_marker().await;
+        let marker = self.apply_marker().await;
         self.adopt_persisted_anchor().await?;
         if self.pin.anchor.is_none()
             || (self.cache.anchor_from_state && !self.cache.store_confirmed)
         {
+            if let Err(e) = marker {
+                let e = self.marker_unread(e);
+                tracing::warn!(
+                    "reading the ring's history marker failed (retried at the next poll): {}",
+                    crate::error_chain(&e)
+                );
+                return Err(e);
+            }
             let now = tokio::time::Instant::now();
             if self.cache.follower_next.is_some_and(|t| now < t) {
                 return Ok(());
@@ -203,7 +258,7 @@ impl Mirror {
                 let view = RingView::new(&index, &self.cache.ever, self.cache.last_active.clone());
                 self.state.ring_view.publish(view);
             }
-            (None, None) => {}
+            (None, None) => self.drop_stale_view().await,
         }
         // A follower keeps the view it holds past its expiry too (an expired copy is refused
         // above): the gauge says so; the leader's Event names it.
@@ -375,6 +430,9 @@ impl Mirror {
         if !self.cache.seeded && self.seed_from_mirror().await.is_err() {
             return false;
         }
+        // The marker first, when the store answers (attack review, round 4: a planted older
+        // copy of the ring's own history passed the pin and sealed until the spread ended).
+        let _ = self.apply_marker().await;
         if self.merge_state(true).await.is_err() {
             return false;
         }
@@ -565,9 +623,9 @@ impl Mirror {
     /// restarted controller pinned at a superseded ring key, or not pinned, never takes a
     /// planted or replayed copy of a fork signed with ring keys, nor one older than the
     /// seeder's last write (attack review, round 2). Applied whatever the pin names.
-    pub(super) async fn apply_marker(&mut self) {
+    pub(super) async fn apply_marker(&mut self) -> Result<(), kseal_keystore::Error> {
         if self.cache.marker_applied {
-            return;
+            return Ok(());
         }
         let read = self.ring.store().read(&self.ring.root_name(), None).await;
         count(&self.state, "get_marker", outcome(&read));
@@ -575,20 +633,12 @@ impl Mirror {
             Ok(Some((text, _))) => text,
             Ok(None) => {
                 self.cache.marker_applied = true;
-                return;
+                return Ok(());
             }
-            Err(e) => {
-                let pinned_at = self.pin.anchor.as_ref().map_or("no anchor", Kid::short);
-                tracing::warn!(
-                    "reading the ring's history marker {} failed (retried at the next poll): \
-                     {}; until it answers, a controller pinned at a ring key ({pinned_at} here, \
-                     unless it is the ring's dedicated root) takes no ring-state copy, so \
-                     nothing seals: pin the dedicated root to seal from the copy meanwhile",
-                    self.ring.root_name(),
-                    crate::error_chain(&e)
-                );
-                return;
-            }
+            // Nothing from the store is taken before the marker answered (attack review,
+            // round 4: a leader pinned at a ring key whose marker read failed at its restart
+            // took a fork from the index, signed with a ring key). The caller says so.
+            Err(e) => return Err(e),
         };
         self.cache.marker_applied = true;
         self.cache.marker = MarkerFacts::parse(&text);
@@ -597,7 +647,7 @@ impl Mirror {
                 "the ring's history marker {} is not what kseal writes: ignored",
                 self.ring.root_name()
             );
-            return;
+            return Ok(());
         };
         // Whatever the pin: the marker is this ring's (its name in the store), written by its
         // seeder alone. A pin at a ring key from the middle of the chain names neither the
@@ -607,6 +657,18 @@ impl Mirror {
             self.pin.floor = marker.version;
         }
         self.pin.see_root(marker.root);
+        Ok(())
+    }
+
+    /// The history marker read failed: what the loop reports (the store's error, with why
+    /// nothing is read from the store meanwhile).
+    pub(super) fn marker_unread(&self, e: kseal_keystore::Error) -> SyncError {
+        tracing::debug!(
+            "the ring's history marker {} could not be read: nothing is taken from the store \
+             before it answers",
+            self.ring.root_name()
+        );
+        self.store_err(e)
     }
 
     /// The anchor the store's history marker names (read only; `None` without a marker, or
@@ -1865,6 +1927,147 @@ mod tests {
         .await;
     }
 
+    /// Attack review, round 4: a leader pinned at the old ring-key anchor whose history marker
+    /// read failed at its restart (one throttled call, a role without `R/root`) while the
+    /// index answered took a fork signed with that ring key from the index, dropped the
+    /// active key's mirror and kept the fork after the marker answered. Now no index is read
+    /// before the marker answered, and a chain that calls a ring key this controller mirrored
+    /// a dedicated root is no reason to take a copy before it either.
+    #[tokio::test]
+    async fn nothing_from_the_store_or_a_forged_dedicated_copy_before_the_marker_answers() {
+        within("marker first", async {
+            let (dir, root_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (_server, client) = server().await;
+            let (a, b, evil) = (pair(), pair(), pair());
+            let (root, fork) =
+                moved_ring_and_fork(dir.path(), root_dir.path(), &a, &b, &evil).await;
+            let (kid_b, kid_evil) = (Kid::of(b.public_key()), Kid::of(evil.public_key()));
+            let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.retire_grace = Duration::ZERO;
+            leader.sync().await.unwrap();
+            let real_version = leader.pin.floor;
+            drop(leader);
+
+            // The index writer puts the fork in place; only the marker cannot be read.
+            let writer = ring(dir.path(), None).await;
+            let version = writer.index_version().await.unwrap();
+            writer
+                .store()
+                .compare_and_swap(&writer.index_name(), &fork, version.as_ref(), &[])
+                .await
+                .unwrap();
+            let marker_file = dir.path().join("root.json");
+            let marker_text = break_file(&marker_file);
+            let mut restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
+            restarted.retire_grace = Duration::ZERO;
+            let err = restarted.sync().await.unwrap_err();
+            assert!(
+                crate::error_chain(&err).contains("root.json"),
+                "{}",
+                crate::error_chain(&err)
+            );
+            assert!(restarted.state.ring_view.current().is_none());
+            assert!(restarted.cache.index.is_none(), "no index taken");
+            assert!(mirror_secret(&client, &kid_b).await.is_some());
+            assert!(mirror_secret(&client, &kid_evil).await.is_none());
+            // A follower too: pinned, it takes nothing; unpinned, it reads no index.
+            let mut unpinned = mirror(ring(dir.path(), None).await, &client);
+            assert!(unpinned.follow().await.is_err());
+            assert!(unpinned.state.ring_view.current().is_none());
+            assert_eq!(unpinned.pin.anchor, None);
+
+            // A copy of a history that calls the ring key `a` a dedicated root (whoever
+            // holds `a` can sign one), planted with a higher version: not taken before the
+            // marker answered, since `a` is a key this controller mirrored.
+            let forged_dir = tempfile::tempdir().unwrap();
+            let key_path = forged_dir.path().join("a.pem");
+            std::fs::write(&key_path, a.private_key().to_pkcs8_pem().as_bytes()).unwrap();
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))
+                    .unwrap();
+            }
+            let as_root = kseal_keystore::RootSigner::open(
+                &kseal_keystore::RootKey::File(key_path),
+                &AwsOptions::default(),
+            )
+            .await
+            .unwrap();
+            let forged_ring = ring(&forged_dir.path().join("ring"), None)
+                .await
+                .with_root(as_root);
+            forged_ring.push(&evil).await.unwrap();
+            let (forged_text, _) = forged_ring.snapshot_text(None).await.unwrap().unwrap();
+            let forged = Index::parse_any_ring(&forged_text, "forged").unwrap();
+            assert!(
+                forged.roots[0].dedicated && forged.roots[0].kid == Kid::of(a.public_key()),
+                "the forged history calls the ring key a dedicated root"
+            );
+            let planted = ring_state_secret(
+                restarted.ring.name(),
+                &format!("{RING_STATE_PREFIX}forged"),
+                &forged_text,
+            );
+            restarted
+                .api
+                .create(&PostParams::default(), &planted)
+                .await
+                .unwrap();
+            let mut follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            follower.seed_from_mirror().await.unwrap();
+            follower.follow().await.unwrap();
+            assert!(
+                follower.state.ring_view.current().is_none(),
+                "the forged 'dedicated' copy is not taken"
+            );
+
+            // The marker answers: the fork is refused, nothing was dropped.
+            mend_file(&marker_file, &marker_text);
+            let err = restarted.sync().await.unwrap_err();
+            assert_eq!(err.reason(), "untrusted", "{}", crate::error_chain(&err));
+            assert_eq!(restarted.pin.floor, real_version);
+            assert_eq!(restarted.pin.seen_root, Some((2, root)));
+            assert!(mirror_secret(&client, &kid_b).await.is_some());
+            assert!(mirror_secret(&client, &kid_evil).await.is_none());
+        })
+        .await;
+    }
+
+    /// Attack review, round 4: a follower that took a copy (pinned at the dedicated root,
+    /// during an outage) and then learns of a newer version (the marker) drops the view it
+    /// held, with a Warning, instead of sealing from it.
+    #[tokio::test]
+    async fn a_follower_drops_a_view_older_than_what_it_has_seen() {
+        within("stale view", async {
+            let (dir, root_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (_server, client) = server().await;
+            let (a, b, evil) = (pair(), pair(), pair());
+            let (root, _) = moved_ring_and_fork(dir.path(), root_dir.path(), &a, &b, &evil).await;
+            let at_root = || async {
+                ring(dir.path(), None)
+                    .await
+                    .with_trust(Trust::anchored(root.clone()))
+            };
+            let mut leader = mirror(at_root().await, &client);
+            leader.sync().await.unwrap();
+            let name = leader.load_state().await.unwrap().unwrap().name;
+            let mut follower = mirror(at_root().await, &client);
+            follower.follow().await.unwrap();
+            let held = follower.state.ring_view.current().unwrap().version;
+            // A newer version is seen (as the marker would say); no current copy is found.
+            follower.pin.floor = held + 1;
+            let api: Api<Secret> = Api::namespaced(client.clone(), "kseal");
+            api.delete(&name, &Default::default()).await.unwrap();
+            follower.follow().await.unwrap();
+            assert!(
+                follower.state.ring_view.current().is_none(),
+                "nothing seals from a view older than a version seen since"
+            );
+        })
+        .await;
+    }
+
     /// Issue 38: a leader restarted at once with the rest of the fleet reads the store a
     /// random part of the start spread later only when it seals from its verified copy at
     /// once: pinned at the dedicated root. Pinned at a ring key (no copy before the marker)
@@ -1896,9 +2099,17 @@ mod tests {
                 2,
                 "the mirrored keys are taken too"
             );
+            // Pinned at a ring key: only once the marker answered (read first, here), never
+            // while it cannot be read.
+            let marker_file = dir.path().join("root.json");
+            let marker_text = break_file(&marker_file);
             let mut at_ring_key = mirror(ring(dir.path(), Some(&a)).await, &client);
             assert!(!at_ring_key.start_from_copy().await);
             assert!(at_ring_key.state.ring_view.current().is_none());
+            mend_file(&marker_file, &marker_text);
+            let mut at_ring_key = mirror(ring(dir.path(), Some(&a)).await, &client);
+            assert!(at_ring_key.start_from_copy().await);
+            assert!(at_ring_key.cache.marker_applied);
         })
         .await;
     }
