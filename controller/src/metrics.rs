@@ -374,8 +374,64 @@ pub struct Metrics {
     /// a request head when a new one needed the room), `header_timeout`, `busy` (a non-probe
     /// request over the reserved capacity, answered 503).
     pub http_connections_dropped: Family<ConnectionDropLabels, Counter>,
+    /// The HTTP fair share of the RSA slots (`kseal_http_admissions_total`, …:
+    /// [`FairShareMetrics`]).
+    pub http_fair_share: FairShareMetrics,
     /// The fleet acknowledgement's metrics (`kseal_objects_by_kid`, …: [`crate::fleet`]).
     pub fleet: crate::fleet::metrics::FleetMetrics,
+}
+
+/// What the HTTP fair share of the RSA slots does with each verify or rotate
+/// ([`crate::serve::rsapool`]), as the pool reports it under its lock.
+#[derive(Clone, Debug, Default)]
+pub struct FairShareMetrics {
+    /// `kseal_http_admissions_total{outcome}`: admission decisions: `admitted` (a place within
+    /// the HTTP share of slots), `queued` (a place in the queue behind it), `displaced` (the
+    /// place of a heavier or slow-bodied client's job, which then ends with 503) and `refused`
+    /// (503 with `Retry-After`, the body unparsed).
+    pub admissions: Family<OutcomeLabels, Counter>,
+    /// `kseal_http_active_clients`: clients holding an admitted job now.
+    pub active_clients: Gauge,
+    /// `kseal_http_client_jobs_max`: admitted jobs held now by the client holding most.
+    pub client_jobs_max: Gauge,
+}
+
+impl FairShareMetrics {
+    /// Counts one admission decision (`admitted`, `queued`, `displaced`, `refused`).
+    pub fn count(&self, outcome: &str) {
+        self.admissions
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// How many admission decisions had `outcome` so far.
+    pub fn counted(&self, outcome: &str) -> u64 {
+        self.admissions
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .get()
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "http_admissions",
+            "Verify and rotate requests by what the HTTP share of the RSA slots did with them: admitted, queued, displaced (took a heavier client's place), refused",
+            self.admissions.clone(),
+        );
+        r.register(
+            "http_active_clients",
+            "Clients holding an admitted verify or rotate job now",
+            self.active_clients.clone(),
+        );
+        r.register(
+            "http_client_jobs_max",
+            "Admitted verify or rotate jobs held now by the client holding most",
+            self.client_jobs_max.clone(),
+        );
+    }
 }
 
 /// Labels of the connection gauges.
@@ -477,6 +533,7 @@ impl Metrics {
             http_connections_peak: Family::default(),
             http_client_connections_peak: Family::default(),
             http_connections_dropped: Family::default(),
+            http_fair_share: FairShareMetrics::default(),
             fleet: crate::fleet::metrics::FleetMetrics::default(),
             registry: Registry::default(),
         };
@@ -486,6 +543,7 @@ impl Metrics {
         m.register_reconciler_metrics(r);
         m.register_key_source_metrics(r);
         m.register_connection_metrics(r);
+        m.http_fair_share.register(r);
         m.fleet.register(r);
         m.api_server_reachable.set(1);
         Self { registry, ..m }

@@ -38,6 +38,12 @@
 //! evicted while slow to send their bodies, which end when the body is in or its read times
 //! out (bounded by the connection caps).
 //!
+//! **What the share did, in metrics** ([`RsaPool::report_to`]): every admission decision is
+//! counted in `kseal_http_admissions_total{outcome}` (`admitted` within the HTTP share,
+//! `queued` behind it, `displaced`: admitted in another client's place, `refused`), and
+//! `kseal_http_active_clients` and `kseal_http_client_jobs_max` show the clients holding jobs
+//! and the most one of them holds, updated under the pool's lock.
+//!
 //! **Why the reconciles' unseals run on threads of the pool** rather than each taking a slot
 //! and then a thread of tokio's blocking pool: with the handover through the async runtime
 //! (the freed slot woke the next reconcile's task, which started a blocking task, which woke
@@ -52,6 +58,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::metrics::FairShareMetrics;
 use crate::net::Client;
 
 /// Slots of a pool before [`RsaPool::configure`] (`--concurrency`'s default).
@@ -127,6 +134,9 @@ struct Inner {
     usage: HashMap<Client, Usage>,
     /// `usage` is pruned when it grows to this many entries (amortized).
     prune_at: usize,
+    /// Where admissions are counted and the clients holding jobs reported
+    /// ([`RsaPool::report_to`]).
+    report: Option<FairShareMetrics>,
 }
 
 /// An HTTP item waiting for a slot.
@@ -307,10 +317,53 @@ impl Inner {
         })
     }
 
+    /// Counts an admission decision, and reports the clients holding jobs now.
+    fn report(&self, outcome: Option<Admission>) {
+        let Some(report) = &self.report else {
+            return;
+        };
+        if let Some(outcome) = outcome {
+            report.count(outcome.as_str());
+        }
+        report.active_clients.set(gauge(self.per_client.len()));
+        report
+            .client_jobs_max
+            .set(gauge(self.per_client.values().copied().max().unwrap_or(0)));
+    }
+
     fn id(&mut self) -> u64 {
         self.next_id = self.next_id.wrapping_add(1);
         self.next_id
     }
+}
+
+/// What [`RsaPool::admit_http`] did with a request (`kseal_http_admissions_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// Admitted with fewer live jobs than the HTTP share of slots.
+    Admitted,
+    /// Admitted to the queue behind the HTTP share.
+    Queued,
+    /// Admitted in the place of another client's job, which ends at its next item.
+    Displaced,
+    /// Refused: 503 with `Retry-After`.
+    Refused,
+}
+
+impl Admission {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Admitted => "admitted",
+            Self::Queued => "queued",
+            Self::Displaced => "displaced",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// A count as a gauge's value (saturating; counts here are bounded by the admission places).
+fn gauge(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 /// A thread of the pool: runs queued reconcile jobs while a slot is free, one after the
@@ -381,6 +434,7 @@ impl RsaPool {
                     holding: HashMap::new(),
                     usage: HashMap::new(),
                     prune_at: 64,
+                    report: None,
                 }),
                 work: Condvar::new(),
             }),
@@ -454,33 +508,75 @@ impl RsaPool {
         rx.await.map_err(|_| Failed)
     }
 
+    /// Counts admissions into `metrics` from now on (`kseal_http_admissions_total{outcome}`),
+    /// and keeps its gauges of the clients holding jobs current.
+    pub fn report_to(&self, metrics: &FairShareMetrics) {
+        let mut inner = self.lock();
+        inner.report = Some(metrics.clone());
+        inner.report(None);
+    }
+
+    /// [`admit_http`](Self::admit_http), counted into `metrics` (bound on first use, as
+    /// [`report_to`](Self::report_to) does; a pool reports to one set of metrics).
+    pub fn admit_http_reporting(
+        self: &Arc<Self>,
+        client: Client,
+        metrics: &FairShareMetrics,
+    ) -> Result<HttpJob, Busy> {
+        self.admit(client, Some(metrics))
+    }
+
     /// Admits one HTTP job for `client`, or refuses at once when `client` already holds its
     /// allowance of jobs, or when every admission place is taken and no heavier client's job
-    /// gives its place up (see the [module](self) documentation).
+    /// gives its place up (see the [module](self) documentation). Counted in the metrics
+    /// the pool reports to ([`report_to`](Self::report_to)).
     pub fn admit_http(self: &Arc<Self>, client: Client) -> Result<HttpJob, Busy> {
+        self.admit(client, None)
+    }
+
+    /// [`admit_http`](Self::admit_http), first binding `metrics` when the pool reports to
+    /// none yet.
+    fn admit(
+        self: &Arc<Self>,
+        client: Client,
+        metrics: Option<&FairShareMetrics>,
+    ) -> Result<HttpJob, Busy> {
         let mut inner = self.lock();
+        if inner.report.is_none() {
+            inner.report = metrics.cloned();
+        }
         let held = inner.per_client.get(&client).copied().unwrap_or(0);
         if held >= inner.allowance(client) {
+            inner.report(Some(Admission::Refused));
             return Err(Busy);
         }
         let live = inner.http_jobs.saturating_sub(inner.evicted.len());
-        if live >= inner.http_share + inner.http_queue {
+        let outcome = if live >= inner.http_share + inner.http_queue {
             let victim = if held == 0 {
                 inner.victim(client, Instant::now())
             } else {
                 None
             };
-            let victim = victim.ok_or(Busy)?;
+            let Some(victim) = victim else {
+                inner.report(Some(Admission::Refused));
+                return Err(Busy);
+            };
             inner.evicted.insert(victim);
             // A victim waiting for its next item's slot is refused now: dropping its sender
             // ends its wait.
             inner.http_waiting.retain(|w| w.job != victim);
-        }
+            Admission::Displaced
+        } else if live >= inner.http_share {
+            Admission::Queued
+        } else {
+            Admission::Admitted
+        };
         inner.http_jobs += 1;
         *inner.per_client.entry(client).or_insert(0) += 1;
         let id = inner.id();
         inner.admitted.insert(id, client);
         inner.reading.insert(id, Instant::now());
+        inner.report(Some(outcome));
         Ok(HttpJob {
             pool: self.clone(),
             client,
@@ -604,6 +700,7 @@ impl Drop for HttpJob {
                 inner.per_client.remove(&self.client);
             }
         }
+        inner.report(None);
     }
 }
 
@@ -806,6 +903,72 @@ mod tests {
         assert!(inner.admitted.is_empty() && inner.evicted.is_empty());
         assert!(inner.per_client.is_empty() && inner.holding.is_empty());
         assert!(inner.http_waiting.is_empty());
+    }
+
+    #[test]
+    fn each_admission_decision_is_counted_and_the_clients_holding_jobs_reported() {
+        let metrics = crate::metrics::Metrics::new();
+        let m = &metrics.http_fair_share;
+        // Two HTTP slots, six admission places.
+        let pool = RsaPool::with_cores(4, 64);
+        pool.report_to(m);
+        let counts =
+            || ["admitted", "queued", "displaced", "refused"].map(|outcome| m.counted(outcome));
+        let gauges = || (m.active_clients.get(), m.client_jobs_max.get());
+        // Within the HTTP share: admitted; then the client's allowance is taken: refused.
+        let mut jobs: Vec<_> = (0..2)
+            .map(|_| pool.admit_http(client(1)).unwrap())
+            .collect();
+        assert_eq!(pool.admit_http(client(1)).unwrap_err(), Busy);
+        assert_eq!(counts(), [2, 0, 0, 1]);
+        assert_eq!(gauges(), (1, 2));
+        // Behind the share: queued, until every place is taken.
+        jobs.extend((2..6).map(|n| pool.admit_http(client(n)).unwrap()));
+        assert_eq!(counts(), [2, 4, 0, 1]);
+        assert_eq!(gauges(), (5, 2));
+        // A new client finds no heavier client to displace: refused.
+        assert_eq!(pool.admit_http(client(9)).unwrap_err(), Busy);
+        assert_eq!(counts(), [2, 4, 0, 2]);
+        // Once client 1 used the share, a new client takes its newest job's place.
+        charge(&pool, 1, 1.0);
+        jobs.push(pool.admit_http(client(9)).unwrap());
+        assert_eq!(counts(), [2, 4, 1, 2]);
+        assert_eq!(
+            gauges(),
+            (6, 2),
+            "the displaced job holds its place until it ends"
+        );
+        // Jobs ending bring the gauges down.
+        drop(jobs.remove(0));
+        assert_eq!(gauges(), (6, 1));
+        drop(jobs);
+        assert_eq!(gauges(), (0, 0));
+        assert_eq!(counts(), [2, 4, 1, 2], "ending is no admission");
+        let text = metrics.encode();
+        for series in [
+            "kseal_http_admissions_total{outcome=\"admitted\"} 2",
+            "kseal_http_admissions_total{outcome=\"queued\"} 4",
+            "kseal_http_admissions_total{outcome=\"displaced\"} 1",
+            "kseal_http_admissions_total{outcome=\"refused\"} 2",
+            "kseal_http_active_clients 0",
+            "kseal_http_client_jobs_max 0",
+        ] {
+            assert!(text.contains(series), "{series} not in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_pool_reports_to_the_first_metrics_it_is_given_when_admitting() {
+        let first = crate::metrics::FairShareMetrics::default();
+        let other = crate::metrics::FairShareMetrics::default();
+        let pool = RsaPool::with_cores(4, 64);
+        let job = pool.admit_http_reporting(client(1), &first).unwrap();
+        let again = pool.admit_http_reporting(client(1), &other).unwrap();
+        assert_eq!(first.counted("admitted"), 2);
+        assert_eq!(other.counted("admitted"), 0);
+        assert_eq!(first.active_clients.get(), 1);
+        drop((job, again));
+        assert_eq!(first.client_jobs_max.get(), 0);
     }
 
     #[test]

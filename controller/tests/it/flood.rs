@@ -224,12 +224,14 @@ impl Drop for Flood {
     }
 }
 
-/// A server on loopback with a two-key ring: its address, its state, and what stops it.
+/// A server on loopback with a two-key ring: its API address, its state, what stops it, and
+/// its metrics address.
 async fn server() -> (
     SocketAddr,
     State,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<kseal_controller::Result<()>>,
+    SocketAddr,
 ) {
     let state = State::new();
     state.keys.replace(ring());
@@ -240,6 +242,7 @@ async fn server() -> (
         .await
         .expect("bind");
     let to = api.local_addr().expect("addr");
+    let metrics_at = metrics.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(serve_listeners(
         api,
@@ -250,7 +253,27 @@ async fn server() -> (
             let _ = stopped.await;
         },
     ));
-    (to, state, stop, running)
+    (to, state, stop, running, metrics_at)
+}
+
+/// The HTTP fair share's admission counts (`kseal_http_admissions_total{outcome}`) as the
+/// metrics endpoint serves them: admitted, queued, displaced, refused (0 for an outcome not
+/// seen yet).
+async fn admissions(metrics: SocketAddr) -> [u64; 4] {
+    let page = exchange(
+        Ipv4Addr::LOCALHOST,
+        metrics,
+        b"GET /metrics HTTP/1.1\r\nhost: kseal\r\nconnection: close\r\n\r\n",
+        ANSWER_WITHIN,
+    )
+    .await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    ["admitted", "queued", "displaced", "refused"].map(|outcome| {
+        let series = format!("kseal_http_admissions_total{{outcome=\"{outcome}\"}} ");
+        page.lines()
+            .find_map(|line| line.strip_prefix(&series)?.parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// Waits until the flood holds the HTTP share: its requests are being refused and RSA work
@@ -275,9 +298,10 @@ async fn until_flooded(flood: &Flood, state: &State, operations: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_clients_verify_is_answered_while_100_addresses_flood() {
     let ring = ring();
-    let (to, state, stop_server, server) = server().await;
+    let (to, state, stop_server, server, metrics) = server().await;
     let mut flood = Flood::start(100, to, verify_body(&ring, FLOOD_ITEMS));
     until_flooded(&flood, &state, 2000).await;
+    let before = admissions(metrics).await;
     // Three other clients, one after the other: each is answered with the verify's own 200
     // within a bounded wait. A 503 (every place taken at that instant) is retried after a
     // short pause, as a client honouring Retry-After would, within the same deadline: the
@@ -303,9 +327,19 @@ async fn another_clients_verify_is_answered_while_100_addresses_flood() {
         );
         eprintln!("other client {n}: answered after {tries} tries");
     }
-    // The flood was still on, and refused (503) rather than answered otherwise.
+    // The flood was still on, and refused (503) rather than answered otherwise; the metrics
+    // show the share refusing flood requests and lighter clients displacing heavier ones.
+    let after = admissions(metrics).await;
     let (_, busy, other) = flood.counts();
     flood.stop();
+    let [_, _, displaced, refused] = [0, 1, 2, 3].map(|at| after[at] - before[at]);
+    eprintln!(
+        "admissions during the flood (admitted, queued, displaced, refused): before {before:?}, after {after:?}"
+    );
+    assert!(
+        refused > 0 && displaced > 0,
+        "kseal_http_admissions_total during the flood: {displaced} displaced, {refused} refused"
+    );
     assert!(busy >= 100, "{:?}", flood.counts());
     assert_eq!(other, 0, "flood answers other than 200 and 503");
     let _ = stop_server.send(());
@@ -339,7 +373,7 @@ async fn exchange(from: Ipv4Addr, to: SocketAddr, request: &[u8], within: Durati
 /// `100 Continue`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_verify_is_answered_before_its_body_is_parsed_or_received() {
-    let (to, state, stop_server, server) = server().await;
+    let (to, state, stop_server, server, _) = server().await;
     let held: Vec<_> = (0..state.rsa.shape().http_jobs)
         .map(|n| {
             let job = state
@@ -389,13 +423,14 @@ async fn a_refused_verify_is_answered_before_its_body_is_parsed_or_received() {
 /// throughput.
 async fn measure(addresses: usize, secs: u64) {
     let ring = ring();
-    let (to, state, stop_server, server) = server().await;
+    let (to, state, stop_server, server, metrics) = server().await;
     let mut flood = Flood::start(addresses, to, verify_body(&ring, FLOOD_ITEMS));
     until_flooded(&flood, &state, 10 * addresses as u64).await;
     let one = Arc::new(verify_body(&ring, 1));
-    let (ops_before, flood_before, started) = (
+    let (ops_before, flood_before, admitted_before, started) = (
         state.metrics.rsa_operations.get(),
         flood.counts(),
+        admissions(metrics).await,
         Instant::now(),
     );
     let mut others = Vec::new();
@@ -422,6 +457,7 @@ async fn measure(addresses: usize, secs: u64) {
     let elapsed = started.elapsed().as_secs_f64();
     let operations = state.metrics.rsa_operations.get() - ops_before;
     let flood_after = flood.counts();
+    let admitted_after = admissions(metrics).await;
     flood.stop();
     let _ = stop_server.send(());
     let _ = tokio::time::timeout(Duration::from_secs(30), server).await;
@@ -435,7 +471,7 @@ async fn measure(addresses: usize, secs: u64) {
         "flood of {addresses} loopback addresses ({FLOOD_ITEMS}-value verifies), {elapsed:.1} s: \
          other clients (a new address every 100 ms, one 1-value verify each) {} answered 200, \
          {refused} not; wait p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; RSA operations {:.0}/s; \
-         flood answers 200: {}, 503: {}, other: {}",
+         flood answers 200: {}, 503: {}, other: {}; admissions admitted/queued/displaced/refused {:?}",
         waits.len(),
         ms(waits.len() / 2),
         ms(waits.len() * 99 / 100),
@@ -444,6 +480,7 @@ async fn measure(addresses: usize, secs: u64) {
         flood_after.0 - flood_before.0,
         flood_after.1 - flood_before.1,
         flood_after.2 - flood_before.2,
+        [0, 1, 2, 3].map(|at| admitted_after[at] - admitted_before[at]),
     );
     assert_eq!(refused, 0, "other clients were not answered 200");
 }

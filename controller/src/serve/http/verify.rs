@@ -257,7 +257,11 @@ pub(super) async fn admit_and_read(
 ) -> Result<(Admitted, Bytes), Problem> {
     let bucket = request.extensions().get::<Bucket>().copied();
     let client = bucket.map_or(Client::Unknown, |b| b.0.1);
-    let job = match app.state.rsa.admit_http(client) {
+    let job = match app
+        .state
+        .rsa
+        .admit_http_reporting(client, &app.state.metrics.http_fair_share)
+    {
         Ok(job) => job,
         Err(_) => {
             discard_body(app, request).await;
