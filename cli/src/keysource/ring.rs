@@ -859,11 +859,9 @@ fn check_marker(
     snapshot: &Snapshot,
     marker: kseal_keystore::Result<Option<kseal_keystore::Marker>>,
 ) -> Result<()> {
-    let pinned_dedicated = snapshot
-        .index
-        .roots
-        .iter()
-        .any(|r| r.dedicated && &r.kid == pinned);
+    // Whether the pin is a dedicated root is never taken from the index's chain: whoever holds
+    // a ring key can sign a history that calls that key a dedicated root (attack review,
+    // round 5). Every pin is treated alike here.
     let marker = match marker {
         // Whatever the pin names (its anchor, a dedicated root, a ring key from the middle of
         // the chain): the marker is this ring's, and only its writers write it.
@@ -874,15 +872,14 @@ fn check_marker(
             // removed it.
             static WARNED: std::sync::atomic::AtomicBool =
                 std::sync::atomic::AtomicBool::new(false);
-            if !pinned_dedicated
-                && matches!(snapshot.verified, Verified::Signed { .. })
+            if matches!(snapshot.verified, Verified::Signed { .. })
                 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
             {
                 eprintln!(
-                    "warning: key ring {} is pinned at {}, a key clusters held, and has no \
-                     history marker {}: should the ring have moved to a dedicated root, a \
-                     history forked with a key any cluster held would not be noticed here. Pin \
-                     the dedicated root (`kseal keys trust --root-kid KID`)",
+                    "warning: key ring {} (pinned at {}) has no history marker {}: unless the \
+                     pin is the ring's dedicated root, a history forked with a key any cluster \
+                     held would not be noticed here (`kseal keys trust --root-kid KID` pins the \
+                     root)",
                     ring_label(ring),
                     pinned.short(),
                     ring.root_name()
@@ -890,16 +887,15 @@ fn check_marker(
             }
             return Ok(());
         }
-        // Under a pin at a ring key, only a marker this identity may not read (a sealer role
-        // allowed the index only) is let pass, with a warning; any other failure (a store
-        // that errs or throttles, a malformed marker) fails closed: it may hide the root a
-        // fork must pass through (attack review, round 4).
-        Err(e) if !pinned_dedicated && e.reason() != "access_denied" => {
+        // Only a marker this identity may not read (a sealer role allowed the index only) is
+        // let pass, with a warning; any other failure (a store that errs or throttles, a
+        // malformed marker) fails closed: it may hide the root a fork must pass through
+        // (attack review, rounds 4 and 5).
+        Err(e) if e.reason() != "access_denied" => {
             return Err(anyhow::Error::from(e).context(format!(
-                "key ring {} is pinned at {}, a key clusters held, and its history marker {} \
-                 could not be read: nothing is sealed to it before the marker says which \
-                 dedicated root the index must pass through (retry; or pin the dedicated root \
-                 with `kseal keys trust --root-kid KID`)",
+                "key ring {} (pinned at {}): its history marker {} could not be read, and \
+                 nothing is sealed to it before the marker says which version and dedicated \
+                 root the index must have (retry)",
                 ring_label(ring),
                 pinned.short(),
                 ring.root_name()
@@ -908,13 +904,13 @@ fn check_marker(
         Err(e) => {
             static WARNED: std::sync::atomic::AtomicBool =
                 std::sync::atomic::AtomicBool::new(false);
-            if !pinned_dedicated && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 eprintln!(
-                    "warning: key ring {} is pinned at {}, a key clusters held, and its history \
-                     marker {} could not be read ({}): should the ring have moved to a \
-                     dedicated root, a history forked with a key any cluster held would not be \
-                     noticed here. Pin the dedicated root (`kseal keys trust --root-kid KID`), \
-                     or allow this identity to read {}",
+                    "warning: key ring {} (pinned at {}): its history marker {} may not be read \
+                     here ({}): unless the pin is the ring's dedicated root, a history forked \
+                     with a key any cluster held would not be noticed. Allow this identity to \
+                     read {} (deploy/iam/sealer-policy.json does), or pin the dedicated root \
+                     (`kseal keys trust --root-kid KID`)",
                     ring_label(ring),
                     pinned.short(),
                     ring.root_name(),

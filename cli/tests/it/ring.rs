@@ -1885,7 +1885,8 @@ fn a_confirmed_root_kid_recovers_from_a_fork_read_first_and_a_first_pin_needs_it
     let unreadable = seal(&ci);
     assert_eq!(unreadable.code, 1, "{}", unreadable.stderr);
     assert!(
-        unreadable.stderr.contains("could not be read") && unreadable.stderr.contains("--root-kid"),
+        unreadable.stderr.contains("could not be read")
+            && unreadable.stderr.contains("nothing is sealed"),
         "{}",
         unreadable.stderr
     );

@@ -448,6 +448,14 @@ impl Mirror {
         // No index is read before the history marker answered: it gives the floor and the
         // dedicated root the index must pass through (a ring-key pin knows neither).
         if let Err(e) = marker {
+            // A store that does not answer is probed ([`Mirror::store_answers`]), so the sync
+            // runs again as soon as it does; a marker refused for good (access denied, not
+            // kseal's) waits for the backoff, not for every probe.
+            self.cache.store_seen = if e.is_transient() {
+                StoreSeen::NoAnswer
+            } else {
+                StoreSeen::NotAsked
+            };
             return Err(self.marker_unread(e));
         }
         // A marker read now may have raised the floor or the root past the index held: it is

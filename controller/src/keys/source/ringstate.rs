@@ -90,13 +90,14 @@ impl Mirror {
         };
         let mut best: Option<FoundState> = None;
         for (name, text, index, verified, ever, last_active) in candidates {
-            // Before the store's history marker answered (a restart while the store cannot be
-            // read), a copy is taken only under a pin that is a dedicated root of its verified
-            // history: no cluster holds that key, so no copy anyone here could make passes.
-            // Under a pin at a ring key (held by every cluster) a planted fork copy would pass,
-            // raise the floor past the real index and be written back by the leader (attack
-            // review, round 3); nothing seals until the marker names the ring's root.
-            if !self.cache.marker_applied && !self.pin_is_dedicated_in(&index) {
+            // No copy before the store's history marker answered (a restart while the store
+            // cannot be read): under a pin at a ring key a planted fork copy would pass, raise
+            // the floor past the real index and be written back by the leader (attack review,
+            // round 3); and whether the pin is a dedicated root cannot be told from a chain
+            // (whoever holds a ring key can sign one that calls it so) nor from anything in
+            // this namespace (round 5). Nothing seals until the marker answered; the mirrored
+            // keys open meanwhile.
+            if !self.cache.marker_applied {
                 tracing::debug!(
                     secret = %name,
                     "ring-state Secret not taken before the ring's history marker answered"
@@ -138,23 +139,6 @@ impl Mirror {
             });
         }
         Ok(best)
-    }
-
-    /// Whether the pinned anchor is a dedicated root of `index`'s history (which was verified
-    /// under it) and not a key of the ring as far as this controller knows: no cluster ever
-    /// held that key. A chain's own word is not enough: whoever holds a ring key can sign a
-    /// history that calls that key a dedicated root (attack review, round 4), so a pin at a
-    /// key this controller mirrored, or that the copy lists as a key of the ring, is a ring
-    /// key whatever the chain says.
-    fn pin_is_dedicated_in(&self, index: &Index) -> bool {
-        let Some(pin) = self.pin.anchor.as_ref() else {
-            return false;
-        };
-        let ring_key = self.cache.keys.contains_key(pin)
-            || self.cache.ever.contains(pin)
-            || index.entry(pin).is_some()
-            || index.retired.iter().any(|r| &r.kid == pin);
-        !ring_key && index.roots.iter().any(|r| r.dedicated && &r.kid == pin)
     }
 
     /// Whether `index` passes through the newest dedicated root this controller saw (true
@@ -1911,18 +1895,22 @@ mod tests {
             assert_eq!(found.version, real_version);
             assert!(found.text != fork, "the copy taken is not the fork");
 
-            // Pinned at the dedicated root, a restart during an outage seals from the copy.
+            // Pinned at the dedicated root too, a restart during an outage takes no copy:
+            // whether a pin is a dedicated root cannot be told before the marker answered
+            // (attack review, round 5: a ring key can sign a chain calling itself one).
             let broken = break_file(&marker_file);
             let at_root = ring(dir.path(), None)
                 .await
                 .with_trust(Trust::anchored(root.clone()));
             let mut follower = mirror(at_root, &client);
             follower.follow().await.unwrap();
+            assert!(follower.state.ring_view.current().is_none());
+            mend_file(&marker_file, &broken);
+            follower.follow().await.unwrap();
             assert_eq!(
                 follower.state.ring_view.current().unwrap().active,
                 Some(kid_b)
             );
-            mend_file(&marker_file, &broken);
         })
         .await;
     }
