@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use kseal_controller::State;
-use kseal_controller::keys::source::{Mirror, START_SPREAD};
+use kseal_controller::keys::source::{Mirror, START_MARKER_SPREAD, START_SPREAD};
 use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 use kseal_keystore::fleet::{ACK_SCHEMA, DEFAULT_HEARTBEAT};
 use kseal_keystore::{Ack, AwsOptions, ClusterId, FleetStore, Kid, Location, Ring};
@@ -895,10 +895,11 @@ fn report(options: &Options, r: &Reports) {
     let spread = writer_options().start_spread();
     // All restarting in the same second: the key source's start-up calls land in it; the
     // writer's first look is spread over its window.
-    // The key source's start-up reads: over START_SPREAD (leaders that seal from their
-    // verified ring-state copy, pinned at the dedicated root); `unspread` keeps them in one
-    // second (a leader with nothing to seal from reads at once).
-    let start = START_SPREAD.min(INTERVAL);
+    // The key source's start-up reads: every leader's first read waits a random part of
+    // START_MARKER_SPREAD (the marker, and the index for one with no copy to seal from; a
+    // leader sealing from its copy reads the index later still, within START_SPREAD: counted
+    // within the shorter window here, the worse case); `unspread` keeps them in one second.
+    let start = START_MARKER_SPREAD.min(INTERVAL);
     let real_restart: BTreeMap<&'static str, f64> = OPS
         .iter()
         .map(|op| {
@@ -929,8 +930,8 @@ fn report(options: &Options, r: &Reports) {
         "Measured: the busiest one-second window under compression (the emulator's own \
          speed bounds the bursts). Real: the fleet's jittered schedule at the {} s interval \
          drawn with the measured calls per poll; a restart puts every cluster's start-up \
-         in one second, its key-source reads spread over {} s (leaders that seal from their \
-         verified ring-state copy), the writer's first look over {} s, the poll after the \
+         in one second, its key-source reads spread over {} s (the index of a leader sealing \
+         from its copy later still), the writer's first look over {} s, the poll after the \
          start-up sync uniform over one interval. `SSM` is the sum of Parameter Store \
          operations (one shared quota).",
         INTERVAL.as_secs(),
@@ -987,7 +988,7 @@ fn report(options: &Options, r: &Reports) {
     for (op, quota) in SM_QUOTAS {
         let unspread = r.restart.calls.get(op).copied().unwrap_or(0) as f64 * scale;
         println!(
-            "| Secrets Manager {op} at a mass restart of leaders with nothing to seal from (every start-up read in one second) | {quota:.0} | {unspread:.1} | {} |",
+            "| Secrets Manager {op} at a mass restart without the key source's start spreads (every start-up read in one second) | {quota:.0} | {unspread:.1} | {} |",
             headroom(quota, unspread)
         );
     }

@@ -1901,7 +1901,22 @@ async fn a_replayed_index_and_ring_state_never_drop_a_key(client: Client) {
     std::fs::remove_file(dir.path().join("ring").join("root.json")).unwrap();
     let running = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
     wait_sealing_key(&running.state, older_key(), 2).await;
-    let event = wait_event(&client, &ctrl, &b.name_any(), "KeyMissingFromRing").await;
+    // The view comes from the ring-state copy at once; the Warning from the leader's first
+    // sync of the index, after its start spread and its lease: on a loaded machine that
+    // takes longer than the common 20 s, so the wait asks for refreshes up to PATIENCE.
+    let event = eventually(
+        "event KeyMissingFromRing on B's mirror",
+        PATIENCE,
+        || async {
+            running.state.refresh.request();
+            Ok(events(&client, &ctrl, &b.name_any(), "KeyMissingFromRing")
+                .await
+                .into_iter()
+                .next())
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     let note = event.note.unwrap_or_default();
     assert!(note.contains(kid(key(1)).short()), "{note}");

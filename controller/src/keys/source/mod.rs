@@ -631,13 +631,17 @@ pub async fn run(
         probe: None,
         start_checked: false,
         synced_once: false,
+        marker_waited: false,
+        deferred: None,
     };
     let mut terms = state.leadership.subscribe();
     let mut trigger;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(schedule.next) => {
-                trigger = if schedule.last_poll.is_none() { "start" } else { "interval" };
+                trigger = schedule.deferred.take().unwrap_or(
+                    if schedule.last_poll.is_none() { "start" } else { "interval" },
+                );
             }
             _ = refresh.requested() => {
                 trigger = "refresh";
@@ -683,6 +687,18 @@ pub async fn run(
         // open meanwhile; one with nothing to seal from reads the store at once.
         if matches!(trigger, "start" | "leadership") && !schedule.start_checked && state.is_leader()
         {
+            // First a random part of START_MARKER_SPREAD: the history marker (and, for a
+            // leader with no copy to seal from, the index) is read before anything seals, so
+            // that wait is short; it still spreads a fleet restarted in one second over it.
+            if !schedule.marker_waited {
+                schedule.marker_waited = true;
+                let wait = marker_wait(config.interval);
+                if !wait.is_zero() {
+                    schedule.deferred = Some(trigger);
+                    schedule.next = tokio::time::Instant::now() + wait;
+                    continue;
+                }
+            }
             schedule.start_checked = true;
             if mirror.start_from_copy().await {
                 let wait = start_wait(config.interval);
@@ -790,6 +806,21 @@ struct Schedule {
     /// Whether a sync succeeded in this process: the poll after the first is drawn over a
     /// whole interval ([`first_poll_wait`]).
     synced_once: bool,
+    /// Whether the first leader sync waited its part of [`START_MARKER_SPREAD`].
+    marker_waited: bool,
+    /// The trigger a wait put off (the sync it leads to is counted under it).
+    deferred: Option<&'static str>,
+}
+
+/// The longest a leader's first read of the store (the history marker, before anything seals)
+/// waits after its start or its first leadership (a random part of it, at most the interval).
+pub const START_MARKER_SPREAD: Duration = Duration::from_secs(3);
+
+/// A random part of [`START_MARKER_SPREAD`] (at most `interval`): 1,000 clusters restarting
+/// in the same second read their markers over three seconds, not one.
+fn marker_wait(interval: Duration) -> Duration {
+    let window = START_MARKER_SPREAD.min(interval);
+    crate::timing::jitter(window / 2, 1.0).min(window)
 }
 
 /// The longest a restarted leader that seals from its verified ring-state copy waits before it
@@ -971,6 +1002,8 @@ mod tests {
             probe: None,
             start_checked: false,
             synced_once: true,
+            marker_waited: false,
+            deferred: None,
         };
         (dir, server, ring, state, config, mirror, schedule)
     }
@@ -995,6 +1028,11 @@ mod tests {
             assert!(starts.iter().all(|d| *d <= START_SPREAD));
             assert!(starts.iter().any(|d| *d < START_SPREAD / 4));
             assert!(start_wait(Duration::from_secs(4)) <= Duration::from_secs(4));
+            let markers: Vec<Duration> = (0..400).map(|_| marker_wait(interval)).collect();
+            assert!(markers.iter().all(|d| *d <= START_MARKER_SPREAD));
+            assert!(markers.iter().any(|d| *d < START_MARKER_SPREAD / 4));
+            assert!(markers.iter().any(|d| *d > START_MARKER_SPREAD * 3 / 4));
+            assert!(marker_wait(Duration::from_millis(500)) <= Duration::from_millis(500));
             assert!(first_poll_wait(Duration::from_millis(300)) <= Duration::from_millis(300));
 
             let (_dir, _server, ring, state, config, mut mirror, mut schedule) = leader().await;
