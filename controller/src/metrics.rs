@@ -382,7 +382,7 @@ pub struct Metrics {
 }
 
 /// What the HTTP fair share of the RSA slots does with each verify or rotate
-/// ([`crate::serve::rsapool`]), as the pool reports it under its lock.
+/// (the `serve::rsapool` module), as the pool reports it under its lock.
 #[derive(Clone, Debug, Default)]
 pub struct FairShareMetrics {
     /// `kseal_http_admissions_total{outcome}`: admission decisions: `admitted` (a place within
