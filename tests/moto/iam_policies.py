@@ -4,7 +4,7 @@
     iam_policies.py plan
         Print how many unauthenticated calls `setup` makes: the value of moto's
         INITIAL_NO_AUTH_ACTION_COUNT, after which moto checks every call against IAM.
-    iam_policies.py setup ENDPOINT IAM_DIR RING OUT_DIR SCOPED_DIR
+    iam_policies.py setup ENDPOINT IAM_DIR RING OUT_DIR SCOPED_DIR FLEET_DIR
         Create the ring's dedicated root on moto's KMS (RSA_4096, SIGN_VERIFY; its key id in
         OUT_DIR/root-key.txt), load seeder-, controller- and sealer-policy.json and
         seeder-root-policy.json (${KMS_ROOT_KEY_ARN}: that key) from IAM_DIR, substitute the
@@ -15,10 +15,14 @@
         prove that moto now enforces IAM. Two more users, controller-nonprod and sealer-nonprod,
         get SCOPED_DIR/controller-policy.json and sealer-policy.json as `deploy/iam/render.sh`
         wrote them for one blast-radius group (RINGS=<the non-prod ring>), with their
-        Resources kept: the moto this runs against has the hook below.
+        Resources kept: the moto this runs against has the hook below. Three fleet users
+        (FLEET_USERS: fleet-a, fleet-b, fleet-operator) get controller-nonprod's policy plus
+        FLEET_DIR/a|b/controller-ack-policy.json or operator/fleet-reader-policy.json, as
+        deploy/iam/fleet/README.md renders them (envsubst), Resources kept.
     iam_policies.py moto-hook DIR
         Write DIR/sitecustomize.py: with DIR on moto_server's PYTHONPATH, moto authorizes
-        Secrets Manager calls against the secret's ARN instead of "*", and matches a
+        Secrets Manager calls against the secret's ARN and SSM Parameter Store calls against
+        the parameter's ARN instead of "*", and matches a
         statement's Resource with IAM's wildcards (see install_moto_hook).
     iam_policies.py call ENDPOINT CREDS_FILE ACTION [ID [ARG]]
         One Secrets Manager call (ListSecrets, GetSecretValue, DescribeSecret, CreateSecret;
@@ -29,6 +33,10 @@
         (anything else). kms:ScheduleKeyDeletion asks for the longest window (30 days) and is
         only ever expected to be denied. GetSecretValue ID OUT writes the key secret's private
         key and certificate ({"crt","key"}) as PEM to OUT (mode 0600), for `kseal unseal --key`.
+        SSM: ssm:PutParameter NAME RECORD_FILE writes the file's text as FleetStore::write does
+        (keystore/src/fleet.rs: Type String, Tier Standard, Overwrite, the same Description);
+        ssm:GetParameter NAME, ssm:DeleteParameter NAME; ssm:GetParametersByPath PATH (as
+        FleetStore::list: not recursive, 10 a page; prints `allowed N`, N parameters).
 
 What moto 5.2.5 can evaluate, and so what the rewrite does (moto/iam/access_control.py):
 
@@ -61,7 +69,11 @@ evaluation match a Resource with IAM's wildcards (`*` any run, `?` one character
 else literal; moto turns only `*` into `.*` and hands the rest to Python's `re`). Everything
 else is moto's own evaluation: an explicit Deny wins, an Allow must match action and resource.
 The unscoped users' policies have Resource "*", which matches every ARN, so their checks are
-unchanged by the hook.
+unchanged by the hook. It does the same for moto's SSM Parameter Store (SimpleSystemManagerResponse,
+which has no `_determine_resource` either): a call naming one parameter (Name; Names with one
+entry) is authorized against arn:aws:ssm:REGION:ACCOUNT:parameter/NAME (the leading `/` dropped,
+a `:version` selector cut), GetParametersByPath against arn:...:parameter/PATH, as AWS does;
+every other SSM call stays at "*", which only a Resource "*" matches.
 
 Only the Python standard library and boto3 (in moto's venv) are used; `plan` needs neither.
 """
@@ -75,6 +87,12 @@ ROLES = ("seeder", "controller", "sealer")
 # The policies render.sh wrote for one group's ring (RINGS=<the non-prod ring>), Resources kept.
 SCOPED_ROLES = {"controller-nonprod": "controller-policy.json", "sealer-nonprod": "sealer-policy.json"}
 SETUP_CALLS_PER_ROLE = 3  # CreateUser, PutUserPolicy, CreateAccessKey
+# The fleet acknowledgement users (deploy/iam/fleet, rendered with envsubst for the non-prod
+# ring): two clusters' controllers (the group's ring read policy plus their own
+# controller-ack-policy.json) and the operator of `kseal fleet status` (ring read plus
+# fleet-reader-policy.json). Each: its file under FLEET_DIR, one more PutUserPolicy.
+FLEET_USERS = {"fleet-a": "a/controller-ack-policy.json", "fleet-b": "b/controller-ack-policy.json",
+               "fleet-operator": "operator/fleet-reader-policy.json"}
 SETUP_CALLS_ROOT = 2  # kms CreateKey (the ring's dedicated root), the seeder's PutUserPolicy for it
 ROOT_POLICY = "seeder-root-policy.json"
 REGION = "us-east-1"
@@ -104,7 +122,13 @@ def substitute(path, text, ring, root_arn=None):
     return out
 
 
-HOOK_MARKER = "kseal iam hook: Secrets Manager calls are authorized against the secret's ARN"
+HOOK_MARKER = ("kseal iam hook: Secrets Manager and SSM Parameter Store calls are authorized against "
+               "the secret's or parameter's ARN")
+# SSM actions whose `Name` is one parameter (or `Names` a list of them), and the one whose
+# `Path` is a parameter path: authorized against arn:aws:ssm:REGION:ACCOUNT:parameter/NAME.
+SSM_NAME_ACTIONS = ("PutParameter", "GetParameter", "DeleteParameter", "GetParameterHistory",
+                    "LabelParameterVersion", "UnlabelParameterVersion")
+SSM_NAMES_ACTIONS = ("GetParameters", "DeleteParameters")
 
 
 def iam_resource_glob(pattern):
@@ -116,6 +140,7 @@ def install_moto_hook():
     """Run in moto_server (from the sitecustomize.py that `moto-hook` writes); see the module doc."""
     from moto.iam.access_control import IAMPolicyStatement
     from moto.secretsmanager.responses import SecretsManagerResponse
+    from moto.ssm.responses import SimpleSystemManagerResponse
 
     def _determine_resource(self):
         name = self._get_param("SecretId") or self._get_param("Name")
@@ -137,7 +162,30 @@ def install_moto_hook():
         patterns = patterns if isinstance(patterns, list) else [patterns]
         return any(re.fullmatch(iam_resource_glob(p), value) for p in patterns)
 
+    def _ssm_parameter_arn(self, name):
+        if name.startswith("arn:"):
+            return name
+        name = name.split(":", 1)[0]  # `name:3` or `name:label` (a version selector) names `name`
+        # AWS writes the parameter's name after `parameter/` without its leading slash.
+        return f"arn:aws:ssm:{self.region}:{self.current_account}:parameter/{name.lstrip('/')}"
+
+    def _ssm_determine_resource(self):
+        action = self._get_action()
+        if action in SSM_NAME_ACTIONS:
+            name = self._get_param("Name")
+        elif action == "GetParametersByPath":
+            name = self._get_param("Path")  # arn:...:parameter/PATH, as AWS documents
+        elif action in SSM_NAMES_ACTIONS:
+            names = self._get_param("Names") or []
+            # moto checks one resource per call: a list of one is that parameter; a longer one
+            # stays "*", which no Resource but "*" matches (narrower than AWS, which checks each).
+            name = names[0] if len(names) == 1 else None
+        else:
+            name = None  # documents, commands, DescribeParameters, ...: moto's "*", as before
+        return _ssm_parameter_arn(self, name) if isinstance(name, str) and name else "*"
+
     SecretsManagerResponse._determine_resource = _determine_resource
+    SimpleSystemManagerResponse._determine_resource = _ssm_determine_resource
     IAMPolicyStatement._check_element_matches = _check_element_matches
     print(HOOK_MARKER, file=sys.stderr, flush=True)
 
@@ -229,7 +277,8 @@ def denial(error):
 
 
 def setup_calls():
-    return (len(ROLES) + len(SCOPED_ROLES)) * SETUP_CALLS_PER_ROLE + SETUP_CALLS_ROOT
+    return (len(ROLES) + len(SCOPED_ROLES) + len(FLEET_USERS)) * SETUP_CALLS_PER_ROLE + SETUP_CALLS_ROOT \
+        + len(FLEET_USERS)
 
 
 def cmd_plan():
@@ -260,7 +309,7 @@ def scoped_for_moto(role, path):
     return {"Version": doc["Version"], "Statement": statements}, notes
 
 
-def cmd_setup(endpoint, iam_dir, ring, out_dir, scoped_dir):
+def cmd_setup(endpoint, iam_dir, ring, out_dir, scoped_dir, fleet_dir):
     from botocore.exceptions import ClientError
 
     # The ring's dedicated root, as `aws kms create-key` makes it (docs/key-ring.md).
@@ -307,14 +356,27 @@ def cmd_setup(endpoint, iam_dir, ring, out_dir, scoped_dir):
         with open(os.path.join(out_dir, f"{role}-policy.moto.json"), "w", encoding="utf-8") as f:
             json.dump(scoped, f, indent=2)
 
-    # Exactly SETUP_CALLS_PER_ROLE calls per role (see `plan`): moto counts them.
+    # Inline policies per user: one each, the seeder's root policy, and the fleet users'.
+    policies = {role: [(f"kseal-{role}", doc)] for role, doc in docs.items()}
+    policies["seeder"].append(("kseal-seeder-root", root_doc))
+    for role, name in FLEET_USERS.items():
+        fleet, notes = scoped_for_moto(role, os.path.join(fleet_dir, name))
+        for note in notes:
+            print(f"rewrite: {note}")
+        for st in fleet["Statement"]:
+            print(f"policy:  {role}: {st['Effect']} {','.join(as_list(st['Action']))} on "
+                  f"{' '.join(as_list(st['Resource']))} (Resources kept; plus controller-nonprod's ring read)")
+        policies[role] = [(f"kseal-{role}-ring-read", docs["controller-nonprod"]), (f"kseal-{role}", fleet)]
+        with open(os.path.join(out_dir, f"{role}-policy.moto.json"), "w", encoding="utf-8") as f:
+            json.dump(fleet, f, indent=2)
+
+    # Exactly the calls `plan` counts: moto counts them.
     iam = clients(endpoint, "setup", "setup")("iam")
-    for role, doc in docs.items():
+    for role, docs_of_role in policies.items():
         user = f"kseal-iam-{role}"
         iam.create_user(UserName=user)
-        iam.put_user_policy(UserName=user, PolicyName=f"kseal-{role}", PolicyDocument=json.dumps(doc))
-        if role == "seeder":
-            iam.put_user_policy(UserName=user, PolicyName="kseal-seeder-root", PolicyDocument=json.dumps(root_doc))
+        for policy_name, doc in docs_of_role:
+            iam.put_user_policy(UserName=user, PolicyName=policy_name, PolicyDocument=json.dumps(doc))
         key = iam.create_access_key(UserName=user)["AccessKey"]
         path = os.path.join(out_dir, f"{role}.env")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -354,7 +416,25 @@ def cmd_call(endpoint, creds_path, action, secret_id=None, arg=None):
     from botocore.exceptions import BotoCoreError, ClientError
 
     client = clients(endpoint, *read_creds(creds_path))
-    sm, kms = client("secretsmanager"), client("kms")
+    sm, kms, ssm = client("secretsmanager"), client("kms"), client("ssm")
+    found = []
+
+    def put_parameter():
+        with open(arg, encoding="utf-8") as f:
+            record = f.read()
+        # Exactly FleetStore::write (keystore/src/fleet.rs).
+        ssm.put_parameter(Name=secret_id, Value=record, Type="String", Tier="Standard", Overwrite=True,
+                          Description="kseal: this cluster's acknowledgement of the fleet key ring")
+
+    def get_parameters_by_path():
+        token = None
+        while True:  # as FleetStore::list
+            page = ssm.get_parameters_by_path(Path=secret_id, Recursive=False, MaxResults=10,
+                                              **({"NextToken": token} if token else {}))
+            found.extend(p["Name"] for p in page.get("Parameters", []))
+            token = page.get("NextToken")
+            if not token:
+                return
 
     def get_secret_value():
         answer = sm.get_secret_value(SecretId=secret_id)
@@ -374,9 +454,15 @@ def cmd_call(endpoint, creds_path, action, secret_id=None, arg=None):
         "kms:DescribeKey": lambda: kms.describe_key(KeyId=secret_id),
         "kms:ScheduleKeyDeletion": lambda: kms.schedule_key_deletion(KeyId=secret_id, PendingWindowInDays=30),
         "kms:ListKeys": lambda: kms.list_keys(Limit=1),
+        "ssm:PutParameter": put_parameter,
+        "ssm:GetParameter": lambda: ssm.get_parameter(Name=secret_id),
+        "ssm:DeleteParameter": lambda: ssm.delete_parameter(Name=secret_id),
+        "ssm:GetParametersByPath": get_parameters_by_path,
     }
     if action not in calls or (action not in ("ListSecrets", "kms:ListKeys") and not secret_id):
         sys.exit(f"iam_policies.py: call: unknown action {action} or missing secret id")
+    if action == "ssm:PutParameter" and not arg:
+        sys.exit("iam_policies.py: call: ssm:PutParameter needs NAME RECORD_FILE")
     try:
         calls[action]()
     except ClientError as e:
@@ -393,7 +479,7 @@ def cmd_call(endpoint, creds_path, action, secret_id=None, arg=None):
     except (ValueError, KeyError) as e:  # GetSecretValue ID OUT: not a ring key secret
         print(f"error {secret_id} is not a ring key secret ({type(e).__name__})")
         return 1
-    print("allowed")
+    print(f"allowed {len(found)}" if action == "ssm:GetParametersByPath" else "allowed")
     return 0
 
 
@@ -401,7 +487,7 @@ def main(argv):
     if argv[:1] == ["plan"] and len(argv) == 1:
         cmd_plan()
         return 0
-    if argv[:1] == ["setup"] and len(argv) == 6:
+    if argv[:1] == ["setup"] and len(argv) == 7:
         cmd_setup(*argv[1:])
         return 0
     if argv[:1] == ["moto-hook"] and len(argv) == 2:

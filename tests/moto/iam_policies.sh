@@ -46,6 +46,16 @@
 #    CI job takes the marker's floor and root), and is denied a key secret of its own ring
 #    (R/index-?????? and R/root-?????? only, proven here with the Resources kept) and the prod
 #    ring's index and history marker (kseal seal: access denied).
+# 5. Fleet acknowledgements (deploy/iam/fleet, rendered with envsubst as its README says): the
+#    hook also authorizes SSM Parameter Store calls against the parameter's ARN. fleet-a and
+#    fleet-b (the non-prod ring's controller policy plus their own controller-ack-policy.json,
+#    clusters cluster-a and cluster-b) write their own record /kseal/kseal-iam/nonprod/fleet/<id>
+#    with the PutParameter FleetStore::write makes (no kseal command writes one: the controller
+#    does) and read it back; fleet-a is denied cluster-b's record, the fleet path, names beside
+#    or under its own, another ring's records, other parameters, DeleteParameter,
+#    GetParametersByPath, the ring's secrets (kseal keys push, CreateSecret) and `kseal fleet
+#    status`. fleet-operator (ring read plus fleet-reader-policy.json) lists both records with
+#    `kseal fleet status` and may not write one.
 # Prints a table; exits 1 on a failed expectation.
 #
 # What this cannot prove: resource scoping for the seeder, controller and sealer of step 3
@@ -85,6 +95,7 @@ cd "$root"
 RING=kseal-iam/fleet
 RING_PROD=kseal-iam/prod       # rings per blast-radius group (step 4)
 RING_NONPROD=kseal-iam/nonprod
+FLEET_CLUSTER_PREFIX=cluster- # the fleet records' clusters: cluster-a, cluster-b (step 5)
 REGION=us-east-1
 KSEAL_BIN=${KSEAL_BIN:-$(realpath -m -- "${CARGO_TARGET_DIR:-target}/debug/kseal")}
 STRICT=${KSEAL_IAM_STRICT_DENIAL_TEXT:-1}
@@ -125,6 +136,19 @@ env -i "PATH=$PATH" AWS_REGION=$REGION ACCOUNT_ID=123456789012 "RINGS=$RING_NONP
   cat "$work/render.txt" >&2
   die "render.sh RINGS=$RING_NONPROD failed"
 }
+# The fleet acknowledgement policies (deploy/iam/fleet), rendered as its README says (envsubst)
+# for two clusters of the non-prod ring and for the operator of `kseal fleet status`.
+command -v envsubst >/dev/null || die "envsubst (gettext) is required to render $IAM_DIR/fleet"
+for who in a b operator; do
+  mkdir -p "$work/render-fleet/$who"
+  for doc in controller-ack-policy.json fleet-reader-policy.json; do
+    [[ -f "$IAM_DIR/fleet/$doc" ]] || die "$IAM_DIR/fleet/$doc is missing"
+    # shellcheck disable=SC2016 # envsubst's list of the variables to substitute, literally
+    env -i "PATH=$PATH" AWS_REGION=$REGION ACCOUNT_ID=123456789012 "RING=$RING_NONPROD" \
+      "CLUSTER_ID=$FLEET_CLUSTER_PREFIX$who" envsubst '${AWS_REGION} ${ACCOUNT_ID} ${RING} ${CLUSTER_ID}' \
+      <"$IAM_DIR/fleet/$doc" >"$work/render-fleet/$who/$doc" || die "rendering $IAM_DIR/fleet/$doc failed"
+  done
+done
 mkdir -m 700 "$work/hook"
 "${KSEAL_MOTO_PYTHON:-python3}" "$HELPER" moto-hook "$work/hook" || die "$HELPER moto-hook failed"
 log "starting a dedicated moto with INITIAL_NO_AUTH_ACTION_COUNT=$setup_calls and the Resource hook"
@@ -143,7 +167,7 @@ grep -q "^kseal iam hook: " "$moto_state/moto.log" ||
 clean_env=(env -i "PATH=$PATH" "HOME=$work/home" "LANG=C.UTF-8")
 helper() { "${clean_env[@]}" timeout 120 "$VENV_PY" "$HELPER" "$@"; }
 
-helper setup "$endpoint" "$IAM_DIR" "$RING" "$work/out" "$work/render-nonprod" >"$work/setup.txt" 2>&1 || {
+helper setup "$endpoint" "$IAM_DIR" "$RING" "$work/out" "$work/render-nonprod" "$work/render-fleet" >"$work/setup.txt" 2>&1 || {
   cat "$work/setup.txt" >&2
   die "creating the IAM users failed"
 }
@@ -572,6 +596,109 @@ elif [[ $rc == 1 ]] && grep -q 'which this key ring does not hold' "$work/unseal
   row ✓ controller-nonprod "kseal unseal with its ring's key: opens nothing sealed for prod" "$(last_err unseal-prod)"
 else
   row ✗ controller-nonprod "kseal unseal with its ring's key: opens nothing sealed for prod" "exit $rc: $(last_err unseal-prod)"
+fi
+
+# --- fleet acknowledgements (deploy/iam/fleet, docs/fleet.md) -------------------------------
+# Each cluster's controller writes one SSM parameter, /kseal/<ring>/fleet/<cluster>, with
+# FleetStore::write's PutParameter (no kseal command writes one: the controller's leader does),
+# mirrored by the helper call. fleet-a and fleet-b have the non-prod ring's read policy plus
+# their own rendered controller-ack-policy.json; fleet-operator the ring read plus
+# fleet-reader-policy.json. The hook authorizes each call against the parameter's ARN.
+fleet_path=/kseal/$RING_NONPROD/fleet
+record_of() { # cluster file: a record as the controller writes it (keystore/src/fleet.rs Ack), holding the ring's key
+  "$VENV_PY" - "$1" "$RING_NONPROD" "${group_anchor[nonprod]}" "${group_kid[nonprod]}" "$work/list-nonprod.out" >"$2" <<'EOF'
+import datetime, json, sys
+cluster, ring, anchor, kid, listing = sys.argv[1:6]
+try:
+    version = int(json.load(open(listing)).get("version") or 0)
+except (OSError, ValueError, AttributeError):
+    version = 0
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+record = {"schema": 1, "cluster": cluster, "ring": ring, "indexVersion": version, "held": [kid],
+          "objects": {}, "unattributed": 0, "controller": "iam-check", "heartbeatSeconds": 86400,
+          "synced": now, "written": now}
+if anchor:
+    record["anchor"] = anchor
+if kid:
+    record["sealing"] = kid
+print(json.dumps(record, separators=(",", ":")), end="")
+EOF
+}
+expect_ssm() { # role want(allowed|denied) action name [record-file] [label]
+  local role=$1 want=$2 action=$3 name=$4 file=${5:-} label=${6:-}
+  call_as "$role" "$action" "$name" ${file:+"$file"}
+  label="$action ${label:-$name} (boto3): $want"
+  if [[ $want == allowed && $rc == 0 ]] || [[ $want == denied && $rc == 3 ]]; then
+    row ✓ "$role" "$label" "$answer"
+  else
+    row ✗ "$role" "$label" "$answer"
+  fi
+}
+for who in a b; do
+  record_of "${FLEET_CLUSTER_PREFIX}$who" "$work/record-$who.json"
+done
+rec_a=$fleet_path/${FLEET_CLUSTER_PREFIX}a
+rec_b=$fleet_path/${FLEET_CLUSTER_PREFIX}b
+# Each cluster writes and reads back its own record, and still reads its ring.
+for who in a b; do
+  expect_ssm "fleet-$who" allowed ssm:PutParameter "$fleet_path/${FLEET_CLUSTER_PREFIX}$who" "$work/record-$who.json" \
+    "$fleet_path/${FLEET_CLUSTER_PREFIX}$who (its own record, as FleetStore::write)"
+done
+expect_ssm fleet-a allowed ssm:PutParameter "$rec_a" "$work/record-a.json" "$rec_a again (Overwrite: the heartbeat)"
+expect_ssm fleet-a allowed ssm:GetParameter "$rec_a" "" "$rec_a (its own record)"
+ring_keys fleet-a list-fleet-a "$RING_NONPROD"
+if [[ $rc == 0 && "$(cat "$work/list-fleet-a.kids")" == "${group_kid[nonprod]}" ]]; then
+  row ✓ fleet-a "kseal keys list --ring $RING_NONPROD: still reads its ring (ring read + ack policy)"
+else
+  row ✗ fleet-a "kseal keys list --ring $RING_NONPROD: still reads its ring" "exit $rc: $(last_err list-fleet-a)"
+fi
+# Nothing else: another cluster's record, any other name under or beside its own, another
+# ring's records, any other parameter, deleting or listing.
+expect_ssm fleet-a denied ssm:PutParameter "$rec_b" "$work/record-a.json" "$rec_b (cluster b's record)"
+expect_ssm fleet-a denied ssm:GetParameter "$rec_b" "" "$rec_b (cluster b's record)"
+expect_ssm fleet-b denied ssm:PutParameter "$rec_a" "$work/record-b.json" "$rec_a (cluster a's record)"
+for name in "$fleet_path" "$rec_a-x" "$rec_a/extra" "/kseal/$RING_PROD/fleet/${FLEET_CLUSTER_PREFIX}a" \
+  "/kseal/$RING_NONPROD/index" "/kseal-iam/other" "other"; do
+  expect_ssm fleet-a denied ssm:PutParameter "$name" "$work/record-a.json"
+done
+expect_ssm fleet-a denied ssm:DeleteParameter "$rec_a" "" "$rec_a (its own record: not granted)"
+expect_ssm fleet-a denied ssm:GetParametersByPath "$fleet_path" "" "$fleet_path (every record)"
+# The ring stays read-only for a cluster with the ack policy.
+expect_denied_write fleet-a push-fleet-a "kseal keys push --ring $RING_NONPROD" \
+  keys push --ring "$RING_NONPROD" --endpoint-url "$endpoint" --key-size 2048 --yes
+call_as fleet-a CreateSecret "$RING_NONPROD/keys/denied-probe"
+if [[ $rc == 3 ]]; then
+  row ✓ fleet-a "CreateSecret $RING_NONPROD/keys/… (boto3): denied" "${answer%%:*}"
+else
+  row ✗ fleet-a "CreateSecret $RING_NONPROD/keys/… (boto3): denied" "$answer"
+fi
+before=$(count_403)
+extra_env=("KSEAL_RING_ANCHOR=${group_anchor[nonprod]}")
+kseal_as fleet-a status-fleet-a fleet status --ring "$RING_NONPROD" --endpoint-url "$endpoint" -o json
+extra_env=()
+if [[ $rc == 1 ]] && saw_403_since "$before" && grep -q 'GetParametersByPath' "$work/status-fleet-a.err"; then
+  row ✓ fleet-a "kseal fleet status --ring $RING_NONPROD: refused at GetParametersByPath" "$(last_err status-fleet-a)"
+else
+  row ✗ fleet-a "kseal fleet status --ring $RING_NONPROD: refused at GetParametersByPath" "exit $rc: $(last_err status-fleet-a)"
+fi
+# The operator lists every record, read-only.
+expect_ssm fleet-operator allowed ssm:GetParametersByPath "$fleet_path" "" "$fleet_path (every record)"
+[[ $answer == "allowed 2" ]] || row ✗ fleet-operator "GetParametersByPath $fleet_path finds the 2 records" "$answer"
+expect_ssm fleet-operator allowed ssm:GetParameter "$rec_b" "" "$rec_b"
+expect_ssm fleet-operator denied ssm:PutParameter "$rec_a" "$work/record-b.json" "$rec_a (read-only)"
+expect_ssm fleet-operator denied ssm:GetParametersByPath "/kseal/$RING_PROD/fleet" "" "/kseal/$RING_PROD/fleet (another ring's records)"
+extra_env=("KSEAL_RING_ANCHOR=${group_anchor[nonprod]}")
+kseal_as fleet-operator status-operator fleet status --ring "$RING_NONPROD" --endpoint-url "$endpoint" -o json
+extra_env=()
+listed=$("$VENV_PY" -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))["clusters"]
+print(" ".join(f"{r['"'"'cluster'"'"']}={r['"'"'status'"'"']}" for r in rows))
+' "$work/status-operator.out" 2>/dev/null || true)
+if [[ $rc == 0 && $listed =~ ^${FLEET_CLUSTER_PREFIX}a=(current|behind|silent)\ ${FLEET_CLUSTER_PREFIX}b=(current|behind|silent)$ ]]; then
+  row ✓ fleet-operator "kseal fleet status --ring $RING_NONPROD: lists both records, unaltered by the refused writes" "$listed"
+else
+  row ✗ fleet-operator "kseal fleet status --ring $RING_NONPROD: lists both records" "exit $rc, clusters: ${listed:-none}: $(last_err status-operator)"
 fi
 
 # --- report ------------------------------------------------------------------------------
