@@ -313,29 +313,45 @@ impl Ring {
     /// same protection as a laptop. A directory ring's `root.json` is no better protected than
     /// its `index.json`: there, the directory's permissions are the protection.
     async fn mark_written(&self, index: &Index) -> Result<()> {
-        let name = self.root_name();
-        let tags = [
-            ("kseal.dev/ring", self.name.as_str()),
-            ("kseal.dev/part", "root"),
-        ];
         let root = index
             .roots
             .iter()
             .rev()
             .find(|r| r.dedicated)
             .map(|r| (r.seq, r.kid.clone()));
+        self.mark(&index.roots[0].kid, index.version, root).await
+    }
+
+    /// Raises the marker to `version` and `root` (never lowers either), anchored at `anchor`.
+    async fn mark(&self, anchor: &Kid, version: u64, root: Option<(u64, Kid)>) -> Result<()> {
+        let name = self.root_name();
+        let tags = [
+            ("kseal.dev/ring", self.name.as_str()),
+            ("kseal.dev/part", "root"),
+        ];
         for _ in 0..CAS_ATTEMPTS {
             let current = self.marker().await?;
             if let Some((m, _)) = &current
-                && m.version >= index.version
+                && m.version >= version
                 && m.root.as_ref().map(|r| r.0) >= root.as_ref().map(|r| r.0)
             {
                 return Ok(());
             }
+            let (version, root) = match &current {
+                Some((m, _)) => (
+                    m.version.max(version),
+                    if m.root.as_ref().map(|r| r.0) > root.as_ref().map(|r| r.0) {
+                        m.root.clone()
+                    } else {
+                        root.clone()
+                    },
+                ),
+                None => (version, root.clone()),
+            };
             let mut text = serde_json::json!({
                 "ring": self.name,
-                "anchor": index.roots[0].kid.as_str(),
-                "version": index.version,
+                "anchor": anchor.as_str(),
+                "version": version,
                 "note": "kseal: this ring's index is a signed history; an unsigned index here replaced it, and an index older than this version, or not through this root, was put back",
             });
             if let Some((seq, kid)) = &root {
@@ -361,7 +377,12 @@ impl Ring {
 
     /// Checks the index a write builds on against the marker (see [`Ring::mark_written`]) and
     /// its expiry.
-    fn check_against_marker(&self, snapshot: &Snapshot, marker: Option<&Marker>) -> Result<()> {
+    fn check_against_marker(
+        &self,
+        snapshot: &Snapshot,
+        marker: Option<&Marker>,
+        pending: Option<(u64, &Kid)>,
+    ) -> Result<()> {
         let index = &snapshot.index;
         let put_back = |reason: String| Error::Untrusted {
             what: self.index_name(),
@@ -391,7 +412,9 @@ impl Ring {
                     anchor.short()
                 )));
             }
-            if let Some((seq, kid)) = &m.root {
+            if let Some((seq, kid)) = &m.root
+                && pending != Some((*seq, kid))
+            {
                 let at = usize::try_from(*seq)
                     .ok()
                     .and_then(|i| i.checked_sub(1))
@@ -562,7 +585,20 @@ impl Ring {
             let marker = self.marker().await?;
             let (mut index, expected) = match current {
                 Some(s) => {
-                    self.check_against_marker(&s, marker.as_ref().map(|(m, _)| m))?;
+                    // A re-root whose marker write went ahead of an index write that did not
+                    // happen (below) is retried: its pending root is no fork.
+                    let pending = match &signer {
+                        Signer::ReRoot(next) => Some((s.index.roots.len() as u64 + 1, next.kid())),
+                        _ => None,
+                    };
+                    self.check_against_marker(&s, marker.as_ref().map(|(m, _)| m), pending)?;
+                    // A marker behind the verified index (a marker write that failed after its
+                    // index write) is brought up to it first, whatever this write then does
+                    // (attack review, round 6: a re-root retried as "nothing to do" left the
+                    // marker without the new root, and a ring-key fork passed fresh readers).
+                    if marker.is_some() && s.index.is_signed() {
+                        self.mark_written(&s.index).await?;
+                    }
                     (s.index, Some(s.version))
                 }
                 None if marker.is_some() => {
@@ -616,6 +652,27 @@ impl Ring {
                 ("kseal.dev/ring", ring.as_str()),
                 ("kseal.dev/part", "index"),
             ];
+            // A write that hands the history to a new dedicated root records that root in the
+            // marker before the index names it (the version stays the one written before):
+            // should the index write fail, readers refuse the old index for not passing
+            // through the new root until the write is retried (fail closed), rather than a
+            // failed marker write after it leaving readers pinned at a ring key without the
+            // root a fork must pass through (attack review, round 6).
+            if let Some(new_root) = index.roots.last().filter(|r| r.dedicated)
+                && marker
+                    .as_ref()
+                    .and_then(|(m, _)| m.root.as_ref())
+                    .is_none_or(|(seq, _)| *seq < new_root.seq)
+                && expected.is_some()
+            {
+                let written_before = index.version.saturating_sub(1);
+                self.mark(
+                    &index.roots[0].kid,
+                    written_before,
+                    Some((new_root.seq, new_root.kid.clone())),
+                )
+                .await?;
+            }
             match self
                 .store
                 .compare_and_swap(&name, &text, expected.as_ref(), &tags)

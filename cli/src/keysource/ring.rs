@@ -876,10 +876,10 @@ fn check_marker(
                 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
             {
                 eprintln!(
-                    "warning: key ring {} (pinned at {}) has no history marker {}: unless the \
+                    "warning: key ring {} (pinned at {}) has no history marker {}: an older \
+                     index put back would not be noticed here until it expires, nor, unless the \
                      pin is the ring's dedicated root, a history forked with a key any cluster \
-                     held would not be noticed here (`kseal keys trust --root-kid KID` pins the \
-                     root)",
+                     held (`kseal keys trust --root-kid KID` pins the root)",
                     ring_label(ring),
                     pinned.short(),
                     ring.root_name()
@@ -907,10 +907,10 @@ fn check_marker(
             if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 eprintln!(
                     "warning: key ring {} (pinned at {}): its history marker {} may not be read \
-                     here ({}): unless the pin is the ring's dedicated root, a history forked \
-                     with a key any cluster held would not be noticed. Allow this identity to \
-                     read {} (deploy/iam/sealer-policy.json does), or pin the dedicated root \
-                     (`kseal keys trust --root-kid KID`)",
+                     here ({}): an older index put back would not be noticed until it expires, \
+                     nor, unless the pin is the ring's dedicated root, a history forked with a \
+                     key any cluster held. Allow this identity to read {} \
+                     (deploy/iam/sealer-policy.json does)",
                     ring_label(ring),
                     pinned.short(),
                     ring.root_name(),

@@ -471,3 +471,79 @@ async fn a_fork_is_not_blessed_by_re_root_and_expired_indexes_need_a_flag() {
             .unwrap();
     }
 }
+
+/// Attack review, round 6: a `re-root` whose marker write failed after its index write left
+/// the marker without the new root, and the retried `re-root` ("nothing to do") never wrote
+/// it: a fresh reader pinned at a ring key then took a fork signed with that key. Now a write
+/// that adds a dedicated root records it in the marker before the index; a retry after an
+/// index write that did not happen goes through (its pending root is no fork) while another
+/// root is refused; and every write first brings a marker that is behind the verified index
+/// up to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_marker_names_a_new_root_before_the_index_and_a_stale_marker_is_repaired() {
+    for (ring, dir) in rings("marker_names_a_new_root_first").await {
+        let Some(dir) = dir else {
+            continue; // the marker file is edited by hand here
+        };
+        let (_a, _b, _anchor) = seeded(&ring).await;
+        let roots = tempfile::tempdir().unwrap();
+        let root = file_root(roots.path(), "root.pem").await;
+        let other = file_root(roots.path(), "other.pem").await;
+        let marker_file = dir.path().join("root.json");
+        let before = std::fs::read_to_string(&marker_file).unwrap();
+        let before_index = raw_index(&ring).await;
+
+        // The marker already names the new root (its write went ahead), the index write did
+        // not happen: a retry of the same re-root goes through; another root is refused.
+        let mut ahead: serde_json::Value = serde_json::from_str(&before).unwrap();
+        ahead["root"] = serde_json::json!({
+            "seq": before_index.roots.len() + 1,
+            "kid": root.kid().as_str(),
+        });
+        std::fs::write(&marker_file, ahead.to_string()).unwrap();
+        let refused = ring
+            .clone()
+            .with_root(other.clone())
+            .re_root(&other)
+            .await
+            .expect_err("a root other than the one the marker names");
+        assert!(
+            refused
+                .to_string()
+                .contains("does not pass through the dedicated root"),
+            "{refused}"
+        );
+        assert!(
+            ring.clone()
+                .with_root(root.clone())
+                .re_root(&root)
+                .await
+                .unwrap()
+        );
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(
+            marker.root,
+            Some((before_index.roots.len() as u64 + 1, root.kid().clone()))
+        );
+        assert_eq!(marker.version, raw_index(&ring).await.version);
+
+        // The marker falls behind (as after a failed marker write): the retried re-root has
+        // nothing to do to the index, but brings the marker up to it.
+        std::fs::write(&marker_file, &before).unwrap();
+        assert!(
+            !ring
+                .clone()
+                .with_root(root.clone())
+                .re_root(&root)
+                .await
+                .unwrap(),
+            "nothing to do"
+        );
+        let repaired = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(
+            repaired.root, marker.root,
+            "the marker names the root again"
+        );
+        assert_eq!(repaired.version, marker.version);
+    }
+}
