@@ -579,19 +579,41 @@ impl Ring {
         let mut attempt = 0;
         // Private keys read to sign, kept across compare-and-swap attempts.
         let mut keys: HashMap<Kid, KeyPair> = HashMap::new();
+        // The index this write started from, once it recorded a new dedicated root in the
+        // marker ahead of the index (below): a retry goes on only from that very index.
+        let mut marked_ahead_from: Option<String> = None;
+        let mut started_from: Option<String>;
         loop {
+            started_from = None;
             attempt += 1;
             let current = self.snapshot_for_write().await?;
             let marker = self.marker().await?;
             let (mut index, expected) = match current {
                 Some(s) => {
-                    // A re-root whose marker write went ahead of an index write that did not
-                    // happen (below) is retried: its pending root is no fork.
-                    let pending = match &signer {
-                        Signer::ReRoot(next) => Some((s.index.roots.len() as u64 + 1, next.kid())),
+                    // The marker's root is this write's own pending root only within this
+                    // write, and only while the index is the one it started from: an index
+                    // written in between (a fork planted after the marker moved, attack
+                    // review round 7) is checked against the new root and refused.
+                    let pending = match (&signer, &marked_ahead_from) {
+                        (Signer::ReRoot(next), Some(from)) if *from == s.index.to_json() => {
+                            Some((s.index.roots.len() as u64 + 1, next.kid()))
+                        }
+                        (_, Some(_)) => {
+                            return Err(Error::Refused(format!(
+                                "{} changed while this write was handing the history to a new \
+                                 dedicated root, after {} already named that root: nothing was \
+                                 signed. Check the index (it may be a fork); readers refuse it \
+                                 until the re-root is done or {} is put back to its previous \
+                                 version",
+                                self.index_name(),
+                                self.root_name(),
+                                self.root_name()
+                            )));
+                        }
                         _ => None,
                     };
                     self.check_against_marker(&s, marker.as_ref().map(|(m, _)| m), pending)?;
+                    started_from = Some(s.index.to_json());
                     // A marker behind the verified index (a marker write that failed after its
                     // index write) is brought up to it first, whatever this write then does
                     // (attack review, round 6: a re-root retried as "nothing to do" left the
@@ -666,12 +688,14 @@ impl Ring {
                 && expected.is_some()
             {
                 let written_before = index.version.saturating_sub(1);
+                let from = started_from.clone().unwrap_or_default();
                 self.mark(
                     &index.roots[0].kid,
                     written_before,
                     Some((new_root.seq, new_root.kid.clone())),
                 )
                 .await?;
+                marked_ahead_from.get_or_insert(from);
             }
             match self
                 .store
