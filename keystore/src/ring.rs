@@ -602,9 +602,9 @@ impl Ring {
                             return Err(Error::Refused(format!(
                                 "{} changed while this write was handing the history to a new \
                                  dedicated root, after {} already named that root: nothing was \
-                                 signed. Check the index (it may be a fork); readers refuse it \
-                                 until the re-root is done or {} is put back to its previous \
-                                 version",
+                                 signed. The index may be a fork: restore it to the version this \
+                                 write started from (the store's previous versions), put {} back \
+                                 to its previous version, then re-root again",
                                 self.index_name(),
                                 self.root_name(),
                                 self.root_name()
@@ -618,6 +618,32 @@ impl Ring {
                     // index write) is brought up to it first, whatever this write then does
                     // (attack review, round 6: a re-root retried as "nothing to do" left the
                     // marker without the new root, and a ring-key fork passed fresh readers).
+                    // Only one write can be behind: the marker is written after every index
+                    // write, so an index more than one version ahead of it holds writes that
+                    // were not its writers' (a history forked with ring keys, put in by whoever
+                    // can write the index), and no write of the seeder signs on top of it
+                    // (attack review, round 8). A marker from before versions were recorded
+                    // (version 0) records no floor.
+                    if let Some((m, _)) = &marker
+                        && m.version > 0
+                        && s.index.version > m.version.saturating_add(1)
+                    {
+                        return Err(Error::Untrusted {
+                            what: self.index_name(),
+                            reason: format!(
+                                "it is version {}, but {} records version {} as the last its \
+                                 writers wrote: the versions in between were not written by \
+                                 them (its active key is {}). Nothing was written; restore the \
+                                 index to version {} from the store's previous versions, after \
+                                 checking the keys it names",
+                                s.index.version,
+                                self.root_name(),
+                                m.version,
+                                s.index.active.as_ref().map_or("none", Kid::short),
+                                m.version
+                            ),
+                        });
+                    }
                     if marker.is_some() && s.index.is_signed() {
                         self.mark_written(&s.index).await?;
                     }

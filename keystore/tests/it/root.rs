@@ -553,3 +553,43 @@ async fn the_marker_names_a_new_root_before_the_index_and_a_stale_marker_is_repa
         assert_eq!(repaired.version, marker.version);
     }
 }
+
+/// Attack review, round 8: a history forked with ring keys, put in the index at a version
+/// far ahead of the marker (whose writers write it after every index write), was raised into
+/// the marker by the seeder's next write and then signed under the new dedicated root by a
+/// routine `re-root`. An index more than one version ahead of the marker now stops every
+/// write, with what it is and what to restore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_write_signs_an_index_more_than_one_version_ahead_of_the_marker() {
+    for (ring, _dir) in rings("index_ahead_of_marker").await {
+        let (a, _b, _anchor) = seeded(&ring).await;
+        let real = raw_index(&ring).await;
+        let evil = pair();
+        let evil_kid = kid(&evil).short().to_owned();
+        let fork = fork_from_ring_key(&real, &a, &evil);
+        overwrite_index(&ring, &fork.to_json()).await;
+        let roots = tempfile::tempdir().unwrap();
+        let root = file_root(roots.path(), "root.pem").await;
+        for (what, result) in [
+            (
+                "re-root",
+                ring.clone()
+                    .with_root(root.clone())
+                    .re_root(&root)
+                    .await
+                    .map(|_| ()),
+            ),
+            ("refresh", ring.refresh().await.map(|_| ())),
+            ("push", ring.push(&pair()).await.map(|_| ())),
+        ] {
+            let e = result.expect_err(what).to_string();
+            assert!(
+                e.contains("were not written by them") && e.contains(&evil_kid),
+                "{what}: {e}"
+            );
+        }
+        assert_eq!(raw_index(&ring).await, fork, "nothing signed");
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(marker.version, real.version, "the marker was not raised");
+    }
+}
