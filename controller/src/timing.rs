@@ -13,6 +13,12 @@ pub(crate) fn jitter(d: Duration, fraction: f64) -> Duration {
     d.mul_f64((1.0 + fraction * unit).max(0.0))
 }
 
+/// A uniform random part of `window`: `[0, window)` (zero for an empty window). What spreads
+/// a fleet that restarted together: the fleet writer's looks and the key source's first reads.
+pub(crate) fn spread(window: Duration) -> Duration {
+    jitter(window / 2, 1.0).min(window.saturating_sub(Duration::from_nanos(1)))
+}
+
 /// Shortest wait before a failed watch is retried.
 pub(crate) const WATCH_RETRY_MIN: Duration = Duration::from_millis(500);
 /// Longest wait before a failed watch is retried: once the API server is back, every watch

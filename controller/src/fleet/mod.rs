@@ -56,6 +56,7 @@ pub use metrics::{AckOutcomeLabels, FleetMetrics, RingKidLabels};
 
 use crate::config::Namespaces;
 use crate::reconcile::affinity::Opened;
+use crate::timing::spread;
 use crate::{Config, State};
 
 /// When the writer looks, and how often it writes.
@@ -224,11 +225,6 @@ pub async fn run(
             tokio::time::Instant::now() + writer.options.check
         };
     }
-}
-
-/// A uniform random part of `window`: `[0, window)`.
-fn spread(window: Duration) -> Duration {
-    crate::timing::jitter(window / 2, 1.0).min(window.saturating_sub(Duration::from_nanos(1)))
 }
 
 /// When the writer looks after a change woke it (a new ring view, keys, a leadership term):

@@ -819,8 +819,7 @@ pub const START_MARKER_SPREAD: Duration = Duration::from_secs(3);
 /// A random part of [`START_MARKER_SPREAD`] (at most `interval`): 1,000 clusters restarting
 /// in the same second read their markers over three seconds, not one.
 fn marker_wait(interval: Duration) -> Duration {
-    let window = START_MARKER_SPREAD.min(interval);
-    crate::timing::jitter(window / 2, 1.0).min(window)
+    crate::timing::spread(START_MARKER_SPREAD.min(interval))
 }
 
 /// The longest a restarted leader that seals from its verified ring-state copy waits before it
@@ -831,8 +830,7 @@ pub const START_SPREAD: Duration = Duration::from_secs(30);
 /// store: uniform over `START_SPREAD` (at most `interval`). 1,000 clusters restarting in
 /// the same second then make about 70 store reads a second, not 2,000 in one.
 fn start_wait(interval: Duration) -> Duration {
-    let window = START_SPREAD.min(interval);
-    crate::timing::jitter(window / 2, 1.0).min(window)
+    crate::timing::spread(START_SPREAD.min(interval))
 }
 
 /// The wait after the first successful sync of a process: uniform over one `interval` (at
@@ -841,9 +839,7 @@ fn start_wait(interval: Duration) -> Duration {
 /// only with the square root of the polls; so would their acknowledgements of a key pushed
 /// then. Later waits are the interval ±10 %.
 fn first_poll_wait(interval: Duration) -> Duration {
-    crate::timing::jitter(interval / 2, 1.0)
-        .min(interval)
-        .max(Duration::from_secs(1).min(interval))
+    crate::timing::spread(interval).max(Duration::from_secs(1).min(interval))
 }
 
 impl Schedule {
