@@ -78,9 +78,12 @@ pub struct Args {
     /// (AWS Secrets Manager through the default credential chain: IRSA, EKS Pod Identity,
     /// environment, profile, IMDS) or `dir:///PATH` (a directory, e.g. mounted by the Secrets
     /// Store CSI driver). Its keys are mirrored into labelled key Secrets in the controller
-    /// namespace; in-cluster key generation is then refused
-    #[arg(long, env = env::KSEAL_KEY_SOURCE, value_name = "URL")]
-    pub key_source: Option<String>,
+    /// namespace; in-cluster key generation is then refused. Give it again for more rings
+    /// (a shared ring and a ring per tenant): the first one seals by default, each has its
+    /// own pin (--ring-anchor RING=KID), and --ring-namespaces / --ring-namespace-selector
+    /// bind a ring's keys to some namespaces
+    #[arg(long, env = env::KSEAL_KEY_SOURCE, value_name = "URL", action = clap::ArgAction::Append)]
+    pub key_source: Vec<String>,
     /// How often to check the key ring for changes (one DescribeSecret of the index; ±10 %
     /// jitter). SIGUSR1 or POST /v1/refresh checks at once
     #[arg(long, env = env::KSEAL_KEY_SOURCE_INTERVAL, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
@@ -96,8 +99,21 @@ pub struct Args {
     /// The key ring's trust anchor (a kid, as `kseal keys trust` prints it): only an index
     /// whose signed history starts there is used. Without it the anchor of the first signed
     /// history read is pinned (and said so in a log line, an Event and a metric)
-    #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
-    pub ring_anchor: Option<String>,
+    /// With several --key-source rings, `RING=KID` pins ring RING (its Secrets Manager
+    /// prefix, or `kseal/fleet` for a directory ring); a bare KID pins the first ring
+    #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "[RING=]KID", action = clap::ArgAction::Append)]
+    pub ring_anchor: Vec<String>,
+    /// Binds a --key-source ring to namespaces: its keys open only SealedSecrets in these
+    /// namespaces, whatever the scope says (`RING=NS[,NS…]`; repeatable; a ring with no
+    /// binding opens everywhere)
+    #[arg(long, value_name = "RING=NS[,NS…]", action = clap::ArgAction::Append)]
+    pub ring_namespaces: Vec<String>,
+    /// Binds a --key-source ring to the namespaces whose labels match a selector
+    /// (`RING=SELECTOR`, e.g. `kseal/team-a=kseal.dev/tenant=team-a`; as `kubectl -l` takes
+    /// it); with --ring-namespaces, either admits a namespace. Needs list and watch on
+    /// namespaces
+    #[arg(long, value_name = "RING=SELECTOR", action = clap::ArgAction::Append)]
+    pub ring_namespace_selector: Vec<String>,
     /// This cluster's id in the fleet's acknowledgements of the key ring (`kseal fleet
     /// status`): 1 to 128 letters, digits, `.`, `_` or `-`. Default: the UID of the
     /// `kube-system` namespace
@@ -290,8 +306,13 @@ pub struct Config {
     pub generate_key_if_missing: bool,
     /// Key renewal; in effect only with `generate_key_if_missing`.
     pub key_renewal: Renewal,
-    /// The fleet key ring to mirror, if any.
+    /// The fleet key ring to mirror, if any (the first `--key-source`: it seals by default).
     pub key_source: Option<KeySourceConfig>,
+    /// The rings of the further `--key-source` flags, in order.
+    pub more_key_sources: Vec<KeySourceConfig>,
+    /// `--ring-namespaces` and `--ring-namespace-selector`, by ring name: where each bound
+    /// ring's keys open. A ring not named here opens everywhere.
+    pub ring_bindings: BTreeMap<String, crate::keys::binding::RingBinding>,
     /// `--cluster-id`: this cluster in the fleet's acknowledgements (`None`: the UID of the
     /// `kube-system` namespace, read at start).
     pub cluster_id: Option<kseal_keystore::ClusterId>,
@@ -341,6 +362,32 @@ pub struct Config {
     pub identity: String,
     /// Settings that are valid but will not do what they seem to (logged at startup).
     pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// The names of the `--key-source` rings, in order ([`ring_name`]); empty without one.
+    pub fn ring_names(&self) -> Vec<String> {
+        self.key_source
+            .iter()
+            .chain(&self.more_key_sources)
+            .map(|s| ring_name(&s.location))
+            .collect()
+    }
+
+    /// This configuration once per `--key-source` ring, with `key_source` set to that ring
+    /// (what each ring's key-source loop and fleet writer read); just this one without a
+    /// further ring.
+    pub fn for_each_ring(self: &std::sync::Arc<Self>) -> Vec<std::sync::Arc<Self>> {
+        let mut configs = vec![self.clone()];
+        for source in &self.more_key_sources {
+            configs.push(std::sync::Arc::new(Self {
+                key_source: Some(source.clone()),
+                more_key_sources: Vec::new(),
+                ..(**self).clone()
+            }));
+        }
+        configs
+    }
 }
 
 /// A remote key ring (`--key-source`).
@@ -800,7 +847,7 @@ impl Config {
         let (key_labels, key_annotations) = key_metadata(&args, &mut warnings)?;
         warnings.extend(compat_warnings(&args));
         warnings.extend(host.bitnami.warnings());
-        let key_source = key_source(&args)?;
+        let (key_source, more_key_sources, ring_bindings) = key_sources(&args)?;
         let identity = host
             .pod_name
             .clone()
@@ -818,6 +865,8 @@ impl Config {
             generate_key_if_missing: args.generate_key_if_missing,
             key_renewal,
             key_source,
+            more_key_sources,
+            ring_bindings,
             cluster_id: match args.cluster_id.as_deref().map(str::trim) {
                 None | Some("") => None,
                 Some(id) => Some(kseal_keystore::ClusterId::parse(id).map_err(|e| {
@@ -950,43 +999,185 @@ fn key_metadata(
     Ok((key_labels, key_annotations))
 }
 
-/// `--key-source` with its interval, grace, AWS options and `--ring-anchor`; `None` without a
-/// source.
-fn key_source(args: &Args) -> Result<Option<KeySourceConfig>, ConfigError> {
-    Ok(match args.key_source.as_deref().map(str::trim) {
-        None | Some("") => None,
-        Some(url) => {
-            if args.generate_key_if_missing {
-                return Err(ConfigError::KeySourceWithGeneration);
-            }
-            if args.key_source_interval < Duration::from_secs(1) {
-                return Err(ConfigError::KeySourceInterval);
-            }
-            let location = kseal_keystore::Location::parse(url)
-                .map_err(|e| ConfigError::KeySource(e.to_string()))?;
-            let anchor = match args.ring_anchor.as_deref().map(str::trim) {
-                None | Some("") => None,
-                Some(text) => Some(kseal_keystore::Kid::parse(text).map_err(|_| {
-                    ConfigError::KeySource(format!(
-                        "--ring-anchor {text:?} is not a kid: 64 lowercase hex characters, as `kseal keys trust` prints it"
-                    ))
-                })?),
-            };
-            Some(KeySourceConfig {
-                location,
-                interval: args.key_source_interval,
-                retire_grace: args.key_source_retire_grace,
-                refresh_spacing: args.key_source_refresh_spacing,
-                aws: kseal_keystore::AwsOptions {
-                    region: args.aws_region.clone().filter(|r| !r.is_empty()),
-                    endpoint_url: args.aws_endpoint_url.clone().filter(|u| !u.is_empty()),
-                    assume_role: args.aws_assume_role.clone().filter(|r| !r.is_empty()),
-                    ..kseal_keystore::AwsOptions::default()
-                },
-                anchor,
-            })
+/// The name a ring goes by in `--ring-anchor RING=…` and the bindings, in its mirrors'
+/// `kseal.dev/ring` annotation and its ring-state Secret: its Secrets Manager prefix, or
+/// `kseal/fleet` for a directory ring.
+pub fn ring_name(location: &kseal_keystore::Location) -> String {
+    match location {
+        kseal_keystore::Location::SecretsManager { prefix, .. } => prefix.clone(),
+        kseal_keystore::Location::Directory { .. } => kseal_keystore::DEFAULT_RING.to_owned(),
+    }
+}
+
+/// The `--key-source` rings (the first, then the others) with their interval, grace, AWS
+/// options and `--ring-anchor`, and the bindings by ring name.
+#[allow(clippy::type_complexity)]
+fn key_sources(
+    args: &Args,
+) -> Result<
+    (
+        Option<KeySourceConfig>,
+        Vec<KeySourceConfig>,
+        BTreeMap<String, crate::keys::binding::RingBinding>,
+    ),
+    ConfigError,
+> {
+    use crate::keys::binding::{MAX_RINGS, NamespaceSelector, RingBinding};
+    let urls: Vec<&str> = args
+        .key_source
+        .iter()
+        .map(|u| u.trim())
+        .filter(|u| !u.is_empty())
+        .collect();
+    let given_bindings =
+        !args.ring_namespaces.is_empty() || !args.ring_namespace_selector.is_empty();
+    if urls.is_empty() {
+        if given_bindings {
+            return Err(ConfigError::KeySource(
+                "--ring-namespaces and --ring-namespace-selector bind --key-source rings, and none is given".into(),
+            ));
         }
-    })
+        return Ok((None, Vec::new(), BTreeMap::new()));
+    }
+    if args.generate_key_if_missing {
+        return Err(ConfigError::KeySourceWithGeneration);
+    }
+    if args.key_source_interval < Duration::from_secs(1) {
+        return Err(ConfigError::KeySourceInterval);
+    }
+    if urls.len() > MAX_RINGS {
+        return Err(ConfigError::KeySource(format!(
+            "{} rings given; one controller mirrors at most {MAX_RINGS}",
+            urls.len()
+        )));
+    }
+    let mut sources = Vec::with_capacity(urls.len());
+    let mut names: Vec<String> = Vec::with_capacity(urls.len());
+    for url in urls {
+        let location = kseal_keystore::Location::parse(url)
+            .map_err(|e| ConfigError::KeySource(e.to_string()))?;
+        let name = ring_name(&location);
+        if names.contains(&name) {
+            return Err(ConfigError::KeySource(format!(
+                "two --key-source rings are named {name:?} (a ring's name is its Secrets Manager prefix; every directory ring is named {:?}, so at most one directory ring per controller)",
+                kseal_keystore::DEFAULT_RING
+            )));
+        }
+        names.push(name);
+        sources.push(KeySourceConfig {
+            location,
+            interval: args.key_source_interval,
+            retire_grace: args.key_source_retire_grace,
+            refresh_spacing: args.key_source_refresh_spacing,
+            aws: kseal_keystore::AwsOptions {
+                region: args.aws_region.clone().filter(|r| !r.is_empty()),
+                endpoint_url: args.aws_endpoint_url.clone().filter(|u| !u.is_empty()),
+                assume_role: args.aws_assume_role.clone().filter(|r| !r.is_empty()),
+                ..kseal_keystore::AwsOptions::default()
+            },
+            anchor: None,
+        });
+    }
+    // `RING=VALUE` for a configured ring; the ring's name may itself hold `=`, the value of an
+    // anchor never does.
+    let ring_of = |flag: &str,
+                   item: &str,
+                   split_last: bool|
+     -> Result<(usize, String), ConfigError> {
+        let split = if split_last {
+            item.rsplit_once('=')
+        } else {
+            None
+        };
+        let split = split.or_else(|| {
+            names
+                .iter()
+                .find(|n| {
+                    item.strip_prefix(n.as_str())
+                        .is_some_and(|r| r.starts_with('='))
+                })
+                .map(|n| (n.as_str(), &item[n.len() + 1..]))
+        });
+        let Some((ring, value)) = split else {
+            return Err(ConfigError::KeySource(format!(
+                "{flag} {item:?}: use RING=VALUE, RING being one of the --key-source rings ({})",
+                names.join(", ")
+            )));
+        };
+        let ring = ring.trim();
+        let at = names
+            .iter()
+            .position(|n| n == ring || (names.len() == 1 && ring.is_empty()))
+            .ok_or_else(|| {
+                ConfigError::KeySource(format!(
+                    "{flag} names ring {ring:?}, which no --key-source gives (the rings: {})",
+                    names.join(", ")
+                ))
+            })?;
+        Ok((at, value.trim().to_owned()))
+    };
+    for item in args
+        .ring_anchor
+        .iter()
+        .map(|a| a.trim())
+        .filter(|a| !a.is_empty())
+    {
+        let (at, text) = if item.contains('=') {
+            ring_of("--ring-anchor", item, true)?
+        } else {
+            (0, item.to_owned())
+        };
+        let kid = kseal_keystore::Kid::parse(&text).map_err(|_| {
+            ConfigError::KeySource(format!(
+                "--ring-anchor {text:?} is not a kid: 64 lowercase hex characters, as `kseal keys trust` prints it"
+            ))
+        })?;
+        if sources[at].anchor.replace(kid).is_some() {
+            return Err(ConfigError::KeySource(format!(
+                "--ring-anchor is given twice for ring {}",
+                names[at]
+            )));
+        }
+    }
+    let mut bindings: BTreeMap<String, RingBinding> = BTreeMap::new();
+    for item in &args.ring_namespaces {
+        let (at, list) = ring_of("--ring-namespaces", item.trim(), false)?;
+        let binding = bindings.entry(names[at].clone()).or_default();
+        for namespace in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            validation::validate_namespace_name(namespace).map_err(|e| {
+                ConfigError::KeySource(format!(
+                    "--ring-namespaces for ring {}: {namespace:?} is not a namespace name: {e}",
+                    names[at]
+                ))
+            })?;
+            binding.namespaces.insert(namespace.to_owned());
+        }
+        if binding.namespaces.is_empty() && binding.selector.is_none() {
+            return Err(ConfigError::KeySource(format!(
+                "--ring-namespaces for ring {} names no namespace",
+                names[at]
+            )));
+        }
+    }
+    for item in &args.ring_namespace_selector {
+        let (at, text) = ring_of("--ring-namespace-selector", item.trim(), false)?;
+        let selector = NamespaceSelector::parse(&text).map_err(|e| {
+            ConfigError::KeySource(format!(
+                "--ring-namespace-selector for ring {}: {e}",
+                names[at]
+            ))
+        })?;
+        let binding = bindings.entry(names[at].clone()).or_default();
+        if binding.selector.replace(selector).is_some() {
+            return Err(ConfigError::KeySource(format!(
+                "--ring-namespace-selector is given twice for ring {}",
+                names[at]
+            )));
+        }
+    }
+    let mut sources = sources.into_iter();
+    let first = sources.next();
+    Ok((first, sources.collect(), bindings))
 }
 
 /// Parses `k1=v1,k2=v2` (Bitnami's format; empty items are skipped) into a map, checking keys
@@ -1245,6 +1436,124 @@ mod tests {
         );
         let none = Config::from_args(args(&["--key-source", ""]), None).unwrap();
         assert!(none.key_source.is_none());
+    }
+
+    #[test]
+    fn several_rings_each_with_its_pin_and_binding() {
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let c = Config::from_args(
+            args(&[
+                "--key-source",
+                "secretsmanager://kseal/shared",
+                "--key-source",
+                "kseal/team-a",
+                "--ring-anchor",
+                &a,
+                "--ring-anchor",
+                &format!("kseal/team-a={b}"),
+                "--ring-namespaces",
+                "kseal/team-a=team-a, team-a-jobs",
+                "--ring-namespace-selector",
+                "kseal/team-a=kseal.dev/tenant=team-a",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.ring_names(), ["kseal/shared", "kseal/team-a"]);
+        assert_eq!(
+            c.key_source
+                .as_ref()
+                .unwrap()
+                .anchor
+                .as_ref()
+                .unwrap()
+                .to_string(),
+            a
+        );
+        assert_eq!(
+            c.more_key_sources[0].anchor.as_ref().unwrap().to_string(),
+            b
+        );
+        let binding = &c.ring_bindings["kseal/team-a"];
+        assert_eq!(
+            binding.describe(),
+            "namespaces team-a, team-a-jobs and namespaces labelled kseal.dev/tenant=team-a"
+        );
+        assert!(!c.ring_bindings.contains_key("kseal/shared"));
+        let per_ring = std::sync::Arc::new(c).for_each_ring();
+        assert_eq!(per_ring.len(), 2);
+        assert_eq!(
+            per_ring[1]
+                .key_source
+                .as_ref()
+                .unwrap()
+                .location
+                .to_string(),
+            "secretsmanager://kseal/team-a"
+        );
+
+        let refused = |flags: &[&str], needle: &str| {
+            let err = Config::from_args(args(flags), None)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{flags:?}: {err}");
+        };
+        refused(
+            &[
+                "--key-source",
+                "kseal/a",
+                "--key-source",
+                "secretsmanager://kseal/a?region=eu-west-1",
+            ],
+            "two --key-source rings are named \"kseal/a\"",
+        );
+        refused(
+            &["--key-source", "dir:///x", "--key-source", "dir:///y"],
+            "at most one directory ring",
+        );
+        refused(
+            &["--key-source", "kseal/a", "--ring-namespaces", "kseal/b=x"],
+            "RING being one of the --key-source rings (kseal/a)",
+        );
+        refused(
+            &[
+                "--key-source",
+                "kseal/a",
+                "--ring-namespaces",
+                "kseal/a=Not_A_Namespace",
+            ],
+            "is not a namespace name",
+        );
+        refused(
+            &["--key-source", "kseal/a", "--ring-namespaces", "kseal/a= ,"],
+            "names no namespace",
+        );
+        refused(
+            &[
+                "--key-source",
+                "kseal/a",
+                "--ring-namespace-selector",
+                "kseal/a=tier in prod",
+            ],
+            "go in parentheses",
+        );
+        refused(&["--ring-namespaces", "kseal/a=x"], "none is given");
+        refused(
+            &[
+                "--key-source",
+                "kseal/a",
+                "--ring-anchor",
+                &a,
+                "--ring-anchor",
+                &format!("kseal/a={b}"),
+            ],
+            "given twice for ring kseal/a",
+        );
+        refused(
+            &["--key-source", "kseal/a", "--ring-anchor", "kseal/b=abc"],
+            "names ring \"kseal/b\"",
+        );
     }
 
     #[test]

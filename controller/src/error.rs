@@ -24,6 +24,16 @@ pub enum Error {
     /// Decrypting or rendering failed.
     #[error("failed to unseal")]
     Unseal(#[source] kseal_api::Error),
+    /// A ring bound to other namespaces (`--ring-namespaces`, `--ring-namespace-selector`)
+    /// holds the key the value names, or no key that opens in its namespace decrypts it.
+    #[error("failed to unseal: {reason}")]
+    RingBinding {
+        /// Which binding refused (ring names, bindings, the namespace; no secret material).
+        reason: String,
+        /// The decryption error, when keys were tried.
+        #[source]
+        source: Option<Box<kseal_api::Error>>,
+    },
     /// Writing the SealedSecret's status failed.
     #[error("failed to update status")]
     Status(#[source] kube::Error),
@@ -95,7 +105,10 @@ impl Error {
             Error::GetSecret(_) => "fetch",
             Error::ApplySecret(_) => "update",
             Error::Unmanaged { .. } => "unmanaged",
-            Error::Unseal(_) | Error::NoKeys | Error::DeprecatedDataRejected => "unseal",
+            Error::Unseal(_)
+            | Error::RingBinding { .. }
+            | Error::NoKeys
+            | Error::DeprecatedDataRejected => "unseal",
             Error::Status(_) => "status",
             Error::FetchKeys(_) => "keys",
             Error::MissingMetadata(_) => "invalid",

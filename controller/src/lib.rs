@@ -58,7 +58,8 @@ pub const COMMIT: &str = env!("KSEAL_BUILD_COMMIT");
 pub struct Tasks {
     /// The key loader: key Secrets, hot reload, optional generation ([`keys::run`]).
     pub keys: tokio::task::JoinHandle<()>,
-    /// The key-source loop ([`keys::source::run`]; ends at once without `--key-source`).
+    /// The key-source loops, one per `--key-source` ring ([`keys::source::run`]; ends at
+    /// once without `--key-source`).
     pub remote: tokio::task::JoinHandle<()>,
     /// The reconciler ([`reconcile::run`]).
     pub reconciler: tokio::task::JoinHandle<()>,
@@ -74,6 +75,27 @@ pub fn spawn(
     requests: keys::KeyRequests,
     shutdown: &tokio::sync::watch::Receiver<bool>,
 ) -> Tasks {
+    // Before the key loader starts: it reads every ring's view.
+    state.add_rings(&config.ring_names());
+    let remote = futures::future::join_all(config.for_each_ring().into_iter().enumerate().map(
+        |(i, ring_config)| {
+            let ring_state = state.for_ring(i).unwrap_or_else(|| state.clone());
+            keys::source::run(client.clone(), ring_config, ring_state, shutdown.clone())
+        },
+    ));
+    if config.ring_bindings.values().any(|b| b.selector.is_some()) {
+        let reporting = state.clone();
+        tokio::spawn(cluster::namespaces::run(
+            client.clone(),
+            state.namespace_labels.clone(),
+            timing::WatchBackoff::resetting_on(state.api.recoveries()),
+            move |failure| match failure {
+                None => reporting.api_answered(),
+                Some(e) => reporting.watch_failed("namespaces", e),
+            },
+            shutdown.clone(),
+        ));
+    }
     Tasks {
         keys: tokio::spawn(keys::run(
             keys::SecretKeySource::new(client.clone(), config).reporting_to(state.clone()),
@@ -82,12 +104,9 @@ pub fn spawn(
             requests,
             shutdown.clone(),
         )),
-        remote: tokio::spawn(keys::source::run(
-            client.clone(),
-            config.clone(),
-            state.clone(),
-            shutdown.clone(),
-        )),
+        remote: tokio::spawn(async move {
+            remote.await;
+        }),
         reconciler: tokio::spawn(reconcile::run(
             client.clone(),
             config.clone(),

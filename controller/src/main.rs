@@ -179,6 +179,8 @@ async fn run(config: Config) -> anyhow::Result<()> {
         pending_values_mib = config.pending_value_bytes / (1024 * 1024),
         generate_keys = config.generate_key_if_missing,
         key_source = config.key_source.as_ref().map(|s| s.location.to_string()),
+        more_key_sources = ?config.more_key_sources.iter().map(|s| s.location.to_string()).collect::<Vec<_>>(),
+        ring_bindings = ?config.ring_bindings.iter().map(|(ring, b)| format!("{ring}: {}", b.describe())).collect::<Vec<_>>(),
         "starting kseal-controller"
     );
     for warning in &config.warnings {
@@ -207,13 +209,22 @@ async fn run(config: Config) -> anyhow::Result<()> {
         remote: remote_task,
         mut reconciler,
     } = kseal_controller::spawn(&client, &config, &state, requests, &shutdown_rx);
-    // With a key source, the leader acknowledges what this cluster holds (kseal fleet status).
-    let fleet_task = tokio::spawn(kseal_controller::fleet::run(
-        client.clone(),
-        config.clone(),
-        state.clone(),
-        kseal_controller::fleet::Options::for_config(&config),
-        shutdown_rx.clone(),
+    // With a key source, the leader acknowledges what this cluster holds of each ring (kseal
+    // fleet status).
+    let fleet_task = tokio::spawn(futures::future::join_all(
+        config
+            .for_each_ring()
+            .into_iter()
+            .enumerate()
+            .map(|(i, ring_config)| {
+                kseal_controller::fleet::run(
+                    client.clone(),
+                    ring_config.clone(),
+                    state.for_ring(i).unwrap_or_else(|| state.clone()),
+                    kseal_controller::fleet::Options::for_config(&ring_config),
+                    shutdown_rx.clone(),
+                )
+            }),
     ));
     let mut http_shutdown = shutdown_rx.clone();
     let mut http_task = {

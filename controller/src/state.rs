@@ -4,43 +4,130 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use std::collections::BTreeMap;
+
 use kseal_keys::KeyRing;
 use tokio::sync::watch;
 
+use crate::keys::binding::Claims;
 use crate::metrics::Metrics;
 
 /// The current key ring. Readers get a cheap snapshot; the key loader swaps in new rings
 /// (hot reload) and every subscriber is woken.
+///
+/// With rings bound to namespaces, the ring comes with the claims it was built with
+/// ([`Keys::scoped`]): both are replaced and read under one lock, so a key is never seen
+/// without its claims.
 #[derive(Clone)]
 pub struct Keys {
     tx: Arc<watch::Sender<Arc<KeyRing>>>,
+    claims: Arc<Mutex<Option<Arc<Claims>>>>,
+}
+
+/// The keys that may open a SealedSecret in one namespace ([`Keys::scoped`]).
+#[derive(Clone, Debug)]
+pub struct Scoped {
+    /// The keys that open there (the whole ring when no ring is bound).
+    pub ring: Arc<KeyRing>,
+    /// Every loaded key.
+    pub full: Arc<KeyRing>,
+    /// With bound rings: the claims, and the mask of rings that open there.
+    pub bound: Option<(Arc<Claims>, u32)>,
+}
+
+impl Scoped {
+    /// With bound rings, when key `id` is loaded but belongs only to rings that do not open
+    /// here: those rings' names and bindings, e.g. `ring kseal/prod (namespaces prod)`.
+    pub fn refusal(&self, id: &kseal_keys::KeyId) -> Option<String> {
+        let (claims, mask) = self.bound.as_ref()?;
+        self.full.get(id)?;
+        let rings = claims.refusing(id, *mask)?;
+        if rings.is_empty() {
+            return Some(
+                "a mirror of a ring this controller is not configured for (it opens nowhere while rings are bound)".to_owned(),
+            );
+        }
+        let named: Vec<String> = rings
+            .iter()
+            .map(|r| match &r.binding {
+                Some(b) => format!("ring {} (bound to {})", r.name, b.describe()),
+                None => format!("ring {}", r.name),
+            })
+            .collect();
+        Some(named.join(", "))
+    }
 }
 
 impl Keys {
     /// Starts with an empty ring.
     pub fn new() -> Self {
         let (tx, _rx) = watch::channel(Arc::new(KeyRing::new()));
-        Self { tx: Arc::new(tx) }
+        Self {
+            tx: Arc::new(tx),
+            claims: Arc::new(Mutex::new(None)),
+        }
     }
 
-    /// The current ring.
+    /// The current ring: every loaded key, whatever ring it belongs to.
     pub fn ring(&self) -> Arc<KeyRing> {
         self.tx.borrow().clone()
     }
 
+    /// The keys that may open a SealedSecret in `namespace` (whose labels are `labels`, when
+    /// known): every key unless rings are bound to namespaces ([`crate::keys::binding`]).
+    pub fn scoped(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> Scoped {
+        let guard = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        let full = self.ring();
+        let claims = guard.clone();
+        drop(guard);
+        match claims.filter(|c| c.any_bound()) {
+            None => Scoped {
+                ring: full.clone(),
+                full,
+                bound: None,
+            },
+            Some(claims) => {
+                let mask = claims.allowed(namespace, labels);
+                Scoped {
+                    ring: claims.restrict(&full, mask),
+                    full,
+                    bound: Some((claims, mask)),
+                }
+            }
+        }
+    }
+
+    /// The claims published with the current ring (with several `--key-source` rings).
+    pub fn claims(&self) -> Option<Arc<Claims>> {
+        self.claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Replaces the ring; returns whether the set of keys or the sealing key changed.
     pub fn replace(&self, ring: KeyRing) -> bool {
+        self.replace_with(ring, None)
+    }
+
+    /// Replaces the ring and its claims together ([`Keys::scoped`]); returns whether the set
+    /// of keys or the sealing key changed.
+    pub fn replace_with(&self, ring: KeyRing, claims: Option<Claims>) -> bool {
         let ids = |r: &KeyRing| {
             let mut ids: Vec<_> = r.keys().map(|k| k.id().clone()).collect();
             ids.extend(r.sealing_key().map(|k| k.id().clone()));
             ids
         };
         let new_ids = ids(&ring);
-        self.tx.send_if_modified(|current| {
+        let mut guard = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        *guard = claims.map(Arc::new);
+        let changed = self.tx.send_if_modified(|current| {
             let changed = ids(current) != new_ids;
             *current = Arc::new(ring);
             changed
-        })
+        });
+        drop(guard);
+        changed
     }
 
     /// Notified whenever the set of keys changes.
@@ -243,8 +330,42 @@ pub struct State {
     /// Which keys opened each SealedSecret (recorded by the reconciler while the fleet
     /// writer runs; counted by it as objects per kid).
     pub opened: Arc<crate::reconcile::affinity::Opened>,
+    /// With several `--key-source` rings: the names of all and the own parts of the further
+    /// ones (the first ring's are `readiness`, `refresh` and `ring_view` above).
+    pub rings: Arc<Rings>,
+    /// Namespace labels, watched while a ring is bound by a selector.
+    pub namespace_labels: Arc<crate::cluster::namespaces::NamespaceLabels>,
 }
 
+/// The `--key-source` rings of one controller ([`State::add_rings`]).
+#[derive(Debug, Default)]
+pub struct Rings {
+    set: std::sync::OnceLock<RingSet>,
+}
+
+#[derive(Debug)]
+struct RingSet {
+    /// Every ring's name, in `--key-source` order.
+    names: Vec<String>,
+    /// The own parts of the rings after the first.
+    further: Vec<RingParts>,
+}
+
+/// What one further ring has of its own: its key-source loop's readiness, refresh requests
+/// and ring view.
+#[derive(Debug, Clone)]
+struct RingParts {
+    readiness: Arc<Readiness>,
+    refresh: crate::signals::Refresh,
+    ring_view: crate::keys::ringview::RingViews,
+}
+
+impl Rings {
+    /// Every ring's name, in `--key-source` order (empty before [`State::add_rings`]).
+    pub fn names(&self) -> &[String] {
+        self.set.get().map_or(&[], |s| &s.names)
+    }
+}
 impl State {
     /// Fresh state: no keys, not ready, not leader.
     pub fn new() -> Self {
@@ -261,7 +382,70 @@ impl State {
                 crate::cache::sealed::DEFAULT_VALUE_BUDGET_BYTES,
             ),
             opened: Arc::default(),
+            rings: Arc::default(),
+            namespace_labels: Arc::default(),
         }
+    }
+
+    /// Sets up the rings named `names` (in `--key-source` order; the first is this state's
+    /// own); done once, later calls change nothing.
+    pub fn add_rings(&self, names: &[String]) {
+        let _ = self.rings.set.set(RingSet {
+            names: names.to_vec(),
+            further: names
+                .iter()
+                .skip(1)
+                .map(|_| RingParts {
+                    readiness: Arc::new(Readiness::default()),
+                    refresh: self.refresh.fork(),
+                    ring_view: crate::keys::ringview::RingViews::new(),
+                })
+                .collect(),
+        });
+    }
+
+    /// The state as the `i`-th ring's key-source loop sees it: its own readiness, refresh
+    /// requests and ring view, the rest shared (`None`: no such ring).
+    pub fn for_ring(&self, i: usize) -> Option<State> {
+        if i == 0 {
+            return Some(self.clone());
+        }
+        let parts = self.rings.set.get()?.further.get(i - 1)?;
+        Some(State {
+            readiness: parts.readiness.clone(),
+            refresh: parts.refresh.clone(),
+            ring_view: parts.ring_view.clone(),
+            ..self.clone()
+        })
+    }
+
+    /// The state of every ring ([`State::for_ring`]) with its name; just this state, unnamed,
+    /// before [`State::add_rings`].
+    pub fn ring_states(&self) -> Vec<(String, State)> {
+        let names = self.rings.names();
+        if names.is_empty() {
+            return vec![(String::new(), self.clone())];
+        }
+        names
+            .iter()
+            .enumerate()
+            .filter_map(|(i, name)| Some((name.clone(), self.for_ring(i)?)))
+            .collect()
+    }
+
+    /// Whether the replica can serve and reconcile: [`Readiness::is_ready`], and every further
+    /// ring fetched once or mirrored.
+    pub fn is_ready(&self) -> bool {
+        self.readiness.is_ready() && self.rings_blocking().is_empty()
+    }
+
+    /// The further rings that keep the replica unready (never read, no mirror), by name.
+    pub fn rings_blocking(&self) -> Vec<(String, KeySourceStatus)> {
+        self.ring_states()
+            .into_iter()
+            .skip(1)
+            .filter_map(|(name, s)| Some((name, s.readiness.key_source_blocking()?)))
+            .collect()
     }
 
     /// Watching `watch` failed: counted, and unless the API server answered (e.g. `410 Gone`:

@@ -36,6 +36,7 @@
 //! ring-state Secret), [`renewal`] (when a new key is due) and `layout` (the key Secret
 //! layout every task shares).
 
+pub mod binding;
 pub(crate) mod layout;
 #[doc(hidden)]
 pub mod renewal;
@@ -93,6 +94,9 @@ pub struct KeyMaterial {
     /// nothing: only a key whose material hashes to a kid of the ring view counts as a
     /// mirror, and only the view's active key seals.
     pub mirror: bool,
+    /// A mirror's `kseal.dev/ring` annotation: the ring it claims to copy (decides its ring
+    /// only while no verified ring view lists the key; see [`binding`]).
+    pub ring: Option<String>,
 }
 
 impl fmt::Debug for KeyMaterial {
@@ -276,8 +280,12 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
         .labels()
         .get(crate::keys::layout::MIRROR_LABEL)
         .is_some_and(|v| v == "true");
+    let ring = mirror
+        .then(|| secret.annotations().get(source::RING_ANNOTATION).cloned())
+        .flatten();
     KeyMaterial {
         mirror,
+        ring,
         origin,
         version: meta.resource_version.clone().unwrap_or_default(),
         reference: Some(secret.object_ref(&())),
@@ -517,6 +525,10 @@ pub struct Built {
     pub mirrored: usize,
     /// With a key source, which key seals and why.
     pub ring_sealing: RingSealing,
+    /// Loaded keys by kid.
+    pub by_kid: HashMap<Kid, KeyId>,
+    /// Every loaded key: its kid, and for a mirror the ring its annotation names.
+    pub loaded: Vec<(Kid, KeyId, Option<Option<String>>)>,
 }
 
 /// Parses `materials` into a ring ordered per `order`, the sealing key chosen per `choice`.
@@ -538,6 +550,7 @@ pub fn build_ring(
     // Loaded keys by kid (the SHA-256 of the public key: what the ring's index lists).
     let mut by_kid: HashMap<Kid, KeyId> = HashMap::new();
     let mut mirrored = 0;
+    let mut loaded = Vec::new();
     for (index, material) in materials.iter().enumerate() {
         let key = (material.origin.clone(), material.version.clone());
         let parsed = match cache.entries.remove(&key) {
@@ -561,6 +574,13 @@ pub fn build_ring(
             // it opens, and nothing seals until the ring is read.
             if material.mirror && view.is_none_or(|v| v.contains(&kid)) {
                 mirrored += 1;
+            }
+            if ring.get(pair.id()).is_none() {
+                loaded.push((
+                    kid.clone(),
+                    pair.id().clone(),
+                    material.mirror.then(|| material.ring.clone()),
+                ));
             }
             by_kid.insert(kid, pair.id().clone());
             let pair = match (order, material.created) {
@@ -592,6 +612,8 @@ pub fn build_ring(
         newly_rejected,
         mirrored,
         ring_sealing,
+        by_kid,
+        loaded,
     }
 }
 
@@ -704,8 +726,41 @@ fn publish_ring_sealing(state: &State, sealing: &RingSealing) {
     state.readiness.set_sealing_problem(problem);
 }
 
+/// A further ring's sealing state, into its own readiness (the first ring's goes through
+/// [`publish_ring_sealing`], with the gauge).
+fn publish_more_ring_sealing(state: &State, name: &str, sealing: &RingSealing) {
+    let problem = match sealing {
+        RingSealing::NotApplicable | RingSealing::Active(_) => None,
+        RingSealing::LastVerified { problem, .. } => Some(SealingProblem {
+            message: problem.clone(),
+            sealing: true,
+        }),
+        RingSealing::Refused(reason) => Some(SealingProblem {
+            message: reason.clone(),
+            sealing: false,
+        }),
+    };
+    if problem != state.readiness.sealing_problem() {
+        match &problem {
+            Some(p) => tracing::warn!(
+                ring = name,
+                sealing = p.sealing,
+                "ring {name}: {}",
+                p.message
+            ),
+            None => tracing::info!(ring = name, "ring {name}: its active key seals"),
+        }
+    }
+    state.readiness.set_sealing_problem(problem);
+}
+
 /// Publishes `ring` into `state` and refreshes the key metrics.
 pub fn publish(state: &State, ring: KeyRing) -> bool {
+    publish_with(state, ring, None)
+}
+
+/// [`publish`], with the claims of bound rings published together with the ring.
+pub fn publish_with(state: &State, ring: KeyRing, claims: Option<binding::Claims>) -> bool {
     let len = ring.len();
     let ids: Vec<String> = ring.keys().map(|k| k.id().to_string()).collect();
     let sealing = ring.sealing_key().map(|k| k.id().to_string());
@@ -720,7 +775,7 @@ pub fn publish(state: &State, ring: KeyRing) -> bool {
     if len == 0 {
         ready(false);
     }
-    let changed = state.keys.replace(ring);
+    let changed = state.keys.replace_with(ring, claims);
     if len > 0 {
         ready(true);
     }
@@ -799,10 +854,19 @@ pub async fn run(
         pending: None,
         key_source: config.key_source.is_some(),
         last_verified: None,
+        last_verified_more: Vec::new(),
         loaded: false,
     };
     let mut requests_open = true;
     let mut views = state.ring_view.subscribe();
+    // The further rings' views: a change of any rebuilds (their claims and sealing keys).
+    let mut more_views =
+        futures::stream::select_all(state.ring_states().into_iter().skip(1).map(|(_, s)| {
+            futures::stream::unfold(s.ring_view.subscribe(), |mut rx| async move {
+                rx.changed().await.ok().map(|()| ((), rx))
+            })
+            .boxed()
+        }));
     let mut materials: Option<Vec<KeyMaterial>> = None;
     loop {
         let mut requested = false;
@@ -815,6 +879,7 @@ pub async fn run(
                 rebuild = true;
             }
             Ok(()) = views.changed() => rebuild = true,
+            Some(_) = more_views.next() => rebuild = true,
             request = requests.0.recv(), if requests_open => match request {
                 Some(()) => requested = true,
                 None => requests_open = false,
@@ -848,6 +913,8 @@ struct Loader<'a> {
     /// The last active key of the fleet ring verified here (loaded, material checked): it
     /// keeps sealing while a newer active key cannot.
     last_verified: Option<Kid>,
+    /// The same for each further `--key-source` ring.
+    last_verified_more: Vec<Option<Kid>>,
     /// Whether the first snapshot has been published.
     loaded: bool,
 }
@@ -901,9 +968,102 @@ impl Loader<'_> {
             }
             publish_ring_sealing(state, &built.ring_sealing);
         }
-        let ring_changed = publish(state, built.ring);
+        let claims = self.claims(&built, view);
+        let ring_changed = publish_with(state, built.ring, claims);
         self.loaded = true;
         ring_changed
+    }
+
+    /// With several `--key-source` rings or a bound ring: which ring each loaded key belongs
+    /// to and each ring's sealing key ([`binding::Claims`]); each further ring's sealing
+    /// problem and found mirrors go to its own readiness. `None` for a single unbound ring
+    /// (every key opens everywhere, as always).
+    fn claims(&mut self, built: &Built, view: Option<&RingView>) -> Option<binding::Claims> {
+        let rings = self.state.ring_states();
+        if rings.len() < 2 && self.config.ring_bindings.is_empty() {
+            return None;
+        }
+        let views: Vec<Option<Arc<RingView>>> = rings
+            .iter()
+            .enumerate()
+            .map(|(i, (_, s))| {
+                if i == 0 {
+                    view.map(|v| Arc::new(v.clone()))
+                } else {
+                    s.ring_view.current()
+                }
+            })
+            .collect();
+        self.last_verified_more.resize(rings.len(), None);
+        let now = SystemTime::now();
+        let mut sealing = Vec::with_capacity(rings.len());
+        for (i, (name, ring_state)) in rings.iter().enumerate() {
+            if i == 0 {
+                sealing.push(
+                    built
+                        .ring
+                        .sealing_key()
+                        .map(|k| k.id().clone())
+                        .ok_or_else(|| match &built.ring_sealing {
+                            RingSealing::Refused(why) => why.clone(),
+                            _ => "no key of the ring is loaded".to_owned(),
+                        }),
+                );
+                continue;
+            }
+            let mut ring = built.ring.clone();
+            let chosen = choose_ring_key(
+                &mut ring,
+                &built.by_kid,
+                views[i].as_deref(),
+                self.last_verified_more[i].as_ref(),
+                now,
+            );
+            if let RingSealing::Active(kid) = &chosen {
+                self.last_verified_more[i] = Some(kid.clone());
+            }
+            publish_more_ring_sealing(ring_state, name, &chosen);
+            sealing.push(match &chosen {
+                RingSealing::Refused(why) => Err(why.clone()),
+                _ => ring
+                    .sealing_key()
+                    .map(|k| k.id().clone())
+                    .ok_or_else(|| "no key of the ring is loaded".to_owned()),
+            });
+        }
+        let bound: Arc<[binding::BoundRing]> = rings
+            .iter()
+            .map(|(name, _)| binding::BoundRing {
+                name: name.clone(),
+                binding: self.config.ring_bindings.get(name).cloned(),
+            })
+            .collect();
+        let loaded: Vec<binding::LoadedKey> = built
+            .loaded
+            .iter()
+            .map(|(kid, id, mirror_of)| binding::LoadedKey {
+                id: id.clone(),
+                listed_by: views
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.as_ref().is_some_and(|v| v.lists(kid)))
+                    .fold(0, |mask, (i, _)| mask | (1 << i)),
+                mirror_of: mirror_of.clone(),
+            })
+            .collect();
+        // A proven mirror of a further ring makes that ring usable during a store outage.
+        for (i, (name, ring_state)) in rings.iter().enumerate().skip(1) {
+            let mirrored = loaded.iter().any(|k| {
+                k.listed_by & (1 << i) != 0
+                    || (k.listed_by == 0
+                        && matches!(&k.mirror_of, Some(Some(r)) if r == name)
+                        && views[i].is_none())
+            });
+            if mirrored {
+                ring_state.readiness.key_source_mirror_found();
+            }
+        }
+        Some(binding::Claims::build(bound, loaded, sealing))
     }
 
     /// With in-cluster key generation on, generates and stores a key when one is requested or

@@ -155,6 +155,8 @@ pub struct RingView {
     pub active: Option<Kid>,
     /// Every key of the index.
     pub kids: BTreeSet<Kid>,
+    /// The keys the (signed) index lists as retired from the ring.
+    pub retired: BTreeSet<Kid>,
     /// Every key this controller ever saw in the index (a superset of `kids`): only a mirror
     /// of one of these is ever retired.
     pub ever: BTreeSet<Kid>,
@@ -184,6 +186,7 @@ impl RingView {
             ring: index.ring.clone(),
             updated: index.updated,
             active: index.active.clone(),
+            retired: index.retired.iter().map(|r| r.kid.clone()).collect(),
             kids,
             ever,
             last_active,
@@ -208,6 +211,12 @@ impl RingView {
     /// Whether `kid` is a key of the index.
     pub fn contains(&self, kid: &Kid) -> bool {
         self.kids.contains(kid)
+    }
+
+    /// Whether the index lists `kid`, as a key or as retired: the key belongs to this ring
+    /// (signed data only, unlike `ever`).
+    pub fn lists(&self, kid: &Kid) -> bool {
+        self.kids.contains(kid) || self.retired.contains(kid)
     }
 }
 

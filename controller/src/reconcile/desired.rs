@@ -178,6 +178,23 @@ pub(super) async fn unseal(
     if ring.is_empty() {
         return Err(Error::NoKeys);
     }
+    // With rings bound to namespaces, only the keys that open in this namespace are tried.
+    let namespace = ss.metadata.namespace.as_deref().unwrap_or_default();
+    let labels = ctx.state.namespace_labels.get(namespace);
+    let scoped = ctx.state.keys.scoped(namespace, labels.as_ref());
+    if let Some(hint) = ss.sealing_key_hint()
+        && scoped.ring.get(&hint).is_none()
+        && let Some(rings) = scoped.refusal(&hint)
+    {
+        // The value names a key of a ring bound elsewhere: refused without an RSA operation.
+        return Err(Error::RingBinding {
+            reason: format!(
+                "it names key {} of {rings}, which does not open in namespace {namespace}",
+                short_id(&hint)
+            ),
+            source: None,
+        });
+    }
     let (item_hints, object_hint) = ctx.with_object(oref, |o| {
         (
             o.item_hints.iter().cloned().collect(),
@@ -193,7 +210,7 @@ pub(super) async fn unseal(
         preferred_keys,
         ..UnsealOptions::default()
     };
-    let (sealed, keys) = (ss.clone(), ring.clone());
+    let (sealed, keys) = (ss.clone(), scoped.ring.clone());
     // RSA work runs on the RSA pool's threads, off the async worker threads.
     let (result, stats, cpu) = ctx
         .rsa_slots
@@ -214,6 +231,16 @@ pub(super) async fn unseal(
         Ok(unsealed) => unsealed,
         Err(e) => {
             count_rsa(ctx, "unseal_failed", stats.rsa_operations);
+            if let Some(not_tried) = not_tried_here(&scoped)
+                && matches!(e, kseal_api::Error::Decrypt { .. })
+            {
+                return Err(Error::RingBinding {
+                    reason: format!(
+                        "no key that opens in namespace {namespace} decrypts it (not tried here: {not_tried})"
+                    ),
+                    source: Some(Box::new(e)),
+                });
+            }
             return Err(Error::Unseal(e));
         }
     };
@@ -363,4 +390,33 @@ pub(super) fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Secret
     s.string_data = None;
     normalize(&mut s);
     s
+}
+
+/// With bound rings, the rings whose keys are loaded but not tried in the scoped namespace,
+/// with their bindings (`None`: every loaded key was tried).
+fn not_tried_here(scoped: &crate::state::Scoped) -> Option<String> {
+    let (claims, mask) = scoped.bound.as_ref()?;
+    if scoped.ring.len() == scoped.full.len() {
+        return None;
+    }
+    let rings: Vec<String> = claims
+        .rings()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) == 0)
+        .map(|(_, r)| match &r.binding {
+            Some(b) => format!("ring {} (bound to {})", r.name, b.describe()),
+            None => format!("ring {}", r.name),
+        })
+        .collect();
+    Some(if rings.is_empty() {
+        "mirrors of rings this controller is not configured for".to_owned()
+    } else {
+        rings.join(", ")
+    })
+}
+
+/// A key's short form in messages (its first 12 hex characters, as kids are shown).
+fn short_id(id: &KeyId) -> String {
+    id.to_string().chars().take(12).collect()
 }

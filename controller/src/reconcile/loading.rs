@@ -109,6 +109,7 @@ mod tests {
             updated: jiff::Timestamp::now(),
             active: None,
             kids: kids.iter().map(|p| Kid::of(p.public_key())).collect(),
+            retired: BTreeSet::new(),
             ever: BTreeSet::new(),
             last_active: None,
             version: 1,

@@ -472,10 +472,29 @@ fn render_objects_line(counts: &crate::fleet::metrics::Counts, max_kids: usize) 
 fn readiness_report(state: &State, detail: bool) -> (StatusCode, String) {
     use std::sync::atomic::Ordering;
     let readiness = &state.readiness;
-    if readiness.is_ready() {
-        let mut body = match state.sealing_problem() {
-            Some(p) => format!("ok (warning: {})\n", p.message),
-            None => "ok\n".to_owned(),
+    // The further `--key-source` rings' own sealing problems, named by ring.
+    let more_warnings: Vec<String> = state
+        .ring_states()
+        .into_iter()
+        .skip(1)
+        .filter_map(|(name, s)| {
+            Some(format!(
+                "ring {name}: {}",
+                s.readiness.sealing_problem()?.message
+            ))
+        })
+        .collect();
+    if state.is_ready() {
+        let mut warnings: Vec<String> = state
+            .sealing_problem()
+            .map(|p| p.message)
+            .into_iter()
+            .collect();
+        warnings.extend(more_warnings);
+        let mut body = if warnings.is_empty() {
+            "ok\n".to_owned()
+        } else {
+            format!("ok (warning: {})\n", warnings.join("; "))
         };
         // A mirror keeps the replica ready while the store fails: the detail says so.
         if let Some(problem) = readiness
@@ -494,14 +513,28 @@ fn readiness_report(state: &State, detail: bool) -> (StatusCode, String) {
     if !readiness.caches_synced.load(Ordering::Acquire) {
         reasons.push("caches not synced".to_owned());
     }
-    if let Some(source) = readiness.key_source_blocking() {
+    let blocking = readiness
+        .key_source_blocking()
+        .map(|s| (None, s))
+        .into_iter()
+        .chain(
+            state
+                .rings_blocking()
+                .into_iter()
+                .map(|(name, s)| (Some(name), s)),
+        );
+    for (ring, source) in blocking {
+        let what = match &ring {
+            Some(name) => format!("key source {name}"),
+            None => "key source".to_owned(),
+        };
         let class = source.reason.map(crate::state::reason_class);
         reasons.push(match (class, source.problem) {
             (Some(class), Some(problem)) if detail => {
-                format!("key source not read yet ({class}): {problem}")
+                format!("{what} not read yet ({class}): {problem}")
             }
-            (Some(class), _) => format!("key source not read yet ({class})"),
-            (None, _) => "key source not read yet".to_owned(),
+            (Some(class), _) => format!("{what} not read yet ({class})"),
+            (None, _) => format!("{what} not read yet"),
         });
     }
     (
@@ -523,12 +556,99 @@ async fn refresh(AxumState(app): AxumState<App>) -> Response {
     text(StatusCode::ACCEPTED, "refresh requested\n")
 }
 
-async fn cert_pem(AxumState(app): AxumState<App>) -> Response {
-    let ring = app.state.keys.ring();
-    let Some(key) = ring.sealing_key() else {
-        return no_sealing_key(app.state.sealing_problem().as_ref()).into_response();
+/// The value of `name` in a query string, percent-decoded (`None`: absent or not UTF-8).
+fn query_value(query: Option<&str>, name: &str) -> Option<String> {
+    let raw = query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The certificate that `GET /v1/cert.pem` serves: the sealing key's; with `?ring=NAME` that
+/// `--key-source` ring's active key's; with `?namespace=NS` the key that seals for a
+/// SealedSecret in NS (with rings bound to namespaces, the first ring bound there).
+fn sealing_certificate(app: &App, query: Option<&str>) -> Result<String, Problem> {
+    if let Some(name) = query_value(query, "ring") {
+        let names = app.state.rings.names();
+        let listed = || {
+            if names.is_empty() {
+                "this controller mirrors no ring (--key-source)".to_owned()
+            } else {
+                format!("this controller's rings: {}", names.join(", "))
+            }
+        };
+        let Some(at) = names.iter().position(|n| *n == name) else {
+            return Err(Problem::new(
+                StatusCode::NOT_FOUND,
+                format!("no ring {name:?} here ({})", listed()),
+            ));
+        };
+        let full = app.state.keys.ring();
+        let sealing = match app.state.keys.claims() {
+            Some(claims) => claims.sealing_of(&name).cloned(),
+            // A single unbound ring: the ring's sealing key.
+            None if at == 0 => Some(
+                full.sealing_key()
+                    .map(|k| k.id().clone())
+                    .ok_or_else(String::new),
+            ),
+            None => None,
+        };
+        return match sealing {
+            Some(Ok(id)) => full
+                .get(&id)
+                .map(|k| k.certificate().to_pem())
+                .ok_or_else(no_keys),
+            Some(Err(why)) if !why.is_empty() => Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("no key of ring {name} seals: {why}"),
+            )),
+            _ if at == 0 => Err(no_sealing_key(app.state.sealing_problem().as_ref())),
+            _ => Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("no key of ring {name} seals yet: its keys are still loading"),
+            )),
+        };
+    }
+    let ring = match query_value(query, "namespace") {
+        Some(namespace) => {
+            let labels = app.state.namespace_labels.get(&namespace);
+            app.state.keys.scoped(&namespace, labels.as_ref()).ring
+        }
+        None => app.state.keys.ring(),
     };
-    let mut response = (StatusCode::OK, key.certificate().to_pem()).into_response();
+    match ring.sealing_key() {
+        Some(key) => Ok(key.certificate().to_pem()),
+        None => Err(no_sealing_key(app.state.sealing_problem().as_ref())),
+    }
+}
+
+async fn cert_pem(AxumState(app): AxumState<App>, uri: axum::http::Uri) -> Response {
+    let pem = match sealing_certificate(&app, uri.query()) {
+        Ok(pem) => pem,
+        Err(problem) => return problem.into_response(),
+    };
+    let mut response = (StatusCode::OK, pem).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(PEM_CONTENT_TYPE),
@@ -542,22 +662,44 @@ fn rfc3339(time: SystemTime) -> Option<String> {
 
 async fn certs(AxumState(app): AxumState<App>) -> Response {
     let ring = app.state.keys.ring();
+    let claims = app.state.keys.claims();
     let sealing = ring.sealing_key().map(|k| k.id().to_string());
     let certificates: Vec<Value> = ring
         .keys()
         .map(|k| {
             let cert = k.certificate();
-            json!({
+            let mut entry = json!({
                 "fingerprint": k.id().to_string(),
                 "sealing": Some(k.id().to_string()) == sealing,
                 "notBefore": rfc3339(cert.not_before()),
                 "notAfter": rfc3339(cert.not_after()),
                 "bits": k.public_key().bits(),
                 "pem": cert.to_pem(),
-            })
+            });
+            // With several rings: which ones the key belongs to.
+            if let Some(claims) = &claims {
+                entry["rings"] = json!(claims.rings_of(k.id()));
+            }
+            entry
         })
         .collect();
-    axum::Json(json!({ "sealingKey": sealing, "certificates": certificates })).into_response()
+    let mut body = json!({ "sealingKey": sealing, "certificates": certificates });
+    if let Some(claims) = &claims {
+        // Each ring's sealing key (`null`: none seals), and where it opens.
+        let rings: Vec<Value> = claims
+            .rings()
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": r.name,
+                    "sealingKey": claims.sealing_of(&r.name).and_then(|s| s.as_ref().ok()).map(ToString::to_string),
+                    "binding": r.binding.as_ref().map(crate::keys::binding::RingBinding::describe),
+                })
+            })
+            .collect();
+        body["rings"] = json!(rings);
+    }
+    axum::Json(body).into_response()
 }
 
 async fn metrics(AxumState(state): AxumState<State>) -> Response {

@@ -374,6 +374,32 @@ pub(super) fn object_ref(sealed: &SealedSecret) -> String {
     )
 }
 
+/// The keys that may open `sealed` where it says it lives (with rings bound to namespaces,
+/// only the rings bound to its namespace; see [`crate::keys::binding`]). A SealedSecret that
+/// names a key of a ring bound elsewhere is refused before any RSA operation, naming the
+/// binding.
+fn scoped_ring(app: &App, sealed: &SealedSecret) -> Result<Arc<KeyRing>, Problem> {
+    let namespace = sealed.metadata.namespace.as_deref().unwrap_or_default();
+    let labels = app.state.namespace_labels.get(namespace);
+    let scoped = app.state.keys.scoped(namespace, labels.as_ref());
+    if let Some(hint) = sealed.sealing_key_hint()
+        && scoped.ring.get(&hint).is_none()
+        && let Some(rings) = scoped.refusal(&hint)
+    {
+        let short: String = hint.to_string().chars().take(12).collect();
+        let place = if namespace.is_empty() {
+            "without a namespace".to_owned()
+        } else {
+            format!("in namespace {namespace}")
+        };
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            format!("the SealedSecret names key {short} of {rings}, which does not open {place}"),
+        ));
+    }
+    Ok(scoped.ring)
+}
+
 /// `POST /v1/verify`: `200` when every item opens, `409` when one does not.
 pub(super) async fn verify(AxumState(app): AxumState<App>, request: Request) -> Response {
     let result = async {
@@ -381,7 +407,7 @@ pub(super) async fn verify(AxumState(app): AxumState<App>, request: Request) -> 
         let (place, body) = admit_and_read(&app, request).await?;
         let Parsed { sealed, .. } = parse_sealed_secret(&body)?;
         let values = count_values(&sealed, app.options.max_request_items)?;
-        let ring = app.state.keys.ring();
+        let ring = scoped_ring(&app, &sealed)?;
         let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
@@ -413,7 +439,7 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
         let (place, body) = admit_and_read(&app, request).await?;
         let Parsed { sealed, mut raw } = parse_sealed_secret(&body)?;
         let values = count_values(&sealed, app.options.max_request_items)?;
-        let ring = app.state.keys.ring();
+        let ring = scoped_ring(&app, &sealed)?;
         let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);

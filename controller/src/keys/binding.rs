@@ -1,0 +1,500 @@
+//! Rings bound to namespaces (`--ring-namespaces`, `--ring-namespace-selector`): which of the
+//! loaded keys may open a SealedSecret in a given namespace.
+//!
+//! A controller may mirror several fleet rings (`--key-source` given more than once). A ring
+//! with a binding opens only SealedSecrets in the namespaces it names or whose labels its
+//! selector matches, whatever the value's scope says; a ring without one opens everywhere,
+//! as a single ring always did.
+//!
+//! Which ring a loaded key belongs to is decided in this order (see [`Claims::build`]):
+//! 1. the rings whose *verified* ring view lists the key (the signed index: nobody in the
+//!    cluster can change it);
+//! 2. else, for a mirror (a key Secret labelled `kseal.dev/mirror`), the ring its
+//!    `kseal.dev/ring` annotation names — a mirror that names no configured ring opens
+//!    nowhere while any binding is in force (fail closed);
+//! 3. else (a key Secret that no ring lists: Bitnami's own keys from before the move) every
+//!    namespace, as before.
+//!
+//! Whoever can write key Secrets in the controller namespace can add keys of their own in
+//! every case (SECURITY.md); a binding is about the ring's keys, which come from the store.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kseal_keys::{KeyId, KeyRing};
+use kube::core::{Expression, Selector, SelectorExt as _};
+
+/// At most this many rings per controller: the allowed set of a namespace is a bit mask.
+pub const MAX_RINGS: usize = 16;
+
+/// Where one ring's keys open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RingBinding {
+    /// `--ring-namespaces`: these namespaces.
+    pub namespaces: BTreeSet<String>,
+    /// `--ring-namespace-selector`: namespaces whose labels match.
+    pub selector: Option<NamespaceSelector>,
+}
+
+/// A parsed label selector, with the text it was given as.
+#[derive(Debug, Clone)]
+pub struct NamespaceSelector {
+    text: String,
+    selector: Selector,
+}
+
+impl NamespaceSelector {
+    /// Parses `text` (see [`parse_selector`]).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        Ok(Self {
+            text: text.trim().to_owned(),
+            selector: parse_selector(text)?,
+        })
+    }
+
+    /// Whether `labels` match.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector.matches(labels)
+    }
+}
+
+impl std::fmt::Display for NamespaceSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl PartialEq for NamespaceSelector {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for NamespaceSelector {}
+
+impl RingBinding {
+    /// Whether a SealedSecret in `namespace`, with these namespace `labels` (`None`: not
+    /// known), may be opened by the ring's keys. A selector never matches a namespace whose
+    /// labels are not known.
+    pub fn allows(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
+        if self.namespaces.contains(namespace) {
+            return true;
+        }
+        match (&self.selector, labels) {
+            (Some(selector), Some(labels)) => selector.matches(labels),
+            _ => false,
+        }
+    }
+
+    /// `namespaces a, b` / `namespaces matching team=a` / both, for refusals and logs.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.namespaces.is_empty() {
+            let names: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
+            parts.push(format!("namespaces {}", names.join(", ")));
+        }
+        if let Some(selector) = &self.selector {
+            parts.push(format!("namespaces labelled {selector}"));
+        }
+        if parts.is_empty() {
+            "no namespace".to_owned()
+        } else {
+            parts.join(" and ")
+        }
+    }
+}
+
+/// Parses a label selector as `kubectl -l` takes it: `k=v`, `k==v`, `k!=v`, `k`, `!k`,
+/// `k in (a,b)`, `k notin (a,b)`, joined by commas. An empty selector is refused (it would
+/// select every namespace: leave the ring unbound instead).
+pub fn parse_selector(text: &str) -> Result<Selector, String> {
+    let mut expressions = Vec::new();
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err("the selector is empty (an unbound ring opens in every namespace)".into());
+    }
+    while !rest.is_empty() {
+        // One requirement: up to the next comma outside parentheses.
+        let mut depth = 0i32;
+        let mut end = rest.len();
+        for (i, c) in rest.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let requirement = rest[..end].trim();
+        expressions.push(parse_requirement(requirement)?);
+        rest = match rest[end..].strip_prefix(',') {
+            Some(after) if after.trim().is_empty() => {
+                return Err("the selector ends with a comma".into());
+            }
+            Some(after) => after.trim_start(),
+            None => "",
+        };
+    }
+    Ok(expressions.into_iter().collect())
+}
+
+fn parse_requirement(text: &str) -> Result<Expression, String> {
+    let label = |key: &str| -> Result<String, String> {
+        let key = key.trim();
+        kseal_api::validation::is_qualified_name(key)
+            .map(|()| key.to_owned())
+            .map_err(|e| format!("{key:?} is not a label key: {e}"))
+    };
+    let value = |v: &str| -> Result<String, String> {
+        let v = v.trim();
+        kseal_api::validation::is_valid_label_value(v)
+            .map(|()| v.to_owned())
+            .map_err(|e| format!("{v:?} is not a label value: {e}"))
+    };
+    if text.is_empty() {
+        return Err("an empty requirement (two commas in a row?)".into());
+    }
+    for (op, not) in [(" notin ", true), (" in ", false)] {
+        if let Some((key, set)) = text.split_once(op) {
+            let set = set.trim();
+            let inner = set
+                .strip_prefix('(')
+                .and_then(|s| s.strip_suffix(')'))
+                .ok_or_else(|| {
+                    format!("{text:?}: the values of `{}` go in parentheses", op.trim())
+                })?;
+            let values = inner
+                .split(',')
+                .map(value)
+                .collect::<Result<BTreeSet<String>, String>>()?;
+            let key = label(key)?;
+            return Ok(if not {
+                Expression::NotIn(key, values)
+            } else {
+                Expression::In(key, values)
+            });
+        }
+    }
+    if let Some((key, v)) = text.split_once("!=") {
+        return Ok(Expression::NotEqual(label(key)?, value(v)?));
+    }
+    if let Some((key, v)) = text.split_once("==").or_else(|| text.split_once('=')) {
+        return Ok(Expression::Equal(label(key)?, value(v)?));
+    }
+    if let Some(key) = text.strip_prefix('!') {
+        return Ok(Expression::DoesNotExist(label(key)?));
+    }
+    Ok(Expression::Exists(label(text)?))
+}
+
+/// One configured ring, as the bindings see it.
+#[derive(Debug, Clone)]
+pub struct BoundRing {
+    /// The ring's name (its Secrets Manager prefix; a directory ring's is `kseal/fleet`).
+    pub name: String,
+    /// Where its keys open (`None`: everywhere).
+    pub binding: Option<RingBinding>,
+}
+
+/// Which rings a loaded key belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// No ring: a key Secret of this cluster's own (Bitnami's), which opens everywhere.
+    Unringed,
+    /// These rings (bit `i`: the `i`-th `--key-source`); `0`: a mirror of a ring this
+    /// controller is not configured for, which opens nowhere.
+    Rings(u32),
+}
+
+/// What [`Claims::build`] learns about one loaded key.
+#[derive(Debug, Clone)]
+pub struct LoadedKey {
+    /// The key's fingerprint in the ring.
+    pub id: KeyId,
+    /// The rings whose verified view lists it (bit per ring).
+    pub listed_by: u32,
+    /// A mirror's `kseal.dev/ring` annotation (`None`: not a mirror).
+    pub mirror_of: Option<Option<String>>,
+}
+
+/// For every loaded key, the rings it belongs to, and per ring the key that seals for it.
+#[derive(Debug, Default)]
+pub struct Claims {
+    rings: Arc<[BoundRing]>,
+    claims: HashMap<KeyId, Claim>,
+    /// Per ring (same order as `rings`): the key that seals for it, or why none does.
+    sealing: Vec<Result<KeyId, String>>,
+    /// Rings already filtered, by allowed-ring mask.
+    filtered: Mutex<HashMap<u32, Arc<KeyRing>>>,
+}
+
+impl Claims {
+    /// The claims of `keys` for `rings`; `sealing[i]` is the `i`-th ring's sealing key.
+    pub fn build(
+        rings: Arc<[BoundRing]>,
+        keys: impl IntoIterator<Item = LoadedKey>,
+        sealing: Vec<Result<KeyId, String>>,
+    ) -> Self {
+        let claims = keys
+            .into_iter()
+            .map(|k| {
+                let claim = if k.listed_by != 0 {
+                    Claim::Rings(k.listed_by)
+                } else {
+                    match k.mirror_of {
+                        None => Claim::Unringed,
+                        Some(annotation) => Claim::Rings(
+                            annotation
+                                .and_then(|name| rings.iter().position(|r| r.name == name))
+                                .map_or(0, |i| 1 << i),
+                        ),
+                    }
+                };
+                (k.id, claim)
+            })
+            .collect();
+        Self {
+            rings,
+            claims,
+            sealing,
+            filtered: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The configured rings, in `--key-source` order.
+    pub fn rings(&self) -> &[BoundRing] {
+        &self.rings
+    }
+
+    /// Whether any ring is bound (else every key opens everywhere).
+    pub fn any_bound(&self) -> bool {
+        self.rings.iter().any(|r| r.binding.is_some())
+    }
+
+    /// The mask of rings that open in `namespace` (labels as in [`RingBinding::allows`]).
+    pub fn allowed(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> u32 {
+        self.rings
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.binding
+                    .as_ref()
+                    .is_none_or(|b| b.allows(namespace, labels))
+            })
+            .fold(0, |mask, (i, _)| mask | (1 << i))
+    }
+
+    /// Whether key `id` may open in a namespace whose allowed rings are `mask`.
+    pub fn key_allowed(&self, id: &KeyId, mask: u32) -> bool {
+        match self.claims.get(id) {
+            // A key loaded after these claims were built: not known to be any ring's.
+            None => false,
+            Some(Claim::Unringed) => true,
+            Some(Claim::Rings(rings)) => rings & mask != 0,
+        }
+    }
+
+    /// The rings that claim key `id` but do not open in a namespace allowed `mask`, for a
+    /// refusal (`None`: the key opens there, or no ring claims it).
+    pub fn refusing(&self, id: &KeyId, mask: u32) -> Option<Vec<&BoundRing>> {
+        match self.claims.get(id) {
+            Some(Claim::Rings(rings)) if rings & mask == 0 => Some(
+                self.rings
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| rings & (1 << i) != 0)
+                    .map(|(_, r)| r)
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// The names of the rings key `id` belongs to (empty: the controller's own key, or a
+    /// mirror of no configured ring).
+    pub fn rings_of(&self, id: &KeyId) -> Vec<&str> {
+        match self.claims.get(id) {
+            Some(Claim::Rings(mask)) => self
+                .rings
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, r)| r.name.as_str())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The sealing key of ring `name`, or why it has none (`None`: no such ring).
+    pub fn sealing_of(&self, name: &str) -> Option<&Result<KeyId, String>> {
+        let i = self.rings.iter().position(|r| r.name == name)?;
+        self.sealing.get(i)
+    }
+
+    /// `full` restricted to the keys that open in a namespace allowed `mask`; the key that
+    /// seals is the first allowed ring's (in `--key-source` order), none when it has none.
+    /// Cached per mask.
+    pub fn restrict(&self, full: &KeyRing, mask: u32) -> Arc<KeyRing> {
+        let mut cache = self.filtered.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ring) = cache.get(&mask) {
+            return ring.clone();
+        }
+        let mut ring: KeyRing = full
+            .keys()
+            .filter(|k| self.key_allowed(k.id(), mask))
+            .cloned()
+            .collect();
+        let first_allowed = (0..self.rings.len()).find(|i| mask & (1 << i) != 0);
+        match first_allowed.and_then(|i| self.sealing.get(i)) {
+            Some(Ok(id)) if ring.set_sealing_key(id) => {}
+            // Only the controller's own keys open here: the newest seals, as without rings.
+            None if first_allowed.is_none() => {}
+            _ => ring.disable_sealing(),
+        }
+        let ring = Arc::new(ring);
+        cache.insert(mask, ring.clone());
+        ring
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn selectors_parse_as_kubectl_takes_them() {
+        let s = parse_selector("team=a, tier in (prod,stage),!legacy,env!=dev").unwrap();
+        assert!(s.matches(&labels(&[("team", "a"), ("tier", "prod"), ("env", "x")])));
+        assert!(!s.matches(&labels(&[("team", "a"), ("tier", "prod"), ("legacy", "")])));
+        assert!(!s.matches(&labels(&[("team", "a"), ("tier", "dev")])));
+        assert!(!s.matches(&labels(&[("team", "a"), ("tier", "prod"), ("env", "dev")])));
+        let s = parse_selector("kseal.dev/tenant").unwrap();
+        assert!(s.matches(&labels(&[("kseal.dev/tenant", "x")])));
+        assert!(!s.matches(&labels(&[])));
+        let s = parse_selector("zone notin (a, b)").unwrap();
+        assert!(s.matches(&labels(&[("zone", "c")])));
+        assert!(!s.matches(&labels(&[("zone", "a")])));
+        for bad in [
+            "",
+            " ",
+            "team=a,,b=c",
+            "a=b,",
+            "tier in prod",
+            "bad key!=x",
+            "k=v v",
+        ] {
+            assert!(parse_selector(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bindings_allow_named_or_selected_namespaces_only() {
+        let b = RingBinding {
+            namespaces: BTreeSet::from(["prod".to_owned()]),
+            selector: Some(NamespaceSelector::parse("env=prod").unwrap()),
+        };
+        assert!(b.allows("prod", None));
+        assert!(b.allows("payments", Some(&labels(&[("env", "prod")]))));
+        assert!(!b.allows("payments", Some(&labels(&[("env", "dev")]))));
+        // Labels not known yet: a selector does not match.
+        assert!(!b.allows("payments", None));
+        assert_eq!(
+            b.describe(),
+            "namespaces prod and namespaces labelled env=prod"
+        );
+    }
+
+    /// Test-only 2048-bit keys; do not copy (kseal generates 4096-bit keys).
+    fn pair(_seed: u8) -> kseal_keys::KeyPair {
+        kseal_keys::KeyPair::generate(
+            kseal_keys::KeySize::Rsa2048,
+            &kseal_keys::CertificateOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn keys_open_only_where_their_ring_is_bound() {
+        let (shared, team, local, stray) = (pair(0), pair(1), pair(2), pair(3));
+        let full: KeyRing = [&shared, &team, &local, &stray]
+            .into_iter()
+            .cloned()
+            .collect();
+        let rings: Arc<[BoundRing]> = Arc::from(vec![
+            BoundRing {
+                name: "kseal/shared".into(),
+                binding: None,
+            },
+            BoundRing {
+                name: "kseal/team-a".into(),
+                binding: Some(RingBinding {
+                    namespaces: BTreeSet::from(["team-a".to_owned()]),
+                    selector: None,
+                }),
+            },
+        ]);
+        let claims = Claims::build(
+            rings,
+            [
+                LoadedKey {
+                    id: shared.id().clone(),
+                    listed_by: 0b01,
+                    mirror_of: Some(Some("kseal/shared".into())),
+                },
+                // Listed by team-a's verified view: its annotation does not matter.
+                LoadedKey {
+                    id: team.id().clone(),
+                    listed_by: 0b10,
+                    mirror_of: Some(Some("kseal/shared".into())),
+                },
+                LoadedKey {
+                    id: local.id().clone(),
+                    listed_by: 0,
+                    mirror_of: None,
+                },
+                // A mirror of a ring not configured here.
+                LoadedKey {
+                    id: stray.id().clone(),
+                    listed_by: 0,
+                    mirror_of: Some(Some("kseal/other".into())),
+                },
+            ],
+            vec![Ok(shared.id().clone()), Ok(team.id().clone())],
+        );
+        let in_team = claims.allowed("team-a", None);
+        let elsewhere = claims.allowed("team-b", None);
+        assert_eq!((in_team, elsewhere), (0b11, 0b01));
+        let ids = |r: &KeyRing| r.keys().map(|k| k.id().clone()).collect::<BTreeSet<_>>();
+        let team_ring = claims.restrict(&full, in_team);
+        assert_eq!(
+            ids(&team_ring),
+            BTreeSet::from([shared.id().clone(), team.id().clone(), local.id().clone()])
+        );
+        // The first allowed ring seals: the shared one.
+        assert_eq!(team_ring.sealing_key().unwrap().id(), shared.id());
+        let other = claims.restrict(&full, elsewhere);
+        assert_eq!(
+            ids(&other),
+            BTreeSet::from([shared.id().clone(), local.id().clone()])
+        );
+        let refusing = claims.refusing(team.id(), elsewhere).unwrap();
+        assert_eq!(refusing[0].name, "kseal/team-a");
+        assert!(claims.refusing(stray.id(), in_team).unwrap().is_empty());
+        assert!(claims.refusing(local.id(), elsewhere).is_none());
+        // A namespace only team-a opens in (the shared ring bound elsewhere) seals with team-a.
+        let only_team = claims.restrict(&full, 0b10);
+        assert_eq!(only_team.sealing_key().unwrap().id(), team.id());
+        // A key unknown to the claims opens nowhere.
+        assert!(!claims.key_allowed(pair(4).id(), u32::MAX));
+    }
+}
