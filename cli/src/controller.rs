@@ -19,6 +19,9 @@ pub(crate) struct ControllerTarget {
     pub(crate) namespace: String,
     pub(crate) kubeconfig: Option<PathBuf>,
     pub(crate) context: Option<String>,
+    /// `--controller-ring`: the ring whose certificate to fetch from a controller that mirrors
+    /// several (`/v1/cert.pem?ring=RING`).
+    pub(crate) ring: Option<String>,
 }
 
 impl ControllerTarget {
@@ -28,6 +31,26 @@ impl ControllerTarget {
             namespace: args.controller_namespace.clone(),
             kubeconfig: args.kubeconfig.clone(),
             context: args.context.clone(),
+            ring: None,
+        }
+    }
+
+    /// The controller's certificate path: `/v1/cert.pem`, with `?ring=RING` (percent-encoded)
+    /// for `--controller-ring`.
+    pub(crate) fn cert_path(&self) -> String {
+        match &self.ring {
+            None => "/v1/cert.pem".to_owned(),
+            Some(ring) => {
+                let mut path = "/v1/cert.pem?ring=".to_owned();
+                for b in ring.bytes() {
+                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                        path.push(char::from(b));
+                    } else {
+                        path.push_str(&format!("%{b:02X}"));
+                    }
+                }
+                path
+            }
         }
     }
 }
@@ -226,6 +249,23 @@ pub(crate) fn status_message(body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_controller_ring_is_asked_for_by_its_percent_encoded_name() {
+        let mut target = ControllerTarget {
+            name: "kseal-controller".into(),
+            namespace: "kseal-system".into(),
+            kubeconfig: None,
+            context: None,
+            ring: None,
+        };
+        assert_eq!(target.cert_path(), "/v1/cert.pem");
+        target.ring = Some("kseal/team-a+b=c".into());
+        assert_eq!(
+            target.cert_path(),
+            "/v1/cert.pem?ring=kseal%2Fteam-a%2Bb%3Dc"
+        );
+    }
 
     #[test]
     fn proxy_failures_are_told_from_controller_answers() {

@@ -14,6 +14,8 @@ pub(crate) const KSEAL_KUBECONFIG: &str = "KSEAL_KUBECONFIG";
 pub(crate) const KSEAL_CONTEXT: &str = "KSEAL_CONTEXT";
 /// Allow plain http certificate URLs (`--allow-http`).
 pub(crate) const KSEAL_ALLOW_HTTP: &str = "KSEAL_ALLOW_HTTP";
+/// `--controller-ring`.
+pub(crate) const KSEAL_CONTROLLER_RING: &str = "KSEAL_CONTROLLER_RING";
 /// Input file (`-f/--file`).
 pub(crate) const KSEAL_FILE: &str = "KSEAL_FILE";
 /// Output file (`-w/--write`).

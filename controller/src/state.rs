@@ -120,9 +120,15 @@ impl Keys {
         };
         let new_ids = ids(&ring);
         let mut guard = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        // Keys that change rings (a view verified, a binding's sealing key) count as a change.
+        let claims_changed = match (guard.as_deref(), claims.as_ref()) {
+            (None, None) => false,
+            (Some(old), Some(new)) => !old.same_as(new),
+            _ => true,
+        };
         *guard = claims.map(Arc::new);
         let changed = self.tx.send_if_modified(|current| {
-            let changed = ids(current) != new_ids;
+            let changed = claims_changed || ids(current) != new_ids;
             *current = Arc::new(ring);
             changed
         });

@@ -153,6 +153,10 @@ pub(crate) struct CertArgs {
     /// `kseal keys trust` prints it); default: the pin in the nearest .kseal.yaml
     #[arg(long, env = env::KSEAL_RING_ANCHOR, value_name = "KID")]
     pub(crate) ring_anchor: Option<String>,
+    /// Without --cert, from a controller that mirrors several key rings: the certificate of
+    /// this ring (its Secrets Manager prefix, e.g. kseal/team-a) instead of the default one
+    #[arg(long, env = env::KSEAL_CONTROLLER_RING, value_name = "RING")]
+    pub(crate) controller_ring: Option<String>,
 }
 
 /// Manifest output formats.

@@ -149,7 +149,13 @@ impl CertRequest {
         }
         Ok(Self {
             specs,
-            controller: ControllerTarget::from_args(&args.controller),
+            controller: ControllerTarget {
+                ring: args
+                    .controller_ring
+                    .clone()
+                    .filter(|r| !r.trim().is_empty()),
+                ..ControllerTarget::from_args(&args.controller)
+            },
             allow_http: args.allow_http,
             ring_anchor: args.ring_anchor.clone(),
         })
@@ -222,7 +228,23 @@ impl CertRequest {
     fn fetch_from_controller(&self) -> Result<String> {
         let controller = Controller::connect(&self.controller)
             .context("no --cert given, so the certificate is fetched from the controller")?;
-        let response = controller.request("GET", "/v1/cert.pem", None)?;
+        let response = controller.request("GET", &self.controller.cert_path(), None)?;
+        if let (Some(ring), 404 | 503) = (&self.controller.ring, response.status) {
+            // kseal's controller answers in plain text: `no ring "…" here (this controller's
+            // rings: …)` or `no key of ring … seals: …`.
+            let said = response.body.lines().next().unwrap_or_default().trim();
+            let said: String = said.chars().take(300).collect();
+            bail!(
+                "the controller `{}` serves no certificate for ring `{ring}` (HTTP {}){}",
+                controller.describe(),
+                response.status,
+                if said.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {said}")
+                }
+            );
+        }
         if response.status != 200 {
             bail!(
                 "the controller `{}` did not return its certificate (HTTP {}{}): is it \

@@ -264,6 +264,19 @@ impl Claims {
         }
     }
 
+    /// Whether `other` says the same: the same rings, claims and sealing keys (a change
+    /// reconciles every SealedSecret again).
+    pub fn same_as(&self, other: &Claims) -> bool {
+        self.claims == other.claims
+            && self.sealing == other.sealing
+            && self.rings.len() == other.rings.len()
+            && self
+                .rings
+                .iter()
+                .zip(other.rings.iter())
+                .all(|(a, b)| a.name == b.name && a.binding == b.binding)
+    }
+
     /// The configured rings, in `--key-source` order.
     pub fn rings(&self) -> &[BoundRing] {
         &self.rings
@@ -348,10 +361,10 @@ impl Claims {
             .cloned()
             .collect();
         let first_allowed = (0..self.rings.len()).find(|i| mask & (1 << i) != 0);
+        // No ring opens here, or its key cannot seal: nothing seals (never a key that no
+        // ring activated, as with a single ring).
         match first_allowed.and_then(|i| self.sealing.get(i)) {
             Some(Ok(id)) if ring.set_sealing_key(id) => {}
-            // Only the controller's own keys open here: the newest seals, as without rings.
-            None if first_allowed.is_none() => {}
             _ => ring.disable_sealing(),
         }
         let ring = Arc::new(ring);

@@ -244,7 +244,7 @@ pub(super) fn bulk_triggers(
     };
     let signals = futures::stream::select(
         futures::stream::select(ring_changes(state), leadership_gained(state)),
-        resyncs,
+        futures::stream::select(resyncs, label_changes(state)),
     );
     signals.filter_map(move |()| {
         for ss in store.state() {
@@ -258,6 +258,17 @@ pub(super) fn bulk_triggers(
 
 pub(super) fn ring_changes(state: &State) -> impl futures::Stream<Item = ()> + Send + 'static {
     let mut rx = state.keys.subscribe();
+    rx.mark_unchanged();
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    })
+}
+
+/// Emits when namespace labels change (only while a ring is bound by a selector: the label
+/// watch runs then), so objects that waited for their namespace's labels are retried.
+fn label_changes(state: &State) -> impl futures::Stream<Item = ()> + Send + 'static {
+    let mut rx = state.namespace_labels.subscribe();
     rx.mark_unchanged();
     futures::stream::unfold(rx, |mut rx| async move {
         rx.changed().await.ok()?;

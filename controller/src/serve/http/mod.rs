@@ -633,7 +633,29 @@ fn sealing_certificate(app: &App, query: Option<&str>) -> Result<String, Problem
     let ring = match query_value(query, "namespace") {
         Some(namespace) => {
             let labels = app.state.namespace_labels.get(&namespace);
-            app.state.keys.scoped(&namespace, labels.as_ref()).ring
+            let scoped = app.state.keys.scoped(&namespace, labels.as_ref());
+            if let (None, Some((claims, mask))) = (scoped.ring.sealing_key(), &scoped.bound) {
+                // Say which ring would seal there and why it does not.
+                let first = (0..claims.rings().len()).find(|i| mask & (1 << i) != 0);
+                let why = match first.map(|i| &claims.rings()[i]) {
+                    None => format!("no ring of this controller opens in namespace {namespace}"),
+                    Some(ring) => match claims.sealing_of(&ring.name) {
+                        Some(Err(why)) => format!(
+                            "ring {} seals for namespace {namespace}, and {why}",
+                            ring.name
+                        ),
+                        _ => format!(
+                            "ring {} seals for namespace {namespace}, and none of its keys is loaded yet",
+                            ring.name
+                        ),
+                    },
+                };
+                return Err(Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("no key seals: {why}"),
+                ));
+            }
+            scoped.ring
         }
         None => app.state.keys.ring(),
     };
@@ -752,6 +774,24 @@ async fn track(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_values_are_percent_decoded_and_bad_escapes_refused() {
+        let q = Some("all=1&ring=kseal%2Fteam-a%2Bb&namespace=team-a");
+        assert_eq!(query_value(q, "ring").as_deref(), Some("kseal/team-a+b"));
+        assert_eq!(query_value(q, "namespace").as_deref(), Some("team-a"));
+        assert_eq!(query_value(q, "nope"), None);
+        assert_eq!(
+            query_value(Some("ring=kseal/x"), "ring").as_deref(),
+            Some("kseal/x")
+        );
+        // A name that only starts like the parameter is another parameter.
+        assert_eq!(query_value(Some("ringer=x"), "ring"), None);
+        for bad in ["ring=%", "ring=%2", "ring=%zz", "ring=%ff"] {
+            assert_eq!(query_value(Some(bad), "ring"), None, "{bad}");
+        }
+        assert_eq!(query_value(None, "ring"), None);
+    }
 
     #[test]
     fn client_key_believes_forwarded_for_only_from_trusted_proxies() {
