@@ -958,8 +958,9 @@ impl Loader<'_> {
                 source.report(material, rejection).await;
             }
         }
-        if built.mirrored > 0 {
-            // A proven mirror lets a restart during a key-source outage serve at once.
+        if built.mirrored > 0 && state.rings.names().len() < 2 {
+            // A proven mirror lets a restart during a key-source outage serve at once (with
+            // several rings, each ring's own mirrors count for it: `Loader::claims`).
             state.readiness.key_source_mirror_found();
         }
         if self.key_source {
@@ -1051,8 +1052,9 @@ impl Loader<'_> {
                 mirror_of: mirror_of.clone(),
             })
             .collect();
-        // A proven mirror of a further ring makes that ring usable during a store outage.
-        for (i, (name, ring_state)) in rings.iter().enumerate().skip(1) {
+        // A proven mirror of a ring makes that ring usable during a store outage: one its
+        // verified view lists, or, before any view, one whose annotation names it.
+        for (i, (name, ring_state)) in rings.iter().enumerate() {
             let mirrored = loaded.iter().any(|k| {
                 k.listed_by & (1 << i) != 0
                     || (k.listed_by == 0
