@@ -341,6 +341,21 @@ impl Claims {
         }
     }
 
+    /// For a value key `opener` opened in a namespace allowed `mask`: the first ring (in
+    /// `--key-source` order) that claims `opener` and opens there, with its sealing key or
+    /// why it has none. `None` when no ring claims `opener` (the controller's own key).
+    pub fn home_sealing(
+        &self,
+        opener: &KeyId,
+        mask: u32,
+    ) -> Option<(&str, &Result<KeyId, String>)> {
+        let Some(Claim::Rings(rings)) = self.claims.get(opener) else {
+            return None;
+        };
+        let i = (0..self.rings.len()).find(|i| rings & mask & (1 << i) != 0)?;
+        Some((self.rings[i].name.as_str(), self.sealing.get(i)?))
+    }
+
     /// The sealing key of ring `name`, or why it has none (`None`: no such ring).
     pub fn sealing_of(&self, name: &str) -> Option<&Result<KeyId, String>> {
         let i = self.rings.iter().position(|r| r.name == name)?;
@@ -509,5 +524,17 @@ mod tests {
         assert_eq!(only_team.sealing_key().unwrap().id(), team.id());
         // A key unknown to the claims opens nowhere.
         assert!(!claims.key_allowed(pair(4).id(), u32::MAX));
+        // Re-sealing keeps a value in the ring that opened it: a team-a value re-seals with
+        // team-a's key even where the shared ring seals by default.
+        let (home, sealing) = claims.home_sealing(team.id(), in_team).unwrap();
+        assert_eq!(
+            (home, sealing.as_ref().unwrap()),
+            ("kseal/team-a", team.id())
+        );
+        assert_eq!(
+            claims.home_sealing(shared.id(), in_team).unwrap().0,
+            "kseal/shared"
+        );
+        assert!(claims.home_sealing(local.id(), in_team).is_none());
     }
 }

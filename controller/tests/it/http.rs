@@ -1309,3 +1309,174 @@ async fn a_full_http_share_of_the_rsa_pool_answers_503_with_retry_after_at_once(
     let (status, _) = post_json(&app, "/v1/verify", &to_json(&sealed_for(new_key(), &[]))).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// Two rings: `kseal/shared` (old key, unbound, seals by default) and `kseal/team-a` (new
+/// key, bound to namespace team-a), as the key loader publishes them.
+fn state_with_bound_rings() -> State {
+    use kseal_controller::keys::binding::{BoundRing, Claims, LoadedKey, RingBinding};
+    let state = State::new();
+    state.add_rings(&["kseal/shared".to_owned(), "kseal/team-a".to_owned()]);
+    let mut ring = ring_of(&[old_key(), new_key()]);
+    ring.set_sealing_key(old_key().id());
+    let rings: std::sync::Arc<[BoundRing]> = std::sync::Arc::from(vec![
+        BoundRing {
+            name: "kseal/shared".into(),
+            binding: None,
+        },
+        BoundRing {
+            name: "kseal/team-a".into(),
+            binding: Some(RingBinding {
+                namespaces: ["team-a".to_owned()].into(),
+                selector: None,
+            }),
+        },
+    ]);
+    let claims = Claims::build(
+        rings,
+        [
+            LoadedKey {
+                id: old_key().id().clone(),
+                listed_by: 0b01,
+                mirror_of: Some(Some("kseal/shared".into())),
+            },
+            LoadedKey {
+                id: new_key().id().clone(),
+                listed_by: 0b10,
+                mirror_of: Some(Some("kseal/team-a".into())),
+            },
+        ],
+        vec![Ok(old_key().id().clone()), Ok(new_key().id().clone())],
+    );
+    state.keys.replace_with(ring, Some(claims));
+    state
+}
+
+/// A cluster-wide value of ring team-a, as `kseal seal --scope cluster-wide` writes it, in
+/// namespace `namespace`, with or without its `kseal.dev/sealing-key` hint.
+fn team_value(namespace: &str, hinted: bool) -> Value {
+    let mut value = to_json(&sealed_for(new_key(), &[(CLUSTER_WIDE_ANNOTATION, "true")]));
+    value["metadata"]["namespace"] = json!(namespace);
+    let annotations = value["metadata"]["annotations"]
+        .as_object_mut()
+        .expect("annotations");
+    if hinted {
+        annotations.insert(
+            SEALING_KEY_ANNOTATION.to_owned(),
+            json!(new_key().id().to_string()),
+        );
+    } else {
+        annotations.remove(SEALING_KEY_ANNOTATION);
+    }
+    value
+}
+
+#[tokio::test]
+async fn a_bound_ring_opens_only_in_its_namespaces_and_rotate_keeps_values_in_their_ring() {
+    let app = router(&state_with_bound_rings());
+    // Outside team-a: refused, naming the binding (hinted: before any RSA operation).
+    let (status, text) = post_json(&app, "/v1/verify", &team_value("prod", true)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{text}");
+    assert!(
+        text.contains("of ring kseal/team-a (bound to namespaces team-a), which does not open in namespace prod"),
+        "{text}"
+    );
+    let (status, text) = post_json(&app, "/v1/verify", &team_value("prod", false)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{text}");
+    for path in ["/v1/rotate"] {
+        let (status, _) = post_json(&app, path, &team_value("prod", false)).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+    }
+    // Without a namespace (cluster-wide objects may lack one): the unbound rings only.
+    let mut nowhere = team_value("prod", false);
+    nowhere["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    let (status, _) = post_json(&app, "/v1/verify", &nowhere).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    // In team-a it opens; rotate re-seals it with team-a's key, not with the shared ring's
+    // (which seals by default and opens everywhere): the request's namespace is the
+    // caller's word, so a value must never leave its ring.
+    let (status, text) = post_json(&app, "/v1/verify", &team_value("team-a", false)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let (status, text) = post_json(&app, "/v1/rotate", &team_value("team-a", false)).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let output: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(
+        output["metadata"]["annotations"][SEALING_KEY_ANNOTATION],
+        new_key().id().to_string()
+    );
+    let label = Scope::Cluster.label("", "");
+    for value in output["spec"]["encryptedData"]
+        .as_object()
+        .unwrap()
+        .values()
+    {
+        let value = value.as_str().unwrap();
+        assert!(
+            ring_of(&[new_key()])
+                .open_base64(&label, value, None)
+                .is_ok()
+        );
+        assert!(
+            ring_of(&[old_key()])
+                .open_base64(&label, value, None)
+                .is_err()
+        );
+    }
+    // The re-sealed value moved to another namespace is still refused there.
+    let mut moved = output.clone();
+    moved["metadata"]["namespace"] = json!("prod");
+    let (status, _) = post_json(&app, "/v1/verify", &moved).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    // A shared-ring value opens everywhere and rotates with the shared ring's key.
+    let mut shared = to_json(&sealed_for(old_key(), &[(CLUSTER_WIDE_ANNOTATION, "true")]));
+    shared["metadata"]["namespace"] = json!("team-a");
+    let (status, text) = post_json(&app, "/v1/rotate", &shared).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let output: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(
+        output["metadata"]["annotations"][SEALING_KEY_ANNOTATION],
+        old_key().id().to_string()
+    );
+}
+
+#[tokio::test]
+async fn each_ring_serves_its_certificate() {
+    let app = router(&state_with_bound_rings());
+    let get = |uri: &'static str| {
+        let app = app.clone();
+        async move {
+            let response = send(&app, "GET", uri, Body::empty()).await;
+            let status = response.status();
+            (status, body_text(response).await)
+        }
+    };
+    let pem = |k: &KeyPair| k.certificate().to_pem();
+    assert_eq!(get("/v1/cert.pem").await, (StatusCode::OK, pem(old_key())));
+    assert_eq!(
+        get("/v1/cert.pem?ring=kseal%2Fteam-a").await,
+        (StatusCode::OK, pem(new_key()))
+    );
+    assert_eq!(
+        get("/v1/cert.pem?ring=kseal/shared").await,
+        (StatusCode::OK, pem(old_key()))
+    );
+    let (status, text) = get("/v1/cert.pem?ring=kseal/nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(text.contains("kseal/shared, kseal/team-a"), "{text}");
+    // By namespace: the first ring that opens there seals (the shared one, unbound).
+    assert_eq!(
+        get("/v1/cert.pem?namespace=team-a").await,
+        (StatusCode::OK, pem(old_key()))
+    );
+    let (status, text) = get("/v1/certs").await;
+    assert_eq!(status, StatusCode::OK);
+    let certs: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(certs["rings"][1]["name"], "kseal/team-a");
+    assert_eq!(certs["rings"][1]["sealingKey"], new_key().id().to_string());
+    assert_eq!(certs["rings"][1]["binding"], "namespaces team-a");
+    assert_eq!(certs["rings"][0]["binding"], Value::Null);
+}

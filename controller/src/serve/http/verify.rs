@@ -3,6 +3,7 @@
 
 use super::*;
 use http_body_util::BodyExt as _;
+use kseal_keys::KeyId;
 
 pub(super) async fn read_body(app: &App, request: Request) -> Result<Bytes, Problem> {
     let limit = app.options.max_body_bytes;
@@ -62,10 +63,10 @@ pub(super) fn parse_sealed_secret(body: &[u8]) -> Result<Parsed, Problem> {
 pub(super) struct OpenedItems {
     /// The labels the values opened with: re-seal item `k` with `label.item(k)`.
     pub(super) label: kseal_api::ItemsLabel,
-    /// `encryptedData` items, opened (zeroized on drop).
-    pub(super) items: Vec<(String, Plaintext)>,
-    /// The deprecated `spec.data` blob, opened.
-    pub(super) deprecated: Option<Plaintext>,
+    /// `encryptedData` items, opened (zeroized on drop), each with the key that opened it.
+    pub(super) items: Vec<(String, Plaintext, KeyId)>,
+    /// The deprecated `spec.data` blob, opened, with the key that opened it.
+    pub(super) deprecated: Option<(Plaintext, KeyId)>,
 }
 
 /// What one verify or rotate may spend on RSA work, and what it spent.
@@ -197,13 +198,13 @@ pub(super) fn open_items(
         if let Ok(opened) = &opened {
             learned = Some(opened.key.clone());
         }
-        Ok::<_, Problem>(opened.ok().map(|o| o.plaintext))
+        Ok::<_, Problem>(opened.ok().map(|o| (o.plaintext, o.key)))
     };
     let mut items = Vec::with_capacity(envelopes.len());
     let mut failed = Vec::new();
     for (item, bytes) in &envelopes {
         match open(&label.item(item), bytes, budget)? {
-            Some(plaintext) => items.push(((*item).clone(), plaintext)),
+            Some((plaintext, key)) => items.push(((*item).clone(), plaintext, key)),
             None => {
                 failed.push(format!("`{item}`"));
                 if !budget.all {
@@ -378,7 +379,7 @@ pub(super) fn object_ref(sealed: &SealedSecret) -> String {
 /// only the rings bound to its namespace; see [`crate::keys::binding`]). A SealedSecret that
 /// names a key of a ring bound elsewhere is refused before any RSA operation, naming the
 /// binding.
-fn scoped_ring(app: &App, sealed: &SealedSecret) -> Result<Arc<KeyRing>, Problem> {
+fn scoped_ring(app: &App, sealed: &SealedSecret) -> Result<crate::state::Scoped, Problem> {
     let namespace = sealed.metadata.namespace.as_deref().unwrap_or_default();
     let labels = app.state.namespace_labels.get(namespace);
     let scoped = app.state.keys.scoped(namespace, labels.as_ref());
@@ -397,7 +398,17 @@ fn scoped_ring(app: &App, sealed: &SealedSecret) -> Result<Arc<KeyRing>, Problem
             format!("the SealedSecret names key {short} of {rings}, which does not open {place}"),
         ));
     }
-    Ok(scoped.ring)
+    Ok(scoped)
+}
+
+/// The sealing key's fingerprint for a rotate with no value to re-seal.
+fn key_for_empty(
+    ring: &KeyRing,
+    refusal: Option<&crate::state::SealingProblem>,
+) -> Result<String, Problem> {
+    ring.sealing_key()
+        .map(|k| k.id().to_string())
+        .ok_or_else(|| no_sealing_key(refusal))
 }
 
 /// `POST /v1/verify`: `200` when every item opens, `409` when one does not.
@@ -407,7 +418,7 @@ pub(super) async fn verify(AxumState(app): AxumState<App>, request: Request) -> 
         let (place, body) = admit_and_read(&app, request).await?;
         let Parsed { sealed, .. } = parse_sealed_secret(&body)?;
         let values = count_values(&sealed, app.options.max_request_items)?;
-        let ring = scoped_ring(&app, &sealed)?;
+        let ring = scoped_ring(&app, &sealed)?.ring;
         let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
@@ -439,17 +450,36 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
         let (place, body) = admit_and_read(&app, request).await?;
         let Parsed { sealed, mut raw } = parse_sealed_secret(&body)?;
         let values = count_values(&sealed, app.options.max_request_items)?;
-        let ring = scoped_ring(&app, &sealed)?;
+        let scoped = scoped_ring(&app, &sealed)?;
+        let ring = scoped.ring.clone();
         let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
         let refusal = app.state.sealing_problem();
         let resealed = rsa_job(&app, place, ring, worst_case, all, move |ring, budget| {
             let opened = open_items(&sealed, ring, accept_v1, budget)?;
-            let key = ring
-                .sealing_key()
-                .ok_or_else(|| no_sealing_key(refusal.as_ref()))?;
-            let seal = |what: &str, label: &Label, plaintext: &Plaintext| {
+            // With rings bound to namespaces, each value is re-sealed with the sealing key of
+            // the ring whose key opened it, never moved to another ring: the request's
+            // namespace is the caller's word, and a cluster-wide value re-sealed to a ring
+            // bound more widely would open where its own ring does not.
+            let key_for = |opener: &KeyId| -> Result<&kseal_keys::KeyPair, Problem> {
+                if let Some((claims, mask)) = &scoped.bound
+                    && let Some(home) = claims.home_sealing(opener, *mask)
+                {
+                    return match home {
+                        (_, Ok(id)) => scoped.full.get(id).ok_or_else(|| {
+                            no_sealing_key(refusal.as_ref())
+                        }),
+                        (ring_name, Err(why)) => Err(Problem::new(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("no key seals for ring {ring_name}, whose key opened this SealedSecret: {why}"),
+                        )),
+                    };
+                }
+                ring.sealing_key()
+                    .ok_or_else(|| no_sealing_key(refusal.as_ref()))
+            };
+            let seal = |what: &str, key: &kseal_keys::KeyPair, label: &Label, plaintext: &Plaintext| {
                 kseal_keys::seal_base64(key.public_key(), label, plaintext.expose()).map_err(|_| {
                     Problem::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -458,19 +488,31 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
                 })
             };
             let mut items = Vec::with_capacity(opened.items.len());
-            for (item, plaintext) in &opened.items {
+            let mut first_key = None;
+            for (item, plaintext, opener) in &opened.items {
+                let key = key_for(opener)?;
+                first_key.get_or_insert_with(|| key.id().to_string());
                 let label = opened.label.item(item);
                 items.push((
                     item.clone(),
-                    seal(&format!("item `{item}`"), &label, plaintext)?,
+                    seal(&format!("item `{item}`"), key, &label, plaintext)?,
                 ));
             }
-            let deprecated = opened
-                .deprecated
-                .as_ref()
-                .map(|p| seal("the deprecated field 'data'", opened.label.whole(), p))
-                .transpose()?;
-            Ok((items, deprecated, key.id().to_string()))
+            let deprecated = match &opened.deprecated {
+                None => None,
+                Some((plaintext, opener)) => {
+                    let key = key_for(opener)?;
+                    first_key.get_or_insert_with(|| key.id().to_string());
+                    Some(seal("the deprecated field 'data'", key, opened.label.whole(), plaintext)?)
+                }
+            };
+            // The annotation names the key of the first value (an object's values share their
+            // ring); with nothing to re-seal, the sealing key here.
+            let key_id = match first_key {
+                Some(id) => id,
+                None => key_for_empty(ring, refusal.as_ref())?,
+            };
+            Ok((items, deprecated, key_id))
         })
         .await
         .inspect_err(|p| tracing::debug!(object, status = %p.status, "rotate failed"))?;
