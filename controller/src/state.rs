@@ -36,6 +36,17 @@ pub struct Scoped {
 }
 
 impl Scoped {
+    /// How a loaded key is named in messages: its kid's short form (12 hex characters, as
+    /// `kseal keys list` shows kids), else its fingerprint.
+    pub fn key_name(&self, id: &kseal_keys::KeyId) -> String {
+        match self.full.get(id) {
+            Some(pair) => kseal_keystore::Kid::of(pair.public_key())
+                .short()
+                .to_owned(),
+            None => id.to_string(),
+        }
+    }
+
     /// With bound rings, when key `id` is loaded but belongs only to rings that do not open
     /// here: those rings' names and bindings, e.g. `ring kseal/prod (namespaces prod)`.
     pub fn refusal(&self, id: &kseal_keys::KeyId) -> Option<String> {

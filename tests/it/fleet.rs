@@ -106,14 +106,14 @@ fn kseal_binary() -> PathBuf {
 /// Runs `kseal` in a directory of its own, with a clean environment: dummy AWS credentials
 /// (moto checks none), region us-east-1, no instance metadata, empty AWS config files, and the
 /// emulator as `KSEAL_AWS_ENDPOINT_URL` (what `--cert secretsmanager://…` reads).
-struct Cli {
+pub(crate) struct Cli {
     bin: PathBuf,
     endpoint: String,
     dir: tempfile::TempDir,
 }
 
 impl Cli {
-    fn new(endpoint: &str) -> Self {
+    pub(crate) fn new(endpoint: &str) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         for name in ["aws-config", "aws-credentials"] {
             std::fs::write(dir.path().join(name), "").expect("an empty AWS config file");
@@ -130,7 +130,7 @@ impl Cli {
         self.dir.path().join(name)
     }
 
-    fn read(&self, name: &str) -> String {
+    pub(crate) fn read(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 
@@ -189,12 +189,12 @@ impl Cli {
     }
 
     /// [`Cli::run`] from async code (the CLI blocks; other tasks keep running).
-    fn run_blocking(&self, args: &[&str], input: Option<&str>) -> String {
+    pub(crate) fn run_blocking(&self, args: &[&str], input: Option<&str>) -> String {
         tokio::task::block_in_place(|| self.run(args, input))
     }
 
     /// `kseal keys ARGS --ring RING --endpoint-url MOTO`.
-    fn keys(&self, ring: &str, args: &[&str]) -> String {
+    pub(crate) fn keys(&self, ring: &str, args: &[&str]) -> String {
         let mut all = vec!["keys"];
         all.extend_from_slice(args);
         all.extend_from_slice(&["--ring", ring, "--endpoint-url", &self.endpoint]);
@@ -224,7 +224,7 @@ fn aws_options(endpoint: &str) -> AwsOptions {
 }
 
 /// The ring's index entries and its active entry.
-async fn index(endpoint: &str, prefix: &str) -> (Vec<IndexEntry>, IndexEntry) {
+pub(crate) async fn index(endpoint: &str, prefix: &str) -> (Vec<IndexEntry>, IndexEntry) {
     let index = open_ring(endpoint, prefix)
         .await
         .require_snapshot()
@@ -239,7 +239,7 @@ async fn index(endpoint: &str, prefix: &str) -> (Vec<IndexEntry>, IndexEntry) {
 }
 
 /// The ring's trust anchor, as `kseal keys list -o json | jq .roots[0].kid` shows it.
-async fn anchor_of(endpoint: &str, prefix: &str) -> kseal_keystore::Kid {
+pub(crate) async fn anchor_of(endpoint: &str, prefix: &str) -> kseal_keystore::Kid {
     let snapshot = open_ring(endpoint, prefix)
         .await
         .require_snapshot()
@@ -253,7 +253,7 @@ async fn anchor_of(endpoint: &str, prefix: &str) -> kseal_keystore::Kid {
 }
 
 /// The in-process controllers read AWS credentials like the real one: from the environment.
-fn require_aws_credentials() {
+pub(crate) fn require_aws_credentials() {
     let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
     assert!(
         set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY"),
@@ -458,7 +458,7 @@ async fn mirrors(client: &Client, ctrl: &str) -> BTreeMap<String, bool> {
 }
 
 /// The data of Secret `namespace/name` once the controller wrote it.
-async fn wait_data(
+pub(crate) async fn wait_data(
     client: &Client,
     cluster: &str,
     namespace: &str,
@@ -481,7 +481,7 @@ async fn wait_data(
     (secret, data)
 }
 
-async fn apply(client: &Client, ss: &SealedSecret) {
+pub(crate) async fn apply(client: &Client, ss: &SealedSecret) {
     let namespace = ss.metadata.namespace.as_deref().expect("a namespace");
     Api::<SealedSecret>::namespaced(client.clone(), namespace)
         .create(&PostParams::default(), ss)
@@ -489,11 +489,11 @@ async fn apply(client: &Client, ss: &SealedSecret) {
         .unwrap_or_else(|e| panic!("creating SealedSecret {namespace}/{}: {e}", ss.name_any()));
 }
 
-fn parse_sealed(text: &str, what: &str) -> SealedSecret {
+pub(crate) fn parse_sealed(text: &str, what: &str) -> SealedSecret {
     serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{what} is not a SealedSecret: {e}"))
 }
 
-fn hint(ss: &SealedSecret) -> &str {
+pub(crate) fn hint(ss: &SealedSecret) -> &str {
     ss.annotations()
         .get(SEALING_KEY_ANNOTATION)
         .map_or("", String::as_str)

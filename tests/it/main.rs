@@ -4,6 +4,7 @@ mod ci;
 mod examples;
 mod fleet;
 mod fleet_ack;
+mod fleet_rings;
 mod fleet_rotate;
 mod golden;
 mod names;

@@ -306,19 +306,23 @@ impl Claims {
             // A key loaded after these claims were built: not known to be any ring's.
             None => false,
             Some(Claim::Unringed) => true,
-            Some(Claim::Rings(rings)) => rings & mask != 0,
+            // Every ring that claims it must open here: a ring whose index lists another
+            // ring's kid (its seeder may be a tenant) can only narrow where that key opens,
+            // never widen it.
+            Some(Claim::Rings(rings)) => *rings != 0 && rings & !mask == 0,
         }
     }
 
-    /// The rings that claim key `id` but do not open in a namespace allowed `mask`, for a
-    /// refusal (`None`: the key opens there, or no ring claims it).
+    /// The rings that claim key `id` and do not open in a namespace allowed `mask`, for a
+    /// refusal (`None`: the key opens there, or no ring claims it; empty: a mirror of no
+    /// configured ring).
     pub fn refusing(&self, id: &KeyId, mask: u32) -> Option<Vec<&BoundRing>> {
         match self.claims.get(id) {
-            Some(Claim::Rings(rings)) if rings & mask == 0 => Some(
+            Some(Claim::Rings(rings)) if *rings == 0 || rings & !mask != 0 => Some(
                 self.rings
                     .iter()
                     .enumerate()
-                    .filter(|(i, _)| rings & (1 << i) != 0)
+                    .filter(|(i, _)| rings & !mask & (1 << i) != 0)
                     .map(|(_, r)| r)
                     .collect(),
             ),
@@ -341,19 +345,56 @@ impl Claims {
         }
     }
 
-    /// For a value key `opener` opened in a namespace allowed `mask`: the first ring (in
-    /// `--key-source` order) that claims `opener` and opens there, with its sealing key or
-    /// why it has none. `None` when no ring claims `opener` (the controller's own key).
-    pub fn home_sealing(
-        &self,
-        opener: &KeyId,
-        mask: u32,
-    ) -> Option<(&str, &Result<KeyId, String>)> {
+    /// For a value key `opener` opened: the one ring that claims it, with its sealing key or
+    /// why it has none; an error naming the rings when several do (which one the value
+    /// belongs to is not known, and re-sealing with the wrong one could move it to a ring that
+    /// opens more widely). `None` when no ring claims `opener` (the controller's own key).
+    pub fn home_sealing(&self, opener: &KeyId) -> Option<(&str, Result<&KeyId, String>)> {
         let Some(Claim::Rings(rings)) = self.claims.get(opener) else {
             return None;
         };
-        let i = (0..self.rings.len()).find(|i| rings & mask & (1 << i) != 0)?;
-        Some((self.rings[i].name.as_str(), self.sealing.get(i)?))
+        let claiming: Vec<usize> = (0..self.rings.len())
+            .filter(|i| rings & (1 << i) != 0)
+            .collect();
+        if let [i] = claiming.as_slice() {
+            let sealing = match self.sealing.get(*i) {
+                Some(Ok(id)) => Ok(id),
+                Some(Err(why)) => Err(why.clone()),
+                None => Err("no key of the ring is loaded".to_owned()),
+            };
+            return Some((self.rings[*i].name.as_str(), sealing));
+        }
+        let names: Vec<&str> = claiming
+            .iter()
+            .map(|i| self.rings[*i].name.as_str())
+            .collect();
+        Some((
+            "",
+            Err(format!(
+                "the key that opened it is listed by rings {}, so which ring the value belongs to is not known; seal it again with `kseal seal --cert` for its ring",
+                names.join(" and ")
+            )),
+        ))
+    }
+
+    /// The keys listed by more than one ring, with those rings' names (such a key opens only
+    /// where all of them open; the loader warns).
+    pub fn shared_keys(&self) -> Vec<(&KeyId, Vec<&str>)> {
+        self.claims
+            .iter()
+            .filter_map(|(id, claim)| match claim {
+                Claim::Rings(r) if r.count_ones() > 1 => Some((
+                    id,
+                    self.rings
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| r & (1 << i) != 0)
+                        .map(|(_, ring)| ring.name.as_str())
+                        .collect(),
+                )),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The sealing key of ring `name`, or why it has none (`None`: no such ring).
@@ -526,15 +567,64 @@ mod tests {
         assert!(!claims.key_allowed(pair(4).id(), u32::MAX));
         // Re-sealing keeps a value in the ring that opened it: a team-a value re-seals with
         // team-a's key even where the shared ring seals by default.
-        let (home, sealing) = claims.home_sealing(team.id(), in_team).unwrap();
-        assert_eq!(
-            (home, sealing.as_ref().unwrap()),
-            ("kseal/team-a", team.id())
+        let (home, sealing) = claims.home_sealing(team.id()).unwrap();
+        assert_eq!((home, sealing.unwrap()), ("kseal/team-a", team.id()));
+        assert_eq!(claims.home_sealing(shared.id()).unwrap().0, "kseal/shared");
+        assert!(claims.home_sealing(local.id()).is_none());
+        assert!(claims.shared_keys().is_empty());
+    }
+
+    /// A ring whose index another party writes (a tenant's seeder) lists the kid of a key of
+    /// a ring bound elsewhere, as a key or as retired: the key then opens only where both
+    /// rings open (here nowhere), never in the tenant's namespaces.
+    #[test]
+    fn a_ring_listing_another_rings_key_narrows_it_never_widens_it() {
+        let (prod, tenant) = (pair(0), pair(1));
+        let full: KeyRing = [&prod, &tenant].into_iter().cloned().collect();
+        let bound = |ns: &str| {
+            Some(RingBinding {
+                namespaces: BTreeSet::from([ns.to_owned()]),
+                selector: None,
+            })
+        };
+        let rings: Arc<[BoundRing]> = Arc::from(vec![
+            BoundRing {
+                name: "kseal/prod".into(),
+                binding: bound("prod"),
+            },
+            BoundRing {
+                name: "kseal/tenant-b".into(),
+                binding: bound("tenant-b"),
+            },
+        ]);
+        let claims = Claims::build(
+            rings,
+            [
+                // Listed by prod's index and by tenant-b's.
+                LoadedKey {
+                    id: prod.id().clone(),
+                    listed_by: 0b11,
+                    mirror_of: Some(Some("kseal/prod".into())),
+                },
+                LoadedKey {
+                    id: tenant.id().clone(),
+                    listed_by: 0b10,
+                    mirror_of: Some(Some("kseal/tenant-b".into())),
+                },
+            ],
+            vec![Ok(prod.id().clone()), Ok(tenant.id().clone())],
         );
+        let in_tenant = claims.allowed("tenant-b", None);
+        assert!(!claims.key_allowed(prod.id(), in_tenant));
+        assert!(claims.restrict(&full, in_tenant).get(prod.id()).is_none());
         assert_eq!(
-            claims.home_sealing(shared.id(), in_team).unwrap().0,
-            "kseal/shared"
+            claims.refusing(prod.id(), in_tenant).unwrap()[0].name,
+            "kseal/prod"
         );
-        assert!(claims.home_sealing(local.id(), in_team).is_none());
+        assert!(!claims.key_allowed(prod.id(), claims.allowed("prod", None)));
+        assert!(claims.key_allowed(tenant.id(), in_tenant));
+        // Rotate will not pick one of the two rings for it.
+        assert!(claims.home_sealing(prod.id()).unwrap().1.is_err());
+        assert_eq!(claims.shared_keys().len(), 1);
     }
 }

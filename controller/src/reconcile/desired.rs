@@ -190,7 +190,7 @@ pub(super) async fn unseal(
         return Err(Error::RingBinding {
             reason: format!(
                 "it names key {} of {rings}, which does not open in namespace {namespace}",
-                short_id(&hint)
+                scoped.key_name(&hint)
             ),
             source: None,
         });
@@ -414,9 +414,4 @@ fn not_tried_here(scoped: &crate::state::Scoped) -> Option<String> {
     } else {
         rings.join(", ")
     })
-}
-
-/// A key's short form in messages (its first 12 hex characters, as kids are shown).
-fn short_id(id: &KeyId) -> String {
-    id.to_string().chars().take(12).collect()
 }

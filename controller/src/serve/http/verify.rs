@@ -387,7 +387,7 @@ fn scoped_ring(app: &App, sealed: &SealedSecret) -> Result<crate::state::Scoped,
         && scoped.ring.get(&hint).is_none()
         && let Some(rings) = scoped.refusal(&hint)
     {
-        let short: String = hint.to_string().chars().take(12).collect();
+        let short = scoped.key_name(&hint);
         let place = if namespace.is_empty() {
             "without a namespace".to_owned()
         } else {
@@ -463,13 +463,14 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
             // namespace is the caller's word, and a cluster-wide value re-sealed to a ring
             // bound more widely would open where its own ring does not.
             let key_for = |opener: &KeyId| -> Result<&kseal_keys::KeyPair, Problem> {
-                if let Some((claims, mask)) = &scoped.bound
-                    && let Some(home) = claims.home_sealing(opener, *mask)
+                if let Some((claims, _)) = &scoped.bound
+                    && let Some(home) = claims.home_sealing(opener)
                 {
                     return match home {
                         (_, Ok(id)) => scoped.full.get(id).ok_or_else(|| {
                             no_sealing_key(refusal.as_ref())
                         }),
+                        ("", Err(why)) => Err(Problem::new(StatusCode::CONFLICT, format!("cannot re-seal: {why}"))),
                         (ring_name, Err(why)) => Err(Problem::new(
                             StatusCode::SERVICE_UNAVAILABLE,
                             format!("no key seals for ring {ring_name}, whose key opened this SealedSecret: {why}"),
