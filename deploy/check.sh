@@ -329,6 +329,115 @@ PY
   # A Secrets Manager ring needs its trust anchor (no trust on first use at every start).
   refused "keySource.ringAnchor is required" --set keySource.url=secretsmanager://kseal/fleet
   refused "expected a kid" --set keySource.url=secretsmanager://kseal/fleet --set keySource.ringAnchor=abc
+  # Several rings (deploy/helm/testdata/several-rings-values.yaml): one --key-source per ring,
+  # keySource.url first; the further rings' pins as RING=KID (RING: the Secrets Manager prefix
+  # without scheme, ?region= and trailing slash; kseal/fleet for dir:); both kinds of binding;
+  # get/list/watch on namespaces, in a ClusterRole of their own, because a ring has a selector.
+  RINGS_VALUES=deploy/helm/testdata/several-rings-values.yaml
+  "$helm" lint --strict "$CHART" --namespace "$NS" -f "$RINGS_VALUES" >"$work/lint.out" 2>&1 ||
+    fail "helm lint --strict -f $RINGS_VALUES: $(cat "$work/lint.out")"
+  helm_render helm-several-rings -f "$RINGS_VALUES"
+  dry+=(helm-several-rings)
+  expect_kinds helm-several-rings "ClusterRole ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ClusterRoleBinding CustomResourceDefinition Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service Service ServiceAccount"
+  python3 - "${rendered[helm-several-rings]}" "$NS" <<'PY' || fail "the chart with $RINGS_VALUES renders other ring flags or RBAC (above)"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+got = [a for a in args if a.startswith(("--key-source=", "--ring-"))]
+want = [
+    "--key-source=secretsmanager://kseal/shared?region=eu-west-1",
+    "--key-source=asm://kseal/team-a/",
+    "--key-source=dir:///etc/kseal/ring",
+    "--ring-anchor=4034c72f56d5236d32b909de25579bc93dd6e075a4204efe04465127cb959771",
+    "--ring-anchor=kseal/team-a=8f3c2e1d0b9a88776655443322110000ffeeddccbbaa99887766554433221100",
+    "--ring-namespace-selector=kseal/shared=kseal.dev/tenant in (shared,platform)",
+    "--ring-namespaces=kseal/team-a=team-a,team-a-staging",
+    "--ring-namespaces=kseal/fleet=sandbox",
+    "--ring-namespace-selector=kseal/fleet=kseal.dev/tenant=sandbox",
+]
+if got != want:
+    sys.exit(f"ring flags:\n  got  {got}\n  want {want}")
+named = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+role = named.get(("ClusterRole", "kseal-controller-namespaces"))
+rules = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]
+if not role or role["rules"] != rules:
+    sys.exit(f"ClusterRole kseal-controller-namespaces: {role and role['rules']}, expected {rules}")
+binding = named.get(("ClusterRoleBinding", "kseal-controller-namespaces"))
+subjects = [{"kind": "ServiceAccount", "name": "kseal-controller", "namespace": sys.argv[2]}]
+if not binding or binding["roleRef"]["name"] != "kseal-controller-namespaces" or binding["subjects"] != subjects:
+    sys.exit(f"ClusterRoleBinding kseal-controller-namespaces: {binding}")
+for d in docs:
+    for rule in d.get("rules") or []:
+        if "namespaces" in rule["resources"] and d["metadata"]["name"] not in ("kseal-controller-namespaces", "kseal-controller-cluster-id"):
+            sys.exit(f"{d['kind']} {d['metadata']['name']} grants namespaces: {rule}")
+PY
+  # Least privilege: a binding by names alone (no selector), or no binding, grants nothing on
+  # namespaces beyond the cluster id's kube-system; a selector does also when the controller
+  # watches some namespaces only (the Namespace watch is cluster-wide); rbac.create=false none.
+  for values in "${key_source[*]}" "--set keySource.url=dir:///etc/kseal/ring --set keySource.namespaces={team-a}"; do
+    # shellcheck disable=SC2086 # the sets are split on purpose
+    "$helm" template kseal "$CHART" --namespace "$NS" $values >"$work/ns.yaml" 2>&1 || fail "helm template $values: $(cat "$work/ns.yaml")"
+    if grep -q 'name: kseal-controller-namespaces' "$work/ns.yaml"; then fail "helm template $values grants namespaces without a namespace selector"; fi
+  done
+  grep -qF -- '- "--ring-namespaces=kseal/fleet=team-a"' "$work/ns.yaml" ||
+    fail "keySource.namespaces with a dir: ring does not render --ring-namespaces=kseal/fleet=team-a"
+  "$helm" template kseal "$CHART" --namespace "$NS" --set watch.allNamespaces=false --set keySource.url=dir:///etc/kseal/ring \
+    --set keySource.namespaceSelector=kseal.dev/tenant=a >"$work/ns.yaml" 2>&1 || fail "helm template (namespaced, selector): $(cat "$work/ns.yaml")"
+  grep -q 'name: kseal-controller-namespaces' "$work/ns.yaml" || fail "a namespace selector with watch.allNamespaces=false grants no list/watch on namespaces"
+  "$helm" template kseal "$CHART" --namespace "$NS" --set rbac.create=false -f "$RINGS_VALUES" >"$work/ns.yaml" 2>&1 ||
+    fail "helm template rbac.create=false -f $RINGS_VALUES: $(cat "$work/ns.yaml")"
+  if grep -q 'kind: ClusterRole' "$work/ns.yaml"; then fail "rbac.create=false with ring selectors renders a ClusterRole"; fi
+  # The controller reads the rendered flags as the chart meant them (same ring names, same
+  # bindings): its start-up line, before it fails to reach a cluster (none given).
+  controller_bin=${KSEAL_CONTROLLER_BIN:-target/debug/kseal-controller}
+  if [[ -x "$controller_bin" ]]; then
+    mapfile -t ring_args < <(python3 -c 'import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "Deployment":
+        print("\n".join(d["spec"]["template"]["spec"]["containers"][0]["args"]))' "${rendered[helm-several-rings]}")
+    (cd "$work" && POD_NAMESPACE=$NS KUBECONFIG=/nonexistent timeout 20 "$root/$controller_bin" "${ring_args[@]}") >"$work/controller.out" 2>&1 || true
+    for want in 'more_key_sources=["secretsmanager://kseal/team-a", "dir:///etc/kseal/ring"]' \
+      'ring_bindings=["kseal/fleet: namespaces sandbox and namespaces labelled kseal.dev/tenant=sandbox", "kseal/shared: namespaces labelled kseal.dev/tenant in (shared,platform)", "kseal/team-a: namespaces team-a, team-a-staging"]'; do
+      grep -qF -- "$want" "$work/controller.out" || fail "$controller_bin with the chart's ring flags: expected '$want', got: $(cat "$work/controller.out")"
+    done
+    ring_check="; $controller_bin reads the rendered rings and bindings as meant"
+  elif [[ "${CI:-}" == true ]]; then
+    fail "no $controller_bin (cargo build -p kseal-controller) to read the chart's ring flags"
+  else
+    ring_check="; SKIPPED reading them with the controller (no $controller_bin)"
+  fi
+  # Refused: further rings without keySource.url, two rings of one name, a binding or an item
+  # without a url, a further Secrets Manager ring without its anchor (each names the ring).
+  anchor=4034c72f56d5236d32b909de25579bc93dd6e075a4204efe04465127cb959771
+  shared=(--set keySource.url=secretsmanager://kseal/shared --set "keySource.ringAnchor=$anchor")
+  refused "keySource.moreRings lists further rings, and keySource.url is empty" --set 'keySource.moreRings[0].url=dir:///etc/kseal/ring'
+  refused 'keySource.moreRings[0].url "asm://kseal/shared/?region=eu-west-1" is ring kseal/shared, as keySource.url is' "${shared[@]}" \
+    --set 'keySource.moreRings[0].url=asm://kseal/shared/?region=eu-west-1' --set "keySource.moreRings[0].ringAnchor=$anchor"
+  refused 'keySource.moreRings[1].url "dir:///b" is ring kseal/fleet, as keySource.moreRings[0].url is' "${shared[@]}" \
+    --set 'keySource.moreRings[0].url=dir:///a' --set 'keySource.moreRings[1].url=dir:///b'
+  refused "keySource.namespaces and keySource.namespaceSelector bind the ring of keySource.url to namespaces, and keySource.url is empty" \
+    --set 'keySource.namespaces={team-a}'
+  refused "keySource.namespaces and keySource.namespaceSelector bind the ring of keySource.url to namespaces, and keySource.url is empty" \
+    --set keySource.namespaceSelector=kseal.dev/tenant=a
+  refused "keySource.moreRings[0]: namespaces and namespaceSelector bind a ring to namespaces, and this ring's url is empty" "${shared[@]}" \
+    --set 'keySource.moreRings[0].namespaces={team-a}'
+  refused "keySource.moreRings[0]: namespaces and namespaceSelector bind a ring to namespaces, and this ring's url is empty" "${shared[@]}" \
+    --set 'keySource.moreRings[0].namespaceSelector=kseal.dev/tenant=a'
+  refused "keySource.moreRings[1].url is empty" "${shared[@]}" --set 'keySource.moreRings[0].url=dir:///a' --set 'keySource.moreRings[1].ringAnchor=x'
+  refused "keySource.moreRings[0].ringAnchor is required for ring kseal/team-a" "${shared[@]}" --set 'keySource.moreRings[0].url=secretsmanager://kseal/team-a'
+  refused "keySource.moreRings[0].ringAnchor is required for ring kseal/team-a" "${shared[@]}" --set 'keySource.moreRings[0].url=kseal/team-a' \
+    --set "extraArgs={--ring-anchor=kseal/other=$anchor}"
+  refused 'keySource.moreRings[0].ringAnchor "abc" (ring kseal/team-a): expected a kid' "${shared[@]}" \
+    --set 'keySource.moreRings[0].url=secretsmanager://kseal/team-a' --set 'keySource.moreRings[0].ringAnchor=abc'
+  refused 'keySource.moreRings[0].url "s3://kseal/team-a": expected secretsmanager://' "${shared[@]}" --set 'keySource.moreRings[0].url=s3://kseal/team-a'
+  refused "keySource.ringAnchor is required for ring kseal/shared" --set keySource.url=kseal/shared
+  refused "at '/keySource/moreRings/0': additional properties 'anchor' not allowed" "${shared[@]}" --set 'keySource.moreRings[0].anchor=x'
+  refused "at '/keySource/namespaces/0': 'Team_A' does not match pattern" "${shared[@]}" --set 'keySource.namespaces={Team_A}'
+  # A further ring's pin may come as --ring-anchor=RING=KID in extraArgs.
+  "$helm" template kseal "$CHART" --namespace "$NS" "${shared[@]}" --set 'keySource.moreRings[0].url=kseal/team-a' \
+    --set "extraArgs={--ring-anchor=kseal/team-a=$anchor}" >/dev/null 2>"$work/refused.out" ||
+    fail "helm template with a further ring pinned in extraArgs: $(cat "$work/refused.out")"
+  log "ok: helm: several rings render one --key-source each, their pins and bindings ($RINGS_VALUES) and namespaces get/list/watch only with a selector$ring_check; 15 refusals of several-ring values, each with its message"
   # values.schema.json: an unknown value is refused (top level and nested); Bitnami's chart's
   # value names are refused with kseal's names (templates/_helpers.tpl, docs/bitnami.md).
   refused "additional properties 'secretname' not allowed" --set secretname=x
@@ -525,9 +634,18 @@ key_mirror() { # key_mirror yes|no: what mirroring a remote key ring (--key-sour
   can no deletecollection secrets -n "$NS"
   for verb in patch delete; do can no "$verb" secrets -n "$APP_NS"; done
 }
-never() { # never [key-mirror]: what the controller does not use, and must not have, in any
-  # setup; with key-mirror, Secret patch and delete in the controller namespace are expected
-  local verb ns mirror=${1:-}
+never() { # never [key-mirror] [namespaces]: what the controller does not use, and must not
+  # have, in any setup; with key-mirror, Secret patch and delete in the controller namespace
+  # are expected; with namespaces (a ring bound by a namespace selector), get/list/watch on
+  # namespaces
+  local verb ns mirror="" namespaces="" flag
+  for flag in "$@"; do
+    case $flag in
+    key-mirror) mirror=1 ;;
+    namespaces) namespaces=1 ;;
+    *) fail "never: unknown flag $flag" ;;
+    esac
+  done
   for ns in "$NS" "$APP_NS"; do
     for verb in patch delete deletecollection; do
       if [[ -n "$mirror" && "$ns" == "$NS" && "$verb" != deletecollection ]]; then continue; fi
@@ -541,7 +659,10 @@ never() { # never [key-mirror]: what the controller does not use, and must not h
     can no create pods --subresource=exec -n "$ns"
     can no create rolebindings.rbac.authorization.k8s.io -n "$ns"
   done
-  for verb in get list; do can no "$verb" namespaces; done
+  if [[ -z "$namespaces" ]]; then
+    for verb in get list watch; do can no "$verb" namespaces; done
+  fi
+  for verb in create update patch delete; do can no "$verb" namespaces; done
   for verb in list watch delete patch; do can no "$verb" leases.coordination.k8s.io -n "$NS"; done
   for verb in get update; do can no "$verb" leases.coordination.k8s.io/someone-else -n "$NS"; done
   can no create leases.coordination.k8s.io -n "$APP_NS"
@@ -723,6 +844,25 @@ if [[ -n "$helm" ]]; then
   expect_jp '{.spec.template.spec.containers[0].env[?(@.name=="AWS_ENDPOINT_URL_SECRETS_MANAGER")].value}' \
     https://secretsmanager.eu-west-1.amazonaws.com
   log "ok: Helm chart (keySource.url, keySource.aws.*, IRSA annotation): $checks can-i checks"
+
+  # Several rings, one bound by a namespace selector: the Namespace watch, nothing more.
+  drop_rbac
+  sapply -f "${rendered[helm-several-rings]}"
+  checks=0
+  unseals_in yes "$APP_NS"
+  unseals_everywhere yes
+  own_namespace
+  key_mirror yes
+  never key-mirror namespaces
+  for verb in get list watch; do can yes "$verb" namespaces; done
+  cert_proxy no
+  settle
+  as_sa get namespaces -o name >"$work/ns.out" || fail "the controller cannot list namespaces with a ring namespace selector"
+  grep -qx "namespace/$APP_NS" "$work/ns.out" || fail "listing namespaces as the controller: $APP_NS missing from $(cat "$work/ns.out")"
+  forbidden_as_sa label namespace "$APP_NS" kseal.dev/tenant=check
+  expect_jp '{.spec.template.spec.containers[0].args[?(@=="--ring-namespaces=kseal/team-a=team-a,team-a-staging")]}' \
+    --ring-namespaces=kseal/team-a=team-a,team-a-staging
+  log "ok: Helm chart (several rings, $RINGS_VALUES): $checks can-i checks; namespaces listed as the controller, not labelled"
 fi
 
 # --- 5. the fleet bootstrap examples (deploy/examples/fleet) --------------------------------

@@ -64,6 +64,43 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- join "," $items -}}
 {{- end -}}
 
+{{/* The name of the ring at a --key-source URL, as the controller names it (its
+config::ring_name): the Secrets Manager prefix (secretsmanager:// or asm:// and ?region=...
+removed, trailing slashes too; a bare prefix is itself), kseal/fleet for a directory (dir:). */}}
+{{- define "kseal.ringName" -}}
+{{- $url := trim (toString .) -}}
+{{- if hasPrefix "dir:" $url -}}
+kseal/fleet
+{{- else -}}
+{{- regexReplaceAll "/+$" (regexReplaceAll "\\?.*$" (regexReplaceAll "^(secretsmanager|asm)://" $url "") "") "" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The --key-source rings as JSON (fromJsonArray): keySource.url first (it seals by default),
+then each keySource.moreRings item with a url, as {name, url, ringAnchor, namespaces,
+namespaceSelector, at} ("at": where the values give it, for messages). */}}
+{{- define "kseal.rings" -}}
+{{- $rings := list -}}
+{{- $ks := .Values.keySource -}}
+{{- with $ks.url -}}
+{{- $rings = append $rings (dict "name" (include "kseal.ringName" .) "url" (trim .) "ringAnchor" ($ks.ringAnchor | default "") "namespaces" ($ks.namespaces | default list) "namespaceSelector" (trim ($ks.namespaceSelector | default "")) "at" "keySource") -}}
+{{- end -}}
+{{- range $i, $r := $ks.moreRings -}}
+{{- with $r.url -}}
+{{- $rings = append $rings (dict "name" (include "kseal.ringName" .) "url" (trim .) "ringAnchor" ($r.ringAnchor | default "") "namespaces" ($r.namespaces | default list) "namespaceSelector" (trim ($r.namespaceSelector | default "")) "at" (printf "keySource.moreRings[%d]" $i)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $rings -}}
+{{- end -}}
+
+{{/* Whether a ring is bound by a namespace selector (the controller then lists and watches
+Namespaces cluster-wide). */}}
+{{- define "kseal.ringNamespaceSelector" -}}
+{{- range include "kseal.rings" . | fromJsonArray -}}
+{{- if .namespaceSelector -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Refuses values that cannot work together; included by the Deployment. */}}
 {{- define "kseal.validate" -}}
 {{- include "kseal.bitnamiValues" . -}}
@@ -72,10 +109,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "image.digest %q: expected sha256: and 64 lowercase hex digits" .) -}}
 {{- end -}}
 {{- end -}}
-{{- with .Values.keySource.url -}}
-{{- if not (or (hasPrefix "secretsmanager://" .) (hasPrefix "dir://" .)) -}}
-{{- fail (printf "keySource.url %q: expected secretsmanager://<ring>[?region=...] or dir:///<path>" .) -}}
+{{- $ks := .Values.keySource -}}
+{{- if and $ks.moreRings (not $ks.url) -}}
+{{- fail "keySource.moreRings lists further rings, and keySource.url is empty: keySource.url is the first ring (it seals by default); set it, or move one of keySource.moreRings there" -}}
 {{- end -}}
+{{- if and (not $ks.url) (or $ks.namespaces $ks.namespaceSelector) -}}
+{{- fail "keySource.namespaces and keySource.namespaceSelector bind the ring of keySource.url to namespaces, and keySource.url is empty: set keySource.url, or drop the binding" -}}
+{{- end -}}
+{{- range $i, $r := $ks.moreRings -}}
+{{- if not $r.url -}}
+{{- if or $r.namespaces $r.namespaceSelector -}}
+{{- fail (printf "keySource.moreRings[%d]: namespaces and namespaceSelector bind a ring to namespaces, and this ring's url is empty: set keySource.moreRings[%d].url, or drop the item" $i $i) -}}
+{{- end -}}
+{{- fail (printf "keySource.moreRings[%d].url is empty: each further ring needs its url (secretsmanager://<ring>[?region=...] or dir:///<path>)" $i) -}}
+{{- end -}}
+{{- end -}}
+{{- with $ks.url -}}
 {{- $generate := $.Values.keys.generateIfMissing -}}
 {{- range $.Values.extraArgs -}}
 {{- if and (hasPrefix "--generate-key-if-missing" (toString .)) (ne (toString .) "--generate-key-if-missing=false") -}}
@@ -90,24 +139,50 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if $generate -}}
 {{- fail "keySource.url is set, so the keys come from the key ring: in-cluster key generation (keys.generateIfMissing, or --generate-key-if-missing / KSEAL_GENERATE_KEY_IF_MISSING in extraArgs / extraEnv) must stay off" -}}
 {{- end -}}
-{{- $anchor := $.Values.keySource.ringAnchor -}}
+{{- end -}}
+{{- /* Anchors given as flags in extraArgs / extraEnv ([RING=]KID; a bare KID pins the first ring). */ -}}
+{{- $flagAnchors := list -}}
 {{- range $i, $arg := $.Values.extraArgs -}}
 {{- if hasPrefix "--ring-anchor=" (toString $arg) -}}
-{{- $anchor = trimPrefix "--ring-anchor=" (toString $arg) -}}
+{{- $flagAnchors = append $flagAnchors (trimPrefix "--ring-anchor=" (toString $arg)) -}}
 {{- else if and (eq (toString $arg) "--ring-anchor") (lt (add1 $i) (len $.Values.extraArgs)) -}}
-{{- $anchor = toString (index $.Values.extraArgs (add1 $i)) -}}
+{{- $flagAnchors = append $flagAnchors (toString (index $.Values.extraArgs (add1 $i))) -}}
 {{- end -}}
 {{- end -}}
 {{- range $.Values.extraEnv -}}
 {{- if eq (toString .name) "KSEAL_RING_ANCHOR" -}}
-{{- $anchor = toString .value -}}
+{{- $flagAnchors = append $flagAnchors (toString .value) -}}
 {{- end -}}
 {{- end -}}
-{{- if and (hasPrefix "secretsmanager://" .) (not $anchor) -}}
-{{- fail "keySource.ringAnchor is required with a secretsmanager:// key source: without it each controller start would trust whatever history the store holds (trust on first use), including one rooted at a key an attacker holds. Set it to the ring's anchor kid: `kseal keys trust --ring <ring>` prints it" -}}
+{{- $seen := dict -}}
+{{- range $n, $ring := include "kseal.rings" . | fromJsonArray -}}
+{{- $url := $ring.url -}}
+{{- if not (or (hasPrefix "secretsmanager://" $url) (hasPrefix "asm://" $url) (hasPrefix "dir:" $url) (not (contains "://" $url))) -}}
+{{- fail (printf "%s.url %q: expected secretsmanager://<ring>[?region=...] or dir:///<path>" $ring.at $url) -}}
+{{- end -}}
+{{- $sm := not (hasPrefix "dir:" $url) -}}
+{{- if and $sm (not (regexMatch "^[A-Za-z0-9_+=.@-]+(/[A-Za-z0-9_+=.@-]+)*$" $ring.name)) -}}
+{{- fail (printf "%s.url %q: the ring prefix %q is not a Secrets Manager name (letters, digits and /_+=.@-, no empty path segment)" $ring.at $url $ring.name) -}}
+{{- end -}}
+{{- with get $seen $ring.name -}}
+{{- fail (printf "%s.url %q is ring %s, as %s.url is: a ring's name is its Secrets Manager prefix and every dir: ring is kseal/fleet, so each ring is given once (at most one directory ring per controller)" $ring.at $url $ring.name .) -}}
+{{- end -}}
+{{- $_ := set $seen $ring.name $ring.at -}}
+{{- $anchor := $ring.ringAnchor -}}
+{{- range $flagAnchors -}}
+{{- if contains "=" . -}}
+{{- if eq (regexReplaceAll "=[^=]*$" . "") $ring.name -}}
+{{- $anchor = regexReplaceAll "^.*=" . "" -}}
+{{- end -}}
+{{- else if eq $n 0 -}}
+{{- $anchor = . -}}
+{{- end -}}
+{{- end -}}
+{{- if and $sm (not $anchor) -}}
+{{- fail (printf "%s.ringAnchor is required for ring %s (a secretsmanager:// key source): without it each controller start would trust whatever history the store holds (trust on first use), including one rooted at a key an attacker holds. Set it to the ring's anchor kid: `kseal keys trust --ring %s` prints it" $ring.at $ring.name $ring.name) -}}
 {{- end -}}
 {{- if and $anchor (not (regexMatch "^[0-9a-f]{64}$" (toString $anchor))) -}}
-{{- fail (printf "keySource.ringAnchor %q: expected a kid, 64 lowercase hex characters (`kseal keys trust --ring <ring>` prints it)" (toString $anchor)) -}}
+{{- fail (printf "%s.ringAnchor %q (ring %s): expected a kid, 64 lowercase hex characters (`kseal keys trust --ring %s` prints it)" $ring.at (toString $anchor) $ring.name $ring.name) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
