@@ -855,6 +855,7 @@ pub async fn run(
         key_source: config.key_source.is_some(),
         last_verified: None,
         last_verified_more: Vec::new(),
+        shared_keys_warned: Vec::new(),
         loaded: false,
     };
     let mut requests_open = true;
@@ -915,6 +916,8 @@ struct Loader<'a> {
     last_verified: Option<Kid>,
     /// The same for each further `--key-source` ring.
     last_verified_more: Vec<Option<Kid>>,
+    /// The keys listed by several rings, as last warned about.
+    shared_keys_warned: Vec<String>,
     /// Whether the first snapshot has been published.
     loaded: bool,
 }
@@ -1065,7 +1068,24 @@ impl Loader<'_> {
                 ring_state.readiness.key_source_mirror_found();
             }
         }
-        Some(binding::Claims::build(bound, loaded, sealing))
+        let claims = binding::Claims::build(bound, loaded, sealing);
+        // A key listed by several rings opens only where all of them open: say so once per
+        // change (a ring whose seeder lists another ring's kid narrows that key).
+        let shared: Vec<String> = claims
+            .shared_keys()
+            .into_iter()
+            .map(|(id, rings)| format!("{id} ({})", rings.join(", ")))
+            .collect();
+        if shared != self.shared_keys_warned {
+            if !shared.is_empty() {
+                tracing::warn!(
+                    keys = ?shared,
+                    "keys listed by more than one ring open only where every ring listing them opens"
+                );
+            }
+            self.shared_keys_warned = shared;
+        }
+        Some(claims)
     }
 
     /// With in-cluster key generation on, generates and stores a key when one is requested or
