@@ -1,23 +1,24 @@
-//! Several fleet rings in one controller, one of them bound to a namespace (issue 36), end to
-//! end: two rings in AWS Secrets Manager (the moto emulator), seeded and pinned with `kseal
+//! Several fleet rings in one controller, each bound to a namespace of its own (issue 36), end
+//! to end: two rings in AWS Secrets Manager (the moto emulator), seeded and pinned with `kseal
 //! keys push` / `kseal keys trust`; a controller started from real flags, `--key-source
 //! secretsmanager://SHARED --key-source secretsmanager://TEAM --ring-anchor SHARED=KID
-//! --ring-anchor TEAM=KID --ring-namespaces TEAM=<team namespace>`.
+//! --ring-anchor TEAM=KID --ring-namespaces TEAM=<team namespace> --ring-namespaces
+//! SHARED=<other namespace>`.
 //!
-//! 1. Namespaces: the team's (TEAM is bound to it) and another one (bound to nothing). The
-//!    shared ring is unbound.
+//! 1. Namespaces: the team's (TEAM is bound to it) and another one (SHARED is bound to it).
 //! 2. `kseal seal --cert secretsmanager://TEAM` seals a cluster-wide and a strict value for the
 //!    team namespace; `--cert secretsmanager://SHARED` one value for each namespace. The team
-//!    values open in the team namespace, the shared ones in both.
+//!    values open in the team namespace, the shared value in the other one; the shared value
+//!    sealed for the team namespace is refused there, naming SHARED's binding.
 //! 3. The very same cluster-wide TEAM SealedSecret (same `encryptedData`: its scope lets it open
 //!    anywhere) applied in the other namespace, with the `kseal.dev/sealing-key` hint `kseal
 //!    seal` wrote, without it, and with a hint forged to name the shared ring's key (the
 //!    attacker who may create SealedSecrets there): no Secret, and `Synced=False` names the
 //!    binding, never the value.
 //! 4. The certificates: `GET /v1/cert.pem?ring=TEAM` (the controller's real HTTP server) is
-//!    what `kseal cert --cert secretsmanager://TEAM` prints, `?ring=SHARED` and `?namespace=`
-//!    the shared ring's (the first ring seals by default), `?ring=<unknown>` a 404 naming the
-//!    rings, `/v1/certs` lists the rings with their sealing keys and bindings; the state's
+//!    what `kseal cert --cert secretsmanager://TEAM` prints, `?ring=SHARED` the shared ring's,
+//!    `?namespace=NS` the certificate of the ring bound to NS, `?ring=<unknown>` a 404 naming
+//!    the rings, `/v1/certs` lists the rings with their sealing keys and bindings; the state's
 //!    claims say the same.
 //! 5. A controller with the shared ring only (no binding) builds no claims, and the shared
 //!    values open in both namespaces as before.
@@ -502,11 +503,14 @@ async fn run(endpoint: &str, client: Client) {
         assert_eq!(hint(ss), shared_fp, "sealed with the shared ring's key");
     }
 
-    // The controller, from its flags: both rings pinned, TEAM bound to the team namespace.
+    // The controller, from its flags: both rings pinned, each bound to a namespace of its
+    // own: TEAM to the team namespace, SHARED to the other one.
     let mut flags: Vec<String> = shared.flags().into_iter().chain(team.flags()).collect();
     flags.extend([
         "--ring-namespaces".to_owned(),
         format!("{}={}", team.name, names.team),
+        "--ring-namespaces".to_owned(),
+        format!("{}={}", shared.name, names.other),
     ]);
     let watched = [names.team.as_str(), names.other.as_str()];
     let bound = Controller::start(&client, &names.ctrl, &watched, endpoint, &flags).await;
@@ -524,12 +528,17 @@ async fn run(endpoint: &str, client: Client) {
     assert_eq!(got, data(&values.team_cw), "the team's cluster-wide value");
     let (_, got) = wait_data(&client, "bound", &names.team, "team-strict").await;
     assert_eq!(got, data(&values.team_strict), "the team's strict value");
-    let (shared_team_secret, got) = wait_data(&client, "bound", &names.team, "shared").await;
-    assert_eq!(
-        got,
-        data(&values.shared_team),
-        "the shared value in the team namespace"
+    // The shared ring's value sealed for the team namespace is not opened there: that ring
+    // is bound to the other namespace only.
+    let message = wait_refused(&client, &names.team, "shared").await;
+    assert!(
+        message.contains(&format!(
+            "ring {} (bound to namespaces {})",
+            shared.name, names.other
+        )) && message.contains(&format!("does not open in namespace {}", names.team)),
+        "the shared value's refusal in the team namespace names the shared ring's binding: {message}"
     );
+    values.assert_absent(&message, "the shared value's status in the team namespace");
     let (shared_other_secret, got) = wait_data(&client, "bound", &names.other, "shared").await;
     assert_eq!(
         got,
@@ -620,8 +629,8 @@ async fn run(endpoint: &str, client: Client) {
     assert_eq!(claims.rings_of(&team_id), [team.name.as_str()]);
     assert_eq!(
         scoped_sealing(&bound.state, &names.team).as_deref(),
-        Some(shared_fp.as_str()),
-        "the first ring seals in the team namespace"
+        Some(team_fp.as_str()),
+        "the only ring that opens in the team namespace seals there"
     );
     assert_eq!(
         scoped_sealing(&bound.state, &names.other).as_deref(),
@@ -664,7 +673,7 @@ async fn run(endpoint: &str, client: Client) {
         ),
         (
             format!("namespace={}", names.team),
-            &shared_cli,
+            &team_cli,
             "the team namespace",
         ),
         (
@@ -694,7 +703,8 @@ async fn run(endpoint: &str, client: Client) {
     assert_eq!(
         certs["rings"],
         json!([
-            {"name": shared.name, "sealingKey": shared_fp, "binding": null},
+            {"name": shared.name, "sealingKey": shared_fp,
+             "binding": format!("namespaces {}", names.other)},
             {"name": team.name, "sealingKey": team_fp,
              "binding": format!("namespaces {}", names.team)},
         ]),
@@ -703,7 +713,8 @@ async fn run(endpoint: &str, client: Client) {
     bound.stop().await;
 
     // 5. One ring, no binding: no claims, and the shared values open in both namespaces as
-    // before (their Secrets, deleted, come back from a fresh controller).
+    // before: the one the bound controller refused in the team namespace is unsealed, and the
+    // other one's Secret, deleted, comes back.
     let flags = shared.flags();
     let single = Controller::start(&client, &names.ctrl_single, &watched, endpoint, &flags).await;
     single
@@ -722,22 +733,24 @@ async fn run(endpoint: &str, client: Client) {
     );
     assert!(single.state.keys.scoped(&names.other, None).bound.is_none());
     for (namespace, old, value) in [
-        (&names.team, &shared_team_secret, &values.shared_team),
-        (&names.other, &shared_other_secret, &values.shared_other),
+        (&names.team, None, &values.shared_team),
+        (
+            &names.other,
+            Some(&shared_other_secret),
+            &values.shared_other,
+        ),
     ] {
         let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        api.delete("shared", &DeleteParams::default())
-            .await
-            .unwrap_or_else(|e| panic!("deleting Secret {namespace}/shared: {e}"));
+        if old.is_some() {
+            api.delete("shared", &DeleteParams::default())
+                .await
+                .unwrap_or_else(|e| panic!("deleting Secret {namespace}/shared: {e}"));
+        }
+        let old_uid = old.and_then(|s| s.uid());
         let again = eventually(
             &format!("Secret {namespace}/shared to be unsealed again by the one-ring controller"),
             DEADLINE,
-            || async {
-                Ok(api
-                    .get_opt("shared")
-                    .await?
-                    .filter(|s| s.uid() != old.uid()))
-            },
+            || async { Ok(api.get_opt("shared").await?.filter(|s| s.uid() != old_uid)) },
         )
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
