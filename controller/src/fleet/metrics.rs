@@ -38,8 +38,9 @@ pub struct FleetMetrics {
     pub ack_writes: Family<AckOutcomeLabels, Counter>,
     /// `kseal_fleet_ack_last_written_timestamp_seconds`: Unix time of the last record written.
     pub ack_last_written: Gauge,
-    /// The counts as last published, for `/readyz` detail.
-    pub(crate) detail: Mutex<Option<Counts>>,
+    /// The counts as last published, per ring (one fleet writer per `--key-source` ring), for
+    /// `/readyz` detail.
+    pub(crate) detail: Mutex<std::collections::BTreeMap<String, Counts>>,
 }
 
 impl FleetMetrics {
@@ -64,25 +65,32 @@ impl FleetMetrics {
     }
 
     pub(crate) fn publish(&self, ring: &str, counts: &Counts) {
+        let mut detail = self.detail.lock().unwrap_or_else(PoisonError::into_inner);
+        detail.insert(
+            ring.to_owned(),
+            Counts {
+                ring: ring.to_owned(),
+                ..counts.clone()
+            },
+        );
+        // Every ring's series again: a ring's writer must not clear another ring's.
         self.objects_by_kid.clear();
-        for (kid, n) in &counts.by_kid {
+        for (ring, counts) in detail.iter() {
+            for (kid, n) in &counts.by_kid {
+                self.objects_by_kid
+                    .get_or_create(&RingKidLabels {
+                        ring: ring.clone(),
+                        kid: kid.short().to_owned(),
+                    })
+                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            }
             self.objects_by_kid
                 .get_or_create(&RingKidLabels {
-                    ring: ring.to_owned(),
-                    kid: kid.short().to_owned(),
+                    ring: ring.clone(),
+                    kid: "unattributed".to_owned(),
                 })
-                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+                .set(i64::try_from(counts.unattributed).unwrap_or(i64::MAX));
         }
-        self.objects_by_kid
-            .get_or_create(&RingKidLabels {
-                ring: ring.to_owned(),
-                kid: "unattributed".to_owned(),
-            })
-            .set(i64::try_from(counts.unattributed).unwrap_or(i64::MAX));
-        *self.detail.lock().unwrap_or_else(PoisonError::into_inner) = Some(Counts {
-            ring: ring.to_owned(),
-            ..counts.clone()
-        });
     }
 
     pub(crate) fn count(&self, outcome: &str) {
@@ -104,4 +112,40 @@ pub(crate) struct Counts {
     pub(crate) by_kid: BTreeMap<Kid, u64>,
     /// Objects neither opened by a held key nor annotated with one.
     pub(crate) unattributed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_ring_keeps_its_own_counts() {
+        let metrics = FleetMetrics::default();
+        let kid = |c: char| Kid::parse(&c.to_string().repeat(64)).unwrap();
+        let counts = |k: char, n: u64| Counts {
+            ring: String::new(),
+            by_kid: BTreeMap::from([(kid(k), n)]),
+            unattributed: 1,
+        };
+        metrics.publish("kseal/shared", &counts('a', 5));
+        metrics.publish("kseal/team-a", &counts('b', 7));
+        // A later count of one ring replaces that ring's only.
+        metrics.publish("kseal/shared", &counts('a', 6));
+        let detail = metrics.detail.lock().unwrap();
+        assert_eq!(detail.len(), 2);
+        assert_eq!(detail["kseal/shared"].by_kid[&kid('a')], 6);
+        assert_eq!(detail["kseal/team-a"].ring, "kseal/team-a");
+        let gauge = |ring: &str, kid: &str| {
+            metrics
+                .objects_by_kid
+                .get_or_create(&RingKidLabels {
+                    ring: ring.to_owned(),
+                    kid: kid.to_owned(),
+                })
+                .get()
+        };
+        assert_eq!(gauge("kseal/shared", &"a".repeat(12)), 6);
+        assert_eq!(gauge("kseal/team-a", &"b".repeat(12)), 7);
+        assert_eq!(gauge("kseal/team-a", "unattributed"), 1);
+    }
 }

@@ -422,7 +422,8 @@ async fn readyz_detail(AxumState(state): AxumState<State>) -> Response {
 const OBJECTS_LINE_KIDS: usize = 8;
 
 /// The metrics port's `/readyz` line about SealedSecrets per kid, as the fleet
-/// acknowledgement last counted them (by the keys that opened them: `crate::fleet`), e.g.
+/// acknowledgement last counted them (by the keys that opened them: `crate::fleet`), one line
+/// per ring, e.g.
 /// `objects by kid (ring kseal/fleet): 0123456789ab=40 fedcba987654=3 unattributed=1`; `None`
 /// before the first count (and without a key source or a cluster id, or on a replica that
 /// never led). Public figures only: short kids and counts.
@@ -433,9 +434,12 @@ fn objects_line(state: &State) -> Option<String> {
         .detail
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    counts
-        .as_ref()
+    // One line per ring (several with several `--key-source` rings).
+    let lines: String = counts
+        .values()
         .map(|counts| render_objects_line(counts, OBJECTS_LINE_KIDS))
+        .collect();
+    (!lines.is_empty()).then_some(lines)
 }
 
 /// `counts` as one line: the `max_kids` kids with the most objects (ties in kid order),
