@@ -330,31 +330,31 @@ pub struct Metrics {
     /// this controller accepted last stops being current (0: it carries no expiry). Past it,
     /// the controller keeps the ring it holds, but no index written before then is accepted
     /// again: the seeder refreshes it (`kseal keys refresh`).
-    pub key_source_index_expiry: Gauge,
+    pub key_source_index_expiry: RingGauge,
     /// `kseal_key_source_ring_signed`: 1 when the ring's index is a signed history, 0 for an
     /// unsigned index of an older kseal (its keys open; run `kseal keys sign`).
-    pub key_source_ring_signed: Gauge,
+    pub key_source_ring_signed: RingGauge,
     /// `kseal_key_source_ring_version`: the newest signed index version accepted (an older one
     /// is refused as a rollback).
-    pub key_source_ring_version: Gauge,
+    pub key_source_ring_version: RingGauge,
     /// `kseal_key_source_ring_anchor_pinned`: 1 once the ring's trust anchor was pinned on
     /// first use (no `--ring-anchor`); 0 while none is, or when `--ring-anchor` gave it.
-    pub key_source_ring_anchor_pinned: Gauge,
+    pub key_source_ring_anchor_pinned: RingGauge,
     /// `kseal_key_source_ring_anchor_superseded`: 1 while the pinned anchor (`--ring-anchor`)
     /// is not the newest dedicated root of the ring's verified history (the pin should move
     /// there).
-    pub key_source_ring_anchor_superseded: Gauge,
+    pub key_source_ring_anchor_superseded: RingGauge,
     /// `kseal_key_source_mirrors_kept_unretired`: proven mirrors of keys the verified signed
     /// index no longer lists but never retired (a replayed or rolled-back index, or a hand
     /// edit): they are kept, never removed, until a signed index retires them.
-    pub key_source_mirrors_kept_unretired: Gauge,
+    pub key_source_mirrors_kept_unretired: RingGauge,
     /// `kseal_key_source_index_refused_total{reason}`: indexes the leader refused
     /// (`rollback`: older than its version floor; `expired`: past its expiry; `untrusted`:
     /// any other failed verification; `malformed`).
     pub key_source_index_refused: Family<KeyErrorLabels, Counter>,
     /// `kseal_key_source_index_expired`: 1 while the index this controller holds (and keeps
     /// using) is past its signed expiry.
-    pub key_source_index_expired: Gauge,
+    pub key_source_index_expired: RingGauge,
     /// `kseal_key_source_ring_state_repairs_total`: times the leader rewrote a ring-state
     /// Secret that was rolled back, failed verification or was changed by someone else.
     pub key_source_ring_state_repairs: Counter,
@@ -518,14 +518,14 @@ impl Metrics {
             key_source_ring_keys: Gauge::default(),
             key_source_key_age_seconds: Family::default(),
             key_source_active_unavailable: Gauge::default(),
-            key_source_ring_signed: Gauge::default(),
-            key_source_index_expiry: Gauge::default(),
-            key_source_ring_version: Gauge::default(),
-            key_source_ring_anchor_pinned: Gauge::default(),
-            key_source_ring_anchor_superseded: Gauge::default(),
-            key_source_mirrors_kept_unretired: Gauge::default(),
+            key_source_ring_signed: RingGauge::new(Combine::Min),
+            key_source_index_expiry: RingGauge::new(Combine::MinNonZero),
+            key_source_ring_version: RingGauge::new(Combine::First),
+            key_source_ring_anchor_pinned: RingGauge::new(Combine::Max),
+            key_source_ring_anchor_superseded: RingGauge::new(Combine::Max),
+            key_source_mirrors_kept_unretired: RingGauge::new(Combine::Sum),
             key_source_index_refused: Family::default(),
-            key_source_index_expired: Gauge::default(),
+            key_source_index_expired: RingGauge::new(Combine::Max),
             key_source_ring_state_repairs: Counter::default(),
             key_source_ring_state_rivals: Counter::default(),
             key_source_mirror_conflicts: Family::default(),
@@ -703,27 +703,27 @@ impl Metrics {
             "key_source_index_expiry_timestamp",
             "Unix time at which the fleet ring's index accepted last expires (0: no expiry)",
             Unit::Seconds,
-            self.key_source_index_expiry.clone(),
+            self.key_source_index_expiry.gauge(),
         );
         r.register(
             "key_source_ring_signed",
             "1 when the fleet ring's index is a signed history, 0 when it is unsigned (older kseal)",
-            self.key_source_ring_signed.clone(),
+            self.key_source_ring_signed.gauge(),
         );
         r.register(
             "key_source_ring_version",
             "The newest signed version of the fleet ring's index accepted",
-            self.key_source_ring_version.clone(),
+            self.key_source_ring_version.gauge(),
         );
         r.register(
             "key_source_ring_anchor_pinned",
             "1 once the fleet ring's trust anchor was pinned on first use (no --ring-anchor)",
-            self.key_source_ring_anchor_pinned.clone(),
+            self.key_source_ring_anchor_pinned.gauge(),
         );
         r.register(
             "key_source_ring_anchor_superseded",
             "1 while the pinned ring anchor is not the newest dedicated root of the fleet ring's verified history",
-            self.key_source_ring_anchor_superseded.clone(),
+            self.key_source_ring_anchor_superseded.gauge(),
         );
         r.register(
             "key_source_mirror_conflicts",
@@ -733,7 +733,7 @@ impl Metrics {
         r.register(
             "key_source_mirrors_kept_unretired",
             "Proven key mirrors kept although the signed index no longer lists them, because it never retired them (a replayed or rolled-back index)",
-            self.key_source_mirrors_kept_unretired.clone(),
+            self.key_source_mirrors_kept_unretired.gauge(),
         );
         r.register(
             "key_source_index_refused",
@@ -743,7 +743,7 @@ impl Metrics {
         r.register(
             "key_source_index_expired",
             "1 while the fleet ring index this controller holds is past its signed expiry",
-            self.key_source_index_expired.clone(),
+            self.key_source_index_expired.gauge(),
         );
         r.register(
             "key_source_ring_state_repairs",
@@ -841,9 +841,106 @@ impl Default for Metrics {
     }
 }
 
+/// How a [`RingGauge`] turns each ring's value into the one exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// The largest (a flag: 1 while any ring has the condition).
+    Max,
+    /// The smallest (a flag that holds only when every ring has it).
+    Min,
+    /// The smallest value other than 0 (a deadline: the earliest one; 0 when none has one).
+    MinNonZero,
+    /// The sum (a count over every ring).
+    Sum,
+    /// The first ring's (`--key-source` order; a figure that only makes sense per ring).
+    First,
+}
+
+/// A key-source gauge that every `--key-source` ring's loop sets with its own value: each
+/// ring's value is kept, and the exported series combines them ([`Combine`]), so that the
+/// rings of one controller do not overwrite each other's. With one ring it is that ring's.
+#[derive(Debug, Clone)]
+pub struct RingGauge {
+    gauge: Gauge,
+    per_ring: std::sync::Arc<std::sync::Mutex<Vec<(String, i64)>>>,
+    combine: Combine,
+}
+
+impl RingGauge {
+    /// A gauge at 0 combining per `combine`.
+    pub fn new(combine: Combine) -> Self {
+        Self {
+            gauge: Gauge::default(),
+            per_ring: std::sync::Arc::default(),
+            combine,
+        }
+    }
+
+    /// Sets `ring`'s value and the exported one.
+    pub fn set(&self, ring: &str, value: i64) {
+        let mut rings = self
+            .per_ring
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match rings.iter_mut().find(|(r, _)| r == ring) {
+            Some((_, v)) => *v = value,
+            None => rings.push((ring.to_owned(), value)),
+        }
+        let values = rings.iter().map(|(_, v)| *v);
+        let combined = match self.combine {
+            Combine::Max => values.max(),
+            Combine::Min => values.min(),
+            Combine::MinNonZero => values.filter(|v| *v != 0).min().or(Some(0)),
+            Combine::Sum => Some(values.fold(0i64, i64::saturating_add)),
+            Combine::First => rings.first().map(|(_, v)| *v),
+        };
+        self.gauge.set(combined.unwrap_or(0));
+    }
+
+    /// The exported value.
+    pub fn get(&self) -> i64 {
+        self.gauge.get()
+    }
+
+    /// The series to register.
+    fn gauge(&self) -> Gauge {
+        self.gauge.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ring_gauge_combines_every_rings_value_and_no_ring_overwrites_another() {
+        let flag = RingGauge::new(Combine::Max);
+        flag.set("kseal/shared", 0);
+        flag.set("kseal/team-a", 1);
+        flag.set("kseal/shared", 0);
+        assert_eq!(flag.get(), 1, "a later 0 of another ring does not clear it");
+        flag.set("kseal/team-a", 0);
+        assert_eq!(flag.get(), 0);
+        let deadline = RingGauge::new(Combine::MinNonZero);
+        deadline.set("a", 0);
+        assert_eq!(deadline.get(), 0);
+        deadline.set("b", 200);
+        deadline.set("c", 100);
+        assert_eq!(deadline.get(), 100);
+        let count = RingGauge::new(Combine::Sum);
+        count.set("a", 2);
+        count.set("b", 3);
+        count.set("a", 1);
+        assert_eq!(count.get(), 4);
+        let signed = RingGauge::new(Combine::Min);
+        signed.set("a", 1);
+        signed.set("b", 0);
+        assert_eq!(signed.get(), 0);
+        let version = RingGauge::new(Combine::First);
+        version.set("a", 7);
+        version.set("b", 9);
+        assert_eq!(version.get(), 7);
+    }
 
     #[test]
     fn bitnami_metric_names_are_exported() {

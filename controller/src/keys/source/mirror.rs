@@ -569,7 +569,7 @@ impl Mirror {
         self.state
             .metrics
             .key_source_mirrors_kept_unretired
-            .set(i64::try_from(kept).unwrap_or(i64::MAX));
+            .set(self.ring.name(), i64::try_from(kept).unwrap_or(i64::MAX));
         Ok(())
     }
 

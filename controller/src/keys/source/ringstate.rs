@@ -256,7 +256,7 @@ impl Mirror {
         self.state
             .metrics
             .key_source_index_expired
-            .set(i64::from(expired));
+            .set(self.ring.name(), i64::from(expired));
         Ok(())
     }
 
@@ -343,10 +343,16 @@ impl Mirror {
         };
         let now = jiff::Timestamp::now();
         let Some(expires) = index.expires.filter(|e| now >= *e) else {
-            self.state.metrics.key_source_index_expired.set(0);
+            self.state
+                .metrics
+                .key_source_index_expired
+                .set(self.ring.name(), 0);
             return;
         };
-        self.state.metrics.key_source_index_expired.set(1);
+        self.state
+            .metrics
+            .key_source_index_expired
+            .set(self.ring.name(), 1);
         let version = index.version;
         if self.cache.expired_warned == Some(version) {
             return;
@@ -386,10 +392,10 @@ impl Mirror {
             // signed index to a restarted controller.
             if found.version > self.pin.floor {
                 self.pin.floor = found.version;
-                self.state
-                    .metrics
-                    .key_source_ring_version
-                    .set(i64::try_from(found.version).unwrap_or(i64::MAX));
+                self.state.metrics.key_source_ring_version.set(
+                    self.ring.name(),
+                    i64::try_from(found.version).unwrap_or(i64::MAX),
+                );
             }
             // So does the newest dedicated root, taken from the copy's verified history.
             self.pin.see_root(found.root.clone());
@@ -428,15 +434,18 @@ impl Mirror {
     /// Records an index accepted from the store: the version floor, and the anchor when this
     /// is the first signed history this controller accepts.
     pub(super) async fn accepted(&mut self, verified: &Verified) {
-        self.state
-            .metrics
-            .key_source_ring_signed
-            .set(i64::from(matches!(verified, Verified::Signed { .. })));
+        self.state.metrics.key_source_ring_signed.set(
+            self.ring.name(),
+            i64::from(matches!(verified, Verified::Signed { .. })),
+        );
         let expires = match verified {
             Verified::Signed { expires, .. } => expires.map_or(0, |e| e.as_second()),
             Verified::Unsigned => 0,
         };
-        self.state.metrics.key_source_index_expiry.set(expires);
+        self.state
+            .metrics
+            .key_source_index_expiry
+            .set(self.ring.name(), expires);
         if matches!(verified, Verified::Unsigned) {
             tracing::warn!(
                 ring = %self.ring.name(),
@@ -454,10 +463,10 @@ impl Mirror {
         }
         self.note_superseded(None).await;
         if self.pin.floor != floor {
-            self.state
-                .metrics
-                .key_source_ring_version
-                .set(i64::try_from(self.pin.floor).unwrap_or(i64::MAX));
+            self.state.metrics.key_source_ring_version.set(
+                self.ring.name(),
+                i64::try_from(self.pin.floor).unwrap_or(i64::MAX),
+            );
         }
     }
 
@@ -715,11 +724,17 @@ impl Mirror {
     /// refused all the same, but the pin should move to it.
     pub(super) async fn note_superseded(&mut self, found: Option<&str>) {
         let Some((anchor, (seq, root))) = self.pin.superseded() else {
-            self.state.metrics.key_source_ring_anchor_superseded.set(0);
+            self.state
+                .metrics
+                .key_source_ring_anchor_superseded
+                .set(self.ring.name(), 0);
             return;
         };
         let (anchor, seq, root) = (anchor.clone(), *seq, root.clone());
-        self.state.metrics.key_source_ring_anchor_superseded.set(1);
+        self.state
+            .metrics
+            .key_source_ring_anchor_superseded
+            .set(self.ring.name(), 1);
         if self.cache.superseded_warned.as_ref() == Some(&root) {
             return;
         }
@@ -742,7 +757,10 @@ impl Mirror {
     /// Pins `anchor` on first use: says so in a log line, an Event and a metric.
     pub(super) async fn pin_anchor(&mut self, anchor: Kid, from: &str) {
         self.pin.anchor = Some(anchor.clone());
-        self.state.metrics.key_source_ring_anchor_pinned.set(1);
+        self.state
+            .metrics
+            .key_source_ring_anchor_pinned
+            .set(self.ring.name(), 1);
         let note = format!(
             "pinned the trust anchor {} of ring {} on first use (read from {from}); from now on \
              only histories rooted there are accepted. Give --ring-anchor {anchor} to pin it \
