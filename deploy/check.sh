@@ -390,6 +390,12 @@ PY
   # The controller reads the rendered flags as the chart meant them (same ring names, same
   # bindings): its start-up line, before it fails to reach a cluster (none given).
   controller_bin=${KSEAL_CONTROLLER_BIN:-target/debug/kseal-controller}
+  # Built from this tree (a binary left from an older build reads older flags); the test run
+  # builds the same artifacts next, so this costs it nothing.
+  if [[ -z "${KSEAL_CONTROLLER_BIN:-}" ]] && command -v cargo >/dev/null; then
+    cargo build -q --locked -p kseal-controller --bin kseal-controller >"$work/build.out" 2>&1 ||
+      fail "cargo build -p kseal-controller: $(tail -20 "$work/build.out")"
+  fi
   if [[ -x "$controller_bin" ]]; then
     mapfile -t ring_args < <(python3 -c 'import sys, yaml
 for d in yaml.safe_load_all(open(sys.argv[1])):
