@@ -1087,17 +1087,23 @@ fn key_sources(
         let split = if split_last {
             item.rsplit_once('=')
         } else {
-            None
-        };
-        let split = split.or_else(|| {
-            names
+            // The configured ring names the item starts with (`NAME=`): a ring name may
+            // itself hold `=`, so two may match (`kseal/a` and `kseal/a=b` for
+            // `kseal/a=b=env`); which one is meant cannot be told, so that is refused.
+            let matching: Vec<&String> = names
                 .iter()
-                .find(|n| {
+                .filter(|n| {
                     item.strip_prefix(n.as_str())
                         .is_some_and(|r| r.starts_with('='))
                 })
-                .map(|n| (n.as_str(), &item[n.len() + 1..]))
-        });
+                .collect();
+            if let [first, second, ..] = matching.as_slice() {
+                return Err(ConfigError::KeySource(format!(
+                    "{flag} {item:?} may bind ring {first} or ring {second}: ring names that hold `=` cannot be told apart here; bind by another ring name or drop the `=` from the prefix"
+                )));
+            }
+            matching.first().map(|n| (n.as_str(), &item[n.len() + 1..]))
+        };
         let Some((ring, value)) = split else {
             return Err(ConfigError::KeySource(format!(
                 "{flag} {item:?}: use RING=VALUE, RING being one of the --key-source rings ({})",
@@ -1554,6 +1560,32 @@ mod tests {
             &["--key-source", "kseal/a", "--ring-anchor", "kseal/b=abc"],
             "names ring \"kseal/b\"",
         );
+        // Ring names holding `=`: one binding text that could name either ring is refused,
+        // whatever the order of the rings.
+        for order in [["kseal/a", "kseal/a=b"], ["kseal/a=b", "kseal/a"]] {
+            refused(
+                &[
+                    "--key-source",
+                    order[0],
+                    "--key-source",
+                    order[1],
+                    "--ring-namespace-selector",
+                    "kseal/a=b=env",
+                ],
+                "cannot be told apart",
+            );
+        }
+        let c = Config::from_args(
+            args(&[
+                "--key-source",
+                "kseal/a=b",
+                "--ring-namespaces",
+                "kseal/a=b=team",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.ring_bindings["kseal/a=b"].describe(), "namespaces team");
     }
 
     #[test]

@@ -58,13 +58,7 @@ impl Scoped {
                 "a mirror of a ring this controller is not configured for (it opens nowhere while rings are bound)".to_owned(),
             );
         }
-        let named: Vec<String> = rings
-            .iter()
-            .map(|r| match &r.binding {
-                Some(b) => format!("ring {} (bound to {})", r.name, b.describe()),
-                None => format!("ring {}", r.name),
-            })
-            .collect();
+        let named: Vec<String> = rings.iter().map(|r| r.describe()).collect();
         Some(named.join(", "))
     }
 }

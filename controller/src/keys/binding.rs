@@ -197,6 +197,26 @@ pub struct BoundRing {
     pub name: String,
     /// Where its keys open (`None`: everywhere).
     pub binding: Option<RingBinding>,
+    /// Whether its verified index (ring view) is known. Until it is, any loaded key may be
+    /// this ring's, and counts as such.
+    pub verified: bool,
+}
+
+impl BoundRing {
+    /// `ring kseal/team-a (bound to namespaces team-a)`, plus `; its index not verified yet`.
+    pub fn describe(&self) -> String {
+        let mut text = format!("ring {}", self.name);
+        match (&self.binding, self.verified) {
+            (Some(b), true) => text.push_str(&format!(" (bound to {})", b.describe())),
+            (Some(b), false) => text.push_str(&format!(
+                " (bound to {}; its index is not verified yet)",
+                b.describe()
+            )),
+            (None, false) => text.push_str(" (its index is not verified yet)"),
+            (None, true) => {}
+        }
+        text
+    }
 }
 
 /// Which rings a loaded key belongs to.
@@ -204,8 +224,8 @@ pub struct BoundRing {
 pub enum Claim {
     /// No ring: a key Secret of this cluster's own (Bitnami's), which opens everywhere.
     Unringed,
-    /// These rings (bit `i`: the `i`-th `--key-source`); `0`: a mirror of a ring this
-    /// controller is not configured for, which opens nowhere.
+    /// These rings (bit `i`: the `i`-th `--key-source`); it opens only where all of them
+    /// open. `0`: a mirror that no configured ring lists, which opens nowhere.
     Rings(u32),
 }
 
@@ -214,10 +234,11 @@ pub enum Claim {
 pub struct LoadedKey {
     /// The key's fingerprint in the ring.
     pub id: KeyId,
-    /// The rings whose verified view lists it (bit per ring).
+    /// The rings whose verified view lists it, as a key or as retired (bit per ring).
     pub listed_by: u32,
-    /// A mirror's `kseal.dev/ring` annotation (`None`: not a mirror).
-    pub mirror_of: Option<Option<String>>,
+    /// A key Secret kseal made (a mirror: labelled, annotated with a kid or named
+    /// `kseal-ring-…`), not one of the cluster's own.
+    pub mirror: bool,
 }
 
 /// For every loaded key, the rings it belongs to, and per ring the key that seals for it.
@@ -233,25 +254,28 @@ pub struct Claims {
 
 impl Claims {
     /// The claims of `keys` for `rings`; `sealing[i]` is the `i`-th ring's sealing key.
+    ///
+    /// Only signed data decides: a key belongs to the rings whose verified index lists it,
+    /// and to every ring whose index is not verified yet (it may list the key too), never to
+    /// a ring a Secret's annotation names. So a key opens only where every ring that lists or
+    /// may list it opens: before the views are known, only where every ring opens.
     pub fn build(
         rings: Arc<[BoundRing]>,
         keys: impl IntoIterator<Item = LoadedKey>,
         sealing: Vec<Result<KeyId, String>>,
     ) -> Self {
+        let unverified = rings
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.verified)
+            .fold(0u32, |mask, (i, _)| mask | (1 << i));
         let claims = keys
             .into_iter()
             .map(|k| {
-                let claim = if k.listed_by != 0 {
-                    Claim::Rings(k.listed_by)
-                } else {
-                    match k.mirror_of {
-                        None => Claim::Unringed,
-                        Some(annotation) => Claim::Rings(
-                            annotation
-                                .and_then(|name| rings.iter().position(|r| r.name == name))
-                                .map_or(0, |i| 1 << i),
-                        ),
-                    }
+                let claim = match k.listed_by | unverified {
+                    0 if k.mirror => Claim::Rings(0),
+                    0 => Claim::Unringed,
+                    rings => Claim::Rings(rings),
                 };
                 (k.id, claim)
             })
@@ -503,6 +527,7 @@ mod tests {
             BoundRing {
                 name: "kseal/shared".into(),
                 binding: None,
+                verified: true,
             },
             BoundRing {
                 name: "kseal/team-a".into(),
@@ -510,6 +535,7 @@ mod tests {
                     namespaces: BTreeSet::from(["team-a".to_owned()]),
                     selector: None,
                 }),
+                verified: true,
             },
         ]);
         let claims = Claims::build(
@@ -518,24 +544,24 @@ mod tests {
                 LoadedKey {
                     id: shared.id().clone(),
                     listed_by: 0b01,
-                    mirror_of: Some(Some("kseal/shared".into())),
+                    mirror: true,
                 },
                 // Listed by team-a's verified view: its annotation does not matter.
                 LoadedKey {
                     id: team.id().clone(),
                     listed_by: 0b10,
-                    mirror_of: Some(Some("kseal/shared".into())),
+                    mirror: true,
                 },
                 LoadedKey {
                     id: local.id().clone(),
                     listed_by: 0,
-                    mirror_of: None,
+                    mirror: false,
                 },
                 // A mirror of a ring not configured here.
                 LoadedKey {
                     id: stray.id().clone(),
                     listed_by: 0,
-                    mirror_of: Some(Some("kseal/other".into())),
+                    mirror: true,
                 },
             ],
             vec![Ok(shared.id().clone()), Ok(team.id().clone())],
@@ -591,10 +617,12 @@ mod tests {
             BoundRing {
                 name: "kseal/prod".into(),
                 binding: bound("prod"),
+                verified: true,
             },
             BoundRing {
                 name: "kseal/tenant-b".into(),
                 binding: bound("tenant-b"),
+                verified: true,
             },
         ]);
         let claims = Claims::build(
@@ -604,12 +632,12 @@ mod tests {
                 LoadedKey {
                     id: prod.id().clone(),
                     listed_by: 0b11,
-                    mirror_of: Some(Some("kseal/prod".into())),
+                    mirror: true,
                 },
                 LoadedKey {
                     id: tenant.id().clone(),
                     listed_by: 0b10,
-                    mirror_of: Some(Some("kseal/tenant-b".into())),
+                    mirror: true,
                 },
             ],
             vec![Ok(prod.id().clone()), Ok(tenant.id().clone())],
@@ -626,5 +654,77 @@ mod tests {
         // Rotate will not pick one of the two rings for it.
         assert!(claims.home_sealing(prod.id()).unwrap().1.is_err());
         assert_eq!(claims.shared_keys().len(), 1);
+    }
+
+    /// Before a ring's index is verified (a restart while the store does not answer), any
+    /// key may be that ring's: every key then opens only where every ring opens, whatever the
+    /// Secrets in the controller namespace say (their labels and annotations decide nothing).
+    #[test]
+    fn until_every_ring_is_verified_keys_open_only_where_every_ring_opens() {
+        let (prod, tenant, local) = (pair(0), pair(1), pair(2));
+        let full: KeyRing = [&prod, &tenant, &local].into_iter().cloned().collect();
+        let ring = |name: &str, ns: &str, verified: bool| BoundRing {
+            name: name.into(),
+            binding: Some(RingBinding {
+                namespaces: BTreeSet::from([ns.to_owned(), "both".to_owned()]),
+                selector: None,
+            }),
+            verified,
+        };
+        let build = |prod_verified: bool, prod_listed: u32| {
+            Claims::build(
+                Arc::from(vec![
+                    ring("kseal/prod", "prod", prod_verified),
+                    ring("kseal/tenant", "tenant", true),
+                ]),
+                [
+                    // The tenant's index lists the prod key too (its seeder is the tenant).
+                    LoadedKey {
+                        id: prod.id().clone(),
+                        listed_by: prod_listed | 0b10,
+                        mirror: true,
+                    },
+                    LoadedKey {
+                        id: tenant.id().clone(),
+                        listed_by: 0b10,
+                        mirror: true,
+                    },
+                    // Its mirror label removed: still a key no ring may be trusted to lack.
+                    LoadedKey {
+                        id: local.id().clone(),
+                        listed_by: 0,
+                        mirror: false,
+                    },
+                ],
+                vec![Ok(prod.id().clone()), Ok(tenant.id().clone())],
+            )
+        };
+        // Prod's index not verified yet: the prod key does not open in the tenant's
+        // namespace, though only the tenant's (verified) index lists it; nor does any key.
+        let early = build(false, 0);
+        let in_tenant = early.allowed("tenant", None);
+        for key in [&prod, &tenant, &local] {
+            assert!(!early.key_allowed(key.id(), in_tenant), "{:?}", key.id());
+        }
+        // Where both rings open, everything does.
+        let in_both = early.allowed("both", None);
+        for key in [&prod, &tenant, &local] {
+            assert!(early.key_allowed(key.id(), in_both));
+        }
+        let why = early.refusing(prod.id(), in_tenant).unwrap();
+        assert_eq!(
+            why[0].describe(),
+            "ring kseal/prod (bound to namespaces both, prod; its index is not verified yet)"
+        );
+        assert!(early.restrict(&full, in_tenant).is_empty());
+        // Once prod's index is verified (and lists its key): the prod key opens only where
+        // both rings open, the tenant's in the tenant's namespace, the cluster's own key
+        // (which no index lists) everywhere.
+        let late = build(true, 0b01);
+        let in_tenant = late.allowed("tenant", None);
+        assert!(!late.key_allowed(prod.id(), in_tenant));
+        assert!(late.key_allowed(tenant.id(), in_tenant));
+        assert!(late.key_allowed(local.id(), in_tenant));
+        assert!(late.key_allowed(prod.id(), late.allowed("both", None)));
     }
 }

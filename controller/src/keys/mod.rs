@@ -276,10 +276,17 @@ pub fn material_from_secret(secret: &Secret) -> KeyMaterial {
             "the Secret lacks tls.key or tls.crt",
         )),
     };
+    // A key Secret kseal made: labelled as a mirror, or (a label is easily removed) annotated
+    // with its kid, or named as mirrors are (a name cannot change).
     let mirror = secret
         .labels()
         .get(crate::keys::layout::MIRROR_LABEL)
-        .is_some_and(|v| v == "true");
+        .is_some_and(|v| v == "true")
+        || secret.annotations().contains_key(source::KID_ANNOTATION)
+        || meta
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with(source::NAME_PREFIX));
     let ring = mirror
         .then(|| secret.annotations().get(source::RING_ANNOTATION).cloned())
         .flatten();
@@ -1015,7 +1022,9 @@ impl Loader<'_> {
                 );
                 continue;
             }
-            let mut ring = built.ring.clone();
+            // A fresh ring of the same keys: the first ring's choice (sealing disabled, its
+            // preferred key) must not carry over.
+            let mut ring: KeyRing = built.ring.keys().cloned().collect();
             let chosen = choose_ring_key(
                 &mut ring,
                 &built.by_kid,
@@ -1037,33 +1046,40 @@ impl Loader<'_> {
         }
         let bound: Arc<[binding::BoundRing]> = rings
             .iter()
-            .map(|(name, _)| binding::BoundRing {
+            .enumerate()
+            .map(|(i, (name, _))| binding::BoundRing {
                 name: name.clone(),
                 binding: self.config.ring_bindings.get(name).cloned(),
+                verified: views[i].is_some(),
             })
             .collect();
+        let listed_by = |kid: &Kid| {
+            views
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.as_ref().is_some_and(|v| v.lists(kid)))
+                .fold(0u32, |mask, (i, _)| mask | (1 << i))
+        };
         let loaded: Vec<binding::LoadedKey> = built
             .loaded
             .iter()
             .map(|(kid, id, mirror_of)| binding::LoadedKey {
                 id: id.clone(),
-                listed_by: views
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.as_ref().is_some_and(|v| v.lists(kid)))
-                    .fold(0, |mask, (i, _)| mask | (1 << i)),
-                mirror_of: mirror_of.clone(),
+                listed_by: listed_by(kid),
+                mirror: mirror_of.is_some(),
             })
             .collect();
-        // A proven mirror of a ring makes that ring usable during a store outage: one its
-        // verified view lists, or, before any view, one whose annotation names it.
+        // A proven mirror of a ring makes that ring usable during a store outage (readiness
+        // only; which keys open where is the claims' business): one its verified view lists,
+        // or, before its view, one whose annotation names it.
         for (i, (name, ring_state)) in rings.iter().enumerate() {
-            let mirrored = loaded.iter().any(|k| {
-                k.listed_by & (1 << i) != 0
-                    || (k.listed_by == 0
-                        && matches!(&k.mirror_of, Some(Some(r)) if r == name)
-                        && views[i].is_none())
-            });
+            let mirrored = built
+                .loaded
+                .iter()
+                .any(|(kid, _, mirror_of)| match &views[i] {
+                    Some(view) => view.lists(kid),
+                    None => matches!(mirror_of, Some(Some(r)) if r == name),
+                });
             if mirrored {
                 ring_state.readiness.key_source_mirror_found();
             }

@@ -404,10 +404,7 @@ fn not_tried_here(scoped: &crate::state::Scoped) -> Option<String> {
         .iter()
         .enumerate()
         .filter(|(i, _)| mask & (1 << i) == 0)
-        .map(|(_, r)| match &r.binding {
-            Some(b) => format!("ring {} (bound to {})", r.name, b.describe()),
-            None => format!("ring {}", r.name),
-        })
+        .map(|(_, r)| r.describe())
         .collect();
     Some(if rings.is_empty() {
         "mirrors of rings this controller is not configured for".to_owned()

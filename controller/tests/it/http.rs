@@ -1322,6 +1322,7 @@ fn state_with_bound_rings() -> State {
         BoundRing {
             name: "kseal/shared".into(),
             binding: None,
+            verified: true,
         },
         BoundRing {
             name: "kseal/team-a".into(),
@@ -1329,6 +1330,7 @@ fn state_with_bound_rings() -> State {
                 namespaces: ["team-a".to_owned()].into(),
                 selector: None,
             }),
+            verified: true,
         },
     ]);
     let claims = Claims::build(
@@ -1337,12 +1339,12 @@ fn state_with_bound_rings() -> State {
             LoadedKey {
                 id: old_key().id().clone(),
                 listed_by: 0b01,
-                mirror_of: Some(Some("kseal/shared".into())),
+                mirror: true,
             },
             LoadedKey {
                 id: new_key().id().clone(),
                 listed_by: 0b10,
-                mirror_of: Some(Some("kseal/team-a".into())),
+                mirror: true,
             },
         ],
         vec![Ok(old_key().id().clone()), Ok(new_key().id().clone())],
