@@ -12,6 +12,26 @@
 //! - `SCALE_NO_HINT_PERCENT` (`--no-hint-percent`): share sealed with an older key and
 //!   without the `kseal.dev/sealing-key` hint, default 10 (the rest: the sealing key, with
 //!   the hint);
+//! - `SCALE_RINGS` (`--rings`): fleet rings the controller holds, default 1 (the 24 key
+//!   Secrets in Bitnami's layout, no `--key-source`: the setup below). With R ≥ 2 the bench
+//!   makes R × 24 keys and stores them as the mirror key Secrets of R rings (labels
+//!   `kseal.dev/mirror=true` and the key label, annotations `kseal.dev/ring` and
+//!   `kseal.dev/kid`, as the controller writes them): ring `kseal/bench-shared`, unbound, and
+//!   R − 1 team rings `kseal/bench-team-a`, `-b`, …, each holding the values of an equal run
+//!   of the app namespaces (team a the first ones). The rings are not bound to namespaces:
+//!   with no store answering, no ring's index is ever verified, and keys of a ring whose index
+//!   is not verified open only where every ring opens, so bound team rings would open
+//!   nothing; unbound, every value is tried against all R × 24 keys, more candidates than a
+//!   binding leaves (the harder case for the order of attempts). The controller gets one
+//!   `--key-source secretsmanager://RING` per ring with a Secrets Manager endpoint nobody
+//!   listens on (`--aws-endpoint-url http://127.0.0.1:1`, dummy AWS credentials in its
+//!   environment): it runs from the mirrors, as in a store outage. Each value is sealed to
+//!   the shared ring or to its namespace's team ring (about half each, by a hash of its
+//!   index); within that ring the no-hint share and `SCALE_UNHINTED_KEYS` pick the key as
+//!   with one ring (the hinted ones: the ring's newest key). After the restart, a hint split
+//!   phase measures RSA operations per hinted and per unhinted value apart: the running
+//!   controller (which has unsealed nothing yet) recreates first the deleted Secrets of the
+//!   hinted objects, then those of the unhinted ones, its RSA counter read after each;
 //! - `SCALE_UNHINTED_KEYS` (`--unhinted-keys`): which older keys sealed that share:
 //!   `random` (default, the worst case: each value one of the 23 older keys, in turn),
 //!   `legacy1` (all by the oldest key: the realistic case after a kubeseal migration) or
@@ -22,11 +42,13 @@
 //! - `SCALE_LEADER_ELECT` (`--leader-elect`): `true` (default) or `false`;
 //! - `SCALE_CONTROLLER_BIN`: another `kseal-controller` binary to run (before/after figures);
 //! - `SCALE_KEY_CACHE` (`--key-cache`): a folder keeping the 24 generated keys between runs
-//!   (default: `scale-keys` under Cargo's target tmp folder; `none` generates afresh). They
-//!   are throwaway bench keys, written with mode 0600: never use them for anything real;
+//!   (default: `scale-keys` under Cargo's target tmp folder; `none` generates afresh); with
+//!   `SCALE_RINGS` ≥ 2, ring r's 24 keys are kept in its subfolder `ring-r` (so a one-ring
+//!   run never reads them, nor they its keys). They are throwaway bench keys, written with
+//!   mode 0600: never use them for anything real;
 //! - `SCALE_FIXTURE_CACHE` (`--fixture-cache`): a folder keeping the sealed fixture
 //!   SealedSecrets between runs, one JSON-lines file per combination of N, namespaces,
-//!   no-hint share, unhinted keys and the 24 key ids (named by a hash of them, so new keys or
+//!   no-hint share, unhinted keys, rings and the key ids (named by a hash of them, so new keys or
 //!   settings never reuse a file; files of other combinations are kept). Default:
 //!   `scale-fixtures` under Cargo's target tmp folder; `none` seals afresh. Sealing stays
 //!   parallel (one thread per core); the objects are still created on the server each run;
@@ -105,7 +127,7 @@ use kseal_controller::keys;
 use kseal_keys::{CertificateOptions, KeyPair, KeyRing, KeySize, Scope};
 use kseal_testkit::TestApiServer;
 use kube::Client;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -117,6 +139,10 @@ const CRD_YAML: &str = include_str!("../../deploy/crd.yaml");
 const DOCKERFILE: &str = include_str!("../../Dockerfile");
 const CONTROLLER_NS: &str = "kseal-system";
 const KEYS: usize = 24;
+/// `SCALE_RINGS` ≥ 2: the Secrets Manager endpoint of the rings. Nothing listens on port 1
+/// of the loopback address (binding it needs privileges), so every call fails at once as
+/// refused, and the controller runs from the mirrors.
+const RING_STORE: &str = "http://127.0.0.1:1";
 /// Decrypts timed on one key for the per-operation RSA time.
 const PER_OP_SAMPLES: usize = 100;
 /// How often the bench polls while waiting, per [`POLL_PER`] objects (at least once): the
@@ -204,6 +230,8 @@ struct Options {
     controller_cpus: Option<String>,
     n: usize,
     namespaces: usize,
+    /// Fleet rings held as mirrors (1: the Bitnami-layout keys, no `--key-source`).
+    rings: usize,
     no_hint_percent: usize,
     unhinted_keys: UnhintedKeys,
     concurrency: usize,
@@ -269,6 +297,7 @@ impl Options {
             controller_cpus: env("SCALE_CONTROLLER_CPUS").filter(|v| !v.is_empty()),
             n: env("SCALE_N").map_or(Ok(10_000), |v| v.parse())?,
             namespaces: env("SCALE_NAMESPACES").map_or(Ok(4), |v| v.parse())?,
+            rings: env("SCALE_RINGS").map_or(Ok(1), |v| v.parse())?,
             no_hint_percent: env("SCALE_NO_HINT_PERCENT").map_or(Ok(10), |v| v.parse())?,
             unhinted_keys: env("SCALE_UNHINTED_KEYS")
                 .map_or(Ok(UnhintedKeys::Random), |v| v.parse())?,
@@ -290,6 +319,7 @@ impl Options {
             let known = [
                 "--n",
                 "--namespaces",
+                "--rings",
                 "--no-hint-percent",
                 "--unhinted-keys",
                 "--concurrency",
@@ -313,6 +343,7 @@ impl Options {
                 match flag.as_str() {
                     "--n" => o.n = value.parse()?,
                     "--namespaces" => o.namespaces = value.parse()?,
+                    "--rings" => o.rings = value.parse()?,
                     "--no-hint-percent" => o.no_hint_percent = value.parse()?,
                     "--unhinted-keys" => o.unhinted_keys = value.parse()?,
                     "--concurrency" => o.concurrency = value.parse()?,
@@ -330,6 +361,22 @@ impl Options {
         }
         if o.n == 0 || o.namespaces == 0 || o.no_hint_percent > 100 {
             bail!("invalid settings: {o:?}");
+        }
+        // The controller mirrors at most 16 rings (`keys::binding::MAX_RINGS`).
+        if o.rings == 0 || o.rings > 16 {
+            bail!(
+                "SCALE_RINGS (--rings) {}: expected 1 to 16 (1: no --key-source)",
+                o.rings
+            );
+        }
+        if o.rings > 1 && o.namespaces < o.rings - 1 {
+            bail!(
+                "SCALE_RINGS (--rings) {} binds {} team rings to namespaces of their own: it \
+                 needs at least as many namespaces (SCALE_NAMESPACES is {})",
+                o.rings,
+                o.rings - 1,
+                o.namespaces
+            );
         }
         if o.server_cpus.is_some() && o.server == ServerMode::Inline {
             bail!(
@@ -502,6 +549,41 @@ fn cached_keys(cache: Option<&Path>) -> anyhow::Result<Vec<KeyPair>> {
     Ok(keys)
 }
 
+/// `SCALE_RINGS` ≥ 2: each ring's keys as the mirror key Secrets the controller writes for
+/// a ring (`keys::source::mirror`): the key label and `kseal.dev/mirror=true`, the ring and
+/// the kid in annotations. Ring `r`'s keys are `keys[r * KEYS..(r + 1) * KEYS]`.
+async fn create_mirror_secrets(
+    secrets: &Api<Secret>,
+    keys: &[KeyPair],
+    rings: usize,
+) -> anyhow::Result<()> {
+    use kseal_controller::keys::source::{KID_ANNOTATION, MIRROR_LABEL, RING_ANNOTATION};
+    for r in 0..rings {
+        for (i, pair) in keys[r * KEYS..(r + 1) * KEYS].iter().enumerate() {
+            let mut s = keys::key_secret("kseal-mirror-", CONTROLLER_NS, pair)?;
+            s.metadata.generate_name = None;
+            s.metadata.name = Some(format!("kseal-mirror-r{r}-{i:02}"));
+            s.metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(MIRROR_LABEL.to_owned(), "true".to_owned());
+            s.metadata.annotations = Some(BTreeMap::from([
+                (
+                    KID_ANNOTATION.to_owned(),
+                    kseal_keystore::Kid::of(pair.public_key()).to_string(),
+                ),
+                (RING_ANNOTATION.to_owned(), ring_name(r)),
+            ]));
+            secrets.create(&PostParams::default(), &s).await?;
+        }
+    }
+    eprintln!(
+        "  {} mirror key Secrets of {rings} rings created",
+        rings * KEYS
+    );
+    Ok(())
+}
+
 /// Rounds of each open-time measurement; the fastest counts (a round slowed by another
 /// process or a busy host core is not the machine's throughput).
 const PER_OP_ROUNDS: usize = 3;
@@ -556,6 +638,74 @@ fn app_namespace(i: usize) -> String {
     format!("scale-app-{i}")
 }
 
+/// `SCALE_RINGS` ≥ 2: the name of ring `r` (its Secrets Manager prefix): the shared ring
+/// first, then the team rings `a`, `b`, ….
+fn ring_name(r: usize) -> String {
+    match r {
+        0 => "kseal/bench-shared".to_owned(),
+        _ => format!("kseal/bench-team-{}", char::from(b'a' + (r - 1) as u8)),
+    }
+}
+
+/// The team ring (1 to rings − 1) bound to app namespace `ns`: each team an equal run of the
+/// namespaces, team a the first ones.
+fn team_ring(o: &Options, ns: usize) -> usize {
+    1 + ns * (o.rings - 1) / o.namespaces
+}
+
+/// The ring whose keys sealed the `index`-th value: with one ring, that ring; else the
+/// shared ring or its namespace's team ring, by a hash of the index (salted, so that it does
+/// not follow `legacy2`'s choice of key).
+fn value_ring(o: &Options, index: usize) -> usize {
+    if o.rings == 1 || mix(index as u64 ^ 0x5ca1_ab1e_0000_0000) & 1 == 0 {
+        0
+    } else {
+        team_ring(o, index % o.namespaces)
+    }
+}
+
+/// `SCALE_RINGS` ≥ 2: the controller's ring flags (none with one ring): each ring as a
+/// `--key-source` on a store nobody answers, and each team ring bound to its namespaces.
+fn ring_flags(o: &Options) -> Vec<String> {
+    if o.rings == 1 {
+        return Vec::new();
+    }
+    let mut flags = Vec::new();
+    for r in 0..o.rings {
+        flags.push("--key-source".to_owned());
+        flags.push(format!("secretsmanager://{}", ring_name(r)));
+    }
+    flags.push("--aws-endpoint-url".to_owned());
+    flags.push(RING_STORE.to_owned());
+    // No `--ring-namespaces`: with no store answering, no ring's index is ever verified, and
+    // keys of rings whose index is not verified open only where every ring opens (a bound
+    // team ring's values would all wait). Unbound, every namespace's values are tried against
+    // all R × 24 keys: more candidates than a binding leaves, the harder case for the order
+    // of attempts.
+    flags
+}
+
+/// The rings as the table names them.
+fn rings_row(o: &Options) -> String {
+    let mut rings = vec![format!("{} (unbound)", ring_name(0))];
+    for r in 1..o.rings {
+        let namespaces: Vec<String> = (0..o.namespaces)
+            .filter(|&ns| team_ring(o, ns) == r)
+            .map(app_namespace)
+            .collect();
+        rings.push(format!(
+            "{} (values in {}; unbound)",
+            ring_name(r),
+            namespaces.join(", ")
+        ));
+    }
+    format!(
+        "{}: {}; mirrors only (store at {RING_STORE}, refused)",
+        o.rings,
+        rings.join(", ")
+    )
+}
+
 async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
     Api::<Namespace>::all(client.clone())
@@ -581,6 +731,9 @@ fn sealed_secret(o: &Options, index: usize, keys: &[KeyPair]) -> SealedSecret {
     };
     // Every (100 / p)-th object, spread evenly: an older key, no hint.
     let older = o.no_hint_percent > 0 && (index * o.no_hint_percent) % 100 < o.no_hint_percent;
+    // The keys of the ring that sealed it (all of them with one ring), oldest first.
+    let ring = value_ring(o, index);
+    let keys = &keys[ring * KEYS..(ring + 1) * KEYS];
     let sealing = &keys[KEYS - 1];
     let key = match (older, o.unhinted_keys) {
         (false, _) => sealing,
@@ -630,6 +783,10 @@ fn fixture_file(dir: &Path, o: &Options, keys: &[KeyPair]) -> std::path::PathBuf
          unhinted-keys {:?}\n",
         o.n, o.namespaces, o.no_hint_percent, o.unhinted_keys
     ));
+    // Only with rings, so that one-ring files keep their names.
+    if o.rings > 1 {
+        hash.update(format!("rings {}\n", o.rings));
+    }
     for pair in keys {
         hash.update(pair.id().as_str());
         hash.update(b"\n");
@@ -755,6 +912,24 @@ async fn scrape(port: u16) -> anyhow::Result<String> {
     let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     LONGEST_SCRAPE_MICROS.fetch_max(micros, std::sync::atomic::Ordering::Relaxed);
     Ok(body.to_owned())
+}
+
+/// The body of a plain `GET path` (any status), for a diagnosis.
+async fn get_text(port: u16, path: &str) -> Option<String> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.ok()?;
+    let text = String::from_utf8_lossy(&out);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some(format!(
+        "{}: {}",
+        head.lines().next().unwrap_or_default(),
+        body.trim()
+    ))
 }
 
 async fn get_status(port: u16, path: &str) -> Option<u16> {
@@ -947,6 +1122,17 @@ impl Controller {
             }
         }
         with_malloc_env(o, &mut cmd);
+        if o.rings > 1 {
+            // Dummy credentials: the store is never reached (see [`RING_STORE`]).
+            for (name, value) in [
+                ("AWS_ACCESS_KEY_ID", "scale-bench"),
+                ("AWS_SECRET_ACCESS_KEY", "scale-bench"),
+                ("AWS_REGION", "us-east-1"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+            ] {
+                cmd.env(name, value);
+            }
+        }
         let child = cmd
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", pod)
@@ -970,6 +1156,7 @@ impl Controller {
                     .flatten(),
             )
             .args(extra)
+            .args(ring_flags(o))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log)?)
             .spawn()
@@ -1386,6 +1573,73 @@ impl std::fmt::Display for Reads {
     }
 }
 
+/// `SCALE_RINGS` ≥ 2: RSA operations per hinted and per unhinted value, measured apart.
+/// The restart's controller has unsealed nothing (every Secret was in place), so its memory
+/// of which keys opened unhinted values is as empty as on a cold start. The hinted objects'
+/// Secrets are deleted and waited for until the controller has created them again, then the
+/// unhinted objects'; its `kseal_rsa_operations_total` is read before and after each batch.
+/// Hinted values teach that memory nothing, so the unhinted batch starts from it empty.
+/// Returns (values, RSA operations) per batch, hinted first (`None`: no such value).
+async fn hint_split(
+    client: &Client,
+    ctrl: &mut Controller,
+    objects: &[(String, String, bool)],
+    poll: Duration,
+) -> anyhow::Result<[Option<(usize, u64)>; 2]> {
+    eprintln!(
+        "hint split: Secrets deleted and recreated by the running controller, hinted objects first…"
+    );
+    let mut split = [None, None];
+    for (slot, hinted) in [true, false].into_iter().enumerate() {
+        let batch: Vec<&(String, String, bool)> =
+            objects.iter().filter(|(_, _, h)| *h == hinted).collect();
+        if batch.is_empty() {
+            continue;
+        }
+        let before = counters(&scrape(ctrl.metrics_port).await?);
+        let start = Instant::now();
+        futures::stream::iter(batch.iter().map(|(ns, name, _)| {
+            let client = client.clone();
+            async move {
+                Api::<Secret>::namespaced(client, ns)
+                    .delete(name, &DeleteParams::default())
+                    .await
+                    .map(|_| ())
+            }
+        }))
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+        let want = before.created + batch.len() as u64;
+        let after = loop {
+            tokio::time::sleep(poll).await;
+            ctrl.check_running()?;
+            if start.elapsed() > GIVE_UP {
+                bail!("the hint split's Secrets were not all created again");
+            }
+            let Ok(m) = scrape(ctrl.metrics_port).await else {
+                continue;
+            };
+            let now = counters(&m);
+            if now.created >= want {
+                break now;
+            }
+        };
+        let ops = after.rsa.saturating_sub(before.rsa);
+        eprintln!(
+            "  {} {} objects: {ops} RSA operations ({:.3} per value) in {:.2} s; failed \
+             reconciles {}",
+            batch.len(),
+            if hinted { "hinted" } else { "unhinted" },
+            ops as f64 / batch.len() as f64,
+            start.elapsed().as_secs_f64(),
+            after.failed.saturating_sub(before.failed)
+        );
+        split[slot] = Some((batch.len(), ops));
+    }
+    Ok(split)
+}
+
 fn placement(mode: ServerMode) -> &'static str {
     match mode {
         ServerMode::Inline => "in the bench process",
@@ -1437,14 +1691,28 @@ async fn run(o: Options) -> anyhow::Result<()> {
         create_namespace(&client, &app_namespace(i)).await?;
     }
 
-    eprintln!("generating {KEYS} RSA-4096 keys…");
+    eprintln!("generating {} RSA-4096 keys…", o.rings * KEYS);
     let keys = tokio::task::spawn_blocking({
-        let cache = o.key_cache.clone();
-        move || cached_keys(cache.as_deref())
+        let (cache, rings) = (o.key_cache.clone(), o.rings);
+        move || -> anyhow::Result<Vec<KeyPair>> {
+            if rings == 1 {
+                return cached_keys(cache.as_deref());
+            }
+            // Ring r's keys at [r * KEYS, (r + 1) * KEYS), each ring's oldest first.
+            let mut all = Vec::with_capacity(rings * KEYS);
+            for r in 0..rings {
+                let dir = cache.as_deref().map(|c| c.join(format!("ring-{r}")));
+                all.extend(cached_keys(dir.as_deref())?);
+            }
+            Ok(all)
+        }
     })
     .await??;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), CONTROLLER_NS);
-    for (i, pair) in keys.iter().enumerate() {
+    if o.rings > 1 {
+        create_mirror_secrets(&secrets, &keys, o.rings).await?;
+    }
+    for (i, pair) in keys.iter().enumerate().filter(|_| o.rings == 1) {
         let mut s = keys::key_secret("sealed-secrets-key", CONTROLLER_NS, pair)?;
         s.metadata.generate_name = None;
         s.metadata.name = Some(format!("sealed-secrets-key{i:02}"));
@@ -1456,12 +1724,14 @@ async fn run(o: Options) -> anyhow::Result<()> {
         );
         secrets.create(&PostParams::default(), &s).await?;
     }
-    let ring: KeyRing = keys.iter().cloned().collect();
-    assert_eq!(
-        ring.sealing_key().map(|k| k.id()),
-        Some(keys[KEYS - 1].id()),
-        "the last key generated must seal"
-    );
+    for ring_keys in keys.chunks(KEYS) {
+        let ring: KeyRing = ring_keys.iter().cloned().collect();
+        assert_eq!(
+            ring.sealing_key().map(|k| k.id()),
+            Some(ring_keys[KEYS - 1].id()),
+            "the last key generated must seal"
+        );
+    }
 
     eprintln!(
         "measuring the RSA-4096 open time on one key ({PER_OP_SAMPLES} decrypts, fastest of {PER_OP_ROUNDS} rounds)…"
@@ -1488,6 +1758,18 @@ async fn run(o: Options) -> anyhow::Result<()> {
         .iter()
         .filter(|s| s.sealing_key_hint().is_some())
         .count();
+    // Rings only: each object's namespace, name and whether it is hinted, for the hint split.
+    let split_objects: Vec<(String, String, bool)> = objects
+        .iter()
+        .filter(|_| o.rings > 1)
+        .map(|s| {
+            (
+                s.metadata.namespace.clone().unwrap_or_default(),
+                s.metadata.name.clone().unwrap_or_default(),
+                s.sealing_key_hint().is_some(),
+            )
+        })
+        .collect();
     futures::stream::iter(objects.into_iter().map(|ss| {
         let client = client.clone();
         async move {
@@ -1523,7 +1805,12 @@ async fn run(o: Options) -> anyhow::Result<()> {
         while get_status(idle.api_port, "/readyz").await != Some(200) {
             idle.check_running()?;
             if start.elapsed() > Duration::from_secs(60) {
-                bail!("idle controller not ready within 60 s");
+                // The metrics port's /readyz says why (with a key source: each ring's state).
+                let why = get_text(idle.metrics_port, "/readyz").await;
+                bail!(
+                    "idle controller not ready within 60 s; its /readyz (metrics port): {}",
+                    why.as_deref().unwrap_or("no answer")
+                );
             }
             tokio::time::sleep(POLL).await;
         }
@@ -1739,6 +2026,11 @@ async fn run(o: Options) -> anyhow::Result<()> {
     } else {
         None
     };
+    let split = if o.rings > 1 {
+        Some(hint_split(&client, &mut ctrl, &split_objects, poll).await?)
+    } else {
+        None
+    };
     ctrl.stop().await?;
     let bench_rss = peak_rss_kib("self");
     let process_server_rss = match o.server {
@@ -1767,7 +2059,16 @@ async fn run(o: Options) -> anyhow::Result<()> {
         "| values without hint sealed by | {} | — |",
         o.unhinted_keys
     );
-    println!("| keys (RSA-4096) | {KEYS} | — |");
+    if o.rings == 1 {
+        println!("| keys (RSA-4096) | {KEYS} | — |");
+    } else {
+        println!(
+            "| keys (RSA-4096) | {} ({} rings × {KEYS}) | — |",
+            o.rings * KEYS,
+            o.rings
+        );
+        println!("| rings | {} | — |", rings_row(&o));
+    }
     println!(
         "| cores (machine / controller's) / --concurrency | {cores} / {controller_cores} / {} | — |",
         o.concurrency
@@ -1833,6 +2134,22 @@ async fn run(o: Options) -> anyhow::Result<()> {
             "| cold-start RSA ops per value without hint (assuming 1 per hinted value) | {:.2} | — |",
             cold_counters.rsa.saturating_sub(hinted as u64) as f64 / unhinted as f64
         );
+    }
+    if let Some([hinted_split, unhinted_split]) = split {
+        let row = |what: &str, batch: Option<(usize, u64)>, goal: &str| {
+            if let Some((values, ops)) = batch {
+                println!(
+                    "| hint split: RSA ops per {what} value ({values} values; {ops} ops) | {:.3} | {goal} |",
+                    ops as f64 / values as f64
+                );
+            }
+        };
+        row("hinted", hinted_split, "1");
+        let goal = match o.unhinted_keys {
+            UnhintedKeys::Legacy(_) => "≤ 1.05",
+            UnhintedKeys::Random => "—",
+        };
+        row("unhinted", unhinted_split, goal);
     }
     println!(
         "| RSA floor = RSA ops × per-op / cores | {:.2} s | — |",

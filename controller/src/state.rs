@@ -36,6 +36,28 @@ pub struct Scoped {
 }
 
 impl Scoped {
+    /// With bound rings, the rings whose keys are loaded but not tried in the scoped
+    /// namespace, with their bindings, e.g. `ring kseal/prod (bound to namespaces prod)`
+    /// (`None`: every loaded key is tried).
+    pub fn not_tried(&self) -> Option<String> {
+        let (claims, mask) = self.bound.as_ref()?;
+        if self.ring.len() == self.full.len() {
+            return None;
+        }
+        let rings: Vec<String> = claims
+            .rings()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) == 0)
+            .map(|(_, r)| r.describe())
+            .collect();
+        Some(if rings.is_empty() {
+            "keys of rings whose indexes are not verified yet, or mirrors of rings this controller is not configured for".to_owned()
+        } else {
+            rings.join(", ")
+        })
+    }
+
     /// How a loaded key is named in messages: its kid's short form (12 hex characters, as
     /// `kseal keys list` shows kids), else its fingerprint.
     pub fn key_name(&self, id: &kseal_keys::KeyId) -> String {

@@ -138,6 +138,18 @@ pub fn parse_selector(text: &str) -> Result<Selector, String> {
             None => "",
         };
     }
+    // `k!=v`, `k notin (…)` and `!k` also match every namespace without the label: a
+    // selector of those only would bind a ring to nearly everything.
+    if !expressions.iter().any(|e| {
+        matches!(
+            e,
+            Expression::Equal(..) | Expression::In(..) | Expression::Exists(..)
+        )
+    }) {
+        return Err(format!(
+            "{text:?} has no positive requirement (`k=v`, `k in (…)` or `k`): `!=`, `notin` and `!k` alone also match every namespace without the label"
+        ));
+    }
     Ok(expressions.into_iter().collect())
 }
 
@@ -239,6 +251,9 @@ pub struct LoadedKey {
     /// A key Secret kseal made (a mirror: labelled, annotated with a kid or named
     /// `kseal-ring-…`), not one of the cluster's own.
     pub mirror: bool,
+    /// For a mirror, the configured ring its `kseal.dev/ring` annotation names (`None`: no
+    /// annotation, or a ring this controller is not configured for).
+    pub named_ring: Option<usize>,
 }
 
 /// For every loaded key, the rings it belongs to, and per ring the key that seals for it.
@@ -255,10 +270,12 @@ pub struct Claims {
 impl Claims {
     /// The claims of `keys` for `rings`; `sealing[i]` is the `i`-th ring's sealing key.
     ///
-    /// Only signed data decides: a key belongs to the rings whose verified index lists it,
-    /// and to every ring whose index is not verified yet (it may list the key too), never to
-    /// a ring a Secret's annotation names. So a key opens only where every ring that lists or
-    /// may list it opens: before the views are known, only where every ring opens.
+    /// A key belongs to the rings whose verified index lists it, and to every ring whose
+    /// index is not verified yet (it may list the key too); a mirror also to the ring its
+    /// annotation names, and a mirror of a ring not configured here to none (it opens
+    /// nowhere). A key opens only where all the rings it belongs to open, so what can be
+    /// changed in the cluster (annotations, labels) or by another ring's seeder (its index)
+    /// only ever narrows where a key opens.
     pub fn build(
         rings: Arc<[BoundRing]>,
         keys: impl IntoIterator<Item = LoadedKey>,
@@ -272,10 +289,18 @@ impl Claims {
         let claims = keys
             .into_iter()
             .map(|k| {
-                let claim = match k.listed_by | unverified {
-                    0 if k.mirror => Claim::Rings(0),
-                    0 => Claim::Unringed,
-                    rings => Claim::Rings(rings),
+                let claim = match (k.mirror, k.named_ring) {
+                    // A mirror of a ring this controller does not mirror (left behind when the
+                    // ring was taken out of the flags) opens nowhere, whatever index lists its
+                    // kid: another ring's seeder must not adopt it.
+                    (true, None) => Claim::Rings(0),
+                    // A mirror also belongs to the ring it says it copies: an annotation can
+                    // only narrow where the key opens.
+                    (true, Some(named)) => Claim::Rings(k.listed_by | unverified | (1 << named)),
+                    (false, _) => match k.listed_by | unverified {
+                        0 => Claim::Unringed,
+                        rings => Claim::Rings(rings),
+                    },
                 };
                 (k.id, claim)
             })
@@ -474,9 +499,17 @@ mod tests {
         let s = parse_selector("kseal.dev/tenant").unwrap();
         assert!(s.matches(&labels(&[("kseal.dev/tenant", "x")])));
         assert!(!s.matches(&labels(&[])));
-        let s = parse_selector("zone notin (a, b)").unwrap();
+        let s = parse_selector("zone, zone notin (a, b)").unwrap();
         assert!(s.matches(&labels(&[("zone", "c")])));
         assert!(!s.matches(&labels(&[("zone", "a")])));
+        // Negative requirements alone would also match every unlabelled namespace.
+        for only_negative in ["env!=dev", "zone notin (a)", "!legacy", "env!=dev,!legacy"] {
+            let err = parse_selector(only_negative).unwrap_err();
+            assert!(
+                err.contains("no positive requirement"),
+                "{only_negative}: {err}"
+            );
+        }
         for bad in [
             "",
             " ",
@@ -545,23 +578,26 @@ mod tests {
                     id: shared.id().clone(),
                     listed_by: 0b01,
                     mirror: true,
+                    named_ring: Some(0),
                 },
-                // Listed by team-a's verified view: its annotation does not matter.
                 LoadedKey {
                     id: team.id().clone(),
                     listed_by: 0b10,
                     mirror: true,
+                    named_ring: Some(1),
                 },
                 LoadedKey {
                     id: local.id().clone(),
                     listed_by: 0,
                     mirror: false,
+                    named_ring: None,
                 },
                 // A mirror of a ring not configured here.
                 LoadedKey {
                     id: stray.id().clone(),
                     listed_by: 0,
                     mirror: true,
+                    named_ring: None,
                 },
             ],
             vec![Ok(shared.id().clone()), Ok(team.id().clone())],
@@ -633,11 +669,13 @@ mod tests {
                     id: prod.id().clone(),
                     listed_by: 0b11,
                     mirror: true,
+                    named_ring: Some(0),
                 },
                 LoadedKey {
                     id: tenant.id().clone(),
                     listed_by: 0b10,
                     mirror: true,
+                    named_ring: Some(1),
                 },
             ],
             vec![Ok(prod.id().clone()), Ok(tenant.id().clone())],
@@ -683,17 +721,20 @@ mod tests {
                         id: prod.id().clone(),
                         listed_by: prod_listed | 0b10,
                         mirror: true,
+                        named_ring: Some(0),
                     },
                     LoadedKey {
                         id: tenant.id().clone(),
                         listed_by: 0b10,
                         mirror: true,
+                        named_ring: Some(1),
                     },
-                    // Its mirror label removed: still a key no ring may be trusted to lack.
+                    // A key Secret of the cluster's own (no kseal marks).
                     LoadedKey {
                         id: local.id().clone(),
                         listed_by: 0,
                         mirror: false,
+                        named_ring: None,
                     },
                 ],
                 vec![Ok(prod.id().clone()), Ok(tenant.id().clone())],
@@ -726,5 +767,56 @@ mod tests {
         assert!(late.key_allowed(tenant.id(), in_tenant));
         assert!(late.key_allowed(local.id(), in_tenant));
         assert!(late.key_allowed(prod.id(), late.allowed("both", None)));
+    }
+
+    /// A mirror left behind by a ring taken out of the flags (its `kseal.dev/ring` names a
+    /// ring not configured here) opens nowhere, even when another ring's verified index (its
+    /// seeder may be a tenant) lists its kid; a mirror also belongs to the ring it names.
+    #[test]
+    fn a_mirror_of_a_ring_not_configured_here_opens_nowhere_whatever_lists_it() {
+        let (leftover, tenant) = (pair(0), pair(1));
+        let full: KeyRing = [&leftover, &tenant].into_iter().cloned().collect();
+        let claims = Claims::build(
+            Arc::from(vec![
+                BoundRing {
+                    name: "kseal/shared".into(),
+                    binding: None,
+                    verified: true,
+                },
+                BoundRing {
+                    name: "kseal/tenant".into(),
+                    binding: Some(RingBinding {
+                        namespaces: BTreeSet::from(["tenant".to_owned()]),
+                        selector: None,
+                    }),
+                    verified: true,
+                },
+            ]),
+            [
+                // The tenant's index lists it as retired; its annotation names kseal/prod.
+                LoadedKey {
+                    id: leftover.id().clone(),
+                    listed_by: 0b10,
+                    mirror: true,
+                    named_ring: None,
+                },
+                // The shared ring's index lists the tenant's key; its mirror names the tenant's
+                // ring: it opens only where both open (the tenant's namespace).
+                LoadedKey {
+                    id: tenant.id().clone(),
+                    listed_by: 0b01,
+                    mirror: true,
+                    named_ring: Some(1),
+                },
+            ],
+            vec![Ok(tenant.id().clone()), Ok(tenant.id().clone())],
+        );
+        for namespace in ["tenant", "other"] {
+            let mask = claims.allowed(namespace, None);
+            assert!(!claims.key_allowed(leftover.id(), mask), "{namespace}");
+            assert!(claims.restrict(&full, mask).get(leftover.id()).is_none());
+        }
+        assert!(claims.key_allowed(tenant.id(), claims.allowed("tenant", None)));
+        assert!(!claims.key_allowed(tenant.id(), claims.allowed("other", None)));
     }
 }

@@ -1025,9 +1025,17 @@ impl Loader<'_> {
             // A fresh ring of the same keys: the first ring's choice (sealing disabled, its
             // preferred key) must not carry over.
             let mut ring: KeyRing = built.ring.keys().cloned().collect();
+            // Only this ring's own mirrors may seal for it: another ring's key that this
+            // ring's index names as active (its seeder may be a tenant) does not.
+            let own: HashMap<Kid, KeyId> = built
+                .loaded
+                .iter()
+                .filter(|(_, _, mirror_of)| matches!(mirror_of, Some(Some(r)) if r == name))
+                .map(|(kid, id, _)| (kid.clone(), id.clone()))
+                .collect();
             let chosen = choose_ring_key(
                 &mut ring,
-                &built.by_kid,
+                &own,
                 views[i].as_deref(),
                 self.last_verified_more[i].as_ref(),
                 now,
@@ -1067,6 +1075,10 @@ impl Loader<'_> {
                 id: id.clone(),
                 listed_by: listed_by(kid),
                 mirror: mirror_of.is_some(),
+                named_ring: mirror_of
+                    .as_ref()
+                    .and_then(Option::as_ref)
+                    .and_then(|name| rings.iter().position(|(n, _)| n == name)),
             })
             .collect();
         // A proven mirror of a ring makes that ring usable during a store outage (readiness

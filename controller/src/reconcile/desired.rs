@@ -202,12 +202,11 @@ pub(super) async fn unseal(
         )
     });
     // Held until this unseal has taught the affinity (only waits on a cold start).
-    let (preferred_keys, _cold_turn) = ctx.affinity.suggest_waiting(ss).await;
-    let options = UnsealOptions {
+    let (suggestions, _cold_turn) = ctx.affinity.suggest_waiting(ss).await;
+    let mut options = UnsealOptions {
         accept_deprecated_v1_data: ctx.config.accept_deprecated_v1_data,
         item_hints,
         object_hint,
-        preferred_keys,
         ..UnsealOptions::default()
     };
     let (sealed, keys) = (ss.clone(), scoped.ring.clone());
@@ -215,6 +214,9 @@ pub(super) async fn unseal(
     let (result, stats, cpu) = ctx
         .rsa_slots
         .unseal(move || {
+            // Taken now that the slot is granted, from what the unseals before it taught;
+            // only keys that open in this namespace.
+            options.preferred_keys = suggestions.keys(|id| keys.get(id).is_some());
             let started = thread_cpu_time();
             let mut stats = OpenStats::default();
             let result = kseal_api::unseal_counted(&sealed, &keys, &options, &mut stats);
@@ -231,7 +233,7 @@ pub(super) async fn unseal(
         Ok(unsealed) => unsealed,
         Err(e) => {
             count_rsa(ctx, "unseal_failed", stats.rsa_operations);
-            if let Some(not_tried) = not_tried_here(&scoped)
+            if let Some(not_tried) = scoped.not_tried()
                 && matches!(e, kseal_api::Error::Decrypt { .. })
             {
                 return Err(Error::RingBinding {
@@ -244,7 +246,8 @@ pub(super) async fn unseal(
             return Err(Error::Unseal(e));
         }
     };
-    ctx.affinity.learn(ss, &unsealed);
+    ctx.affinity
+        .learn(ss, &unsealed, |id| scoped.ring.get(id).is_some());
     ctx.state.opened.record(ss, &unsealed);
     let annotation_hint = ss.sealing_key_hint();
     ctx.with_object(oref, |o| {
@@ -390,25 +393,4 @@ pub(super) fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Secret
     s.string_data = None;
     normalize(&mut s);
     s
-}
-
-/// With bound rings, the rings whose keys are loaded but not tried in the scoped namespace,
-/// with their bindings (`None`: every loaded key was tried).
-fn not_tried_here(scoped: &crate::state::Scoped) -> Option<String> {
-    let (claims, mask) = scoped.bound.as_ref()?;
-    if scoped.ring.len() == scoped.full.len() {
-        return None;
-    }
-    let rings: Vec<String> = claims
-        .rings()
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| mask & (1 << i) == 0)
-        .map(|(_, r)| r.describe())
-        .collect();
-    Some(if rings.is_empty() {
-        "mirrors of rings this controller is not configured for".to_owned()
-    } else {
-        rings.join(", ")
-    })
 }

@@ -1340,11 +1340,13 @@ fn state_with_bound_rings() -> State {
                 id: old_key().id().clone(),
                 listed_by: 0b01,
                 mirror: true,
+                named_ring: Some(0),
             },
             LoadedKey {
                 id: new_key().id().clone(),
                 listed_by: 0b10,
                 mirror: true,
+                named_ring: Some(1),
             },
         ],
         vec![Ok(old_key().id().clone()), Ok(new_key().id().clone())],
@@ -1481,4 +1483,58 @@ async fn each_ring_serves_its_certificate() {
     assert_eq!(certs["rings"][1]["sealingKey"], new_key().id().to_string());
     assert_eq!(certs["rings"][1]["binding"], "namespaces team-a");
     assert_eq!(certs["rings"][0]["binding"], Value::Null);
+}
+
+#[tokio::test]
+async fn rotate_of_values_from_two_rings_keeps_each_in_its_ring_and_names_no_key() {
+    let app = router(&state_with_bound_rings());
+    // `password` sealed to the shared ring, `user` to team-a's, cluster-wide, in team-a.
+    let mut mixed = team_value("team-a", false);
+    let shared = to_json(&sealed_for(old_key(), &[(CLUSTER_WIDE_ANNOTATION, "true")]));
+    mixed["spec"]["encryptedData"]["password"] =
+        shared["spec"]["encryptedData"]["password"].clone();
+    let (status, text) = post_json(&app, "/v1/rotate", &mixed).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let output: Value = serde_json::from_str(&text).expect("json");
+    // A hint binds: naming one of the two keys would make the other value fail.
+    assert_eq!(
+        output["metadata"]["annotations"].get(SEALING_KEY_ANNOTATION),
+        None,
+        "{output}"
+    );
+    let label = Scope::Cluster.label("", "");
+    let value = |item: &str| {
+        output["spec"]["encryptedData"][item]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        ring_of(&[old_key()])
+            .open_base64(&label, &value("password"), None)
+            .is_ok()
+    );
+    assert!(
+        ring_of(&[new_key()])
+            .open_base64(&label, &value("user"), None)
+            .is_ok()
+    );
+    assert!(
+        ring_of(&[old_key()])
+            .open_base64(&label, &value("user"), None)
+            .is_err()
+    );
+    let (status, text) = post_json(&app, "/v1/verify", &output).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    // Outside team-a the team value is not tried, and the answer says which ring was not.
+    let mut elsewhere = output.clone();
+    elsewhere["metadata"]["namespace"] = json!("prod");
+    let (status, text) = post_json(&app, "/v1/verify", &elsewhere).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{text}");
+    assert!(
+        text.contains(
+            "not tried in this namespace: ring kseal/team-a (bound to namespaces team-a)"
+        ),
+        "{text}"
+    );
 }

@@ -401,6 +401,15 @@ fn scoped_ring(app: &App, sealed: &SealedSecret) -> Result<crate::state::Scoped,
     Ok(scoped)
 }
 
+/// A `409` (a value no key opened) with bound rings also names the rings whose keys were not
+/// tried in the object's namespace, and their bindings.
+fn with_not_tried(mut problem: Problem, not_tried: Option<&str>) -> Problem {
+    if let (StatusCode::CONFLICT, Some(rings)) = (problem.status, not_tried) {
+        problem.message = format!("{} (not tried in this namespace: {rings})", problem.message);
+    }
+    problem
+}
+
 /// The sealing key's fingerprint for a rotate with no value to re-seal.
 fn key_for_empty(
     ring: &KeyRing,
@@ -418,7 +427,9 @@ pub(super) async fn verify(AxumState(app): AxumState<App>, request: Request) -> 
         let (place, body) = admit_and_read(&app, request).await?;
         let Parsed { sealed, .. } = parse_sealed_secret(&body)?;
         let values = count_values(&sealed, app.options.max_request_items)?;
-        let ring = scoped_ring(&app, &sealed)?.ring;
+        let scoped = scoped_ring(&app, &sealed)?;
+        let not_tried = scoped.not_tried();
+        let ring = scoped.ring;
         let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
         let object = object_ref(&sealed);
@@ -427,6 +438,7 @@ pub(super) async fn verify(AxumState(app): AxumState<App>, request: Request) -> 
             Ok(opened.items.len() + usize::from(opened.deprecated.is_some()))
         })
         .await
+        .map_err(|p| with_not_tried(p, not_tried.as_deref()))
         .inspect_err(|p| tracing::debug!(object, status = %p.status, "verify failed"))?;
         tracing::debug!(object, items = count, "verified");
         Ok::<_, Problem>(text(
@@ -451,6 +463,7 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
         let Parsed { sealed, mut raw } = parse_sealed_secret(&body)?;
         let values = count_values(&sealed, app.options.max_request_items)?;
         let scoped = scoped_ring(&app, &sealed)?;
+        let not_tried = scoped.not_tried();
         let ring = scoped.ring.clone();
         let worst_case = worst_case_operations(&sealed, &ring, values);
         let accept_v1 = app.options.accept_deprecated_v1_data;
@@ -489,10 +502,15 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
                 })
             };
             let mut items = Vec::with_capacity(opened.items.len());
-            let mut first_key = None;
+            let mut first_key: Option<String> = None;
+            let mut mixed = false;
+            let mut note = |id: String| match &first_key {
+                Some(first) => mixed |= *first != id,
+                None => first_key = Some(id),
+            };
             for (item, plaintext, opener) in &opened.items {
                 let key = key_for(opener)?;
-                first_key.get_or_insert_with(|| key.id().to_string());
+                note(key.id().to_string());
                 let label = opened.label.item(item);
                 items.push((
                     item.clone(),
@@ -503,19 +521,22 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
                 None => None,
                 Some((plaintext, opener)) => {
                     let key = key_for(opener)?;
-                    first_key.get_or_insert_with(|| key.id().to_string());
+                    note(key.id().to_string());
                     Some(seal("the deprecated field 'data'", key, opened.label.whole(), plaintext)?)
                 }
             };
-            // The annotation names the key of the first value (an object's values share their
-            // ring); with nothing to re-seal, the sealing key here.
+            // The annotation names the key that re-sealed every value; with values re-sealed
+            // by keys of different rings it names none (a hint binds: naming one would make
+            // the others fail), and with nothing to re-seal it names the sealing key here.
             let key_id = match first_key {
-                Some(id) => id,
-                None => key_for_empty(ring, refusal.as_ref())?,
+                Some(_) if mixed => None,
+                Some(id) => Some(id),
+                None => Some(key_for_empty(ring, refusal.as_ref())?),
             };
             Ok((items, deprecated, key_id))
         })
         .await
+        .map_err(|p| with_not_tried(p, not_tried.as_deref()))
         .inspect_err(|p| tracing::debug!(object, status = %p.status, "rotate failed"))?;
         let (items, deprecated, key_id) = resealed;
         // The typed parse succeeded, so `raw` is an object with a `metadata` and `spec`
@@ -537,10 +558,15 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
         if annotations.is_null() {
             *annotations = json!({});
         }
-        annotations.as_object_mut().ok_or_else(invalid)?.insert(
-            SEALING_KEY_ANNOTATION.to_owned(),
-            Value::String(key_id.clone()),
-        );
+        let annotations = annotations.as_object_mut().ok_or_else(invalid)?;
+        match &key_id {
+            Some(id) => {
+                annotations.insert(SEALING_KEY_ANNOTATION.to_owned(), Value::String(id.clone()));
+            }
+            None => {
+                annotations.remove(SEALING_KEY_ANNOTATION);
+            }
+        }
         let spec = root
             .entry("spec")
             .or_insert_with(|| json!({}))
@@ -558,7 +584,11 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
         if let Some(blob) = deprecated {
             spec.insert("data".to_owned(), Value::String(blob));
         }
-        tracing::info!(object, key = %key_id, "re-sealed with the sealing key");
+        tracing::info!(
+            object,
+            key = key_id.as_deref().unwrap_or("several"),
+            "re-sealed with the sealing key"
+        );
         Ok::<_, Problem>(axum::Json(raw).into_response())
     }
     .await;
