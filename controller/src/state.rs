@@ -36,6 +36,30 @@ pub struct Scoped {
 }
 
 impl Scoped {
+    /// When `sealed` names (in `kseal.dev/sealing-key`) a loaded key that does not open in
+    /// `namespace`: `key <kid> of <rings>, which does not open in namespace <ns>` (refused
+    /// before any RSA operation).
+    pub fn hinted_refusal(
+        &self,
+        sealed: &kseal_api::SealedSecret,
+        namespace: &str,
+    ) -> Option<String> {
+        let hint = sealed.sealing_key_hint()?;
+        if self.ring.get(&hint).is_some() {
+            return None;
+        }
+        let rings = self.refusal(&hint)?;
+        let place = if namespace.is_empty() {
+            "without a namespace".to_owned()
+        } else {
+            format!("in namespace {namespace}")
+        };
+        Some(format!(
+            "key {} of {rings}, which does not open {place}",
+            self.key_name(&hint)
+        ))
+    }
+
     /// With bound rings, the rings whose keys are loaded but not tried in the scoped
     /// namespace, with their bindings, e.g. `ring kseal/prod (bound to namespaces prod)`
     /// (`None`: every loaded key is tried).

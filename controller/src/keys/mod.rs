@@ -706,20 +706,27 @@ fn choose_ring_key(
     }
 }
 
+impl RingSealing {
+    /// Why the ring's active key does not seal, for readiness (`None`: it seals).
+    fn problem(&self) -> Option<SealingProblem> {
+        match self {
+            RingSealing::NotApplicable | RingSealing::Active(_) => None,
+            RingSealing::LastVerified { problem, .. } => Some(SealingProblem {
+                message: problem.clone(),
+                sealing: true,
+            }),
+            RingSealing::Refused(reason) => Some(SealingProblem {
+                message: reason.clone(),
+                sealing: false,
+            }),
+        }
+    }
+}
+
 /// Publishes why the fleet ring's active key does not seal (or that it does) into readiness
 /// and `kseal_key_source_active_unavailable`, logging each change.
 fn publish_ring_sealing(state: &State, sealing: &RingSealing) {
-    let problem = match sealing {
-        RingSealing::NotApplicable | RingSealing::Active(_) => None,
-        RingSealing::LastVerified { problem, .. } => Some(SealingProblem {
-            message: problem.clone(),
-            sealing: true,
-        }),
-        RingSealing::Refused(reason) => Some(SealingProblem {
-            message: reason.clone(),
-            sealing: false,
-        }),
-    };
+    let problem = sealing.problem();
     if problem != state.readiness.sealing_problem() {
         match &problem {
             Some(p) => tracing::warn!(sealing = p.sealing, "{}", p.message),
@@ -736,17 +743,7 @@ fn publish_ring_sealing(state: &State, sealing: &RingSealing) {
 /// A further ring's sealing state, into its own readiness (the first ring's goes through
 /// [`publish_ring_sealing`], with the gauge).
 fn publish_more_ring_sealing(state: &State, name: &str, sealing: &RingSealing) {
-    let problem = match sealing {
-        RingSealing::NotApplicable | RingSealing::Active(_) => None,
-        RingSealing::LastVerified { problem, .. } => Some(SealingProblem {
-            message: problem.clone(),
-            sealing: true,
-        }),
-        RingSealing::Refused(reason) => Some(SealingProblem {
-            message: reason.clone(),
-            sealing: false,
-        }),
-    };
+    let problem = sealing.problem();
     if problem != state.readiness.sealing_problem() {
         match &problem {
             Some(p) => tracing::warn!(

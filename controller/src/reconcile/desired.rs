@@ -182,16 +182,10 @@ pub(super) async fn unseal(
     let namespace = ss.metadata.namespace.as_deref().unwrap_or_default();
     let labels = ctx.state.namespace_labels.get(namespace);
     let scoped = ctx.state.keys.scoped(namespace, labels.as_ref());
-    if let Some(hint) = ss.sealing_key_hint()
-        && scoped.ring.get(&hint).is_none()
-        && let Some(rings) = scoped.refusal(&hint)
-    {
+    if let Some(refusal) = scoped.hinted_refusal(ss, namespace) {
         // The value names a key of a ring bound elsewhere: refused without an RSA operation.
         return Err(Error::RingBinding {
-            reason: format!(
-                "it names key {} of {rings}, which does not open in namespace {namespace}",
-                scoped.key_name(&hint)
-            ),
+            reason: format!("it names {refusal}"),
             source: None,
         });
     }

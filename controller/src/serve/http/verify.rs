@@ -383,19 +383,10 @@ fn scoped_ring(app: &App, sealed: &SealedSecret) -> Result<crate::state::Scoped,
     let namespace = sealed.metadata.namespace.as_deref().unwrap_or_default();
     let labels = app.state.namespace_labels.get(namespace);
     let scoped = app.state.keys.scoped(namespace, labels.as_ref());
-    if let Some(hint) = sealed.sealing_key_hint()
-        && scoped.ring.get(&hint).is_none()
-        && let Some(rings) = scoped.refusal(&hint)
-    {
-        let short = scoped.key_name(&hint);
-        let place = if namespace.is_empty() {
-            "without a namespace".to_owned()
-        } else {
-            format!("in namespace {namespace}")
-        };
+    if let Some(refusal) = scoped.hinted_refusal(sealed, namespace) {
         return Err(Problem::new(
             StatusCode::CONFLICT,
-            format!("the SealedSecret names key {short} of {rings}, which does not open {place}"),
+            format!("the SealedSecret names {refusal}"),
         ));
     }
     Ok(scoped)
