@@ -12,6 +12,10 @@
 //! - `SCALE_NO_HINT_PERCENT` (`--no-hint-percent`): share sealed with an older key and
 //!   without the `kseal.dev/sealing-key` hint, default 10 (the rest: the sealing key, with
 //!   the hint);
+//! - `SCALE_UNHINTED_RINGS` (`--unhinted-rings`): with rings, `team` (default: a namespace's
+//!   unhinted values all come from its team ring, the legacy values of that team) or `mixed`
+//!   (half from the shared ring, as the hinted ones: two legacy keys in each namespace, so no
+//!   order of attempts gets below about 1.5 per unhinted value);
 //! - `SCALE_RINGS` (`--rings`): fleet rings the controller holds, default 1 (the 24 key
 //!   Secrets in Bitnami's layout, no `--key-source`: the setup below). With R ≥ 2 the bench
 //!   makes R × 24 keys and stores them as the mirror key Secrets of R rings (labels
@@ -232,6 +236,10 @@ struct Options {
     namespaces: usize,
     /// Fleet rings held as mirrors (1: the Bitnami-layout keys, no `--key-source`).
     rings: usize,
+    /// `SCALE_UNHINTED_RINGS=mixed`: with rings, the unhinted values of a namespace are
+    /// sealed to the shared ring or its team ring (half each), as the hinted ones; default
+    /// (`team`): all to its team ring (a team's legacy values).
+    unhinted_mixed: bool,
     no_hint_percent: usize,
     unhinted_keys: UnhintedKeys,
     concurrency: usize,
@@ -298,6 +306,7 @@ impl Options {
             n: env("SCALE_N").map_or(Ok(10_000), |v| v.parse())?,
             namespaces: env("SCALE_NAMESPACES").map_or(Ok(4), |v| v.parse())?,
             rings: env("SCALE_RINGS").map_or(Ok(1), |v| v.parse())?,
+            unhinted_mixed: env("SCALE_UNHINTED_RINGS").is_some_and(|v| v == "mixed"),
             no_hint_percent: env("SCALE_NO_HINT_PERCENT").map_or(Ok(10), |v| v.parse())?,
             unhinted_keys: env("SCALE_UNHINTED_KEYS")
                 .map_or(Ok(UnhintedKeys::Random), |v| v.parse())?,
@@ -344,6 +353,7 @@ impl Options {
                     "--n" => o.n = value.parse()?,
                     "--namespaces" => o.namespaces = value.parse()?,
                     "--rings" => o.rings = value.parse()?,
+                    "--unhinted-rings" => o.unhinted_mixed = value == "mixed",
                     "--no-hint-percent" => o.no_hint_percent = value.parse()?,
                     "--unhinted-keys" => o.unhinted_keys = value.parse()?,
                     "--concurrency" => o.concurrency = value.parse()?,
@@ -731,8 +741,13 @@ fn sealed_secret(o: &Options, index: usize, keys: &[KeyPair]) -> SealedSecret {
     };
     // Every (100 / p)-th object, spread evenly: an older key, no hint.
     let older = o.no_hint_percent > 0 && (index * o.no_hint_percent) % 100 < o.no_hint_percent;
-    // The keys of the ring that sealed it (all of them with one ring), oldest first.
-    let ring = value_ring(o, index);
+    // The keys of the ring that sealed it (all of them with one ring), oldest first; with
+    // rings, a namespace's unhinted values are its team's legacy values unless mixed.
+    let ring = if older && o.rings > 1 && !o.unhinted_mixed {
+        team_ring(o, index % o.namespaces)
+    } else {
+        value_ring(o, index)
+    };
     let keys = &keys[ring * KEYS..(ring + 1) * KEYS];
     let sealing = &keys[KEYS - 1];
     let key = match (older, o.unhinted_keys) {
@@ -786,6 +801,9 @@ fn fixture_file(dir: &Path, o: &Options, keys: &[KeyPair]) -> std::path::PathBuf
     // Only with rings, so that one-ring files keep their names.
     if o.rings > 1 {
         hash.update(format!("rings {}\n", o.rings));
+        if !o.unhinted_mixed {
+            hash.update("unhinted-rings team\n");
+        }
     }
     for pair in keys {
         hash.update(pair.id().as_str());
