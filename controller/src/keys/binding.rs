@@ -138,6 +138,16 @@ pub fn parse_selector(text: &str) -> Result<Selector, String> {
             None => "",
         };
     }
+    // Every namespace has `kubernetes.io/metadata.name` (the API server sets it): as a bare
+    // key it admits them all.
+    if expressions
+        .iter()
+        .any(|e| matches!(e, Expression::Exists(k) if k == "kubernetes.io/metadata.name"))
+    {
+        return Err(format!(
+            "{text:?}: every namespace has the label kubernetes.io/metadata.name; select by its value (kubernetes.io/metadata.name in (…)) or use --ring-namespaces"
+        ));
+    }
     // `k!=v`, `k notin (…)` and `!k` also match every namespace without the label: a
     // selector of those only would bind a ring to nearly everything.
     if !expressions.iter().any(|e| {
@@ -251,9 +261,10 @@ pub struct LoadedKey {
     /// A key Secret kseal made (a mirror: labelled, annotated with a kid or named
     /// `kseal-ring-…`), not one of the cluster's own.
     pub mirror: bool,
-    /// For a mirror, the configured ring its `kseal.dev/ring` annotation names (`None`: no
-    /// annotation, or a ring this controller is not configured for).
-    pub named_ring: Option<usize>,
+    /// The configured rings the `kseal.dev/ring` annotations of its kseal-made copies name.
+    pub named_rings: u32,
+    /// Whether a kseal-made copy names no ring, or one this controller is not configured for.
+    pub names_other: bool,
 }
 
 /// For every loaded key, the rings it belongs to, and per ring the key that seals for it.
@@ -286,21 +297,28 @@ impl Claims {
             .enumerate()
             .filter(|(_, r)| !r.verified)
             .fold(0u32, |mask, (i, _)| mask | (1 << i));
+        let verified = !unverified & ((1u32 << rings.len()) - 1);
         let claims = keys
             .into_iter()
             .map(|k| {
-                let claim = match (k.mirror, k.named_ring) {
-                    // A mirror of a ring this controller does not mirror (left behind when the
-                    // ring was taken out of the flags) opens nowhere, whatever index lists its
-                    // kid: another ring's seeder must not adopt it.
-                    (true, None) => Claim::Rings(0),
-                    // A mirror also belongs to the ring it says it copies: an annotation can
-                    // only narrow where the key opens.
-                    (true, Some(named)) => Claim::Rings(k.listed_by | unverified | (1 << named)),
-                    (false, _) => match k.listed_by | unverified {
+                let claim = if !k.mirror {
+                    match k.listed_by | unverified {
                         0 => Claim::Unringed,
                         rings => Claim::Rings(rings),
-                    },
+                    }
+                } else if k.names_other || k.named_rings == 0 {
+                    // A mirror of a ring this controller does not mirror (left behind when the
+                    // ring was taken out of the flags), or of none: it opens nowhere, whatever
+                    // index lists its kid (another ring's seeder must not adopt it).
+                    Claim::Rings(0)
+                } else if k.named_rings & verified & !k.listed_by != 0 {
+                    // It says it copies a ring whose verified index does not list it: the
+                    // annotation is wrong (or was changed), and it opens nowhere.
+                    Claim::Rings(0)
+                } else {
+                    // A mirror also belongs to the rings it says it copies: an annotation can
+                    // only narrow where the key opens.
+                    Claim::Rings(k.listed_by | unverified | k.named_rings)
                 };
                 (k.id, claim)
             })
@@ -503,6 +521,8 @@ mod tests {
         assert!(s.matches(&labels(&[("zone", "c")])));
         assert!(!s.matches(&labels(&[("zone", "a")])));
         // Negative requirements alone would also match every unlabelled namespace.
+        assert!(parse_selector("kubernetes.io/metadata.name").is_err());
+        assert!(parse_selector("kubernetes.io/metadata.name in (a,b)").is_ok());
         for only_negative in ["env!=dev", "zone notin (a)", "!legacy", "env!=dev,!legacy"] {
             let err = parse_selector(only_negative).unwrap_err();
             assert!(
@@ -578,26 +598,30 @@ mod tests {
                     id: shared.id().clone(),
                     listed_by: 0b01,
                     mirror: true,
-                    named_ring: Some(0),
+                    named_rings: 1 << 0,
+                    names_other: false,
                 },
                 LoadedKey {
                     id: team.id().clone(),
                     listed_by: 0b10,
                     mirror: true,
-                    named_ring: Some(1),
+                    named_rings: 1 << 1,
+                    names_other: false,
                 },
                 LoadedKey {
                     id: local.id().clone(),
                     listed_by: 0,
                     mirror: false,
-                    named_ring: None,
+                    named_rings: 0,
+                    names_other: false,
                 },
                 // A mirror of a ring not configured here.
                 LoadedKey {
                     id: stray.id().clone(),
                     listed_by: 0,
                     mirror: true,
-                    named_ring: None,
+                    named_rings: 0,
+                    names_other: true,
                 },
             ],
             vec![Ok(shared.id().clone()), Ok(team.id().clone())],
@@ -669,13 +693,15 @@ mod tests {
                     id: prod.id().clone(),
                     listed_by: 0b11,
                     mirror: true,
-                    named_ring: Some(0),
+                    named_rings: 1 << 0,
+                    names_other: false,
                 },
                 LoadedKey {
                     id: tenant.id().clone(),
                     listed_by: 0b10,
                     mirror: true,
-                    named_ring: Some(1),
+                    named_rings: 1 << 1,
+                    names_other: false,
                 },
             ],
             vec![Ok(prod.id().clone()), Ok(tenant.id().clone())],
@@ -721,20 +747,23 @@ mod tests {
                         id: prod.id().clone(),
                         listed_by: prod_listed | 0b10,
                         mirror: true,
-                        named_ring: Some(0),
+                        named_rings: 1 << 0,
+                        names_other: false,
                     },
                     LoadedKey {
                         id: tenant.id().clone(),
                         listed_by: 0b10,
                         mirror: true,
-                        named_ring: Some(1),
+                        named_rings: 1 << 1,
+                        names_other: false,
                     },
                     // A key Secret of the cluster's own (no kseal marks).
                     LoadedKey {
                         id: local.id().clone(),
                         listed_by: 0,
                         mirror: false,
-                        named_ring: None,
+                        named_rings: 0,
+                        names_other: false,
                     },
                 ],
                 vec![Ok(prod.id().clone()), Ok(tenant.id().clone())],
@@ -798,15 +827,17 @@ mod tests {
                     id: leftover.id().clone(),
                     listed_by: 0b10,
                     mirror: true,
-                    named_ring: None,
+                    named_rings: 0,
+                    names_other: true,
                 },
-                // The shared ring's index lists the tenant's key; its mirror names the tenant's
-                // ring: it opens only where both open (the tenant's namespace).
+                // The shared ring's index lists the tenant's key too; its mirror names the
+                // tenant's ring: it opens only where both open (the tenant's namespace).
                 LoadedKey {
                     id: tenant.id().clone(),
-                    listed_by: 0b01,
+                    listed_by: 0b11,
                     mirror: true,
-                    named_ring: Some(1),
+                    named_rings: 1 << 1,
+                    names_other: false,
                 },
             ],
             vec![Ok(tenant.id().clone()), Ok(tenant.id().clone())],
@@ -818,5 +849,56 @@ mod tests {
         }
         assert!(claims.key_allowed(tenant.id(), claims.allowed("tenant", None)));
         assert!(!claims.key_allowed(tenant.id(), claims.allowed("other", None)));
+    }
+
+    /// A mirror annotated with a ring whose verified index does not list its key (the
+    /// annotation changed by whoever can patch Secrets here, or a removed ring's mirror
+    /// re-annotated) opens nowhere; so does a key one of whose kseal-made copies names a
+    /// ring not configured here.
+    #[test]
+    fn an_annotation_never_widens_a_mirror() {
+        let (leftover, copied) = (pair(0), pair(1));
+        let claims = Claims::build(
+            Arc::from(vec![
+                BoundRing {
+                    name: "kseal/shared".into(),
+                    binding: None,
+                    verified: true,
+                },
+                BoundRing {
+                    name: "kseal/tenant".into(),
+                    binding: Some(RingBinding {
+                        namespaces: BTreeSet::from(["tenant".to_owned()]),
+                        selector: None,
+                    }),
+                    verified: true,
+                },
+            ]),
+            [
+                // Re-annotated to the shared ring, whose verified index does not list it.
+                LoadedKey {
+                    id: leftover.id().clone(),
+                    listed_by: 0,
+                    mirror: true,
+                    named_rings: 0b01,
+                    names_other: false,
+                },
+                // Listed by the tenant's index, held by a copy naming the tenant's ring and
+                // an older one naming a ring not configured here.
+                LoadedKey {
+                    id: copied.id().clone(),
+                    listed_by: 0b10,
+                    mirror: true,
+                    named_rings: 0b10,
+                    names_other: true,
+                },
+            ],
+            vec![Ok(copied.id().clone()), Ok(copied.id().clone())],
+        );
+        for namespace in ["tenant", "other"] {
+            let mask = claims.allowed(namespace, None);
+            assert!(!claims.key_allowed(leftover.id(), mask), "{namespace}");
+            assert!(!claims.key_allowed(copied.id(), mask), "{namespace}");
+        }
     }
 }

@@ -519,6 +519,18 @@ pub enum RingSealing {
     Refused(String),
 }
 
+/// One loaded key and what the key Secrets holding it say (several Secrets may hold one key).
+#[derive(Debug, Clone)]
+pub struct LoadedCopies {
+    /// The key's kid.
+    pub kid: Kid,
+    /// The key's fingerprint in the ring.
+    pub id: KeyId,
+    /// The `kseal.dev/ring` annotation of each kseal-made copy (a mirror), `None` where a
+    /// mirror has none; empty when only the cluster's own key Secrets hold it.
+    pub mirror_rings: Vec<Option<String>>,
+}
+
 /// What [`build_ring`] produced.
 #[derive(Debug)]
 pub struct Built {
@@ -534,8 +546,8 @@ pub struct Built {
     pub ring_sealing: RingSealing,
     /// Loaded keys by kid.
     pub by_kid: HashMap<Kid, KeyId>,
-    /// Every loaded key: its kid, and for a mirror the ring its annotation names.
-    pub loaded: Vec<(Kid, KeyId, Option<Option<String>>)>,
+    /// Every loaded key, with what its key Secrets say of it.
+    pub loaded: Vec<LoadedCopies>,
 }
 
 /// Parses `materials` into a ring ordered per `order`, the sealing key chosen per `choice`.
@@ -582,12 +594,23 @@ pub fn build_ring(
             if material.mirror && view.is_none_or(|v| v.contains(&kid)) {
                 mirrored += 1;
             }
-            if ring.get(pair.id()).is_none() {
-                loaded.push((
-                    kid.clone(),
-                    pair.id().clone(),
-                    material.mirror.then(|| material.ring.clone()),
-                ));
+            // Every copy counts: the oldest must not decide alone what a key is.
+            let at = match loaded
+                .iter()
+                .position(|l: &LoadedCopies| l.id == *pair.id())
+            {
+                Some(at) => at,
+                None => {
+                    loaded.push(LoadedCopies {
+                        kid: kid.clone(),
+                        id: pair.id().clone(),
+                        mirror_rings: Vec::new(),
+                    });
+                    loaded.len() - 1
+                }
+            };
+            if material.mirror {
+                loaded[at].mirror_rings.push(material.ring.clone());
             }
             by_kid.insert(kid, pair.id().clone());
             let pair = match (order, material.created) {
@@ -860,6 +883,7 @@ pub async fn run(
         last_verified: None,
         last_verified_more: Vec::new(),
         shared_keys_warned: Vec::new(),
+        leftovers_warned: Vec::new(),
         loaded: false,
     };
     let mut requests_open = true;
@@ -922,6 +946,8 @@ struct Loader<'a> {
     last_verified_more: Vec<Option<Kid>>,
     /// The keys listed by several rings, as last warned about.
     shared_keys_warned: Vec<String>,
+    /// The unconfigured rings whose mirrors were last warned about.
+    leftovers_warned: Vec<String>,
     /// Whether the first snapshot has been published.
     loaded: bool,
 }
@@ -1006,19 +1032,6 @@ impl Loader<'_> {
         let now = SystemTime::now();
         let mut sealing = Vec::with_capacity(rings.len());
         for (i, (name, ring_state)) in rings.iter().enumerate() {
-            if i == 0 {
-                sealing.push(
-                    built
-                        .ring
-                        .sealing_key()
-                        .map(|k| k.id().clone())
-                        .ok_or_else(|| match &built.ring_sealing {
-                            RingSealing::Refused(why) => why.clone(),
-                            _ => "no key of the ring is loaded".to_owned(),
-                        }),
-                );
-                continue;
-            }
             // A fresh ring of the same keys: the first ring's choice (sealing disabled, its
             // preferred key) must not carry over.
             let mut ring: KeyRing = built.ring.keys().cloned().collect();
@@ -1027,8 +1040,8 @@ impl Loader<'_> {
             let own: HashMap<Kid, KeyId> = built
                 .loaded
                 .iter()
-                .filter(|(_, _, mirror_of)| matches!(mirror_of, Some(Some(r)) if r == name))
-                .map(|(kid, id, _)| (kid.clone(), id.clone()))
+                .filter(|l| l.mirror_rings.iter().any(|r| r.as_deref() == Some(name)))
+                .map(|l| (l.kid.clone(), l.id.clone()))
                 .collect();
             let chosen = choose_ring_key(
                 &mut ring,
@@ -1040,7 +1053,10 @@ impl Loader<'_> {
             if let RingSealing::Active(kid) = &chosen {
                 self.last_verified_more[i] = Some(kid.clone());
             }
-            publish_more_ring_sealing(ring_state, name, &chosen);
+            // The first ring's readiness follows `build_ring`'s choice (published already).
+            if i > 0 {
+                publish_more_ring_sealing(ring_state, name, &chosen);
+            }
             sealing.push(match &chosen {
                 RingSealing::Refused(why) => Err(why.clone()),
                 _ => ring
@@ -1065,30 +1081,54 @@ impl Loader<'_> {
                 .filter(|(_, v)| v.as_ref().is_some_and(|v| v.lists(kid)))
                 .fold(0u32, |mask, (i, _)| mask | (1 << i))
         };
+        let position = |name: &str| rings.iter().position(|(n, _)| n == name);
         let loaded: Vec<binding::LoadedKey> = built
             .loaded
             .iter()
-            .map(|(kid, id, mirror_of)| binding::LoadedKey {
-                id: id.clone(),
-                listed_by: listed_by(kid),
-                mirror: mirror_of.is_some(),
-                named_ring: mirror_of
-                    .as_ref()
-                    .and_then(Option::as_ref)
-                    .and_then(|name| rings.iter().position(|(n, _)| n == name)),
+            .map(|l| binding::LoadedKey {
+                id: l.id.clone(),
+                listed_by: listed_by(&l.kid),
+                mirror: !l.mirror_rings.is_empty(),
+                named_rings: l
+                    .mirror_rings
+                    .iter()
+                    .flatten()
+                    .filter_map(|name| position(name))
+                    .fold(0u32, |mask, i| mask | (1 << i)),
+                names_other: l
+                    .mirror_rings
+                    .iter()
+                    .any(|r| r.as_deref().and_then(position).is_none()),
             })
             .collect();
+        // Mirrors of rings not configured here (left behind when a ring left the flags) open
+        // nowhere while rings are bound: say so, they are better deleted.
+        let leftovers: Vec<String> = built
+            .loaded
+            .iter()
+            .flat_map(|l| l.mirror_rings.iter().flatten())
+            .filter(|name| position(name).is_none())
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if leftovers != self.leftovers_warned {
+            if !leftovers.is_empty() {
+                tracing::warn!(
+                    rings = ?leftovers,
+                    "key Secrets mirror rings this controller is not configured for: they open nowhere; delete them (kubectl delete secret -l kseal.dev/mirror=true after checking their kseal.dev/ring annotation)"
+                );
+            }
+            self.leftovers_warned = leftovers;
+        }
         // A proven mirror of a ring makes that ring usable during a store outage (readiness
         // only; which keys open where is the claims' business): one its verified view lists,
         // or, before its view, one whose annotation names it.
         for (i, (name, ring_state)) in rings.iter().enumerate() {
-            let mirrored = built
-                .loaded
-                .iter()
-                .any(|(kid, _, mirror_of)| match &views[i] {
-                    Some(view) => view.lists(kid),
-                    None => matches!(mirror_of, Some(Some(r)) if r == name),
-                });
+            let mirrored = built.loaded.iter().any(|l| match &views[i] {
+                Some(view) => view.lists(&l.kid),
+                None => l.mirror_rings.iter().any(|r| r.as_deref() == Some(name)),
+            });
             if mirrored {
                 ring_state.readiness.key_source_mirror_found();
             }

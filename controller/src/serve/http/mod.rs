@@ -661,7 +661,27 @@ fn sealing_certificate(app: &App, query: Option<&str>) -> Result<String, Problem
             }
             scoped.ring
         }
-        None => app.state.keys.ring(),
+        None => {
+            // With several rings: the first ring's own sealing key (chosen among its own
+            // mirrors only), as `?ring=` serves it.
+            let full = app.state.keys.ring();
+            if let Some(claims) = app.state.keys.claims()
+                && let Some(first) = claims.rings().first()
+            {
+                return match claims.sealing_of(&first.name) {
+                    Some(Ok(id)) => full
+                        .get(id)
+                        .map(|k| k.certificate().to_pem())
+                        .ok_or_else(no_keys),
+                    Some(Err(why)) => Err(Problem::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("no key seals: {why}"),
+                    )),
+                    None => Err(no_sealing_key(app.state.sealing_problem().as_ref())),
+                };
+            }
+            full
+        }
     };
     match ring.sealing_key() {
         Some(key) => Ok(key.certificate().to_pem()),
