@@ -101,7 +101,7 @@ impl Scoped {
         let rings = claims.refusing(id, *mask)?;
         if rings.is_empty() {
             return Some(
-                "a mirror of a ring this controller is not configured for (it opens nowhere while rings are bound)".to_owned(),
+                "a mirror that opens nowhere while rings are bound (its kseal.dev/ring names no ring, a ring not configured here, or a ring whose verified index does not list it)".to_owned(),
             );
         }
         let named: Vec<String> = rings.iter().map(|r| r.describe()).collect();

@@ -709,7 +709,15 @@ fn rfc3339(time: SystemTime) -> Option<String> {
 async fn certs(AxumState(app): AxumState<App>) -> Response {
     let ring = app.state.keys.ring();
     let claims = app.state.keys.claims();
-    let sealing = ring.sealing_key().map(|k| k.id().to_string());
+    // With several rings, the first ring's own sealing key (as plain `/v1/cert.pem` serves).
+    let sealing = match claims.as_ref().and_then(|c| {
+        c.rings()
+            .first()
+            .map(|first| c.sealing_of(&first.name).and_then(|s| s.as_ref().ok()))
+    }) {
+        Some(first) => first.map(ToString::to_string),
+        None => ring.sealing_key().map(|k| k.id().to_string()),
+    };
     let certificates: Vec<Value> = ring
         .keys()
         .map(|k| {
