@@ -365,12 +365,13 @@ pub struct Config {
 }
 
 impl Config {
-    /// The names of the `--key-source` rings, in order ([`ring_name`]); empty without one.
+    /// The names of the `--key-source` rings, in order (`Location::ring_name`: the Secrets
+    /// Manager prefix, `kseal/fleet` for a directory ring); empty without one.
     pub fn ring_names(&self) -> Vec<String> {
         self.key_source
             .iter()
             .chain(&self.more_key_sources)
-            .map(|s| ring_name(&s.location))
+            .map(|s| s.location.ring_name().to_owned())
             .collect()
     }
 
@@ -999,16 +1000,6 @@ fn key_metadata(
     Ok((key_labels, key_annotations))
 }
 
-/// The name a ring goes by in `--ring-anchor RING=…` and the bindings, in its mirrors'
-/// `kseal.dev/ring` annotation and its ring-state Secret: its Secrets Manager prefix, or
-/// `kseal/fleet` for a directory ring.
-pub fn ring_name(location: &kseal_keystore::Location) -> String {
-    match location {
-        kseal_keystore::Location::SecretsManager { prefix, .. } => prefix.clone(),
-        kseal_keystore::Location::Directory { .. } => kseal_keystore::DEFAULT_RING.to_owned(),
-    }
-}
-
 /// The `--key-source` rings (the first, then the others) with their interval, grace, AWS
 /// options and `--ring-anchor`, and the bindings by ring name.
 #[allow(clippy::type_complexity)]
@@ -1056,7 +1047,7 @@ fn key_sources(
     for url in urls {
         let location = kseal_keystore::Location::parse(url)
             .map_err(|e| ConfigError::KeySource(e.to_string()))?;
-        let name = ring_name(&location);
+        let name = location.ring_name().to_owned();
         if names.contains(&name) {
             return Err(ConfigError::KeySource(format!(
                 "two --key-source rings are named {name:?} (a ring's name is its Secrets Manager prefix; every directory ring is named {:?}, so at most one directory ring per controller)",

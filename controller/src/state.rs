@@ -490,6 +490,13 @@ impl State {
             .collect()
     }
 
+    /// The keys that may open a SealedSecret in `namespace` ([`Keys::scoped`], with the
+    /// namespace's labels as the label watch last saw them).
+    pub fn scoped(&self, namespace: &str) -> Scoped {
+        let labels = self.namespace_labels.get(namespace);
+        self.keys.scoped(namespace, labels.as_ref())
+    }
+
     /// Whether the replica can serve and reconcile: [`Readiness::is_ready`], and every further
     /// ring fetched once or mirrored.
     pub fn is_ready(&self) -> bool {

@@ -30,6 +30,15 @@ pub enum Location {
 }
 
 impl Location {
+    /// The ring's name: its Secrets Manager prefix, or [`DEFAULT_RING`] for a directory ring
+    /// (what [`crate::Ring::name`] returns, and what its index and mirrors carry).
+    pub fn ring_name(&self) -> &str {
+        match self {
+            Location::SecretsManager { prefix, .. } => prefix,
+            Location::Directory { .. } => DEFAULT_RING,
+        }
+    }
+
     /// Parses `secretsmanager://kseal/fleet?region=eu-west-1`, `kseal/fleet` (Secrets Manager),
     /// `dir:///var/run/kseal/ring` or `dir:relative/path`. A directory may end in
     /// `?insecure-perms=true` (any other `?` is part of the path, as it always was).

@@ -15,7 +15,7 @@ use kseal_keys::KeyPair;
 use std::collections::HashMap;
 
 use crate::contract::{INDEX_SCHEMA, Index, IndexEntry, KeyEntry, Kid};
-use crate::location::{DEFAULT_RING, Location};
+use crate::location::Location;
 use crate::root::RootSigner;
 use crate::trust::{self, RetiredEntry, RootRecord, Trust, Verified};
 use crate::{AwsOptions, Error, Put, Result, Store, Version};
@@ -169,25 +169,14 @@ impl Ring {
 
     /// The ring at `location` in an already opened `store`.
     pub fn new(store: Store, location: &Location) -> Self {
-        match location {
-            Location::SecretsManager { prefix, .. } => Self {
-                store,
-                name: prefix.clone(),
-                prefixed: true,
-                trust: Trust::legacy(),
-                root: None,
-                lifetime: None,
-                allow_expired: false,
-            },
-            Location::Directory { .. } => Self {
-                store,
-                name: DEFAULT_RING.to_owned(),
-                prefixed: false,
-                trust: Trust::legacy(),
-                root: None,
-                lifetime: None,
-                allow_expired: false,
-            },
+        Self {
+            store,
+            name: location.ring_name().to_owned(),
+            prefixed: matches!(location, Location::SecretsManager { .. }),
+            trust: Trust::legacy(),
+            root: None,
+            lifetime: None,
+            allow_expired: false,
         }
     }
 

@@ -798,6 +798,25 @@ mod tests {
         assert!(late.key_allowed(prod.id(), late.allowed("both", None)));
     }
 
+    /// `kseal/shared` (unbound) and `kseal/tenant` (bound to namespace tenant), both verified.
+    fn shared_and_tenant() -> Arc<[BoundRing]> {
+        Arc::from(vec![
+            BoundRing {
+                name: "kseal/shared".into(),
+                binding: None,
+                verified: true,
+            },
+            BoundRing {
+                name: "kseal/tenant".into(),
+                binding: Some(RingBinding {
+                    namespaces: BTreeSet::from(["tenant".to_owned()]),
+                    selector: None,
+                }),
+                verified: true,
+            },
+        ])
+    }
+
     /// A mirror left behind by a ring taken out of the flags (its `kseal.dev/ring` names a
     /// ring not configured here) opens nowhere, even when another ring's verified index (its
     /// seeder may be a tenant) lists its kid; a mirror also belongs to the ring it names.
@@ -806,21 +825,7 @@ mod tests {
         let (leftover, tenant) = (pair(0), pair(1));
         let full: KeyRing = [&leftover, &tenant].into_iter().cloned().collect();
         let claims = Claims::build(
-            Arc::from(vec![
-                BoundRing {
-                    name: "kseal/shared".into(),
-                    binding: None,
-                    verified: true,
-                },
-                BoundRing {
-                    name: "kseal/tenant".into(),
-                    binding: Some(RingBinding {
-                        namespaces: BTreeSet::from(["tenant".to_owned()]),
-                        selector: None,
-                    }),
-                    verified: true,
-                },
-            ]),
+            shared_and_tenant(),
             [
                 // The tenant's index lists it as retired; its annotation names kseal/prod.
                 LoadedKey {
@@ -859,21 +864,7 @@ mod tests {
     fn an_annotation_never_widens_a_mirror() {
         let (leftover, copied) = (pair(0), pair(1));
         let claims = Claims::build(
-            Arc::from(vec![
-                BoundRing {
-                    name: "kseal/shared".into(),
-                    binding: None,
-                    verified: true,
-                },
-                BoundRing {
-                    name: "kseal/tenant".into(),
-                    binding: Some(RingBinding {
-                        namespaces: BTreeSet::from(["tenant".to_owned()]),
-                        selector: None,
-                    }),
-                    verified: true,
-                },
-            ]),
+            shared_and_tenant(),
             [
                 // Re-annotated to the shared ring, whose verified index does not list it.
                 LoadedKey {

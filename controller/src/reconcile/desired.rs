@@ -180,8 +180,7 @@ pub(super) async fn unseal(
     }
     // With rings bound to namespaces, only the keys that open in this namespace are tried.
     let namespace = ss.metadata.namespace.as_deref().unwrap_or_default();
-    let labels = ctx.state.namespace_labels.get(namespace);
-    let scoped = ctx.state.keys.scoped(namespace, labels.as_ref());
+    let scoped = ctx.state.scoped(namespace);
     if let Some(refusal) = scoped.hinted_refusal(ss, namespace) {
         // The value names a key of a ring bound elsewhere: refused without an RSA operation.
         return Err(Error::RingBinding {

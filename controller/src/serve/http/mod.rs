@@ -593,51 +593,11 @@ fn query_value(query: Option<&str>, name: &str) -> Option<String> {
 /// SealedSecret in NS (with rings bound to namespaces, the first ring bound there).
 fn sealing_certificate(app: &App, query: Option<&str>) -> Result<String, Problem> {
     if let Some(name) = query_value(query, "ring") {
-        let names = app.state.rings.names();
-        let listed = || {
-            if names.is_empty() {
-                "this controller mirrors no ring (--key-source)".to_owned()
-            } else {
-                format!("this controller's rings: {}", names.join(", "))
-            }
-        };
-        let Some(at) = names.iter().position(|n| *n == name) else {
-            return Err(Problem::new(
-                StatusCode::NOT_FOUND,
-                format!("no ring {name:?} here ({})", listed()),
-            ));
-        };
-        let full = app.state.keys.ring();
-        let sealing = match app.state.keys.claims() {
-            Some(claims) => claims.sealing_of(&name).cloned(),
-            // A single unbound ring: the ring's sealing key.
-            None if at == 0 => Some(
-                full.sealing_key()
-                    .map(|k| k.id().clone())
-                    .ok_or_else(String::new),
-            ),
-            None => None,
-        };
-        return match sealing {
-            Some(Ok(id)) => full
-                .get(&id)
-                .map(|k| k.certificate().to_pem())
-                .ok_or_else(no_keys),
-            Some(Err(why)) if !why.is_empty() => Err(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("no key of ring {name} seals: {why}"),
-            )),
-            _ if at == 0 => Err(no_sealing_key(app.state.sealing_problem().as_ref())),
-            _ => Err(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("no key of ring {name} seals yet: its keys are still loading"),
-            )),
-        };
+        return ring_certificate(app, &name);
     }
     let ring = match query_value(query, "namespace") {
         Some(namespace) => {
-            let labels = app.state.namespace_labels.get(&namespace);
-            let scoped = app.state.keys.scoped(&namespace, labels.as_ref());
+            let scoped = app.state.scoped(&namespace);
             if let (None, Some((claims, mask))) = (scoped.ring.sealing_key(), &scoped.bound) {
                 // Say which ring would seal there and why it does not.
                 let first = (0..claims.rings().len()).find(|i| mask & (1 << i) != 0);
@@ -664,28 +624,61 @@ fn sealing_certificate(app: &App, query: Option<&str>) -> Result<String, Problem
         None => {
             // With several rings: the first ring's own sealing key (chosen among its own
             // mirrors only), as `?ring=` serves it.
-            let full = app.state.keys.ring();
             if let Some(claims) = app.state.keys.claims()
                 && let Some(first) = claims.rings().first()
             {
-                return match claims.sealing_of(&first.name) {
-                    Some(Ok(id)) => full
-                        .get(id)
-                        .map(|k| k.certificate().to_pem())
-                        .ok_or_else(no_keys),
-                    Some(Err(why)) => Err(Problem::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("no key seals: {why}"),
-                    )),
-                    None => Err(no_sealing_key(app.state.sealing_problem().as_ref())),
-                };
+                return ring_certificate(app, &first.name);
             }
-            full
+            app.state.keys.ring()
         }
     };
     match ring.sealing_key() {
         Some(key) => Ok(key.certificate().to_pem()),
         None => Err(no_sealing_key(app.state.sealing_problem().as_ref())),
+    }
+}
+
+/// `GET /v1/cert.pem?ring=NAME`: the sealing certificate of `--key-source` ring `name`.
+fn ring_certificate(app: &App, name: &str) -> Result<String, Problem> {
+    let names = app.state.rings.names();
+    let listed = || {
+        if names.is_empty() {
+            "this controller mirrors no ring (--key-source)".to_owned()
+        } else {
+            format!("this controller's rings: {}", names.join(", "))
+        }
+    };
+    let Some(at) = names.iter().position(|n| n == name) else {
+        return Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            format!("no ring {name:?} here ({})", listed()),
+        ));
+    };
+    let full = app.state.keys.ring();
+    let sealing = match app.state.keys.claims() {
+        Some(claims) => claims.sealing_of(name).cloned(),
+        // A single unbound ring: the ring's sealing key.
+        None if at == 0 => Some(
+            full.sealing_key()
+                .map(|k| k.id().clone())
+                .ok_or_else(String::new),
+        ),
+        None => None,
+    };
+    match sealing {
+        Some(Ok(id)) => full
+            .get(&id)
+            .map(|k| k.certificate().to_pem())
+            .ok_or_else(no_keys),
+        Some(Err(why)) if !why.is_empty() => Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no key of ring {name} seals: {why}"),
+        )),
+        _ if at == 0 => Err(no_sealing_key(app.state.sealing_problem().as_ref())),
+        _ => Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no key of ring {name} seals yet: its keys are still loading"),
+        )),
     }
 }
 

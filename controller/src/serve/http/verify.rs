@@ -381,8 +381,7 @@ pub(super) fn object_ref(sealed: &SealedSecret) -> String {
 /// binding.
 fn scoped_ring(app: &App, sealed: &SealedSecret) -> Result<crate::state::Scoped, Problem> {
     let namespace = sealed.metadata.namespace.as_deref().unwrap_or_default();
-    let labels = app.state.namespace_labels.get(namespace);
-    let scoped = app.state.keys.scoped(namespace, labels.as_ref());
+    let scoped = app.state.scoped(namespace);
     if let Some(refusal) = scoped.hinted_refusal(sealed, namespace) {
         return Err(Problem::new(
             StatusCode::CONFLICT,
