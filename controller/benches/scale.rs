@@ -932,8 +932,8 @@ async fn scrape(port: u16) -> anyhow::Result<String> {
     Ok(body.to_owned())
 }
 
-/// The body of a plain `GET path` (any status), for a diagnosis.
-async fn get_text(port: u16, path: &str) -> Option<String> {
+/// The whole answer to a plain `GET path` on its own connection (`None`: no answer).
+async fn get_raw(port: u16, path: &str) -> Option<String> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
@@ -941,7 +941,12 @@ async fn get_text(port: u16, path: &str) -> Option<String> {
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut out = Vec::new();
     stream.read_to_end(&mut out).await.ok()?;
-    let text = String::from_utf8_lossy(&out);
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The body of a plain `GET path` (any status), for a diagnosis.
+async fn get_text(port: u16, path: &str) -> Option<String> {
+    let text = get_raw(port, path).await?;
     let (head, body) = text.split_once("\r\n\r\n")?;
     Some(format!(
         "{}: {}",
@@ -951,15 +956,12 @@ async fn get_text(port: u16, path: &str) -> Option<String> {
 }
 
 async fn get_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut out = Vec::new();
-    stream.read_to_end(&mut out).await.ok()?;
-    let text = String::from_utf8_lossy(&out);
-    text.split_whitespace().nth(1)?.parse().ok()
+    get_raw(port, path)
+        .await?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// The controller metrics this bench reads.
