@@ -473,6 +473,12 @@ impl Index {
         text
     }
 
+    /// The SHA-256 of [`Index::to_json`], hex: what the history marker records of each index
+    /// its writers write ([`crate::Marker::vouches`]).
+    pub fn digest(&self) -> String {
+        hex::encode(Sha256::digest(self.to_json().as_bytes()))
+    }
+
     /// The entry with this kid.
     pub fn entry(&self, kid: &Kid) -> Option<&IndexEntry> {
         self.keys.iter().find(|e| &e.kid == kid)

@@ -32,7 +32,8 @@ pub use fleet::{Ack, ClusterId, FleetStore, Listed};
 pub use location::{DEFAULT_RING, Location};
 pub use ring::{
     ActivateOutcome, DEFAULT_ACTIVATION_DELAY, DEFAULT_INDEX_LIFETIME, MAX_INDEX_LIFETIME,
-    MIN_INDEX_LIFETIME, Marker, PushOutcome, RetireOutcome, Ring, SignOutcome, Snapshot,
+    MIN_INDEX_LIFETIME, Marker, PushOutcome, RetireOutcome, Ring, SignOutcome, Snapshot, Vouch,
+    not_vouched,
 };
 pub use root::{RootKey, RootSigner};
 pub use trust::{Trust, Verified};

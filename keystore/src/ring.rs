@@ -59,6 +59,148 @@ pub struct Marker {
     pub anchor: Option<Kid>,
     /// The newest dedicated root: its number and kid.
     pub root: Option<(u64, Kid)>,
+    /// The digest ([`Index::digest`]) of the index at `version`, exactly as its writers wrote
+    /// it (`None` in a marker written before digests were recorded).
+    pub digest: Option<String>,
+    /// The digests of the indexes a writer signed for `version + 1` and was about to write
+    /// (recorded before the index write, cleared once the marker moves to it).
+    pub next: Vec<String>,
+}
+
+/// How many pending digests a marker keeps (one per concurrent writer's attempt).
+const MARKER_NEXT_KEPT: usize = 8;
+
+/// What the history marker says of an index ([`Marker::vouches`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vouch {
+    /// The index its writers wrote last.
+    Written,
+    /// The index a writer signed and was writing when the marker was last written: the index
+    /// write went through and the marker was not moved yet.
+    Pending,
+    /// The marker records no digest (written before digests were recorded): only its version
+    /// and root say anything.
+    Unrecorded,
+    /// Older than the marker's version: put back.
+    Older,
+    /// The marker's version, or the next, but not an index its writers wrote (a history forked
+    /// with ring keys, put in by whoever can write the index), or newer than any write.
+    NotWritten,
+}
+
+impl Marker {
+    /// Parses a history marker's JSON (`None` when it is not the JSON kseal writes).
+    pub fn parse(text: &str) -> Option<Self> {
+        let value = serde_json::from_str::<serde_json::Value>(text).ok()?;
+        if !value.is_object() {
+            return None;
+        }
+        let kid = |v: Option<&serde_json::Value>| {
+            v.and_then(|v| v.as_str()).and_then(|t| Kid::parse(t).ok())
+        };
+        let root = value.get("root").and_then(|r| {
+            Some((
+                r.get("seq").and_then(serde_json::Value::as_u64)?,
+                kid(r.get("kid"))?,
+            ))
+        });
+        let digest = |v: &serde_json::Value| {
+            v.as_str()
+                .filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()))
+                .map(str::to_owned)
+        };
+        Some(Marker {
+            version: value
+                .get("version")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0),
+            anchor: kid(value.get("anchor")),
+            root,
+            digest: value.get("digest").and_then(digest),
+            next: value
+                .get("next")
+                .and_then(serde_json::Value::as_array)
+                .map(|a| a.iter().filter_map(digest).collect())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Whether this marker vouches for `index` (see [`Vouch`]). Only the seeder writes the
+    /// marker (on Secrets Manager an index writer's `PutSecretValue` on `R/index` does not
+    /// reach `R/root`), and every kseal write records the digest of the index it is about to
+    /// write before writing it, so an index the marker does not vouch for was not written by
+    /// the ring's writers, however it is signed: a fork signed with a ring key that clusters
+    /// hold is refused even on a ring not yet moved to a dedicated root (attack review,
+    /// round 9).
+    pub fn vouches(&self, index: &Index) -> Vouch {
+        if index.version < self.version {
+            return Vouch::Older;
+        }
+        let Some(current) = &self.digest else {
+            return Vouch::Unrecorded;
+        };
+        let digest = index.digest();
+        if index.version == self.version && &digest == current {
+            Vouch::Written
+        } else if index.version == self.version.saturating_add(1) && self.next.contains(&digest) {
+            Vouch::Pending
+        } else {
+            Vouch::NotWritten
+        }
+    }
+}
+
+/// What a marker write records of an index (see [`Ring::mark`]).
+#[derive(Clone, Copy)]
+enum Record<'a> {
+    /// The index at the marker's version was written: its digest.
+    Written(&'a str),
+    /// The index at the marker's version (`current`, its digest) is the one a write builds
+    /// on, and the write is about to put the index of digest `next` at the version after it.
+    Next {
+        /// The digest of the index written last.
+        current: &'a str,
+        /// The digest of the index about to be written.
+        next: &'a str,
+    },
+}
+
+/// Why `marker` does not vouch for `index` ([`Vouch::NotWritten`]), naming the index's active
+/// key: the one a fork wants sealing. `marker_name` is the marker's name in the store.
+pub fn not_vouched(index: &Index, marker: &Marker, marker_name: &str) -> String {
+    let digest = index.digest();
+    let what = if index.version == marker.version {
+        format!(
+            "it is version {} with digest {}, but {marker_name} records digest {} for that \
+             version",
+            index.version,
+            &digest[..16],
+            marker.digest.as_deref().map_or("", |d| &d[..16])
+        )
+    } else {
+        format!(
+            "it is version {} with digest {}, which {marker_name} does not record as written \
+             after version {}",
+            index.version,
+            &digest[..16],
+            marker.version
+        )
+    };
+    format!(
+        "{what}: its writers did not write it (a history forked with keys clusters hold, put \
+         in by whoever can write the index; its active key is {})",
+        index.active.as_ref().map_or("none", Kid::short)
+    )
+}
+
+/// The newest dedicated root of `index`'s chain: its number and kid.
+fn newest_dedicated(index: &Index) -> Option<(u64, Kid)> {
+    index
+        .roots
+        .iter()
+        .rev()
+        .find(|r| r.dedicated)
+        .map(|r| (r.seq, r.kid.clone()))
 }
 
 /// How long a signed index stays current when nothing says otherwise: the seeder refreshes
@@ -263,33 +405,13 @@ impl Ring {
         let Some((text, version)) = self.store.read(&self.root_name(), None).await? else {
             return Ok(None);
         };
-        let value =
-            serde_json::from_str::<serde_json::Value>(&text).map_err(|_| Error::Malformed {
-                what: self.root_name(),
-                reason: "it is not the JSON kseal writes; nothing is written on this ring until \
-                         it is restored from the store's previous versions"
-                    .into(),
-            })?;
-        let kid = |v: Option<&serde_json::Value>| {
-            v.and_then(|v| v.as_str()).and_then(|t| Kid::parse(t).ok())
-        };
-        let root = value.get("root").and_then(|r| {
-            Some((
-                r.get("seq").and_then(serde_json::Value::as_u64)?,
-                kid(r.get("kid"))?,
-            ))
-        });
-        Ok(Some((
-            Marker {
-                version: value
-                    .get("version")
-                    .and_then(serde_json::Value::as_u64)
-                    .unwrap_or(0),
-                anchor: kid(value.get("anchor")),
-                root,
-            },
-            version,
-        )))
+        let marker = Marker::parse(&text).ok_or_else(|| Error::Malformed {
+            what: self.root_name(),
+            reason: "it is not the JSON kseal writes; nothing is written on this ring until \
+                     it is restored from the store's previous versions"
+                .into(),
+        })?;
+        Ok(Some((marker, version)))
     }
 
     /// Records that this ring's history is signed (anchored at its first root) and that
@@ -302,17 +424,47 @@ impl Ring {
     /// same protection as a laptop. A directory ring's `root.json` is no better protected than
     /// its `index.json`: there, the directory's permissions are the protection.
     async fn mark_written(&self, index: &Index) -> Result<()> {
-        let root = index
-            .roots
-            .iter()
-            .rev()
-            .find(|r| r.dedicated)
-            .map(|r| (r.seq, r.kid.clone()));
-        self.mark(&index.roots[0].kid, index.version, root).await
+        let digest = index.digest();
+        self.mark(
+            &index.roots[0].kid,
+            index.version,
+            newest_dedicated(index),
+            Record::Written(&digest),
+        )
+        .await
     }
 
-    /// Raises the marker to `version` and `root` (never lowers either), anchored at `anchor`.
-    async fn mark(&self, anchor: &Kid, version: u64, root: Option<(u64, Kid)>) -> Result<()> {
+    /// Records, before a write puts `next` in place of `from`, the digest of the index it is
+    /// about to write (and, when it hands the history to a new dedicated root, that root):
+    /// should the index write go through and the marker write after it fail, readers and the
+    /// next write still find the index vouched for (pending); an index written by anyone
+    /// else at that version is not.
+    async fn mark_next(&self, from: &Index, next: &Index, root: Option<(u64, Kid)>) -> Result<()> {
+        let Some(anchor) = next.roots.first().map(|r| r.kid.clone()) else {
+            return Ok(());
+        };
+        let (current, next) = (from.digest(), next.digest());
+        self.mark(
+            &anchor,
+            from.version,
+            root,
+            Record::Next {
+                current: &current,
+                next: &next,
+            },
+        )
+        .await
+    }
+
+    /// Raises the marker to `version` and `root` (never lowers either), anchored at `anchor`,
+    /// and records `record`'s digests: a marker already past `version` is left as it is.
+    async fn mark(
+        &self,
+        anchor: &Kid,
+        version: u64,
+        root: Option<(u64, Kid)>,
+        record: Record<'_>,
+    ) -> Result<()> {
         let name = self.root_name();
         let tags = [
             ("kseal.dev/ring", self.name.as_str()),
@@ -320,31 +472,75 @@ impl Ring {
         ];
         for _ in 0..CAS_ATTEMPTS {
             let current = self.marker().await?;
-            if let Some((m, _)) = &current
-                && m.version >= version
-                && m.root.as_ref().map(|r| r.0) >= root.as_ref().map(|r| r.0)
-            {
+            let old = current.as_ref().map(|(m, _)| m);
+            if old.is_some_and(|m| m.version > version) {
+                let raises_root =
+                    old.and_then(|m| m.root.as_ref()).map(|r| r.0) < root.as_ref().map(|r| r.0);
+                if !raises_root {
+                    return Ok(());
+                }
+            }
+            let root = match old.and_then(|m| m.root.clone()) {
+                Some(r) if Some(r.0) > root.as_ref().map(|r| r.0) => Some(r),
+                _ => root.clone(),
+            };
+            let marker = match old {
+                Some(m) if m.version > version => Marker { root, ..m.clone() },
+                Some(m) if m.version == version => {
+                    let (digest, mut next) = (m.digest.clone(), m.next.clone());
+                    match record {
+                        // A marker from before digests were recorded adopts this one.
+                        Record::Written(d) => Marker {
+                            digest: digest.or_else(|| Some(d.to_owned())),
+                            next,
+                            root,
+                            ..m.clone()
+                        },
+                        Record::Next { current, next: n } => {
+                            if !next.iter().any(|x| x == n) {
+                                next.push(n.to_owned());
+                            }
+                            let skip = next.len().saturating_sub(MARKER_NEXT_KEPT);
+                            Marker {
+                                digest: digest.or_else(|| Some(current.to_owned())),
+                                next: next.split_off(skip),
+                                root,
+                                ..m.clone()
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    let (digest, next) = match record {
+                        Record::Written(d) => (d, Vec::new()),
+                        Record::Next { current, next } => (current, vec![next.to_owned()]),
+                    };
+                    Marker {
+                        version,
+                        anchor: Some(anchor.clone()),
+                        root,
+                        digest: Some(digest.to_owned()),
+                        next,
+                    }
+                }
+            };
+            if old == Some(&marker) {
                 return Ok(());
             }
-            let (version, root) = match &current {
-                Some((m, _)) => (
-                    m.version.max(version),
-                    if m.root.as_ref().map(|r| r.0) > root.as_ref().map(|r| r.0) {
-                        m.root.clone()
-                    } else {
-                        root.clone()
-                    },
-                ),
-                None => (version, root.clone()),
-            };
             let mut text = serde_json::json!({
                 "ring": self.name,
                 "anchor": anchor.as_str(),
-                "version": version,
-                "note": "kseal: this ring's index is a signed history; an unsigned index here replaced it, and an index older than this version, or not through this root, was put back",
+                "version": marker.version,
+                "note": "kseal: this ring's index is a signed history; an unsigned index here replaced it, and an index older than this version, or not through this root, or not of this digest, was put back",
             });
-            if let Some((seq, kid)) = &root {
+            if let Some((seq, kid)) = &marker.root {
                 text["root"] = serde_json::json!({"seq": seq, "kid": kid.as_str()});
+            }
+            if let Some(digest) = &marker.digest {
+                text["digest"] = serde_json::json!(digest);
+            }
+            if !marker.next.is_empty() {
+                text["next"] = serde_json::json!(marker.next);
             }
             match self
                 .store
@@ -436,6 +632,26 @@ impl Ring {
             )));
         }
         Ok(())
+    }
+
+    /// Refuses an index the marker does not vouch for ([`Marker::vouches`]): one at the
+    /// marker's version, or the next, that its writers did not write. Older indexes and
+    /// indexes further ahead are refused by [`Ring::check_against_marker`] and the caller.
+    fn check_vouched(&self, index: &Index, marker: &Marker) -> Result<()> {
+        if marker.vouches(index) != Vouch::NotWritten || index.version > marker.version + 1 {
+            return Ok(());
+        }
+        Err(Error::Untrusted {
+            what: self.index_name(),
+            reason: format!(
+                "{}. Nothing was written; restore the index {} vouches for from the store's \
+                 previous versions (version {}, digest {}), after checking the keys it names",
+                not_vouched(index, marker, &self.root_name()),
+                self.root_name(),
+                marker.version,
+                marker.digest.as_deref().map_or("", |d| &d[..16])
+            ),
+        })
     }
 
     /// A key secret's name (`R/keys/<kid>`) or directory (`keys/<kid>`).
@@ -572,8 +788,11 @@ impl Ring {
         // marker ahead of the index (below): a retry goes on only from that very index.
         let mut marked_ahead_from: Option<String> = None;
         let mut started_from: Option<String>;
+        // The index this attempt builds on.
+        let mut base: Option<Index>;
         loop {
             started_from = None;
+            base = None;
             attempt += 1;
             let current = self.snapshot_for_write().await?;
             let marker = self.marker().await?;
@@ -633,9 +852,13 @@ impl Ring {
                             ),
                         });
                     }
+                    if let Some((m, _)) = &marker {
+                        self.check_vouched(&s.index, m)?;
+                    }
                     if marker.is_some() && s.index.is_signed() {
                         self.mark_written(&s.index).await?;
                     }
+                    base = Some(s.index.clone());
                     (s.index, Some(s.version))
                 }
                 None if marker.is_some() => {
@@ -689,28 +912,34 @@ impl Ring {
                 ("kseal.dev/ring", ring.as_str()),
                 ("kseal.dev/part", "index"),
             ];
-            // A write that hands the history to a new dedicated root records that root in the
-            // marker before the index names it (the version stays the one written before):
-            // should the index write fail, readers refuse the old index for not passing
-            // through the new root until the write is retried (fail closed), rather than a
-            // failed marker write after it leaving readers pinned at a ring key without the
-            // root a fork must pass through (attack review, round 6).
-            if let Some(new_root) = index.roots.last().filter(|r| r.dedicated)
-                && marker
-                    .as_ref()
-                    .and_then(|(m, _)| m.root.as_ref())
-                    .is_none_or(|(seq, _)| *seq < new_root.seq)
-                && expected.is_some()
+            // Before the index write, the marker records the digest of the index about to be
+            // written (attack review, round 9: a ring-key fork at the marker's own version was
+            // signed under a new root by the routine `re-root`, the marker recording only a
+            // version); readers and the next write take nothing at that version or the next
+            // that the marker does not vouch for. A write that hands the history to a new
+            // dedicated root records that root at the same time, before the index names it
+            // (the version stays the one written before): should the index write fail, readers
+            // refuse the old index for not passing through the new root until the write is
+            // retried (fail closed), rather than a failed marker write after it leaving readers
+            // pinned at a ring key without the root a fork must pass through (round 6).
+            let new_root = index
+                .roots
+                .last()
+                .filter(|r| r.dedicated)
+                .filter(|r| {
+                    marker
+                        .as_ref()
+                        .and_then(|(m, _)| m.root.as_ref())
+                        .is_none_or(|(seq, _)| *seq < r.seq)
+                })
+                .map(|r| (r.seq, r.kid.clone()));
+            if let Some(from) = &base
+                && (marker.is_some() || new_root.is_some())
             {
-                let written_before = index.version.saturating_sub(1);
-                let from = started_from.clone().unwrap_or_default();
-                self.mark(
-                    &index.roots[0].kid,
-                    written_before,
-                    Some((new_root.seq, new_root.kid.clone())),
-                )
-                .await?;
-                marked_ahead_from.get_or_insert(from);
+                self.mark_next(from, &index, new_root.clone()).await?;
+                if new_root.is_some() {
+                    marked_ahead_from.get_or_insert(started_from.clone().unwrap_or_default());
+                }
             }
             match self
                 .store

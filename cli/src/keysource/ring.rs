@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context as _, Result, bail};
 use kseal_keys::Certificate;
-use kseal_keystore::{AwsOptions, Location, Ring, Snapshot, Store, Trust, Verified};
+use kseal_keystore::{AwsOptions, Location, Ring, Snapshot, Store, Trust, Verified, Vouch};
 
 use super::RingIndex;
 use crate::args::{RingArgs, RingWriteArgs};
@@ -777,6 +777,15 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
     };
     match ring.snapshot(None).await {
         Ok(Some(snapshot)) => {
+            // A write between the two reads (its digest recorded in the marker just before
+            // its index write) reads as an index the marker does not vouch for: the marker is
+            // read once more before anything is refused.
+            let marker = match marker {
+                Some(Ok(Some(m))) if m.vouches(&snapshot.index) == Vouch::NotWritten => {
+                    Some(ring.history_marker().await)
+                }
+                marker => marker,
+            };
             if let (Some(pinned), Some(marker)) = (ring.trust().anchor(), marker) {
                 check_marker(ring, pinned, &snapshot, marker)?;
             }
@@ -964,6 +973,20 @@ fn check_marker(
                 ring.root_name()
             );
         }
+    }
+    // At the marker's version, or the next: only the index its writers wrote (the marker
+    // records its digest before each index write). Anything else, however it is signed, is a
+    // history forked with keys clusters held (attack review, round 9).
+    if marker.vouches(&snapshot.index) == Vouch::NotWritten {
+        bail!(
+            "key ring {}'s index is not the one its writers wrote: {}. Nothing was done; the \
+             ring's seeder restores the index {} vouches for (version {}) from the store's \
+             previous versions",
+            ring_label(ring),
+            kseal_keystore::not_vouched(&snapshot.index, &marker, &ring.root_name()),
+            ring.root_name(),
+            marker.version
+        );
     }
     seen::record(
         pinned,

@@ -2060,3 +2060,99 @@ fn pinned_anchor(d: &Path) -> String {
         .or_else(|| value["anchor"].as_str().map(str::to_owned))
         .unwrap_or_else(|| panic!("no anchor in {text}"))
 }
+
+/// Issue 35, attack review round 9: before a ring's first re-root its history is rooted at a
+/// ring key that clusters hold. A fork signed with it, put in the index at the version the
+/// history marker records (or the next), is refused by a fresh CI job pinned at the anchor
+/// (an empty cache) and by the seeder's routine `re-root`, which would otherwise sign it under
+/// the new dedicated root; both name the fork's active key. The real index put back is taken.
+#[test]
+fn a_ring_key_fork_at_the_markers_version_is_refused_by_ci_and_re_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = d.join("ring");
+    let url = format!("dir://{}", ring.display());
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", d.join("cache").to_str().unwrap());
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    let ok = |out: Run| {
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["trust", "--yes"]));
+    let anchor = pinned_anchor(d);
+    let path = ring.join("index.json");
+    let real = std::fs::read_to_string(&path).unwrap();
+    let anchor_dir = ring.join("keys").join(&anchor);
+    let anchor_pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(anchor_dir.join("tls.key")).unwrap(),
+        &std::fs::read_to_string(anchor_dir.join("tls.crt")).unwrap(),
+    )
+    .unwrap();
+    let evil = kseal_keys::KeyPair::generate(
+        kseal_keys::KeySize::Rsa2048,
+        &kseal_keys::CertificateOptions::default(),
+    )
+    .unwrap();
+    let evil_kid = kseal_keystore::Kid::of(evil.public_key());
+    let root_file = d.join("root.pem");
+    ok(aws.run(d, &["keys", "new-root", "--out", s(&root_file)], None));
+    let root_arg = format!("file://{}", root_file.display());
+    for offset in [0, 1] {
+        let mut fork = kseal_keystore::Index::parse_any_ring(&real, "index.json").unwrap();
+        fork.keys.push(
+            kseal_keystore::IndexEntry::new(evil.certificate(), std::time::SystemTime::now())
+                .unwrap(),
+        );
+        fork.active = Some(evil_kid.clone());
+        fork.version += offset;
+        kseal_keystore::trust::sign_index(&mut fork, &anchor_pair).unwrap();
+        std::fs::write(&path, fork.to_json()).unwrap();
+        // A fresh CI job: the pin from .kseal.yaml, no cache of its own.
+        let fresh = Aws::new().with(
+            "KSEAL_CACHE_DIR",
+            d.join(format!("ci-{offset}")).to_str().unwrap(),
+        );
+        let sealed = fresh.run(
+            d,
+            &[
+                "seal",
+                "--cert",
+                &url,
+                "--raw",
+                "--name",
+                "x",
+                "--namespace",
+                "y",
+            ],
+            Some("v"),
+        );
+        assert_eq!(sealed.code, 1, "marker + {offset}: {}", sealed.stderr);
+        assert!(
+            sealed.stderr.contains("not the one its writers wrote")
+                && sealed.stderr.contains(evil_kid.short()),
+            "{}",
+            sealed.stderr
+        );
+        let rerooted = keys(&["re-root", "--to", &root_arg, "--yes"]);
+        assert_eq!(rerooted.code, 1, "marker + {offset}: {}", rerooted.stderr);
+        assert!(
+            rerooted.stderr.contains("its writers did not write it"),
+            "{}",
+            rerooted.stderr
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            fork.to_json(),
+            "nothing signed"
+        );
+    }
+    std::fs::write(&path, &real).unwrap();
+    ok(keys(&["re-root", "--to", &root_arg, "--yes"]));
+}

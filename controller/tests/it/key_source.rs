@@ -444,8 +444,8 @@ async fn an_unchanged_ring_costs_one_describe_and_no_read() {
     assert_eq!(proxy.count("DescribeSecret"), 1);
     assert_eq!(
         proxy.count("GetSecretValue"),
-        2,
-        "the index and the new key"
+        3,
+        "the index, the history marker (read again for a changed index) and the new key"
     );
 }
 
@@ -886,6 +886,17 @@ async fn write_index(ring: &Ring, index: &Index) {
         )
         .await
         .unwrap();
+    // As the seeder's writers do: the history marker vouches for the index written.
+    if let Some((text, version)) = ring.store().read(&ring.root_name(), None).await.unwrap() {
+        let mut marker: serde_json::Value = serde_json::from_str(&text).unwrap();
+        marker["version"] = serde_json::json!(index.version);
+        marker["digest"] = serde_json::json!(index.digest());
+        marker.as_object_mut().unwrap().remove("next");
+        ring.store()
+            .compare_and_swap(&ring.root_name(), &marker.to_string(), Some(&version), &[])
+            .await
+            .unwrap();
+    }
 }
 
 /// Adds `pair` to the ring's index as its active key without storing its key secret, as if
@@ -2449,5 +2460,91 @@ async fn a_leader_names_ring_state_secrets_it_did_not_write_on_the_test_server()
 async fn a_leader_names_ring_state_secrets_it_did_not_write_on_a_real_apiserver() {
     if let Some(client) = real_client("a_leader_names_ring_state_secrets_it_did_not_write").await {
         a_leader_names_ring_state_secrets_it_did_not_write(client).await;
+    }
+}
+
+/// Issue 35, attack review round 9: before the ring's first re-root its history is rooted at
+/// a ring key that clusters hold. Whoever holds it and can write the index puts a fork in,
+/// at the version the marker records or the next (their key active). The history marker
+/// records the digest of each index the seeder writes, so a leader pinned at the anchor
+/// refuses both with a Warning and keeps sealing with the real active key.
+async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
+    let (_dir, location, ring) = dir_ring(&[older_key(), key(1)]).await;
+    ring.activate(kid(key(1)).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    let current = ring.require_snapshot().await.unwrap().index;
+    let marker = ring.history_marker().await.unwrap().unwrap();
+    assert_eq!(marker.version, current.version);
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, Duration::from_secs(1));
+    source.anchor = Some(kid(older_key()));
+    let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    wait_sealing_key(&leader.state, key(1), 2).await;
+    let name = wait_ring_state(&client, &ctrl).await.name_any();
+
+    let evil = key(2);
+    ring.store()
+        .create_immutable(
+            &ring.key_name(&kid(evil)),
+            &KeyEntry::from_pair(evil).unwrap().to_json(),
+            kid(evil).as_str(),
+            &[],
+            &|_| true,
+        )
+        .await
+        .unwrap();
+    for offset in [0, 1] {
+        let mut fork = current.clone();
+        fork.keys
+            .push(IndexEntry::new(evil.certificate(), SystemTime::now()).unwrap());
+        fork.active = Some(kid(evil));
+        fork.version = current.version + offset;
+        fork.updated = jiff::Timestamp::now();
+        kseal_keystore::trust::sign_index(&mut fork, older_key()).unwrap();
+        overwrite_index(&ring, &fork.to_json()).await;
+        refresh_until(&leader.state, "the fork is refused", || {
+            leader
+                .state
+                .readiness
+                .key_source()
+                .and_then(|s| s.problem)
+                .is_some_and(|p| p.contains("its writers did not write it"))
+        })
+        .await;
+        assert_eq!(
+            cert_pem(&leader.state).await.1,
+            key(1).certificate().to_pem(),
+            "fork at marker + {offset}"
+        );
+        assert!(leader.state.keys.ring().get(evil.id()).is_none());
+    }
+    let event = wait_event(&client, &ctrl, &name, "RingIndexRefused").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains(kid(evil).short()), "{note}");
+    // The real index put back: taken again.
+    overwrite_index(&ring, &current.to_json()).await;
+    refresh_until(&leader.state, "the real index is taken again", || {
+        leader
+            .state
+            .readiness
+            .key_source()
+            .is_some_and(|s| s.problem.is_none())
+    })
+    .await;
+    leader.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_key_fork_at_the_markers_version_is_refused_on_the_test_server() {
+    a_ring_key_fork_at_the_markers_version_is_refused(TestApiServer::new().client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_key_fork_at_the_markers_version_is_refused_on_a_real_apiserver() {
+    if let Some(client) = real_client("a_ring_key_fork_at_the_markers_version_is_refused").await {
+        a_ring_key_fork_at_the_markers_version_is_refused(client).await;
     }
 }

@@ -533,9 +533,34 @@ async fn the_marker_names_a_new_root_before_the_index_and_a_stale_marker_is_repa
         );
         assert_eq!(marker.version, raw_index(&ring).await.version);
 
-        // The marker falls behind (as after a failed marker write): the retried re-root has
-        // nothing to do to the index, but brings the marker up to it.
-        std::fs::write(&marker_file, &before).unwrap();
+        // The marker falls behind (as after a failed marker write): it stands as the re-root
+        // left it before its index write, naming the new root and the digest of the index
+        // about to be written. The retried re-root has nothing to do to the index, but brings
+        // the marker up to it.
+        let written = raw_index(&ring).await;
+        let mut behind: serde_json::Value = serde_json::from_str(&before).unwrap();
+        behind["root"] = serde_json::json!({
+            "seq": before_index.roots.len() + 1,
+            "kid": root.kid().as_str(),
+        });
+        // Without the digest recorded, the same index is one its writers did not write (a
+        // fork at the next version, attack review round 9): refused, nothing written.
+        std::fs::write(&marker_file, behind.to_string()).unwrap();
+        let refused = ring
+            .clone()
+            .with_root(root.clone())
+            .re_root(&root)
+            .await
+            .expect_err("an index the marker does not vouch for");
+        assert!(
+            refused
+                .to_string()
+                .contains("does not record as written after version"),
+            "{refused}"
+        );
+        assert_eq!(raw_index(&ring).await, written, "nothing written");
+        behind["next"] = serde_json::json!([written.digest()]);
+        std::fs::write(&marker_file, behind.to_string()).unwrap();
         assert!(
             !ring
                 .clone()
@@ -591,5 +616,64 @@ async fn no_write_signs_an_index_more_than_one_version_ahead_of_the_marker() {
         assert_eq!(raw_index(&ring).await, fork, "nothing signed");
         let marker = ring.history_marker().await.unwrap().unwrap();
         assert_eq!(marker.version, real.version, "the marker was not raised");
+    }
+}
+
+/// Attack review, round 9: a history forked with ring keys and put in the index at the
+/// marker's own version (or the next), before the ring's first re-root, was signed under the
+/// new dedicated root by the routine `re-root`: the marker recorded a version but not which
+/// index. Now every write records the digest of the index it is about to write before
+/// writing it, and no write builds on an index at that version or the next that the marker
+/// does not vouch for, whatever signs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_write_signs_a_fork_at_the_markers_version_or_the_next() {
+    for (ring, _dir) in rings("fork_at_marker_version").await {
+        let (a, _b, _anchor) = seeded(&ring).await;
+        let real = raw_index(&ring).await;
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(marker.version, real.version);
+        assert_eq!(marker.digest.as_deref(), Some(real.digest().as_str()));
+        assert_eq!(marker.vouches(&real), kseal_keystore::Vouch::Written);
+        assert!(marker.next.is_empty(), "cleared once the index was written");
+        let evil = pair();
+        let evil_kid = kid(&evil).short().to_owned();
+        for offset in [0, 1] {
+            let mut fork = fork_from_ring_key(&real, &a, &evil);
+            fork.version = real.version + offset;
+            trust::sign_index(&mut fork, &evil).unwrap();
+            assert_eq!(marker.vouches(&fork), kseal_keystore::Vouch::NotWritten);
+            overwrite_index(&ring, &fork.to_json()).await;
+            let roots = tempfile::tempdir().unwrap();
+            let root = file_root(roots.path(), "root.pem").await;
+            for (what, result) in [
+                (
+                    "re-root",
+                    ring.clone()
+                        .with_root(root.clone())
+                        .re_root(&root)
+                        .await
+                        .map(|_| ()),
+                ),
+                ("refresh", ring.refresh().await.map(|_| ())),
+                ("push", ring.push(&pair()).await.map(|_| ())),
+            ] {
+                let e = result.expect_err(what).to_string();
+                assert!(
+                    e.contains("its writers did not write it")
+                        && e.contains(&evil_kid)
+                        && e.contains(&real.digest()[..16]),
+                    "{what} at marker + {offset}: {e}"
+                );
+            }
+            assert_eq!(raw_index(&ring).await, fork, "nothing signed");
+            assert_eq!(
+                ring.history_marker().await.unwrap().unwrap(),
+                marker,
+                "the marker is unchanged"
+            );
+        }
+        // The real index put back (as the refusal says) is written on again.
+        overwrite_index(&ring, &real.to_json()).await;
+        ring.refresh().await.expect("the vouched index is built on");
     }
 }

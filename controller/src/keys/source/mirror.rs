@@ -25,7 +25,19 @@ impl Mirror {
                             last.short()
                         )
                     }
-                    _ => "no key seals".to_owned(),
+                    // A key Secret that is not a proven mirror may hold the active kid, and
+                    // the loader seals with it (attack review, round 9: "no key seals" was
+                    // said while such a Secret sealed).
+                    _ => match self.state.keys.ring().sealing_key() {
+                        Some(k) if Kid::of(k.public_key()) == *active => format!(
+                            "it seals from a key Secret in this namespace that is not a \
+                             mirror of the ring (check who wrote it: {})",
+                            active.short()
+                        ),
+                        Some(k) =>
+                            format!("key {} seals meanwhile", Kid::of(k.public_key()).short()),
+                        None => "no key seals".to_owned(),
+                    },
                 }
             )),
         };

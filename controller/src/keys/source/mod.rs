@@ -204,6 +204,9 @@ struct Cache {
     marker_applied: bool,
     /// What the marker said when it was read (none: no marker, or not kseal's).
     marker: Option<ringstate::MarkerFacts>,
+    /// The history marker as last read, for [`Mirror::check_vouched`] (read again when it
+    /// does not vouch for a changed index).
+    vouching: Option<kseal_keystore::Marker>,
     /// Why no anchor may be pinned on first use (persisted anchors disagree): the `Warning`
     /// text, repeated in the refusal of the store's index.
     anchor_conflict: Option<String>,
@@ -384,6 +387,7 @@ impl Mirror {
                 marker_applied: false,
                 anchor_conflict: None,
                 marker: None,
+                vouching: None,
                 anchor_from_state: false,
                 store_confirmed: false,
                 missing_seen: HashMap::new(),
@@ -490,6 +494,7 @@ impl Mirror {
             let (index, verified) =
                 parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
                     .map_err(|e| self.store_err(e))?;
+            self.check_vouched(&index).await?;
             self.unsigned_allowed(&verified).await?;
             self.accepted(&verified).await;
             self.merge_state(false).await?;
@@ -529,6 +534,54 @@ impl Mirror {
         self.note_expiry().await;
         self.warn_active_unavailable(report.active_mirrored).await;
         Ok(report)
+    }
+
+    /// Reads the history marker again for an index that changed, and refuses one the marker
+    /// does not vouch for ([`kseal_keystore::Marker::vouches`]): at the marker's version or
+    /// the next, only the index the ring's writers wrote (the seeder records its digest before
+    /// each index write), so a history forked with ring keys clusters hold, put in by whoever
+    /// can write the index, is refused even on a ring not yet moved to a dedicated root
+    /// (attack review, round 9). One marker read per index change, none on an unchanged poll.
+    /// A marker that does not answer fails the sync: nothing from the index is taken unchecked.
+    async fn check_vouched(&mut self, index: &kseal_keystore::Index) -> Result<(), SyncError> {
+        // The marker this process read last (at start, or for the last change) first: it
+        // vouches for an index written before it was read.
+        if let Some(m) = &self.cache.vouching
+            && m.vouches(index) != kseal_keystore::Vouch::NotWritten
+        {
+            return Ok(());
+        }
+        let mut marker = None;
+        // Twice at most: a seeder's write between the index read and the marker read (its
+        // digest recorded, then the index written, then the marker moved) reads as a newer
+        // marker; read after the index, the marker is never behind an index its writers wrote.
+        for _ in 0..2 {
+            let read = self.ring.history_marker().await;
+            count(&self.state, "get_marker", outcome(&read));
+            let Some(m) = read.map_err(|e| self.store_err(e))? else {
+                self.cache.vouching = None;
+                return Ok(());
+            };
+            let vouched = m.vouches(index) != kseal_keystore::Vouch::NotWritten;
+            self.cache.vouching = Some(m.clone());
+            if vouched {
+                return Ok(());
+            }
+            marker = Some(m);
+        }
+        let Some(marker) = marker else {
+            return Ok(());
+        };
+        Err(self.store_err(kseal_keystore::Error::Untrusted {
+            what: self.ring.index_name(),
+            reason: format!(
+                "{}. Nothing from it is used; the ring's seeder restores the index {} vouches \
+                 for (version {})",
+                kseal_keystore::not_vouched(index, &marker, &self.ring.root_name()),
+                self.ring.root_name(),
+                marker.version
+            ),
+        }))
     }
 
     /// While a sync that failed on the store backs off: asks the store for the index's

@@ -635,6 +635,7 @@ impl Mirror {
         };
         self.cache.marker_applied = true;
         self.cache.marker = MarkerFacts::parse(&text);
+        self.cache.vouching = kseal_keystore::Marker::parse(&text);
         let Some(marker) = self.cache.marker.clone() else {
             tracing::warn!(
                 "the ring's history marker {} is not what kseal writes: ignored",
@@ -1457,6 +1458,31 @@ mod tests {
             .unwrap();
     }
 
+    /// Moves the history marker to the current index, as the seeder's writers do after an
+    /// index write (for tests whose [`write_signed`] stands for the seeder).
+    async fn vouch(writer: &Ring) {
+        let index = writer.require_snapshot().await.unwrap().index;
+        let (text, version) = writer
+            .store()
+            .read(&writer.root_name(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut marker: serde_json::Value = serde_json::from_str(&text).unwrap();
+        marker["version"] = serde_json::json!(index.version);
+        marker["digest"] = serde_json::json!(index.digest());
+        writer
+            .store()
+            .compare_and_swap(
+                &writer.root_name(),
+                &marker.to_string(),
+                Some(&version),
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+
     /// The proven mirror of `kid` in the controller namespace, if any.
     async fn mirror_secret(client: &Client, kid: &Kid) -> Option<Secret> {
         Api::<Secret>::namespaced(client.clone(), "kseal")
@@ -1487,6 +1513,7 @@ mod tests {
             assert_eq!(leader.sync().await.unwrap().created.len(), 2);
 
             write_signed(&writer, &a, |index| index.keys.retain(|e| e.kid != kid_b)).await;
+            vouch(&writer).await;
             for _ in 0..3 {
                 let report = leader.sync().await.unwrap();
                 assert!(report.retired.is_empty(), "{report:?}");
@@ -1519,6 +1546,7 @@ mod tests {
                 });
             })
             .await;
+            vouch(&writer).await;
             leader.retire_grace = Duration::from_secs(3600);
             assert!(
                 leader.sync().await.unwrap().retired.is_empty(),
@@ -1621,6 +1649,7 @@ mod tests {
             writer.push(&a).await.unwrap();
             let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(6);
             write_signed(&writer, &a, |index| index.expires = Some(expires)).await;
+            vouch(&writer).await;
             let mut leader = mirror(ring(dir.path(), Some(&a)).await, &client);
             leader.sync().await.unwrap();
             assert_eq!(leader.state.metrics.key_source_index_expired.get(), 0);
