@@ -36,9 +36,11 @@
 //! after up to 5 minutes of backoff.
 //!
 //! The folder's files: this one holds the loop ([`run`]) and one sync; `ringstate` the
-//! ring-state Secret and the anchor pin; `mirror` the mirror key Secrets.
+//! ring-state Secret; `pinning` the history marker and the anchor pin; `mirror` the mirror
+//! key Secrets.
 
 mod mirror;
+mod pinning;
 mod ringstate;
 
 use self::mirror::*;

@@ -1,0 +1,458 @@
+//! How a change reaches the index: [`Ring::update`] applies it to the index as read and
+//! writes it by compare-and-swap (re-applying it after a conflict, the marker kept ahead of
+//! the index), and [`Ring::sign_change`] signs the changed index under the right root.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use kseal_keys::KeyPair;
+
+use crate::contract::{INDEX_SCHEMA, Index, Kid};
+use crate::root::RootSigner;
+use crate::trust::{self, RootRecord};
+use crate::{Error, Result, Version};
+
+use super::{
+    CAS_ATTEMPTS, DEFAULT_INDEX_LIFETIME, MAX_INDEX_BYTES, MAX_INDEX_LIFETIME, MIN_INDEX_LIFETIME,
+    Marker, Ring, Signer, Snapshot,
+};
+
+impl Ring {
+    /// Applies `change` to the current index and writes it by compare-and-swap, re-applying it
+    /// to the fresh index after a conflict. `change` returns whether it changed anything (no
+    /// write otherwise) and its result.
+    pub(super) async fn update<T>(
+        &self,
+        signer: Signer<'_>,
+        mut change: impl FnMut(&mut Index) -> Result<(bool, T)>,
+    ) -> Result<T> {
+        let name = self.index_name();
+        let mut attempt = 0;
+        // Private keys read to sign, kept across compare-and-swap attempts.
+        let mut keys: HashMap<Kid, KeyPair> = HashMap::new();
+        // The index this write started from, once it recorded a new dedicated root in the
+        // marker ahead of the index (below): a retry goes on only from that very index.
+        let mut marked_ahead_from: Option<String> = None;
+        let mut started_from: Option<String>;
+        // The index this attempt builds on.
+        let mut base: Option<Index>;
+        loop {
+            started_from = None;
+            base = None;
+            attempt += 1;
+            let current = self.snapshot_for_write().await?;
+            let marker = self.marker().await?;
+            let (mut index, expected) = match current {
+                Some(s) => {
+                    // The marker's root is this write's own pending root only within this
+                    // write, and only while the index is the one it started from: an index
+                    // written in between (a fork planted after the marker moved, attack
+                    // review round 7) is checked against the new root and refused.
+                    let pending = match (&signer, &marked_ahead_from) {
+                        (Signer::ReRoot(next), Some(from)) if *from == s.index.to_json() => {
+                            Some((s.index.roots.len() as u64 + 1, next.kid()))
+                        }
+                        (_, Some(_)) => {
+                            return Err(Error::Refused(format!(
+                                "{} changed while this write was handing the history to a new \
+                                 dedicated root, after {} already named that root: nothing was \
+                                 signed. The index may be a fork: restore it to the version this \
+                                 write started from (the store's previous versions), put {} back \
+                                 to its previous version, then re-root again",
+                                self.index_name(),
+                                self.root_name(),
+                                self.root_name()
+                            )));
+                        }
+                        _ => None,
+                    };
+                    self.check_against_marker(&s, marker.as_ref().map(|(m, _)| m), pending)?;
+                    started_from = Some(s.index.to_json());
+                    self.catch_up_marker(&s, marker.as_ref()).await?;
+                    base = Some(s.index.clone());
+                    (s.index, Some(s.version))
+                }
+                None => (self.fresh_index(marker.as_ref())?, None),
+            };
+            let (changed, result) = change(&mut index)?;
+            if !changed {
+                return Ok(result);
+            }
+            // The lifetime the index had, kept unless --lifetime changes it.
+            let prior = index
+                .expires
+                .and_then(|e| Duration::try_from(e.duration_since(index.updated)).ok());
+            index.updated = jiff::Timestamp::now();
+            self.sign_change(&mut index, &signer, &mut keys, expected.is_none(), prior)
+                .await?;
+            let text = index.to_json();
+            if text.len() > MAX_INDEX_BYTES {
+                return Err(Error::Refused(format!(
+                    "the index would hold {} bytes for {} keys, over Secrets Manager's 64 KiB \
+                     limit for a value: retire old keys first (`kseal keys retire`)",
+                    text.len(),
+                    index.keys.len()
+                )));
+            }
+            let ring = self.name.clone();
+            let tags = [
+                ("kseal.dev/ring", ring.as_str()),
+                ("kseal.dev/part", "index"),
+            ];
+            // Before the index write, the marker records the digest of the index about to be
+            // written (attack review, round 9: a ring-key fork at the marker's own version was
+            // signed under a new root by the routine `re-root`, the marker recording only a
+            // version); readers and the next write take nothing at that version or the next
+            // that the marker does not vouch for. A write that hands the history to a new
+            // dedicated root records that root at the same time, before the index names it
+            // (the version stays the one written before): should the index write fail, readers
+            // refuse the old index for not passing through the new root until the write is
+            // retried (fail closed), rather than a failed marker write after it leaving readers
+            // pinned at a ring key without the root a fork must pass through (round 6).
+            let new_root = new_dedicated_root(&index, marker.as_ref());
+            if let Some(from) = &base
+                && (marker.is_some() || new_root.is_some())
+            {
+                self.mark_next(from, &index, new_root.clone()).await?;
+                if new_root.is_some() {
+                    marked_ahead_from.get_or_insert(started_from.clone().unwrap_or_default());
+                }
+            }
+            match self
+                .store
+                .compare_and_swap(&name, &text, expected.as_ref(), &tags)
+                .await
+            {
+                Ok(_) => {
+                    self.mark_written(&index).await?;
+                    return Ok(result);
+                }
+                Err(Error::Conflict { .. }) if attempt < CAS_ATTEMPTS => {
+                    // Another writer won; back off a little (randomised) and re-apply.
+                    let mut b = [0u8; 1];
+                    let _ = getrandom::fill(&mut b);
+                    let wait = 50 * u64::from(attempt) + u64::from(b[0]);
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Checks the verified index a write builds on against the marker (`marker`, when the
+    /// ring has one) and brings the marker up to it.
+    async fn catch_up_marker(
+        &self,
+        s: &Snapshot,
+        marker: Option<&(Marker, Version)>,
+    ) -> Result<()> {
+        // A marker behind the verified index (a marker write that failed after its
+        // index write) is brought up to it first, whatever this write then does
+        // (attack review, round 6: a re-root retried as "nothing to do" left the
+        // marker without the new root, and a ring-key fork passed fresh readers).
+        // Only one write can be behind: the marker is written after every index
+        // write, so an index more than one version ahead of it holds writes that
+        // were not its writers' (a history forked with ring keys, put in by whoever
+        // can write the index), and no write of the seeder signs on top of it
+        // (attack review, round 8). A marker from before versions were recorded
+        // (version 0) records no floor.
+        if let Some((m, _)) = &marker
+            && m.version > 0
+            && s.index.version > m.version.saturating_add(1)
+        {
+            return Err(Error::Untrusted {
+                what: self.index_name(),
+                reason: format!(
+                    "it is version {}, but {} records version {} as the last its \
+                     writers wrote: the versions in between were not written by \
+                     them (its active key is {}). Nothing was written; restore the \
+                     index to version {} from the store's previous versions, after \
+                     checking the keys it names",
+                    s.index.version,
+                    self.root_name(),
+                    m.version,
+                    s.index.active.as_ref().map_or("none", Kid::short),
+                    m.version
+                ),
+            });
+        }
+        if let Some((m, _)) = &marker {
+            self.check_vouched(&s.index, m)?;
+        }
+        if marker.is_some() && s.index.is_signed() {
+            self.mark_written(&s.index).await?;
+        }
+        Ok(())
+    }
+
+    /// The index a write starts from when the ring has none: a new, empty one, unless the
+    /// ring had a signed history (`marker`) or is pinned.
+    fn fresh_index(&self, marker: Option<&(Marker, Version)>) -> Result<Index> {
+        if marker.is_some() {
+            // The marker outlives the index: a ring that had a signed history is never
+            // started over (its keys would all be dropped), pinned or not.
+            return Err(Error::Refused(format!(
+                "{} does not exist, but {} records that this ring had a signed history: \
+                 it is never created again; restore its index from the store's \
+                 previous versions (or, for a new ring, use another name)",
+                self.index_name(),
+                self.root_name()
+            )));
+        }
+        // A pinned ring had a signed history: a missing index is one that was
+        // removed, never a new ring to start over under another root.
+        if let Some(pinned) = self.trust.anchor() {
+            return Err(Error::Refused(format!(
+                "{} does not exist, but this ring is pinned at anchor {}: a pinned \
+                 ring is never created again; restore its index (or, for a new \
+                 ring, run without the pin)",
+                self.index_name(),
+                pinned.short()
+            )));
+        }
+        Ok(Index::empty(&self.name, SystemTime::now()))
+    }
+
+    /// A key of the ring, read once per call.
+    async fn key_for<'k>(
+        &self,
+        kid: &Kid,
+        keys: &'k mut HashMap<Kid, KeyPair>,
+    ) -> Result<&'k KeyPair> {
+        if !keys.contains_key(kid) {
+            let pair = self.read_key(kid).await.map_err(|e| match e {
+                Error::NotFound { what, .. } => Error::Refused(format!(
+                    "signing the ring's index needs the private key of its root {} ({what}), \
+                     which cannot be read: run this as the ring's seeder",
+                    kid.short()
+                )),
+                e => e,
+            })?;
+            keys.insert(kid.clone(), pair);
+        }
+        Ok(&keys[kid])
+    }
+
+    /// Signs a changed index: the first key of a new ring (`new_ring`: no index existed)
+    /// becomes its anchor, or the dedicated root (`--root`) does; a ring-key root that left the
+    /// ring hands over to the active key; `Signer::ReRoot` hands the root to a dedicated root;
+    /// the last root signs the whole index, with a fresh expiry.
+    async fn sign_change(
+        &self,
+        index: &mut Index,
+        signer: &Signer<'_>,
+        keys: &mut HashMap<Kid, KeyPair>,
+        new_ring: bool,
+        prior_lifetime: Option<Duration>,
+    ) -> Result<()> {
+        if let Signer::Pushed(pair) = signer {
+            keys.insert(Kid::of(pair.public_key()), (*pair).clone());
+        }
+        if index.roots.is_empty() {
+            if let (Some(root), true) = (&self.root, new_ring) {
+                // A new ring starts at its dedicated root: no ring key ever signs it.
+                let record =
+                    trust::dedicated_record(&index.ring, 1, None, root, async |_| Ok(None)).await?;
+                index.roots.push(record);
+            } else {
+                let anchor = self.first_anchor(index, signer, keys, new_ring).await?;
+                index.roots.push(trust::genesis(&index.ring, &anchor)?);
+            }
+        }
+        if let Signer::ReRoot(next) = signer {
+            let previous = index.roots[index.roots.len() - 1].clone();
+            if previous.kid != *next.kid() {
+                if index.entry(next.kid()).is_some()
+                    || index.retired.iter().any(|r| &r.kid == next.kid())
+                {
+                    return Err(Error::Refused(format!(
+                        "{} is a key of the ring: a dedicated root must be a key no cluster \
+                         holds (a KMS key, or a file made by `kseal keys new-root`)",
+                        next.key().describe()
+                    )));
+                }
+                let previous_signer = self.root_signer_for(&previous, false)?;
+                let seq = previous.seq + 1;
+                let record = if previous.dedicated {
+                    let current = previous_signer.ok_or_else(|| self.needs_root(&previous))?;
+                    trust::dedicated_record(
+                        &index.ring,
+                        seq,
+                        Some(&previous.kid),
+                        next,
+                        async |m| Ok(Some(current.sign(m).await?)),
+                    )
+                    .await?
+                } else {
+                    let pair = self.key_for(&previous.kid, keys).await?.clone();
+                    trust::dedicated_record(
+                        &index.ring,
+                        seq,
+                        Some(&previous.kid),
+                        next,
+                        async |m| Ok(Some(trust::sign_with_pair(&pair, m)?)),
+                    )
+                    .await?
+                };
+                index.roots.push(record);
+            }
+        }
+        let last = index.roots[index.roots.len() - 1].clone();
+        if !last.dedicated && index.entry(&last.kid).is_none() {
+            // The root key is being retired: hand the root to the active key first, signed by
+            // both, so readers can follow the chain.
+            let next = index.active.clone().ok_or_else(|| {
+                Error::Refused("the ring has no active key to take over as its root".into())
+            })?;
+            let previous_pair = self.key_for(&last.kid, keys).await?.clone();
+            let next_pair = self.key_for(&next, keys).await?.clone();
+            index.roots.push(trust::rotate_root(
+                &index.ring,
+                &last,
+                &previous_pair,
+                &next_pair,
+            )?);
+        }
+        let last = index.roots[index.roots.len() - 1].clone();
+        index.schema = INDEX_SCHEMA;
+        index.version = index.version.checked_add(1).ok_or_else(|| {
+            Error::Refused(format!(
+                "{} is at version {}, the last one there is: it cannot be written again (an \
+                 index this far along was not written by kseal's writers, which add one)",
+                self.index_name(),
+                index.version
+            ))
+        })?;
+        index.expires = Some(self.expiry_for(index, prior_lifetime)?);
+        if last.dedicated {
+            let root = match signer {
+                Signer::ReRoot(next) => *next,
+                _ => self
+                    .root_signer_for(&last, true)?
+                    .ok_or_else(|| self.needs_root(&last))?,
+            };
+            trust::sign_index_dedicated(index, root).await
+        } else {
+            if self.root.is_some() && !matches!(signer, Signer::ReRoot(_)) {
+                return Err(Error::Refused(format!(
+                    "ring {:?} is still signed by its ring key {}, not by the dedicated root \
+                     given with --root: move it once with `kseal keys re-root --root …`, or \
+                     write without --root",
+                    self.name,
+                    last.kid.short()
+                )));
+            }
+            let pair = self.key_for(&last.kid, keys).await?.clone();
+            trust::sign_index(index, &pair)
+        }
+    }
+
+    /// The anchor of a ring's first signed index (no `--root`): the key being pushed into a
+    /// new ring, or the key a migration names.
+    async fn first_anchor(
+        &self,
+        index: &Index,
+        signer: &Signer<'_>,
+        keys: &mut HashMap<Kid, KeyPair>,
+        new_ring: bool,
+    ) -> Result<KeyPair> {
+        match (signer, index.keys.as_slice()) {
+            (Signer::Pushed(pair), [only])
+                if new_ring && only.kid == Kid::of(pair.public_key()) =>
+            {
+                Ok((*pair).clone())
+            }
+            (Signer::Pushed(_), _) if index.keys.len() == 1 => {
+                // An index exists but held no key and no history: no kseal writes one,
+                // so whoever can write the index emptied it. Starting a new history over
+                // it would hand the ring to a new key and drop every earlier one.
+                Err(Error::Refused(format!(
+                    "{} exists but holds no key and no signed history: kseal never writes \
+                     such an index, so it was emptied by hand or by an attacker; refusing \
+                     to start a new history over it. Restore the signed index from the \
+                     store's previous version, or delete it if this ring is really new",
+                    self.index_name()
+                )))
+            }
+            (Signer::Migrate(anchor), _) => Ok(self.key_for(anchor, keys).await?.clone()),
+            _ => Err(Error::Refused(format!(
+                "{} is not signed (written by a kseal before signed ring histories): \
+                 sign it once with `kseal keys sign`, then try again",
+                self.index_name()
+            ))),
+        }
+    }
+
+    /// The `--root` given, when it is the key of the dedicated root `record`; `None` without
+    /// one. `required`: another root given is an error (it would sign what nobody can verify).
+    fn root_signer_for(&self, record: &RootRecord, required: bool) -> Result<Option<&RootSigner>> {
+        match &self.root {
+            Some(root) if root.kid() == &record.kid => Ok(Some(root)),
+            Some(root) if required || record.dedicated => Err(Error::Refused(format!(
+                "--root {} is key {}, but ring {:?} is signed by its dedicated root {}{}",
+                root.key().describe(),
+                root.kid().short(),
+                self.name,
+                record.kid.short(),
+                record
+                    .location
+                    .as_deref()
+                    .map(|l| format!(" ({l})"))
+                    .unwrap_or_default()
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    /// "This ring is signed by its dedicated root: pass --root".
+    fn needs_root(&self, record: &RootRecord) -> Error {
+        Error::Refused(format!(
+            "ring {:?} is signed by its dedicated root {}: writing to it needs that root, \
+             --root {} (or KSEAL_RING_ROOT), as the ring's seeder",
+            self.name,
+            record.kid.short(),
+            record.location.as_deref().unwrap_or("file://PATH")
+        ))
+    }
+
+    /// When an index written now expires: `--lifetime`, else the lifetime the current index
+    /// had, else [`DEFAULT_INDEX_LIFETIME`].
+    fn expiry_for(&self, index: &Index, prior: Option<Duration>) -> Result<jiff::Timestamp> {
+        let lifetime = match self.lifetime {
+            Some(l) => {
+                if !(MIN_INDEX_LIFETIME..=MAX_INDEX_LIFETIME).contains(&l) {
+                    return Err(Error::Refused(format!(
+                        "an index lifetime of {} s is outside {}..={} s (1 hour to 90 days)",
+                        l.as_secs(),
+                        MIN_INDEX_LIFETIME.as_secs(),
+                        MAX_INDEX_LIFETIME.as_secs()
+                    )));
+                }
+                l
+            }
+            None => prior
+                .filter(|l| (MIN_INDEX_LIFETIME..=MAX_INDEX_LIFETIME).contains(l))
+                .unwrap_or(DEFAULT_INDEX_LIFETIME),
+        };
+        let span = jiff::SignedDuration::try_from(lifetime)
+            .map_err(|_| Error::Refused("the index lifetime is out of range".into()))?;
+        index.updated.checked_add(span).map_err(|_| {
+            Error::Refused("the index's expiry would be out of the supported time range".into())
+        })
+    }
+}
+
+/// The dedicated root `index` hands the history to, when `marker` does not record it yet.
+fn new_dedicated_root(index: &Index, marker: Option<&(Marker, Version)>) -> Option<(u64, Kid)> {
+    index
+        .roots
+        .last()
+        .filter(|r| r.dedicated)
+        .filter(|r| {
+            marker
+                .as_ref()
+                .and_then(|(m, _)| m.root.as_ref())
+                .is_none_or(|(seq, _)| *seq < r.seq)
+        })
+        .map(|r| (r.seq, r.kid.clone()))
+}
