@@ -2534,6 +2534,91 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
             .is_some_and(|s| s.problem.is_none())
     })
     .await;
+
+    // A running follower (pinned at the anchor too) is handed the fork as a planted
+    // ring-state Secret, with a key Secret of the attacker's key (round 9, #13: it sealed to
+    // it until restarted). The marker, read again for a copy it did not take before, does not
+    // vouch for it: the follower keeps its view.
+    let mut source = dir_source(&location, Duration::from_secs(1));
+    source.anchor = Some(kid(older_key()));
+    let follower = Running::start_as(&client, with_source(&ctrl, &[&ctrl], source), false).await;
+    wait_sealing_key(&follower.state, key(1), 2).await;
+    let marker_reads = || {
+        follower
+            .state
+            .metrics
+            .key_source_requests
+            .get_or_create(&kseal_controller::metrics::KeySourceLabels {
+                operation: "get_marker".into(),
+                outcome: "ok".into(),
+            })
+            .get()
+    };
+    let before = marker_reads();
+    let mut fork = current.clone();
+    fork.keys
+        .push(IndexEntry::new(evil.certificate(), SystemTime::now()).unwrap());
+    fork.active = Some(kid(evil));
+    fork.version = current.version + 1;
+    kseal_keystore::trust::sign_index(&mut fork, older_key()).unwrap();
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    let planted = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kseal-ring-state-evil".into()),
+            namespace: Some(ctrl.clone()),
+            labels: Some([("kseal.dev/ring-state".to_owned(), "true".to_owned())].into()),
+            annotations: Some(
+                [(
+                    kseal_controller::keys::source::RING_ANNOTATION.to_owned(),
+                    ring.name().to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(
+            [(
+                "index.json".to_owned(),
+                k8s_openapi::ByteString(fork.to_json().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Secret::default()
+    };
+    api.create(&PostParams::default(), &planted).await.unwrap();
+    forged_key_secret(
+        &client,
+        &ctrl,
+        "evil-kx",
+        evil,
+        &[
+            (kseal_controller::keys::source::RING_ANNOTATION, ring.name()),
+            (KID_ANNOTATION, kid(evil).as_str()),
+            (ACTIVE_ANNOTATION, "true"),
+        ],
+    )
+    .await;
+    // The follower reacts to ring-state changes at once (a watch) and polls every 10 s: for
+    // 12 s its view never names the attacker's key.
+    let until = tokio::time::Instant::now() + Duration::from_secs(12);
+    while tokio::time::Instant::now() < until {
+        assert_eq!(
+            follower.state.ring_view.current().unwrap().active,
+            Some(kid(key(1))),
+            "the follower took the fork"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        marker_reads() > before,
+        "the copy was checked against the marker"
+    );
+    assert_eq!(
+        cert_pem(&follower.state).await.1,
+        key(1).certificate().to_pem()
+    );
+    follower.stop().await;
     leader.stop().await;
 }
 

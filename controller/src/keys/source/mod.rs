@@ -209,6 +209,8 @@ struct Cache {
     /// The history marker as last read, for [`Mirror::check_vouched`] (read again when it
     /// does not vouch for a changed index).
     vouching: Option<kseal_keystore::Marker>,
+    /// The digest of the ring-state copy a follower refused last (logged once).
+    copy_refused: Option<String>,
     /// Why no anchor may be pinned on first use (persisted anchors disagree): the `Warning`
     /// text, repeated in the refusal of the store's index.
     anchor_conflict: Option<String>,
@@ -390,6 +392,7 @@ impl Mirror {
                 anchor_conflict: None,
                 marker: None,
                 vouching: None,
+                copy_refused: None,
                 anchor_from_state: false,
                 store_confirmed: false,
                 missing_seen: HashMap::new(),
@@ -545,7 +548,10 @@ impl Mirror {
     /// can write the index, is refused even on a ring not yet moved to a dedicated root
     /// (attack review, round 9). One marker read per index change, none on an unchanged poll.
     /// A marker that does not answer fails the sync: nothing from the index is taken unchecked.
-    async fn check_vouched(&mut self, index: &kseal_keystore::Index) -> Result<(), SyncError> {
+    pub(super) async fn check_vouched(
+        &mut self,
+        index: &kseal_keystore::Index,
+    ) -> Result<(), SyncError> {
         // The marker this process read last (at start, or for the last change) first: it
         // vouches for an index written before it was read.
         if let Some(m) = &self.cache.vouching

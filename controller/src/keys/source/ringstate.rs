@@ -205,25 +205,47 @@ impl Mirror {
             None => None,
         };
         match (found, from_store) {
-            (Some(found), _) => {
-                // A follower's floor too only rises: a ring-state Secret rewritten with an
-                // older signed index of the ring is then refused (load_state verifies with
-                // it), and the follower keeps the view it has. Its newest dedicated root
-                // too: a fork from an older root planted later is refused.
-                self.pin.floor = self.pin.floor.max(found.version);
-                self.pin.see_root(found.root.clone());
-                self.note_superseded(Some(&found.name)).await;
-                self.state.ring_view.publish(found.view.clone());
-                self.cache.followed = Some(found);
+            (Some(found), _)
+                if self
+                    .cache
+                    .followed
+                    .as_ref()
+                    .is_none_or(|f| f.text != found.text) =>
+            {
+                // A copy this follower did not take before: the history marker must vouch for
+                // it, as for the leader's reads of the store (attack review, round 9: a follower
+                // took a fork signed with a ring key from a planted copy and kept sealing to
+                // it). Refused or unchecked (the store does not answer), the view held stays.
+                self.copy_vouched(&found).await?;
+                self.take_followed(found).await;
             }
+            (Some(found), _) => self.take_followed(found).await,
             (None, Some(index)) => {
                 let view = RingView::new(&index, &self.cache.ever, self.cache.last_active.clone());
                 self.state.ring_view.publish(view);
             }
             (None, None) => self.drop_stale_view().await,
         }
-        // A follower keeps the view it holds past its expiry too (an expired copy is refused
-        // above): the gauge says so; the leader's Event names it.
+        self.note_follower_expiry();
+        Ok(())
+    }
+
+    /// Takes a verified ring-state copy as this follower's view.
+    async fn take_followed(&mut self, found: FoundState) {
+        // A follower's floor too only rises: a ring-state Secret rewritten with an older
+        // signed index of the ring is then refused (load_state verifies with it), and the
+        // follower keeps the view it has. Its newest dedicated root too: a fork from an older
+        // root planted later is refused.
+        self.pin.floor = self.pin.floor.max(found.version);
+        self.pin.see_root(found.root.clone());
+        self.note_superseded(Some(&found.name)).await;
+        self.state.ring_view.publish(found.view.clone());
+        self.cache.followed = Some(found);
+    }
+
+    /// A follower keeps the view it holds past its expiry too (an expired copy is refused by
+    /// `load_state`): the gauge says so; the leader's Event names it.
+    fn note_follower_expiry(&self) {
         let now = jiff::Timestamp::now();
         let expired = self
             .state
@@ -235,7 +257,27 @@ impl Mirror {
             .metrics
             .key_source_index_expired
             .set(self.ring.name(), i64::from(expired));
-        Ok(())
+    }
+
+    /// Whether the history marker vouches for the ring-state copy `found` (see
+    /// [`Mirror::check_vouched`]); a refusal is logged once per copy (a follower writes no
+    /// Events: the leader repairs the copy and names it, `RingStateRepaired`).
+    async fn copy_vouched(&mut self, found: &FoundState) -> Result<(), SyncError> {
+        let index = kseal_keystore::Index::parse_any_ring(&found.text, &found.name)
+            .map_err(|e| self.store_err(e))?;
+        let refused = self.check_vouched(&index).await;
+        if let Err(e) = &refused {
+            let digest = index.digest();
+            if self.cache.copy_refused.as_ref() != Some(&digest) {
+                tracing::warn!(
+                    "the ring-state Secret {} is refused, the view held stays: {}",
+                    found.name,
+                    crate::error_chain(e)
+                );
+                self.cache.copy_refused = Some(digest);
+            }
+        }
+        refused
     }
 
     /// Where ring-level Events go: the ring-state Secret this replica wrote, else the one it
