@@ -21,10 +21,11 @@
 //! follow no pattern (each sealed by a different key), suggestions would only push the
 //! active key back: a running hit rate (did the key that opened a value appear among the
 //! suggestions?) switches them off while it stays below [`MIN_HIT_RATE`], and back on when
-//! the values cluster again. While the memory is still empty (a cold start), unhinted values
-//! take their turn ([`Affinity::suggest_waiting`]): the first one's trial decryption runs
-//! alone, and the ones queued behind it start from the key it found instead of each trying
-//! the whole ring at once. The memory is bounded
+//! the values cluster again. While nothing is learned in a namespace yet (a cold start, or a
+//! namespace's first unhinted value), its unhinted values take their turn
+//! ([`Affinity::suggest_waiting`]): the first one's trial decryption runs alone, and the ones
+//! queued behind it start from the key it found instead of each trying the whole ring at once
+//! on another RSA slot; other namespaces go on meanwhile. The memory is bounded
 //! ([`Affinity::with_capacity`]) and holds object names and key fingerprints only, never
 //! secret data.
 //!
@@ -86,8 +87,33 @@ impl LastTwo {
 pub(crate) struct Affinity {
     /// Shared with the [`Suggestions`] handed out, which read it later on an RSA thread.
     inner: Arc<Mutex<Inner>>,
-    /// Taken by unhinted unseals while nothing has been learned yet.
-    cold: tokio::sync::Mutex<()>,
+    /// Turns of the unhinted unseals of a namespace where nothing has been learned yet, by
+    /// namespace: an entry lives while an unseal holds or waits for it.
+    turns: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// An unhinted unseal's turn in a namespace where nothing has been learned yet
+/// ([`Affinity::suggest_waiting`]): held until the unseal is over and [`Affinity::learn`]
+/// has run.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    namespace: String,
+    turns: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut turns = lock(&self.turns);
+        // Nobody holds or waits for this namespace's turn any more: forgotten.
+        if turns
+            .get(&self.namespace)
+            .is_some_and(|t| Arc::strong_count(t) == 1)
+        {
+            turns.remove(&self.namespace);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -117,7 +143,7 @@ impl Affinity {
                 recent: VecDeque::with_capacity(RECENT_MEMORY + 1),
                 hit_rate: RATE_ONE,
             })),
-            cold: tokio::sync::Mutex::new(()),
+            turns: Arc::default(),
         }
     }
 
@@ -138,31 +164,42 @@ impl Affinity {
 
     /// The suggestions for `sealed`, to be taken later ([`Suggestions::keys`]: when its unseal
     /// gets an RSA slot, so that they include what the unseals before it taught). While
-    /// nothing has been learned yet, an unhinted `sealed` first waits for the unhinted unseal
-    /// before it: hold the guard returned until the unseal is over and [`Affinity::learn`] has
-    /// run. Once one key is known this never waits again; a hinted object never waits.
+    /// nothing has been learned in its namespace yet, an unhinted `sealed` first waits for the
+    /// unhinted unseal of that namespace before it: hold the [`Turn`] returned until the
+    /// unseal is over and [`Affinity::learn`] has run. So each namespace's first trial walk
+    /// through the keys runs once, not once per RSA slot, and the values queued behind it
+    /// start from the key it found. Once a key is known in the namespace this never waits
+    /// again; a hinted object never waits, nor do other namespaces.
     pub(crate) async fn suggest_waiting(
         &self,
         sealed: &SealedSecret,
-    ) -> (Suggestions, Option<tokio::sync::MutexGuard<'_, ()>>) {
+    ) -> (Suggestions, Option<Turn>) {
         let (namespace, name) = identity(sealed);
         let later = Suggestions {
             inner: self.inner.clone(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         };
-        if sealed.sealing_key_hint().is_none() && self.cold() {
-            let turn = self.cold.lock().await;
-            if self.cold() {
+        if sealed.sealing_key_hint().is_none() && self.cold_in(namespace) {
+            let mutex = lock(&self.turns)
+                .entry(namespace.to_owned())
+                .or_default()
+                .clone();
+            let turn = Turn {
+                namespace: namespace.to_owned(),
+                turns: self.turns.clone(),
+                guard: Some(mutex.lock_owned().await),
+            };
+            if self.cold_in(namespace) {
                 return (later, Some(turn));
             }
         }
         (later, None)
     }
 
-    /// Nothing learned yet.
-    fn cold(&self) -> bool {
-        self.lock().recent.is_empty()
+    /// Nothing learned in `namespace` yet.
+    fn cold_in(&self, namespace: &str) -> bool {
+        self.lock().namespaces.get(namespace).is_none()
     }
 
     /// [`Affinity::learn`] for one object, where every key may open.
@@ -265,7 +302,7 @@ impl Suggestions {
     }
 }
 
-fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+fn lock<T>(inner: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every update leaves the maps consistent, even one interrupted by a panic.
     inner.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -802,6 +839,47 @@ mod tests {
         let (keys, turn) = waiting.await;
         assert_eq!(keys.keys(any), [key(3)]);
         assert!(turn.is_none(), "no turns once a key is known");
+    }
+
+    /// Each namespace's first trial walk runs once: a second unhinted value of a namespace
+    /// with nothing learned waits for the first, another namespace's does not, and a
+    /// namespace stays cold (its values take turns) until a key is learned there, whatever
+    /// other namespaces learned. Turns are forgotten once nobody holds or waits for them.
+    #[tokio::test]
+    async fn each_cold_namespace_walks_once_while_other_namespaces_go_on() {
+        let affinity = Affinity::default();
+        let (a1, a2, b1) = (
+            sealed("a", "1", None),
+            sealed("a", "2", None),
+            sealed("b", "1", None),
+        );
+        let (_, turn_a) = affinity.suggest_waiting(&a1).await;
+        assert!(turn_a.is_some());
+        let mut waiting_a = Box::pin(affinity.suggest_waiting(&a2));
+        assert!(
+            waiting_a.as_mut().now_or_never().is_none(),
+            "a's second waits"
+        );
+        let (_, turn_b) = affinity
+            .suggest_waiting(&b1)
+            .now_or_never()
+            .expect("b does not wait for a");
+        assert!(turn_b.is_some(), "b is cold too");
+        affinity.record("a", "1", &key(3));
+        drop(turn_a);
+        let (keys, none) = waiting_a.await;
+        assert_eq!(keys.keys(any), [key(3)]);
+        assert!(none.is_none(), "a learned its key");
+        // b is still cold after a learned: its next value waits for b's first.
+        let b2 = sealed("b", "2", None);
+        let mut waiting_b = Box::pin(affinity.suggest_waiting(&b2));
+        assert!(waiting_b.as_mut().now_or_never().is_none());
+        affinity.record("b", "1", &key(4));
+        drop(turn_b);
+        let (keys, none) = waiting_b.await;
+        assert_eq!(keys.keys(any)[0], key(4));
+        assert!(none.is_none());
+        assert!(lock(&affinity.turns).is_empty(), "no turn kept");
     }
 
     #[test]
