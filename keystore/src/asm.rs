@@ -96,10 +96,27 @@ impl AsmStore {
         name: &str,
         version: Option<&Version>,
     ) -> Result<Option<(Zeroizing<String>, Version)>> {
+        self.read_at(name, version, CURRENT).await
+    }
+
+    /// The version before the current one (`AWSPREVIOUS`), if the secret has one.
+    pub(crate) async fn read_previous(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Zeroizing<String>, Version)>> {
+        self.read_at(name, None, "AWSPREVIOUS").await
+    }
+
+    async fn read_at(
+        &self,
+        name: &str,
+        version: Option<&Version>,
+        stage: &str,
+    ) -> Result<Option<(Zeroizing<String>, Version)>> {
         let request = self.client.get_secret_value().secret_id(name);
         let request = match version {
             Some(v) => request.version_id(&v.0),
-            None => request.version_stage(CURRENT),
+            None => request.version_stage(stage),
         };
         let out = match request.send().await {
             Ok(out) => out,

@@ -33,7 +33,7 @@ pub use location::{DEFAULT_RING, Location};
 pub use ring::{
     ActivateOutcome, DEFAULT_ACTIVATION_DELAY, DEFAULT_INDEX_LIFETIME, MAX_INDEX_LIFETIME,
     MIN_INDEX_LIFETIME, Marker, PushOutcome, RetireOutcome, Ring, SignOutcome, Snapshot, Vouch,
-    not_vouched,
+    not_vouched, restore_vouched,
 };
 pub use root::{RootKey, RootSigner};
 pub use trust::{Trust, Verified};
@@ -278,6 +278,18 @@ impl Store {
         match self {
             Store::SecretsManager(s) => s.read(name, version).await,
             Store::Directory(s) => s.read(name).await,
+        }
+    }
+
+    /// The version of the secret `name` before its current one (Secrets Manager's
+    /// `AWSPREVIOUS`); `None` where there is none, and always on a directory (no history).
+    pub async fn read_previous(
+        &self,
+        name: &str,
+    ) -> Result<Option<(zeroize::Zeroizing<String>, Version)>> {
+        match self {
+            Store::SecretsManager(s) => s.read_previous(name).await,
+            Store::Directory(_) => Ok(None),
         }
     }
 

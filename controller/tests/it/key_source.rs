@@ -2473,9 +2473,30 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
     ring.activate(kid(key(1)).as_str(), Duration::ZERO)
         .await
         .unwrap();
-    let current = ring.require_snapshot().await.unwrap().index;
-    let marker = ring.history_marker().await.unwrap().unwrap();
-    assert_eq!(marker.version, current.version);
+    // Round 10, N2: the leader starts on a marker written before digests were recorded
+    // (by an older kseal); the seeder's next write records them. The leader reads the marker
+    // again for every index change, never trusting the digest-less one it read at start.
+    let (text, version) = ring
+        .store()
+        .read(&ring.root_name(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut legacy: serde_json::Value = serde_json::from_str(&text).unwrap();
+    legacy.as_object_mut().unwrap().remove("digest");
+    legacy.as_object_mut().unwrap().remove("next");
+    ring.store()
+        .compare_and_swap(&ring.root_name(), &legacy.to_string(), Some(&version), &[])
+        .await
+        .unwrap();
+    assert!(
+        ring.history_marker()
+            .await
+            .unwrap()
+            .unwrap()
+            .digest
+            .is_none()
+    );
     ensure_crd(&client).await;
     let ctrl = namespace(&client, "kseal-ctrl").await;
     let mut source = dir_source(&location, Duration::from_secs(1));
@@ -2483,6 +2504,11 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
     let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
     wait_sealing_key(&leader.state, key(1), 2).await;
     let name = wait_ring_state(&client, &ctrl).await.name_any();
+    ring.refresh().await.unwrap();
+    let current = ring.require_snapshot().await.unwrap().index;
+    let marker = ring.history_marker().await.unwrap().unwrap();
+    assert_eq!(marker.version, current.version);
+    assert_eq!(marker.digest, Some(current.digest()));
 
     let evil = key(2);
     ring.store()
@@ -2534,6 +2560,49 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
             .is_some_and(|s| s.problem.is_none())
     })
     .await;
+
+    // Round 10, N1: the seeder writes (a routine refresh) and, before the leader polls, a
+    // fork at the version the leader holds (older than the marker now) is put back, then the
+    // real older index itself: both refused as rolled back, the real active key seals.
+    let older_fork = {
+        let mut fork = current.clone();
+        fork.keys
+            .push(IndexEntry::new(evil.certificate(), SystemTime::now()).unwrap());
+        fork.active = Some(kid(evil));
+        kseal_keystore::trust::sign_index(&mut fork, older_key()).unwrap();
+        fork
+    };
+    let mut current = current;
+    for put_back in [older_fork, current.clone()] {
+        ring.refresh().await.unwrap();
+        let real = ring.require_snapshot().await.unwrap().index;
+        overwrite_index(&ring, &put_back.to_json()).await;
+        refresh_until(&leader.state, "the older index is refused", || {
+            leader
+                .state
+                .readiness
+                .key_source()
+                .and_then(|s| s.problem)
+                .is_some_and(|p| p.contains("rolled-back index"))
+        })
+        .await;
+        assert_eq!(
+            cert_pem(&leader.state).await.1,
+            key(1).certificate().to_pem()
+        );
+        assert!(leader.state.keys.ring().get(evil.id()).is_none());
+        // The seeder puts back the index the marker vouches for, as the refusal says.
+        overwrite_index(&ring, &real.to_json()).await;
+        refresh_until(&leader.state, "the real index is taken again", || {
+            leader
+                .state
+                .readiness
+                .key_source()
+                .is_some_and(|s| s.problem.is_none())
+        })
+        .await;
+        current = real;
+    }
 
     // A running follower (pinned at the anchor too) is handed the fork as a planted
     // ring-state Secret, with a key Secret of the attacker's key (round 9, #13: it sealed to
@@ -2619,6 +2688,30 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
         key(1).certificate().to_pem()
     );
     follower.stop().await;
+    leader.stop().await;
+
+    // Round 10, N3: the leader restarts beside the fork planted as a ring-state Secret and the
+    // attacker's key Secret (above). The copy is refused (the marker does not vouch for it):
+    // it never seals the attacker's key, and the real active key seals once the store is read.
+    let mut source = dir_source(&location, Duration::from_secs(1));
+    source.anchor = Some(kid(older_key()));
+    let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
+    let evil_pem = evil.certificate().to_pem();
+    let until = tokio::time::Instant::now() + Duration::from_secs(8);
+    while tokio::time::Instant::now() < until {
+        let (status, pem) = cert_pem(&leader.state).await;
+        assert!(
+            !(status == http::StatusCode::OK && pem == evil_pem),
+            "the restarted leader sealed to the fork's key"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eventually("the real active key seals", PATIENCE, || async {
+        let (_, pem) = cert_pem(&leader.state).await;
+        Ok((pem == key(1).certificate().to_pem()).then_some(()))
+    })
+    .await
+    .unwrap();
     leader.stop().await;
 }
 

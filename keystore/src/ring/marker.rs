@@ -96,7 +96,17 @@ impl Marker {
             return Vouch::Older;
         }
         let Some(current) = &self.digest else {
-            return Vouch::Unrecorded;
+            // A marker written before digests were recorded vouches for nothing past its own
+            // version (attack review, round 10: on a ring last written by an older kseal, a
+            // fork at the next version was adopted by the upgraded seeder's re-root): its
+            // writers moved it after every index write, so only a failed marker write leaves
+            // the index one ahead, and that is not told apart from a fork. A marker from
+            // before versions were recorded (version 0) records no version either.
+            return if index.version == self.version || self.version == 0 {
+                Vouch::Unrecorded
+            } else {
+                Vouch::NotWritten
+            };
         };
         let digest = index.digest();
         if index.version == self.version && &digest == current {
@@ -124,11 +134,38 @@ enum Record<'a> {
     },
 }
 
+/// What to restore when an index the marker does not vouch for was put in place: the
+/// previous version of the index (`index_name`) whose text's SHA-256 is the digest the marker
+/// (`marker_name`) records, which names it exactly even where two stored versions claim the
+/// same version number (attack review, round 9, #7).
+pub fn restore_vouched(marker: &Marker, index_name: &str, marker_name: &str) -> String {
+    match &marker.digest {
+        Some(digest) => format!(
+            "restore {index_name} to the store's previous version whose text has SHA-256 \
+             {digest} (the version {} that {marker_name} vouches for; check its keys), \
+             then write again",
+            marker.version
+        ),
+        None => format!(
+            "restore {index_name} to version {} from the store's previous versions, after \
+             checking the keys it names",
+            marker.version
+        ),
+    }
+}
+
 /// Why `marker` does not vouch for `index` ([`Vouch::NotWritten`]), naming the index's active
 /// key: the one a fork wants sealing. `marker_name` is the marker's name in the store.
 pub fn not_vouched(index: &Index, marker: &Marker, marker_name: &str) -> String {
     let digest = index.digest();
-    let what = if index.version == marker.version {
+    let what = if marker.digest.is_none() {
+        format!(
+            "it is version {}, but {marker_name} (written by an older kseal, with no digest) \
+             records version {} as the last its writers wrote, and an index ahead of it cannot \
+             be told from a fork",
+            index.version, marker.version
+        )
+    } else if index.version == marker.version {
         format!(
             "it is version {} with digest {}, but {marker_name} records digest {} for that \
              version",
@@ -422,13 +459,67 @@ impl Ring {
         Err(Error::Untrusted {
             what: self.index_name(),
             reason: format!(
-                "{}. Nothing was written; restore the index {} vouches for from the store's \
-                 previous versions (version {}, digest {}), after checking the keys it names",
+                "{}. Nothing was written; {}",
                 not_vouched(index, marker, &self.root_name()),
-                self.root_name(),
-                marker.version,
-                marker.digest.as_deref().map_or("", |d| &d[..16])
+                restore_vouched(marker, &self.index_name(), &self.root_name())
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(version: u64) -> Index {
+        let mut index = Index::empty("kseal/t", std::time::SystemTime::UNIX_EPOCH);
+        index.version = version;
+        index
+    }
+
+    fn marker(version: u64, digest: Option<&Index>, next: &[&Index]) -> Marker {
+        Marker {
+            version,
+            anchor: None,
+            root: None,
+            digest: digest.map(Index::digest),
+            next: next.iter().map(|i| i.digest()).collect(),
+        }
+    }
+
+    /// What a marker vouches for: the index written at its version, a pending one at the
+    /// next, nothing else; a marker without a digest (an older kseal's) only its own version
+    /// (attack review, round 10), and one without a version (older still) anything.
+    #[test]
+    fn a_marker_vouches_for_its_writes_only() {
+        let (v3, v4) = (index(3), index(4));
+        let mut fork3 = index(3);
+        fork3.ring = "kseal/t".into();
+        fork3.active = None;
+        fork3.updated = jiff::Timestamp::from_second(1).unwrap();
+        let written = marker(3, Some(&v3), &[&v4]);
+        assert_eq!(written.vouches(&v3), Vouch::Written);
+        assert_eq!(written.vouches(&v4), Vouch::Pending);
+        assert_eq!(written.vouches(&fork3), Vouch::NotWritten);
+        assert_eq!(written.vouches(&index(2)), Vouch::Older);
+        assert_eq!(written.vouches(&index(5)), Vouch::NotWritten);
+        assert_eq!(marker(3, Some(&v3), &[]).vouches(&v4), Vouch::NotWritten);
+        let legacy = marker(3, None, &[]);
+        assert_eq!(legacy.vouches(&v3), Vouch::Unrecorded);
+        assert_eq!(legacy.vouches(&fork3), Vouch::Unrecorded);
+        assert_eq!(legacy.vouches(&v4), Vouch::NotWritten);
+        assert_eq!(legacy.vouches(&index(2)), Vouch::Older);
+        assert_eq!(marker(0, None, &[]).vouches(&v4), Vouch::Unrecorded);
+        let parsed = Marker::parse(
+            &serde_json::json!({"version": 3, "digest": v3.digest(), "next": [v4.digest(), "x"]})
+                .to_string(),
+        )
+        .unwrap();
+        assert_eq!(
+            parsed,
+            marker(3, Some(&v3), &[&v4]),
+            "malformed digests are dropped"
+        );
+        assert!(Marker::parse("[1]").is_none() && Marker::parse("not json").is_none());
     }
 }

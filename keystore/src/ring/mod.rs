@@ -25,7 +25,7 @@ mod marker;
 mod ops;
 mod write;
 
-pub use marker::{Marker, Vouch, not_vouched};
+pub use marker::{Marker, Vouch, not_vouched, restore_vouched};
 
 /// How long a pushed key waits before it may seal: the controller's default poll interval
 /// (1 h) plus its largest jitter (10 %), so every cluster has fetched the key first.

@@ -14,7 +14,7 @@ use crate::{Error, Result, Version};
 
 use super::{
     CAS_ATTEMPTS, DEFAULT_INDEX_LIFETIME, MAX_INDEX_BYTES, MAX_INDEX_LIFETIME, MIN_INDEX_LIFETIME,
-    Marker, Ring, Signer, Snapshot,
+    Marker, Ring, Signer, Snapshot, Vouch,
 };
 
 impl Ring {
@@ -124,7 +124,19 @@ impl Ring {
                 .await
             {
                 Ok(_) => {
-                    self.mark_written(&index).await?;
+                    // The index went through: a marker write failing now must say so, or the
+                    // seeder takes the whole write as failed (attack review, round 10).
+                    self.mark_written(&index).await.map_err(|e| {
+                        Error::Refused(format!(
+                            "{} was written (version {}, active key {}), but {} could not be \
+                             moved to it: {e}. Readers take it as pending meanwhile; write \
+                             again (`kseal keys refresh`) to finish",
+                            self.index_name(),
+                            index.version,
+                            index.active.as_ref().map_or("none", Kid::short),
+                            self.root_name()
+                        ))
+                    })?;
                     return Ok(result);
                 }
                 Err(Error::Conflict { .. }) if attempt < CAS_ATTEMPTS => {
@@ -178,11 +190,49 @@ impl Ring {
         }
         if let Some((m, _)) = &marker {
             self.check_vouched(&s.index, m)?;
+            self.check_not_undone(&s.index, m).await?;
         }
         if marker.is_some() && s.index.is_signed() {
             self.mark_written(&s.index).await?;
         }
         Ok(())
+    }
+
+    /// Refuses to build on the index the marker vouches for at its version when a write
+    /// the marker records as pending went through and was undone: the store's previous
+    /// version of the index is that pending write (attack review, round 10: after a marker
+    /// write failed behind an activation, the older index was put back and the next routine
+    /// refresh signed on top of it, silently undoing the activation).
+    async fn check_not_undone(&self, index: &Index, marker: &Marker) -> Result<()> {
+        if marker.next.is_empty() || marker.vouches(index) != Vouch::Written {
+            return Ok(());
+        }
+        let Some((text, _)) = self.store.read_previous(&self.index_name()).await? else {
+            return Ok(());
+        };
+        let Ok(previous) = self.parse_index(&text) else {
+            return Ok(());
+        };
+        if previous.version != marker.version.saturating_add(1)
+            || !marker.next.contains(&previous.digest())
+        {
+            return Ok(());
+        }
+        Err(Error::Untrusted {
+            what: self.index_name(),
+            reason: format!(
+                "it is version {}, but the store's previous version of it is version {} (active \
+                 key {}), a write that {} records as pending: that write went through and was \
+                 undone by putting the older index back. Nothing was written; restore {} to \
+                 that previous version (its text has SHA-256 {}), then write again",
+                index.version,
+                previous.version,
+                previous.active.as_ref().map_or("none", Kid::short),
+                self.root_name(),
+                self.index_name(),
+                previous.digest()
+            ),
+        })
     }
 
     /// The index a write starts from when the ring has none: a new, empty one, unless the

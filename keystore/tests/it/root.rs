@@ -677,3 +677,51 @@ async fn no_write_signs_a_fork_at_the_markers_version_or_the_next() {
         ring.refresh().await.expect("the vouched index is built on");
     }
 }
+
+/// Attack review, round 10 (N5): a write went through but its marker write failed (the
+/// marker still records it as pending); whoever can write the index puts the older index
+/// back, and the next routine refresh would sign on top of it, undoing the write. The store's
+/// previous version is that pending write: the refresh refuses and names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_write_undone_by_putting_the_older_index_back_is_refused() {
+    for (ring, dir) in rings("pending_write_undone").await {
+        if dir.is_some() {
+            continue; // a directory keeps no previous version
+        }
+        let (_a, b, _anchor) = seeded(&ring).await;
+        let older = raw_index(&ring).await;
+        ring.activate(kid(&b).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        let written = raw_index(&ring).await;
+        assert_eq!(written.version, older.version + 1);
+        // The marker as the failed marker write left it: the older version, the new one
+        // pending.
+        let (text, version) = ring
+            .store()
+            .read(&ring.root_name(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut pending: serde_json::Value = serde_json::from_str(&text).unwrap();
+        pending["version"] = serde_json::json!(older.version);
+        pending["digest"] = serde_json::json!(older.digest());
+        pending["next"] = serde_json::json!([written.digest()]);
+        ring.store()
+            .compare_and_swap(&ring.root_name(), &pending.to_string(), Some(&version), &[])
+            .await
+            .unwrap();
+        overwrite_index(&ring, &older.to_json()).await;
+        let refused = ring.refresh().await.expect_err("the undone write is named");
+        let text = refused.to_string();
+        assert!(
+            text.contains("was undone") && text.contains(&written.digest()),
+            "{text}"
+        );
+        assert_eq!(raw_index(&ring).await, older, "nothing signed");
+        // Put back as the refusal says: the refresh finishes the write.
+        overwrite_index(&ring, &written.to_json()).await;
+        ring.refresh().await.unwrap();
+        assert_eq!(raw_index(&ring).await.active, Some(kid(&b)));
+    }
+}

@@ -14,32 +14,36 @@ impl Mirror {
         let problem = match (&index.active, active_mirrored) {
             (Some(_), true) => None,
             (None, _) => Some(format!("ring {} names no active key", self.ring.name())),
-            (Some(active), false) => Some(format!(
-                "the active key {} of ring {} could not be mirrored; {}",
-                active.short(),
-                self.ring.name(),
-                match &self.cache.last_active {
-                    Some(last) if last != active => {
-                        format!(
-                            "the last verified active key {} keeps sealing",
-                            last.short()
-                        )
-                    }
-                    // A key Secret that is not a proven mirror may hold the active kid, and
-                    // the loader seals with it (attack review, round 9: "no key seals" was
-                    // said while such a Secret sealed).
-                    _ => match self.state.keys.ring().sealing_key() {
-                        Some(k) if Kid::of(k.public_key()) == *active => format!(
-                            "it seals from a key Secret in this namespace that is not a \
-                             mirror of the ring (check who wrote it: {})",
-                            active.short()
-                        ),
-                        Some(k) =>
-                            format!("key {} seals meanwhile", Kid::of(k.public_key()).short()),
-                        None => "no key seals".to_owned(),
-                    },
-                }
-            )),
+            (Some(active), false) => {
+                // What seals now, from the loader (a key Secret that is not a proven mirror may
+                // hold a kid and seal: attack review, rounds 9 and 10, where "no key seals" and
+                // "the last verified active key keeps sealing" were said while another key
+                // sealed).
+                let sealing = self
+                    .state
+                    .keys
+                    .ring()
+                    .sealing_key()
+                    .map(|k| Kid::of(k.public_key()));
+                let now = match (&sealing, &self.cache.last_active) {
+                    (Some(k), Some(last)) if k == last && last != active => format!(
+                        "the last verified active key {} keeps sealing",
+                        last.short()
+                    ),
+                    (Some(k), _) if k == active => format!(
+                        "it seals from a key Secret in this namespace that is not a mirror of \
+                         the ring (check who wrote it: {})",
+                        active.short()
+                    ),
+                    (Some(k), _) => format!("key {} seals meanwhile", k.short()),
+                    (None, _) => "no key seals".to_owned(),
+                };
+                Some(format!(
+                    "the active key {} of ring {} could not be mirrored; {now}",
+                    active.short(),
+                    self.ring.name(),
+                ))
+            }
         };
         if problem == self.cache.active_warned {
             return;

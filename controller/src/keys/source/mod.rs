@@ -209,6 +209,8 @@ struct Cache {
     /// The history marker as last read, for [`Mirror::check_vouched`] (read again when it
     /// does not vouch for a changed index).
     vouching: Option<kseal_keystore::Marker>,
+    /// Whether `vouching` was read in the current poll (used once without reading it again).
+    vouching_fresh: bool,
     /// The digest of the ring-state copy a follower refused last (logged once).
     copy_refused: Option<String>,
     /// Why no anchor may be pinned on first use (persisted anchors disagree): the `Warning`
@@ -392,6 +394,7 @@ impl Mirror {
                 anchor_conflict: None,
                 marker: None,
                 vouching: None,
+                vouching_fresh: false,
                 copy_refused: None,
                 anchor_from_state: false,
                 store_confirmed: false,
@@ -449,6 +452,7 @@ impl Mirror {
         // has pinned the anchor (below). Under an anchor the store is read only once this
         // succeeded: it restores the version floor.
         self.cache.store_seen = StoreSeen::NotAsked;
+        self.cache.vouching_fresh = false;
         let marker = self.apply_marker().await;
         self.adopt_persisted_anchor().await?;
         let publish = !self.cache.anchor_from_state || self.cache.index.is_some();
@@ -499,7 +503,7 @@ impl Mirror {
             let (index, verified) =
                 parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
                     .map_err(|e| self.store_err(e))?;
-            self.check_vouched(&index).await?;
+            self.check_vouched(&index, Some(&version)).await?;
             self.unsigned_allowed(&verified).await?;
             self.accepted(&verified).await;
             self.merge_state(false).await?;
@@ -541,25 +545,32 @@ impl Mirror {
         Ok(report)
     }
 
-    /// Reads the history marker again for an index that changed, and refuses one the marker
-    /// does not vouch for ([`kseal_keystore::Marker::vouches`]): at the marker's version or
-    /// the next, only the index the ring's writers wrote (the seeder records its digest before
-    /// each index write), so a history forked with ring keys clusters hold, put in by whoever
-    /// can write the index, is refused even on a ring not yet moved to a dedicated root
-    /// (attack review, round 9). One marker read per index change, none on an unchanged poll.
-    /// A marker that does not answer fails the sync: nothing from the index is taken unchecked.
+    /// Reads the history marker again for an index that changed (or a ring-state copy not
+    /// taken before), and refuses one the marker does not vouch for
+    /// ([`kseal_keystore::Marker::vouches`]): at the marker's version or the next, only the
+    /// index the ring's writers wrote (the seeder records its digest before each index
+    /// write), so a history forked with ring keys clusters hold, put in by whoever can write
+    /// the index, is refused even on a ring not yet moved to a dedicated root (attack review,
+    /// round 9); and nothing older than the marker's version (round 10: a leader that had not
+    /// polled since the seeder's last write took a fork, or the real older index, put back at
+    /// the version it held). Each marker read raises the version floor and the root seen. A
+    /// marker read earlier in the same poll (at a process's first) is used once; otherwise it
+    /// is read anew. `read` is the store version the index was read at (`None` for a copy):
+    /// an older index whose store version changed since was overtaken by a write, not put
+    /// back, and is read again at once. A marker that does not answer fails the check.
     pub(super) async fn check_vouched(
         &mut self,
         index: &kseal_keystore::Index,
+        read: Option<&Version>,
     ) -> Result<(), SyncError> {
-        // The marker this process read last (at start, or for the last change) first: it
-        // vouches for an index written before it was read.
-        if let Some(m) = &self.cache.vouching
-            && m.vouches(index) != kseal_keystore::Vouch::NotWritten
+        use kseal_keystore::Vouch;
+        if self.cache.vouching_fresh
+            && let Some(m) = &self.cache.vouching
+            && matches!(m.vouches(index), Vouch::Written | Vouch::Pending)
         {
             return Ok(());
         }
-        let mut marker = None;
+        let mut refused = None;
         // Twice at most: a seeder's write between the index read and the marker read (its
         // digest recorded, then the index written, then the marker moved) reads as a newer
         // marker; read after the index, the marker is never behind an index its writers wrote.
@@ -570,24 +581,56 @@ impl Mirror {
                 self.cache.vouching = None;
                 return Ok(());
             };
-            let vouched = m.vouches(index) != kseal_keystore::Vouch::NotWritten;
-            self.cache.vouching = Some(m.clone());
-            if vouched {
-                return Ok(());
+            if m.version > self.pin.floor {
+                self.pin.floor = m.version;
             }
-            marker = Some(m);
+            self.pin.see_root(m.root.clone());
+            self.cache.vouching = Some(m.clone());
+            self.cache.vouching_fresh = true;
+            let verdict = m.vouches(index);
+            match verdict {
+                Vouch::Written | Vouch::Pending | Vouch::Unrecorded => return Ok(()),
+                Vouch::Older => {
+                    refused = Some((m, verdict));
+                    break;
+                }
+                Vouch::NotWritten => refused = Some((m, verdict)),
+            }
         }
-        let Some(marker) = marker else {
+        let Some((marker, verdict)) = refused else {
             return Ok(());
         };
+        let (index_name, root_name) = (self.ring.index_name(), self.ring.root_name());
+        let restore = kseal_keystore::restore_vouched(&marker, &index_name, &root_name);
+        if verdict == Vouch::Older {
+            // Overtaken by a write since it was read: read again, no refusal to report.
+            if let Some(read) = read {
+                let now = self.ring.index_version().await;
+                count(&self.state, "describe_index", outcome(&now));
+                if now.map_err(|e| self.store_err(e))?.as_ref() != Some(read) {
+                    return Err(
+                        self.store_err(kseal_keystore::Error::Conflict { what: index_name })
+                    );
+                }
+            }
+            return Err(self.store_err(kseal_keystore::Error::Untrusted {
+                what: index_name,
+                reason: format!(
+                    "it is version {}, but {root_name} records version {} as written by the \
+                     ring's writers: a rolled-back index (an older index, or a fork at an older \
+                     version, put back; its active key is {}). Nothing from it is used; the \
+                     ring's seeder is to {restore}",
+                    index.version,
+                    marker.version,
+                    index.active.as_ref().map_or("none", Kid::short)
+                ),
+            }));
+        }
         Err(self.store_err(kseal_keystore::Error::Untrusted {
-            what: self.ring.index_name(),
+            what: index_name,
             reason: format!(
-                "{}. Nothing from it is used; the ring's seeder restores the index {} vouches \
-                 for (version {})",
-                kseal_keystore::not_vouched(index, &marker, &self.ring.root_name()),
-                self.ring.root_name(),
-                marker.version
+                "{}. Nothing from it is used; the ring's seeder is to {restore}",
+                kseal_keystore::not_vouched(index, &marker, &root_name),
             ),
         }))
     }

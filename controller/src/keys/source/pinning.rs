@@ -198,6 +198,7 @@ impl Mirror {
         self.cache.marker_applied = true;
         self.cache.marker = MarkerFacts::parse(&text);
         self.cache.vouching = kseal_keystore::Marker::parse(&text);
+        self.cache.vouching_fresh = true;
         let Some(marker) = self.cache.marker.clone() else {
             tracing::warn!(
                 "the ring's history marker {} is not what kseal writes: ignored",

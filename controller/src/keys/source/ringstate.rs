@@ -164,6 +164,7 @@ impl Mirror {
     /// this namespace could have written; until it has, it takes no view, so it seals nothing.
     pub async fn follow(&mut self) -> Result<(), SyncError> {
         let mut from_store = None;
+        self.cache.vouching_fresh = false;
         let marker = self.apply_marker().await;
         self.adopt_persisted_anchor().await?;
         if self.pin.anchor.is_none()
@@ -265,7 +266,7 @@ impl Mirror {
     async fn copy_vouched(&mut self, found: &FoundState) -> Result<(), SyncError> {
         let index = kseal_keystore::Index::parse_any_ring(&found.text, &found.name)
             .map_err(|e| self.store_err(e))?;
-        let refused = self.check_vouched(&index).await;
+        let refused = self.check_vouched(&index, None).await;
         if let Err(e) = &refused {
             let digest = index.digest();
             if self.cache.copy_refused.as_ref() != Some(&digest) {
@@ -405,6 +406,15 @@ impl Mirror {
         // Not merged for good before the history marker answered: a copy refused meanwhile
         // (a pin at a ring key) is taken at a later sync.
         self.cache.state_merged = self.cache.marker_applied;
+        // Only a copy the history marker vouches for (attack review, round 10: a restarted
+        // leader took a fork signed with a ring key from its ring-state Secret, raised its
+        // floor past the real index and sealed to the fork's key).
+        let found = match found {
+            Some(found) if self.cache.marker_applied => {
+                self.copy_vouched(&found).await.is_ok().then_some(found)
+            }
+            found => found,
+        };
         if let Some(found) = found {
             self.cache.found_state = Some(found.name.clone());
             // The version floor survives a restart: the copy was verified again under the
@@ -442,6 +452,7 @@ impl Mirror {
         }
         // The marker first, when the store answers (attack review, round 4: a planted older
         // copy of the ring's own history passed the pin and sealed until the spread ended).
+        self.cache.vouching_fresh = false;
         let _ = self.apply_marker().await;
         if self.merge_state(true).await.is_err() {
             return false;
