@@ -336,12 +336,10 @@ fn check_marker_facts(
     if marker.vouches(&snapshot.index) == Vouch::NotWritten {
         bail!(
             "key ring {}'s index is not the one its writers wrote: {}. Nothing was done; the \
-             ring's seeder restores the index {} vouches for (version {}) from the store's \
-             previous versions",
+             ring's seeder is to {}",
             ring_label(ring),
             kseal_keystore::not_vouched(&snapshot.index, &marker, &ring.root_name()),
-            ring.root_name(),
-            marker.version
+            kseal_keystore::restore_vouched(&marker, &ring.index_name(), &ring.root_name())
         );
     }
     seen::record(
