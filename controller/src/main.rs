@@ -169,23 +169,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     );
     #[cfg(not(unix))]
     drop(requester);
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        commit = kseal_controller::COMMIT,
-        namespace = %config.controller_namespace,
-        identity = %config.identity,
-        async_threads = config.async_threads,
-        concurrency = config.concurrency,
-        pending_values_mib = config.pending_value_bytes / (1024 * 1024),
-        generate_keys = config.generate_key_if_missing,
-        key_source = config.key_source.as_ref().map(|s| s.location.to_string()),
-        more_key_sources = ?config.more_key_sources.iter().map(|s| s.location.to_string()).collect::<Vec<_>>(),
-        ring_bindings = ?config.ring_bindings.iter().map(|(ring, b)| format!("{ring}: {}", b.describe())).collect::<Vec<_>>(),
-        "starting kseal-controller"
-    );
-    for warning in &config.warnings {
-        tracing::warn!("{warning}");
-    }
+    log_start(&config);
     // Listen first: a port that is taken ends the process now, not after it took the Lease.
     let (api_listener, metrics_listener) =
         http::bind(&config).await.context("HTTP server failed")?;
@@ -209,23 +193,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         remote: remote_task,
         mut reconciler,
     } = kseal_controller::spawn(&client, &config, &state, requests, &shutdown_rx);
-    // With a key source, the leader acknowledges what this cluster holds of each ring (kseal
-    // fleet status).
-    let fleet_task = tokio::spawn(futures::future::join_all(
-        config
-            .for_each_ring()
-            .into_iter()
-            .enumerate()
-            .map(|(i, ring_config)| {
-                kseal_controller::fleet::run(
-                    client.clone(),
-                    ring_config.clone(),
-                    state.for_ring(i).unwrap_or_else(|| state.clone()),
-                    kseal_controller::fleet::Options::for_config(&ring_config),
-                    shutdown_rx.clone(),
-                )
-            }),
-    ));
+    let fleet_task = spawn_fleet(&client, &config, &state, &shutdown_rx);
     let mut http_shutdown = shutdown_rx.clone();
     let mut http_task = {
         let state = state.clone();
@@ -282,6 +250,58 @@ async fn run(config: Config) -> anyhow::Result<()> {
     remote_task.abort();
     fleet_task.abort();
     release_tx.send_replace(true);
+    await_release(leader_task).await;
+    outcome
+}
+
+/// Logs the configuration the controller starts with, and its warnings.
+fn log_start(config: &Config) {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        commit = kseal_controller::COMMIT,
+        namespace = %config.controller_namespace,
+        identity = %config.identity,
+        async_threads = config.async_threads,
+        concurrency = config.concurrency,
+        pending_values_mib = config.pending_value_bytes / (1024 * 1024),
+        generate_keys = config.generate_key_if_missing,
+        key_source = config.key_source.as_ref().map(|s| s.location.to_string()),
+        more_key_sources = ?config.more_key_sources.iter().map(|s| s.location.to_string()).collect::<Vec<_>>(),
+        ring_bindings = ?config.ring_bindings.iter().map(|(ring, b)| format!("{ring}: {}", b.describe())).collect::<Vec<_>>(),
+        "starting kseal-controller"
+    );
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+}
+
+/// With a key source, the leader acknowledges what this cluster holds of each ring (kseal
+/// fleet status): one task per ring.
+fn spawn_fleet(
+    client: &kube::Client,
+    config: &Arc<Config>,
+    state: &State,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Vec<()>> {
+    tokio::spawn(futures::future::join_all(
+        config
+            .for_each_ring()
+            .into_iter()
+            .enumerate()
+            .map(|(i, ring_config)| {
+                kseal_controller::fleet::run(
+                    client.clone(),
+                    ring_config.clone(),
+                    state.for_ring(i).unwrap_or_else(|| state.clone()),
+                    kseal_controller::fleet::Options::for_config(&ring_config),
+                    shutdown_rx.clone(),
+                )
+            }),
+    ))
+}
+
+/// Waits (at most 10 seconds) for the leader task to release the Lease.
+async fn await_release(leader_task: tokio::task::JoinHandle<kseal_controller::Result<()>>) {
     match tokio::time::timeout(std::time::Duration::from_secs(10), leader_task).await {
         Ok(Ok(Err(e))) => {
             tracing::warn!(error = %kseal_controller::error_chain(&e), "failed to release the leader lease")
@@ -289,5 +309,4 @@ async fn run(config: Config) -> anyhow::Result<()> {
         Ok(_) => {}
         Err(_) => tracing::warn!("releasing the leader lease timed out"),
     }
-    outcome
 }

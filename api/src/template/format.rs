@@ -88,21 +88,7 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
             break;
         }
         i += 1; // '%'
-        let mut spec = Spec::default();
-        while let Some(&c) = format.get(i) {
-            match c {
-                b'-' => {
-                    spec.minus = true;
-                    spec.zero = false;
-                }
-                b'+' => spec.plus = true,
-                b'#' => spec.sharp = true,
-                b' ' => spec.space = true,
-                b'0' => spec.zero = !spec.minus,
-                _ => break,
-            }
-            i += 1;
-        }
+        let mut spec = parse_flags(format, &mut i);
         let mut good_index = true;
         let mut index = |i: &mut usize, next_arg: &mut usize| {
             if let Some(ok) = arg_number(format, i, next_arg, args.len()) {
@@ -111,37 +97,7 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
             }
         };
         index(&mut i, &mut next_arg);
-        // Width: digits or '*'.
-        if format.get(i) == Some(&b'*') {
-            i += 1;
-            match args.get(next_arg) {
-                Some(Value::Int(w)) => {
-                    next_arg += 1;
-                    if w.unsigned_abs() > MAX_WIDTH as u64 {
-                        push(&mut out, b"%!(BADWIDTH)")?;
-                    } else {
-                        if *w < 0 {
-                            spec.minus = true;
-                            spec.zero = false;
-                        }
-                        spec.width = usize::try_from(w.unsigned_abs()).ok();
-                    }
-                }
-                _ => {
-                    next_arg += 1;
-                    push(&mut out, b"%!(BADWIDTH)")?;
-                }
-            }
-        } else {
-            let (n, used) = digits(&format[i..]);
-            if used > 0 {
-                i += used;
-                match n {
-                    Some(n) if n <= MAX_WIDTH => spec.width = Some(n),
-                    _ => push(&mut out, b"%!(BADWIDTH)")?,
-                }
-            }
-        }
+        parse_width(&mut out, format, &mut i, args, &mut next_arg, &mut spec)?;
         if format.get(i) == Some(&b'.') {
             i += 1;
             index(&mut i, &mut next_arg);
@@ -208,22 +164,91 @@ pub(crate) fn sprintf(format: &[u8], args: &[Value]) -> Result<Vec<u8>, String> 
         write_verb(&mut out, arg, &spec, 0)?;
     }
     if !reordered && next_arg < args.len() {
-        push(&mut out, b"%!(EXTRA ")?;
-        for (n, arg) in args[next_arg..].iter().enumerate() {
-            if n > 0 {
-                push(&mut out, b", ")?;
-            }
-            if matches!(arg, Value::Nil) {
-                push(&mut out, b"<nil>")?;
-            } else {
-                push(&mut out, arg.type_name().as_bytes())?;
-                push(&mut out, b"=")?;
-                write_v(&mut out, arg, 0)?;
-            }
-        }
-        push(&mut out, b")")?;
+        write_extra(&mut out, &args[next_arg..])?;
     }
     Ok(out)
+}
+
+/// The flags after a `%` at `i` (`-`, `+`, `#`, space, `0`), leaving `i` past them.
+fn parse_flags(format: &[u8], i: &mut usize) -> Spec {
+    let mut spec = Spec::default();
+    while let Some(&c) = format.get(*i) {
+        match c {
+            b'-' => {
+                spec.minus = true;
+                spec.zero = false;
+            }
+            b'+' => spec.plus = true,
+            b'#' => spec.sharp = true,
+            b' ' => spec.space = true,
+            b'0' => spec.zero = !spec.minus,
+            _ => break,
+        }
+        *i += 1;
+    }
+    spec
+}
+
+/// The width at `i` into `spec`: digits, or `*` taking the next argument (`%!(BADWIDTH)`
+/// when it is not an int within [`MAX_WIDTH`]).
+fn parse_width(
+    out: &mut Vec<u8>,
+    format: &[u8],
+    i: &mut usize,
+    args: &[Value],
+    next_arg: &mut usize,
+    spec: &mut Spec,
+) -> Result<(), String> {
+    // Width: digits or '*'.
+    if format.get(*i) == Some(&b'*') {
+        *i += 1;
+        match args.get(*next_arg) {
+            Some(Value::Int(w)) => {
+                *next_arg += 1;
+                if w.unsigned_abs() > MAX_WIDTH as u64 {
+                    push(out, b"%!(BADWIDTH)")?;
+                } else {
+                    if *w < 0 {
+                        spec.minus = true;
+                        spec.zero = false;
+                    }
+                    spec.width = usize::try_from(w.unsigned_abs()).ok();
+                }
+            }
+            _ => {
+                *next_arg += 1;
+                push(out, b"%!(BADWIDTH)")?;
+            }
+        }
+    } else {
+        let (n, used) = digits(&format[*i..]);
+        if used > 0 {
+            *i += used;
+            match n {
+                Some(n) if n <= MAX_WIDTH => spec.width = Some(n),
+                _ => push(out, b"%!(BADWIDTH)")?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `%!(EXTRA type=value, …)` for the arguments no verb used.
+fn write_extra(out: &mut Vec<u8>, extra: &[Value]) -> Result<(), String> {
+    push(out, b"%!(EXTRA ")?;
+    for (n, arg) in extra.iter().enumerate() {
+        if n > 0 {
+            push(out, b", ")?;
+        }
+        if matches!(arg, Value::Nil) {
+            push(out, b"<nil>")?;
+        } else {
+            push(out, arg.type_name().as_bytes())?;
+            push(out, b"=")?;
+            write_v(out, arg, 0)?;
+        }
+    }
+    push(out, b")")
 }
 
 /// An explicit argument index `[n]` at `i`: `None` if there is none, else whether it is

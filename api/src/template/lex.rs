@@ -212,128 +212,149 @@ fn lex_action(
             return close_check(parens, i + 2, open);
         }
         let pos = i;
-        let tok = match c {
-            b'"' => {
-                let (s, next) = lex_quoted(src, i)?;
-                i = next;
-                Tok::Str(s)
-            }
-            b'`' => {
-                let end = find(b, i + 1, b"`")
-                    .ok_or_else(|| Fail::at(pos, "unterminated raw quoted string"))?;
-                let raw: Vec<u8> = b[i + 1..end]
-                    .iter()
-                    .copied()
-                    .filter(|&c| c != b'\r')
-                    .collect();
-                i = end + 1;
-                Tok::Str(raw)
-            }
-            b'\'' => {
-                let (c, next) = lex_char(src, i)?;
-                i = next;
-                Tok::Char(c)
-            }
-            b'.' if !b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
-                let end = scan_alnum(src, i + 1);
-                let name = &src[i + 1..end];
-                i = end;
-                check_terminator(src, i)?;
-                if name.is_empty() {
-                    Tok::Dot
-                } else {
-                    Tok::Field(name.to_owned())
-                }
-            }
-            b'$' => {
-                let end = scan_alnum(src, i + 1);
-                let name = &src[i..end];
-                i = end;
-                check_terminator(src, i)?;
-                Tok::Var(name.to_owned())
-            }
-            b'.' | b'+' | b'-' | b'0'..=b'9' => {
-                let end = scan_number(b, i);
-                if let Some(next) = src[end..].chars().next()
-                    && is_alnum(next)
-                {
-                    return Err(Fail::at(
-                        pos,
-                        format!("bad number syntax: {:?}", &src[i..end + next.len_utf8()]),
-                    ));
-                }
-                let text = &src[i..end];
-                i = end;
-                Tok::Num(text.to_owned())
-            }
-            b':' => {
-                if b.get(i + 1) != Some(&b'=') {
-                    return Err(Fail::at(pos, "expected :="));
-                }
-                i += 2;
-                Tok::Declare
-            }
-            b'=' => {
-                i += 1;
-                Tok::Assign
-            }
-            b'|' => {
-                i += 1;
-                Tok::Pipe
-            }
-            b'(' => {
-                i += 1;
-                parens += 1;
-                Tok::LParen
-            }
-            b')' => {
-                if parens == 0 {
-                    return Err(Fail::at(pos, "unexpected right paren"));
-                }
-                parens -= 1;
-                i += 1;
-                Tok::RParen
-            }
-            b',' => {
-                i += 1;
-                Tok::Comma
-            }
-            _ => {
-                let ch = src[i..]
-                    .chars()
-                    .next()
-                    .unwrap_or(char::REPLACEMENT_CHARACTER);
-                if !is_alnum(ch) {
-                    return Err(Fail::at(
-                        pos,
-                        format!("unrecognized character in action: {ch:?}"),
-                    ));
-                }
-                let end = scan_alnum(src, i);
-                let word = &src[i..end];
-                i = end;
-                check_terminator(src, i)?;
-                match word {
-                    "true" => Tok::Bool(true),
-                    "false" => Tok::Bool(false),
-                    "nil" => Tok::Nil,
-                    "if" => Tok::Kw(Kw::If),
-                    "else" => Tok::Kw(Kw::Else),
-                    "end" => Tok::Kw(Kw::End),
-                    "range" => Tok::Kw(Kw::Range),
-                    "with" => Tok::Kw(Kw::With),
-                    "break" => Tok::Kw(Kw::Break),
-                    "continue" => Tok::Kw(Kw::Continue),
-                    "define" => Tok::Kw(Kw::Define),
-                    "template" => Tok::Kw(Kw::Template),
-                    "block" => Tok::Kw(Kw::Block),
-                    _ => Tok::Ident(word.to_owned()),
-                }
-            }
-        };
+        let (tok, next) = lex_token(src, i, &mut parens)?;
+        i = next;
         toks.push(Token { tok, pos, spaced });
         spaced = false;
     }
+}
+
+/// Lexes the token at `start` (not a space, not the closing delimiter): the token and where
+/// the next one starts. Counts open parentheses in `parens`.
+fn lex_token(src: &str, start: usize, parens: &mut usize) -> Result<(Tok, usize), Fail> {
+    let b = src.as_bytes();
+    let mut i = start;
+    let c = b[i];
+    let pos = i;
+    let tok = match c {
+        b'"' => {
+            let (s, next) = lex_quoted(src, i)?;
+            i = next;
+            Tok::Str(s)
+        }
+        b'`' => {
+            let end = find(b, i + 1, b"`")
+                .ok_or_else(|| Fail::at(pos, "unterminated raw quoted string"))?;
+            let raw: Vec<u8> = b[i + 1..end]
+                .iter()
+                .copied()
+                .filter(|&c| c != b'\r')
+                .collect();
+            i = end + 1;
+            Tok::Str(raw)
+        }
+        b'\'' => {
+            let (c, next) = lex_char(src, i)?;
+            i = next;
+            Tok::Char(c)
+        }
+        b'.' if !b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+            let end = scan_alnum(src, i + 1);
+            let name = &src[i + 1..end];
+            i = end;
+            check_terminator(src, i)?;
+            if name.is_empty() {
+                Tok::Dot
+            } else {
+                Tok::Field(name.to_owned())
+            }
+        }
+        b'$' => {
+            let end = scan_alnum(src, i + 1);
+            let name = &src[i..end];
+            i = end;
+            check_terminator(src, i)?;
+            Tok::Var(name.to_owned())
+        }
+        b'.' | b'+' | b'-' | b'0'..=b'9' => {
+            let end = scan_number(b, i);
+            if let Some(next) = src[end..].chars().next()
+                && is_alnum(next)
+            {
+                return Err(Fail::at(
+                    pos,
+                    format!("bad number syntax: {:?}", &src[i..end + next.len_utf8()]),
+                ));
+            }
+            let text = &src[i..end];
+            i = end;
+            Tok::Num(text.to_owned())
+        }
+        b':' => {
+            if b.get(i + 1) != Some(&b'=') {
+                return Err(Fail::at(pos, "expected :="));
+            }
+            i += 2;
+            Tok::Declare
+        }
+        b'=' => {
+            i += 1;
+            Tok::Assign
+        }
+        b'|' => {
+            i += 1;
+            Tok::Pipe
+        }
+        b'(' => {
+            i += 1;
+            *parens += 1;
+            Tok::LParen
+        }
+        b')' => {
+            if *parens == 0 {
+                return Err(Fail::at(pos, "unexpected right paren"));
+            }
+            *parens -= 1;
+            i += 1;
+            Tok::RParen
+        }
+        b',' => {
+            i += 1;
+            Tok::Comma
+        }
+        _ => {
+            let (tok, next) = lex_word(src, i)?;
+            i = next;
+            tok
+        }
+    };
+    Ok((tok, i))
+}
+
+/// Lexes an identifier, keyword, `true`, `false` or `nil` at `i`: the token and where the
+/// next one starts.
+fn lex_word(src: &str, i: usize) -> Result<(Tok, usize), Fail> {
+    let pos = i;
+    let ch = src[i..]
+        .chars()
+        .next()
+        .unwrap_or(char::REPLACEMENT_CHARACTER);
+    if !is_alnum(ch) {
+        return Err(Fail::at(
+            pos,
+            format!("unrecognized character in action: {ch:?}"),
+        ));
+    }
+    let end = scan_alnum(src, i);
+    let word = &src[i..end];
+    check_terminator(src, end)?;
+    let tok = match word {
+        "true" => Tok::Bool(true),
+        "false" => Tok::Bool(false),
+        "nil" => Tok::Nil,
+        "if" => Tok::Kw(Kw::If),
+        "else" => Tok::Kw(Kw::Else),
+        "end" => Tok::Kw(Kw::End),
+        "range" => Tok::Kw(Kw::Range),
+        "with" => Tok::Kw(Kw::With),
+        "break" => Tok::Kw(Kw::Break),
+        "continue" => Tok::Kw(Kw::Continue),
+        "define" => Tok::Kw(Kw::Define),
+        "template" => Tok::Kw(Kw::Template),
+        "block" => Tok::Kw(Kw::Block),
+        _ => Tok::Ident(word.to_owned()),
+    };
+    Ok((tok, end))
 }
 
 fn close_check(parens: usize, next: usize, open: usize) -> Result<usize, Fail> {

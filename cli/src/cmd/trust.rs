@@ -7,7 +7,7 @@ use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
-use kseal_keystore::{Kid, Location, Snapshot, Trust, Verified, trust::RootRecord};
+use kseal_keystore::{Kid, Location, Ring, Snapshot, Trust, Verified, trust::RootRecord};
 
 use crate::args::{NewRootArgs, ReRootArgs, RefreshArgs, SignArgs, TrustArgs};
 use crate::keysource::ring::{block_on, open, open_with, read_index, ring_arg, ring_label, seen};
@@ -53,238 +53,330 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
             .await?
             .with_trust(Trust::first_use());
         let snapshot = read_index(&ring).await?;
-        let Verified::Signed {
-            anchor,
-            root,
-            version,
-            ..
-        } = snapshot.verified.clone()
-        else {
-            bail!("key ring {} is not signed", ring_label(&ring));
-        };
-        eprintln!(
-            "key ring {}: signed history, version {version}, {} key{}, root chain {}",
-            ring_label(&ring),
-            snapshot.index.keys.len(),
-            if snapshot.index.keys.len() == 1 {
-                ""
-            } else {
-                "s"
-            },
-            roots_line(&snapshot.index.roots),
-        );
-        // What to pin: the ring's current dedicated root once it has one (a ring key's
-        // signature can then lead nowhere), else its anchor.
-        let dedicated = snapshot
-            .index
-            .roots
-            .last()
-            .filter(|r| r.dedicated)
-            .map(|r| r.kid.clone());
-        let target = dedicated.clone().unwrap_or_else(|| anchor.clone());
-        if root != anchor && dedicated.is_none() {
-            eprintln!("current root: {}", root.short());
+        let reading = read_signed(&ring, snapshot)?;
+        if let Some(pin) = pinned {
+            let pin = Pinned {
+                anchor: pin.anchor,
+                from: pin.from,
+                version: pin.version,
+            };
+            return check_pinned(&args, &ring, &reading, &pin);
         }
-        eprintln!(
-            "{}: {}",
-            if dedicated.is_some() {
-                "root"
-            } else {
-                "anchor"
-            },
-            describe_anchor(&snapshot, &target)
+        pin_first(&args, &ring, &reading)
+    })?
+}
+
+/// What `kseal keys trust` read of a signed ring, and the key to pin.
+struct Reading {
+    snapshot: Snapshot,
+    anchor: Kid,
+    version: u64,
+    /// The ring's current dedicated root, once it has one.
+    dedicated: Option<Kid>,
+    /// What to pin: `dedicated`, else `anchor`.
+    target: Kid,
+}
+
+/// The pin found for the ring (in `.kseal.yaml`, or `--ring-anchor`).
+struct Pinned {
+    anchor: Kid,
+    from: String,
+    version: u64,
+}
+
+/// Refuses an unsigned ring; prints what the signed history says and what would be pinned.
+fn read_signed(ring: &Ring, snapshot: Snapshot) -> Result<Reading> {
+    let Verified::Signed {
+        anchor,
+        root,
+        version,
+        ..
+    } = snapshot.verified.clone()
+    else {
+        bail!("key ring {} is not signed", ring_label(ring));
+    };
+    eprintln!(
+        "key ring {}: signed history, version {version}, {} key{}, root chain {}",
+        ring_label(ring),
+        snapshot.index.keys.len(),
+        if snapshot.index.keys.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        roots_line(&snapshot.index.roots),
+    );
+    // What to pin: the ring's current dedicated root once it has one (a ring key's
+    // signature can then lead nowhere), else its anchor.
+    let dedicated = snapshot
+        .index
+        .roots
+        .last()
+        .filter(|r| r.dedicated)
+        .map(|r| r.kid.clone());
+    let target = dedicated.clone().unwrap_or_else(|| anchor.clone());
+    if root != anchor && dedicated.is_none() {
+        eprintln!("current root: {}", root.short());
+    }
+    eprintln!(
+        "{}: {}",
+        if dedicated.is_some() {
+            "root"
+        } else {
+            "anchor"
+        },
+        describe_anchor(&snapshot, &target)
+    );
+    Ok(Reading {
+        snapshot,
+        anchor,
+        version,
+        dedicated,
+        target,
+    })
+}
+
+/// A pinned ring: its history must pass through the pin and respect the floors; a pin at a
+/// ring key moves to the ring's dedicated root once its kid is confirmed.
+fn check_pinned(args: &TrustArgs, ring: &Ring, reading: &Reading, pin: &Pinned) -> Result<()> {
+    let Reading {
+        snapshot,
+        anchor,
+        version,
+        dedicated,
+        target,
+    } = reading;
+    let version = *version;
+    let in_chain = snapshot.index.roots.iter().any(|r| r.kid == pin.anchor);
+    if !in_chain {
+        bail!(
+            "the ring's history starts at anchor {}, but {} pins anchor {}: the ring's \
+             history was replaced by one rooted at another key. Do not seal to it. If \
+             the ring was re-created on purpose, check the new anchor with its seeder \
+             out of band, remove the old pin and run `kseal keys trust` again",
+            anchor.short(),
+            pin.from,
+            pin.anchor.short()
         );
-        if let Some(pin) = &pinned {
-            let in_chain = snapshot.index.roots.iter().any(|r| r.kid == pin.anchor);
-            if !in_chain {
-                bail!(
-                    "the ring's history starts at anchor {}, but {} pins anchor {}: the ring's \
-                     history was replaced by one rooted at another key. Do not seal to it. If \
-                     the ring was re-created on purpose, check the new anchor with its seeder \
-                     out of band, remove the old pin and run `kseal keys trust` again",
-                    anchor.short(),
-                    pin.from,
-                    pin.anchor.short()
-                );
-            }
-            // A root kid a person confirmed out of band, and the ring's current dedicated root,
-            // replace what this machine read before: a fork read earlier (under a pin at a ring
-            // key) left its version and root in the cache, which would otherwise refuse the real
-            // history for good.
-            if let Some(root_kid) = &dedicated
-                && args
-                    .root_kid
-                    .as_deref()
-                    .is_some_and(|kid| kid.eq_ignore_ascii_case(root_kid.as_str()))
-            {
-                let seq = u64::try_from(snapshot.index.roots.len()).unwrap_or(u64::MAX);
-                let kept = seen::load(&pin.anchor)?;
-                let real = Some((seq, root_kid.clone()));
-                if kept.version > version || kept.root.is_some() && kept.root != real {
-                    seen::replace(&pin.anchor, version, Some((seq, root_kid)))?;
-                    eprintln!(
-                        "this machine had read another history of the ring (version {}{}): \
-                         replaced by the confirmed root {}'s, version {version}",
-                        kept.version,
-                        kept.root
-                            .as_ref()
-                            .map(|(_, kid)| format!(", dedicated root {}", kid.short()))
-                            .unwrap_or_default(),
-                        root_kid.short()
-                    );
-                }
-            }
-            // The same floors as sealing: the pin's version and the newest this machine read.
-            let seen_version = seen::version(&pin.anchor);
-            if pin.version.max(seen_version) > version {
-                bail!(
-                    "key ring {} is at version {version}, older than version {} {}: a \
-                     rolled-back index. Do not seal to it",
-                    ring_label(&ring),
-                    pin.version.max(seen_version),
-                    if pin.version >= seen_version {
-                        format!("pinned in {}", pin.from)
-                    } else {
-                        "this machine read".to_owned()
-                    }
-                );
-            }
-            if let Some((seq, seen_root)) = seen::root(&pin.anchor) {
-                let at = usize::try_from(seq)
-                    .ok()
-                    .and_then(|i| i.checked_sub(1))
-                    .and_then(|i| snapshot.index.roots.get(i));
-                if at.map(|r| &r.kid) != Some(&seen_root) {
-                    bail!(
-                        "key ring {}'s history does not extend root {seq} ({}), the dedicated \
-                         root this machine read before: a fork from an older root. Do not seal \
-                         to it",
-                        ring_label(&ring),
-                        seen_root.short()
-                    );
-                }
-            }
-            let file = pin.from != "--ring-anchor";
-            if pin.anchor != target && dedicated.is_some() {
-                let confirmed = args.root_kid.as_deref().map(str::to_ascii_lowercase);
-                match confirmed.as_deref() {
-                    None => bail!(
-                        "{} pins {}, a ring key that clusters held, and the ring says it moved to \
-                         the dedicated root {}. A pin at a ring key cannot tell a real move from a \
-                         fork signed with a cluster's keys: confirm the root's kid with the \
-                         ring's seeder out of band (`kseal keys re-root` printed it), then run \
-                         `kseal keys trust --ring {} --root-kid KID`",
-                        pin.from,
-                        pin.anchor.short(),
-                        target.short(),
-                        ring_arg(&args.ring)
-                    ),
-                    Some(kid) if kid.len() != 64 => bail!(
-                        "--root-kid needs the root's whole kid (64 hex digits, as re-root prints \
-                         it): a short prefix could be matched by a key made to fit it"
-                    ),
-                    Some(kid) if target.as_str() != kid => bail!(
-                        "the ring's dedicated root is {target}, not the root {kid} you \
-                         confirmed: the ring may have been forked with a cluster's keys. Do not \
-                         seal to it; ask the ring's seeder"
-                    ),
-                    Some(_) => {}
-                }
-                if !file || args.check {
-                    bail!(
-                        "{} pins {}, a ring key that clusters held, but the ring moved to its \
-                         dedicated root {}: whoever holds a cluster's keys could fork the ring \
-                         from the pin. Pin the root ({})",
-                        pin.from,
-                        pin.anchor.short(),
-                        target.short(),
-                        if file {
-                            format!("run `kseal keys trust --ring {}`", ring_arg(&args.ring))
-                        } else {
-                            format!("--ring-anchor {target}")
-                        }
-                    );
-                }
-                project::write_pin(Path::new(&pin.from), &args.ring.ring, &target, version)?;
-                eprintln!(
-                    "moved the pin in {} from {} (a ring key) to the ring's dedicated root {}: \
-                     commit it; give controllers --ring-anchor {target} (Helm: \
-                     keySource.ringAnchor)",
-                    pin.from,
-                    pin.anchor.short(),
-                    target.short()
-                );
-                return Ok(());
-            }
-            eprintln!("the history passes through the pin in {}", pin.from);
-            if file && !args.check && version > pin.version {
-                project::write_pin(Path::new(&pin.from), &args.ring.ring, &pin.anchor, version)?;
-                eprintln!(
-                    "recorded version {version} in {}: older indexes are refused from now on",
-                    pin.from
-                );
-            }
-            return Ok(());
-        }
-        if args.check {
-            bail!(
-                "key ring {} is not pinned: run `kseal keys trust --ring {}` to pin it",
-                ring_label(&ring),
-                ring_arg(&args.ring)
+    }
+    forget_other_history(args, reading, pin)?;
+    check_floors(ring, snapshot, version, pin)?;
+    let file = pin.from != "--ring-anchor";
+    if pin.anchor != *target && dedicated.is_some() {
+        return move_pin_to_root(args, reading, pin, file);
+    }
+    eprintln!("the history passes through the pin in {}", pin.from);
+    if file && !args.check && version > pin.version {
+        project::write_pin(Path::new(&pin.from), &args.ring.ring, &pin.anchor, version)?;
+        eprintln!(
+            "recorded version {version} in {}: older indexes are refused from now on",
+            pin.from
+        );
+    }
+    Ok(())
+}
+
+/// Replaces what this machine read before by the history of a root confirmed out of band.
+fn forget_other_history(args: &TrustArgs, reading: &Reading, pin: &Pinned) -> Result<()> {
+    let Reading {
+        snapshot,
+        version,
+        dedicated,
+        ..
+    } = reading;
+    let version = *version;
+    // A root kid a person confirmed out of band, and the ring's current dedicated root,
+    // replace what this machine read before: a fork read earlier (under a pin at a ring
+    // key) left its version and root in the cache, which would otherwise refuse the real
+    // history for good.
+    if let Some(root_kid) = &dedicated
+        && args
+            .root_kid
+            .as_deref()
+            .is_some_and(|kid| kid.eq_ignore_ascii_case(root_kid.as_str()))
+    {
+        let seq = u64::try_from(snapshot.index.roots.len()).unwrap_or(u64::MAX);
+        let kept = seen::load(&pin.anchor)?;
+        let real = Some((seq, root_kid.clone()));
+        if kept.version > version || kept.root.is_some() && kept.root != real {
+            seen::replace(&pin.anchor, version, Some((seq, root_kid)))?;
+            eprintln!(
+                "this machine had read another history of the ring (version {}{}): \
+                 replaced by the confirmed root {}'s, version {version}",
+                kept.version,
+                kept.root
+                    .as_ref()
+                    .map(|(_, kid)| format!(", dedicated root {}", kid.short()))
+                    .unwrap_or_default(),
+                root_kid.short()
             );
         }
-        let path = args
-            .file
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(project::FILE_NAME));
-        // A first pin at a dedicated root is trust on first use of whatever the index says:
-        // with a kid confirmed out of band (--root-kid) it is not. Off a terminal nobody can be
-        // asked, so the kid is required there (attack review: a CI bootstrap pinned a fork's
-        // root unasked).
-        if let Some(root_kid) = &dedicated {
-            match args.root_kid.as_deref() {
-                Some(kid) if kid.len() != 64 => bail!(
-                    "--root-kid needs the root's whole kid (64 hex digits, as re-root prints \
-                     it): a short prefix could be matched by a key made to fit it"
-                ),
-                Some(kid) if !kid.eq_ignore_ascii_case(root_kid.as_str()) => bail!(
-                    "the ring's dedicated root is {root_kid}, not the root {kid} you \
-                     confirmed: the ring may have been forked. Do not seal to it; ask the \
-                     ring's seeder"
-                ),
-                Some(_) => {}
-                None if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() => {
-                    bail!(
-                        "key ring {} is signed by the dedicated root {root_kid}: pinning it \
-                         without a terminal to ask on needs the root's kid confirmed out of \
-                         band (`kseal keys re-root` printed it): run `kseal keys trust --ring {} \
-                         --root-kid KID`",
-                        ring_label(&ring),
-                        ring_arg(&args.ring)
-                    )
-                }
-                None => {}
+    }
+    Ok(())
+}
+
+/// Refuses a rolled-back index, or a history that forks from the dedicated root this
+/// machine read before.
+fn check_floors(ring: &Ring, snapshot: &Snapshot, version: u64, pin: &Pinned) -> Result<()> {
+    // The same floors as sealing: the pin's version and the newest this machine read.
+    let seen_version = seen::version(&pin.anchor);
+    if pin.version.max(seen_version) > version {
+        bail!(
+            "key ring {} is at version {version}, older than version {} {}: a \
+             rolled-back index. Do not seal to it",
+            ring_label(ring),
+            pin.version.max(seen_version),
+            if pin.version >= seen_version {
+                format!("pinned in {}", pin.from)
+            } else {
+                "this machine read".to_owned()
             }
+        );
+    }
+    if let Some((seq, seen_root)) = seen::root(&pin.anchor) {
+        let at = usize::try_from(seq)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| snapshot.index.roots.get(i));
+        if at.map(|r| &r.kid) != Some(&seen_root) {
+            bail!(
+                "key ring {}'s history does not extend root {seq} ({}), the dedicated \
+                 root this machine read before: a fork from an older root. Do not seal \
+                 to it",
+                ring_label(ring),
+                seen_root.short()
+            );
         }
-        confirm(
-            &format!(
-                "pin {} for key ring {} in {}?",
-                target.short(),
-                args.ring.ring,
-                path.display()
+    }
+    Ok(())
+}
+
+/// A pin at a ring key of a ring that moved to its dedicated root: moved to the root when
+/// the pin is a file's and the root's kid was confirmed, else refused.
+fn move_pin_to_root(args: &TrustArgs, reading: &Reading, pin: &Pinned, file: bool) -> Result<()> {
+    let Reading {
+        target, version, ..
+    } = reading;
+    let version = *version;
+    let confirmed = args.root_kid.as_deref().map(str::to_ascii_lowercase);
+    match confirmed.as_deref() {
+        None => bail!(
+            "{} pins {}, a ring key that clusters held, and the ring says it moved to \
+             the dedicated root {}. A pin at a ring key cannot tell a real move from a \
+             fork signed with a cluster's keys: confirm the root's kid with the \
+             ring's seeder out of band (`kseal keys re-root` printed it), then run \
+             `kseal keys trust --ring {} --root-kid KID`",
+            pin.from,
+            pin.anchor.short(),
+            target.short(),
+            ring_arg(&args.ring)
+        ),
+        Some(kid) if kid.len() != 64 => bail!(
+            "--root-kid needs the root's whole kid (64 hex digits, as re-root prints \
+             it): a short prefix could be matched by a key made to fit it"
+        ),
+        Some(kid) if target.as_str() != kid => bail!(
+            "the ring's dedicated root is {target}, not the root {kid} you \
+             confirmed: the ring may have been forked with a cluster's keys. Do not \
+             seal to it; ask the ring's seeder"
+        ),
+        Some(_) => {}
+    }
+    if !file || args.check {
+        bail!(
+            "{} pins {}, a ring key that clusters held, but the ring moved to its \
+             dedicated root {}: whoever holds a cluster's keys could fork the ring \
+             from the pin. Pin the root ({})",
+            pin.from,
+            pin.anchor.short(),
+            target.short(),
+            if file {
+                format!("run `kseal keys trust --ring {}`", ring_arg(&args.ring))
+            } else {
+                format!("--ring-anchor {target}")
+            }
+        );
+    }
+    project::write_pin(Path::new(&pin.from), &args.ring.ring, target, version)?;
+    eprintln!(
+        "moved the pin in {} from {} (a ring key) to the ring's dedicated root {}: \
+         commit it; give controllers --ring-anchor {target} (Helm: \
+         keySource.ringAnchor)",
+        pin.from,
+        pin.anchor.short(),
+        target.short()
+    );
+    Ok(())
+}
+
+/// A ring no pin names: pinned in `--file` (or `.kseal.yaml`) after a confirmation, and
+/// only with its root's kid confirmed when it has a dedicated root and no terminal.
+fn pin_first(args: &TrustArgs, ring: &Ring, reading: &Reading) -> Result<()> {
+    let Reading {
+        version,
+        dedicated,
+        target,
+        ..
+    } = reading;
+    let version = *version;
+    if args.check {
+        bail!(
+            "key ring {} is not pinned: run `kseal keys trust --ring {}` to pin it",
+            ring_label(ring),
+            ring_arg(&args.ring)
+        );
+    }
+    let path = args
+        .file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(project::FILE_NAME));
+    // A first pin at a dedicated root is trust on first use of whatever the index says:
+    // with a kid confirmed out of band (--root-kid) it is not. Off a terminal nobody can be
+    // asked, so the kid is required there (attack review: a CI bootstrap pinned a fork's
+    // root unasked).
+    if let Some(root_kid) = &dedicated {
+        match args.root_kid.as_deref() {
+            Some(kid) if kid.len() != 64 => bail!(
+                "--root-kid needs the root's whole kid (64 hex digits, as re-root prints \
+                 it): a short prefix could be matched by a key made to fit it"
             ),
-            args.yes,
-        )?;
-        project::write_pin(&path, &args.ring.ring, &target, version)?;
-        eprintln!(
-            "pinned {} for key ring {} in {}: commit it; `kseal seal --cert` now seals to this \
-             ring only while its history passes through it",
+            Some(kid) if !kid.eq_ignore_ascii_case(root_kid.as_str()) => bail!(
+                "the ring's dedicated root is {root_kid}, not the root {kid} you \
+                 confirmed: the ring may have been forked. Do not seal to it; ask the \
+                 ring's seeder"
+            ),
+            Some(_) => {}
+            None if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() => {
+                bail!(
+                    "key ring {} is signed by the dedicated root {root_kid}: pinning it \
+                     without a terminal to ask on needs the root's kid confirmed out of \
+                     band (`kseal keys re-root` printed it): run `kseal keys trust --ring {} \
+                     --root-kid KID`",
+                    ring_label(ring),
+                    ring_arg(&args.ring)
+                )
+            }
+            None => {}
+        }
+    }
+    confirm(
+        &format!(
+            "pin {} for key ring {} in {}?",
             target.short(),
             args.ring.ring,
             path.display()
-        );
-        anyhow::Ok(())
-    })?
+        ),
+        args.yes,
+    )?;
+    project::write_pin(&path, &args.ring.ring, target, version)?;
+    eprintln!(
+        "pinned {} for key ring {} in {}: commit it; `kseal seal --cert` now seals to this \
+         ring only while its history passes through it",
+        target.short(),
+        args.ring.ring,
+        path.display()
+    );
+    Ok(())
 }
 
 /// `kseal keys sign`.

@@ -242,6 +242,25 @@ pub(super) async fn unseal(
     ctx.affinity
         .learn(ss, &unsealed, |id| scoped.ring.get(id).is_some());
     ctx.state.opened.record(ss, &unsealed);
+    remember_hints(ctx, oref, ss, &unsealed);
+    let mut keys: Vec<KeyId> = unsealed.keys.values().cloned().collect();
+    keys.extend(unsealed.deprecated_data_key.iter().cloned());
+    // From here on the data is in `desired`, which zeroizes it when dropped.
+    let mut desired = Desired {
+        secret: unsealed.secret,
+        keys,
+        rsa_operations: stats.rsa_operations,
+    };
+    let secret = &mut desired.secret;
+    normalize(secret);
+    let sealing = stamp_mac(ctx, ring, digest, secret)?;
+    desired.keys.push(sealing);
+    Ok(desired)
+}
+
+/// Teaches the object's key hints what opened it: the deprecated blob's key as the object
+/// hint, and an item hint for each item another key than the implied one opened.
+fn remember_hints(ctx: &Context, oref: &SsRef, ss: &SealedSecret, unsealed: &kseal_api::Unsealed) {
     let annotation_hint = ss.sealing_key_hint();
     ctx.with_object(oref, |o| {
         if unsealed.deprecated_data_key.is_some() {
@@ -257,16 +276,16 @@ pub(super) async fn unseal(
             .map(|(item, key)| (item.clone(), key.clone()))
             .collect();
     });
-    let mut keys: Vec<KeyId> = unsealed.keys.values().cloned().collect();
-    keys.extend(unsealed.deprecated_data_key.iter().cloned());
-    // From here on the data is in `desired`, which zeroizes it when dropped.
-    let mut desired = Desired {
-        secret: unsealed.secret,
-        keys,
-        rsa_operations: stats.rsa_operations,
-    };
-    let secret = &mut desired.secret;
-    normalize(secret);
+}
+
+/// Annotates `secret` with the spec digest and the MAC over its data; the key the MAC was
+/// made with.
+fn stamp_mac(
+    ctx: &Context,
+    ring: &Arc<KeyRing>,
+    digest: &str,
+    secret: &mut Secret,
+) -> Result<KeyId> {
     // The MAC key is the preferred key even while sealing is disabled (a fleet ring whose
     // active key is unusable still unseals).
     let sealing = ring.preferred_key().ok_or(Error::NoKeys)?;
@@ -295,8 +314,7 @@ pub(super) async fn unseal(
         DATA_MAC_ANNOTATION.to_owned(),
         formats::format_mac(sealing.id(), tag.as_slice()),
     );
-    desired.keys.push(sealing.id().clone());
-    Ok(desired)
+    Ok(sealing.id().clone())
 }
 
 /// Counts `n` RSA operations of the reconciler under `outcome`

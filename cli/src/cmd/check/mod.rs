@@ -28,7 +28,9 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::Result;
+use kseal_keys::KeyRing;
 
+use self::exclude::Excludes;
 use self::finding::{Finding, Level, Rule};
 use self::groups::Groups;
 use self::report::{human, json, junit, sarif};
@@ -36,6 +38,7 @@ use self::rules::{At, check_private_controller, check_private_keys, check_public
 use self::scan::{FileReport, Object, Panicked, parallel_map, read_file};
 use crate::args::{CheckArgs, CheckFormat, Progress};
 use crate::controller::{Controller, ControllerTarget};
+use crate::keysource::rules::PathRules;
 use crate::opening::Checker;
 use crate::text::count;
 
@@ -103,27 +106,10 @@ fn check(args: &CheckArgs) -> Result<u8> {
     } else {
         args.paths.clone()
     };
-    let excludes = exclude::Excludes::load(&args.excludes, &paths)?;
-    let mut rules = crate::keysource::rules::PathRules::new();
+    let excludes = Excludes::load(&args.excludes, &paths)?;
+    let mut rules = PathRules::new();
     let mut walked = tree::walk(&paths, !args.no_ignore, &mut rules)?;
-    // A path a link gives a file, under another creation rule than its own: refused.
-    let mut redirected = Vec::new();
-    for alias in walked.aliases() {
-        if let Err(e) = rules.rule_for(&alias)
-            && !excludes.excludes(&alias)
-        {
-            redirected.push(FileReport {
-                path: alias,
-                findings: vec![Finding {
-                    rule: Rule::RulesRefused,
-                    line: 1,
-                    item: None,
-                    message: crate::text::chain(&e),
-                }],
-                objects: Vec::new(),
-            });
-        }
-    }
+    let redirected = redirected(&walked, &mut rules, &excludes);
     let mut files = std::mem::take(&mut walked.files);
     let mut links_out = std::mem::take(&mut walked.refused);
     let found = files.len() + links_out.len();
@@ -134,73 +120,15 @@ fn check(args: &CheckArgs) -> Result<u8> {
     let groups = Groups::resolve(&files, &mut rules, args, loaded.as_ref())?;
     let progress = args.progress == Progress::Auto && std::io::stderr().is_terminal();
     let now = SystemTime::now();
-    let names = files.clone();
     let mut reports = Vec::with_capacity(files.len() + links_out.len());
-    for (path, result) in names.iter().zip(parallel_map(
-        files.into_iter().zip(&groups.places).collect(),
-        "reading",
-        progress,
-        |(path, place)| {
-            let mut report = read_file(&path)?;
-            if let Some(why) = &place.refused {
-                report.findings.push(Finding {
-                    rule: Rule::RulesRefused,
-                    line: 1,
-                    item: None,
-                    message: why.clone(),
-                });
-            }
-            let at = At {
-                groups: &groups,
-                place,
-            };
-            for object in &mut report.objects {
-                check_public(object, at, now);
-            }
-            anyhow::Ok(report)
-        },
-    )) {
-        reports.push(result.map_err(|Panicked(why)| {
-            anyhow::anyhow!(
-                "checking `{}` failed unexpectedly (a bug in kseal: {why}); no report, since \
-                 a file left out could hide a finding",
-                path.display()
-            )
-        })??);
-    }
+    read_all(&mut reports, files, &groups, progress, now)?;
     groups.require_keys(
         reports
             .iter()
             .map(|r| (r.path.as_path(), !r.objects.is_empty())),
     )?;
     if let Some(loaded) = &loaded {
-        let objects: Vec<(&Path, &mut Object, At<'_>)> = reports
-            .iter_mut()
-            .zip(&groups.places)
-            .flat_map(|(r, place)| {
-                let at = At {
-                    groups: &groups,
-                    place,
-                };
-                let path = r.path.as_path();
-                r.objects.iter_mut().map(move |o| (path, o, at))
-            })
-            .collect();
-        let names: Vec<String> = objects
-            .iter()
-            .map(|(path, o, _)| format!("{} in `{}`", o.name, path.display()))
-            .collect();
-        let opened = parallel_map(objects, "opening", progress, |(_, object, at)| {
-            check_private_keys(object, &loaded.ring, at);
-        });
-        for (name, result) in names.iter().zip(opened) {
-            result.map_err(|Panicked(why)| {
-                anyhow::anyhow!(
-                    "opening {name} failed unexpectedly (a bug in kseal: {why}); no report, \
-                     since an object left out could hide a finding"
-                )
-            })?;
-        }
+        open_all(&mut reports, &groups, &loaded.ring, progress)?;
     }
     if let Some(checker) = &checker {
         for object in reports.iter_mut().flat_map(|r| r.objects.iter_mut()) {
@@ -221,32 +149,7 @@ fn check(args: &CheckArgs) -> Result<u8> {
             objects: Vec::new(),
         });
     }
-    let mut totals = Totals {
-        excluded,
-        ..Totals::default()
-    };
-    for report in &mut reports {
-        if !report.objects.is_empty() || !report.findings.is_empty() {
-            totals.files += 1;
-        }
-        for object in &mut report.objects {
-            totals.objects += 1;
-            if let Some(sealed) = object.sealed.take() {
-                totals.items += sealed.spec.encrypted_data.len();
-            }
-            object.findings.sort_by_key(|f| (f.line, f.rule));
-        }
-        for f in report
-            .findings
-            .iter()
-            .chain(report.objects.iter().flat_map(|o| &o.findings))
-        {
-            match f.rule.level() {
-                Level::Error => totals.errors += 1,
-                Level::Warning => totals.warnings += 1,
-            }
-        }
-    }
+    let totals = tally(&mut reports, excluded);
     reports.retain(|r| !r.objects.is_empty() || !r.findings.is_empty());
     let text = match args.format {
         CheckFormat::Human => human(&reports, &totals),
@@ -271,6 +174,141 @@ fn check(args: &CheckArgs) -> Result<u8> {
     }
     let failed = totals.errors > 0 || (args.strict && totals.warnings > 0);
     Ok(u8::from(failed))
+}
+
+/// A path a link gives a file, under another creation rule than its own: refused.
+fn redirected(
+    walked: &tree::Walked,
+    rules: &mut PathRules,
+    excludes: &Excludes,
+) -> Vec<FileReport> {
+    let mut redirected = Vec::new();
+    for alias in walked.aliases() {
+        if let Err(e) = rules.rule_for(&alias)
+            && !excludes.excludes(&alias)
+        {
+            redirected.push(FileReport {
+                path: alias,
+                findings: vec![Finding {
+                    rule: Rule::RulesRefused,
+                    line: 1,
+                    item: None,
+                    message: crate::text::chain(&e),
+                }],
+                objects: Vec::new(),
+            });
+        }
+    }
+    redirected
+}
+
+/// Reads `files` in parallel and runs the public tier on each, against its place's ring;
+/// a worker that panicked fails the run, naming the file.
+fn read_all(
+    reports: &mut Vec<FileReport>,
+    files: Vec<PathBuf>,
+    groups: &Groups,
+    progress: bool,
+    now: SystemTime,
+) -> Result<()> {
+    let names = files.clone();
+    for (path, result) in names.iter().zip(parallel_map(
+        files.into_iter().zip(&groups.places).collect(),
+        "reading",
+        progress,
+        |(path, place)| {
+            let mut report = read_file(&path)?;
+            if let Some(why) = &place.refused {
+                report.findings.push(Finding {
+                    rule: Rule::RulesRefused,
+                    line: 1,
+                    item: None,
+                    message: why.clone(),
+                });
+            }
+            let at = At { groups, place };
+            for object in &mut report.objects {
+                check_public(object, at, now);
+            }
+            anyhow::Ok(report)
+        },
+    )) {
+        reports.push(result.map_err(|Panicked(why)| {
+            anyhow::anyhow!(
+                "checking `{}` failed unexpectedly (a bug in kseal: {why}); no report, since \
+                 a file left out could hide a finding",
+                path.display()
+            )
+        })??);
+    }
+    Ok(())
+}
+
+/// The private tier with `--key` files: opens every object's items in parallel; a worker
+/// that panicked fails the run, naming the object.
+fn open_all(
+    reports: &mut [FileReport],
+    groups: &Groups,
+    ring: &KeyRing,
+    progress: bool,
+) -> Result<()> {
+    let objects: Vec<(&Path, &mut Object, At<'_>)> = reports
+        .iter_mut()
+        .zip(&groups.places)
+        .flat_map(|(r, place)| {
+            let at = At { groups, place };
+            let path = r.path.as_path();
+            r.objects.iter_mut().map(move |o| (path, o, at))
+        })
+        .collect();
+    let names: Vec<String> = objects
+        .iter()
+        .map(|(path, o, _)| format!("{} in `{}`", o.name, path.display()))
+        .collect();
+    let opened = parallel_map(objects, "opening", progress, |(_, object, at)| {
+        check_private_keys(object, ring, at);
+    });
+    for (name, result) in names.iter().zip(opened) {
+        result.map_err(|Panicked(why)| {
+            anyhow::anyhow!(
+                "opening {name} failed unexpectedly (a bug in kseal: {why}); no report, \
+                 since an object left out could hide a finding"
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Counts files, objects, items and findings (dropping each object's SealedSecret and
+/// sorting its findings by line).
+fn tally(reports: &mut [FileReport], excluded: usize) -> Totals {
+    let mut totals = Totals {
+        excluded,
+        ..Totals::default()
+    };
+    for report in reports {
+        if !report.objects.is_empty() || !report.findings.is_empty() {
+            totals.files += 1;
+        }
+        for object in &mut report.objects {
+            totals.objects += 1;
+            if let Some(sealed) = object.sealed.take() {
+                totals.items += sealed.spec.encrypted_data.len();
+            }
+            object.findings.sort_by_key(|f| (f.line, f.rule));
+        }
+        for f in report
+            .findings
+            .iter()
+            .chain(report.objects.iter().flat_map(|o| &o.findings))
+        {
+            match f.rule.level() {
+                Level::Error => totals.errors += 1,
+                Level::Warning => totals.warnings += 1,
+            }
+        }
+    }
+    totals
 }
 
 pub(super) fn summary(t: &Totals) -> String {

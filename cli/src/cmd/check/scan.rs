@@ -178,85 +178,97 @@ pub(super) fn read_file(path: &Path) -> Result<FileReport> {
         if !doc.contains(KIND) {
             continue;
         }
-        let value: serde_json::Value = match crate::yaml::from_str(doc) {
-            Ok(v) => v,
-            Err(_) if doc.contains("{{") => {
-                report.findings.push(Finding {
-                    rule: Rule::HelmTemplate,
-                    line: first,
-                    item: None,
-                    message: format!(
-                        "document {number} is a template (`{{{{ … }}}}`), not YAML: not \
-                         checked; check what it renders to, and exclude the file (--exclude, \
-                         or `excludes:` in .kseal.yaml)"
-                    ),
-                });
-                continue;
-            }
-            Err(e) => {
-                let line = e
-                    .location()
-                    .and_then(|l| usize::try_from(l.line()).ok())
-                    .map_or(first, |l| first + l.saturating_sub(1));
-                report.findings.push(Finding {
-                    rule: Rule::Parse,
-                    line,
-                    item: None,
-                    message: format!("document {number} does not parse: {e}"),
-                });
-                continue;
-            }
-        };
-        let values = crate::manifest::list_items(value);
-        let mut from = first;
-        for value in values {
-            if value.get("kind").and_then(|k| k.as_str()) != Some(KIND)
-                || value.get("apiVersion").and_then(|k| k.as_str()) != Some(API_VERSION)
-            {
-                continue;
-            }
-            let line = line_of(doc, first, from, |l| {
-                is_key_line(l, "kind") && l.contains(KIND)
-            })
-            .unwrap_or(first);
-            from = line + 1;
-            match serde_json::from_value::<SealedSecret>(value) {
-                Err(e) => report.findings.push(Finding {
-                    rule: Rule::Parse,
-                    line,
-                    item: None,
-                    message: format!("document {number} is not a valid SealedSecret: {e}"),
-                }),
-                Ok(sealed) => {
-                    let data_line = line_of(doc, first, first, |l| is_key_line(l, "encryptedData"));
-                    let item_lines = sealed
-                        .spec
-                        .encrypted_data
-                        .keys()
-                        .map(|item| {
-                            let at = data_line
-                                .and_then(|d| line_of(doc, first, d, |l| is_key_line(l, item)))
-                                .unwrap_or(line);
-                            (item.clone(), at)
-                        })
-                        .collect();
-                    report.objects.push(Object {
-                        name: format!(
-                            "{}/{}",
-                            sealed.metadata.namespace.as_deref().unwrap_or("-"),
-                            sealed.metadata.name.as_deref().unwrap_or("-")
-                        ),
-                        document: number,
-                        line,
-                        item_lines,
-                        findings: Vec::new(),
-                        sealed: Some(sealed),
-                    });
-                }
-            }
-        }
+        read_document(&mut report, number, first, doc);
     }
     Ok(report)
+}
+
+/// One document (number `number`, from line `first`) that mentions a SealedSecret: each
+/// SealedSecret of it (a `List`'s items included) as an object, or why it is not one.
+fn read_document(report: &mut FileReport, number: usize, first: usize, doc: &str) {
+    let value: serde_json::Value = match crate::yaml::from_str(doc) {
+        Ok(v) => v,
+        Err(_) if doc.contains("{{") => {
+            report.findings.push(Finding {
+                rule: Rule::HelmTemplate,
+                line: first,
+                item: None,
+                message: format!(
+                    "document {number} is a template (`{{{{ … }}}}`), not YAML: not \
+                     checked; check what it renders to, and exclude the file (--exclude, \
+                     or `excludes:` in .kseal.yaml)"
+                ),
+            });
+            return;
+        }
+        Err(e) => {
+            let line = e
+                .location()
+                .and_then(|l| usize::try_from(l.line()).ok())
+                .map_or(first, |l| first + l.saturating_sub(1));
+            report.findings.push(Finding {
+                rule: Rule::Parse,
+                line,
+                item: None,
+                message: format!("document {number} does not parse: {e}"),
+            });
+            return;
+        }
+    };
+    let values = crate::manifest::list_items(value);
+    let mut from = first;
+    for value in values {
+        if value.get("kind").and_then(|k| k.as_str()) != Some(KIND)
+            || value.get("apiVersion").and_then(|k| k.as_str()) != Some(API_VERSION)
+        {
+            continue;
+        }
+        let line = line_of(doc, first, from, |l| {
+            is_key_line(l, "kind") && l.contains(KIND)
+        })
+        .unwrap_or(first);
+        from = line + 1;
+        match serde_json::from_value::<SealedSecret>(value) {
+            Err(e) => report.findings.push(Finding {
+                rule: Rule::Parse,
+                line,
+                item: None,
+                message: format!("document {number} is not a valid SealedSecret: {e}"),
+            }),
+            Ok(sealed) => report
+                .objects
+                .push(object_of(sealed, doc, first, line, number)),
+        }
+    }
+}
+
+/// The object for `sealed`, found on `line` of document `number` (`doc`, from line
+/// `first`), with the line of each of its items.
+fn object_of(sealed: SealedSecret, doc: &str, first: usize, line: usize, number: usize) -> Object {
+    let data_line = line_of(doc, first, first, |l| is_key_line(l, "encryptedData"));
+    let item_lines = sealed
+        .spec
+        .encrypted_data
+        .keys()
+        .map(|item| {
+            let at = data_line
+                .and_then(|d| line_of(doc, first, d, |l| is_key_line(l, item)))
+                .unwrap_or(line);
+            (item.clone(), at)
+        })
+        .collect();
+    Object {
+        name: format!(
+            "{}/{}",
+            sealed.metadata.namespace.as_deref().unwrap_or("-"),
+            sealed.metadata.name.as_deref().unwrap_or("-")
+        ),
+        document: number,
+        line,
+        item_lines,
+        findings: Vec::new(),
+        sealed: Some(sealed),
+    }
 }
 
 /// The chart directory when `path` lies under the `templates/` directory of a Helm chart

@@ -154,27 +154,12 @@ pub(super) fn open_items(
             "the deprecated field 'data' is not accepted by this controller",
         ));
     }
-    let conflict = |message: String| Problem::new(StatusCode::CONFLICT, message);
 
     // Structural checks on public bytes first, before any RSA operation.
-    let decode = |text: &str| -> kseal_keys::Result<Vec<u8>> {
-        let bytes = kseal_keys::envelope::decode_base64(text)?;
-        kseal_keys::envelope::Envelope::parse(&bytes)?;
-        Ok(bytes)
-    };
-    let mut envelopes = Vec::with_capacity(spec.encrypted_data.len());
-    for (item, value) in &spec.encrypted_data {
-        let bytes = decode(value)
-            .map_err(|_| conflict(format!("item `{item}` is not a valid sealed value")))?;
-        envelopes.push((item, bytes));
-    }
-    let deprecated = deprecated
-        .map(|blob| {
-            decode(blob).map_err(|_| {
-                conflict("the deprecated field 'data' is not a valid sealed value".into())
-            })
-        })
-        .transpose()?;
+    let Envelopes {
+        items: envelopes,
+        deprecated,
+    } = decode_envelopes(&spec.encrypted_data, deprecated)?;
     if (!envelopes.is_empty() || deprecated.is_some()) && ring.is_empty() {
         return Err(no_keys());
     }
@@ -215,20 +200,7 @@ pub(super) fn open_items(
     }
     if !failed.is_empty() {
         // `items` is dropped here, zeroizing what did open.
-        let rest = if budget.all || failed.len() == envelopes.len() {
-            ""
-        } else {
-            "; stopped at the first failure (?all=true names every one)"
-        };
-        let binding = if tried.template_bound {
-            format!("{}, or ", kseal_api::TEMPLATE_BINDING_MISMATCH)
-        } else {
-            String::new()
-        };
-        return Err(conflict(format!(
-            "{binding}no key could decrypt items {} (tried {tried}){rest}",
-            failed.join(", ")
-        )));
+        return Err(not_opened(&failed, envelopes.len(), budget.all, &tried));
     }
     let deprecated = match deprecated {
         None => None,
@@ -243,6 +215,73 @@ pub(super) fn open_items(
         items,
         deprecated,
     })
+}
+
+/// A `409` (a value no key opened, or one that is not a sealed value).
+fn conflict(message: String) -> Problem {
+    Problem::new(StatusCode::CONFLICT, message)
+}
+
+/// The envelopes of a SealedSecret's values, decoded and parsed (public bytes only).
+struct Envelopes<'a> {
+    /// Each `encryptedData` item's.
+    items: Vec<(&'a String, Vec<u8>)>,
+    /// The deprecated `spec.data` blob's.
+    deprecated: Option<Vec<u8>>,
+}
+
+/// Decodes and parses each item's envelope and the deprecated blob's: `409` naming the first
+/// that is not a valid sealed value.
+fn decode_envelopes<'a>(
+    encrypted_data: &'a std::collections::BTreeMap<String, String>,
+    deprecated: Option<&str>,
+) -> Result<Envelopes<'a>, Problem> {
+    let decode = |text: &str| -> kseal_keys::Result<Vec<u8>> {
+        let bytes = kseal_keys::envelope::decode_base64(text)?;
+        kseal_keys::envelope::Envelope::parse(&bytes)?;
+        Ok(bytes)
+    };
+    let mut envelopes = Vec::with_capacity(encrypted_data.len());
+    for (item, value) in encrypted_data {
+        let bytes = decode(value)
+            .map_err(|_| conflict(format!("item `{item}` is not a valid sealed value")))?;
+        envelopes.push((item, bytes));
+    }
+    let deprecated = deprecated
+        .map(|blob| {
+            decode(blob).map_err(|_| {
+                conflict("the deprecated field 'data' is not a valid sealed value".into())
+            })
+        })
+        .transpose()?;
+    Ok(Envelopes {
+        items: envelopes,
+        deprecated,
+    })
+}
+
+/// The `409` for the items no key opened (`failed`, of `values`): names them and the
+/// scope tried, and says when it stopped at the first failure.
+fn not_opened(
+    failed: &[String],
+    values: usize,
+    all: bool,
+    tried: &kseal_api::ScopeTarget,
+) -> Problem {
+    let rest = if all || failed.len() == values {
+        ""
+    } else {
+        "; stopped at the first failure (?all=true names every one)"
+    };
+    let binding = if tried.template_bound {
+        format!("{}, or ", kseal_api::TEMPLATE_BINDING_MISMATCH)
+    } else {
+        String::new()
+    };
+    conflict(format!(
+        "{binding}no key could decrypt items {} (tried {tried}){rest}",
+        failed.join(", ")
+    ))
 }
 
 /// Admits the request as one HTTP job of the shared RSA pool, **before its body is read**
@@ -461,119 +500,17 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
         let refusal = app.state.sealing_problem();
         let resealed = rsa_job(&app, place, ring, worst_case, all, move |ring, budget| {
             let opened = open_items(&sealed, ring, accept_v1, budget)?;
-            // With rings bound to namespaces, each value is re-sealed with the sealing key of
-            // the ring whose key opened it, never moved to another ring: the request's
-            // namespace is the caller's word, and a cluster-wide value re-sealed to a ring
-            // bound more widely would open where its own ring does not.
-            let key_for = |opener: &KeyId| -> Result<&kseal_keys::KeyPair, Problem> {
-                if let Some((claims, _)) = &scoped.bound
-                    && let Some(home) = claims.home_sealing(opener)
-                {
-                    return match home {
-                        (_, Ok(id)) => scoped.full.get(id).ok_or_else(|| {
-                            no_sealing_key(refusal.as_ref())
-                        }),
-                        ("", Err(why)) => Err(Problem::new(StatusCode::CONFLICT, format!("cannot re-seal: {why}"))),
-                        (ring_name, Err(why)) => Err(Problem::new(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!("no key seals for ring {ring_name}, whose key opened this SealedSecret: {why}"),
-                        )),
-                    };
-                }
-                ring.sealing_key()
-                    .ok_or_else(|| no_sealing_key(refusal.as_ref()))
-            };
-            let seal = |what: &str, key: &kseal_keys::KeyPair, label: &Label, plaintext: &Plaintext| {
-                kseal_keys::seal_base64(key.public_key(), label, plaintext.expose()).map_err(|_| {
-                    Problem::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("failed to re-seal {what}"),
-                    )
-                })
-            };
-            let mut items = Vec::with_capacity(opened.items.len());
-            let mut first_key: Option<String> = None;
-            let mut mixed = false;
-            let mut note = |id: String| match &first_key {
-                Some(first) => mixed |= *first != id,
-                None => first_key = Some(id),
-            };
-            for (item, plaintext, opener) in &opened.items {
-                let key = key_for(opener)?;
-                note(key.id().to_string());
-                let label = opened.label.item(item);
-                items.push((
-                    item.clone(),
-                    seal(&format!("item `{item}`"), key, &label, plaintext)?,
-                ));
-            }
-            let deprecated = match &opened.deprecated {
-                None => None,
-                Some((plaintext, opener)) => {
-                    let key = key_for(opener)?;
-                    note(key.id().to_string());
-                    Some(seal("the deprecated field 'data'", key, opened.label.whole(), plaintext)?)
-                }
-            };
-            // The annotation names the key that re-sealed every value; with values re-sealed
-            // by keys of different rings it names none (a hint binds: naming one would make
-            // the others fail), and with nothing to re-seal it names the sealing key here.
-            let key_id = match first_key {
-                Some(_) if mixed => None,
-                Some(id) => Some(id),
-                None => Some(key_for_empty(ring, refusal.as_ref())?),
-            };
-            Ok((items, deprecated, key_id))
+            reseal(&opened, ring, &scoped, refusal.as_ref())
         })
         .await
         .map_err(|p| with_not_tried(p, not_tried.as_deref()))
         .inspect_err(|p| tracing::debug!(object, status = %p.status, "rotate failed"))?;
-        let (items, deprecated, key_id) = resealed;
-        // The typed parse succeeded, so `raw` is an object with a `metadata` and `spec`
-        // that are objects or absent; anything else is answered with 422 below.
-        let invalid = || {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid SealedSecret: metadata and spec must be objects",
-            )
-        };
-        let root = raw.as_object_mut().ok_or_else(invalid)?;
-        root.remove("status");
-        let metadata = root
-            .entry("metadata")
-            .or_insert_with(|| json!({}))
-            .as_object_mut()
-            .ok_or_else(invalid)?;
-        let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
-        if annotations.is_null() {
-            *annotations = json!({});
-        }
-        let annotations = annotations.as_object_mut().ok_or_else(invalid)?;
-        match &key_id {
-            Some(id) => {
-                annotations.insert(SEALING_KEY_ANNOTATION.to_owned(), Value::String(id.clone()));
-            }
-            None => {
-                annotations.remove(SEALING_KEY_ANNOTATION);
-            }
-        }
-        let spec = root
-            .entry("spec")
-            .or_insert_with(|| json!({}))
-            .as_object_mut()
-            .ok_or_else(invalid)?;
-        if !items.is_empty() {
-            let data = spec
-                .get_mut("encryptedData")
-                .and_then(Value::as_object_mut)
-                .ok_or_else(invalid)?;
-            for (item, value) in items {
-                data.insert(item, Value::String(value));
-            }
-        }
-        if let Some(blob) = deprecated {
-            spec.insert("data".to_owned(), Value::String(blob));
-        }
+        let Resealed {
+            items,
+            deprecated,
+            key_id,
+        } = resealed;
+        write_resealed(&mut raw, items, deprecated, key_id.as_deref())?;
         tracing::info!(
             object,
             key = key_id.as_deref().unwrap_or("several"),
@@ -583,4 +520,154 @@ pub(super) async fn rotate(AxumState(app): AxumState<App>, request: Request) -> 
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// What rotate re-sealed: each item's new value, the deprecated blob's, and the key the
+/// annotation is to name (none when keys of several rings re-sealed).
+struct Resealed {
+    items: Vec<(String, String)>,
+    deprecated: Option<String>,
+    key_id: Option<String>,
+}
+
+/// Re-seals what `open_items` opened, each value under the label it was opened with.
+fn reseal(
+    opened: &OpenedItems,
+    ring: &KeyRing,
+    scoped: &crate::state::Scoped,
+    refusal: Option<&crate::state::SealingProblem>,
+) -> Result<Resealed, Problem> {
+    // With rings bound to namespaces, each value is re-sealed with the sealing key of
+    // the ring whose key opened it, never moved to another ring: the request's
+    // namespace is the caller's word, and a cluster-wide value re-sealed to a ring
+    // bound more widely would open where its own ring does not.
+    let key_for = |opener: &KeyId| -> Result<&kseal_keys::KeyPair, Problem> {
+        if let Some((claims, _)) = &scoped.bound
+            && let Some(home) = claims.home_sealing(opener)
+        {
+            return match home {
+                (_, Ok(id)) => scoped.full.get(id).ok_or_else(|| no_sealing_key(refusal)),
+                ("", Err(why)) => Err(Problem::new(
+                    StatusCode::CONFLICT,
+                    format!("cannot re-seal: {why}"),
+                )),
+                (ring_name, Err(why)) => Err(Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "no key seals for ring {ring_name}, whose key opened this SealedSecret: {why}"
+                    ),
+                )),
+            };
+        }
+        ring.sealing_key().ok_or_else(|| no_sealing_key(refusal))
+    };
+    let seal = |what: &str, key: &kseal_keys::KeyPair, label: &Label, plaintext: &Plaintext| {
+        kseal_keys::seal_base64(key.public_key(), label, plaintext.expose()).map_err(|_| {
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("failed to re-seal {what}"),
+            )
+        })
+    };
+    let mut items = Vec::with_capacity(opened.items.len());
+    let mut first_key: Option<String> = None;
+    let mut mixed = false;
+    let mut note = |id: String| match &first_key {
+        Some(first) => mixed |= *first != id,
+        None => first_key = Some(id),
+    };
+    for (item, plaintext, opener) in &opened.items {
+        let key = key_for(opener)?;
+        note(key.id().to_string());
+        let label = opened.label.item(item);
+        items.push((
+            item.clone(),
+            seal(&format!("item `{item}`"), key, &label, plaintext)?,
+        ));
+    }
+    let deprecated = match &opened.deprecated {
+        None => None,
+        Some((plaintext, opener)) => {
+            let key = key_for(opener)?;
+            note(key.id().to_string());
+            Some(seal(
+                "the deprecated field 'data'",
+                key,
+                opened.label.whole(),
+                plaintext,
+            )?)
+        }
+    };
+    // The annotation names the key that re-sealed every value; with values re-sealed
+    // by keys of different rings it names none (a hint binds: naming one would make
+    // the others fail), and with nothing to re-seal it names the sealing key here.
+    let key_id = match first_key {
+        Some(_) if mixed => None,
+        Some(id) => Some(id),
+        None => Some(key_for_empty(ring, refusal)?),
+    };
+    Ok(Resealed {
+        items,
+        deprecated,
+        key_id,
+    })
+}
+
+/// Writes the re-sealed values and the sealing-key annotation into the request's JSON, and
+/// drops its `status`; every other field stays as sent.
+fn write_resealed(
+    raw: &mut Value,
+    items: Vec<(String, String)>,
+    deprecated: Option<String>,
+    key_id: Option<&str>,
+) -> Result<(), Problem> {
+    // The typed parse succeeded, so `raw` is an object with a `metadata` and `spec`
+    // that are objects or absent; anything else is answered with 422 below.
+    let invalid = || {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid SealedSecret: metadata and spec must be objects",
+        )
+    };
+    let root = raw.as_object_mut().ok_or_else(invalid)?;
+    root.remove("status");
+    let metadata = root
+        .entry("metadata")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(invalid)?;
+    let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+    if annotations.is_null() {
+        *annotations = json!({});
+    }
+    let annotations = annotations.as_object_mut().ok_or_else(invalid)?;
+    match key_id {
+        Some(id) => {
+            annotations.insert(
+                SEALING_KEY_ANNOTATION.to_owned(),
+                Value::String(id.to_owned()),
+            );
+        }
+        None => {
+            annotations.remove(SEALING_KEY_ANNOTATION);
+        }
+    }
+    let spec = root
+        .entry("spec")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(invalid)?;
+    if !items.is_empty() {
+        let data = spec
+            .get_mut("encryptedData")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(invalid)?;
+        for (item, value) in items {
+            data.insert(item, Value::String(value));
+        }
+    }
+    if let Some(blob) = deprecated {
+        spec.insert("data".to_owned(), Value::String(blob));
+    }
+    Ok(())
 }
