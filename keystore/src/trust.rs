@@ -531,34 +531,40 @@ fn check_roots(index: &Index, what: &str) -> Result<PublicKey> {
         .ok_or_else(|| untrusted(what, "it has no root records".into()))
 }
 
+/// [`verify`] for an unsigned (schema 1) index: taken only where `trust` allows unsigned
+/// indexes and pins nothing.
+fn verify_unsigned(trust: &Trust, what: &str) -> Result<Verified> {
+    if trust.unsigned && trust.anchor.is_none() {
+        return Ok(Verified::Unsigned);
+    }
+    if let Some(pinned) = &trust.anchor {
+        // An unsigned index under a pin is either a ring that was never signed (pinned
+        // ahead of its migration) or a signed ring's index replaced by an unsigned one;
+        // signing the latter would bless what its writer put there.
+        return Err(untrusted(
+            what,
+            format!(
+                "it is not signed, but this ring is pinned at anchor {}. If the ring was \
+                 never signed, its seeder signs it once with `kseal keys sign` after \
+                 checking its keys; if it was signed before, a signed index was replaced by \
+                 an unsigned one: do not sign it, restore the signed index from the store's \
+                 previous version",
+                pinned.short()
+            ),
+        ));
+    }
+    Err(untrusted(
+        what,
+        "it is not signed (written by a kseal before signed ring histories); the ring's \
+         seeder signs it once with `kseal keys sign`"
+            .into(),
+    ))
+}
+
 /// Checks `index` against `trust`: see the module documentation.
 pub fn verify(index: &Index, trust: &Trust, what: &str) -> Result<Verified> {
     if index.schema == crate::contract::UNSIGNED_INDEX_SCHEMA {
-        if trust.unsigned && trust.anchor.is_none() {
-            return Ok(Verified::Unsigned);
-        }
-        if let Some(pinned) = &trust.anchor {
-            // An unsigned index under a pin is either a ring that was never signed (pinned
-            // ahead of its migration) or a signed ring's index replaced by an unsigned one;
-            // signing the latter would bless what its writer put there.
-            return Err(untrusted(
-                what,
-                format!(
-                    "it is not signed, but this ring is pinned at anchor {}. If the ring was \
-                     never signed, its seeder signs it once with `kseal keys sign` after \
-                     checking its keys; if it was signed before, a signed index was replaced by \
-                     an unsigned one: do not sign it, restore the signed index from the store's \
-                     previous version",
-                    pinned.short()
-                ),
-            ));
-        }
-        return Err(untrusted(
-            what,
-            "it is not signed (written by a kseal before signed ring histories); the ring's \
-             seeder signs it once with `kseal keys sign`"
-                .into(),
-        ));
+        return verify_unsigned(trust, what);
     }
     let root_key = check_roots(index, what)?;
     let anchor = index.roots[0].kid.clone();

@@ -86,14 +86,7 @@ impl Ring {
             self.sign_change(&mut index, &signer, &mut keys, expected.is_none(), prior)
                 .await?;
             let text = index.to_json();
-            if text.len() > MAX_INDEX_BYTES {
-                return Err(Error::Refused(format!(
-                    "the index would hold {} bytes for {} keys, over Secrets Manager's 64 KiB \
-                     limit for a value: retire old keys first (`kseal keys retire`)",
-                    text.len(),
-                    index.keys.len()
-                )));
-            }
+            check_size(&index, &text)?;
             let ring = self.name.clone();
             let tags = [
                 ("kseal.dev/ring", ring.as_str()),
@@ -126,17 +119,9 @@ impl Ring {
                 Ok(_) => {
                     // The index went through: a marker write failing now must say so, or the
                     // seeder takes the whole write as failed (attack review, round 10).
-                    self.mark_written(&index).await.map_err(|e| {
-                        Error::Refused(format!(
-                            "{} was written (version {}, active key {}), but {} could not be \
-                             moved to it: {e}. Readers take it as pending meanwhile; write \
-                             again (`kseal keys refresh`) to finish",
-                            self.index_name(),
-                            index.version,
-                            index.active.as_ref().map_or("none", Kid::short),
-                            self.root_name()
-                        ))
-                    })?;
+                    self.mark_written(&index)
+                        .await
+                        .map_err(|e| self.written_unmarked(&index, &e))?;
                     return Ok(result);
                 }
                 Err(Error::Conflict { .. }) if attempt < CAS_ATTEMPTS => {
@@ -196,6 +181,19 @@ impl Ring {
             self.mark_written(&s.index).await?;
         }
         Ok(())
+    }
+
+    /// The error of a marker write that failed after its index write went through: it says
+    /// so, or the seeder would take the whole write as failed (attack review, round 10).
+    fn written_unmarked(&self, index: &Index, e: &Error) -> Error {
+        Error::Refused(format!(
+            "{} was written (version {}, active key {}), but {} could not be moved to it: {e}. \
+             Readers take it as pending meanwhile; write again (`kseal keys refresh`) to finish",
+            self.index_name(),
+            index.version,
+            index.active.as_ref().map_or("none", Kid::short),
+            self.root_name()
+        ))
     }
 
     /// Refuses to build on the index the marker vouches for at its version when a write
@@ -505,4 +503,17 @@ fn new_dedicated_root(index: &Index, marker: Option<&(Marker, Version)>) -> Opti
                 .is_none_or(|(seq, _)| *seq < r.seq)
         })
         .map(|r| (r.seq, r.kid.clone()))
+}
+
+/// Refuses an index over Secrets Manager's 64 KiB limit for a value.
+fn check_size(index: &Index, text: &str) -> Result<()> {
+    if text.len() > MAX_INDEX_BYTES {
+        return Err(Error::Refused(format!(
+            "the index would hold {} bytes for {} keys, over Secrets Manager's 64 KiB limit for \
+             a value: retire old keys first (`kseal keys retire`)",
+            text.len(),
+            index.keys.len()
+        )));
+    }
+    Ok(())
 }

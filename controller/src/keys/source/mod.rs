@@ -42,6 +42,12 @@
 mod mirror;
 mod pinning;
 mod ringstate;
+mod schedule;
+
+pub use schedule::{START_MARKER_SPREAD, START_SPREAD};
+use schedule::{Schedule, sleep_until_some};
+#[cfg(test)]
+use schedule::{first_poll_wait, marker_wait, start_wait};
 
 use self::mirror::*;
 use self::ringstate::*;
@@ -772,59 +778,20 @@ pub async fn run(
             _ = shutdown.wait_for(|s| *s) => return,
         }
         if trigger == "probe" {
-            schedule.probe = None;
-            if !state.is_leader() {
+            if !schedule.probe_answered(&mirror, &state).await {
                 continue;
             }
-            if !mirror.store_answers().await {
-                schedule.probe =
-                    Some(tokio::time::Instant::now() + crate::timing::jitter(PROBE_PERIOD, 0.2));
-                continue;
-            }
-            tracing::info!("the key store answers again: reading the key ring now");
             trigger = "store_answered";
         }
-        // A restarted leader that seals from its verified ring-state copy reads the store a
-        // random part of START_SPREAD later: a fleet restarted at once (an upgrade rolled
-        // out everywhere) spreads its start-up reads of the index and the history marker
-        // over that window instead of one second of the account's quota. Its mirrored keys
-        // open meanwhile; one with nothing to seal from reads the store at once.
-        if matches!(trigger, "start" | "leadership") && !schedule.start_checked && state.is_leader()
+        if matches!(trigger, "start" | "leadership")
+            && schedule
+                .start_waits(&mut mirror, &state, &config, trigger)
+                .await
         {
-            // First a random part of START_MARKER_SPREAD: the history marker (and, for a
-            // leader with no copy to seal from, the index) is read before anything seals, so
-            // that wait is short; it still spreads a fleet restarted in one second over it.
-            if !schedule.marker_waited {
-                schedule.marker_waited = true;
-                let wait = marker_wait(config.interval);
-                if !wait.is_zero() {
-                    schedule.deferred = Some(trigger);
-                    schedule.next = tokio::time::Instant::now() + wait;
-                    continue;
-                }
-            }
-            schedule.start_checked = true;
-            if mirror.start_from_copy().await {
-                let wait = start_wait(config.interval);
-                tracing::info!(
-                    wait = ?wait,
-                    "sealing from the verified ring-state copy; reading the key ring in {wait:?}"
-                );
-                schedule.next = tokio::time::Instant::now() + wait;
-                continue;
-            }
+            continue;
         }
         if !state.is_leader() {
-            // Followers take the ring view from the ring-state Secret the leader writes, and
-            // the keys from the mirror; they poll the store once leading.
-            if let Err(e) = mirror.follow().await {
-                tracing::debug!(
-                    "reading the ring-state Secret failed: {}",
-                    crate::error_chain(&e)
-                );
-            }
-            mirror.note_ignored_state().await;
-            schedule.next = tokio::time::Instant::now() + STATE_POLL.min(config.interval);
+            schedule.follow(&mut mirror, &config).await;
             continue;
         }
         schedule
@@ -885,147 +852,6 @@ fn refusal_kind(e: &SyncError) -> &'static str {
             ..
         } if reason.contains(" expired at ") => "expired",
         _ => e.reason(),
-    }
-}
-
-/// Sleeps until `at` (forever for `None`: the branch is then disabled anyway).
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// When the key-source loop acts next, and how long it backs off after a failed sync.
-struct Schedule {
-    next: tokio::time::Instant,
-    backoff: Duration,
-    /// When the leader last started a sync.
-    last_poll: Option<tokio::time::Instant>,
-    /// When the leader probes the store next, while a sync that failed on the store backs
-    /// off ([`PROBE_PERIOD`]).
-    probe: Option<tokio::time::Instant>,
-    /// Whether the start-up sync was looked at for the start spread ([`start_wait`]).
-    start_checked: bool,
-    /// Whether a sync succeeded in this process: the poll after the first is drawn over a
-    /// whole interval ([`first_poll_wait`]).
-    synced_once: bool,
-    /// Whether the first leader sync waited its part of [`START_MARKER_SPREAD`].
-    marker_waited: bool,
-    /// The trigger a wait put off (the sync it leads to is counted under it).
-    deferred: Option<&'static str>,
-}
-
-/// The longest a leader's first read of the store (the history marker, before anything seals)
-/// waits after its start or its first leadership (a random part of it, at most the interval).
-pub const START_MARKER_SPREAD: Duration = Duration::from_secs(3);
-
-/// A random part of [`START_MARKER_SPREAD`] (at most `interval`): 1,000 clusters restarting
-/// in the same second read their markers over three seconds, not one.
-fn marker_wait(interval: Duration) -> Duration {
-    crate::timing::spread(START_MARKER_SPREAD.min(interval))
-}
-
-/// The longest a restarted leader that seals from its verified ring-state copy waits before it
-/// reads the store (a random part of it, never more than the interval).
-pub const START_SPREAD: Duration = Duration::from_secs(30);
-
-/// How long a restarted leader that seals from its verified copy waits before reading the
-/// store: uniform over `START_SPREAD` (at most `interval`). 1,000 clusters restarting in
-/// the same second then make about 70 store reads a second, not 2,000 in one.
-fn start_wait(interval: Duration) -> Duration {
-    crate::timing::spread(START_SPREAD.min(interval))
-}
-
-/// The wait after the first successful sync of a process: uniform over one `interval` (at
-/// least a second), not one interval ±10 %. Clusters restarted together (an upgrade) would
-/// otherwise keep polling within seconds of each other for hours, the jitter spreading them
-/// only with the square root of the polls; so would their acknowledgements of a key pushed
-/// then. Later waits are the interval ±10 %.
-fn first_poll_wait(interval: Duration) -> Duration {
-    crate::timing::spread(interval).max(Duration::from_secs(1).min(interval))
-}
-
-impl Schedule {
-    /// One sync by the leader, fenced to its current term and counted by `trigger`; reports
-    /// the outcome and schedules the next sync (the interval, at once after losing the
-    /// lead, or the doubling backoff after a failure).
-    async fn leader_sync(
-        &mut self,
-        mirror: &mut Mirror,
-        state: &State,
-        config: &crate::config::KeySourceConfig,
-        trigger: &'static str,
-    ) {
-        self.last_poll = Some(tokio::time::Instant::now());
-        self.probe = None;
-        // Taken before the first read: a sync that outlives this term writes nothing more.
-        let Some(fence) = state.leadership.fence() else {
-            return;
-        };
-        mirror.set_fence(Some(fence));
-        state
-            .metrics
-            .key_source_sync_triggers
-            .get_or_create(&crate::metrics::TriggerLabels {
-                trigger: trigger.to_owned(),
-            })
-            .inc();
-        match mirror.sync().await {
-            Ok(report) => {
-                self.backoff = BACKOFF_MIN;
-                state.readiness.key_source_ok();
-                state
-                    .metrics
-                    .key_source_last_success
-                    .set(jiff::Timestamp::now().as_second());
-                count(state, "sync", "ok");
-                if report != SyncReport::default() {
-                    tracing::debug!(?report, "key ring synced");
-                }
-                let wait = if self.synced_once {
-                    crate::timing::jitter(config.interval, 0.1)
-                } else {
-                    first_poll_wait(config.interval)
-                };
-                self.synced_once = true;
-                self.next = tokio::time::Instant::now() + wait;
-            }
-            Err(SyncError::Fenced(e)) => {
-                // Not a problem of the key source: followers read the view the new leader
-                // writes.
-                tracing::info!(reason = %e, "key-source sync stopped: this replica no longer leads");
-                self.next = tokio::time::Instant::now();
-            }
-            Err(e) => {
-                let message = crate::error_chain(&e);
-                tracing::warn!(reason = e.reason(), retry_in = ?self.backoff, "key source: {message}");
-                // A new leader that cannot read the store still puts back the newer verified
-                // copy it followed, should the ring-state copy have been rolled back; a leader
-                // that verified an index puts its copy back if it was removed or rolled back
-                // meanwhile (attack review, round 4: followers restarted during an outage took
-                // an older copy planted in its place).
-                mirror.restore_followed().await;
-                mirror.write_state().await;
-                if matches!(e.reason(), "untrusted" | "malformed") {
-                    let found = mirror.cache.found_state.clone();
-                    mirror
-                        .refused_index_event(refusal_kind(&e), &message, found.as_deref())
-                        .await;
-                }
-                state.readiness.key_source_failed(e.reason(), &message);
-                count(state, "sync", e.reason());
-                let now = tokio::time::Instant::now();
-                self.next = now + self.backoff;
-                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
-                // A failure of the store (not of the API server) ends as soon as the store
-                // answers differently: probe it meanwhile.
-                if matches!(e, SyncError::Store { .. } | SyncError::NoRing { .. }) {
-                    self.probe = Some(now + crate::timing::jitter(PROBE_PERIOD, 0.2));
-                }
-                mirror.note_ignored_state().await;
-            }
-        }
     }
 }
 
