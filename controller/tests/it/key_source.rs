@@ -899,6 +899,51 @@ async fn write_index(ring: &Ring, index: &Index) {
     }
 }
 
+/// What an attacker holding ring keys and Secret write in the controller namespace plants: a
+/// ring-state Secret holding `fork`, and a key Secret of `evil` marked active for the ring.
+async fn plant_fork(client: &Client, ctrl: &str, ring: &Ring, fork: &Index, evil: &KeyPair) {
+    let planted = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kseal-ring-state-evil".into()),
+            namespace: Some(ctrl.to_owned()),
+            labels: Some([("kseal.dev/ring-state".to_owned(), "true".to_owned())].into()),
+            annotations: Some(
+                [(
+                    kseal_controller::keys::source::RING_ANNOTATION.to_owned(),
+                    ring.name().to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(
+            [(
+                "index.json".to_owned(),
+                k8s_openapi::ByteString(fork.to_json().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ctrl)
+        .create(&PostParams::default(), &planted)
+        .await
+        .unwrap();
+    forged_key_secret(
+        client,
+        ctrl,
+        "evil-kx",
+        evil,
+        &[
+            (kseal_controller::keys::source::RING_ANNOTATION, ring.name()),
+            (KID_ANNOTATION, kid(evil).as_str()),
+            (ACTIVE_ANNOTATION, "true"),
+        ],
+    )
+    .await;
+}
+
 /// Adds `pair` to the ring's index as its active key without storing its key secret, as if
 /// the key secret were missing or unreadable.
 async fn activate_unreadable(ring: &Ring, pair: &KeyPair) {
@@ -2195,43 +2240,7 @@ async fn a_ring_key_fork_after_a_dedicated_root_is_refused(client: Client) {
     assert!(leader.state.keys.ring().get(evil.id()).is_none());
 
     // The fork planted as ring state, with a forged mirror of the attacker's key.
-    let planted = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("kseal-ring-state-evil".into()),
-            namespace: Some(ctrl.clone()),
-            labels: Some([("kseal.dev/ring-state".to_owned(), "true".to_owned())].into()),
-            annotations: Some(
-                [(
-                    kseal_controller::keys::source::RING_ANNOTATION.to_owned(),
-                    ring.name().to_owned(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(
-            [(
-                "index.json".to_owned(),
-                k8s_openapi::ByteString(fork.to_json().into_bytes()),
-            )]
-            .into(),
-        ),
-        ..Secret::default()
-    };
-    api.create(&PostParams::default(), &planted).await.unwrap();
-    forged_key_secret(
-        &client,
-        &ctrl,
-        "evil-kx",
-        evil,
-        &[
-            (kseal_controller::keys::source::RING_ANNOTATION, ring.name()),
-            (KID_ANNOTATION, kid(evil).as_str()),
-            (ACTIVE_ANNOTATION, "true"),
-        ],
-    )
-    .await;
+    plant_fork(&client, &ctrl, &ring, &fork, evil).await;
     follower.stop().await;
     let follower =
         Running::start_as(&client, with_source(&ctrl, &[&ctrl], source.clone()), false).await;
@@ -2630,44 +2639,7 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
     fork.active = Some(kid(evil));
     fork.version = current.version + 1;
     kseal_keystore::trust::sign_index(&mut fork, older_key()).unwrap();
-    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
-    let planted = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("kseal-ring-state-evil".into()),
-            namespace: Some(ctrl.clone()),
-            labels: Some([("kseal.dev/ring-state".to_owned(), "true".to_owned())].into()),
-            annotations: Some(
-                [(
-                    kseal_controller::keys::source::RING_ANNOTATION.to_owned(),
-                    ring.name().to_owned(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(
-            [(
-                "index.json".to_owned(),
-                k8s_openapi::ByteString(fork.to_json().into_bytes()),
-            )]
-            .into(),
-        ),
-        ..Secret::default()
-    };
-    api.create(&PostParams::default(), &planted).await.unwrap();
-    forged_key_secret(
-        &client,
-        &ctrl,
-        "evil-kx",
-        evil,
-        &[
-            (kseal_controller::keys::source::RING_ANNOTATION, ring.name()),
-            (KID_ANNOTATION, kid(evil).as_str()),
-            (ACTIVE_ANNOTATION, "true"),
-        ],
-    )
-    .await;
+    plant_fork(&client, &ctrl, &ring, &fork, evil).await;
     // The follower reacts to ring-state changes at once (a watch) and polls every 10 s: for
     // 12 s its view never names the attacker's key.
     let until = tokio::time::Instant::now() + Duration::from_secs(12);
