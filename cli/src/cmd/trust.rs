@@ -468,6 +468,22 @@ pub(crate) fn re_root(args: ReRootArgs) -> Result<()> {
             .roots
             .last()
             .map(|r| r.kid.short().to_owned());
+        // What the new root signs, to check before it does (attack review, round 9: a fork
+        // put in the index was signed under the new root with nothing in the output naming
+        // its active key).
+        let index = &snapshot.index;
+        eprintln!(
+            "key ring {} at version {}: active key {}; keys {}",
+            ring_label(&ring),
+            index.version,
+            index.active.as_ref().map_or("none", |k| k.short()),
+            index
+                .keys
+                .iter()
+                .map(|e| e.kid.short())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         confirm(
             &format!(
                 "hand the history of key ring {} from root {} to the dedicated root {} ({})? \

@@ -2154,5 +2154,13 @@ fn a_ring_key_fork_at_the_markers_version_is_refused_by_ci_and_re_root() {
         );
     }
     std::fs::write(&path, &real).unwrap();
-    ok(keys(&["re-root", "--to", &root_arg, "--yes"]));
+    let moved = ok(keys(&["re-root", "--to", &root_arg, "--yes"]));
+    // It says what the new root signs: the active key (the anchor, pushed first) and the keys.
+    assert!(
+        moved
+            .stderr
+            .contains(&format!("active key {}", &anchor[..12])),
+        "{}",
+        moved.stderr
+    );
 }
