@@ -399,6 +399,11 @@ pub(crate) struct RingArgs {
     /// active key are the ones you wrote last (an expired index may be an old one put back)
     #[arg(long, env = env::KSEAL_ALLOW_EXPIRED)]
     pub(crate) allow_expired: bool,
+    /// Let a write build on the index of this SHA-256 although the ring's history marker,
+    /// written by an older kseal, records none: only after checking the version, active key
+    /// and keys that the refusal printed are the ones you wrote last
+    #[arg(long, value_name = "DIGEST")]
+    pub(crate) adopt_index: Option<String>,
     /// Accept a directory ring whose files or directories group or others may write, or whose
     /// private keys they may read (as ssh, kseal refuses them by default)
     #[arg(long, env = env::KSEAL_INSECURE_PERMS)]

@@ -69,7 +69,9 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
     if let Some(lifetime) = args.lifetime {
         ring = ring.with_lifetime(lifetime);
     }
-    ring = ring.with_allow_expired(args.allow_expired);
+    ring = ring
+        .with_allow_expired(args.allow_expired)
+        .with_adopt_index(args.adopt_index.clone());
     Ok(ring)
 }
 
@@ -333,6 +335,21 @@ fn check_marker_facts(
     // At the marker's version, or the next: only the index its writers wrote (the marker
     // records its digest before each index write). Anything else, however it is signed, is a
     // history forked with keys clusters held (attack review, round 9).
+    if marker.vouches(&snapshot.index) == Vouch::Unrecorded && marker.version > 0 {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "warning: key ring {}'s history marker {} was written by an older kseal and \
+                 records no digest: a history forked with a key any cluster held, put in at \
+                 its version {}, would not be noticed here until the ring's seeder writes \
+                 with this kseal (`kseal keys refresh --adopt-index …`, after checking the \
+                 keys)",
+                ring_label(ring),
+                ring.root_name(),
+                marker.version
+            );
+        }
+    }
     if marker.vouches(&snapshot.index) == Vouch::NotWritten {
         bail!(
             "key ring {}'s index is not the one its writers wrote: {}. Nothing was done; the \
@@ -380,6 +397,7 @@ pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Sn
         root: None,
         lifetime: None,
         allow_expired: false,
+        adopt_index: None,
         // As clap reads a boolean flag's variable.
         insecure_perms: var(crate::env::KSEAL_INSECURE_PERMS).is_some_and(|v| {
             !matches!(
@@ -468,6 +486,7 @@ mod tests {
             root: None,
             lifetime: None,
             allow_expired: false,
+            adopt_index: None,
             insecure_perms: false,
         }
     }

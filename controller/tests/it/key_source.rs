@@ -426,8 +426,8 @@ async fn an_unchanged_ring_costs_one_describe_and_no_read() {
     }
     assert_eq!(
         proxy.count("DescribeSecret"),
-        3,
-        "one DescribeSecret per poll"
+        6,
+        "per poll one DescribeSecret of the index and one of the history marker"
     );
     assert_eq!(
         proxy.count("GetSecretValue"),
@@ -2513,7 +2513,17 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
     let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
     wait_sealing_key(&leader.state, key(1), 2).await;
     let name = wait_ring_state(&client, &ctrl).await.name_any();
-    ring.refresh().await.unwrap();
+    // The upgraded seeder adopts the index it checked (round 11, L1: nothing else is signed
+    // on under a marker without a digest).
+    let adopted = ring.require_snapshot().await.unwrap().index.digest();
+    ring.refresh()
+        .await
+        .expect_err("no write without --adopt-index");
+    ring.clone()
+        .with_adopt_index(Some(adopted))
+        .refresh()
+        .await
+        .unwrap();
     let current = ring.require_snapshot().await.unwrap().index;
     let marker = ring.history_marker().await.unwrap().unwrap();
     assert_eq!(marker.version, current.version);
@@ -2612,6 +2622,40 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
         .await;
         current = real;
     }
+
+    // Round 11, S1: the index's store version stays the one the leader holds while the
+    // history marker moves on (on Secrets Manager: the seeder wrote a newer index, then
+    // whoever can write the index moved AWSCURRENT back onto the version held). The leader
+    // asks for the marker's version at every poll, reads it when it changed, and names the
+    // index it holds as rolled back; the marker put back, the refusal ends.
+    // (A directory's store version is the text's digest: the held text put back is the
+    // held version.)
+    ring.refresh().await.unwrap();
+    let real = ring.require_snapshot().await.unwrap().index;
+    overwrite_index(&ring, &current.to_json()).await;
+    refresh_until(&leader.state, "the index held is named rolled back", || {
+        leader
+            .state
+            .readiness
+            .key_source()
+            .and_then(|s| s.problem)
+            .is_some_and(|p| p.contains("rolled-back index"))
+    })
+    .await;
+    assert_eq!(
+        cert_pem(&leader.state).await.1,
+        key(1).certificate().to_pem()
+    );
+    overwrite_index(&ring, &real.to_json()).await;
+    refresh_until(&leader.state, "the real index is taken", || {
+        leader
+            .state
+            .readiness
+            .key_source()
+            .is_some_and(|s| s.problem.is_none())
+    })
+    .await;
+    let current = real;
 
     // A running follower (pinned at the anchor too) is handed the fork as a planted
     // ring-state Secret, with a key Secret of the attacker's key (round 9, #13: it sealed to

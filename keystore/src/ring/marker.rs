@@ -134,16 +134,63 @@ enum Record<'a> {
     },
 }
 
+impl Ring {
+    /// Under a history marker an older kseal wrote (no digest), a write would record the
+    /// digest of whatever index it builds on, a fork at the marker's version included
+    /// (attack review, round 11, L1): it builds only on the index the seeder adopted by its
+    /// digest (`--adopt-index`), after checking what the refusal prints.
+    fn check_adopted(&self, index: &Index) -> Result<()> {
+        let digest = index.digest();
+        if self.adopt_index.as_deref() == Some(digest.as_str()) {
+            return Ok(());
+        }
+        Err(Error::Refused(format!(
+            "{} was written by an older kseal and records no digest of the index, so whether \
+             {} (version {}, active key {}, keys {}) is the one its writers wrote cannot be \
+             told: a fork at that version would be signed on. If these are the version and keys \
+             you wrote last, write again with --adopt-index {digest}{}",
+            self.root_name(),
+            self.index_name(),
+            index.version,
+            index.active.as_ref().map_or("none", Kid::short),
+            index
+                .keys
+                .iter()
+                .map(|e| e.kid.short())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if self.adopt_index.is_some() {
+                " (the digest given is another index's)"
+            } else {
+                ""
+            }
+        )))
+    }
+}
+
 /// What to restore when an index the marker does not vouch for was put in place: the
 /// previous version of the index (`index_name`) whose text's SHA-256 is the digest the marker
 /// (`marker_name`) records, which names it exactly even where two stored versions claim the
 /// same version number (attack review, round 9, #7).
 pub fn restore_vouched(marker: &Marker, index_name: &str, marker_name: &str) -> String {
+    // A write recorded as pending may have gone through (its marker update failed): restoring
+    // the older version would undo it (attack review, round 11, U1).
+    let pending = if marker.next.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; but first look for a stored version whose SHA-256 is {} (a write at version {} \
+             that {marker_name} records as pending, which may have gone through): if there is \
+             one, restore that instead",
+            marker.next.join(" or "),
+            marker.version.saturating_add(1)
+        )
+    };
     match &marker.digest {
         Some(digest) => format!(
             "restore {index_name} to the store's previous version whose text has SHA-256 \
              {digest} (the version {} that {marker_name} vouches for; check its keys), \
-             then write again",
+             then write again{pending}",
             marker.version
         ),
         None => format!(
@@ -453,6 +500,9 @@ impl Ring {
     /// marker's version, or the next, that its writers did not write. Older indexes and
     /// indexes further ahead are refused by [`Ring::check_against_marker`] and the caller.
     pub(super) fn check_vouched(&self, index: &Index, marker: &Marker) -> Result<()> {
+        if marker.vouches(index) == Vouch::Unrecorded && marker.version > 0 {
+            return self.check_adopted(index);
+        }
         if marker.vouches(index) != Vouch::NotWritten || index.version > marker.version + 1 {
             return Ok(());
         }

@@ -54,6 +54,9 @@ pub struct Ring {
     lifetime: Option<Duration>,
     /// Whether a write may build on an index past its expiry (`--allow-expired`).
     allow_expired: bool,
+    /// The digest of the index a write may build on under a history marker written by an
+    /// older kseal, which records none (`--adopt-index`).
+    adopt_index: Option<String>,
 }
 
 /// How long a signed index stays current when nothing says otherwise: the seeder refreshes
@@ -172,6 +175,7 @@ impl Ring {
             root: None,
             lifetime: None,
             allow_expired: false,
+            adopt_index: None,
         }
     }
 
@@ -205,6 +209,16 @@ impl Ring {
     #[must_use]
     pub fn with_allow_expired(mut self, allow: bool) -> Self {
         self.allow_expired = allow;
+        self
+    }
+
+    /// Lets a write build on the index of this digest ([`crate::Index::digest`]) although the
+    /// history marker, written by an older kseal, records no digest to vouch for it
+    /// (`--adopt-index`): the seeder checks the version, active key and keys the refusal
+    /// printed, then adopts that very index; the marker records its digest from then on.
+    #[must_use]
+    pub fn with_adopt_index(mut self, digest: Option<String>) -> Self {
+        self.adopt_index = digest.map(|d| d.trim().to_ascii_lowercase());
         self
     }
 

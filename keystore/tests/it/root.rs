@@ -725,3 +725,65 @@ async fn a_pending_write_undone_by_putting_the_older_index_back_is_refused() {
         assert_eq!(raw_index(&ring).await.active, Some(kid(&b)));
     }
 }
+
+/// Attack review, round 11 (L1): under a history marker an older kseal wrote (no digest), a
+/// fork signed with a ring key at the marker's own version was adopted by the upgraded
+/// seeder's first write, its digest recorded for good. Now no write builds on an index such
+/// a marker cannot vouch for unless the seeder adopts it by its digest (`--adopt-index`), and
+/// the refusal prints the version, active key and keys to check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
+    for (ring, _dir) in rings("legacy_marker_adopt").await {
+        let (a, _b, _anchor) = seeded(&ring).await;
+        let real = raw_index(&ring).await;
+        // The marker as an older kseal wrote it: no digest.
+        let (text, version) = ring
+            .store()
+            .read(&ring.root_name(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut legacy: serde_json::Value = serde_json::from_str(&text).unwrap();
+        legacy.as_object_mut().unwrap().remove("digest");
+        legacy.as_object_mut().unwrap().remove("next");
+        ring.store()
+            .compare_and_swap(&ring.root_name(), &legacy.to_string(), Some(&version), &[])
+            .await
+            .unwrap();
+        // A fork at the marker's own version, signed with the anchor (a ring key).
+        let evil = pair();
+        let mut fork = fork_from_ring_key(&real, &a, &evil);
+        fork.version = real.version;
+        trust::sign_index(&mut fork, &evil).unwrap();
+        overwrite_index(&ring, &fork.to_json()).await;
+        let refused = ring.refresh().await.expect_err("not adopted").to_string();
+        assert!(
+            refused.contains("--adopt-index") && refused.contains(kid(&evil).short()),
+            "{refused}"
+        );
+        // Adopting the digest of the index the seeder wrote does not adopt the fork.
+        let wrong = ring
+            .clone()
+            .with_adopt_index(Some(real.digest()))
+            .refresh()
+            .await
+            .expect_err("another index's digest")
+            .to_string();
+        assert!(wrong.contains("another index's"), "{wrong}");
+        assert_eq!(raw_index(&ring).await, fork, "nothing signed");
+        // The real index back, adopted: written on, and the marker records digests again.
+        overwrite_index(&ring, &real.to_json()).await;
+        ring.clone()
+            .with_adopt_index(Some(real.digest()))
+            .refresh()
+            .await
+            .unwrap();
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(
+            marker.digest,
+            Some(raw_index(&ring).await.digest()),
+            "the marker vouches by digest again"
+        );
+        ring.refresh().await.expect("no adoption needed any more");
+    }
+}

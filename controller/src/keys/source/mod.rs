@@ -217,6 +217,9 @@ struct Cache {
     vouching: Option<kseal_keystore::Marker>,
     /// Whether `vouching` was read in the current poll (used once without reading it again).
     vouching_fresh: bool,
+    /// The store version of the history marker as last read: a poll whose index did not
+    /// change reads the marker again only when this did.
+    marker_version: Option<Version>,
     /// The digest of the ring-state copy a follower refused last (logged once).
     copy_refused: Option<String>,
     /// Why no anchor may be pinned on first use (persisted anchors disagree): the `Warning`
@@ -401,6 +404,7 @@ impl Mirror {
                 marker: None,
                 vouching: None,
                 vouching_fresh: false,
+                marker_version: None,
                 copy_refused: None,
                 anchor_from_state: false,
                 store_confirmed: false,
@@ -496,6 +500,11 @@ impl Mirror {
                 store: self.ring.store().describe(),
             });
         };
+        if self.cache.version.as_ref() == Some(&version)
+            && let Some(held) = self.cache.index.clone()
+        {
+            self.check_held_vouched(&held, &version).await?;
+        }
         if self.cache.version.as_ref() != Some(&version) || self.cache.index.is_none() {
             let snapshot = self.ring.snapshot_text(Some(&version)).await;
             count(&self.state, "get_index", outcome(&snapshot));
@@ -510,6 +519,7 @@ impl Mirror {
                 parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
                     .map_err(|e| self.store_err(e))?;
             self.check_vouched(&index, Some(&version)).await?;
+            self.check_same_version(&index)?;
             self.unsigned_allowed(&verified).await?;
             self.accepted(&verified).await;
             self.merge_state(false).await?;
@@ -581,12 +591,19 @@ impl Mirror {
         // digest recorded, then the index written, then the marker moved) reads as a newer
         // marker; read after the index, the marker is never behind an index its writers wrote.
         for _ in 0..2 {
-            let read = self.ring.history_marker().await;
+            let read = self.ring.store().read(&self.ring.root_name(), None).await;
             count(&self.state, "get_marker", outcome(&read));
-            let Some(m) = read.map_err(|e| self.store_err(e))? else {
+            let Some((text, version)) = read.map_err(|e| self.store_err(e))? else {
                 self.cache.vouching = None;
                 return Ok(());
             };
+            let m = kseal_keystore::Marker::parse(&text).ok_or_else(|| {
+                self.store_err(kseal_keystore::Error::Malformed {
+                    what: self.ring.root_name(),
+                    reason: "it is not the JSON kseal writes".into(),
+                })
+            })?;
+            self.cache.marker_version = Some(version);
             if m.version > self.pin.floor {
                 self.pin.floor = m.version;
             }
@@ -639,6 +656,55 @@ impl Mirror {
                 kseal_keystore::not_vouched(index, &marker, &root_name),
             ),
         }))
+    }
+
+    /// Refuses an index at the version of the one held but with other content: versions
+    /// only grow, so one of the two is a fork, and the one held was verified first (attack
+    /// review, round 11, L1: under a marker an older kseal wrote, which records no digest, a
+    /// running leader took a fork signed with a ring key at the version it held).
+    fn check_same_version(&self, index: &kseal_keystore::Index) -> Result<(), SyncError> {
+        let Some(held) = &self.cache.index else {
+            return Ok(());
+        };
+        if held.version != index.version || !index.is_signed() || held.digest() == index.digest() {
+            return Ok(());
+        }
+        Err(self.store_err(kseal_keystore::Error::Untrusted {
+            what: self.ring.index_name(),
+            reason: format!(
+                "it is version {} like the index held, but with other content (its active key \
+                 is {}, the held one's {}): two indexes of one version, one of them a fork. \
+                 Nothing from it is used; the ring's seeder restores the index it wrote last",
+                index.version,
+                index.active.as_ref().map_or("none", Kid::short),
+                held.active.as_ref().map_or("none", Kid::short)
+            ),
+        }))
+    }
+
+    /// A poll whose index did not change (its store version is the one held): the history
+    /// marker's store version is asked too (one metadata call), and when it changed the
+    /// marker is read and must still vouch for the index held. Whoever can move the index's
+    /// current label back onto the version a leader holds, after the seeder wrote a newer one,
+    /// would otherwise keep the leader on the older index without a word (attack review,
+    /// round 11, S1: a rotation away from a stolen key undone on running controllers).
+    async fn check_held_vouched(
+        &mut self,
+        held: &kseal_keystore::Index,
+        read: &Version,
+    ) -> Result<(), SyncError> {
+        let now = self
+            .ring
+            .store()
+            .current_version(&self.ring.root_name())
+            .await;
+        count(&self.state, "describe_marker", outcome(&now));
+        let now = now.map_err(|e| self.store_err(e))?;
+        if now.is_none() || now == self.cache.marker_version {
+            return Ok(());
+        }
+        self.cache.vouching_fresh = false;
+        self.check_vouched(held, Some(read)).await
     }
 
     /// While a sync that failed on the store backs off: asks the store for the index's

@@ -185,7 +185,10 @@ impl Mirror {
         let read = self.ring.store().read(&self.ring.root_name(), None).await;
         count(&self.state, "get_marker", outcome(&read));
         let text = match read {
-            Ok(Some((text, _))) => text,
+            Ok(Some((text, version))) => {
+                self.cache.marker_version = Some(version);
+                text
+            }
             Ok(None) => {
                 self.cache.marker_applied = true;
                 return Ok(());

@@ -266,7 +266,22 @@ impl Mirror {
     async fn copy_vouched(&mut self, found: &FoundState) -> Result<(), SyncError> {
         let index = kseal_keystore::Index::parse_any_ring(&found.text, &found.name)
             .map_err(|e| self.store_err(e))?;
-        let refused = self.check_vouched(&index, None).await;
+        let refused = self.check_vouched(&index, None).await.and_then(|()| {
+            // Under a marker an older kseal wrote (no digest), a copy at the version of the
+            // view held but with other content is a fork (attack review, round 11, L1).
+            match &self.cache.followed {
+                Some(held) if held.version == found.version && held.text != found.text => Err(self
+                    .store_err(kseal_keystore::Error::Untrusted {
+                        what: found.name.clone(),
+                        reason: format!(
+                            "it holds version {} like the copy followed, with other content: \
+                             one of them is a fork",
+                            found.version
+                        ),
+                    })),
+                _ => Ok(()),
+            }
+        });
         if let Err(e) = &refused {
             let digest = index.digest();
             if self.cache.copy_refused.as_ref() != Some(&digest) {
@@ -410,6 +425,18 @@ impl Mirror {
         // leader took a fork signed with a ring key from its ring-state Secret, raised its
         // floor past the real index and sealed to the fork's key).
         let found = match found {
+            // Under a marker an older kseal wrote (no digest), a leader reads the store before
+            // it takes a copy: the marker cannot vouch for one (attack review, round 11, L1).
+            Some(_)
+                if self.state.is_leader()
+                    && self
+                        .cache
+                        .vouching
+                        .as_ref()
+                        .is_some_and(|m| m.digest.is_none() && m.version > 0) =>
+            {
+                None
+            }
             Some(found) if self.cache.marker_applied => {
                 self.copy_vouched(&found).await.is_ok().then_some(found)
             }
