@@ -161,6 +161,9 @@ pub(crate) const KSEAL_RING_ROOT: &str = "KSEAL_RING_ROOT";
 pub(crate) const KSEAL_RING_LIFETIME: &str = "KSEAL_RING_LIFETIME";
 /// `--allow-expired` of the ring commands.
 pub(crate) const KSEAL_ALLOW_EXPIRED: &str = "KSEAL_ALLOW_EXPIRED";
+/// `--adopt-index`: the digest of the index a write may build on under a history marker an
+/// older kseal wrote.
+pub(crate) const KSEAL_ADOPT_INDEX: &str = "KSEAL_ADOPT_INDEX";
 /// `kseal keys re-root --to`.
 pub(crate) const KSEAL_REROOT_TO: &str = "KSEAL_REROOT_TO";
 /// `kseal keys trust --root-kid`.

@@ -402,7 +402,7 @@ pub(crate) struct RingArgs {
     /// Let a write build on the index of this SHA-256 although the ring's history marker,
     /// written by an older kseal, records none: only after checking the version, active key
     /// and keys that the refusal printed are the ones you wrote last
-    #[arg(long, value_name = "DIGEST")]
+    #[arg(long, env = env::KSEAL_ADOPT_INDEX, value_name = "DIGEST")]
     pub(crate) adopt_index: Option<String>,
     /// Accept a directory ring whose files or directories group or others may write, or whose
     /// private keys they may read (as ssh, kseal refuses them by default)
