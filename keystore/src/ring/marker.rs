@@ -139,7 +139,22 @@ impl Ring {
     /// digest of whatever index it builds on, a fork at the marker's version included
     /// (attack review, round 11, L1): it builds only on the index the seeder adopted by its
     /// digest (`--adopt-index`), after checking what the refusal prints.
-    fn check_adopted(&self, index: &Index) -> Result<()> {
+    fn check_adopted(&self, index: &Index, marker: &Marker) -> Result<()> {
+        // A dedicated root the marker does not record is never adopted: whoever holds a ring
+        // key can sign one into a copy of the real index (attack review, round 12).
+        let root = newest_dedicated(index);
+        if root.is_some() && root != marker.root {
+            return Err(Error::Untrusted {
+                what: self.index_name(),
+                reason: format!(
+                    "its history names the dedicated root {} that {} does not record: a root \
+                     put in by whoever holds a ring key. Nothing was written; restore the index \
+                     the seeder wrote last",
+                    root.as_ref().map_or("", |(_, k)| k.short()),
+                    self.root_name()
+                ),
+            });
+        }
         let digest = index.digest();
         if self.adopt_index.as_deref() == Some(digest.as_str()) {
             return Ok(());
@@ -501,7 +516,7 @@ impl Ring {
     /// indexes further ahead are refused by [`Ring::check_against_marker`] and the caller.
     pub(super) fn check_vouched(&self, index: &Index, marker: &Marker) -> Result<()> {
         if marker.vouches(index) == Vouch::Unrecorded && marker.version > 0 {
-            return self.check_adopted(index);
+            return self.check_adopted(index, marker);
         }
         if marker.vouches(index) != Vouch::NotWritten || index.version > marker.version + 1 {
             return Ok(());

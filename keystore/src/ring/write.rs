@@ -177,7 +177,13 @@ impl Ring {
             self.check_vouched(&s.index, m)?;
             self.check_not_undone(&s.index, m).await?;
         }
-        if marker.is_some() && s.index.is_signed() {
+        // An index adopted under a marker an older kseal wrote (no digest) is recorded only
+        // by this write's own marker updates, after it was signed: a write that then fails
+        // (a root it cannot sign with) leaves the marker as it was (attack review, round 12:
+        // an adoption that failed had already recorded the attacker's dedicated root).
+        let adopting =
+            marker.is_some_and(|(m, _)| m.digest.is_none() && m.version == s.index.version);
+        if marker.is_some() && s.index.is_signed() && !adopting {
             self.mark_written(&s.index).await?;
         }
         Ok(())

@@ -771,6 +771,15 @@ async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
             .to_string();
         assert!(wrong.contains("another index's"), "{wrong}");
         assert_eq!(raw_index(&ring).await, fork, "nothing signed");
+        assert!(
+            ring.history_marker()
+                .await
+                .unwrap()
+                .unwrap()
+                .digest
+                .is_none(),
+            "a refused adoption records nothing in the marker"
+        );
         // The real index back, adopted: written on, and the marker records digests again.
         overwrite_index(&ring, &real.to_json()).await;
         ring.clone()
