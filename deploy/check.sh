@@ -488,7 +488,7 @@ k wait --for=condition=Established crd/sealedsecrets.bitnami.com --timeout=60s >
 # The manifests target current Kubernetes; the reference apiserver is 1.20, which serves
 # PodDisruptionBudget only as policy/v1beta1 (same fields) and has no
 # unhealthyPodEvictionPolicy (1.26+). Only for such a server, and only those two things.
-if ! k api-versions | grep -qx policy/v1; then
+if ! grep -qx policy/v1 <<<"$(k api-versions)"; then
   log "note: the server has no policy/v1: the PodDisruptionBudget is checked as policy/v1beta1 without unhealthyPodEvictionPolicy"
   for name in "${!rendered[@]}"; do
     sed -i -e 's#^apiVersion: policy/v1$#apiVersion: policy/v1beta1#' \
@@ -911,7 +911,7 @@ if fleet_py=$(fleet_python); then
   "$fleet_py" "$FLEET/check.py" "$KSEAL_REFAPI_KUBECTL" "$work/fleet" >"$work/fleet.out" ||
     fail "$FLEET/check.py (above)"
   log "$FLEET/check.py: $(cat "$work/fleet.out")"
-  if ! k api-versions | grep -qx policy/v1; then
+  if ! grep -qx policy/v1 <<<"$(k api-versions)"; then
     sed -i -e 's#^apiVersion: policy/v1$#apiVersion: policy/v1beta1#' -e '/^  unhealthyPodEvictionPolicy: /d' \
       "$work/fleet"/dry-run-*.yaml
   fi
