@@ -199,8 +199,8 @@ impl Mirror {
             Err(e) => return Err(e),
         };
         self.cache.marker_applied = true;
-        self.cache.marker = MarkerFacts::parse(&text);
         self.cache.vouching = kseal_keystore::Marker::parse(&text);
+        self.cache.marker = self.cache.vouching.as_ref().map(MarkerFacts::of);
         self.cache.vouching_fresh = true;
         let Some(marker) = self.cache.marker.clone() else {
             tracing::warn!(
@@ -397,26 +397,13 @@ pub(super) struct MarkerFacts {
 }
 
 impl MarkerFacts {
-    pub(super) fn parse(text: &str) -> Option<Self> {
-        let value = serde_json::from_str::<serde_json::Value>(text).ok()?;
-        let kid = |v: Option<&serde_json::Value>| {
-            v.and_then(serde_json::Value::as_str)
-                .and_then(|t| Kid::parse(t).ok())
-        };
-        let root = value.get("root").and_then(|r| {
-            Some((
-                r.get("seq").and_then(serde_json::Value::as_u64)?,
-                kid(r.get("kid"))?,
-            ))
-        });
-        Some(Self {
-            anchor: kid(value.get("anchor")),
-            version: value
-                .get("version")
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0),
-            root,
-        })
+    /// The facts this controller keeps of a marker read ([`kseal_keystore::Marker::parse`]).
+    pub(super) fn of(marker: &kseal_keystore::Marker) -> Self {
+        Self {
+            anchor: marker.anchor.clone(),
+            version: marker.version,
+            root: marker.root.clone(),
+        }
     }
 }
 
