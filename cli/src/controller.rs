@@ -22,6 +22,10 @@ pub(crate) struct ControllerTarget {
     /// `--controller-ring`: the ring whose certificate to fetch from a controller that mirrors
     /// several (`/v1/cert.pem?ring=RING`).
     pub(crate) ring: Option<String>,
+    /// The namespace the sealed objects are for, when no ring is named: the controller serves
+    /// the certificate of the ring that seals there (`/v1/cert.pem?namespace=NS`; a controller
+    /// with one ring, an older kseal and Bitnami's ignore the query and serve their one).
+    pub(crate) for_namespace: Option<String>,
 }
 
 impl ControllerTarget {
@@ -32,26 +36,27 @@ impl ControllerTarget {
             kubeconfig: args.kubeconfig.clone(),
             context: args.context.clone(),
             ring: None,
+            for_namespace: None,
         }
     }
 
     /// The controller's certificate path: `/v1/cert.pem`, with `?ring=RING` (percent-encoded)
-    /// for `--controller-ring`.
+    /// for `--controller-ring`, else `?namespace=NS` for the namespace sealed for.
     pub(crate) fn cert_path(&self) -> String {
-        match &self.ring {
-            None => "/v1/cert.pem".to_owned(),
-            Some(ring) => {
-                let mut path = "/v1/cert.pem?ring=".to_owned();
-                for b in ring.bytes() {
-                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                        path.push(char::from(b));
-                    } else {
-                        path.push_str(&format!("%{b:02X}"));
-                    }
-                }
-                path
+        let (key, value) = match (&self.ring, &self.for_namespace) {
+            (Some(ring), _) => ("ring", ring),
+            (None, Some(namespace)) => ("namespace", namespace),
+            (None, None) => return "/v1/cert.pem".to_owned(),
+        };
+        let mut path = format!("/v1/cert.pem?{key}=");
+        for b in value.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                path.push(char::from(b));
+            } else {
+                path.push_str(&format!("%{b:02X}"));
             }
         }
+        path
     }
 }
 
@@ -258,8 +263,12 @@ mod tests {
             kubeconfig: None,
             context: None,
             ring: None,
+            for_namespace: None,
         };
         assert_eq!(target.cert_path(), "/v1/cert.pem");
+        target.for_namespace = Some("team-a".into());
+        assert_eq!(target.cert_path(), "/v1/cert.pem?namespace=team-a");
+        // A ring named on the command line wins over the namespace sealed for.
         target.ring = Some("kseal/team-a+b=c".into());
         assert_eq!(
             target.cert_path(),

@@ -1,5 +1,6 @@
 //! `kseal seal`: Secrets in, SealedSecrets out.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
@@ -8,7 +9,7 @@ use kseal_api::constants::SEALING_KEY_ANNOTATION;
 use kseal_api::{Scope, SealOptions, SealedSecret};
 
 use crate::args::{Format, SealArgs};
-use crate::keysource::cert::CertRequest;
+use crate::keysource::cert::{CertRequest, NamedCert};
 use crate::manifest::{Input, SealedFile, format_for_path, mapping_at, render};
 use crate::sealing::{
     backend_for, check_names, describe_changes, read_value, seal_secret_with, seal_value, set_item,
@@ -264,8 +265,72 @@ pub(crate) fn path_for_cert(path: &Path, name: &str) -> PathBuf {
     path.with_file_name(file)
 }
 
+/// The namespace a prepared Secret is sealed for (`None`: cluster-wide), as
+/// [`kseal_api::seal`] decides it.
+fn sealed_for(secret: &Secret, options: &SealOptions) -> Option<String> {
+    let scope = if options.scope == Scope::Strict {
+        kseal_api::scope_of(&secret.metadata)
+    } else {
+        options.scope
+    };
+    if scope == Scope::Cluster {
+        return None;
+    }
+    [
+        &secret.metadata.namespace,
+        &options.namespace,
+        &options.default_namespace,
+    ]
+    .into_iter()
+    .flatten()
+    .find(|n| !n.is_empty())
+    .cloned()
+}
+
+/// The certificates to seal each namespace's objects with. From the controller without
+/// `--controller-ring`, each namespace's own (a controller with rings bound to namespaces
+/// seals each with the ring bound there); otherwise one set for all.
+fn certs_by_namespace(
+    request: &SealRequest,
+    namespaces: impl IntoIterator<Item = Option<String>>,
+    notes: &mut Vec<String>,
+) -> Result<BTreeMap<Option<String>, Vec<NamedCert>>> {
+    let mut by_ns = BTreeMap::new();
+    if !request.certs.per_namespace() {
+        by_ns.insert(None, request.certs.load()?);
+        return Ok(by_ns);
+    }
+    for ns in namespaces {
+        if let std::collections::btree_map::Entry::Vacant(slot) = by_ns.entry(ns) {
+            let certs = request.certs.for_namespace(slot.key().as_deref()).load()?;
+            slot.insert(certs);
+        }
+    }
+    let kids: BTreeSet<String> = by_ns
+        .values()
+        .flat_map(|certs| certs.iter().map(|c| c.cert.id().as_str().to_owned()))
+        .collect();
+    if kids.len() > 1 {
+        let each = by_ns
+            .iter()
+            .map(|(ns, certs)| {
+                let kid = certs.first().map_or("-", |c| {
+                    let kid = c.cert.id().as_str();
+                    kid.get(..12).unwrap_or(kid)
+                });
+                format!("{} → key {kid}", ns.as_deref().unwrap_or("cluster-wide"))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        notes.push(format!(
+            "note: the controller seals these namespaces with different keys (its rings are \
+             bound to namespaces): {each}"
+        ));
+    }
+    Ok(by_ns)
+}
+
 fn seal_normal(request: &SealRequest) -> Result<()> {
-    let certs = request.certs.load()?;
     let inputs = Input::read_all(&request.inputs)?;
     let format = request
         .format
@@ -283,15 +348,35 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
             prepared.push((secret, options, what));
         }
     }
+    let by_ns = certs_by_namespace(
+        request,
+        prepared.iter().map(|(s, o, _)| sealed_for(s, o)),
+        &mut notes,
+    )?;
+    let cert_for = |secret: &Secret, options: &SealOptions, i: usize| {
+        let key = if request.certs.per_namespace() {
+            sealed_for(secret, options)
+        } else {
+            None
+        };
+        by_ns
+            .get(&key)
+            .and_then(|certs| certs.get(i))
+            .map(|c| &c.cert)
+    };
+    let certs = by_ns.values().next().context("no certificate source")?;
     let backend = backend_for(prepared.iter().map(|(s, _, _)| value_count(s)).sum());
     // Seal everything before writing anything: a failure leaves no output behind.
     let outputs = certs
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let text = prepared
                 .iter()
                 .map(|(secret, options, what)| {
-                    seal_secret_with(backend, secret, c.cert.public_key(), options)
+                    let cert = cert_for(secret, options, i)
+                        .context("no certificate loaded for this namespace")?;
+                    seal_secret_with(backend, secret, cert.public_key(), options)
                         .with_context(|| format!("failed to seal {what}"))
                 })
                 .collect::<Result<Vec<SealedSecret>>>()
@@ -333,7 +418,6 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
 }
 
 fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
-    let cert = request.certs.load_one()?;
     let mut target =
         SealedFile::read_one(path).context("failed to read the SealedSecret to merge into")?;
     if request.format.is_some_and(|f| f != target.format) {
@@ -352,6 +436,11 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
     let namespace = existing.metadata.namespace.clone();
     let file_scope = existing.scope();
     request.check_scope(file_scope, &format!("`{}`", path.display()))?;
+    let cert = match file_scope {
+        Scope::Cluster => request.certs.for_namespace(None),
+        _ => request.certs.for_namespace(namespace.as_deref()),
+    }
+    .load_one()?;
     if kseal_api::binding::template_binding(&existing.metadata)? {
         // Merging rewrites the template's labels and annotations: the items already there
         // are bound to the old template and would refuse to open.
@@ -618,7 +707,10 @@ fn seal_raw(request: &SealRequest, raw: &RawRequest) -> Result<()> {
         ""
     };
     check_names(Some(name), Some(namespace), [])?;
-    let cert = request.certs.load_one()?;
+    let cert = request
+        .certs
+        .for_namespace(Some(namespace).filter(|n| !n.is_empty()))
+        .load_one()?;
     let value = read_value(
         raw.from_file.as_deref(),
         raw.strip_newline,

@@ -36,7 +36,9 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
             args.file.display()
         );
     }
-    let cert = certs.load_one()?;
+    let cert = certs
+        .for_namespace((scope != kseal_api::Scope::Cluster).then_some(namespace.as_str()))
+        .load_one()?;
     let prompt = format!("value for `{}` (not echoed): ", args.key);
     let value = read_value(
         args.from_file.as_deref(),

@@ -161,15 +161,39 @@ impl CertRequest {
         })
     }
 
+    /// Whether the certificate may depend on the namespace sealed for: it comes from the
+    /// controller and no `--controller-ring` names the ring.
+    pub(crate) fn per_namespace(&self) -> bool {
+        self.controller.ring.is_none() && self.specs.iter().any(|s| s.source == Source::Controller)
+    }
+
+    /// The same request for objects sealed for `namespace` (`None`: cluster-wide): the
+    /// controller is asked for the certificate that seals there (`/v1/cert.pem?namespace=NS`).
+    /// Other sources are unchanged.
+    pub(crate) fn for_namespace(&self, namespace: Option<&str>) -> Self {
+        let mut request = self.clone();
+        if self.per_namespace() {
+            request.controller.for_namespace =
+                namespace.filter(|n| !n.is_empty()).map(str::to_owned);
+        }
+        request
+    }
+
     /// A description of a source for messages.
     pub(crate) fn describe(&self, source: &Source) -> String {
         match source {
             Source::File(p) => format!("`{}`", p.display()),
             Source::Url(u) => format!("`{u}`"),
-            Source::Controller => format!(
-                "the controller `{}/{}`",
-                self.controller.namespace, self.controller.name
-            ),
+            Source::Controller => match &self.controller.for_namespace {
+                None => format!(
+                    "the controller `{}/{}`",
+                    self.controller.namespace, self.controller.name
+                ),
+                Some(ns) => format!(
+                    "the controller `{}/{}` (its certificate for namespace `{ns}`)",
+                    self.controller.namespace, self.controller.name
+                ),
+            },
             Source::Ring(location) => format!("the sealing key of key ring `{location}`"),
         }
     }
@@ -229,13 +253,19 @@ impl CertRequest {
         let controller = Controller::connect(&self.controller)
             .context("no --cert given, so the certificate is fetched from the controller")?;
         let response = controller.request("GET", &self.controller.cert_path(), None)?;
-        if let (Some(ring), 404 | 503) = (&self.controller.ring, response.status) {
+        let asked = match (&self.controller.ring, &self.controller.for_namespace) {
+            (Some(ring), _) => Some(format!("ring `{ring}`")),
+            (None, Some(ns)) => Some(format!("namespace `{ns}`")),
+            (None, None) => None,
+        };
+        if let (Some(asked), 404 | 503) = (asked, response.status) {
             // kseal's controller answers in plain text: `no ring "…" here (this controller's
-            // rings: …)` or `no key of ring … seals: …`.
+            // rings: …)`, `no key of ring … seals: …` or `no key seals: ring … seals for
+            // namespace …`.
             let said = response.body.lines().next().unwrap_or_default().trim();
             let said: String = said.chars().take(300).collect();
             bail!(
-                "the controller `{}` serves no certificate for ring `{ring}` (HTTP {}){}",
+                "the controller `{}` serves no certificate for {asked} (HTTP {}){}",
                 controller.describe(),
                 response.status,
                 if said.is_empty() {

@@ -676,6 +676,11 @@ fn the_controller_certificate_is_fetched_through_the_service_proxy() {
             200,
             pem.clone(),
         ),
+        (
+            "/api/v1/namespaces/kseal-system/services/http:kseal-controller:http/proxy/v1/cert.pem?namespace=team-a",
+            200,
+            pem.clone(),
+        ),
     ]);
     kubeconfig(dir.path(), server.port);
     let envs = [("KUBECONFIG", "kubeconfig")];
@@ -738,6 +743,113 @@ fn the_controller_certificate_is_fetched_through_the_service_proxy() {
     assert_eq!(server.requests.lock().unwrap().len(), before);
     let run = kseal_env(&["cert"], None, dir.path(), &[("KUBECONFIG", "missing")]);
     snap!("err_no_kubeconfig", run);
+}
+
+/// A controller whose rings are bound to namespaces serves each namespace's certificate
+/// (`/v1/cert.pem?namespace=NS`): `kseal seal`, `set` and `create` without `--cert` seal each
+/// object with the certificate of the namespace it is sealed for, cluster-wide ones with the
+/// default; `--controller-ring` still names one ring for all.
+#[test]
+fn without_a_certificate_each_namespace_is_sealed_with_the_controllers_certificate_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shared, team) = (fixture_pair(), new_pair(dir.path(), "team"));
+    let proxy = "/api/v1/namespaces/kseal-system/services/http:kseal-controller:http/proxy";
+    let route = |query: &str, status: u16, body: String| {
+        let path: &'static str = Box::leak(format!("{proxy}/v1/cert.pem{query}").into_boxed_str());
+        (path, status, body)
+    };
+    let server = serve(vec![
+        (
+            "/api/v1/namespaces/kseal-system/services/kseal-controller",
+            200,
+            r#"{"kind":"Service","spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
+        ),
+        route("", 200, shared.certificate().to_pem()),
+        route("?namespace=team-a", 200, team.certificate().to_pem()),
+        route("?namespace=shared", 200, shared.certificate().to_pem()),
+        route("?ring=kseal%2Fshared", 200, shared.certificate().to_pem()),
+        route(
+            "?namespace=loading",
+            503,
+            "no key seals: ring kseal/team-b seals for namespace loading, and none of its keys is loaded yet\n"
+                .to_owned(),
+        ),
+    ]);
+    kubeconfig(dir.path(), server.port);
+    let envs = [("KUBECONFIG", "kubeconfig")];
+    let (shared_ring, team_ring) = (ring(&[&shared]), ring(&[&team]));
+    let input = "kind: Secret\nmetadata:\n  name: a\n  namespace: team-a\nstringData:\n  v: for-team\n---\nkind: Secret\nmetadata:\n  name: b\n  namespace: shared\nstringData:\n  v: for-shared\n---\nkind: Secret\nmetadata:\n  name: c\n  namespace: team-a\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\"\nstringData:\n  v: everywhere\n";
+    let run = kseal_env(&["seal"], Some(input), dir.path(), &envs);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(sealed.len(), 3);
+    assert_eq!(open(&sealed[0], &team_ring)["v"], "for-team");
+    assert_eq!(open(&sealed[1], &shared_ring)["v"], "for-shared");
+    assert_eq!(open(&sealed[2], &shared_ring)["v"], "everywhere");
+    assert!(
+        run.stderr
+            .contains("seals these namespaces with different keys")
+            && run
+                .stderr
+                .contains(&format!("team-a → key {}", &team.id().as_str()[..12])),
+        "the note names each namespace's key: {}",
+        run.stderr
+    );
+    let asked: Vec<String> = server
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.split_whitespace().nth(1).map(str::to_owned))
+        .filter(|p| p.contains("cert.pem"))
+        .collect();
+    assert_eq!(
+        asked.len(),
+        3,
+        "one request per namespace and one cluster-wide: {asked:?}"
+    );
+
+    // `--controller-ring` names one ring for every object.
+    let run = kseal_env(
+        &["seal", "--controller-ring", "kseal/shared"],
+        Some(input),
+        dir.path(),
+        &envs,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sealed = parse_sealed(&run.stdout);
+    assert_eq!(open(&sealed[0], &shared_ring)["v"], "for-team");
+
+    // `set` adds an item sealed for the file's namespace.
+    let one =
+        "kind: Secret\nmetadata:\n  name: a\n  namespace: team-a\nstringData:\n  v: for-team\n";
+    let run = kseal_env(&["seal", "-w", "a.yaml"], Some(one), dir.path(), &envs);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let run = kseal_env(&["set", "a.yaml", "w"], Some("added"), dir.path(), &envs);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let file = std::fs::read_to_string(dir.path().join("a.yaml")).unwrap();
+    let opened = open(&parse_sealed(&file)[0], &team_ring);
+    assert_eq!(
+        (opened["v"].as_str(), opened["w"].as_str()),
+        ("for-team", "added")
+    );
+
+    // A namespace whose ring cannot seal yet: the controller's reason, and nothing written.
+    let run = kseal_env(
+        &["seal"],
+        Some("kind: Secret\nmetadata:\n  name: a\n  namespace: loading\nstringData:\n  v: x\n"),
+        dir.path(),
+        &envs,
+    );
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("serves no certificate for namespace `loading` (HTTP 503)")
+            && run.stderr.contains("none of its keys is loaded yet"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty());
 }
 
 #[test]

@@ -200,7 +200,7 @@ pub(crate) fn aws(args: AwsArgs) -> Result<()> {
         }
     };
     seal_and_emit(
-        &cert.load_one()?,
+        &super::load_certificate(&cert, &args.out, Some(namespace))?,
         &args.out,
         name,
         Some(namespace),

@@ -257,11 +257,12 @@ pub(crate) fn git(args: GitArgs) -> Result<()> {
         || tls_client
         || args.ca_file.is_some();
     check_git_args(&args, ssh, https)?;
-    // Certificate first: a key must never be generated for a Secret that cannot be sealed.
-    let certificate = cert.load_one()?;
     let mut items = Items::new();
     let mut labels = BTreeMap::new();
     let (default_name, default_namespace) = consumer_items(&args, &mut items, &mut labels)?;
+    // Certificate before the credentials: a key must never be generated for a Secret that
+    // cannot be sealed.
+    let certificate = super::load_certificate(&cert, &args.out, Some(default_namespace))?;
     let generated_public = if ssh {
         ssh_items(&args, &mut items)?
     } else {

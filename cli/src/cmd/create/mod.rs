@@ -39,17 +39,17 @@ pub(super) fn cert_request(cert: &crate::args::CertArgs, out: &OutArgs) -> Resul
     CertRequest::from_args(&cert)
 }
 
-/// Seals `items` into a SealedSecret named by `out` (or the defaults) and emits it.
-pub(super) fn seal_and_emit(
-    certificate: &kseal_keys::Certificate,
+/// Where [`seal_and_emit`] seals for: the creation rule of the output path, the namespace
+/// and the scope.
+fn destination(
     out: &OutArgs,
-    default_name: &str,
     default_namespace: Option<&str>,
-    labels: BTreeMap<String, String>,
-    items: Items,
-) -> Result<()> {
+) -> Result<(
+    Option<crate::project::MatchedRule>,
+    String,
+    kseal_api::Scope,
+)> {
     let rule = crate::project::rule_for_output(out.write.as_deref())?;
-    let name = out.name.clone().unwrap_or_else(|| default_name.to_owned());
     // -n, else the consumer's namespace (the one its controller reads, e.g. flux-system),
     // else the creation rule's. Every consumer defines one today, so a rule's namespace
     // does not move a bootstrap Secret away from where its consumer looks for it.
@@ -63,6 +63,33 @@ pub(super) fn seal_and_emit(
         .scope
         .or_else(|| rule.as_ref().and_then(|r| r.scope()))
         .unwrap_or(kseal_api::Scope::Strict);
+    Ok((rule, namespace, scope))
+}
+
+/// The certificate [`seal_and_emit`] seals with for the same `out` and default namespace:
+/// from the controller, the one it serves for that namespace (a controller with rings bound
+/// to namespaces seals each namespace with the ring bound there).
+pub(super) fn load_certificate(
+    cert: &CertRequest,
+    out: &OutArgs,
+    default_namespace: Option<&str>,
+) -> Result<kseal_keys::Certificate> {
+    let (_, namespace, scope) = destination(out, default_namespace)?;
+    cert.for_namespace((scope != kseal_api::Scope::Cluster).then_some(namespace.as_str()))
+        .load_one()
+}
+
+/// Seals `items` into a SealedSecret named by `out` (or the defaults) and emits it.
+pub(super) fn seal_and_emit(
+    certificate: &kseal_keys::Certificate,
+    out: &OutArgs,
+    default_name: &str,
+    default_namespace: Option<&str>,
+    labels: BTreeMap<String, String>,
+    items: Items,
+) -> Result<()> {
+    let (rule, namespace, scope) = destination(out, default_namespace)?;
+    let name = out.name.clone().unwrap_or_else(|| default_name.to_owned());
     if let Some(rule) = &rule {
         rule.check_scope(scope, &format!("Secret `{namespace}/{name}`"))?;
     }
