@@ -2742,3 +2742,357 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused_on_a_real_apiserver()
         a_ring_key_fork_at_the_markers_version_is_refused(client).await;
     }
 }
+
+/// Rewrites the ring's history marker as an older kseal wrote it (no digest, no pending
+/// write): the upgrade window of attack review round 11, L1.
+async fn legacy_marker(ring: &Ring) {
+    let (text, version) = ring
+        .store()
+        .read(&ring.root_name(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut legacy: serde_json::Value = serde_json::from_str(&text).unwrap();
+    legacy.as_object_mut().unwrap().remove("digest");
+    legacy.as_object_mut().unwrap().remove("next");
+    ring.store()
+        .compare_and_swap(&ring.root_name(), &legacy.to_string(), Some(&version), &[])
+        .await
+        .unwrap();
+    assert!(
+        ring.history_marker()
+            .await
+            .unwrap()
+            .unwrap()
+            .digest
+            .is_none()
+    );
+}
+
+/// A fork of `index` at `version` signed by the ring key `root`: `evil` active (its key
+/// secret stored beside), `index`'s active key retired.
+async fn ring_key_fork(
+    ring: &Ring,
+    index: &Index,
+    version: u64,
+    root: &KeyPair,
+    evil: &KeyPair,
+) -> Index {
+    let _ = ring
+        .store()
+        .create_immutable(
+            &ring.key_name(&kid(evil)),
+            &KeyEntry::from_pair(evil).unwrap().to_json(),
+            kid(evil).as_str(),
+            &[],
+            &|_| true,
+        )
+        .await;
+    let mut fork = index.clone();
+    let genuine = fork.active.clone().unwrap();
+    fork.keys.retain(|e| e.kid != genuine);
+    fork.retired.push(
+        serde_json::from_value(serde_json::json!({
+            "kid": genuine.as_str(),
+            "retired": jiff::Timestamp::now().to_string(),
+        }))
+        .unwrap(),
+    );
+    fork.keys
+        .push(IndexEntry::new(evil.certificate(), SystemTime::now()).unwrap());
+    fork.active = Some(kid(evil));
+    fork.version = version;
+    fork.updated = jiff::Timestamp::now();
+    kseal_keystore::trust::sign_index(&mut fork, root).unwrap();
+    fork
+}
+
+/// For `window`: `state` never seals `evil`, and the mirror Secret `kept` stays.
+async fn never_evil_and_kept(
+    client: &Client,
+    ctrl: &str,
+    state: &State,
+    evil: &KeyPair,
+    kept: &Secret,
+    window: Duration,
+) {
+    let api = Api::<Secret>::namespaced(client.clone(), ctrl);
+    let evil_pem = evil.certificate().to_pem();
+    let until = tokio::time::Instant::now() + window;
+    while tokio::time::Instant::now() < until {
+        let (status, pem) = cert_pem(state).await;
+        assert!(
+            !(status == http::StatusCode::OK && pem == evil_pem),
+            "sealed to the fork's key"
+        );
+        assert!(
+            state
+                .ring_view
+                .current()
+                .is_none_or(|v| v.active != Some(kid(evil))),
+            "the fork's view"
+        );
+        assert!(
+            api.get_opt(&kept.name_any())
+                .await
+                .unwrap()
+                .is_some_and(|s| s.metadata.uid == kept.metadata.uid),
+            "the live mirror was deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Whether `state`'s key source reports a problem containing `text`.
+fn problem_contains(state: &State, text: &str) -> bool {
+    state
+        .readiness
+        .key_source()
+        .and_then(|s| s.problem)
+        .is_some_and(|p| p.contains(text))
+}
+
+/// Issue 35, attack review round 12, A2 and A3. Under a history marker an older kseal wrote
+/// (no digest), a leader and a follower hold the genuine index; whoever holds the ring key
+/// and can write the index puts a fork in at the marker's version (their key active, the
+/// genuine active key retired). The running leader refuses it; then it stops:
+/// - the follower that becomes leader compares the fork with the copy it followed, refuses
+///   it (a Warning naming both digests), keeps sealing the genuine key and deletes no mirror;
+/// - a restarted leader compares with the verified ring-state copy: refused, never the
+///   fork's key, no mirror deleted.
+///
+/// A3: a leader restarted with no copy at all takes the fork (the documented case); the
+/// seeder's index restored at that version is refused with advice to adopt it, not restore
+/// it, and once adopted and refreshed the genuine key seals again.
+async fn a_new_leader_refuses_a_fork_at_the_version_of_its_copy(client: Client) {
+    let (_dir, location, ring) = dir_ring(&[older_key(), key(1)]).await;
+    ring.activate(kid(key(1)).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    legacy_marker(&ring).await;
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, Duration::from_secs(1));
+    source.anchor = Some(kid(older_key()));
+    let config = || with_source(&ctrl, &[&ctrl], source.clone());
+    let leader = Running::start(&client, config()).await;
+    wait_sealing_key(&leader.state, key(1), 2).await;
+    let name = wait_ring_state(&client, &ctrl).await.name_any();
+    let follower = Running::start_as(&client, config(), false).await;
+    wait_sealing_key(&follower.state, key(1), 2).await;
+    let kept = mirror_of(&client, &ctrl, key(1)).await;
+
+    let genuine = ring.require_snapshot().await.unwrap().index;
+    let evil = key(2);
+    let fork = ring_key_fork(&ring, &genuine, genuine.version, older_key(), evil).await;
+    overwrite_index(&ring, &fork.to_json()).await;
+    refresh_until(&leader.state, "the running leader refuses the fork", || {
+        problem_contains(&leader.state, "like the index held")
+    })
+    .await;
+    leader.stop().await;
+
+    // Takeover.
+    follower.state.leadership.assume(true);
+    refresh_until(&follower.state, "the new leader refuses the fork", || {
+        problem_contains(&follower.state, "like the verified ring-state copy")
+    })
+    .await;
+    never_evil_and_kept(
+        &client,
+        &ctrl,
+        &follower.state,
+        evil,
+        &kept,
+        Duration::from_secs(4),
+    )
+    .await;
+    assert_eq!(
+        cert_pem(&follower.state).await.1,
+        key(1).certificate().to_pem(),
+        "the new leader keeps sealing the genuine key"
+    );
+    let refused = eventually(
+        "a RingIndexRefused naming both digests",
+        PATIENCE,
+        || async {
+            Ok(
+                Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ctrl)
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .find(|e| {
+                        e.reason.as_deref() == Some("RingIndexRefused")
+                            && e.type_.as_deref() == Some("Warning")
+                            && e.note
+                                .as_deref()
+                                .is_some_and(|n| n.contains("verified ring-state copy"))
+                    }),
+            )
+        },
+    )
+    .await
+    .unwrap();
+    let note = refused.note.unwrap_or_default();
+    assert!(note.contains(&genuine.digest()), "{note}");
+    assert!(note.contains(&fork.digest()), "{note}");
+    assert!(note.contains("--adopt-index"), "{note}");
+    follower.stop().await;
+
+    // Restart.
+    let restarted = Running::start(&client, config()).await;
+    refresh_until(
+        &restarted.state,
+        "the restarted leader refuses the fork",
+        || problem_contains(&restarted.state, "like the verified ring-state copy"),
+    )
+    .await;
+    never_evil_and_kept(
+        &client,
+        &ctrl,
+        &restarted.state,
+        evil,
+        &kept,
+        Duration::from_secs(4),
+    )
+    .await;
+    restarted.stop().await;
+
+    // A3: no copy to compare with (removed): the restarted leader takes the fork. The
+    // seeder's index put back at that version is refused with advice to adopt it.
+    Api::<Secret>::namespaced(client.clone(), &ctrl)
+        .delete(&name, &Default::default())
+        .await
+        .unwrap();
+    let restarted = Running::start(&client, config()).await;
+    eventually(
+        "the fork's key seals (nothing to compare)",
+        PATIENCE,
+        || async {
+            let (_, pem) = cert_pem(&restarted.state).await;
+            Ok((pem == evil.certificate().to_pem()).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    overwrite_index(&ring, &genuine.to_json()).await;
+    refresh_until(&restarted.state, "the restored index is refused", || {
+        problem_contains(&restarted.state, "like the index held")
+    })
+    .await;
+    let problem = restarted
+        .state
+        .readiness
+        .key_source()
+        .unwrap()
+        .problem
+        .unwrap();
+    assert!(
+        problem.contains("kseal keys refresh --adopt-index"),
+        "adopt, not restore: {problem}"
+    );
+    ring.clone()
+        .with_adopt_index(Some(genuine.digest()))
+        .refresh()
+        .await
+        .unwrap();
+    eventually("the genuine key seals again", PATIENCE, || async {
+        restarted.state.refresh.request();
+        let (_, pem) = cert_pem(&restarted.state).await;
+        Ok((pem == key(1).certificate().to_pem()).then_some(()))
+    })
+    .await
+    .unwrap();
+    restarted.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_refuses_a_fork_at_the_version_of_its_copy_on_the_test_server() {
+    a_new_leader_refuses_a_fork_at_the_version_of_its_copy(TestApiServer::new().client()).await;
+}
+
+/// Issue 35, attack review round 12, F1: whoever can write Secrets in the controller
+/// namespace plants a rival ring-state Secret holding a ring-key fork at a much higher
+/// version. The follower refuses it (the marker does not vouch for it) and still follows the
+/// leader's copy: when the seeder activates another key, the follower seals it too.
+async fn a_rival_ring_state_copy_never_freezes_a_follower(client: Client) {
+    let (_dir, location, ring) = dir_ring(&[older_key(), key(1)]).await;
+    ring.activate(kid(key(1)).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let mut source = dir_source(&location, Duration::from_secs(1));
+    source.anchor = Some(kid(older_key()));
+    let config = || with_source(&ctrl, &[&ctrl], source.clone());
+    let leader = Running::start(&client, config()).await;
+    wait_sealing_key(&leader.state, key(1), 2).await;
+    let follower = Running::start_as(&client, config(), false).await;
+    wait_sealing_key(&follower.state, key(1), 2).await;
+
+    let genuine = ring.require_snapshot().await.unwrap().index;
+    let rival = ring_key_fork(&ring, &genuine, 1000, older_key(), key(2)).await;
+    // Only a ring-state copy: the fork's key secret stays in the store, no key Secret.
+    let api = Api::<Secret>::namespaced(client.clone(), &ctrl);
+    let mut planted = wait_ring_state(&client, &ctrl).await;
+    planted.metadata = kube::api::ObjectMeta {
+        name: Some("kseal-ring-state-zzzz".into()),
+        namespace: Some(ctrl.clone()),
+        labels: planted.metadata.labels.clone(),
+        annotations: planted.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    planted.data = Some(
+        [(
+            "index.json".to_owned(),
+            k8s_openapi::ByteString(rival.to_json().into_bytes()),
+        )]
+        .into(),
+    );
+    api.create(&PostParams::default(), &planted).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        cert_pem(&follower.state).await.1,
+        key(1).certificate().to_pem()
+    );
+
+    // The seeder adds a key and activates it: the leader, then the follower, seal it.
+    let next = fresh_key();
+    ring.push(&next).await.unwrap();
+    ring.activate(kid(&next).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    leader.state.refresh.request();
+    wait_sealing_key(&leader.state, &next, 3).await;
+    eventually(
+        "the follower seals the new active key",
+        PATIENCE,
+        || async {
+            let (_, pem) = cert_pem(&follower.state).await;
+            Ok((pem == next.certificate().to_pem()).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    assert_ne!(
+        follower.state.ring_view.current().unwrap().active,
+        Some(kid(key(2)))
+    );
+    follower.stop().await;
+    leader.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rival_ring_state_copy_never_freezes_a_follower_on_the_test_server() {
+    a_rival_ring_state_copy_never_freezes_a_follower(TestApiServer::new().client()).await;
+}
+
+/// A test-only 2048-bit key of its own (the shared ones are in use).
+fn fresh_key() -> KeyPair {
+    KeyPair::generate(
+        kseal_keys::KeySize::Rsa2048,
+        &kseal_keys::CertificateOptions::default(),
+    )
+    .unwrap()
+}

@@ -199,6 +199,11 @@ struct Cache {
     /// when the ring-state copy it finds is older (rolled back while it followed) and the store
     /// cannot be read.
     followed: Option<FoundState>,
+    /// Under a history marker an older kseal wrote (no digest), the verified ring-state copy
+    /// a restarted leader found but did not take (the marker cannot vouch for it): never
+    /// published, only compared with the store's index at the same version (attack review,
+    /// round 12, A2).
+    unvouched_copy: Option<FoundState>,
     /// The version floor when the current sync began (before the store's index raised it): a
     /// ring-state copy older than that was rolled back, whoever wrote it.
     sync_floor: u64,
@@ -396,6 +401,7 @@ impl Mirror {
                 expired_warned: None,
                 superseded_warned: None,
                 followed: None,
+                unvouched_copy: None,
                 sync_floor: 0,
                 rivals_warned: HashSet::new(),
                 persisted_checked: false,
@@ -462,7 +468,6 @@ impl Mirror {
         // has pinned the anchor (below). Under an anchor the store is read only once this
         // succeeded: it restores the version floor.
         self.cache.store_seen = StoreSeen::NotAsked;
-        self.cache.vouching_fresh = false;
         let marker = self.apply_marker().await;
         self.adopt_persisted_anchor().await?;
         let publish = !self.cache.anchor_from_state || self.cache.index.is_some();
@@ -518,8 +523,8 @@ impl Mirror {
             let (index, verified) =
                 parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
                     .map_err(|e| self.store_err(e))?;
-            self.check_vouched(&index, Some(&version)).await?;
-            self.check_same_version(&index)?;
+            let vouch = self.check_vouched(&index, Some(&version)).await?;
+            self.check_same_version(&index, vouch).await?;
             self.unsigned_allowed(&verified).await?;
             self.accepted(&verified).await;
             self.merge_state(false).await?;
@@ -578,13 +583,13 @@ impl Mirror {
         &mut self,
         index: &kseal_keystore::Index,
         read: Option<&Version>,
-    ) -> Result<(), SyncError> {
+    ) -> Result<Option<kseal_keystore::Vouch>, SyncError> {
         use kseal_keystore::Vouch;
         if self.cache.vouching_fresh
             && let Some(m) = &self.cache.vouching
-            && matches!(m.vouches(index), Vouch::Written | Vouch::Pending)
+            && let verdict @ (Vouch::Written | Vouch::Pending) = m.vouches(index)
         {
-            return Ok(());
+            return Ok(Some(verdict));
         }
         let mut refused = None;
         // Twice at most: a seeder's write between the index read and the marker read (its
@@ -595,7 +600,7 @@ impl Mirror {
             count(&self.state, "get_marker", outcome(&read));
             let Some((text, version)) = read.map_err(|e| self.store_err(e))? else {
                 self.cache.vouching = None;
-                return Ok(());
+                return Ok(None);
             };
             let m = kseal_keystore::Marker::parse(&text).ok_or_else(|| {
                 self.store_err(kseal_keystore::Error::Malformed {
@@ -612,7 +617,7 @@ impl Mirror {
             self.cache.vouching_fresh = true;
             let verdict = m.vouches(index);
             match verdict {
-                Vouch::Written | Vouch::Pending | Vouch::Unrecorded => return Ok(()),
+                Vouch::Written | Vouch::Pending | Vouch::Unrecorded => return Ok(Some(verdict)),
                 Vouch::Older => {
                     refused = Some((m, verdict));
                     break;
@@ -621,7 +626,7 @@ impl Mirror {
             }
         }
         let Some((marker, verdict)) = refused else {
-            return Ok(());
+            return Ok(None);
         };
         let (index_name, root_name) = (self.ring.index_name(), self.ring.root_name());
         let restore = kseal_keystore::restore_vouched(&marker, &index_name, &root_name);
@@ -661,25 +666,101 @@ impl Mirror {
     /// Refuses an index at the version of the one held but with other content: versions
     /// only grow, so one of the two is a fork, and the one held was verified first (attack
     /// review, round 11, L1: under a marker an older kseal wrote, which records no digest, a
-    /// running leader took a fork signed with a ring key at the version it held).
-    fn check_same_version(&self, index: &kseal_keystore::Index) -> Result<(), SyncError> {
-        let Some(held) = &self.cache.index else {
-            return Ok(());
-        };
-        if held.version != index.version || !index.is_signed() || held.digest() == index.digest() {
+    /// running leader took a fork signed with a ring key at the version it held). `vouch` is
+    /// what the history marker said of `index`.
+    ///
+    /// Under such a marker a replica that holds no index yet (a follower that became leader,
+    /// a restarted leader) compares with the verified ring-state copy it followed, else the
+    /// one it found at start (round 12, A2: a new leader took the store's fork at the
+    /// marker's version, sealed to its key and deleted a live mirror the fork retired). An
+    /// index the marker vouches for as written replaces a held one at its version, which the
+    /// marker then does not vouch for (round 12, A3: a leader restarted onto a fork refused
+    /// the seeder's restored index): a Warning says so.
+    async fn check_same_version(
+        &mut self,
+        index: &kseal_keystore::Index,
+        vouch: Option<kseal_keystore::Vouch>,
+    ) -> Result<(), SyncError> {
+        use kseal_keystore::Vouch;
+        if !index.is_signed() {
             return Ok(());
         }
+        let (held, what) = match &self.cache.index {
+            Some(held) => (held.clone(), "the index held".to_owned()),
+            None if vouch == Some(Vouch::Unrecorded) => match self.copy_to_compare() {
+                Some((held, name)) => (held, format!("the verified ring-state copy {name}")),
+                None => return Ok(()),
+            },
+            None => return Ok(()),
+        };
+        if held.version != index.version || held.digest() == index.digest() {
+            return Ok(());
+        }
+        let root_name = self.ring.root_name();
+        let describe = |i: &kseal_keystore::Index| {
+            format!(
+                "SHA-256 {}, active key {}",
+                i.digest(),
+                i.active.as_ref().map_or("none", Kid::short)
+            )
+        };
+        if vouch == Some(Vouch::Written) {
+            let note = format!(
+                "version {} of ring {}'s index ({}) replaces {what} at that version ({}): \
+                 {root_name} records the first as written by the ring's writers, so the other \
+                 was a fork",
+                index.version,
+                self.ring.name(),
+                describe(index),
+                describe(&held)
+            );
+            tracing::warn!("{note}");
+            let found = self.cache.found_state.clone();
+            if let Some(reference) = self.state_reference(found.as_deref()) {
+                self.warn_on(&reference, "RingIndexReplaced", note).await;
+            }
+            return Ok(());
+        }
+        let fix = if self
+            .cache
+            .vouching
+            .as_ref()
+            .is_some_and(|m| m.digest.is_none())
+        {
+            format!(
+                "{root_name} (written by an older kseal) records no digest to tell them apart: \
+                 the ring's seeder checks the keys of both, and adopts the one it wrote with \
+                 `kseal keys refresh --adopt-index <its SHA-256>` (restoring it at this \
+                 version is refused again)"
+            )
+        } else {
+            "the ring's seeder restores the index it wrote last".to_owned()
+        };
         Err(self.store_err(kseal_keystore::Error::Untrusted {
             what: self.ring.index_name(),
             reason: format!(
-                "it is version {} like the index held, but with other content (its active key \
-                 is {}, the held one's {}): two indexes of one version, one of them a fork. \
-                 Nothing from it is used; the ring's seeder restores the index it wrote last",
+                "it is version {} like {what}, but with other content (the store's: {}; \
+                 {what}: {}): two indexes of one version, one of them a fork. Nothing from it \
+                 is used; {fix}",
                 index.version,
-                index.active.as_ref().map_or("none", Kid::short),
-                held.active.as_ref().map_or("none", Kid::short)
+                describe(index),
+                describe(&held)
             ),
         }))
+    }
+
+    /// The verified ring-state copy a replica holding no index compares the store's index
+    /// with ([`Mirror::check_same_version`]): the one it followed, else the one it found at
+    /// start; and the copy's name.
+    fn copy_to_compare(&self) -> Option<(kseal_keystore::Index, String)> {
+        let copy = self
+            .cache
+            .followed
+            .as_ref()
+            .or(self.cache.unvouched_copy.as_ref())?;
+        kseal_keystore::Index::parse_any_ring(&copy.text, &copy.name)
+            .ok()
+            .map(|index| (index, copy.name.clone()))
     }
 
     /// A poll whose index did not change (its store version is the one held): the history
@@ -704,7 +785,7 @@ impl Mirror {
             return Ok(());
         }
         self.cache.vouching_fresh = false;
-        self.check_vouched(held, Some(read)).await
+        self.check_vouched(held, Some(read)).await.map(|_| ())
     }
 
     /// While a sync that failed on the store backs off: asks the store for the index's

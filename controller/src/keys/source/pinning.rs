@@ -179,6 +179,9 @@ impl Mirror {
     /// planted or replayed copy of a fork signed with ring keys, nor one older than the
     /// seeder's last write (attack review, round 2). Applied whatever the pin names.
     pub(super) async fn apply_marker(&mut self) -> Result<(), kseal_keystore::Error> {
+        // A marker read in an earlier poll is not used again without a read (see
+        // [`Mirror::check_vouched`]); one read here is, once.
+        self.cache.vouching_fresh = false;
         if self.cache.marker_applied {
             return Ok(());
         }

@@ -18,7 +18,23 @@ impl Mirror {
     /// cluster holding that key could sign) is refused even at a higher version; two copies
     /// naming different dedicated roots at the same place of the chain, newer than the pin's,
     /// mean that no copy is taken (the pin cannot say which is the ring's).
+    ///
+    /// Of the copies that verify, the newest one the history marker as last read vouches for
+    /// is taken, else the newest: a rival copy (a fork at a higher version, planted by whoever
+    /// can write Secrets here) never hides the leader's (attack review, round 12, F1).
     pub async fn load_state(&self) -> Result<Option<FoundState>, SyncError> {
+        let mut copies = self.load_states().await?;
+        if copies.is_empty() {
+            return Ok(None);
+        }
+        let at = copies.iter().position(|(_, vouched)| *vouched).unwrap_or(0);
+        Ok(Some(copies.swap_remove(at).0))
+    }
+
+    /// Every ring-state copy of this ring that verifies (see [`Mirror::load_state`]), newest
+    /// first, each with whether the history marker as last read vouches for it (`true` when
+    /// no marker was read). A copy that does not verify is named in the log and skipped.
+    pub(super) async fn load_states(&self) -> Result<Vec<(FoundState, bool)>, SyncError> {
         let trust = self.pin.trust();
         let listed = self
             .api
@@ -91,7 +107,7 @@ impl Mirror {
                 None
             }
         };
-        let mut best: Option<FoundState> = None;
+        let mut copies: Vec<(FoundState, bool)> = Vec::new();
         for (name, text, index, verified, ever, last_active) in candidates {
             // No copy before the store's history marker answered (a restart while the store
             // cannot be read): under a pin at a ring key a planted fork copy would pass, raise
@@ -114,21 +130,29 @@ impl Mirror {
                 Verified::Signed { version, .. } => *version,
                 Verified::Unsigned => 0,
             };
-            if best
-                .as_ref()
-                .is_some_and(|b| (b.version, b.view.updated) >= (version, index.updated))
-            {
-                continue;
-            }
-            best = Some(FoundState {
-                version,
-                text,
-                root: Pin::dedicated_root(&verified),
-                view: RingView::new(&index, &ever, last_active),
-                name,
+            let vouched = self.cache.vouching.as_ref().is_none_or(|m| {
+                use kseal_keystore::Vouch;
+                matches!(
+                    m.vouches(&index),
+                    Vouch::Written | Vouch::Pending | Vouch::Unrecorded
+                )
             });
+            copies.push((
+                FoundState {
+                    version,
+                    text,
+                    root: Pin::dedicated_root(&verified),
+                    view: RingView::new(&index, &ever, last_active),
+                    name,
+                },
+                vouched,
+            ));
         }
-        Ok(best)
+        // Newest first; of equal ones, the first listed (a stable sort).
+        copies.sort_by(|(a, _), (b, _)| {
+            (b.version, b.view.updated).cmp(&(a.version, a.view.updated))
+        });
+        Ok(copies)
     }
 
     /// A follower that took no copy now: a view it holds that is older than its floor (a
@@ -164,7 +188,6 @@ impl Mirror {
     /// this namespace could have written; until it has, it takes no view, so it seals nothing.
     pub async fn follow(&mut self) -> Result<(), SyncError> {
         let mut from_store = None;
-        self.cache.vouching_fresh = false;
         let marker = self.apply_marker().await;
         self.adopt_persisted_anchor().await?;
         if self.pin.anchor.is_none()
@@ -201,31 +224,54 @@ impl Mirror {
             from_store = Some(index);
         }
         // An unsigned ring (no anchor): its own index, never a Secret's copy of it.
-        let found = match self.pin.anchor {
-            Some(_) => self.load_state().await?,
-            None => None,
+        let copies = match self.pin.anchor {
+            Some(_) => self.load_states().await?,
+            None => Vec::new(),
         };
-        match (found, from_store) {
-            (Some(found), _)
-                if self
-                    .cache
-                    .followed
-                    .as_ref()
-                    .is_none_or(|f| f.text != found.text) =>
+        let mut refused = None;
+        let mut taken = false;
+        for (found, _) in copies {
+            if self
+                .cache
+                .followed
+                .as_ref()
+                .is_some_and(|f| f.text == found.text)
             {
-                // A copy this follower did not take before: the history marker must vouch for
-                // it, as for the leader's reads of the store (attack review, round 9: a follower
-                // took a fork signed with a ring key from a planted copy and kept sealing to
-                // it). Refused or unchecked (the store does not answer), the view held stays.
-                self.copy_vouched(&found).await?;
                 self.take_followed(found).await;
+                taken = true;
+                break;
             }
-            (Some(found), _) => self.take_followed(found).await,
-            (None, Some(index)) => {
+            // A copy this follower did not take before: the history marker must vouch for it,
+            // as for the leader's reads of the store (attack review, round 9: a follower took a
+            // fork signed with a ring key from a planted copy and kept sealing to it). Refused,
+            // the next older copy is tried (round 12, F1: a rival copy at a higher version
+            // froze followers on the old active key); unchecked (the store does not answer),
+            // the view held stays.
+            match self.copy_vouched(&found).await {
+                Ok(()) => {
+                    self.take_followed(found).await;
+                    taken = true;
+                    break;
+                }
+                Err(
+                    e @ SyncError::Store {
+                        source: kseal_keystore::Error::Untrusted { .. },
+                        ..
+                    },
+                ) => refused = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        if !taken && let Some(e) = refused {
+            return Err(e);
+        }
+        match (taken, from_store) {
+            (true, _) => {}
+            (false, Some(index)) => {
                 let view = RingView::new(&index, &self.cache.ever, self.cache.last_active.clone());
                 self.state.ring_view.publish(view);
             }
-            (None, None) => self.drop_stale_view().await,
+            (false, None) => self.drop_stale_view().await,
         }
         self.note_follower_expiry();
         Ok(())
@@ -266,7 +312,7 @@ impl Mirror {
     async fn copy_vouched(&mut self, found: &FoundState) -> Result<(), SyncError> {
         let index = kseal_keystore::Index::parse_any_ring(&found.text, &found.name)
             .map_err(|e| self.store_err(e))?;
-        let refused = self.check_vouched(&index, None).await.and_then(|()| {
+        let refused = self.check_vouched(&index, None).await.and_then(|_| {
             // Under a marker an older kseal wrote (no digest), a copy at the version of the
             // view held but with other content is a fork (attack review, round 11, L1).
             match &self.cache.followed {
@@ -435,6 +481,9 @@ impl Mirror {
                         .as_ref()
                         .is_some_and(|m| m.digest.is_none() && m.version > 0) =>
             {
+                // Kept unpublished, to compare the store's index with: a fork at the marker's
+                // version that differs from it is refused (attack review, round 12, A2).
+                self.cache.unvouched_copy = found;
                 None
             }
             Some(found) if self.cache.marker_applied => {
@@ -479,7 +528,6 @@ impl Mirror {
         }
         // The marker first, when the store answers (attack review, round 4: a planted older
         // copy of the ring's own history passed the pin and sealed until the spread ended).
-        self.cache.vouching_fresh = false;
         let _ = self.apply_marker().await;
         if self.merge_state(true).await.is_err() {
             return false;
@@ -2041,6 +2089,285 @@ mod tests {
             assert!(
                 fresh.load_state().await.unwrap().is_none(),
                 "two dedicated roots at root 2: neither copy is taken"
+            );
+        })
+        .await;
+    }
+
+    /// Rewrites the history marker as an older kseal wrote it: no digest, no pending write.
+    async fn legacy_marker(writer: &Ring) {
+        let (text, version) = writer
+            .store()
+            .read(&writer.root_name(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut marker: serde_json::Value = serde_json::from_str(&text).unwrap();
+        marker.as_object_mut().unwrap().remove("digest");
+        marker.as_object_mut().unwrap().remove("next");
+        writer
+            .store()
+            .compare_and_swap(
+                &writer.root_name(),
+                &marker.to_string(),
+                Some(&version),
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A fork of `index` at `version`, signed by the ring key `root`: `evil` active, the
+    /// genuine active key retired.
+    fn fork_of(index: &Index, version: u64, root: &KeyPair, evil: &KeyPair) -> Index {
+        let mut fork = index.clone();
+        let genuine = fork.active.clone().unwrap();
+        fork.keys.retain(|e| e.kid != genuine);
+        fork.retired.push(
+            serde_json::from_value(serde_json::json!({
+                "kid": genuine.as_str(),
+                "retired": jiff::Timestamp::now().to_string(),
+            }))
+            .unwrap(),
+        );
+        fork.keys
+            .push(IndexEntry::new(evil.certificate(), std::time::SystemTime::now()).unwrap());
+        fork.active = Some(Kid::of(evil.public_key()));
+        fork.version = version;
+        fork.updated = jiff::Timestamp::now();
+        kseal_keystore::trust::sign_index(&mut fork, root).unwrap();
+        fork
+    }
+
+    /// A two-key ring (`b` active) under a marker an older kseal wrote, a leader and a
+    /// follower on its index, and a fork at the marker's version in the store.
+    async fn legacy_ring_with_fork(
+        dir: &std::path::Path,
+        client: &Client,
+    ) -> (Ring, KeyPair, KeyPair, Mirror, Mirror, Index) {
+        let (a, b, evil) = (pair(), pair(), pair());
+        let writer = ring(dir, None).await;
+        writer.push(&a).await.unwrap();
+        writer.push(&b).await.unwrap();
+        writer
+            .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        legacy_marker(&writer).await;
+        let leader = mirror(ring(dir, Some(&a)).await, client);
+        leader.state.leadership.assume(true);
+        let mut leader = leader;
+        leader.sync().await.unwrap();
+        let mut follower = mirror(ring(dir, Some(&a)).await, client);
+        follower.follow().await.unwrap();
+        let genuine = writer.require_snapshot().await.unwrap().index;
+        assert_eq!(
+            follower.state.ring_view.current().unwrap().active,
+            genuine.active
+        );
+        let fork = fork_of(&genuine, genuine.version, &a, &evil);
+        overwrite(&writer, &fork.to_json()).await;
+        // The running leader refuses it (round 11, L1).
+        let err = leader.sync().await.unwrap_err();
+        assert!(
+            crate::error_chain(&err).contains("like the index held"),
+            "{err}"
+        );
+        (writer, a, b, leader, follower, genuine)
+    }
+
+    /// Issue 35, attack review round 12, A2: under a marker an older kseal wrote, a follower
+    /// that becomes leader holds no index of its own; it compares the store's fork at the
+    /// marker's version with the copy it followed, refuses it (naming both digests) and keeps
+    /// the view it had. Restarted, a leader compares with the copy it finds (not published).
+    #[tokio::test]
+    async fn a_new_or_restarted_leader_refuses_a_fork_at_the_version_of_its_copy() {
+        within("takeover", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (_writer, a, b, leader, mut follower, genuine) =
+                legacy_ring_with_fork(dir.path(), &client).await;
+            let fork = _writer.require_snapshot().await.unwrap().index;
+            drop(leader);
+            follower.state.leadership.assume(true);
+            assert!(
+                !follower.start_from_copy().await,
+                "no copy taken: a digest-less marker"
+            );
+            let err = follower.sync().await.unwrap_err();
+            let message = crate::error_chain(&err);
+            assert_eq!(err.reason(), "untrusted");
+            assert!(
+                message.contains("like the verified ring-state copy"),
+                "{message}"
+            );
+            assert!(message.contains(&genuine.digest()), "{message}");
+            assert!(message.contains(&fork.digest()), "{message}");
+            assert!(message.contains("--adopt-index"), "{message}");
+            assert_eq!(
+                follower.state.ring_view.current().unwrap().active,
+                Some(Kid::of(b.public_key())),
+                "the followed view stays"
+            );
+            assert!(follower.cache.index.is_none());
+
+            // A restart of the leader: the copy it finds is compared, not published.
+            let restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
+            restarted.state.leadership.assume(true);
+            let mut restarted = restarted;
+            let err = restarted.sync().await.unwrap_err();
+            let message = crate::error_chain(&err);
+            assert!(
+                message.contains("like the verified ring-state copy"),
+                "{message}"
+            );
+            assert!(restarted.cache.index.is_none());
+            assert!(
+                restarted
+                    .state
+                    .ring_view
+                    .current()
+                    .is_none_or(|v| v.active == Some(Kid::of(b.public_key()))),
+                "never the fork's key"
+            );
+            // The genuine index put back: taken.
+            overwrite(&_writer, &genuine.to_json()).await;
+            restarted.sync().await.unwrap();
+            assert_eq!(
+                restarted.state.ring_view.current().unwrap().active,
+                Some(Kid::of(b.public_key()))
+            );
+        })
+        .await;
+    }
+
+    /// Issue 35, attack review round 12, A3: a leader restarted onto a fork (no copy to
+    /// compare with: the documented case) refuses the seeder's index restored at the same
+    /// version, and says to adopt it rather than restore it; once the marker records the
+    /// genuine index as written, it replaces the fork, with a Warning.
+    #[tokio::test]
+    async fn an_index_the_marker_records_as_written_replaces_a_held_fork() {
+        within("adopt", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (writer, a, b, _leader, _follower, genuine) =
+                legacy_ring_with_fork(dir.path(), &client).await;
+            let api = Api::<Secret>::namespaced(client.clone(), "kseal");
+            for s in api
+                .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+                .await
+                .unwrap()
+                .items
+            {
+                api.delete(&s.name_any(), &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+            let restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
+            restarted.state.leadership.assume(true);
+            let mut restarted = restarted;
+            restarted
+                .sync()
+                .await
+                .expect("nothing to compare: the fork is taken");
+            assert_ne!(
+                restarted.state.ring_view.current().unwrap().active,
+                Some(Kid::of(b.public_key()))
+            );
+            overwrite(&writer, &genuine.to_json()).await;
+            let err = restarted.sync().await.unwrap_err();
+            let message = crate::error_chain(&err);
+            assert!(message.contains("like the index held"), "{message}");
+            assert!(
+                message.contains("kseal keys refresh --adopt-index"),
+                "adopt, not restore: {message}"
+            );
+            assert!(!message.contains("restores the index"), "{message}");
+            vouch(&writer).await;
+            restarted.sync().await.unwrap();
+            assert_eq!(
+                restarted.state.ring_view.current().unwrap().active,
+                Some(Kid::of(b.public_key())),
+                "the index the marker records as written replaces the fork"
+            );
+            let name = restarted.cache.state_name.clone().unwrap();
+            let events = events_about(&client, &name, "RingIndexReplaced").await;
+            assert_eq!(events.len(), 1, "{events:?}");
+        })
+        .await;
+    }
+
+    /// Issue 35, attack review round 12, F1: a rival ring-state copy (a fork at a higher
+    /// version, verifying under the pin, planted by whoever can write Secrets here) does not
+    /// freeze a follower: it takes the newest copy the marker vouches for, the leader's, and
+    /// `load_state` returns that one too.
+    #[tokio::test]
+    async fn a_rival_copy_at_a_higher_version_never_hides_the_leaders() {
+        within("rival", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b, c, evil) = (pair(), pair(), pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            writer.push(&b).await.unwrap();
+            writer
+                .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+                .await
+                .unwrap();
+            let leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.state.leadership.assume(true);
+            let mut leader = leader;
+            leader.sync().await.unwrap();
+            let own = leader.cache.state_name.clone().unwrap();
+            let mut follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            follower.follow().await.unwrap();
+            let genuine = writer.require_snapshot().await.unwrap().index;
+            let rival = fork_of(&genuine, 1000, &a, &evil);
+            let api = Api::<Secret>::namespaced(client.clone(), "kseal");
+            api.create(
+                &PostParams::default(),
+                &ring_state_secret(
+                    leader.ring.name(),
+                    "kseal-ring-state-zzzz",
+                    &rival.to_json(),
+                ),
+            )
+            .await
+            .unwrap();
+            // Refused (logged), skipped: the copy followed stays.
+            follower.follow().await.unwrap();
+            assert_eq!(
+                follower.state.ring_view.current().unwrap().active,
+                Some(Kid::of(b.public_key()))
+            );
+
+            // The seeder activates another key: the leader writes it, the follower takes it.
+            writer.push(&c).await.unwrap();
+            writer
+                .activate(Kid::of(c.public_key()).as_str(), Duration::ZERO)
+                .await
+                .unwrap();
+            leader.sync().await.unwrap();
+            follower.follow().await.unwrap();
+            assert_eq!(
+                follower.state.ring_view.current().unwrap().active,
+                Some(Kid::of(c.public_key())),
+                "the follower follows the leader past the rival"
+            );
+            assert_eq!(leader.load_state().await.unwrap().unwrap().name, own);
+            assert_eq!(follower.load_state().await.unwrap().unwrap().name, own);
+            // A fresh follower too.
+            let mut fresh = mirror(ring(dir.path(), Some(&a)).await, &client);
+            fresh.follow().await.unwrap();
+            assert_eq!(
+                fresh.state.ring_view.current().unwrap().active,
+                Some(Kid::of(c.public_key()))
+            );
+            assert!(
+                api.get_opt("kseal-ring-state-zzzz")
+                    .await
+                    .unwrap()
+                    .is_some()
             );
         })
         .await;

@@ -198,7 +198,16 @@ impl Schedule {
                 mirror.restore_followed().await;
                 mirror.write_state().await;
                 if matches!(e.reason(), "untrusted" | "malformed") {
-                    let found = mirror.cache.found_state.clone();
+                    // A new leader that has written no copy yet: on the copy it found, else the
+                    // one it followed or compared with (attack review, round 12, A2).
+                    let found = mirror.cache.found_state.clone().or_else(|| {
+                        mirror
+                            .cache
+                            .followed
+                            .as_ref()
+                            .or(mirror.cache.unvouched_copy.as_ref())
+                            .map(|f| f.name.clone())
+                    });
                     mirror
                         .refused_index_event(refusal_kind(&e), &message, found.as_deref())
                         .await;
