@@ -292,12 +292,13 @@ fn sealed_for(secret: &Secret, options: &SealOptions) -> Option<String> {
 /// seals each with the ring bound there); otherwise one set for all.
 fn certs_by_namespace(
     request: &SealRequest,
+    loaded: Option<Vec<NamedCert>>,
     namespaces: impl IntoIterator<Item = Option<String>>,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<Option<String>, Vec<NamedCert>>> {
     let mut by_ns = BTreeMap::new();
-    if !request.certs.per_namespace() {
-        by_ns.insert(None, request.certs.load()?);
+    if let Some(certs) = loaded {
+        by_ns.insert(None, certs);
         return Ok(by_ns);
     }
     for ns in namespaces {
@@ -331,6 +332,13 @@ fn certs_by_namespace(
 }
 
 fn seal_normal(request: &SealRequest) -> Result<()> {
+    // The certificates first (a bad --cert is said before anything is read), unless the
+    // controller is asked for each namespace's: then the inputs say which.
+    let loaded = if request.certs.per_namespace() {
+        None
+    } else {
+        Some(request.certs.load()?)
+    };
     let inputs = Input::read_all(&request.inputs)?;
     let format = request
         .format
@@ -350,6 +358,7 @@ fn seal_normal(request: &SealRequest) -> Result<()> {
     }
     let by_ns = certs_by_namespace(
         request,
+        loaded,
         prepared.iter().map(|(s, o, _)| sealed_for(s, o)),
         &mut notes,
     )?;
