@@ -404,6 +404,11 @@ pub(crate) struct RingArgs {
     /// and keys that the refusal printed are the ones you wrote last
     #[arg(long, env = env::KSEAL_ADOPT_INDEX, value_name = "DIGEST")]
     pub(crate) adopt_index: Option<String>,
+    /// Let a write build on the index although the ring's history marker records a later
+    /// write as pending: only after checking that your last write failed before it wrote the
+    /// index and that the index is the one you wrote before it (the refusal says how)
+    #[arg(long, env = env::KSEAL_DROP_PENDING)]
+    pub(crate) drop_pending: bool,
     /// Accept a directory ring whose files or directories group or others may write, or whose
     /// private keys they may read (as ssh, kseal refuses them by default)
     #[arg(long, env = env::KSEAL_INSECURE_PERMS)]

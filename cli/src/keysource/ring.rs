@@ -71,7 +71,8 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
     }
     ring = ring
         .with_allow_expired(args.allow_expired)
-        .with_adopt_index(args.adopt_index.clone());
+        .with_adopt_index(args.adopt_index.clone())
+        .with_drop_pending(args.drop_pending);
     Ok(ring)
 }
 
@@ -132,6 +133,14 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
                 }
                 marker => marker,
             };
+            // Whether the marker vouches for this very index as its writers' (written, or
+            // pending at the next version).
+            let vouched = match &marker {
+                Some(Ok(Some(m))) => {
+                    matches!(m.vouches(&snapshot.index), Vouch::Written | Vouch::Pending)
+                }
+                _ => false,
+            };
             if let (Some(pinned), Some(marker)) = (ring.trust().anchor(), marker) {
                 check_marker(ring, pinned, &snapshot, marker)?;
             }
@@ -147,7 +156,14 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
                 },
             ) = (ring.trust().anchor(), &snapshot.verified)
             {
-                seen::record(pinned, *version, dedicated.then_some((*root_seq, root)))?;
+                let digest = snapshot.index.digest();
+                check_seen_digest(ring, pinned, &snapshot, &digest, vouched)?;
+                seen::record(
+                    pinned,
+                    *version,
+                    Some(&digest),
+                    dedicated.then_some((*root_seq, root)),
+                )?;
                 if *dedicated
                     && !snapshot
                         .index
@@ -200,6 +216,60 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
             Err(error)
         }
     }
+}
+
+/// Refuses an index of the version this machine read last (for the history pinned at
+/// `pinned`) whose SHA-256 (`digest`) is not the one it read then: one of the two is a history
+/// forked with a key clusters held (attack review, round 12, A4: under a history marker an
+/// older kseal wrote, which records no digest, a laptop that had read the real index sealed to
+/// a fork of its version). An index the marker vouches for (`vouched`) replaces the one kept,
+/// which was the fork, with a warning.
+fn check_seen_digest(
+    ring: &Ring,
+    pinned: &kseal_keystore::Kid,
+    snapshot: &Snapshot,
+    digest: &str,
+    vouched: bool,
+) -> Result<()> {
+    let kept = seen::load(pinned)?;
+    let version = snapshot.index.version;
+    let Some(before) = kept
+        .digest
+        .filter(|d| kept.version == version && d != digest)
+    else {
+        return Ok(());
+    };
+    let file = seen::path(pinned)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "this machine's ring cache".to_owned());
+    if vouched {
+        eprintln!(
+            "warning: key ring {} holds version {version} with SHA-256 {digest}, which its \
+             history marker {} vouches for, but this machine had read another index of that \
+             version (SHA-256 {before}): a history forked with a key clusters held, read \
+             before the marker could tell. {file} keeps this one now",
+            ring_label(ring),
+            ring.root_name()
+        );
+        return seen::replace_digest(pinned, version, digest);
+    }
+    bail!(
+        "key ring {}'s index is version {version} with SHA-256 {digest} (active key {}), but \
+         this machine read another index of that version before, with SHA-256 {before}: two \
+         indexes of one version, so one of them is a history forked with a key clusters held, \
+         and the ring's history marker {} does not vouch for this one. Nothing was done; the \
+         ring's seeder checks which one it wrote (the store's previous versions, by their \
+         SHA-256), restores it if this one is the fork, or writes again (`kseal keys \
+         refresh`) if this one is its own, so that the marker vouches for it. {file} keeps \
+         what this machine read",
+        ring_label(ring),
+        snapshot
+            .index
+            .active
+            .as_ref()
+            .map_or("none", kseal_keystore::Kid::short),
+        ring.root_name()
+    );
 }
 
 /// Checks a verified `snapshot` of a ring pinned at `pinned` against the ring's history
@@ -359,9 +429,35 @@ fn check_marker_facts(
             kseal_keystore::restore_vouched(&marker, &ring.index_name(), &ring.root_name())
         );
     }
+    // A write recorded as pending over the index read: a write in flight, or one that went
+    // through and was undone by putting this index back (attack review, round 12, U1). The
+    // seeder's next write refuses until it is restored or dropped; a reader only says so.
+    let pending = marker.pending_over(&snapshot.index);
+    if !pending.is_empty() {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "warning: key ring {}'s history marker {} records a write of version {} as \
+                 pending (SHA-256 {}), but the index is still version {version} (active key \
+                 {}): a write in progress, or one that went through and was undone by putting \
+                 this index back. If no write is running, tell the ring's seeder: its next \
+                 write refuses until that write is restored or dropped",
+                ring_label(ring),
+                ring.root_name(),
+                marker.version.saturating_add(1),
+                pending.join(" or "),
+                snapshot
+                    .index
+                    .active
+                    .as_ref()
+                    .map_or("none", kseal_keystore::Kid::short)
+            );
+        }
+    }
     seen::record(
         pinned,
         marker.version,
+        None,
         marker.root.as_ref().map(|(seq, kid)| (*seq, kid)),
     )
 }
@@ -398,6 +494,7 @@ pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Sn
         lifetime: None,
         allow_expired: false,
         adopt_index: None,
+        drop_pending: false,
         // As clap reads a boolean flag's variable.
         insecure_perms: var(crate::env::KSEAL_INSECURE_PERMS).is_some_and(|v| {
             !matches!(
@@ -487,6 +584,7 @@ mod tests {
             lifetime: None,
             allow_expired: false,
             adopt_index: None,
+            drop_pending: false,
             insecure_perms: false,
         }
     }

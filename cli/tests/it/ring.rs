@@ -2164,3 +2164,239 @@ fn a_ring_key_fork_at_the_markers_version_is_refused_by_ci_and_re_root() {
         moved.stderr
     );
 }
+
+/// Issue 35, attack review round 12 (A4): under a history marker an older kseal wrote (no
+/// digest), a laptop whose cache had read the real index sealed to a fork signed with a ring
+/// key at that same version. Its cache now keeps the SHA-256 of the index read at the newest
+/// version and refuses another index of that version, naming both digests; an index the
+/// marker vouches for replaces a fork read before (with a warning). A cache file an older
+/// kseal wrote (no digest) still loads.
+#[test]
+fn a_laptop_that_read_the_real_index_refuses_a_fork_of_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = d.join("ring");
+    let url = format!("dir://{}", ring.display());
+    let cache = d.join("cache");
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", cache.to_str().unwrap());
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    let ok = |out: Run| {
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["trust", "--yes"]));
+    let anchor = pinned_anchor(d);
+    let path = ring.join("index.json");
+    let real_text = std::fs::read_to_string(&path).unwrap();
+    let real = kseal_keystore::Index::parse_any_ring(&real_text, "index.json").unwrap();
+    let marker_path = ring.join("root.json");
+    let vouching = std::fs::read_to_string(&marker_path).unwrap();
+    // The marker as an older kseal wrote it: no digest.
+    let mut legacy: serde_json::Value = serde_json::from_str(&vouching).unwrap();
+    legacy.as_object_mut().unwrap().remove("digest");
+    legacy.as_object_mut().unwrap().remove("next");
+    std::fs::write(&marker_path, legacy.to_string()).unwrap();
+    let seal = |env: &Aws| {
+        env.run(
+            d,
+            &[
+                "seal",
+                "--cert",
+                &url,
+                "--raw",
+                "--name",
+                "x",
+                "--namespace",
+                "y",
+            ],
+            Some("v"),
+        )
+    };
+    // The cache file as an older kseal left it (a version, no digest): loaded, and given the
+    // digest of the index read at that version.
+    let cached = cache.join("rings").join(&anchor);
+    std::fs::create_dir_all(cached.parent().unwrap()).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let private = std::fs::Permissions::from_mode(0o700);
+        std::fs::set_permissions(cached.parent().unwrap(), private).unwrap();
+    }
+    std::fs::write(&cached, format!("{}\n", real.version)).unwrap();
+    ok(seal(&aws));
+    assert_eq!(
+        std::fs::read_to_string(&cached).unwrap(),
+        format!("{}\ndigest {}\n", real.version, real.digest())
+    );
+    // A fork at the same version, signed with the anchor (a ring key clusters hold).
+    let anchor_dir = ring.join("keys").join(&anchor);
+    let anchor_pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(anchor_dir.join("tls.key")).unwrap(),
+        &std::fs::read_to_string(anchor_dir.join("tls.crt")).unwrap(),
+    )
+    .unwrap();
+    let evil = kseal_keys::KeyPair::generate(
+        kseal_keys::KeySize::Rsa2048,
+        &kseal_keys::CertificateOptions::default(),
+    )
+    .unwrap();
+    let evil_kid = kseal_keystore::Kid::of(evil.public_key());
+    let mut fork = real.clone();
+    fork.keys.push(
+        kseal_keystore::IndexEntry::new(evil.certificate(), std::time::SystemTime::now()).unwrap(),
+    );
+    fork.active = Some(evil_kid.clone());
+    kseal_keystore::trust::sign_index(&mut fork, &anchor_pair).unwrap();
+    std::fs::write(&path, fork.to_json()).unwrap();
+    let refused = seal(&aws);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    for part in [
+        real.digest(),
+        fork.digest(),
+        evil_kid.short().to_owned(),
+        "forked".to_owned(),
+        cached.display().to_string(),
+    ] {
+        assert!(refused.stderr.contains(&part), "{part}: {}", refused.stderr);
+    }
+    assert!(
+        refused.stdout.is_empty(),
+        "nothing sealed: {}",
+        refused.stdout
+    );
+    let listed = keys(&["list"]);
+    assert_eq!(listed.code, 1, "{}", listed.stderr);
+    assert!(listed.stderr.contains(&fork.digest()), "{}", listed.stderr);
+    // A second laptop read the fork first (nothing could tell it then, only a warning)…
+    let other_cache = d.join("other");
+    let other = Aws::new().with("KSEAL_CACHE_DIR", other_cache.to_str().unwrap());
+    let first = ok(seal(&other));
+    assert!(
+        first.stderr.contains("records no digest"),
+        "{}",
+        first.stderr
+    );
+    // …then the real index is back, with a marker that vouches for it: taken, and the fork's
+    // digest replaced, with a warning; the cache file keeps its mode.
+    std::fs::write(&path, &real_text).unwrap();
+    std::fs::write(&marker_path, &vouching).unwrap();
+    let replaced = ok(seal(&other));
+    assert!(
+        replaced.stderr.contains("had read another index")
+            && replaced.stderr.contains(&fork.digest()),
+        "{}",
+        replaced.stderr
+    );
+    let other_file = other_cache.join("rings").join(&anchor);
+    assert!(
+        std::fs::read_to_string(&other_file)
+            .unwrap()
+            .contains(&format!("digest {}", real.digest()))
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&other_file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    let again = ok(seal(&other));
+    assert!(
+        !again.stderr.contains("had read another index"),
+        "{}",
+        again.stderr
+    );
+    // The first laptop seals to the real index again.
+    ok(seal(&aws));
+}
+
+/// Issue 35, attack review round 12 (U1): a write the history marker records as pending over
+/// the index at its version (a writer that failed before its index write, or a write undone
+/// by putting the older index back, whatever the store's previous version says) stops the
+/// seeder's next write until it is restored or dropped with `--drop-pending`
+/// (`KSEAL_DROP_PENDING`), after checking; pinned readers seal, with one warning.
+#[test]
+fn a_pending_write_stops_the_seeder_until_dropped_and_readers_warn() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = d.join("ring");
+    let url = format!("dir://{}", ring.display());
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", d.join("cache").to_str().unwrap());
+    let keys = |env: &Aws, args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        env.run(d, &all, None)
+    };
+    let ok = |out: Run| {
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    ok(keys(&aws, &["push", "--key-size", "2048"]));
+    ok(keys(&aws, &["trust", "--yes"]));
+    let marker_path = ring.join("root.json");
+    let index_path = ring.join("index.json");
+    for (n, drop) in [(1u8, &["--drop-pending"][..]), (2, &[][..])] {
+        let index = kseal_keystore::Index::parse_any_ring(
+            &std::fs::read_to_string(&index_path).unwrap(),
+            "index.json",
+        )
+        .unwrap();
+        // What a write that crashed after recording its digest leaves.
+        let lost = format!("{n:x}").repeat(64);
+        let mut marker: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&marker_path).unwrap()).unwrap();
+        marker["next"] = serde_json::json!([lost]);
+        std::fs::write(&marker_path, marker.to_string()).unwrap();
+        let sealed = ok(aws.run(
+            d,
+            &[
+                "seal",
+                "--cert",
+                &url,
+                "--raw",
+                "--name",
+                "x",
+                "--namespace",
+                "y",
+            ],
+            Some("v"),
+        ));
+        assert_eq!(
+            sealed.stderr.matches("as pending").count(),
+            1,
+            "one warning: {}",
+            sealed.stderr
+        );
+        assert!(sealed.stderr.contains(&lost), "{}", sealed.stderr);
+        let refused = keys(&aws, &["refresh"]);
+        assert_eq!(refused.code, 1, "{}", refused.stderr);
+        for part in [
+            lost.clone(),
+            index.digest(),
+            "--drop-pending".to_owned(),
+            format!("version {}", index.version),
+        ] {
+            assert!(refused.stderr.contains(&part), "{part}: {}", refused.stderr);
+        }
+        let mut args = vec!["refresh"];
+        args.extend_from_slice(drop);
+        let env = if drop.is_empty() {
+            aws.clone().with("KSEAL_DROP_PENDING", "true")
+        } else {
+            aws.clone()
+        };
+        ok(keys(&env, &args));
+        let marker: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&marker_path).unwrap()).unwrap();
+        assert_eq!(marker["version"], serde_json::json!(index.version + 1));
+        assert!(marker.get("next").is_none(), "{marker}");
+        ok(keys(&aws, &["refresh"]));
+    }
+}

@@ -119,6 +119,22 @@ impl Marker {
     }
 }
 
+impl Marker {
+    /// The writes this marker records as pending over `index` (their digests): none unless
+    /// `index` is the one it vouches for as written at its version. A write between its
+    /// marker update and its index write leaves some for a moment; otherwise that write failed
+    /// before its index write, or went through and was undone by putting `index` back (attack
+    /// review, round 12, U1): writers refuse to build on `index` then (`--drop-pending` after
+    /// checking), and pinned readers warn.
+    pub fn pending_over(&self, index: &Index) -> &[String] {
+        if self.vouches(index) == Vouch::Written {
+            &self.next
+        } else {
+            &[]
+        }
+    }
+}
+
 /// What a marker write records of an index (see [`Ring::mark`]).
 #[derive(Clone, Copy)]
 enum Record<'a> {
@@ -586,5 +602,29 @@ mod tests {
             "malformed digests are dropped"
         );
         assert!(Marker::parse("[1]").is_none() && Marker::parse("not json").is_none());
+    }
+
+    /// A write recorded as pending over the index the marker vouches for: named for that
+    /// index only (attack review, round 12, U1); once the pending index is in place it is
+    /// vouched for as pending instead, and the marker catches up to it.
+    #[test]
+    fn pending_writes_are_named_over_the_written_index_only() {
+        let (v3, v4) = (index(3), index(4));
+        let written = marker(3, Some(&v3), &[&v4]);
+        assert_eq!(written.pending_over(&v3), [v4.digest()].as_slice());
+        assert!(
+            written.pending_over(&v4).is_empty(),
+            "the pending write landed"
+        );
+        assert!(written.pending_over(&index(2)).is_empty());
+        let mut fork3 = index(3);
+        fork3.active = None;
+        fork3.updated = jiff::Timestamp::from_second(1).unwrap();
+        assert!(
+            written.pending_over(&fork3).is_empty(),
+            "refused as not written"
+        );
+        assert!(marker(3, Some(&v3), &[]).pending_over(&v3).is_empty());
+        assert!(marker(3, None, &[]).pending_over(&v3).is_empty());
     }
 }

@@ -57,6 +57,9 @@ pub struct Ring {
     /// The digest of the index a write may build on under a history marker written by an
     /// older kseal, which records none (`--adopt-index`).
     adopt_index: Option<String>,
+    /// Whether a write may build on the index at the marker's version although the marker
+    /// records a write after it as pending (`--drop-pending`).
+    drop_pending: bool,
 }
 
 /// How long a signed index stays current when nothing says otherwise: the seeder refreshes
@@ -176,6 +179,7 @@ impl Ring {
             lifetime: None,
             allow_expired: false,
             adopt_index: None,
+            drop_pending: false,
         }
     }
 
@@ -219,6 +223,19 @@ impl Ring {
     #[must_use]
     pub fn with_adopt_index(mut self, digest: Option<String>) -> Self {
         self.adopt_index = digest.map(|d| d.trim().to_ascii_lowercase());
+        self
+    }
+
+    /// Lets a write build on the index at the history marker's version although the marker
+    /// records a write after it as pending (`--drop-pending`): for a seeder whose last write
+    /// failed before it wrote the index, after checking that the index is the one it wrote
+    /// before that. Without it such a write is refused, since the pending write may also have
+    /// gone through and been undone by putting the older index back (attack review, round 12,
+    /// U1). A pending write the store's previous version shows went through is refused
+    /// even so: it is restored, not dropped.
+    #[must_use]
+    pub fn with_drop_pending(mut self, drop: bool) -> Self {
+        self.drop_pending = drop;
         self
     }
 

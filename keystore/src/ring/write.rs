@@ -14,7 +14,7 @@ use crate::{Error, Result, Version};
 
 use super::{
     CAS_ATTEMPTS, DEFAULT_INDEX_LIFETIME, MAX_INDEX_BYTES, MAX_INDEX_LIFETIME, MIN_INDEX_LIFETIME,
-    Marker, Ring, Signer, Snapshot, Vouch,
+    Marker, Ring, Signer, Snapshot,
 };
 
 impl Ring {
@@ -33,6 +33,9 @@ impl Ring {
         // The index this write started from, once it recorded a new dedicated root in the
         // marker ahead of the index (below): a retry goes on only from that very index.
         let mut marked_ahead_from: Option<String> = None;
+        // The digests this write recorded in the marker as pending, one per attempt: its own,
+        // never taken for another write's (see [`Ring::check_not_undone`]).
+        let mut own_next: Vec<String> = Vec::new();
         let mut started_from: Option<String>;
         // The index this attempt builds on.
         let mut base: Option<Index>;
@@ -68,7 +71,15 @@ impl Ring {
                     };
                     self.check_against_marker(&s, marker.as_ref().map(|(m, _)| m), pending)?;
                     started_from = Some(s.index.to_json());
-                    self.catch_up_marker(&s, marker.as_ref()).await?;
+                    let may_wait = attempt < CAS_ATTEMPTS;
+                    if !self
+                        .catch_up_marker(&s, marker.as_ref(), &own_next, may_wait)
+                        .await?
+                    {
+                        // Another write the marker records as pending moved the index or the
+                        // marker while this one waited for it: read both again.
+                        continue;
+                    }
                     base = Some(s.index.clone());
                     (s.index, Some(s.version))
                 }
@@ -107,6 +118,7 @@ impl Ring {
                 && (marker.is_some() || new_root.is_some())
             {
                 self.mark_next(from, &index, new_root.clone()).await?;
+                own_next.push(index.digest());
                 if new_root.is_some() {
                     marked_ahead_from.get_or_insert(started_from.clone().unwrap_or_default());
                 }
@@ -137,12 +149,16 @@ impl Ring {
     }
 
     /// Checks the verified index a write builds on against the marker (`marker`, when the
-    /// ring has one) and brings the marker up to it.
+    /// ring has one) and brings the marker up to it. `own`: the digests this write recorded as
+    /// pending; `may_wait`: whether it may wait for another write the marker records as
+    /// pending. `false`: that write moved the index or the marker meanwhile (read again).
     async fn catch_up_marker(
         &self,
         s: &Snapshot,
         marker: Option<&(Marker, Version)>,
-    ) -> Result<()> {
+        own: &[String],
+        may_wait: bool,
+    ) -> Result<bool> {
         // A marker behind the verified index (a marker write that failed after its
         // index write) is brought up to it first, whatever this write then does
         // (attack review, round 6: a re-root retried as "nothing to do" left the
@@ -173,9 +189,11 @@ impl Ring {
                 ),
             });
         }
-        if let Some((m, _)) = &marker {
-            self.check_vouched(&s.index, m)?;
-            self.check_not_undone(&s.index, m).await?;
+        if let Some(marker) = marker {
+            self.check_vouched(&s.index, &marker.0)?;
+            if !self.check_not_undone(s, marker, own, may_wait).await? {
+                return Ok(false);
+            }
         }
         // An index adopted under a marker an older kseal wrote (no digest) is recorded only
         // by this write's own marker updates, after it was signed: a write that then fails
@@ -186,7 +204,7 @@ impl Ring {
         if marker.is_some() && s.index.is_signed() && !adopting {
             self.mark_written(&s.index).await?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The error of a marker write that failed after its index write went through: it says
@@ -202,41 +220,138 @@ impl Ring {
         ))
     }
 
-    /// Refuses to build on the index the marker vouches for at its version when a write
-    /// the marker records as pending went through and was undone: the store's previous
-    /// version of the index is that pending write (attack review, round 10: after a marker
-    /// write failed behind an activation, the older index was put back and the next routine
-    /// refresh signed on top of it, silently undoing the activation).
-    async fn check_not_undone(&self, index: &Index, marker: &Marker) -> Result<()> {
-        if marker.next.is_empty() || marker.vouches(index) != Vouch::Written {
-            return Ok(());
+    /// Refuses to build on the index the marker vouches for at its version while the marker
+    /// records a write after it as pending (`next`), other than this write's own (`own`):
+    /// either that write failed before its index write, or it went through and was undone by
+    /// putting the older index back, and a write on top would silently undo it for good
+    /// (attack review, round 10, N5: after a marker write failed behind an activation, the
+    /// older index was put back and the next routine refresh signed on top of it). The
+    /// store's previous version names an undone write, but whoever writes the index twice
+    /// moves it (round 12, U1): so every such write is refused, unless the seeder drops the
+    /// pending write after checking (`--drop-pending`, [`Ring::with_drop_pending`]). A write
+    /// in flight (its digest recorded, its index write not done yet) is waited for a moment
+    /// (`may_wait`): `Ok(false)` when the index or the marker moved meanwhile.
+    async fn check_not_undone(
+        &self,
+        s: &Snapshot,
+        (marker, marker_version): &(Marker, Version),
+        own: &[String],
+        may_wait: bool,
+    ) -> Result<bool> {
+        let index = &s.index;
+        let pending: Vec<&str> = marker
+            .pending_over(index)
+            .iter()
+            .filter(|d| !own.contains(d))
+            .map(String::as_str)
+            .collect();
+        if pending.is_empty() {
+            return Ok(true);
         }
+        if let Some(previous) = self.undone_write(marker).await? {
+            // The store still shows the write that went through: it is restored, never
+            // dropped, whatever --drop-pending says.
+            return Err(Error::Untrusted {
+                what: self.index_name(),
+                reason: format!(
+                    "it is version {}, but the store's previous version of it is version {} \
+                     (active key {}), a write that {} records as pending: that write went \
+                     through and was undone by putting the older index back. Nothing was \
+                     written; restore {} to that previous version (its text has SHA-256 {}), \
+                     then write again",
+                    index.version,
+                    previous.version,
+                    previous.active.as_ref().map_or("none", Kid::short),
+                    self.root_name(),
+                    self.index_name(),
+                    previous.digest()
+                ),
+            });
+        }
+        if self.drop_pending {
+            // This write's own marker update moves the marker past the pending digests once
+            // its index write went through (they stay recorded until then: a pending write
+            // that lands first fails this write's compare-and-swap, and its retry builds on
+            // it).
+            return Ok(true);
+        }
+        if may_wait && self.moves_meanwhile(&s.version, marker_version).await? {
+            return Ok(false);
+        }
+        let next = marker.version.saturating_add(1);
+        let digests = pending.join(" or ");
+        Err(Error::Refused(format!(
+            "{} is version {} (active key {}, SHA-256 {}), the one {} vouches for, but {} \
+             also records a write of version {next} as pending (SHA-256 {digests}), which the \
+             index does not hold: either that write failed before it wrote the index, or it \
+             went through and the older index was put back, undoing it ({}). Nothing was \
+             written. If your last write failed before writing the index, and this is the \
+             index you wrote before it, write again with --drop-pending; if it went through, \
+             restore {} to the stored version whose text has SHA-256 {digests}, then write \
+             again",
+            self.index_name(),
+            index.version,
+            index.active.as_ref().map_or("none", Kid::short),
+            index.digest(),
+            self.root_name(),
+            self.root_name(),
+            self.versions_hint(),
+            self.index_name(),
+        )))
+    }
+
+    /// The store's previous version of the index when it is a write `marker` records as
+    /// pending (at the version after the marker's): a write that went through and was undone.
+    async fn undone_write(&self, marker: &Marker) -> Result<Option<Index>> {
         let Some((text, _)) = self.store.read_previous(&self.index_name()).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let Ok(previous) = self.parse_index(&text) else {
-            return Ok(());
+            return Ok(None);
         };
-        if previous.version != marker.version.saturating_add(1)
-            || !marker.next.contains(&previous.digest())
-        {
-            return Ok(());
+        let undone = previous.version == marker.version.saturating_add(1)
+            && marker.next.contains(&previous.digest());
+        Ok(undone.then_some(previous))
+    }
+
+    /// Waits a moment (a write between its marker update and its index write takes a few
+    /// calls) for the index (read at `index`) or the marker (at `marker`) to move: whether
+    /// either did.
+    async fn moves_meanwhile(&self, index: &Version, marker: &Version) -> Result<bool> {
+        for _ in 0..PENDING_POLLS {
+            tokio::time::sleep(PENDING_POLL).await;
+            if self
+                .store
+                .current_version(&self.root_name())
+                .await?
+                .as_ref()
+                != Some(marker)
+                || self
+                    .store
+                    .current_version(&self.index_name())
+                    .await?
+                    .as_ref()
+                    != Some(index)
+            {
+                return Ok(true);
+            }
         }
-        Err(Error::Untrusted {
-            what: self.index_name(),
-            reason: format!(
-                "it is version {}, but the store's previous version of it is version {} (active \
-                 key {}), a write that {} records as pending: that write went through and was \
-                 undone by putting the older index back. Nothing was written; restore {} to \
-                 that previous version (its text has SHA-256 {}), then write again",
-                index.version,
-                previous.version,
-                previous.active.as_ref().map_or("none", Kid::short),
-                self.root_name(),
-                self.index_name(),
-                previous.digest()
+        Ok(false)
+    }
+
+    /// Where the index's stored versions are listed, with their SHA-256.
+    fn versions_hint(&self) -> String {
+        match &self.store {
+            crate::Store::SecretsManager(_) => format!(
+                "the store's versions tell: `aws secretsmanager list-secret-version-ids \
+                 --secret-id {} --include-deprecated`, then the SHA-256 of each version's \
+                 SecretString",
+                self.index_name()
             ),
-        })
+            crate::Store::Directory(_) => {
+                "a directory keeps no previous versions: your backups tell".to_owned()
+            }
+        }
     }
 
     /// The index a write starts from when the ring has none: a new, empty one, unless the
@@ -495,6 +610,11 @@ impl Ring {
         })
     }
 }
+
+/// How many times, and how often, a write looks again for another write the marker records
+/// as pending before refusing (see [`Ring::check_not_undone`]): two seconds in all.
+const PENDING_POLLS: u32 = 8;
+const PENDING_POLL: Duration = Duration::from_millis(250);
 
 /// The dedicated root `index` hands the history to, when `marker` does not record it yet.
 fn new_dedicated_root(index: &Index, marker: Option<&(Marker, Version)>) -> Option<(u64, Kid)> {

@@ -719,10 +719,209 @@ async fn a_pending_write_undone_by_putting_the_older_index_back_is_refused() {
             "{text}"
         );
         assert_eq!(raw_index(&ring).await, older, "nothing signed");
+        // The store shows the write went through: it is restored, never dropped.
+        let refused = ring
+            .clone()
+            .with_drop_pending(true)
+            .refresh()
+            .await
+            .expect_err("an undone write the store shows is not dropped")
+            .to_string();
+        assert!(refused.contains("was undone"), "{refused}");
+        assert_eq!(raw_index(&ring).await, older, "nothing signed");
         // Put back as the refusal says: the refresh finishes the write.
         overwrite_index(&ring, &written.to_json()).await;
         ring.refresh().await.unwrap();
         assert_eq!(raw_index(&ring).await.active, Some(kid(&b)));
+    }
+}
+
+/// Sets the history marker of `ring` to `version`, vouching for `digest`, with `next` pending:
+/// what a write that recorded its digest and then failed (or whose index write was undone)
+/// leaves.
+async fn mark_pending(ring: &Ring, version: u64, digest: &str, next: &[String]) {
+    let (text, current) = ring
+        .store()
+        .read(&ring.root_name(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut marker: serde_json::Value = serde_json::from_str(&text).unwrap();
+    marker["version"] = serde_json::json!(version);
+    marker["digest"] = serde_json::json!(digest);
+    marker["next"] = serde_json::json!(next);
+    ring.store()
+        .compare_and_swap(&ring.root_name(), &marker.to_string(), Some(&current), &[])
+        .await
+        .unwrap();
+}
+
+/// Attack review, round 12 (U1): the check above read the store's previous version, which
+/// whoever can write the index moves by writing it twice: the routine refresh then signed on
+/// top of the older index, silently erasing the activation. Now no write builds on the
+/// index at the marker's version while the marker records a write after it as pending,
+/// whatever the store's previous version is: the refusal names the pending digest and the
+/// index's version, active key and digest, and says what to do in either case. Restoring
+/// the pending write (the marker catches up to it) or `--drop-pending` (after checking) lets
+/// writes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_write_undone_by_writing_the_index_twice_is_refused_until_restored_or_dropped() {
+    for (ring, _dir) in rings("pending_write_twice").await {
+        let (a, b, _anchor) = seeded(&ring).await;
+        let older = raw_index(&ring).await;
+        ring.activate(kid(&b).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        let written = raw_index(&ring).await;
+        mark_pending(&ring, older.version, &older.digest(), &[written.digest()]).await;
+        // The older index put back, twice: the store's previous version is no longer the
+        // activation.
+        overwrite_index(&ring, &older.to_json()).await;
+        overwrite_index(&ring, &older.to_json()).await;
+        for (what, result) in [
+            ("refresh", ring.refresh().await.map(|_| ())),
+            ("push", ring.push(&pair()).await.map(|_| ())),
+        ] {
+            let e = result.expect_err(what).to_string();
+            for part in [
+                written.digest(),
+                older.digest(),
+                format!("version {}", older.version),
+                kid(&a).short().to_owned(),
+                "--drop-pending".to_owned(),
+                "restore".to_owned(),
+            ] {
+                assert!(e.contains(&part), "{what}: {part} missing from: {e}");
+            }
+        }
+        assert_eq!(raw_index(&ring).await, older, "nothing signed");
+        // Restored as the refusal says: the marker catches up to the pending write and the
+        // refresh goes on from it.
+        overwrite_index(&ring, &written.to_json()).await;
+        ring.refresh().await.expect("the pending write caught up");
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (written.version + 1, Some(kid(&b)))
+        );
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(marker.digest, Some(now.digest()));
+        assert!(marker.next.is_empty());
+        // Undone again, and this time the seeder drops it after checking: the write goes on
+        // from the older index and its own marker update clears the pending digest.
+        let undone = raw_index(&ring).await;
+        ring.activate(kid(&a).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        let activation = raw_index(&ring).await;
+        mark_pending(
+            &ring,
+            undone.version,
+            &undone.digest(),
+            &[activation.digest()],
+        )
+        .await;
+        overwrite_index(&ring, &undone.to_json()).await;
+        overwrite_index(&ring, &undone.to_json()).await;
+        ring.refresh().await.expect_err("pending");
+        ring.clone()
+            .with_drop_pending(true)
+            .refresh()
+            .await
+            .expect("dropped after checking");
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (undone.version + 1, Some(kid(&b))),
+            "built on the index put back"
+        );
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(marker.digest, Some(now.digest()));
+        assert!(marker.next.is_empty(), "the pending digest is cleared");
+        ring.refresh().await.expect("nothing pending any more");
+    }
+}
+
+/// A write that recorded its digest in the marker and then failed before its index write (a
+/// crash, a network error): the next write is refused (the store cannot tell it from a write
+/// undone), and goes on with `--drop-pending`. A write in flight, whose index and marker
+/// writes land a moment later, is waited for and built on, with no flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_needs_drop_pending_and_one_in_flight_is_awaited() {
+    for (ring, _dir) in rings("pending_write_failed").await {
+        let (a, b, _anchor) = seeded(&ring).await;
+        let real = raw_index(&ring).await;
+        // The crashed write's index never reached the store: only its digest is recorded.
+        let mut lost = real.clone();
+        lost.version += 1;
+        lost.active = Some(kid(&b));
+        mark_pending(&ring, real.version, &real.digest(), &[lost.digest()]).await;
+        let e = ring.refresh().await.expect_err("pending").to_string();
+        assert!(
+            e.contains(&lost.digest()) && e.contains("--drop-pending"),
+            "{e}"
+        );
+        assert_eq!(raw_index(&ring).await, real, "nothing signed");
+        ring.clone()
+            .with_drop_pending(true)
+            .push(&pair())
+            .await
+            .expect("dropped");
+        let now = raw_index(&ring).await;
+        assert_eq!(now.version, real.version + 1);
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(
+            (marker.version, marker.digest.clone()),
+            (now.version, Some(now.digest()))
+        );
+        assert!(marker.next.is_empty());
+
+        // A write in flight: its digest recorded, its index and marker writes a moment away.
+        let older = now;
+        ring.activate(kid(&b).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        let flying = raw_index(&ring).await;
+        mark_pending(&ring, older.version, &older.digest(), &[flying.digest()]).await;
+        overwrite_index(&ring, &older.to_json()).await;
+        overwrite_index(&ring, &older.to_json()).await;
+        let writer = {
+            let ring = ring.clone();
+            let flying = flying.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                overwrite_index(&ring, &flying.to_json()).await;
+                mark_pending(&ring, flying.version, &flying.digest(), &[]).await;
+            })
+        };
+        ring.refresh()
+            .await
+            .expect("the write in flight is awaited");
+        writer.await.unwrap();
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (flying.version + 1, Some(kid(&b))),
+            "built on the write that landed"
+        );
+        // --drop-pending never drops a pending write that landed: the marker catches up to it
+        // and the write builds on it.
+        let before = now;
+        ring.activate(kid(&a).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        let landed = raw_index(&ring).await;
+        mark_pending(&ring, before.version, &before.digest(), &[landed.digest()]).await;
+        ring.clone()
+            .with_drop_pending(true)
+            .refresh()
+            .await
+            .expect("built on the pending write");
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (landed.version + 1, Some(kid(&a)))
+        );
     }
 }
 

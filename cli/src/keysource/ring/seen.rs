@@ -3,8 +3,13 @@
 //! file per anchor: `rings/<anchor>`. A pin in `.kseal.yaml` records the version seen when it
 //! was made; this records every later one, so replaying an older signed index (whoever can
 //! write the index can put back any version the seeder once wrote) is refused as a rollback
-//! on a machine that saw a newer one. Best effort: a cache that cannot be written changes
-//! nothing but this protection.
+//! on a machine that saw a newer one. With the version, the SHA-256 of the index read at it
+//! (a file an older kseal wrote has none, and gets one from the next read): another index of
+//! the same version is a history forked with a key clusters held, refused here unless the
+//! ring's history marker vouches for it (attack review, round 12, A4: under a marker an older
+//! kseal wrote, which records no digest, a laptop that had read the real index sealed to a
+//! fork of the same version). Best effort: a cache that cannot be written changes nothing
+//! but this protection.
 //!
 //! Hardened like `~/.ssh`: the `rings` directory is created mode 0700 and each file is written
 //! mode 0600 through a new file with a random name in the same directory (`create_new`:
@@ -27,6 +32,9 @@ pub(crate) struct Seen {
     pub(crate) version: u64,
     /// The newest dedicated root read: its number in the chain and its kid.
     pub(crate) root: Option<(u64, Kid)>,
+    /// The SHA-256 ([`kseal_keystore::Index::digest`]) of the index read at `version`
+    /// (`None`: not read yet, or a file written by an older kseal).
+    pub(crate) digest: Option<String>,
 }
 
 fn dir() -> Option<PathBuf> {
@@ -75,12 +83,30 @@ fn load_or_warn(anchor: &Kid) -> Seen {
     })
 }
 
-/// Records `version` of `anchor`'s history, and its dedicated root `root` (number and kid),
-/// when newer than what is kept. Best effort for the store (a cache that cannot be written
-/// changes nothing but this protection), but a cache that is refused is an error.
-pub(crate) fn record(anchor: &Kid, version: u64, root: Option<(u64, &Kid)>) -> Result<()> {
+/// Records `version` of `anchor`'s history, with the digest of the index read at it
+/// (`digest`, when an index of that version was read), and its dedicated root `root` (number
+/// and kid), when newer than what is kept; at the version kept, a digest only where none is
+/// kept (another one is kept: [`replace_digest`] after checking). Best effort for the store (a
+/// cache that cannot be written changes nothing but this protection), but a cache that is
+/// refused is an error.
+pub(crate) fn record(
+    anchor: &Kid,
+    version: u64,
+    digest: Option<&str>,
+    root: Option<(u64, &Kid)>,
+) -> Result<()> {
     match dir() {
-        Some(dir) => record_in(&dir, anchor, version, root),
+        Some(dir) => record_in(&dir, anchor, version, digest, root),
+        None => Ok(()),
+    }
+}
+
+/// Replaces the digest kept for `version` of `anchor`'s history by `digest`: only for an index
+/// the ring's history marker vouches for, when this machine had read another index of that
+/// version (a fork, read before the marker could tell).
+pub(crate) fn replace_digest(anchor: &Kid, version: u64, digest: &str) -> Result<()> {
+    match dir() {
+        Some(dir) => replace_digest_in(&dir, anchor, version, digest),
         None => Ok(()),
     }
 }
@@ -290,40 +316,76 @@ pub(super) fn load_in(dir: &Path, anchor: &Kid) -> Result<Seen> {
     Ok(parse(&text))
 }
 
-/// The first line the version, then `root <seq> <kid>` for the newest dedicated root seen;
-/// anything unreadable counts as nothing kept.
+/// The first line the version, then `root <seq> <kid>` for the newest dedicated root seen and
+/// `digest <sha256>` for the index read at that version (older kseals ignore the lines they do
+/// not know, and wrote none of this one); anything unreadable counts as nothing kept.
 fn parse(text: &str) -> Seen {
     let mut lines = text.lines();
     let version = lines
         .next()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0);
-    let root = lines.find_map(|l| {
-        let mut words = l.split_whitespace();
+    let (mut root, mut digest) = (None, None);
+    for line in lines {
+        let mut words = line.split_whitespace();
         match (words.next(), words.next(), words.next()) {
-            (Some("root"), Some(seq), Some(kid)) => {
-                Some((seq.parse().ok()?, Kid::parse(kid).ok()?))
+            (Some("root"), Some(seq), Some(kid)) if root.is_none() => {
+                root = seq.parse().ok().zip(Kid::parse(kid).ok());
             }
-            _ => None,
+            (Some("digest"), Some(d), None) if digest.is_none() && is_digest(d) => {
+                digest = Some(d.to_ascii_lowercase());
+            }
+            _ => {}
         }
-    });
-    Seen { version, root }
+    }
+    Seen {
+        version,
+        root,
+        digest,
+    }
+}
+
+/// Whether `text` is a SHA-256 in hex.
+fn is_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 pub(super) fn record_in(
     dir: &Path,
     anchor: &Kid,
     version: u64,
+    digest: Option<&str>,
     root: Option<(u64, &Kid)>,
 ) -> Result<()> {
     let kept = load_in(dir, anchor)?;
     let newer_root = root.filter(|(seq, _)| kept.root.as_ref().is_none_or(|(s, _)| seq > s));
-    if version <= kept.version && newer_root.is_none() {
+    // A digest is kept only for the newest version, and never replaced here.
+    let digest = match version.cmp(&kept.version) {
+        std::cmp::Ordering::Greater => digest,
+        std::cmp::Ordering::Equal => kept.digest.as_deref().or(digest),
+        std::cmp::Ordering::Less => kept.digest.as_deref(),
+    };
+    let new_digest = version >= kept.version && digest != kept.digest.as_deref();
+    if version <= kept.version && newer_root.is_none() && !new_digest {
         return Ok(());
     }
     let version = version.max(kept.version);
     let root = newer_root.or(kept.root.as_ref().map(|(seq, kid)| (*seq, kid)));
-    store_in(dir, anchor, version, root)
+    store_in(dir, anchor, version, digest, root)
+}
+
+pub(super) fn replace_digest_in(
+    dir: &Path,
+    anchor: &Kid,
+    version: u64,
+    digest: &str,
+) -> Result<()> {
+    let kept = load_in(dir, anchor)?;
+    if kept.version != version {
+        return record_in(dir, anchor, version, Some(digest), None);
+    }
+    let root = kept.root.as_ref().map(|(seq, kid)| (*seq, kid));
+    store_in(dir, anchor, version, Some(digest), root)
 }
 
 /// Replaces what is kept for `anchor` by `version` and `root`, even when lower: only for
@@ -331,17 +393,26 @@ pub(super) fn record_in(
 /// band (a fork read earlier left this machine's entry on the fork's history).
 pub(crate) fn replace(anchor: &Kid, version: u64, root: Option<(u64, &Kid)>) -> Result<()> {
     match dir() {
-        Some(dir) => store_in(&dir, anchor, version, root),
+        // The digest is the next read's, of the history the person confirmed.
+        Some(dir) => store_in(&dir, anchor, version, None, root),
         None => Ok(()),
     }
 }
 
-/// Writes `version` and `root` for `anchor` into the cache directory `dir` (made private
-/// when missing); best effort, but a cache that is refused is an error.
-fn store_in(dir: &Path, anchor: &Kid, version: u64, root: Option<(u64, &Kid)>) -> Result<()> {
+/// Writes `version`, the `digest` of the index read at it and `root` for `anchor` into the
+/// cache directory `dir` (made private when missing); best effort, but a cache that is
+/// refused is an error.
+fn store_in(
+    dir: &Path,
+    anchor: &Kid,
+    version: u64,
+    digest: Option<&str>,
+    root: Option<(u64, &Kid)>,
+) -> Result<()> {
     let root_line = root
         .map(|(seq, kid)| format!("root {seq} {kid}\n"))
         .unwrap_or_default();
+    let digest_line = digest.map(|d| format!("digest {d}\n")).unwrap_or_default();
     if !check_dir(dir)? {
         if let Some(parent) = dir.parent()
             && std::fs::create_dir_all(parent).is_err()
@@ -375,7 +446,7 @@ fn store_in(dir: &Path, anchor: &Kid, version: u64, root: Option<(u64, &Kid)>) -
         return Ok(());
     };
     let written = file
-        .write_all(format!("{version}\n{root_line}").as_bytes())
+        .write_all(format!("{version}\n{root_line}{digest_line}").as_bytes())
         .and_then(|()| file.sync_all());
     drop(file);
     if written.is_err() || std::fs::rename(&temp, &path).is_err() {
@@ -427,21 +498,80 @@ mod tests {
         let dir = rings(&t);
         let (a, r) = (kid('a'), kid('b'));
         assert_eq!(load_in(&dir, &a).unwrap(), Seen::default());
-        record_in(&dir, &a, 7, Some((2, &r))).unwrap();
+        record_in(&dir, &a, 7, None, Some((2, &r))).unwrap();
         let want = Seen {
             version: 7,
             root: Some((2, r.clone())),
+            digest: None,
         };
         assert_eq!(load_in(&dir, &a).unwrap(), want);
-        record_in(&dir, &a, 3, Some((1, &kid('c')))).unwrap();
+        record_in(&dir, &a, 3, None, Some((1, &kid('c')))).unwrap();
         assert_eq!(load_in(&dir, &a).unwrap(), want);
-        record_in(&dir, &a, 8, None).unwrap();
+        record_in(&dir, &a, 8, None, None).unwrap();
         assert_eq!(load_in(&dir, &a).unwrap().version, 8);
         assert_eq!(load_in(&dir, &a).unwrap().root, want.root);
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join(a.as_str())), 0o600);
         // No temporary file is left beside it.
         assert_eq!(names(&dir), vec![a.as_str().to_owned()]);
+    }
+
+    /// Attack review, round 12 (A4): the digest of the index read at the newest version is
+    /// kept beside it; a file an older kseal wrote (no digest) still loads, gets the digest
+    /// of the next read at its version, and an older kseal reading the new file still finds
+    /// its version and root.
+    #[test]
+    fn keeps_the_digest_read_at_the_newest_version_and_reads_older_files() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = rings(&t);
+        let (a, r) = (kid('a'), kid('b'));
+        let (d1, d2) = ("1".repeat(64), "2".repeat(64));
+        // An older kseal's file: a version and a root.
+        record_in(&dir, &a, 5, None, Some((2, &r))).unwrap();
+        let file = dir.join(a.as_str());
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            format!("5\nroot 2 {r}\n")
+        );
+        assert_eq!(load_in(&dir, &a).unwrap().digest, None);
+        // The next read at that version records its digest, and never replaces it.
+        record_in(&dir, &a, 5, Some(&d1), None).unwrap();
+        record_in(&dir, &a, 5, Some(&d2), None).unwrap();
+        let kept = load_in(&dir, &a).unwrap();
+        assert_eq!(
+            kept,
+            Seen {
+                version: 5,
+                root: Some((2, r.clone())),
+                digest: Some(d1.clone()),
+            }
+        );
+        assert_eq!(
+            parse(&std::fs::read_to_string(&file).unwrap()),
+            kept,
+            "the file as written reads back"
+        );
+        // What an older kseal reads of the new file: the version and the root (its parser
+        // takes the first line and the first `root` line).
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.lines().next(), Some("5"));
+        assert!(text.lines().any(|l| l == format!("root 2 {r}")));
+        // An older version changes nothing; a newer one drops the older digest.
+        record_in(&dir, &a, 4, Some(&d2), None).unwrap();
+        assert_eq!(load_in(&dir, &a).unwrap().digest, Some(d1.clone()));
+        record_in(&dir, &a, 6, None, None).unwrap();
+        assert_eq!(load_in(&dir, &a).unwrap().digest, None);
+        record_in(&dir, &a, 6, Some(&d2), None).unwrap();
+        assert_eq!(load_in(&dir, &a).unwrap().digest, Some(d2.clone()));
+        // Replaced only on purpose (an index the history marker vouches for).
+        replace_digest_in(&dir, &a, 6, &d1).unwrap();
+        let kept = load_in(&dir, &a).unwrap();
+        assert_eq!((kept.version, kept.digest), (6, Some(d1.clone())));
+        assert_eq!(kept.root, Some((2, r.clone())));
+        // A malformed digest line counts as none.
+        assert_eq!(parse("6\ndigest xyz\n").digest, None);
+        assert_eq!(parse(&format!("6\ndigest {d1} extra\n")).digest, None);
+        assert_eq!(mode(&file), 0o600);
     }
 
     #[test]
@@ -461,7 +591,7 @@ mod tests {
         let err = format!("{:#}", load_in(&dir, &a).unwrap_err());
         assert!(err.contains(&link.display().to_string()), "{err}");
         assert!(err.contains("symbolic link"), "{err}");
-        let err = format!("{:#}", record_in(&dir, &a, 9, None).unwrap_err());
+        let err = format!("{:#}", record_in(&dir, &a, 9, None, None).unwrap_err());
         assert!(err.contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "1\n");
         assert!(
@@ -479,12 +609,12 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let dir = rings(&t);
         let a = kid('a');
-        record_in(&dir, &a, 1, None).unwrap();
+        record_in(&dir, &a, 1, None, None).unwrap();
         let victim = t.path().join("victim");
         std::fs::write(&victim, "precious\n").unwrap();
         let planted = dir.join(format!(".{}.{}", a.as_str(), std::process::id()));
         symlink(&victim, &planted).unwrap();
-        record_in(&dir, &a, 9, None).unwrap();
+        record_in(&dir, &a, 9, None, None).unwrap();
         assert_eq!(load_in(&dir, &a).unwrap().version, 9);
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
         assert_eq!(
@@ -502,14 +632,14 @@ mod tests {
         let dir = rings(&t);
         let a = kid('a');
         let file = dir.join(a.as_str());
-        record_in(&dir, &a, 5, None).unwrap();
+        record_in(&dir, &a, 5, None, None).unwrap();
         for bad in [0o620, 0o602, 0o666] {
             chmod(&file, bad);
             let err = format!("{:#}", load_in(&dir, &a).unwrap_err());
             assert!(err.contains(&file.display().to_string()), "{err}");
             assert!(err.contains(&format!("mode {bad:04o}")), "{err}");
             assert!(err.contains("chmod 600"), "{err}");
-            assert!(record_in(&dir, &a, 6, None).is_err());
+            assert!(record_in(&dir, &a, 6, None, None).is_err());
         }
         chmod(&file, 0o600);
         for bad in [0o770, 0o707, 0o777] {
@@ -517,13 +647,13 @@ mod tests {
             let err = format!("{:#}", load_in(&dir, &a).unwrap_err());
             assert!(err.contains("ring cache directory"), "{err}");
             assert!(err.contains(&format!("mode {bad:04o}")), "{err}");
-            assert!(record_in(&dir, &a, 6, None).is_err());
+            assert!(record_in(&dir, &a, 6, None, None).is_err());
         }
         // What an older kseal made under umask 022 is still accepted.
         chmod(&dir, 0o755);
         chmod(&file, 0o644);
         assert_eq!(load_in(&dir, &a).unwrap().version, 5);
-        record_in(&dir, &a, 6, None).unwrap();
+        record_in(&dir, &a, 6, None, None).unwrap();
         assert_eq!(load_in(&dir, &a).unwrap().version, 6);
         assert_eq!(mode(&file), 0o600);
     }
@@ -546,7 +676,7 @@ mod tests {
         let err = format!("{:#}", load_in(&linked, &a).unwrap_err());
         assert!(err.contains("ring cache directory"), "{err}");
         assert!(err.contains("symbolic link"), "{err}");
-        assert!(record_in(&linked, &a, 1, None).is_err());
+        assert!(record_in(&linked, &a, 1, None, None).is_err());
         assert!(names(&elsewhere).is_empty());
     }
 
@@ -593,7 +723,7 @@ mod tests {
             let t = tempfile::tempdir().unwrap();
             let rings = rings(&t);
             let a = kid('a');
-            record_in(&rings, &a, 4, None).unwrap();
+            record_in(&rings, &a, 4, None, None).unwrap();
             std::os::unix::fs::chown(rings.join(a.as_str()), Some(65534), None).unwrap();
             let err = format!("{:#}", load_in(&rings, &a).unwrap_err());
             assert!(
@@ -645,7 +775,7 @@ mod tests {
             let a = kid('a');
             let err = format!(
                 "{:#}",
-                record_in(&theirs.join("rings"), &a, 4, None).unwrap_err()
+                record_in(&theirs.join("rings"), &a, 4, None, None).unwrap_err()
             );
             assert!(err.contains("owned by user id 65534"), "{err}");
             let err = format!("{:#}", load_in(&theirs.join("rings"), &a).unwrap_err());
