@@ -47,28 +47,8 @@ impl Ring {
             let marker = self.marker().await?;
             let (mut index, expected) = match current {
                 Some(s) => {
-                    // The marker's root is this write's own pending root only within this
-                    // write, and only while the index is the one it started from: an index
-                    // written in between (a fork planted after the marker moved, attack
-                    // review round 7) is checked against the new root and refused.
-                    let pending = match (&signer, &marked_ahead_from) {
-                        (Signer::ReRoot(next), Some(from)) if *from == s.index.to_json() => {
-                            Some((s.index.roots.len() as u64 + 1, next.kid()))
-                        }
-                        (_, Some(_)) => {
-                            return Err(Error::Refused(format!(
-                                "{} changed while this write was handing the history to a new \
-                                 dedicated root, after {} already named that root: nothing was \
-                                 signed. The index may be a fork: restore it to the version this \
-                                 write started from (the store's previous versions), put {} back \
-                                 to its previous version, then re-root again",
-                                self.index_name(),
-                                self.root_name(),
-                                self.root_name()
-                            )));
-                        }
-                        _ => None,
-                    };
+                    let pending =
+                        self.own_pending_root(&signer, marked_ahead_from.as_deref(), &s)?;
                     self.check_against_marker(&s, marker.as_ref().map(|(m, _)| m), pending)?;
                     started_from = Some(s.index.to_json());
                     let may_wait = attempt < CAS_ATTEMPTS;
@@ -145,6 +125,33 @@ impl Ring {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// The dedicated root this write recorded in the marker ahead of the index (`from`: the
+    /// index it started from then), as its own pending root: only within this write, and only
+    /// while the index is the one it started from. An index written in between (a fork
+    /// planted after the marker moved, attack review round 7) is refused.
+    fn own_pending_root<'s>(
+        &self,
+        signer: &'s Signer<'_>,
+        from: Option<&str>,
+        s: &Snapshot,
+    ) -> Result<Option<(u64, &'s Kid)>> {
+        match (signer, from) {
+            (Signer::ReRoot(next), Some(from)) if from == s.index.to_json() => {
+                Ok(Some((s.index.roots.len() as u64 + 1, next.kid())))
+            }
+            (_, Some(_)) => Err(Error::Refused(format!(
+                "{} changed while this write was handing the history to a new dedicated root, \
+                 after {} already named that root: nothing was signed. The index may be a fork: \
+                 restore it to the version this write started from (the store's previous \
+                 versions), put {} back to its previous version, then re-root again",
+                self.index_name(),
+                self.root_name(),
+                self.root_name()
+            ))),
+            _ => Ok(None),
         }
     }
 
