@@ -45,6 +45,8 @@
 //!   number of cores (those of `SCALE_CONTROLLER_CPUS` when set);
 //! - `SCALE_LEADER_ELECT` (`--leader-elect`): `true` (default) or `false`;
 //! - `SCALE_CONTROLLER_BIN`: another `kseal-controller` binary to run (before/after figures);
+//!   `controller/benches/valgrind-wrap.sh` runs the cold start's controller under callgrind,
+//!   for instruction counts the machine's load does not move (see that script);
 //! - `SCALE_KEY_CACHE` (`--key-cache`): a folder keeping the 24 generated keys between runs
 //!   (default: `scale-keys` under Cargo's target tmp folder; `none` generates afresh); with
 //!   `SCALE_RINGS` ≥ 2, ring r's 24 keys are kept in its subfolder `ring-r` (so a one-ring

@@ -60,8 +60,6 @@
 //! matching (its digest leans on `Debug` and serde output), the cost is one unseal and
 //! rewrite per Secret, not a wrong Secret.
 
-use std::fmt::Write as _;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use hmac::{Hmac, KeyInit as _, Mac as _};
@@ -95,11 +93,14 @@ pub fn spec_digest_bytes(ss: &SealedSecret) -> [u8; 32] {
 
 /// [`spec_digest`]'s text for the hash [`spec_digest_bytes`] returned.
 pub fn format_spec_digest(digest: &[u8; 32]) -> String {
+    // A table, not `write!("{byte:02x}")`: the formatting machinery per byte was most of this
+    // function's cost, twice per object on a cold start (docs/benchmarks.md, issue 40).
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(DIGEST_V2_PREFIX.len() + 64);
     out.push_str(DIGEST_V2_PREFIX);
     for byte in digest {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{byte:02x}");
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
     out
 }

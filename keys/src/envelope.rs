@@ -109,7 +109,8 @@ pub fn encode_base64(envelope: &[u8]) -> String {
 /// Decodes standard padded base64. Like Go's decoder (and so Bitnami's controller) it skips
 /// `\r` and `\n`, so wrapped values are accepted; URL-safe or unpadded base64 is rejected.
 pub fn decode_base64(text: &str) -> Result<Vec<u8>> {
-    if text.contains(['\r', '\n']) {
+    // A byte scan: `str::contains` with a char array runs a per-character searcher.
+    if text.bytes().any(|b| b == b'\r' || b == b'\n') {
         let joined: String = text.chars().filter(|c| !matches!(c, '\r' | '\n')).collect();
         STANDARD.decode(joined).map_err(|_| Error::Base64)
     } else {
