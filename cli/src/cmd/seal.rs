@@ -265,17 +265,14 @@ pub(crate) fn path_for_cert(path: &Path, name: &str) -> PathBuf {
     path.with_file_name(file)
 }
 
-/// The namespace a prepared Secret is sealed for (`None`: cluster-wide), as
-/// [`kseal_api::seal`] decides it.
+/// The namespace whose certificate a prepared Secret is sealed with: the one it is sealed
+/// for, as [`kseal_api::seal`] decides it, and for a cluster-wide one the namespace it
+/// declares or is given, if any (`None`: the controller's default certificate). A
+/// cluster-wide value can be moved to any namespace, but with rings bound to namespaces it
+/// opens only where its ring is bound: the ring bound where it is going to be applied, never
+/// the first ring's because of a scope annotation (attack review round 13, N1: a team's
+/// cluster-wide value went to another tenant's ring, listed first).
 fn sealed_for(secret: &Secret, options: &SealOptions) -> Option<String> {
-    let scope = if options.scope == Scope::Strict {
-        kseal_api::scope_of(&secret.metadata)
-    } else {
-        options.scope
-    };
-    if scope == Scope::Cluster {
-        return None;
-    }
     [
         &secret.metadata.namespace,
         &options.namespace,
@@ -319,7 +316,7 @@ fn certs_by_namespace(
                     let kid = c.cert.id().as_str();
                     kid.get(..12).unwrap_or(kid)
                 });
-                format!("{} → key {kid}", ns.as_deref().unwrap_or("cluster-wide"))
+                format!("{} → key {kid}", ns.as_deref().unwrap_or("no namespace"))
             })
             .collect::<Vec<_>>()
             .join(", ");
@@ -445,11 +442,10 @@ fn seal_merge(request: &SealRequest, path: &Path) -> Result<()> {
     let namespace = existing.metadata.namespace.clone();
     let file_scope = existing.scope();
     request.check_scope(file_scope, &format!("`{}`", path.display()))?;
-    let cert = match file_scope {
-        Scope::Cluster => request.certs.for_namespace(None),
-        _ => request.certs.for_namespace(namespace.as_deref()),
-    }
-    .load_one()?;
+    let cert = request
+        .certs
+        .for_namespace(namespace.as_deref())
+        .load_one()?;
     if kseal_api::binding::template_binding(&existing.metadata)? {
         // Merging rewrites the template's labels and annotations: the items already there
         // are bound to the old template and would refuse to open.

@@ -36,9 +36,8 @@ pub(crate) fn run(args: SetArgs) -> Result<()> {
             args.file.display()
         );
     }
-    let cert = certs
-        .for_namespace((scope != kseal_api::Scope::Cluster).then_some(namespace.as_str()))
-        .load_one()?;
+    // The certificate of the file's namespace, also for a cluster-wide file (see `seal`).
+    let cert = certs.for_namespace(Some(namespace.as_str())).load_one()?;
     let prompt = format!("value for `{}` (not echoed): ", args.key);
     let value = read_value(
         args.from_file.as_deref(),

@@ -778,14 +778,18 @@ fn without_a_certificate_each_namespace_is_sealed_with_the_controllers_certifica
     kubeconfig(dir.path(), server.port);
     let envs = [("KUBECONFIG", "kubeconfig")];
     let (shared_ring, team_ring) = (ring(&[&shared]), ring(&[&team]));
-    let input = "kind: Secret\nmetadata:\n  name: a\n  namespace: team-a\nstringData:\n  v: for-team\n---\nkind: Secret\nmetadata:\n  name: b\n  namespace: shared\nstringData:\n  v: for-shared\n---\nkind: Secret\nmetadata:\n  name: c\n  namespace: team-a\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\"\nstringData:\n  v: everywhere\n";
+    let input = "kind: Secret\nmetadata:\n  name: a\n  namespace: team-a\nstringData:\n  v: for-team\n---\nkind: Secret\nmetadata:\n  name: b\n  namespace: shared\nstringData:\n  v: for-shared\n---\nkind: Secret\nmetadata:\n  name: c\n  namespace: team-a\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\"\nstringData:\n  v: moved-anywhere\n---\nkind: Secret\nmetadata:\n  name: d\n  annotations:\n    sealedsecrets.bitnami.com/cluster-wide: \"true\"\nstringData:\n  v: no-namespace\n";
     let run = kseal_env(&["seal"], Some(input), dir.path(), &envs);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let sealed = parse_sealed(&run.stdout);
-    assert_eq!(sealed.len(), 3);
+    assert_eq!(sealed.len(), 4);
     assert_eq!(open(&sealed[0], &team_ring)["v"], "for-team");
     assert_eq!(open(&sealed[1], &shared_ring)["v"], "for-shared");
-    assert_eq!(open(&sealed[2], &shared_ring)["v"], "everywhere");
+    // Cluster-wide, declared in team-a: team-a's ring, not the first ring's (a scope
+    // annotation never moves a value to another tenant's ring).
+    assert_eq!(open(&sealed[2], &team_ring)["v"], "moved-anywhere");
+    // Cluster-wide with no namespace: the controller's default certificate.
+    assert_eq!(open(&sealed[3], &shared_ring)["v"], "no-namespace");
     assert!(
         run.stderr
             .contains("seals these namespaces with different keys")

@@ -68,15 +68,15 @@ fn destination(
 
 /// The certificate [`seal_and_emit`] seals with for the same `out` and default namespace:
 /// from the controller, the one it serves for that namespace (a controller with rings bound
-/// to namespaces seals each namespace with the ring bound there).
+/// to namespaces seals each namespace with the ring bound there), whatever the scope.
 pub(super) fn load_certificate(
     cert: &CertRequest,
     out: &OutArgs,
     default_namespace: Option<&str>,
 ) -> Result<kseal_keys::Certificate> {
-    let (_, namespace, scope) = destination(out, default_namespace)?;
-    cert.for_namespace((scope != kseal_api::Scope::Cluster).then_some(namespace.as_str()))
-        .load_one()
+    // Also for a cluster-wide Secret: the ring bound where it is applied (see `seal`).
+    let (_, namespace, _) = destination(out, default_namespace)?;
+    cert.for_namespace(Some(namespace.as_str())).load_one()
 }
 
 /// Seals `items` into a SealedSecret named by `out` (or the defaults) and emits it.
