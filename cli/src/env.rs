@@ -164,8 +164,8 @@ pub(crate) const KSEAL_ALLOW_EXPIRED: &str = "KSEAL_ALLOW_EXPIRED";
 /// `--adopt-index`: the digest of the index a write may build on under a history marker an
 /// older kseal wrote.
 pub(crate) const KSEAL_ADOPT_INDEX: &str = "KSEAL_ADOPT_INDEX";
-/// `--drop-pending`: a write may build on the index although the history marker records a
-/// write after it as pending.
+/// `--drop-pending`: the SHA-256 of the pending writes (comma-separated) a write may drop,
+/// building on the index although the history marker records them as pending.
 pub(crate) const KSEAL_DROP_PENDING: &str = "KSEAL_DROP_PENDING";
 /// `kseal keys re-root --to`.
 pub(crate) const KSEAL_REROOT_TO: &str = "KSEAL_REROOT_TO";

@@ -57,6 +57,8 @@ SEEDER_RING_ACTIONS = {
     "secretsmanager:UpdateSecretVersionStage",
     "secretsmanager:DescribeSecret",
     "secretsmanager:GetSecretValue",
+    # A write searches the index's stored versions before it drops a pending write (round 13).
+    "secretsmanager:ListSecretVersionIds",
     "secretsmanager:TagResource",
     "secretsmanager:DeleteSecret",
     "secretsmanager:RestoreSecret",

@@ -18,6 +18,8 @@ use crate::{Error, Put, Result, Version};
 
 const CURRENT: &str = "AWSCURRENT";
 const PENDING: &str = "AWSPENDING";
+/// The most `ListSecretVersionIds` pages [`AsmStore::versions`] reads.
+const MAX_VERSION_PAGES: usize = 16;
 
 /// How to reach Secrets Manager. Unset fields come from the standard AWS configuration
 /// (`AWS_REGION`, `AWS_PROFILE`, `AWS_ENDPOINT_URL_SECRETS_MANAGER`, `AWS_ENDPOINT_URL`,
@@ -105,6 +107,47 @@ impl AsmStore {
         name: &str,
     ) -> Result<Option<(Zeroizing<String>, Version)>> {
         self.read_at(name, None, "AWSPREVIOUS").await
+    }
+
+    /// The ids of the stored versions of `name`, deprecated ones (no staging label) included,
+    /// at most `limit`, paging through `ListSecretVersionIds`; empty when it does not exist.
+    pub(crate) async fn versions(&self, name: &str, limit: usize) -> Result<Vec<Version>> {
+        let mut ids: Vec<Version> = Vec::new();
+        let mut token: Option<String> = None;
+        // Bounded however the service pages (an empty page with a token included).
+        for _ in 0..MAX_VERSION_PAGES {
+            let out = match self
+                .client
+                .list_secret_version_ids()
+                .secret_id(name)
+                .include_deprecated(true)
+                .max_results(100)
+                .set_next_token(token.take())
+                .send()
+                .await
+            {
+                Ok(out) => out,
+                Err(e) if is_code(&e, "ResourceNotFoundException") => return Ok(Vec::new()),
+                Err(e) => return Err(classify("ListSecretVersionIds", name, e)),
+            };
+            for id in out.versions().iter().filter_map(|v| v.version_id()) {
+                let id = Version(id.to_owned());
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            match out.next_token().filter(|t| !t.is_empty()) {
+                Some(next) if ids.len() < limit => token = Some(next.to_owned()),
+                _ => {
+                    ids.truncate(limit);
+                    return Ok(ids);
+                }
+            }
+        }
+        Err(Error::Refused(format!(
+            "ListSecretVersionIds on {name} went on for more than {MAX_VERSION_PAGES} pages \
+             without listing its versions"
+        )))
     }
 
     async fn read_at(

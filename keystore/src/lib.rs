@@ -293,6 +293,17 @@ impl Store {
         }
     }
 
+    /// The ids of the stored versions of the secret `name`, every one the store keeps
+    /// (Secrets Manager: deprecated ones, with no staging label, included; about 100), at most
+    /// `limit + 1`: more than `limit` means there are more than `limit`. Empty where there is
+    /// none, and always on a directory (no history).
+    pub async fn versions(&self, name: &str, limit: usize) -> Result<Vec<Version>> {
+        match self {
+            Store::SecretsManager(s) => s.versions(name, limit.saturating_add(1)).await,
+            Store::Directory(_) => Ok(Vec::new()),
+        }
+    }
+
     /// Replaces the secret `name` with `text` only if its current version is still `expected`
     /// (`None`: only if it does not exist). [`Error::Conflict`] otherwise.
     pub async fn compare_and_swap(

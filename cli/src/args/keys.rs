@@ -405,10 +405,12 @@ pub(crate) struct RingArgs {
     #[arg(long, env = env::KSEAL_ADOPT_INDEX, value_name = "DIGEST")]
     pub(crate) adopt_index: Option<String>,
     /// Let a write build on the index although the ring's history marker records a later
-    /// write as pending: only after checking that your last write failed before it wrote the
-    /// index and that the index is the one you wrote before it (the refusal says how)
-    #[arg(long, env = env::KSEAL_DROP_PENDING)]
-    pub(crate) drop_pending: bool,
+    /// write of this SHA-256 as pending (the full digest the refusal printed; several
+    /// comma-separated): only after checking that your last write failed before it wrote the
+    /// index and that the index is the one you wrote before it. A write the store still holds
+    /// is never dropped, and a pending write not named still stops the write
+    #[arg(long, env = env::KSEAL_DROP_PENDING, value_name = "SHA-256", value_delimiter = ',', value_parser = parse_sha256)]
+    pub(crate) drop_pending: Vec<String>,
     /// Accept a directory ring whose files or directories group or others may write, or whose
     /// private keys they may read (as ssh, kseal refuses them by default)
     #[arg(long, env = env::KSEAL_INSECURE_PERMS)]
@@ -769,6 +771,33 @@ pub(crate) struct InspectArgs {
     pub(crate) files: InputFiles,
 }
 
+/// A full SHA-256 digest (64 hex characters), lowercased: `--drop-pending` takes the whole
+/// digest the refusal printed, never a prefix (one could be made to match). Empty or false
+/// names nothing; true is refused (the flag was a switch once).
+pub(super) fn parse_sha256(text: &str) -> Result<String, String> {
+    let digest = text.trim();
+    let word = digest.to_ascii_lowercase();
+    if matches!(word.as_str(), "" | "false" | "0" | "no" | "off") {
+        // An empty or false variable (a template's default, or from when the flag was a
+        // switch) names nothing: it drops nothing.
+        Ok(String::new())
+    } else if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(word)
+    } else if matches!(word.as_str(), "true" | "1" | "yes" | "on") {
+        Err(format!(
+            "expected the full SHA-256 the refusal printed (64 hex characters), got {digest:?}: \
+             --drop-pending (KSEAL_DROP_PENDING) names the pending write it drops, it is no \
+             longer a switch"
+        ))
+    } else {
+        Err(format!(
+            "expected the full SHA-256 the refusal printed (64 hex characters), got {} \
+             characters",
+            digest.chars().count()
+        ))
+    }
+}
+
 /// A KMS key as Secrets Manager takes it: a key id, `alias/NAME`, or the ARN of either. A
 /// copied placeholder (`key/…`) is refused here rather than by AWS halfway through a write.
 pub(super) fn parse_kms_key_id(text: &str) -> Result<String, String> {
@@ -828,6 +857,26 @@ pub(super) fn parse_key_size(text: &str) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drop_pending_takes_a_whole_sha256_only() {
+        let full = "AB".repeat(32);
+        assert_eq!(parse_sha256(&full), Ok("ab".repeat(32)));
+        assert_eq!(parse_sha256(&format!(" {full} ")), Ok("ab".repeat(32)));
+        for nothing in ["", " ", "false", "0", "OFF"] {
+            assert_eq!(parse_sha256(nothing), Ok(String::new()), "{nothing:?}");
+        }
+        for bad in [
+            "ab",
+            "true",
+            &full[..63],
+            &format!("{full}a"),
+            &"g".repeat(64),
+        ] {
+            let e = parse_sha256(bad).expect_err(bad);
+            assert!(e.contains("64 hex characters"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn kms_keys_take_the_forms_secrets_manager_takes_and_refuse_placeholders() {

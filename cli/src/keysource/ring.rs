@@ -69,10 +69,13 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
     if let Some(lifetime) = args.lifetime {
         ring = ring.with_lifetime(lifetime);
     }
+    // A dropped pending write is said on stderr (round 13, U2: it went unsaid).
+    let label = ring_label(&ring);
     ring = ring
         .with_allow_expired(args.allow_expired)
         .with_adopt_index(args.adopt_index.clone())
-        .with_drop_pending(args.drop_pending);
+        .with_drop_pending(args.drop_pending.iter().filter(|d| !d.is_empty()).cloned())
+        .with_warnings(move |w| eprintln!("warning: key ring {label}: {w}"));
     Ok(ring)
 }
 
@@ -494,7 +497,7 @@ pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Sn
         lifetime: None,
         allow_expired: false,
         adopt_index: None,
-        drop_pending: false,
+        drop_pending: Vec::new(),
         // As clap reads a boolean flag's variable.
         insecure_perms: var(crate::env::KSEAL_INSECURE_PERMS).is_some_and(|v| {
             !matches!(
@@ -584,7 +587,7 @@ mod tests {
             lifetime: None,
             allow_expired: false,
             adopt_index: None,
-            drop_pending: false,
+            drop_pending: Vec::new(),
             insecure_perms: false,
         }
     }

@@ -2319,8 +2319,10 @@ fn a_laptop_that_read_the_real_index_refuses_a_fork_of_its_version() {
 /// Issue 35, attack review round 12 (U1): a write the history marker records as pending over
 /// the index at its version (a writer that failed before its index write, or a write undone
 /// by putting the older index back, whatever the store's previous version says) stops the
-/// seeder's next write until it is restored or dropped with `--drop-pending`
-/// (`KSEAL_DROP_PENDING`), after checking; pinned readers seal, with one warning.
+/// seeder's next write until it is restored or dropped with `--drop-pending <SHA-256>`
+/// (`KSEAL_DROP_PENDING`), after checking; pinned readers seal, with one warning. Round 13
+/// (U2): the flag takes the whole digest it drops, one left set from an earlier drop drops
+/// nothing, and a drop is said on stderr.
 #[test]
 fn a_pending_write_stops_the_seeder_until_dropped_and_readers_warn() {
     let dir = tempfile::tempdir().unwrap();
@@ -2342,7 +2344,8 @@ fn a_pending_write_stops_the_seeder_until_dropped_and_readers_warn() {
     ok(keys(&aws, &["trust", "--yes"]));
     let marker_path = ring.join("root.json");
     let index_path = ring.join("index.json");
-    for (n, drop) in [(1u8, &["--drop-pending"][..]), (2, &[][..])] {
+    let mut dropped_before: Option<String> = None;
+    for n in [1u8, 2] {
         let index = kseal_keystore::Index::parse_any_ring(
             &std::fs::read_to_string(&index_path).unwrap(),
             "index.json",
@@ -2380,23 +2383,162 @@ fn a_pending_write_stops_the_seeder_until_dropped_and_readers_warn() {
         for part in [
             lost.clone(),
             index.digest(),
-            "--drop-pending".to_owned(),
+            format!("--drop-pending {lost}"),
             format!("version {}", index.version),
         ] {
             assert!(refused.stderr.contains(&part), "{part}: {}", refused.stderr);
         }
-        let mut args = vec!["refresh"];
-        args.extend_from_slice(drop);
-        let env = if drop.is_empty() {
-            aws.clone().with("KSEAL_DROP_PENDING", "true")
+        // A prefix of the digest, or the old boolean, is no digest.
+        for bad in [&lost[..16], "true"] {
+            let refused = keys(&aws, &["refresh", "--drop-pending", bad]);
+            assert_eq!(refused.code, 2, "{}", refused.stderr);
+            assert!(refused.stderr.contains("64 hex"), "{}", refused.stderr);
+        }
+        // A variable left set by the earlier drop names another write: it drops nothing.
+        if let Some(before) = &dropped_before {
+            let env = aws.clone().with("KSEAL_DROP_PENDING", before);
+            let refused = keys(&env, &["refresh"]);
+            assert_eq!(refused.code, 1, "{}", refused.stderr);
+            assert!(refused.stderr.contains(&lost), "{}", refused.stderr);
+        }
+        let dropped = if n == 1 {
+            ok(keys(&aws, &["refresh", "--drop-pending", &lost]))
         } else {
-            aws.clone()
+            let env = aws.clone().with("KSEAL_DROP_PENDING", &lost.to_uppercase());
+            ok(keys(&env, &["refresh"]))
         };
-        ok(keys(&env, &args));
+        assert!(
+            dropped.stderr.contains("warning:")
+                && dropped.stderr.contains("dropped the write of version")
+                && dropped.stderr.contains(&lost),
+            "the drop is said: {}",
+            dropped.stderr
+        );
+        dropped_before = Some(lost.clone());
         let marker: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&marker_path).unwrap()).unwrap();
         assert_eq!(marker["version"], serde_json::json!(index.version + 1));
         assert!(marker.get("next").is_none(), "{marker}");
         ok(keys(&aws, &["refresh"]));
+    }
+}
+
+/// Issue 35, attack review round 13 (U2): a write went through, its marker write failed
+/// (the marker records it as pending), and whoever can write the index wrote the older index
+/// twice, so that AWSPREVIOUS no longer shows it. It is still among the index's stored
+/// versions: every refresh names its VersionId, `--drop-pending <its digest>` is refused, a
+/// wrong digest is refused, and a variable left set with another digest drops nothing.
+#[test]
+fn a_pending_write_the_store_still_holds_is_never_dropped() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let prefix = sm::unique_prefix("cli_pending_stored");
+    let cli = Ring::new(&endpoint, &prefix);
+    cli.ok(d, &["push", "--key-size", "2048"]);
+    cli.ok(d, &["push", "--key-size", "2048"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ring = rt
+        .block_on(kseal_keystore::Ring::open(
+            &kseal_keystore::Location::SecretsManager {
+                prefix: prefix.clone(),
+                region: None,
+            },
+            &kseal_keystore::AwsOptions {
+                endpoint_url: Some(endpoint.clone()),
+                region: Some("us-east-1".into()),
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+    let index = || rt.block_on(ring.require_snapshot()).unwrap().index;
+    let store = ring.store();
+    let overwrite = |text: &str| {
+        let current = rt.block_on(ring.index_version()).unwrap();
+        rt.block_on(store.compare_and_swap(&ring.index_name(), text, current.as_ref(), &[]))
+            .unwrap();
+    };
+    let older = index();
+    let other = older
+        .keys
+        .iter()
+        .map(|e| e.kid.clone())
+        .find(|k| Some(k) != older.active.as_ref())
+        .unwrap();
+    rt.block_on(ring.activate(other.as_str(), std::time::Duration::ZERO))
+        .unwrap();
+    let written = index();
+    let written_id = rt.block_on(ring.index_version()).unwrap().unwrap();
+    // The marker as its failed write left it: the older version, the activation pending.
+    let (text, version) = rt
+        .block_on(store.read(&ring.root_name(), None))
+        .unwrap()
+        .unwrap();
+    let mut marker: serde_json::Value = serde_json::from_str(&text).unwrap();
+    marker["version"] = serde_json::json!(older.version);
+    marker["digest"] = serde_json::json!(older.digest());
+    marker["next"] = serde_json::json!([written.digest()]);
+    rt.block_on(store.compare_and_swap(
+        &ring.root_name(),
+        &marker.to_string(),
+        Some(&version),
+        &[],
+    ))
+    .unwrap();
+    let marker = rt.block_on(ring.history_marker()).unwrap();
+    overwrite(&older.to_json());
+    overwrite(&older.to_json());
+    let held = rt.block_on(ring.index_version()).unwrap();
+    let leftover = "ab".repeat(32);
+    for (what, args, env) in [
+        ("no flag", vec!["refresh"], None),
+        (
+            "its digest",
+            vec!["refresh", "--drop-pending", &written.digest()],
+            None,
+        ),
+        (
+            "a wrong digest",
+            vec!["refresh", "--drop-pending", &leftover],
+            None,
+        ),
+        ("a variable left set", vec!["refresh"], Some(&leftover)),
+    ] {
+        let mut run = Ring::new(&endpoint, &prefix);
+        if let Some(value) = env {
+            run.aws = run.aws.with("KSEAL_DROP_PENDING", value);
+        }
+        let refused = run.keys(d, &args);
+        assert_eq!(refused.code, 1, "{what}: {}", refused.stderr);
+        for part in [
+            format!("VersionId {written_id}"),
+            format!("version {}", written.version),
+            written.digest(),
+            "nothing dropped".to_owned(),
+            "--move-to-version-id".to_owned(),
+        ] {
+            assert!(
+                refused.stderr.contains(&part),
+                "{what}: {part} missing from: {}",
+                refused.stderr
+            );
+        }
+        assert!(
+            !refused.stderr.contains("dropped the write"),
+            "{}",
+            refused.stderr
+        );
+        assert_eq!(
+            rt.block_on(ring.index_version()).unwrap(),
+            held,
+            "{what}: nothing written"
+        );
+        assert_eq!(
+            rt.block_on(ring.history_marker()).unwrap(),
+            marker,
+            "{what}: the pending write is still recorded"
+        );
     }
 }

@@ -124,8 +124,9 @@ impl Marker {
     /// `index` is the one it vouches for as written at its version. A write between its
     /// marker update and its index write leaves some for a moment; otherwise that write failed
     /// before its index write, or went through and was undone by putting `index` back (attack
-    /// review, round 12, U1): writers refuse to build on `index` then (`--drop-pending` after
-    /// checking), and pinned readers warn.
+    /// review, round 12, U1): writers refuse to build on `index` then (`--drop-pending
+    /// <SHA-256>` after checking, never for a write the store still holds: round 13, U2), and
+    /// pinned readers warn.
     pub fn pending_over(&self, index: &Index) -> &[String] {
         if self.vouches(index) == Vouch::Written {
             &self.next

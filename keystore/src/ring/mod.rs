@@ -57,9 +57,36 @@ pub struct Ring {
     /// The digest of the index a write may build on under a history marker written by an
     /// older kseal, which records none (`--adopt-index`).
     adopt_index: Option<String>,
-    /// Whether a write may build on the index at the marker's version although the marker
-    /// records a write after it as pending (`--drop-pending`).
-    drop_pending: bool,
+    /// The digests of the pending writes a write may drop: it builds on the index at the
+    /// marker's version although the marker records them as pending (`--drop-pending`).
+    drop_pending: Vec<String>,
+    /// Where a write's warnings go (a dropped pending write); nowhere when unset.
+    warn: Warn,
+}
+
+/// Where a ring's warnings go ([`Ring::with_warnings`]).
+#[derive(Clone, Default)]
+struct Warn(Option<std::sync::Arc<WarnFn>>);
+
+/// What a ring calls with each warning.
+type WarnFn = dyn Fn(&str) + Send + Sync;
+
+impl Warn {
+    fn say(&self, text: &str) {
+        if let Some(f) = &self.0 {
+            f(text);
+        }
+    }
+}
+
+impl std::fmt::Debug for Warn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Warn(set)"
+        } else {
+            "Warn(unset)"
+        })
+    }
 }
 
 /// How long a signed index stays current when nothing says otherwise: the seeder refreshes
@@ -179,7 +206,8 @@ impl Ring {
             lifetime: None,
             allow_expired: false,
             adopt_index: None,
-            drop_pending: false,
+            drop_pending: Vec::new(),
+            warn: Warn::default(),
         }
     }
 
@@ -227,15 +255,29 @@ impl Ring {
     }
 
     /// Lets a write build on the index at the history marker's version although the marker
-    /// records a write after it as pending (`--drop-pending`): for a seeder whose last write
-    /// failed before it wrote the index, after checking that the index is the one it wrote
-    /// before that. Without it such a write is refused, since the pending write may also have
-    /// gone through and been undone by putting the older index back (attack review, round 12,
-    /// U1). A pending write the store's previous version shows went through is refused
-    /// even so: it is restored, not dropped.
+    /// records writes after it as pending, when `digests` names every one of them
+    /// (`--drop-pending <SHA-256>`): for a seeder whose last write failed before it wrote the
+    /// index, after checking that the index is the one it wrote before that. Without it such a
+    /// write is refused, since the pending write may also have gone through and been undone
+    /// by putting the older index back (attack review, round 12, U1). A digest names one
+    /// write, so a flag left set drops no later, different pending write (round 13, U2); and
+    /// a pending write any stored version of the index holds went through: it is restored,
+    /// never dropped. A write that drops one says so ([`Ring::with_warnings`]).
     #[must_use]
-    pub fn with_drop_pending(mut self, drop: bool) -> Self {
-        self.drop_pending = drop;
+    pub fn with_drop_pending(mut self, digests: impl IntoIterator<Item = String>) -> Self {
+        self.drop_pending = digests
+            .into_iter()
+            .map(|d| d.trim().to_ascii_lowercase())
+            .collect();
+        self
+    }
+
+    /// Where this ring's writes send their warnings (one line each, naming neither the ring
+    /// nor `warning:`): a pending write dropped by [`Ring::with_drop_pending`]. Nothing here
+    /// logs, so without it they go nowhere.
+    #[must_use]
+    pub fn with_warnings(mut self, warn: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.warn = Warn(Some(std::sync::Arc::new(warn)));
         self
     }
 

@@ -37,11 +37,15 @@ impl Ring {
         // never taken for another write's (see [`Ring::check_not_undone`]).
         let mut own_next: Vec<String> = Vec::new();
         let mut started_from: Option<String>;
+        // The warning of pending writes this write drops (`--drop-pending`), given once its
+        // index write went through.
+        let mut dropped: Option<String>;
         // The index this attempt builds on.
         let mut base: Option<Index>;
         loop {
             started_from = None;
             base = None;
+            dropped = None;
             attempt += 1;
             let current = self.snapshot_for_write().await?;
             let marker = self.marker().await?;
@@ -53,7 +57,7 @@ impl Ring {
                     started_from = Some(s.index.to_json());
                     let may_wait = attempt < CAS_ATTEMPTS;
                     if !self
-                        .catch_up_marker(&s, marker.as_ref(), &own_next, may_wait)
+                        .catch_up_marker(&s, marker.as_ref(), &own_next, may_wait, &mut dropped)
                         .await?
                     {
                         // Another write the marker records as pending moved the index or the
@@ -114,6 +118,9 @@ impl Ring {
                     self.mark_written(&index)
                         .await
                         .map_err(|e| self.written_unmarked(&index, &e))?;
+                    if let Some(warning) = &dropped {
+                        self.warn.say(warning);
+                    }
                     return Ok(result);
                 }
                 Err(Error::Conflict { .. }) if attempt < CAS_ATTEMPTS => {
@@ -158,13 +165,15 @@ impl Ring {
     /// Checks the verified index a write builds on against the marker (`marker`, when the
     /// ring has one) and brings the marker up to it. `own`: the digests this write recorded as
     /// pending; `may_wait`: whether it may wait for another write the marker records as
-    /// pending. `false`: that write moved the index or the marker meanwhile (read again).
+    /// pending; `dropped`: the warning of the pending writes it drops (`--drop-pending`).
+    /// `false`: that write moved the index or the marker meanwhile (read again).
     async fn catch_up_marker(
         &self,
         s: &Snapshot,
         marker: Option<&(Marker, Version)>,
         own: &[String],
         may_wait: bool,
+        dropped: &mut Option<String>,
     ) -> Result<bool> {
         // A marker behind the verified index (a marker write that failed after its
         // index write) is brought up to it first, whatever this write then does
@@ -198,7 +207,10 @@ impl Ring {
         }
         if let Some(marker) = marker {
             self.check_vouched(&s.index, &marker.0)?;
-            if !self.check_not_undone(s, marker, own, may_wait).await? {
+            if !self
+                .check_not_undone(s, marker, own, may_wait, dropped)
+                .await?
+            {
                 return Ok(false);
             }
         }
@@ -235,15 +247,20 @@ impl Ring {
     /// older index was put back and the next routine refresh signed on top of it). The
     /// store's previous version names an undone write, but whoever writes the index twice
     /// moves it (round 12, U1): so every such write is refused, unless the seeder drops the
-    /// pending write after checking (`--drop-pending`, [`Ring::with_drop_pending`]). A write
-    /// in flight (its digest recorded, its index write not done yet) is waited for a moment
-    /// (`may_wait`): `Ok(false)` when the index or the marker moved meanwhile.
+    /// pending writes by their digests after checking (`--drop-pending <SHA-256>`,
+    /// [`Ring::with_drop_pending`]). Whoever writes the index twice moves AWSPREVIOUS, not the
+    /// write out of the store (round 13, U2): a pending write any stored version holds is
+    /// named and never dropped. A write in flight (its digest recorded, its index write not
+    /// done yet) is waited for a moment (`may_wait`): `Ok(false)` when the index or the marker
+    /// moved meanwhile. `dropped`: the warning to give once this write went through, when it
+    /// drops pending writes.
     async fn check_not_undone(
         &self,
         s: &Snapshot,
         (marker, marker_version): &(Marker, Version),
         own: &[String],
         may_wait: bool,
+        dropped: &mut Option<String>,
     ) -> Result<bool> {
         let index = &s.index;
         let pending: Vec<&str> = marker
@@ -258,34 +275,57 @@ impl Ring {
         if let Some(previous) = self.undone_write(marker).await? {
             // The store still shows the write that went through: it is restored, never
             // dropped, whatever --drop-pending says.
-            return Err(Error::Untrusted {
-                what: self.index_name(),
-                reason: format!(
-                    "it is version {}, but the store's previous version of it is version {} \
-                     (active key {}), a write that {} records as pending: that write went \
-                     through and was undone by putting the older index back. Nothing was \
-                     written; restore {} to that previous version (its text has SHA-256 {}), \
-                     then write again",
-                    index.version,
-                    previous.version,
-                    previous.active.as_ref().map_or("none", Kid::short),
-                    self.root_name(),
-                    self.index_name(),
-                    previous.digest()
-                ),
-            });
+            return Err(self.undone_refusal(s, &previous));
         }
-        if self.drop_pending {
+        // Only a flag naming every pending digest drops them: one left set from an earlier
+        // drop names none of a later write's (round 13, U2).
+        let dropping = pending
+            .iter()
+            .all(|d| self.drop_pending.iter().any(|n| n == d));
+        if !dropping && may_wait && self.moves_meanwhile(&s.version, marker_version).await? {
+            return Ok(false);
+        }
+        let searched = if dropping {
+            // Before dropping, the store itself is searched: an error refuses the drop.
+            let searched = self
+                .stored_pending(&s.version, &pending)
+                .await
+                .map_err(|e| self.search_failed(e))?;
+            if let Some(stored) = &searched.1 {
+                return Err(self.undone_refusal(s, stored));
+            }
+            searched.0
+        } else {
+            // The refusal names a stored write when the search finds one; a search that
+            // fails (a role that may not list versions) leaves the general advice.
+            match self.stored_pending(&s.version, &pending).await {
+                Ok((_, Some(stored))) => return Err(self.undone_refusal(s, &stored)),
+                Ok((searched, None)) => searched,
+                Err(_) => None,
+            }
+        };
+        let next = marker.version.saturating_add(1);
+        if dropping {
             // This write's own marker update moves the marker past the pending digests once
             // its index write went through (they stay recorded until then: a pending write
             // that lands first fails this write's compare-and-swap, and its retry builds on
-            // it).
+            // it). The warning is given then.
+            *dropped = Some(format!(
+                "dropped the write of version {next} that {} recorded as pending (SHA-256 {}), \
+                 as --drop-pending said: {}; this write built on version {} (active key {}, \
+                 SHA-256 {}) instead",
+                self.root_name(),
+                pending.join(", "),
+                match searched {
+                    Some(n) => format!("none of the {n} stored versions of the index holds it"),
+                    None => "the store keeps no versions of the index to search".to_owned(),
+                },
+                index.version,
+                index.active.as_ref().map_or("none", Kid::short),
+                index.digest(),
+            ));
             return Ok(true);
         }
-        if may_wait && self.moves_meanwhile(&s.version, marker_version).await? {
-            return Ok(false);
-        }
-        let next = marker.version.saturating_add(1);
         let digests = pending.join(" or ");
         Err(Error::Refused(format!(
             "{} is version {} (active key {}, SHA-256 {}), the one {} vouches for, but {} \
@@ -293,24 +333,71 @@ impl Ring {
              index does not hold: either that write failed before it wrote the index, or it \
              went through and the older index was put back, undoing it ({}). Nothing was \
              written. If your last write failed before writing the index, and this is the \
-             index you wrote before it, write again with --drop-pending; if it went through, \
-             restore {} to the stored version whose text has SHA-256 {digests}, then write \
-             again",
+             index you wrote before it, write again with --drop-pending {} (that very digest: \
+             a write that went through is never dropped); if it went through, restore {} to \
+             the stored version whose text has SHA-256 {digests}, then write again",
             self.index_name(),
             index.version,
             index.active.as_ref().map_or("none", Kid::short),
             index.digest(),
             self.root_name(),
             self.root_name(),
-            self.versions_hint(),
+            self.search_told(searched),
+            pending.join(","),
             self.index_name(),
         )))
     }
 
+    /// The refusal of a write on top of `s` while the store still holds `stored`, a write the
+    /// marker records as pending: it went through and was undone; it is restored, never
+    /// dropped.
+    fn undone_refusal(&self, s: &Snapshot, (id, stored): &(Version, Index)) -> Error {
+        let restore = match &self.store {
+            crate::Store::SecretsManager(_) => format!(
+                "`aws secretsmanager update-secret-version-stage --secret-id {} --version-stage \
+                 AWSCURRENT --move-to-version-id {id} --remove-from-version-id {}`",
+                self.index_name(),
+                s.version
+            ),
+            crate::Store::Directory(_) => "your backups".to_owned(),
+        };
+        Error::Untrusted {
+            what: self.index_name(),
+            reason: format!(
+                "it is version {} (active key {}, SHA-256 {}), but the store still holds \
+                 version {} of it (VersionId {id}, active key {}, SHA-256 {}), a write that {} \
+                 records as pending: that write went through and was undone by putting the \
+                 older index back. Nothing was written and nothing dropped (--drop-pending \
+                 never drops a write the store holds); restore {} to that version \
+                 ({restore}), then write again",
+                s.index.version,
+                s.index.active.as_ref().map_or("none", Kid::short),
+                s.index.digest(),
+                stored.version,
+                stored.active.as_ref().map_or("none", Kid::short),
+                stored.digest(),
+                self.root_name(),
+                self.index_name(),
+            ),
+        }
+    }
+
+    /// A search for a pending write that failed, refusing the drop it was made for.
+    fn search_failed(&self, e: Error) -> Error {
+        match e {
+            Error::Refused(_) => e,
+            e => Error::Refused(format!(
+                "a drop first searches the stored versions of {} for the write it drops, and \
+                 that failed: {e}. Nothing was written or dropped",
+                self.index_name()
+            )),
+        }
+    }
+
     /// The store's previous version of the index when it is a write `marker` records as
     /// pending (at the version after the marker's): a write that went through and was undone.
-    async fn undone_write(&self, marker: &Marker) -> Result<Option<Index>> {
-        let Some((text, _)) = self.store.read_previous(&self.index_name()).await? else {
+    async fn undone_write(&self, marker: &Marker) -> Result<Option<(Version, Index)>> {
+        let Some((text, id)) = self.store.read_previous(&self.index_name()).await? else {
             return Ok(None);
         };
         let Ok(previous) = self.parse_index(&text) else {
@@ -318,7 +405,48 @@ impl Ring {
         };
         let undone = previous.version == marker.version.saturating_add(1)
             && marker.next.contains(&previous.digest());
-        Ok(undone.then_some(previous))
+        Ok(undone.then_some((id, previous)))
+    }
+
+    /// Searches every stored version of the index but the current one (`current`) for a write
+    /// whose digest is `pending`: with how many versions were searched (`None` where the store
+    /// keeps none). A store that keeps more versions than are searched is refused: a write
+    /// among those left would go unseen (attack review, round 13, U2).
+    async fn stored_pending(
+        &self,
+        current: &Version,
+        pending: &[&str],
+    ) -> Result<(Option<usize>, Option<(Version, Index)>)> {
+        if matches!(self.store, crate::Store::Directory(_)) {
+            return Ok((None, None));
+        }
+        let name = self.index_name();
+        let ids = self.store.versions(&name, MAX_VERSIONS_SEARCHED).await?;
+        if ids.len() > MAX_VERSIONS_SEARCHED {
+            return Err(Error::Refused(format!(
+                "{name} has more than {MAX_VERSIONS_SEARCHED} stored versions, too many to \
+                 search for the write {} records as pending: nothing was written or dropped. \
+                 Restore the write whose text has SHA-256 {} if the store holds it; else ask \
+                 why the index was written so often",
+                self.root_name(),
+                pending.join(" or ")
+            )));
+        }
+        for id in ids.iter().filter(|id| *id != current) {
+            let text = match self.store.read(&name, Some(id)).await {
+                Ok(Some((text, _))) => text,
+                // Gone meanwhile, or a version no kseal writes (binary, empty).
+                Ok(None) | Err(Error::Malformed { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let Ok(stored) = self.parse_index(&text) else {
+                continue;
+            };
+            if pending.contains(&stored.digest().as_str()) {
+                return Ok((Some(ids.len()), Some((id.clone(), stored))));
+            }
+        }
+        Ok((Some(ids.len()), None))
     }
 
     /// Waits a moment (a write between its marker update and its index write takes a few
@@ -344,6 +472,18 @@ impl Ring {
             }
         }
         Ok(false)
+    }
+
+    /// What a search of the store for a pending write found nothing in (`searched`: how many
+    /// stored versions; `None`: none searched).
+    fn search_told(&self, searched: Option<usize>) -> String {
+        match searched {
+            Some(n) => format!(
+                "none of the {n} stored versions of {} holds it",
+                self.index_name()
+            ),
+            None => self.versions_hint(),
+        }
     }
 
     /// Where the index's stored versions are listed, with their SHA-256.
@@ -622,6 +762,10 @@ impl Ring {
 /// as pending before refusing (see [`Ring::check_not_undone`]): two seconds in all.
 const PENDING_POLLS: u32 = 8;
 const PENDING_POLL: Duration = Duration::from_millis(250);
+
+/// How many stored versions of the index a write searches for a pending write before it
+/// drops it (Secrets Manager keeps about 100, those younger than a day on top).
+const MAX_VERSIONS_SEARCHED: usize = 300;
 
 /// The dedicated root `index` hands the history to, when `marker` does not record it yet.
 fn new_dedicated_root(index: &Index, marker: Option<&(Marker, Version)>) -> Option<(u64, Kid)> {

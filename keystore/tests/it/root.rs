@@ -722,7 +722,7 @@ async fn a_pending_write_undone_by_putting_the_older_index_back_is_refused() {
         // The store shows the write went through: it is restored, never dropped.
         let refused = ring
             .clone()
-            .with_drop_pending(true)
+            .with_drop_pending([written.digest()])
             .refresh()
             .await
             .expect_err("an undone write the store shows is not dropped")
@@ -766,7 +766,7 @@ async fn mark_pending(ring: &Ring, version: u64, digest: &str, next: &[String]) 
 /// writes go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_write_undone_by_writing_the_index_twice_is_refused_until_restored_or_dropped() {
-    for (ring, _dir) in rings("pending_write_twice").await {
+    for (ring, dir) in rings("pending_write_twice").await {
         let (a, b, _anchor) = seeded(&ring).await;
         let older = raw_index(&ring).await;
         ring.activate(kid(&b).as_str(), Duration::ZERO)
@@ -807,8 +807,14 @@ async fn a_pending_write_undone_by_writing_the_index_twice_is_refused_until_rest
         let marker = ring.history_marker().await.unwrap().unwrap();
         assert_eq!(marker.digest, Some(now.digest()));
         assert!(marker.next.is_empty());
-        // Undone again, and this time the seeder drops it after checking: the write goes on
-        // from the older index and its own marker update clears the pending digest.
+        if dir.is_none() {
+            // Secrets Manager keeps the undone write among the index's versions: it is never
+            // dropped (`a_pending_write_the_store_holds_is_never_dropped`).
+            continue;
+        }
+        // Undone again on a directory (no versions to search), and this time the seeder drops
+        // it by its digest after checking: the write goes on from the older index and its
+        // own marker update clears the pending digest.
         let undone = raw_index(&ring).await;
         ring.activate(kid(&a).as_str(), Duration::ZERO)
             .await
@@ -825,7 +831,7 @@ async fn a_pending_write_undone_by_writing_the_index_twice_is_refused_until_rest
         overwrite_index(&ring, &undone.to_json()).await;
         ring.refresh().await.expect_err("pending");
         ring.clone()
-            .with_drop_pending(true)
+            .with_drop_pending([activation.digest()])
             .refresh()
             .await
             .expect("dropped after checking");
@@ -839,6 +845,209 @@ async fn a_pending_write_undone_by_writing_the_index_twice_is_refused_until_rest
         assert_eq!(marker.digest, Some(now.digest()));
         assert!(marker.next.is_empty(), "the pending digest is cleared");
         ring.refresh().await.expect("nothing pending any more");
+    }
+}
+
+/// Attack review, round 13 (U2): the undone write of round 12 (the marker write failed after
+/// the index write, then the older index was written twice so that AWSPREVIOUS no longer
+/// shows it) was still among the index's stored versions, yet `--drop-pending`, which the
+/// refusal offered, erased it silently. Now every write, and every drop above all, first
+/// searches the store's versions (deprecated ones included): a pending write found there is
+/// named by its VersionId and never dropped. A drop names the digest it drops, so a flag
+/// left set (another digest) drops nothing, and every pending write must be named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_write_the_store_holds_is_never_dropped() {
+    for (ring, dir) in rings("pending_write_stored").await {
+        let (_a, b, _anchor) = seeded(&ring).await;
+        let older = raw_index(&ring).await;
+        if dir.is_some() {
+            // A directory keeps no versions: every pending write must be named to drop.
+            let mut lost = [older.clone(), older.clone()];
+            for (n, l) in lost.iter_mut().enumerate() {
+                l.version += 1;
+                l.updated = l
+                    .updated
+                    .checked_add(jiff::SignedDuration::from_secs(n as i64 + 1))
+                    .unwrap();
+            }
+            let digests = [lost[0].digest(), lost[1].digest()];
+            mark_pending(&ring, older.version, &older.digest(), &digests).await;
+            let e = ring
+                .clone()
+                .with_drop_pending([digests[0].clone()])
+                .refresh()
+                .await
+                .expect_err("one pending write not named")
+                .to_string();
+            assert!(
+                e.contains(&format!("--drop-pending {},{}", digests[0], digests[1])),
+                "{e}"
+            );
+            assert_eq!(raw_index(&ring).await, older, "nothing signed");
+            ring.clone()
+                .with_drop_pending(digests.clone())
+                .refresh()
+                .await
+                .expect("both named");
+            continue;
+        }
+        ring.activate(kid(&b).as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        let written = raw_index(&ring).await;
+        let written_id = ring.index_version().await.unwrap().unwrap();
+        mark_pending(&ring, older.version, &older.digest(), &[written.digest()]).await;
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        overwrite_index(&ring, &older.to_json()).await;
+        overwrite_index(&ring, &older.to_json()).await;
+        let previous = ring
+            .store()
+            .read_previous(&ring.index_name())
+            .await
+            .unwrap();
+        assert_ne!(
+            previous.map(|(_, v)| v),
+            Some(written_id.clone()),
+            "AWSPREVIOUS moved"
+        );
+        let leftover = "ab".repeat(32);
+        for (what, drop) in [
+            ("no flag", vec![]),
+            ("its digest", vec![written.digest()]),
+            ("a leftover digest", vec![leftover.clone()]),
+        ] {
+            let e = ring
+                .clone()
+                .with_drop_pending(drop)
+                .refresh()
+                .await
+                .expect_err(what)
+                .to_string();
+            for part in [
+                format!("VersionId {written_id}"),
+                format!("version {}", written.version),
+                kid(&b).short().to_owned(),
+                written.digest(),
+                "nothing dropped".to_owned(),
+                "--move-to-version-id".to_owned(),
+            ] {
+                assert!(e.contains(&part), "{what}: {part} missing from: {e}");
+            }
+            assert_eq!(raw_index(&ring).await, older, "{what}: nothing signed");
+            assert_eq!(
+                ring.history_marker().await.unwrap().unwrap(),
+                marker,
+                "{what}: the pending write is still recorded"
+            );
+        }
+        // Restored as the refusal says: the refresh builds on it.
+        overwrite_index(&ring, &written.to_json()).await;
+        ring.clone()
+            .with_drop_pending([leftover])
+            .refresh()
+            .await
+            .expect("restored");
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (written.version + 1, Some(kid(&b)))
+        );
+    }
+}
+
+/// A drop searches the store first, and a search that fails refuses the drop (a seeder role
+/// without `ListSecretVersionIds`, an outage): the routine refusal then keeps its general
+/// advice. Once the store answers, the drop goes on and counts the versions it searched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_whose_search_of_the_store_fails_is_refused() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let proxy = sm::FaultProxy::start(&endpoint).await;
+    let location = kseal_keystore::Location::SecretsManager {
+        prefix: sm::unique_prefix("pending_search_fails"),
+        region: None,
+    };
+    let aws = AwsOptions {
+        endpoint_url: Some(proxy.url()),
+        region: Some("us-east-1".into()),
+        ..AwsOptions::default()
+    };
+    let ring = Ring::open(&location, &aws).await.unwrap();
+    let (_a, b, _anchor) = seeded(&ring).await;
+    let real = raw_index(&ring).await;
+    let mut lost = real.clone();
+    lost.version += 1;
+    lost.active = Some(kid(&b));
+    mark_pending(&ring, real.version, &real.digest(), &[lost.digest()]).await;
+    proxy.inject("ListSecretVersionIds", sm::Fault::AccessDenied, 100);
+    let e = ring
+        .clone()
+        .with_drop_pending([lost.digest()])
+        .refresh()
+        .await
+        .expect_err("the search failed")
+        .to_string();
+    assert!(
+        e.contains("a drop first searches") && e.contains("ListSecretVersionIds"),
+        "{e}"
+    );
+    let e = ring.refresh().await.expect_err("pending").to_string();
+    assert!(
+        e.contains(&format!("--drop-pending {}", lost.digest()))
+            && e.contains("list-secret-version-ids"),
+        "{e}"
+    );
+    assert_eq!(raw_index(&ring).await, real, "nothing signed");
+    proxy.clear_faults();
+    let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let said = warnings.clone();
+    ring.clone()
+        .with_drop_pending([lost.digest()])
+        .with_warnings(move |w| said.lock().unwrap().push(w.to_owned()))
+        .refresh()
+        .await
+        .expect("dropped once searched");
+    let said = warnings.lock().unwrap().clone();
+    assert!(
+        matches!(said.as_slice(), [w] if w.contains("stored versions of the index holds it")),
+        "{said:?}"
+    );
+}
+
+/// The store lists every stored version of a secret, those with no staging label (deprecated)
+/// included, each readable by its id; at most one past the limit asked; none on a directory
+/// (no history).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_lists_every_stored_version_of_the_index() {
+    for (ring, dir) in rings("store_versions").await {
+        let name = ring.index_name();
+        let store = ring.store();
+        let mut written = Vec::new();
+        let mut current = None;
+        for n in 0..5 {
+            let text = format!("{{\"n\":{n}}}");
+            current = Some(
+                store
+                    .compare_and_swap(&name, &text, current.as_ref(), &[])
+                    .await
+                    .unwrap(),
+            );
+            written.push((current.clone().unwrap(), text));
+        }
+        let listed = store.versions(&name, 100).await.unwrap();
+        if dir.is_some() {
+            assert!(listed.is_empty(), "{listed:?}");
+            continue;
+        }
+        assert_eq!(listed.len(), 5, "{listed:?}");
+        for (id, text) in &written {
+            assert!(listed.contains(id), "{id} not listed");
+            let (read, _) = store.read(&name, Some(id)).await.unwrap().unwrap();
+            assert_eq!(read.as_str(), text);
+        }
+        assert_eq!(store.versions(&name, 2).await.unwrap().len(), 3);
+        // (A secret that does not exist lists nothing on Secrets Manager; moto answers a 500.)
     }
 }
 
@@ -858,17 +1067,37 @@ async fn a_failed_write_needs_drop_pending_and_one_in_flight_is_awaited() {
         mark_pending(&ring, real.version, &real.digest(), &[lost.digest()]).await;
         let e = ring.refresh().await.expect_err("pending").to_string();
         assert!(
-            e.contains(&lost.digest()) && e.contains("--drop-pending"),
+            e.contains(&format!("--drop-pending {}", lost.digest())),
             "{e}"
         );
         assert_eq!(raw_index(&ring).await, real, "nothing signed");
+        // Only the very digest drops it: another one (the index's own) drops nothing.
+        let e = ring
+            .clone()
+            .with_drop_pending([real.digest()])
+            .refresh()
+            .await
+            .expect_err("another digest")
+            .to_string();
+        assert!(e.contains(&lost.digest()), "{e}");
+        assert_eq!(raw_index(&ring).await, real, "nothing signed");
+        let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let said = warnings.clone();
         ring.clone()
-            .with_drop_pending(true)
+            .with_drop_pending([lost.digest().to_uppercase()])
+            .with_warnings(move |w| said.lock().unwrap().push(w.to_owned()))
             .push(&pair())
             .await
             .expect("dropped");
         let now = raw_index(&ring).await;
         assert_eq!(now.version, real.version + 1);
+        // The drop is said, naming the version and digest dropped.
+        let said = warnings.lock().unwrap().clone();
+        assert!(
+            matches!(said.as_slice(), [w] if w.contains(&lost.digest())
+                && w.contains(&format!("version {}", lost.version))),
+            "{said:?}"
+        );
         let marker = ring.history_marker().await.unwrap().unwrap();
         assert_eq!(
             (marker.version, marker.digest.clone()),
@@ -913,7 +1142,7 @@ async fn a_failed_write_needs_drop_pending_and_one_in_flight_is_awaited() {
         let landed = raw_index(&ring).await;
         mark_pending(&ring, before.version, &before.digest(), &[landed.digest()]).await;
         ring.clone()
-            .with_drop_pending(true)
+            .with_drop_pending([landed.digest()])
             .refresh()
             .await
             .expect("built on the pending write");
