@@ -169,6 +169,11 @@ pub struct RingView {
     /// it, this view is still used (its keys open, its active key seals), and `/readyz` detail
     /// says so, until the seeder refreshes the index.
     pub expires: Option<jiff::Timestamp>,
+    /// Why nothing seals from this view although it is published (its keys are mirrored and
+    /// open): under a history marker an older kseal wrote, which records no digest, nothing
+    /// tells its index from a fork signed with a ring key at its version (attack review,
+    /// round 13, R1 and R2). `None`: its active key seals.
+    pub withheld: Option<String>,
 }
 
 impl RingView {
@@ -192,6 +197,7 @@ impl RingView {
             last_active,
             version: index.version,
             expires: index.expires,
+            withheld: None,
         }
     }
 

@@ -208,6 +208,13 @@ pub(super) fn choose_ring_key(
     if let Some(id) = first_of_ring {
         ring.set_sealing_key(&id);
     }
+    // An index the history marker cannot vouch for (written by an older kseal, it records no
+    // digest): nothing seals, not its active key, nor a last verified one (attack review,
+    // round 13, R1 and R2: a planted fork's key sealed).
+    if let Some(why) = &view.withheld {
+        ring.disable_sealing();
+        return RingSealing::Refused(why.clone());
+    }
     let usable = |ring: &KeyRing, kid: &Kid| {
         by_kid
             .get(kid)
@@ -512,6 +519,60 @@ mod tests {
             built.ring.sealing_key().map(|k| k.id().clone()),
             Some(ring_key.id().clone())
         );
+    }
+
+    /// Issue 35, attack review round 13, R1 and R2: a view whose index the history marker
+    /// cannot vouch for (a marker an older kseal wrote) seals nothing: not its active key, not
+    /// the last verified one, not the ring-state copy's `last-active`; its keys still open.
+    #[test]
+    fn a_withheld_view_seals_nothing_and_never_falls_back() {
+        let kid = |p: &KeyPair| Kid::of(p.public_key());
+        let (genuine, evil) = (pair(), pair());
+        let materials = vec![
+            material("genuine", &genuine, "1"),
+            material("evil", &evil, "1"),
+        ];
+        let mut index = kseal_keystore::Index::empty("r", SystemTime::now());
+        for p in [&genuine, &evil] {
+            index
+                .keys
+                .push(kseal_keystore::IndexEntry::new(p.certificate(), SystemTime::now()).unwrap());
+        }
+        index.active = Some(kid(&evil));
+        let mut view = RingView::new(
+            &index,
+            &std::collections::BTreeSet::new(),
+            Some(kid(&genuine)),
+        );
+        view.withheld = Some("the history marker records no digest".to_owned());
+        for last in [None, Some(kid(&genuine)), Some(kid(&evil))] {
+            let built = build_ring(
+                &materials,
+                KeyOrder::CertNotBefore,
+                &mut ParseCache::default(),
+                SealingChoice::Ring {
+                    view: Some(&view),
+                    last: last.as_ref(),
+                },
+            );
+            assert_eq!(built.ring.sealing_key().map(|k| k.id().clone()), None);
+            assert_eq!(
+                built.ring_sealing,
+                RingSealing::Refused("the history marker records no digest".to_owned())
+            );
+            assert_eq!(built.ring.len(), 2, "its keys open");
+        }
+        view.withheld = None;
+        let built = build_ring(
+            &materials,
+            KeyOrder::CertNotBefore,
+            &mut ParseCache::default(),
+            SealingChoice::Ring {
+                view: Some(&view),
+                last: None,
+            },
+        );
+        assert_eq!(built.ring_sealing, RingSealing::Active(kid(&evil)));
     }
 
     #[test]

@@ -114,6 +114,7 @@ mod tests {
             last_active: None,
             version: 1,
             expires: None,
+            withheld: None,
         }
     }
 

@@ -2511,8 +2511,10 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
     let mut source = dir_source(&location, Duration::from_secs(1));
     source.anchor = Some(kid(older_key()));
     let leader = Running::start(&client, with_source(&ctrl, &[&ctrl], source)).await;
-    wait_sealing_key(&leader.state, key(1), 2).await;
     let name = wait_ring_state(&client, &ctrl).await.name_any();
+    // Round 13, R1 and R2: under a marker without a digest nothing seals (nothing tells the
+    // index from a fork at its version), though the keys are mirrored and open.
+    wait_withheld(&leader.state).await;
     // The upgraded seeder adopts the index it checked (round 11, L1: nothing else is signed
     // on under a marker without a digest).
     let adopted = ring.require_snapshot().await.unwrap().index.digest();
@@ -2528,6 +2530,9 @@ async fn a_ring_key_fork_at_the_markers_version_is_refused(client: Client) {
     let marker = ring.history_marker().await.unwrap().unwrap();
     assert_eq!(marker.version, current.version);
     assert_eq!(marker.digest, Some(current.digest()));
+    // Adopted: sealing resumes at the next poll, without a restart.
+    leader.state.refresh.request();
+    wait_sealing_key(&leader.state, key(1), 2).await;
 
     let evil = key(2);
     ring.store()
@@ -2829,18 +2834,39 @@ async fn never_evil_and_kept(
             state
                 .ring_view
                 .current()
-                .is_none_or(|v| v.active != Some(kid(evil))),
-            "the fork's view"
+                .is_none_or(|v| v.active != Some(kid(evil)) || v.withheld.is_some()),
+            "the fork's view seals"
         );
         assert!(
             api.get_opt(&kept.name_any())
                 .await
                 .unwrap()
-                .is_some_and(|s| s.metadata.uid == kept.metadata.uid),
-            "the live mirror was deleted"
+                .is_some_and(|s| s.metadata.uid == kept.metadata.uid
+                    && !s.annotations().contains_key(MISSING_SINCE_ANNOTATION)),
+            "the live mirror was deleted or scheduled for deletion"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Waits until nothing seals on `state` because the history marker records no digest:
+/// `/v1/cert.pem` answers 503 saying so, and so does `/readyz` detail.
+async fn wait_withheld(state: &State) {
+    eventually(
+        "nothing seals: the marker records no digest",
+        PATIENCE,
+        || async {
+            let (status, body) = cert_pem(state).await;
+            let problem = state.sealing_problem().map(|p| p.message);
+            Ok((status == http::StatusCode::SERVICE_UNAVAILABLE
+                && body.contains("records no digest")
+                && body.contains("--adopt-index")
+                && problem.is_some_and(|p| p.contains("records no digest")))
+            .then_some(()))
+        },
+    )
+    .await
+    .unwrap();
 }
 
 /// Whether `state`'s key source reports a problem containing `text`.
@@ -2852,19 +2878,30 @@ fn problem_contains(state: &State, text: &str) -> bool {
         .is_some_and(|p| p.contains(text))
 }
 
-/// Issue 35, attack review round 12, A2 and A3. Under a history marker an older kseal wrote
-/// (no digest), a leader and a follower hold the genuine index; whoever holds the ring key
-/// and can write the index puts a fork in at the marker's version (their key active, the
-/// genuine active key retired). The running leader refuses it; then it stops:
-/// - the follower that becomes leader compares the fork with the copy it followed, refuses
-///   it (a Warning naming both digests), keeps sealing the genuine key and deletes no mirror;
-/// - a restarted leader compares with the verified ring-state copy: refused, never the
-///   fork's key, no mirror deleted.
+/// Whether `state`'s view is `active`'s, withheld for a reason naming each of `digests`.
+fn withheld_view(state: &State, active: &KeyPair, digests: &[&str]) -> bool {
+    state.ring_view.current().is_some_and(|v| {
+        v.active == Some(kid(active))
+            && v.withheld
+                .as_deref()
+                .is_some_and(|w| digests.iter().all(|d| w.contains(d)))
+    })
+}
+
+/// Issue 35, attack review rounds 12 (A2, A3) and 13 (R1, R2). Under a history marker an
+/// older kseal wrote (no digest), nothing tells the ring's index from a fork signed with a
+/// ring key at the marker's version: no replica seals from either and no mirror leaves
+/// until the seeder adopts its index (a 1 s retire grace: a removal would show).
+/// - R1: the leader stops; whoever holds the ring key and can write Secrets here overwrites
+///   its ring-state copy with a fork (their key active, the genuine one retired) and plants
+///   their key Secret. The restarted leader never seals the fork's key, does not refuse the
+///   store's real index as a fork of the copy (both digests are named), removes no mirror.
+/// - R2: the fork in the store too (copy and store agree): the same.
+/// - A3: the seeder's index restored at that version is refused by the leader holding the
+///   fork, with advice to adopt it; adopted, the genuine key seals without a restart.
 ///
-/// A3: a leader restarted with no copy at all takes the fork (the documented case); the
-/// seeder's index restored at that version is refused with advice to adopt it, not restore
-/// it, and once adopted and refreshed the genuine key seals again.
-async fn a_new_leader_refuses_a_fork_at_the_version_of_its_copy(client: Client) {
+/// A follower that becomes leader is `ringstate`'s unit tests' (A2).
+async fn under_a_digest_less_marker_no_fork_seals_nor_drops_a_mirror(client: Client) {
     let (_dir, location, ring) = dir_ring(&[older_key(), key(1)]).await;
     ring.activate(kid(key(1)).as_str(), Duration::ZERO)
         .await
@@ -2876,122 +2913,68 @@ async fn a_new_leader_refuses_a_fork_at_the_version_of_its_copy(client: Client) 
     source.anchor = Some(kid(older_key()));
     let config = || with_source(&ctrl, &[&ctrl], source.clone());
     let leader = Running::start(&client, config()).await;
-    wait_sealing_key(&leader.state, key(1), 2).await;
     let name = wait_ring_state(&client, &ctrl).await.name_any();
-    let follower = Running::start_as(&client, config(), false).await;
-    wait_sealing_key(&follower.state, key(1), 2).await;
+    wait_withheld(&leader.state).await;
     let kept = mirror_of(&client, &ctrl, key(1)).await;
-
     let genuine = ring.require_snapshot().await.unwrap().index;
     let evil = key(2);
     let fork = ring_key_fork(&ring, &genuine, genuine.version, older_key(), evil).await;
-    overwrite_index(&ring, &fork.to_json()).await;
-    refresh_until(&leader.state, "the running leader refuses the fork", || {
-        problem_contains(&leader.state, "like the index held")
-    })
-    .await;
     leader.stop().await;
 
-    // Takeover.
-    follower.state.leadership.assume(true);
-    refresh_until(&follower.state, "the new leader refuses the fork", || {
-        problem_contains(&follower.state, "like the verified ring-state copy")
+    // R1: ring key and Secret write only.
+    tamper_ring_state(&client, &ctrl, &name, &fork.to_json()).await;
+    forged_key_secret(
+        &client,
+        &ctrl,
+        "evil-kx",
+        evil,
+        &[
+            (kseal_controller::keys::source::RING_ANNOTATION, ring.name()),
+            (KID_ANNOTATION, kid(evil).as_str()),
+            (ACTIVE_ANNOTATION, "true"),
+        ],
+    )
+    .await;
+    let restarted = Running::start(&client, config()).await;
+    let both = [genuine.digest(), fork.digest()];
+    let both: Vec<&str> = both.iter().map(String::as_str).collect();
+    refresh_until(&restarted.state, "the real index, withheld", || {
+        withheld_view(&restarted.state, key(1), &both)
     })
     .await;
-    never_evil_and_kept(
-        &client,
-        &ctrl,
-        &follower.state,
-        evil,
-        &kept,
-        Duration::from_secs(4),
-    )
-    .await;
-    assert_eq!(
-        cert_pem(&follower.state).await.1,
-        key(1).certificate().to_pem(),
-        "the new leader keeps sealing the genuine key"
+    assert!(
+        restarted
+            .state
+            .readiness
+            .key_source()
+            .is_some_and(|s| s.problem.is_none()),
+        "the store's real index was refused"
     );
-    let refused = eventually(
-        "a RingIndexRefused naming both digests",
-        PATIENCE,
-        || async {
-            Ok(
-                Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ctrl)
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .find(|e| {
-                        e.reason.as_deref() == Some("RingIndexRefused")
-                            && e.type_.as_deref() == Some("Warning")
-                            && e.note
-                                .as_deref()
-                                .is_some_and(|n| n.contains("verified ring-state copy"))
-                    }),
-            )
-        },
-    )
-    .await
-    .unwrap();
-    let note = refused.note.unwrap_or_default();
-    assert!(note.contains(&genuine.digest()), "{note}");
-    assert!(note.contains(&fork.digest()), "{note}");
-    assert!(note.contains("--adopt-index"), "{note}");
-    follower.stop().await;
-
-    // Restart.
-    let restarted = Running::start(&client, config()).await;
-    refresh_until(
-        &restarted.state,
-        "the restarted leader refuses the fork",
-        || problem_contains(&restarted.state, "like the verified ring-state copy"),
-    )
-    .await;
-    never_evil_and_kept(
-        &client,
-        &ctrl,
-        &restarted.state,
-        evil,
-        &kept,
-        Duration::from_secs(4),
-    )
-    .await;
+    wait_withheld(&restarted.state).await;
+    never_evil_and_kept(&client, &ctrl, &restarted.state, evil, &kept, secs(4)).await;
+    let withheld = wait_event(&client, &ctrl, &name, "SealingWithheld").await;
+    assert_eq!(withheld.type_.as_deref(), Some("Warning"));
     restarted.stop().await;
 
-    // A3: no copy to compare with (removed): the restarted leader takes the fork. The
-    // seeder's index put back at that version is refused with advice to adopt it.
-    Api::<Secret>::namespaced(client.clone(), &ctrl)
-        .delete(&name, &Default::default())
-        .await
-        .unwrap();
+    // R2: the fork in the store and in the copy.
+    overwrite_index(&ring, &fork.to_json()).await;
+    let name = wait_ring_state(&client, &ctrl).await.name_any();
+    tamper_ring_state(&client, &ctrl, &name, &fork.to_json()).await;
     let restarted = Running::start(&client, config()).await;
-    eventually(
-        "the fork's key seals (nothing to compare)",
-        PATIENCE,
-        || async {
-            let (_, pem) = cert_pem(&restarted.state).await;
-            Ok((pem == evil.certificate().to_pem()).then_some(()))
-        },
-    )
-    .await
-    .unwrap();
+    refresh_until(&restarted.state, "the fork, withheld", || {
+        withheld_view(&restarted.state, evil, &[&fork.digest()])
+    })
+    .await;
+    wait_withheld(&restarted.state).await;
+    never_evil_and_kept(&client, &ctrl, &restarted.state, evil, &kept, secs(4)).await;
+
+    // A3 and the adoption.
     overwrite_index(&ring, &genuine.to_json()).await;
     refresh_until(&restarted.state, "the restored index is refused", || {
         problem_contains(&restarted.state, "like the index held")
+            && problem_contains(&restarted.state, "kseal keys refresh --adopt-index")
     })
     .await;
-    let problem = restarted
-        .state
-        .readiness
-        .key_source()
-        .unwrap()
-        .problem
-        .unwrap();
-    assert!(
-        problem.contains("kseal keys refresh --adopt-index"),
-        "adopt, not restore: {problem}"
-    );
     ring.clone()
         .with_adopt_index(Some(genuine.digest()))
         .refresh()
@@ -3004,12 +2987,30 @@ async fn a_new_leader_refuses_a_fork_at_the_version_of_its_copy(client: Client) 
     })
     .await
     .unwrap();
+    assert!(
+        mirror_secret_exists(&client, &ctrl, &kept).await,
+        "the live mirror stays"
+    );
     restarted.stop().await;
 }
 
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Whether the Secret `kept` (same uid) still exists.
+async fn mirror_secret_exists(client: &Client, ctrl: &str, kept: &Secret) -> bool {
+    Api::<Secret>::namespaced(client.clone(), ctrl)
+        .get_opt(&kept.name_any())
+        .await
+        .unwrap()
+        .is_some_and(|s| s.metadata.uid == kept.metadata.uid)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_leader_refuses_a_fork_at_the_version_of_its_copy_on_the_test_server() {
-    a_new_leader_refuses_a_fork_at_the_version_of_its_copy(TestApiServer::new().client()).await;
+async fn under_a_digest_less_marker_no_fork_seals_nor_drops_a_mirror_on_the_test_server() {
+    under_a_digest_less_marker_no_fork_seals_nor_drops_a_mirror(TestApiServer::new().client())
+        .await;
 }
 
 /// Issue 35, attack review round 12, F1: whoever can write Secrets in the controller

@@ -11,7 +11,9 @@ impl Mirror {
         let Some(index) = &self.cache.index else {
             return;
         };
+        let withheld = self.cache.withheld.clone();
         let problem = match (&index.active, active_mirrored) {
+            _ if withheld.is_some() => withheld.clone(),
             (Some(_), true) => None,
             (None, _) => Some(format!("ring {} names no active key", self.ring.name())),
             (Some(active), false) => {
@@ -53,13 +55,13 @@ impl Mirror {
             return;
         };
         tracing::warn!("{problem}");
-        self.event_on(
-            &reference,
-            EventType::Warning,
-            "ActiveKeyUnavailable",
-            problem,
-        )
-        .await;
+        let reason = if withheld.is_some() {
+            "SealingWithheld"
+        } else {
+            "ActiveKeyUnavailable"
+        };
+        self.event_on(&reference, EventType::Warning, reason, problem)
+            .await;
     }
 
     /// A Secret that looks like a mirror of this ring but is not a proven one: one Warning
@@ -330,7 +332,8 @@ impl Mirror {
                 continue;
             };
             let pair = pair.clone();
-            let active = index.active.as_ref() == Some(&entry.kid);
+            // Under a withheld index no mirror is flagged active: nothing seals from it.
+            let active = index.active.as_ref() == Some(&entry.kid) && self.cache.withheld.is_none();
             let filed: Vec<&Filed> = ours
                 .iter()
                 .filter(|f| f.kid.as_ref() == Some(&entry.kid))
@@ -509,6 +512,9 @@ impl Mirror {
     ) -> Result<(), SyncError> {
         let now = jiff::Timestamp::now();
         let signed = index.schema != kseal_keystore::UNSIGNED_INDEX_SCHEMA;
+        if self.cache.withheld.is_none() {
+            self.cache.withheld_kept.clear();
+        }
         self.cache
             .missing_seen
             .retain(|kid, _| index.entry(kid).is_none());
@@ -520,6 +526,25 @@ impl Mirror {
         } in ours
         {
             if kid.as_ref().is_some_and(|k| index.entry(k).is_some()) {
+                continue;
+            }
+            // An index the history marker cannot vouch for retires nothing (attack review,
+            // round 13, R2: a fork retiring the live active key removed its mirror).
+            if self.cache.withheld.is_some() {
+                if let Some(kid) = kid
+                    && self.cache.withheld_kept.insert(kid.clone())
+                {
+                    tracing::warn!(
+                        secret = %secret.name_any(),
+                        kid = %kid.short(),
+                        "key {} is not in version {} of ring {}'s index, which the history \
+                         marker cannot vouch for: its retirements are ignored and this mirror \
+                         is kept",
+                        kid.short(),
+                        index.version,
+                        self.ring.name()
+                    );
+                }
                 continue;
             }
             let Some(kid) = kid.as_ref().filter(|k| self.cache.ever.contains(*k)) else {

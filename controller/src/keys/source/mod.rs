@@ -37,12 +37,14 @@
 //!
 //! The folder's files: this one holds the loop ([`run`]) and one sync; `ringstate` the
 //! ring-state Secret; `pinning` the history marker and the anchor pin; `mirror` the mirror
-//! key Secrets.
+//! key Secrets; `withhold` two indexes of one version, and why nothing seals from an index
+//! the history marker cannot vouch for.
 
 mod mirror;
 mod pinning;
 mod ringstate;
 mod schedule;
+mod withhold;
 
 pub use schedule::{START_MARKER_SPREAD, START_SPREAD};
 use schedule::{Schedule, sleep_until_some};
@@ -201,9 +203,23 @@ struct Cache {
     followed: Option<FoundState>,
     /// Under a history marker an older kseal wrote (no digest), the verified ring-state copy
     /// a restarted leader found but did not take (the marker cannot vouch for it): never
-    /// published, only compared with the store's index at the same version (attack review,
-    /// round 12, A2).
+    /// published, only compared with the store's index at the same version, to name both when
+    /// they differ (attack review, round 12, A2; round 13, R1: neither seals).
     unvouched_copy: Option<FoundState>,
+    /// The digests of the indexes withheld under a history marker that records no digest
+    /// ([`Mirror::withheld`]): one the marker later records another index than stays withheld.
+    withheld_digests: HashSet<String>,
+    /// Why nothing seals from the index held (`None`: its active key seals), for the mirror's
+    /// active flags, its retirements, the view and the `SealingWithheld` Warning.
+    withheld: Option<String>,
+    /// The store's index (its digest) that differs from the ring-state copy at the marker's
+    /// version under a marker that records no digest, and the note naming both.
+    fork_note: Option<(String, String)>,
+    /// When a follower whose view is withheld asks for the marker's version again.
+    marker_recheck: Option<tokio::time::Instant>,
+    /// Departed keys whose mirrors are kept because the index dropping them is withheld
+    /// (logged once each).
+    withheld_kept: HashSet<Kid>,
     /// The version floor when the current sync began (before the store's index raised it): a
     /// ring-state copy older than that was rolled back, whoever wrote it.
     sync_floor: u64,
@@ -402,6 +418,11 @@ impl Mirror {
                 superseded_warned: None,
                 followed: None,
                 unvouched_copy: None,
+                withheld_digests: HashSet::new(),
+                withheld: None,
+                fork_note: None,
+                marker_recheck: None,
+                withheld_kept: HashSet::new(),
                 sync_floor: 0,
                 rivals_warned: HashSet::new(),
                 persisted_checked: false,
@@ -524,6 +545,7 @@ impl Mirror {
                 parse_ring_state(&text, self.expected_ring.as_deref(), &self.pin.trust())
                     .map_err(|e| self.store_err(e))?;
             let vouch = self.check_vouched(&index, Some(&version)).await?;
+            self.cache.fork_note = None;
             self.check_same_version(&index, vouch).await?;
             self.unsigned_allowed(&verified).await?;
             self.accepted(&verified).await;
@@ -547,6 +569,12 @@ impl Mirror {
             self.cache.index = Some(index);
             self.cache.version = Some(version);
         }
+        // Under a marker that records no digest, nothing seals from the index and no mirror
+        // leaves (attack review, round 13, R1 and R2).
+        self.cache.withheld = match self.cache.index.clone() {
+            Some(index) => self.withheld_index(&index),
+            None => None,
+        };
         self.read_new_keys(&mut report).await?;
         self.reconcile_mirror(&mut report).await?;
         self.publish_gauges();
@@ -554,7 +582,8 @@ impl Mirror {
             if report.active_mirrored {
                 self.cache.last_active.clone_from(&index.active);
             }
-            let view = RingView::new(index, &self.cache.ever, self.cache.last_active.clone());
+            let mut view = RingView::new(index, &self.cache.ever, self.cache.last_active.clone());
+            view.withheld.clone_from(&self.cache.withheld);
             self.state.ring_view.publish(view);
             self.state.readiness.set_ring_state_ignored(None);
         }
@@ -661,106 +690,6 @@ impl Mirror {
                 kseal_keystore::not_vouched(index, &marker, &root_name),
             ),
         }))
-    }
-
-    /// Refuses an index at the version of the one held but with other content: versions
-    /// only grow, so one of the two is a fork, and the one held was verified first (attack
-    /// review, round 11, L1: under a marker an older kseal wrote, which records no digest, a
-    /// running leader took a fork signed with a ring key at the version it held). `vouch` is
-    /// what the history marker said of `index`.
-    ///
-    /// Under such a marker a replica that holds no index yet (a follower that became leader,
-    /// a restarted leader) compares with the verified ring-state copy it followed, else the
-    /// one it found at start (round 12, A2: a new leader took the store's fork at the
-    /// marker's version, sealed to its key and deleted a live mirror the fork retired). An
-    /// index the marker vouches for as written replaces a held one at its version, which the
-    /// marker then does not vouch for (round 12, A3: a leader restarted onto a fork refused
-    /// the seeder's restored index): a Warning says so.
-    async fn check_same_version(
-        &mut self,
-        index: &kseal_keystore::Index,
-        vouch: Option<kseal_keystore::Vouch>,
-    ) -> Result<(), SyncError> {
-        use kseal_keystore::Vouch;
-        if !index.is_signed() {
-            return Ok(());
-        }
-        let (held, what) = match &self.cache.index {
-            Some(held) => (held.clone(), "the index held".to_owned()),
-            None if vouch == Some(Vouch::Unrecorded) => match self.copy_to_compare() {
-                Some((held, name)) => (held, format!("the verified ring-state copy {name}")),
-                None => return Ok(()),
-            },
-            None => return Ok(()),
-        };
-        if held.version != index.version || held.digest() == index.digest() {
-            return Ok(());
-        }
-        let root_name = self.ring.root_name();
-        let describe = |i: &kseal_keystore::Index| {
-            format!(
-                "SHA-256 {}, active key {}",
-                i.digest(),
-                i.active.as_ref().map_or("none", Kid::short)
-            )
-        };
-        if vouch == Some(Vouch::Written) {
-            let note = format!(
-                "version {} of ring {}'s index ({}) replaces {what} at that version ({}): \
-                 {root_name} records the first as written by the ring's writers, so the other \
-                 was a fork",
-                index.version,
-                self.ring.name(),
-                describe(index),
-                describe(&held)
-            );
-            tracing::warn!("{note}");
-            let found = self.cache.found_state.clone();
-            if let Some(reference) = self.state_reference(found.as_deref()) {
-                self.warn_on(&reference, "RingIndexReplaced", note).await;
-            }
-            return Ok(());
-        }
-        let fix = if self
-            .cache
-            .vouching
-            .as_ref()
-            .is_some_and(|m| m.digest.is_none())
-        {
-            format!(
-                "{root_name} (written by an older kseal) records no digest to tell them apart: \
-                 the ring's seeder checks the keys of both, and adopts the one it wrote with \
-                 `kseal keys refresh --adopt-index <its SHA-256>` (restoring it at this \
-                 version is refused again)"
-            )
-        } else {
-            "the ring's seeder restores the index it wrote last".to_owned()
-        };
-        Err(self.store_err(kseal_keystore::Error::Untrusted {
-            what: self.ring.index_name(),
-            reason: format!(
-                "it is version {} like {what}, but with other content (the store's: {}; \
-                 {what}: {}): two indexes of one version, one of them a fork. Nothing from it \
-                 is used; {fix}",
-                index.version,
-                describe(index),
-                describe(&held)
-            ),
-        }))
-    }
-
-    /// The verified ring-state copy a replica holding no index compares the store's index
-    /// with ([`Mirror::check_same_version`]): the one it followed, else the one it found at
-    /// start; and the copy's name.
-    fn copy_to_compare(&self) -> Option<(kseal_keystore::Index, String)> {
-        let copy = self
-            .cache
-            .followed
-            .as_ref()
-            .or(self.cache.unvouched_copy.as_ref())?;
-        kseal_keystore::Index::parse_any_ring(&copy.text, &copy.name)
-            .ok()
-            .map(|index| (index, copy.name.clone()))
     }
 
     /// A poll whose index did not change (its store version is the one held): the history

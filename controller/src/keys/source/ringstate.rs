@@ -190,6 +190,7 @@ impl Mirror {
         let mut from_store = None;
         let marker = self.apply_marker().await;
         self.adopt_persisted_anchor().await?;
+        self.recheck_withheld().await;
         if self.pin.anchor.is_none()
             || (self.cache.anchor_from_state && !self.cache.store_confirmed)
         {
@@ -269,7 +270,7 @@ impl Mirror {
             (true, _) => {}
             (false, Some(index)) => {
                 let view = RingView::new(&index, &self.cache.ever, self.cache.last_active.clone());
-                self.state.ring_view.publish(view);
+                self.publish_view(view, &index);
             }
             (false, None) => self.drop_stale_view().await,
         }
@@ -286,7 +287,7 @@ impl Mirror {
         self.pin.floor = self.pin.floor.max(found.version);
         self.pin.see_root(found.root.clone());
         self.note_superseded(Some(&found.name)).await;
-        self.state.ring_view.publish(found.view.clone());
+        self.publish_found(&found);
         self.cache.followed = Some(found);
     }
 
@@ -472,7 +473,8 @@ impl Mirror {
         // floor past the real index and sealed to the fork's key).
         let found = match found {
             // Under a marker an older kseal wrote (no digest), a leader reads the store before
-            // it takes a copy: the marker cannot vouch for one (attack review, round 11, L1).
+            // it takes a copy: the marker cannot vouch for one (attack review, round 11, L1),
+            // and nothing would seal from it (round 13, R1).
             Some(_)
                 if self.state.is_leader()
                     && self
@@ -511,7 +513,7 @@ impl Mirror {
                 self.cache.last_active.clone_from(&found.view.last_active);
             }
             if publish && self.state.ring_view.current().is_none() {
-                self.state.ring_view.publish(found.view);
+                self.publish_found(&found);
             }
         }
         Ok(())
@@ -2176,67 +2178,224 @@ mod tests {
         (writer, a, b, leader, follower, genuine)
     }
 
-    /// Issue 35, attack review round 12, A2: under a marker an older kseal wrote, a follower
-    /// that becomes leader holds no index of its own; it compares the store's fork at the
-    /// marker's version with the copy it followed, refuses it (naming both digests) and keeps
-    /// the view it had. Restarted, a leader compares with the copy it finds (not published).
+    /// Replaces the index of the ring-state Secret `name` with `text`, as whoever can write
+    /// Secrets in the controller namespace.
+    async fn plant_copy(client: &Client, name: &str, text: &str) {
+        let api = Api::<Secret>::namespaced(client.clone(), "kseal");
+        let mut secret = api.get(name).await.unwrap();
+        secret
+            .data
+            .get_or_insert_with(Default::default)
+            .insert(INDEX_ITEM.into(), ByteString(text.as_bytes().to_vec()));
+        api.replace(name, &PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+
+    /// The mirror of `pair` is there, the same Secret as `kept`, never marked as leaving.
+    async fn assert_kept(client: &Client, pair: &KeyPair, kept: &Secret) {
+        let now = mirror_secret(client, &Kid::of(pair.public_key()))
+            .await
+            .expect("the live mirror was removed");
+        assert_eq!(now.metadata.uid, kept.metadata.uid);
+        assert!(
+            !now.annotations().contains_key(MISSING_SINCE_ANNOTATION),
+            "the live mirror was scheduled for deletion"
+        );
+    }
+
+    /// Issue 35, attack review rounds 12 (A2) and 13 (R1): under a marker an older kseal
+    /// wrote, a follower that becomes leader holds no index of its own; the store's fork at
+    /// the marker's version differs from the copy it followed. It refuses neither and seals
+    /// neither: the reason (and a `SealingWithheld` Warning) names both digests, and no mirror
+    /// leaves. Restarted on the copy it wrote, the same; once the seeder puts the genuine
+    /// index back and adopts it, its active key seals.
     #[tokio::test]
-    async fn a_new_or_restarted_leader_refuses_a_fork_at_the_version_of_its_copy() {
+    async fn a_new_or_restarted_leader_seals_neither_the_store_nor_its_copy_when_they_differ() {
         within("takeover", async {
             let dir = tempfile::tempdir().unwrap();
             let (_server, client) = server().await;
-            let (_writer, a, b, leader, mut follower, genuine) =
+            let (writer, a, b, leader, mut follower, genuine) =
                 legacy_ring_with_fork(dir.path(), &client).await;
-            let fork = _writer.require_snapshot().await.unwrap().index;
+            let fork = writer.require_snapshot().await.unwrap().index;
+            let kept = mirror_secret(&client, &Kid::of(b.public_key()))
+                .await
+                .unwrap();
             drop(leader);
             follower.state.leadership.assume(true);
             assert!(
                 !follower.start_from_copy().await,
                 "no copy taken: a digest-less marker"
             );
-            let err = follower.sync().await.unwrap_err();
-            let message = crate::error_chain(&err);
-            assert_eq!(err.reason(), "untrusted");
+            follower
+                .sync()
+                .await
+                .expect("a copy is no reference to refuse the store's index by");
+            let view = follower.state.ring_view.current().unwrap();
+            let why = view.withheld.clone().expect("nothing seals");
+            for part in [
+                &genuine.digest(),
+                &fork.digest(),
+                "--adopt-index",
+                "records no digest",
+            ] {
+                assert!(why.contains(part), "{part}: {why}");
+            }
+            assert_kept(&client, &b, &kept).await;
+            let name = follower.cache.state_name.clone().unwrap();
+            let events = events_about(&client, &name, "SealingWithheld").await;
             assert!(
-                message.contains("like the verified ring-state copy"),
-                "{message}"
+                events.iter().any(|e| e.note.as_deref().is_some_and(|n| {
+                    n.contains(&genuine.digest()) && n.contains(&fork.digest())
+                })),
+                "{events:?}"
             );
-            assert!(message.contains(&genuine.digest()), "{message}");
-            assert!(message.contains(&fork.digest()), "{message}");
-            assert!(message.contains("--adopt-index"), "{message}");
-            assert_eq!(
-                follower.state.ring_view.current().unwrap().active,
-                Some(Kid::of(b.public_key())),
-                "the followed view stays"
-            );
-            assert!(follower.cache.index.is_none());
 
-            // A restart of the leader: the copy it finds is compared, not published.
+            // Restarted: the copy it wrote and the store agree on the fork; nothing seals.
             let restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
             restarted.state.leadership.assume(true);
             let mut restarted = restarted;
-            let err = restarted.sync().await.unwrap_err();
-            let message = crate::error_chain(&err);
+            restarted.sync().await.unwrap();
+            let view = restarted.state.ring_view.current().unwrap();
+            assert!(view.withheld.is_some(), "{view:?}");
+            assert_kept(&client, &b, &kept).await;
+
+            // The seeder puts its index back and adopts it: the genuine key seals.
+            overwrite(&writer, &genuine.to_json()).await;
+            vouch(&writer).await;
+            restarted.sync().await.unwrap();
+            let view = restarted.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            assert_eq!(view.withheld, None);
+        })
+        .await;
+    }
+
+    /// Issue 35, attack review round 13, R1: ring key and Secret write only. While the leader
+    /// is down, its ring-state copy is overwritten with a fork at the marker's version (the
+    /// attacker's key active, the genuine one retired). Restarted, the replica follows the
+    /// copy before it leads, then leads: nothing seals from the copy, the store's real index
+    /// is not refused as a fork of it, no mirror leaves; adopted, the genuine key seals.
+    #[tokio::test]
+    async fn a_planted_copy_never_seals_nor_refuses_the_real_index_after_a_restart() {
+        within("R1", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b, evil) = (pair(), pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            writer.push(&b).await.unwrap();
+            writer
+                .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+                .await
+                .unwrap();
+            legacy_marker(&writer).await;
+            let leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.state.leadership.assume(true);
+            let mut leader = leader;
+            leader.sync().await.unwrap();
+            let why = leader.state.ring_view.current().unwrap().withheld.clone();
+            assert!(why.is_some_and(|w| w.contains("kseal keys list")));
+            let name = leader.cache.state_name.clone().unwrap();
+            let kept = mirror_secret(&client, &Kid::of(b.public_key()))
+                .await
+                .unwrap();
+            drop(leader);
+            let genuine = writer.require_snapshot().await.unwrap().index;
+            let fork = fork_of(&genuine, genuine.version, &a, &evil);
+            plant_copy(&client, &name, &fork.to_json()).await;
+
+            let restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
+            let mut restarted = restarted;
+            restarted.follow().await.unwrap();
+            let view = restarted.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(evil.public_key())));
+            assert!(view.withheld.is_some(), "the planted copy seals: {view:?}");
+            restarted.state.leadership.assume(true);
+            restarted.start_from_copy().await;
+            restarted
+                .sync()
+                .await
+                .expect("the real index is not refused as a fork of the copy");
+            let view = restarted.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            let why = view.withheld.clone().expect("nothing seals");
+            assert!(why.contains(&genuine.digest()), "{why}");
+            assert!(why.contains(&fork.digest()), "{why}");
+            assert_kept(&client, &b, &kept).await;
+
+            vouch(&writer).await;
+            restarted.sync().await.unwrap();
+            let view = restarted.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            assert_eq!(view.withheld, None, "adopted: sealing resumes");
+        })
+        .await;
+    }
+
+    /// Issue 35, attack review round 13, R2: as R1, with the fork written into the store too
+    /// (copy and store agree). The restarted leader takes the fork's view but seals nothing
+    /// and ignores its retirement of the live key, whose mirror stays; a follower that had
+    /// followed the fork keeps it withheld once the seeder adopts the genuine index, and a
+    /// follower on the genuine copy seals again at its next poll, without a new copy.
+    #[tokio::test]
+    async fn a_fork_in_copy_and_store_never_seals_nor_removes_a_mirror() {
+        within("R2", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (writer, a, b, leader, mut follower, genuine) =
+                legacy_ring_with_fork(dir.path(), &client).await;
+            let fork = writer.require_snapshot().await.unwrap().index;
+            let name = leader.cache.state_name.clone().unwrap();
+            drop(leader);
+            let kept = mirror_secret(&client, &Kid::of(b.public_key()))
+                .await
+                .unwrap();
+            plant_copy(&client, &name, &fork.to_json()).await;
+            let mut fork_follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            fork_follower.follow().await.unwrap();
+            let restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
+            restarted.state.leadership.assume(true);
+            let mut restarted = restarted;
+            restarted.sync().await.unwrap();
+            let view = restarted.state.ring_view.current().unwrap();
+            assert_ne!(view.active, Some(Kid::of(b.public_key())));
+            assert!(view.withheld.is_some(), "the fork seals: {view:?}");
+            assert_kept(&client, &b, &kept).await;
             assert!(
-                message.contains("like the verified ring-state copy"),
-                "{message}"
+                events_about(&client, &kept.name_any(), "KeyLeftRing")
+                    .await
+                    .is_empty()
             );
-            assert!(restarted.cache.index.is_none());
+
+            // The seeder puts its index back and records its digest (the index write of the
+            // adoption not done yet): the follower of the genuine copy seals again; the one
+            // that followed the fork, and the leader holding it, do not.
+            overwrite(&writer, &genuine.to_json()).await;
+            vouch(&writer).await;
             assert!(
-                restarted
+                follower
                     .state
                     .ring_view
                     .current()
-                    .is_none_or(|v| v.active == Some(Kid::of(b.public_key()))),
-                "never the fork's key"
+                    .unwrap()
+                    .withheld
+                    .is_some()
             );
-            // The genuine index put back: taken.
-            overwrite(&_writer, &genuine.to_json()).await;
+            // The leader's copy holds the fork: refused, the view followed stays.
+            let refused = follower.follow().await.unwrap_err();
+            assert_eq!(refused.reason(), "untrusted");
+            let view = follower.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            assert_eq!(view.withheld, None, "the follower seals again");
+            let _ = fork_follower.follow().await;
+            let view = fork_follower.state.ring_view.current().unwrap();
+            assert!(view.withheld.is_some(), "the fork stays withheld: {view:?}");
             restarted.sync().await.unwrap();
-            assert_eq!(
-                restarted.state.ring_view.current().unwrap().active,
-                Some(Kid::of(b.public_key()))
-            );
+            let view = restarted.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            assert_eq!(view.withheld, None);
+            assert_kept(&client, &b, &kept).await;
         })
         .await;
     }
