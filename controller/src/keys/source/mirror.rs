@@ -51,7 +51,14 @@ impl Mirror {
             return;
         }
         self.cache.active_warned.clone_from(&problem);
-        let (Some(problem), Some(reference)) = (problem, self.cache.state_ref.clone()) else {
+        // No copy of its own (none written: copies a digest-less marker cannot vouch for
+        // disagree): on the Lease, else the Pod, never silent.
+        let reference = self
+            .cache
+            .state_ref
+            .clone()
+            .or_else(|| self.state_reference(None));
+        let (Some(problem), Some(reference)) = (problem, reference) else {
             return;
         };
         tracing::warn!("{problem}");

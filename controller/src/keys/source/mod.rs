@@ -225,6 +225,9 @@ struct Cache {
     sync_floor: u64,
     /// Rival ring-state Secrets already warned about (uid and resource version).
     rivals_warned: HashSet<String>,
+    /// The ring-state copies last named as ones a digest-less history marker cannot vouch
+    /// for ([`Mirror::copies_unvouched`]; uids, resource versions and the held digest).
+    unvouched_warned: Option<String>,
     /// Whether a replica started without an anchor looked for one persisted in a ring-state
     /// copy ([`Mirror::adopt_persisted_anchor`]).
     persisted_checked: bool,
@@ -425,6 +428,7 @@ impl Mirror {
                 withheld_kept: HashSet::new(),
                 sync_floor: 0,
                 rivals_warned: HashSet::new(),
+                unvouched_warned: None,
                 persisted_checked: false,
                 marker_applied: false,
                 anchor_conflict: None,

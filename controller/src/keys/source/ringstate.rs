@@ -598,6 +598,10 @@ impl Mirror {
                 ByteString(last.as_str().as_bytes().to_vec()),
             );
         }
+        // Under a digest-less marker, copies that disagree are named, none rewritten.
+        if self.copies_unvouched().await {
+            return;
+        }
         if self.cache.state_written.as_ref() == Some(&data) {
             // Unchanged: written again only if someone removed or changed it (a rolled-back
             // or forged copy is repaired from the index this leader verified).
@@ -743,13 +747,7 @@ impl Mirror {
         else {
             return;
         };
-        let mut trust = self.pin.trust().accept_expired(true).min_version(0);
-        if let Some(anchor) = &self.pin.anchor {
-            trust = kseal_keystore::Trust::anchored(anchor.clone()).accept_expired(true);
-            if let Some((seq, kid)) = &self.pin.seen_root {
-                trust = trust.seen_root(*seq, kid.clone());
-            }
-        }
+        let trust = self.copy_trust();
         for secret in &listed.items {
             if secret.name_any() == own
                 || secret
@@ -2178,6 +2176,21 @@ mod tests {
         (writer, a, b, leader, follower, genuine)
     }
 
+    /// Every Event with `reason`, whatever it is about.
+    async fn events_with_reason(
+        client: &Client,
+        reason: &str,
+    ) -> Vec<k8s_openapi::api::events::v1::Event> {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "kseal")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
     /// Replaces the index of the ring-state Secret `name` with `text`, as whoever can write
     /// Secrets in the controller namespace.
     async fn plant_copy(client: &Client, name: &str, text: &str) {
@@ -2242,8 +2255,10 @@ mod tests {
                 assert!(why.contains(part), "{part}: {why}");
             }
             assert_kept(&client, &b, &kept).await;
-            let name = follower.cache.state_name.clone().unwrap();
-            let events = events_about(&client, &name, "SealingWithheld").await;
+            // The copy the old leader wrote disagrees with the store's index: neither is
+            // rewritten, so the Warning goes where a leader without a copy reports.
+            assert_eq!(follower.cache.state_name, None);
+            let events = events_with_reason(&client, "SealingWithheld").await;
             assert!(
                 events.iter().any(|e| e.note.as_deref().is_some_and(|n| {
                     n.contains(&genuine.digest()) && n.contains(&fork.digest())
@@ -2251,7 +2266,7 @@ mod tests {
                 "{events:?}"
             );
 
-            // Restarted: the copy it wrote and the store agree on the fork; nothing seals.
+            // Restarted: the copy still disagrees with the store's fork; nothing seals.
             let restarted = mirror(ring(dir.path(), Some(&a)).await, &client);
             restarted.state.leadership.assume(true);
             let mut restarted = restarted;
@@ -2267,6 +2282,104 @@ mod tests {
             let view = restarted.state.ring_view.current().unwrap();
             assert_eq!(view.active, Some(Kid::of(b.public_key())));
             assert_eq!(view.withheld, None);
+        })
+        .await;
+    }
+
+    /// Issue 35, attack review round 14, OBS1: under a marker an older kseal wrote, the
+    /// store holds a fork at the marker's version and whoever can write Secrets here adds a
+    /// rival ring-state copy holding the same fork. The follower that takes over never takes
+    /// the rival for its own: neither copy is called forged (an operator would delete the
+    /// genuine one) nor rewritten; a `RingStateUnvouched` Warning on each names both. Once the
+    /// seeder adopts its index, the leader rewrites the genuine copy and names the rival.
+    #[tokio::test]
+    async fn a_takeover_under_a_digest_less_marker_never_calls_the_genuine_copy_forged() {
+        within("OBS1", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (writer, _a, b, leader, mut follower, genuine) =
+                legacy_ring_with_fork(dir.path(), &client).await;
+            let fork = writer.require_snapshot().await.unwrap().index;
+            let api = Api::<Secret>::namespaced(client.clone(), "kseal");
+            let own = leader.cache.state_name.clone().unwrap();
+            let copy = api.get(&own).await.unwrap();
+            let mut rival = Secret {
+                metadata: ObjectMeta {
+                    name: Some("kseal-ring-state-zzzz".into()),
+                    namespace: Some("kseal".into()),
+                    labels: copy.metadata.labels.clone(),
+                    annotations: copy.metadata.annotations.clone(),
+                    ..ObjectMeta::default()
+                },
+                type_: copy.type_.clone(),
+                data: copy.data.clone(),
+                ..Secret::default()
+            };
+            rival
+                .data
+                .get_or_insert_with(Default::default)
+                .insert(INDEX_ITEM.into(), ByteString(fork.to_json().into_bytes()));
+            api.create(&PostParams::default(), &rival).await.unwrap();
+            drop(leader);
+
+            follower.state.leadership.assume(true);
+            follower.start_from_copy().await;
+            follower.sync().await.unwrap();
+            follower.write_state().await;
+            assert!(
+                follower
+                    .state
+                    .ring_view
+                    .current()
+                    .unwrap()
+                    .withheld
+                    .is_some()
+            );
+            for name in [own.as_str(), "kseal-ring-state-zzzz"] {
+                let forged = events_about(&client, name, "RingStateForged").await;
+                assert!(forged.is_empty(), "{name} called forged: {forged:?}");
+                let repaired = events_about(&client, name, "RingStateRepaired").await;
+                assert!(repaired.is_empty(), "{name} rewritten: {repaired:?}");
+                let unvouched = events_about(&client, name, "RingStateUnvouched").await;
+                let note = unvouched
+                    .first()
+                    .and_then(|e| e.note.clone())
+                    .unwrap_or_else(|| panic!("{name} not named as unvouched"));
+                for part in [
+                    own.as_str(),
+                    "kseal-ring-state-zzzz",
+                    &genuine.digest(),
+                    &fork.digest(),
+                    "records no digest",
+                    "--adopt-index",
+                ] {
+                    assert!(note.contains(part), "{part}: {note}");
+                }
+            }
+            let index_of = |s: Secret| s.data.unwrap()[INDEX_ITEM].0.clone();
+            assert_eq!(
+                index_of(api.get(&own).await.unwrap()),
+                index_of(copy.clone()),
+                "the genuine copy was rewritten"
+            );
+            assert_eq!(follower.cache.state_name, None);
+
+            // The seeder puts its index back and adopts it: the leader writes the genuine
+            // copy, which the marker now vouches for, and names the rival.
+            overwrite(&writer, &genuine.to_json()).await;
+            vouch(&writer).await;
+            follower.sync().await.unwrap();
+            let view = follower.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            assert_eq!(view.withheld, None);
+            assert_eq!(follower.cache.state_name.as_deref(), Some(own.as_str()));
+            assert!(
+                events_about(&client, &own, "RingStateForged")
+                    .await
+                    .is_empty()
+            );
+            let named = events_about(&client, "kseal-ring-state-zzzz", "RingStateForged").await;
+            assert_eq!(named.len(), 1, "{named:?}");
         })
         .await;
     }
@@ -2295,7 +2408,17 @@ mod tests {
             let mut leader = leader;
             leader.sync().await.unwrap();
             let why = leader.state.ring_view.current().unwrap().withheld.clone();
-            assert!(why.is_some_and(|w| w.contains("kseal keys list")));
+            // The seeder checks what it wrote before it adopts: never a digest `keys list`
+            // prints, which may be a fork's (attack review, round 14, AF1).
+            let why = why.unwrap();
+            for part in [
+                "retired keys",
+                "without --adopt-index",
+                "two indexes of that version",
+            ] {
+                assert!(why.contains(part), "{part}: {why}");
+            }
+            assert!(!why.contains("keys list"), "{why}");
             let name = leader.cache.state_name.clone().unwrap();
             let kept = mirror_secret(&client, &Kid::of(b.public_key()))
                 .await

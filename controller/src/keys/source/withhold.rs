@@ -34,8 +34,11 @@ impl Mirror {
                     "version {} of ring {}'s index (SHA-256 {digest}, active key {}) does not \
                      seal: the history marker {root} was written by an older kseal and records \
                      no digest: nothing tells this index from a fork at its version; the \
-                     seeder adopts it with `kseal keys refresh --adopt-index <SHA-256>` (kseal \
-                     keys list prints it), and sealing resumes at the next poll",
+                     ring's seeder checks its version, active key, keys and retired keys \
+                     against what it wrote last (`kseal keys refresh` without --adopt-index \
+                     prints them, and refuses when the store holds two indexes of that \
+                     version), then adopts it with `kseal keys refresh --adopt-index \
+                     <SHA-256>`; sealing resumes at the next poll",
                     index.version,
                     self.ring.name(),
                     index.active.as_ref().map_or("none", Kid::short),
@@ -215,7 +218,8 @@ impl Mirror {
         {
             format!(
                 "{root_name} (written by an older kseal) records no digest to tell them apart: \
-                 the ring's seeder checks the keys of both, and adopts the one it wrote with \
+                 the ring's seeder checks the version, active key, keys and retired keys of \
+                 both against what it wrote last, and adopts the one it wrote with \
                  `kseal keys refresh --adopt-index <its SHA-256>` (restoring it at this \
                  version is refused again)"
             )
@@ -247,5 +251,135 @@ impl Mirror {
         kseal_keystore::Index::parse_any_ring(&copy.text, &copy.name)
             .ok()
             .map(|index| (index, copy.name.clone()))
+    }
+}
+
+impl Mirror {
+    /// The trust a leader checks other ring-state copies under: its anchor (or its pin's
+    /// trust), expired indexes accepted, any version (the floor is compared by the caller).
+    pub(super) fn copy_trust(&self) -> kseal_keystore::Trust {
+        let mut trust = self.pin.trust().accept_expired(true).min_version(0);
+        if let Some(anchor) = &self.pin.anchor {
+            trust = kseal_keystore::Trust::anchored(anchor.clone()).accept_expired(true);
+            if let Some((seq, kid)) = &self.pin.seen_root {
+                trust = trust.seen_root(*seq, kid.clone());
+            }
+        }
+        trust
+    }
+
+    /// The index the leader holds when the history marker, written by an older kseal (a
+    /// version, no digest), cannot vouch for it: nothing tells it from a fork at its version.
+    fn held_unvouchable(&self) -> Option<&Index> {
+        let marker = self.cache.vouching.as_ref()?;
+        let index = self.cache.index.as_ref()?;
+        (marker.digest.is_none()
+            && marker.version > 0
+            && marker.vouches(index) == kseal_keystore::Vouch::Unrecorded)
+            .then_some(index)
+    }
+
+    /// Under a history marker an older kseal wrote (no digest), whether this ring's verified
+    /// ring-state copies at the version of the index the leader holds, or above, disagree
+    /// with it (and so with each other, or with the store's index). The marker vouches for
+    /// none of them: none is taken as this leader's own, called forged or rewritten with
+    /// another's content (attack review, round 14, OBS1: after a takeover the leader took a
+    /// rival copy that matched the store's fork for its own and called the genuine one
+    /// forged, inviting its deletion). Each copy gets a Warning `RingStateUnvouched` naming
+    /// them all, once per content; the leader writes its copy again once the seeder adopted
+    /// the index it wrote and the marker records its digest.
+    pub(super) async fn copies_unvouched(&mut self) -> bool {
+        let Some(held) = self.held_unvouchable().cloned() else {
+            return false;
+        };
+        let Ok(listed) = self
+            .api
+            .list(&ListParams::default().labels(&format!("{RING_STATE_LABEL}=true")))
+            .await
+        else {
+            return false;
+        };
+        let trust = self.copy_trust();
+        let held_digest = held.digest();
+        let mut copies = Vec::new();
+        for secret in &listed.items {
+            if secret
+                .annotations()
+                .get(RING_ANNOTATION)
+                .map(String::as_str)
+                != Some(self.ring.name())
+            {
+                continue;
+            }
+            let text = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(INDEX_ITEM))
+                .and_then(|v| std::str::from_utf8(&v.0).ok());
+            let Some(Ok((index, _))) =
+                text.map(|t| parse_ring_state(t, self.expected_ring.as_deref(), &trust))
+            else {
+                continue;
+            };
+            if index.version >= held.version {
+                copies.push((secret, index));
+            }
+        }
+        if copies
+            .iter()
+            .all(|(_, index)| index.digest() == held_digest)
+        {
+            return false;
+        }
+        let mut key: Vec<String> = copies
+            .iter()
+            .map(|(s, _)| {
+                format!(
+                    "{}@{}",
+                    s.uid().unwrap_or_default(),
+                    s.resource_version().unwrap_or_default()
+                )
+            })
+            .collect();
+        key.sort();
+        let key = format!("{held_digest} {}", key.join(" "));
+        if self.cache.unvouched_warned.as_ref() == Some(&key) {
+            return true;
+        }
+        let describe = |i: &Index| {
+            format!(
+                "version {}, SHA-256 {}, active key {}",
+                i.version,
+                i.digest(),
+                i.active.as_ref().map_or("none", Kid::short)
+            )
+        };
+        let named = copies
+            .iter()
+            .map(|(s, i)| format!("{} ({})", s.name_any(), describe(i)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let root = self.ring.root_name();
+        let note = format!(
+            "the ring-state copies of ring {} and the store's index ({}) are not all one \
+             index: {named}. \
+             The history marker {root} was written by an older kseal and records no digest: \
+             it vouches for none of them, so none is taken as this leader's copy, called \
+             forged or rewritten, and nothing seals from any of them. The ring's seeder runs \
+             `kseal keys refresh`, which prints the version, active key, keys and retired keys \
+             of the store's index (and refuses when the store holds two indexes of that \
+             version), checks them against what it wrote last, and adopts that index with \
+             `kseal keys refresh --adopt-index <SHA-256>`; this leader then writes its copy \
+             from the adopted index",
+            self.ring.name(),
+            describe(&held),
+        );
+        tracing::warn!("{note}");
+        for (secret, _) in &copies {
+            self.warn_on(&secret.object_ref(&()), "RingStateUnvouched", note.clone())
+                .await;
+        }
+        self.cache.unvouched_warned = Some(key);
+        true
     }
 }
