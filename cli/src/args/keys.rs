@@ -400,8 +400,10 @@ pub(crate) struct RingArgs {
     #[arg(long, env = env::KSEAL_ALLOW_EXPIRED)]
     pub(crate) allow_expired: bool,
     /// Let a write build on the index of this SHA-256 although the ring's history marker,
-    /// written by an older kseal, records none: only after checking the version, active key
-    /// and keys that the refusal printed are the ones you wrote last
+    /// written by an older kseal, records none: only after checking the version, active key,
+    /// keys and retired keys that the refusal printed are the ones you wrote last. When the
+    /// store holds other indexes of that version, the value the refusal prints: your digest
+    /// first, then each other one, comma-separated
     #[arg(long, env = env::KSEAL_ADOPT_INDEX, value_name = "DIGEST")]
     pub(crate) adopt_index: Option<String>,
     /// Let a write build on the index although the ring's history marker records a later

@@ -151,55 +151,6 @@ enum Record<'a> {
     },
 }
 
-impl Ring {
-    /// Under a history marker an older kseal wrote (no digest), a write would record the
-    /// digest of whatever index it builds on, a fork at the marker's version included
-    /// (attack review, round 11, L1): it builds only on the index the seeder adopted by its
-    /// digest (`--adopt-index`), after checking what the refusal prints.
-    fn check_adopted(&self, index: &Index, marker: &Marker) -> Result<()> {
-        // A dedicated root the marker does not record is never adopted: whoever holds a ring
-        // key can sign one into a copy of the real index (attack review, round 12).
-        let root = newest_dedicated(index);
-        if root.is_some() && root != marker.root {
-            return Err(Error::Untrusted {
-                what: self.index_name(),
-                reason: format!(
-                    "its history names the dedicated root {} that {} does not record: a root \
-                     put in by whoever holds a ring key. Nothing was written; restore the index \
-                     the seeder wrote last",
-                    root.as_ref().map_or("", |(_, k)| k.short()),
-                    self.root_name()
-                ),
-            });
-        }
-        let digest = index.digest();
-        if self.adopt_index.as_deref() == Some(digest.as_str()) {
-            return Ok(());
-        }
-        Err(Error::Refused(format!(
-            "{} was written by an older kseal and records no digest of the index, so whether \
-             {} (version {}, active key {}, keys {}) is the one its writers wrote cannot be \
-             told: a fork at that version would be signed on. If these are the version and keys \
-             you wrote last, write again with --adopt-index {digest}{}",
-            self.root_name(),
-            self.index_name(),
-            index.version,
-            index.active.as_ref().map_or("none", Kid::short),
-            index
-                .keys
-                .iter()
-                .map(|e| e.kid.short())
-                .collect::<Vec<_>>()
-                .join(", "),
-            if self.adopt_index.is_some() {
-                " (the digest given is another index's)"
-            } else {
-                ""
-            }
-        )))
-    }
-}
-
 /// What to restore when an index the marker does not vouch for was put in place: the
 /// previous version of the index (`index_name`) whose text's SHA-256 is the digest the marker
 /// (`marker_name`) records, which names it exactly even where two stored versions claim the
@@ -269,7 +220,7 @@ pub fn not_vouched(index: &Index, marker: &Marker, marker_name: &str) -> String 
 }
 
 /// The newest dedicated root of `index`'s chain: its number and kid.
-fn newest_dedicated(index: &Index) -> Option<(u64, Kid)> {
+pub(super) fn newest_dedicated(index: &Index) -> Option<(u64, Kid)> {
     index
         .roots
         .iter()
@@ -531,19 +482,27 @@ impl Ring {
     /// Refuses an index the marker does not vouch for ([`Marker::vouches`]): one at the
     /// marker's version, or the next, that its writers did not write. Older indexes and
     /// indexes further ahead are refused by [`Ring::check_against_marker`] and the caller.
-    pub(super) fn check_vouched(&self, index: &Index, marker: &Marker) -> Result<()> {
+    /// Under a marker without a digest, the index at its version is written on only once
+    /// adopted ([`Ring::check_adopted`]), and the refusal of one ahead of it names every
+    /// index of the marker's version the store holds ([`Ring::restore_unrecorded`]).
+    pub(super) async fn check_vouched(&self, s: &Snapshot, marker: &Marker) -> Result<()> {
+        let index = &s.index;
         if marker.vouches(index) == Vouch::Unrecorded && marker.version > 0 {
-            return self.check_adopted(index, marker);
+            return self.check_adopted(s, marker).await;
         }
         if marker.vouches(index) != Vouch::NotWritten || index.version > marker.version + 1 {
             return Ok(());
         }
+        let restore = if marker.digest.is_none() {
+            self.restore_unrecorded(s, marker).await
+        } else {
+            restore_vouched(marker, &self.index_name(), &self.root_name())
+        };
         Err(Error::Untrusted {
             what: self.index_name(),
             reason: format!(
-                "{}. Nothing was written; {}",
+                "{}. Nothing was written; {restore}",
                 not_vouched(index, marker, &self.root_name()),
-                restore_vouched(marker, &self.index_name(), &self.root_name())
             ),
         })
     }

@@ -9,7 +9,8 @@
 //!   activation delay (one controller poll interval), unless the caller says otherwise.
 //!
 //! The folder's files: this one holds the ring and its reads; `marker` the history marker;
-//! `write` the compare-and-swap write of a change and its signing; `ops` the operations.
+//! `write` the compare-and-swap write of a change and its signing; `adopt` the adoption of the
+//! index under a marker an older kseal wrote; `ops` the operations.
 
 use std::time::{Duration, SystemTime};
 
@@ -21,6 +22,7 @@ use crate::root::RootSigner;
 use crate::trust::{self, Trust, Verified};
 use crate::{AwsOptions, Error, Put, Result, Store, Version};
 
+mod adopt;
 mod marker;
 mod ops;
 mod write;
@@ -246,8 +248,11 @@ impl Ring {
 
     /// Lets a write build on the index of this digest ([`crate::Index::digest`]) although the
     /// history marker, written by an older kseal, records no digest to vouch for it
-    /// (`--adopt-index`): the seeder checks the version, active key and keys the refusal
-    /// printed, then adopts that very index; the marker records its digest from then on.
+    /// (`--adopt-index`): the seeder checks the version, active key, keys and retired keys
+    /// the refusal printed, then adopts that very index; the marker records its digest from
+    /// then on. Where the store's versions hold other indexes of that version (a fork signed
+    /// with a ring key: attack review, round 14, AF1), `digest` names the adopted one first,
+    /// then every other one, comma-separated, as the refusal printed them.
     #[must_use]
     pub fn with_adopt_index(mut self, digest: Option<String>) -> Self {
         self.adopt_index = digest.map(|d| d.trim().to_ascii_lowercase());

@@ -189,24 +189,32 @@ impl Ring {
             && m.version > 0
             && s.index.version > m.version.saturating_add(1)
         {
+            // Under a marker without a digest, every stored index of its version is named
+            // (attack review, round 14, AF1b: the store may hold a fork of it too).
+            let restore = if m.digest.is_none() {
+                self.restore_unrecorded(s, m).await
+            } else {
+                format!(
+                    "restore the index to version {} from the store's previous versions, after \
+                     checking the keys it names",
+                    m.version
+                )
+            };
             return Err(Error::Untrusted {
                 what: self.index_name(),
                 reason: format!(
                     "it is version {}, but {} records version {} as the last its \
                      writers wrote: the versions in between were not written by \
-                     them (its active key is {}). Nothing was written; restore the \
-                     index to version {} from the store's previous versions, after \
-                     checking the keys it names",
+                     them (its active key is {}). Nothing was written; {restore}",
                     s.index.version,
                     self.root_name(),
                     m.version,
                     s.index.active.as_ref().map_or("none", Kid::short),
-                    m.version
                 ),
             });
         }
         if let Some(marker) = marker {
-            self.check_vouched(&s.index, &marker.0)?;
+            self.check_vouched(s, &marker.0).await?;
             if !self
                 .check_not_undone(s, marker, own, may_wait, dropped)
                 .await?
@@ -417,22 +425,52 @@ impl Ring {
         current: &Version,
         pending: &[&str],
     ) -> Result<(Option<usize>, Option<(Version, Index)>)> {
+        let mut found = None;
+        let searched = self
+            .search_stored(
+                || {
+                    format!(
+                        "{} has more than {MAX_VERSIONS_SEARCHED} stored versions, too many to \
+                         search for the write {} records as pending: nothing was written or \
+                         dropped. Restore the write whose text has SHA-256 {} if the store \
+                         holds it; else ask why the index was written so often",
+                        self.index_name(),
+                        self.root_name(),
+                        pending.join(" or ")
+                    )
+                },
+                |id, stored| {
+                    let hit = id != current && pending.contains(&stored.digest().as_str());
+                    if hit {
+                        found = Some((id.clone(), stored));
+                    }
+                    hit
+                },
+            )
+            .await?;
+        Ok((searched, found))
+    }
+
+    /// Reads every stored version of the index (Secrets Manager's `ListSecretVersionIds` with
+    /// deprecated versions, then each by its VersionId) and hands each that parses as an index
+    /// to `found`, with its VersionId, until `found` returns `true`: how many versions the
+    /// store lists (`None` on a directory, which keeps none). A store listing more than
+    /// [`MAX_VERSIONS_SEARCHED`] is refused with `too_many`'s text: a version among those left
+    /// would go unseen (attack review, round 13, U2).
+    pub(super) async fn search_stored(
+        &self,
+        too_many: impl FnOnce() -> String,
+        mut found: impl FnMut(&Version, Index) -> bool,
+    ) -> Result<Option<usize>> {
         if matches!(self.store, crate::Store::Directory(_)) {
-            return Ok((None, None));
+            return Ok(None);
         }
         let name = self.index_name();
         let ids = self.store.versions(&name, MAX_VERSIONS_SEARCHED).await?;
         if ids.len() > MAX_VERSIONS_SEARCHED {
-            return Err(Error::Refused(format!(
-                "{name} has more than {MAX_VERSIONS_SEARCHED} stored versions, too many to \
-                 search for the write {} records as pending: nothing was written or dropped. \
-                 Restore the write whose text has SHA-256 {} if the store holds it; else ask \
-                 why the index was written so often",
-                self.root_name(),
-                pending.join(" or ")
-            )));
+            return Err(Error::Refused(too_many()));
         }
-        for id in ids.iter().filter(|id| *id != current) {
+        for id in &ids {
             let text = match self.store.read(&name, Some(id)).await {
                 Ok(Some((text, _))) => text,
                 // Gone meanwhile, or a version no kseal writes (binary, empty).
@@ -442,11 +480,11 @@ impl Ring {
             let Ok(stored) = self.parse_index(&text) else {
                 continue;
             };
-            if pending.contains(&stored.digest().as_str()) {
-                return Ok((Some(ids.len()), Some((id.clone(), stored))));
+            if found(id, stored) {
+                break;
             }
         }
-        Ok((Some(ids.len()), None))
+        Ok(Some(ids.len()))
     }
 
     /// Waits a moment (a write between its marker update and its index write takes a few
@@ -765,7 +803,7 @@ const PENDING_POLL: Duration = Duration::from_millis(250);
 
 /// How many stored versions of the index a write searches for a pending write before it
 /// drops it (Secrets Manager keeps about 100, those younger than a day on top).
-const MAX_VERSIONS_SEARCHED: usize = 300;
+pub(super) const MAX_VERSIONS_SEARCHED: usize = 300;
 
 /// The dedicated root `index` hands the history to, when `marker` does not record it yet.
 fn new_dedicated_root(index: &Index, marker: Option<&(Marker, Version)>) -> Option<(u64, Kid)> {

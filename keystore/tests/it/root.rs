@@ -1161,7 +1161,7 @@ async fn a_failed_write_needs_drop_pending_and_one_in_flight_is_awaited() {
 /// the refusal prints the version, active key and keys to check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
-    for (ring, _dir) in rings("legacy_marker_adopt").await {
+    for (ring, dir) in rings("legacy_marker_adopt").await {
         let (a, _b, _anchor) = seeded(&ring).await;
         let real = raw_index(&ring).await;
         // The marker as an older kseal wrote it: no digest.
@@ -1197,7 +1197,14 @@ async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
             .await
             .expect_err("another index's digest")
             .to_string();
-        assert!(wrong.contains("another index's"), "{wrong}");
+        // Secrets Manager's versions hold the real index beside the fork: both are named
+        // (round 14, AF1: `an_adoption_is_refused_while_the_store_holds_another_index_…`).
+        let told = if dir.is_some() {
+            "another index's"
+        } else {
+            "nothing adopted"
+        };
+        assert!(wrong.contains(told), "{wrong}");
         assert_eq!(raw_index(&ring).await, fork, "nothing signed");
         assert!(
             ring.history_marker()
@@ -1210,8 +1217,13 @@ async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
         );
         // The real index back, adopted: written on, and the marker records digests again.
         overwrite_index(&ring, &real.to_json()).await;
+        let adopt = if dir.is_some() {
+            real.digest()
+        } else {
+            format!("{},{}", real.digest(), fork.digest())
+        };
         ring.clone()
-            .with_adopt_index(Some(real.digest()))
+            .with_adopt_index(Some(adopt))
             .refresh()
             .await
             .unwrap();
@@ -1223,4 +1235,268 @@ async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
         );
         ring.refresh().await.expect("no adoption needed any more");
     }
+}
+
+/// Rewrites the history marker of `ring` as an older kseal wrote it: its version, no digest.
+async fn legacy_marker(ring: &Ring) {
+    let (text, version) = ring
+        .store()
+        .read(&ring.root_name(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut legacy: serde_json::Value = serde_json::from_str(&text).unwrap();
+    legacy.as_object_mut().unwrap().remove("digest");
+    legacy.as_object_mut().unwrap().remove("next");
+    ring.store()
+        .compare_and_swap(&ring.root_name(), &legacy.to_string(), Some(&version), &[])
+        .await
+        .unwrap();
+}
+
+/// A seeded ring whose active key is `b` (K2), with a third key retired, under a marker an
+/// older kseal wrote; and the fork of its index that its anchor `a` (K1, a ring key) signs at
+/// the same version: `a` active, `b` retired (attack review, round 14, AF1).
+async fn real_and_k1_fork(ring: &Ring) -> (KeyPair, KeyPair, Index, Index) {
+    let (a, b, _anchor) = seeded(ring).await;
+    let c = pair();
+    ring.push(&c).await.unwrap();
+    ring.activate(kid(&b).as_str(), Duration::ZERO)
+        .await
+        .unwrap();
+    ring.retire(kid(&c).as_str(), 7).await.unwrap();
+    let real = raw_index(ring).await;
+    assert_eq!(real.retired.len(), 1);
+    legacy_marker(ring).await;
+    let mut fork = real.clone();
+    fork.active = Some(kid(&a));
+    fork.keys.retain(|e| e.kid == kid(&a));
+    let mut gone = real.retired[0].clone();
+    gone.kid = kid(&b);
+    fork.retired.push(gone);
+    trust::sign_index(&mut fork, &a).unwrap();
+    assert_eq!(fork.version, real.version);
+    (a, b, real, fork)
+}
+
+/// Attack review, round 14 (AF1): under a marker an older kseal wrote (no digest), a fork at
+/// the marker's version signed with the anchor (a ring key; `a` active, the real active key
+/// `b` retired) was offered for adoption with its keys alone, adopted, and signed on: `b`'s
+/// mirror then left every cluster. The store's versions held the real index beside it. Now
+/// the adoption is neither offered nor taken while the store holds two indexes of that
+/// version, flag or not: each is named by its VersionId, active key, keys, retired keys and
+/// SHA-256, with the command that restores it, and an adoption names the adopted index first
+/// and every other one after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adoption_is_refused_while_the_store_holds_another_index_of_its_version() {
+    for (ring, dir) in rings("adopt_beside_real").await {
+        if dir.is_some() {
+            continue; // a directory keeps no versions: `under_a_marker_without_a_digest_…`
+        }
+        let (a, b, real, fork) = real_and_k1_fork(&ring).await;
+        let real_id = ring.index_version().await.unwrap().unwrap();
+        overwrite_index(&ring, &fork.to_json()).await;
+        let fork_id = ring.index_version().await.unwrap().unwrap();
+        for (what, adopt) in [
+            ("no flag", None),
+            ("the fork's digest", Some(fork.digest())),
+            ("the real digest", Some(real.digest())),
+            (
+                "the real one first",
+                Some(format!("{},{}", real.digest(), fork.digest())),
+            ),
+        ] {
+            let e = ring
+                .clone()
+                .with_adopt_index(adopt)
+                .refresh()
+                .await
+                .expect_err(what)
+                .to_string();
+            for part in [
+                format!("VersionId {real_id}: version {}", real.version),
+                format!("VersionId {fork_id} (current)"),
+                format!("active key {}", kid(&b).short()),
+                format!("active key {}", kid(&a).short()),
+                format!(
+                    "retired keys {}, {}",
+                    real.retired[0].kid.short(),
+                    kid(&b).short()
+                ),
+                real.digest(),
+                fork.digest(),
+                format!("--move-to-version-id {real_id} --remove-from-version-id {fork_id}"),
+                "nothing adopted".to_owned(),
+            ] {
+                assert!(e.contains(&part), "{what}: {part} missing from: {e}");
+            }
+            assert_eq!(raw_index(&ring).await, fork, "{what}: nothing signed");
+            let marker = ring.history_marker().await.unwrap().unwrap();
+            assert!(marker.digest.is_none(), "{what}: nothing recorded");
+        }
+        // Restored as the refusal says: the adoption must still name both.
+        overwrite_index(&ring, &real.to_json()).await;
+        let e = ring
+            .clone()
+            .with_adopt_index(Some(real.digest()))
+            .refresh()
+            .await
+            .expect_err("the fork not named")
+            .to_string();
+        let both = format!("--adopt-index {},{}", real.digest(), fork.digest());
+        assert!(e.contains(&both), "{e}");
+        ring.clone()
+            .with_adopt_index(Some(both.trim_start_matches("--adopt-index ").to_owned()))
+            .refresh()
+            .await
+            .expect("adopted, every other index named");
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (real.version + 1, Some(kid(&b)))
+        );
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(marker.digest, Some(now.digest()));
+    }
+}
+
+/// Attack review, round 14 (AF1b): the attacker writes a K1 fork at the marker's version and
+/// then one at the next; the refusal said "restore to version 3 from the store's previous
+/// versions", and the seeder restored the latest version 3: the fork. Now the refusal names
+/// every index of the marker's version the store holds, each with its keys, retired keys,
+/// SHA-256, the command that restores it and the adoption to give then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_ahead_of_a_digest_less_marker_names_every_stored_index_of_its_version() {
+    for (ring, dir) in rings("adopt_fork_ahead").await {
+        if dir.is_some() {
+            continue; // a directory keeps no versions to name
+        }
+        let (a, b, real, fork) = real_and_k1_fork(&ring).await;
+        let real_id = ring.index_version().await.unwrap().unwrap();
+        overwrite_index(&ring, &fork.to_json()).await;
+        let fork_id = ring.index_version().await.unwrap().unwrap();
+        let mut ahead = fork.clone();
+        ahead.version += 1;
+        trust::sign_index(&mut ahead, &a).unwrap();
+        overwrite_index(&ring, &ahead.to_json()).await;
+        let ahead_id = ring.index_version().await.unwrap().unwrap();
+        let e = ring.refresh().await.expect_err("ahead").to_string();
+        for part in [
+            "the store holds 2 of that version".to_owned(),
+            format!("VersionId {real_id}: version {}", real.version),
+            format!("VersionId {fork_id}: version {}", fork.version),
+            format!("active key {}", kid(&b).short()),
+            format!(
+                "retired keys {}, {}",
+                real.retired[0].kid.short(),
+                kid(&b).short()
+            ),
+            format!("--move-to-version-id {real_id} --remove-from-version-id {ahead_id}"),
+            format!("--adopt-index {},{}", real.digest(), fork.digest()),
+        ] {
+            assert!(e.contains(&part), "{part} missing from: {e}");
+        }
+        assert_eq!(raw_index(&ring).await, ahead, "nothing signed");
+        // Further ahead: named the same way.
+        let mut further = ahead.clone();
+        further.version += 1;
+        trust::sign_index(&mut further, &a).unwrap();
+        overwrite_index(&ring, &further.to_json()).await;
+        let further_id = ring.index_version().await.unwrap().unwrap();
+        let e = ring.refresh().await.expect_err("further ahead").to_string();
+        for part in [
+            format!("VersionId {real_id}: version {}", real.version),
+            format!("VersionId {fork_id}: version {}", fork.version),
+            format!("--move-to-version-id {real_id} --remove-from-version-id {further_id}"),
+        ] {
+            assert!(e.contains(&part), "{part} missing from: {e}");
+        }
+        // Restored as it says, and adopted naming the fork as not written.
+        overwrite_index(&ring, &real.to_json()).await;
+        ring.clone()
+            .with_adopt_index(Some(format!("{},{}", real.digest(), fork.digest())))
+            .refresh()
+            .await
+            .expect("adopted");
+        assert_eq!(raw_index(&ring).await.active, Some(kid(&b)));
+    }
+}
+
+/// The happy path of an adoption: a single index of the marker's version, stored once or
+/// written again unchanged, is offered with its active key, keys and retired keys, and
+/// adopted by its digest alone, as before round 14.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_index_of_the_markers_version_is_adopted_by_its_digest_alone() {
+    for (ring, _dir) in rings("adopt_single").await {
+        let (_a, b, real, _fork) = real_and_k1_fork(&ring).await;
+        // Written again unchanged: the same digest, one index.
+        overwrite_index(&ring, &real.to_json()).await;
+        let e = ring.refresh().await.expect_err("not adopted").to_string();
+        for part in [
+            format!("version {}, active key {}", real.version, kid(&b).short()),
+            format!("retired keys {}", real.retired[0].kid.short()),
+            format!("--adopt-index {}", real.digest()),
+        ] {
+            assert!(e.contains(&part), "{part} missing from: {e}");
+        }
+        ring.clone()
+            .with_adopt_index(Some(real.digest()))
+            .refresh()
+            .await
+            .expect("adopted");
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (real.version + 1, Some(kid(&b)))
+        );
+        assert_eq!(
+            ring.history_marker().await.unwrap().unwrap().digest,
+            Some(now.digest())
+        );
+    }
+}
+
+/// An adoption searches the store's versions first, flag or not, and a search that fails (a
+/// seeder role without `ListSecretVersionIds`, an outage) neither offers nor takes it: an
+/// index of that version left unseen could be the seeder's (attack review, round 14, AF1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adoption_whose_search_of_the_store_fails_is_refused() {
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let proxy = sm::FaultProxy::start(&endpoint).await;
+    let location = kseal_keystore::Location::SecretsManager {
+        prefix: sm::unique_prefix("adopt_search_fails"),
+        region: None,
+    };
+    let aws = AwsOptions {
+        endpoint_url: Some(proxy.url()),
+        region: Some("us-east-1".into()),
+        ..AwsOptions::default()
+    };
+    let ring = Ring::open(&location, &aws).await.unwrap();
+    let (_a, _b, real, _fork) = real_and_k1_fork(&ring).await;
+    proxy.inject("ListSecretVersionIds", sm::Fault::AccessDenied, 100);
+    for adopt in [None, Some(real.digest())] {
+        let e = ring
+            .clone()
+            .with_adopt_index(adopt.clone())
+            .refresh()
+            .await
+            .expect_err("the search failed")
+            .to_string();
+        assert!(
+            e.contains("before an adoption is offered or taken")
+                && e.contains("ListSecretVersionIds")
+                && !e.contains("--adopt-index"),
+            "{adopt:?}: {e}"
+        );
+        assert_eq!(raw_index(&ring).await, real, "nothing signed");
+    }
+    proxy.clear_faults();
+    ring.clone()
+        .with_adopt_index(Some(real.digest()))
+        .refresh()
+        .await
+        .expect("adopted once searched");
 }
