@@ -8,6 +8,27 @@ pub(super) use super::pinning::MarkerFacts;
 use super::pinning::extends_required;
 
 impl Mirror {
+    /// The index text of a ring-state Secret of this ring (`None`: another ring's, by its
+    /// `kseal.dev/ring` annotation; `Some(Err(()))`: this ring's, with no readable index).
+    pub(super) fn own_copy_index<'s>(&self, secret: &'s Secret) -> Option<Result<&'s str, ()>> {
+        if secret
+            .annotations()
+            .get(RING_ANNOTATION)
+            .map(String::as_str)
+            != Some(self.ring.name())
+        {
+            return None;
+        }
+        Some(
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(INDEX_ITEM))
+                .and_then(|v| std::str::from_utf8(&v.0).ok())
+                .ok_or(()),
+        )
+    }
+
     /// Reads the ring-state Secrets of this ring and returns the view of the one that parses
     /// with the newest `updated` (several can exist: a leader's, a stale one, a forged one;
     /// until the index is signed a forged one is as good as write access to Secrets here).

@@ -303,19 +303,10 @@ impl Mirror {
         let held_digest = held.digest();
         let mut copies = Vec::new();
         for secret in &listed.items {
-            if secret
-                .annotations()
-                .get(RING_ANNOTATION)
-                .map(String::as_str)
-                != Some(self.ring.name())
-            {
+            let Some(text) = self.own_copy_index(secret) else {
                 continue;
-            }
-            let text = secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(INDEX_ITEM))
-                .and_then(|v| std::str::from_utf8(&v.0).ok());
+            };
+            let text = text.ok();
             let Some(Ok((index, _))) =
                 text.map(|t| parse_ring_state(t, self.expected_ring.as_deref(), &trust))
             else {
