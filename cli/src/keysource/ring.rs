@@ -118,6 +118,14 @@ pub(crate) fn ring_arg(args: &RingArgs) -> String {
 /// Reads the ring's index, with messages that name the ring: a ring that does not exist (a
 /// wrong name or region, more often than not) and a store that cannot be read.
 pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
+    Ok(read_index_vouched(ring).await?.0)
+}
+
+/// [`read_index`], and whether the index is one the ring's history marker cannot vouch for
+/// because an older kseal wrote it (no digest) at the index's version: nothing tells that
+/// index from a history forked with a key any cluster held, so nothing is sealed to it
+/// ([`active_certificate_pem`]).
+async fn read_index_vouched(ring: &Ring) -> Result<(Snapshot, bool)> {
     // Under a pin, the history marker first (written after each index write, so never ahead
     // of an index its writers wrote): a reader with no cache of its own (a fresh CI job) still
     // learns the version floor and the dedicated root (attack review, round 3).
@@ -141,6 +149,14 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
             let vouched = match &marker {
                 Some(Ok(Some(m))) => {
                     matches!(m.vouches(&snapshot.index), Vouch::Written | Vouch::Pending)
+                }
+                _ => false,
+            };
+            let unrecorded = match &marker {
+                Some(Ok(Some(m))) => {
+                    m.digest.is_none()
+                        && m.version > 0
+                        && m.vouches(&snapshot.index) == Vouch::Unrecorded
                 }
                 _ => false,
             };
@@ -185,7 +201,7 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
                     );
                 }
             }
-            Ok(snapshot)
+            Ok((snapshot, unrecorded))
         }
         Ok(None) => bail!(
             "key ring {} does not exist: there is no {} (a wrong {}? `kseal keys push` creates \
@@ -414,9 +430,9 @@ fn check_marker_facts(
             eprintln!(
                 "warning: key ring {}'s history marker {} was written by an older kseal and \
                  records no digest: a history forked with a key any cluster held, put in at \
-                 its version {}, would not be noticed here until the ring's seeder writes \
-                 with this kseal (`kseal keys refresh --adopt-index …`, after checking the \
-                 keys)",
+                 its version {}, cannot be told from the ring's here until the ring's seeder \
+                 adopts its index (`kseal keys refresh --adopt-index …`, after checking the \
+                 keys); nothing is sealed to it meanwhile",
                 ring_label(ring),
                 ring.root_name(),
                 marker.version
@@ -472,7 +488,28 @@ fn check_marker_facts(
 /// or `KSEAL_RING_ANCHOR`, else the nearest `.kseal.yaml`) is sealed to: whoever can write the
 /// index but not the ring's private keys cannot choose the key.
 pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Result<String> {
-    let (snapshot, label) = verified_index(location, anchor)?;
+    let (snapshot, label, unrecorded) = verified_index_vouched(location, anchor)?;
+    if unrecorded {
+        // As the ring's controllers, which withhold sealing on such an index: a fresh CI job
+        // or a laptop that never read this version has nothing to tell it from a fork (attack
+        // review, rounds 12 and 13: a fresh CI job sealed to a fork at the marker's version).
+        bail!(
+            "key ring {label}'s history marker was written by an older kseal and records no \
+             digest: nothing tells its index (version {}, active key {}, SHA-256 {}) from a \
+             history forked at that version with a key any cluster held, so nothing is sealed \
+             to it (the ring's controllers withhold sealing too). The ring's seeder checks the \
+             index against its own record of what it wrote last and adopts it once (`kseal \
+             keys refresh`, which prints what to check, then `--adopt-index`); then seal again. \
+             Meanwhile, --cert FILE seals to a certificate you verified yourself",
+            snapshot.index.version,
+            snapshot
+                .index
+                .active
+                .as_ref()
+                .map_or("none", kseal_keystore::Kid::short),
+            snapshot.index.digest()
+        );
+    }
     let entry = snapshot
         .index
         .active_entry()
@@ -485,6 +522,16 @@ pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Re
 /// `kseal seal` and `kseal check` read the ring's keys from), with the ring's name for
 /// messages.
 pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Snapshot, String)> {
+    let (snapshot, label, _) = verified_index_vouched(location, anchor)?;
+    Ok((snapshot, label))
+}
+
+/// [`verified_index`], and whether the index is one its history marker, written by an older
+/// kseal, cannot vouch for (see [`read_index_vouched`]).
+fn verified_index_vouched(
+    location: &str,
+    anchor: Option<&str>,
+) -> Result<(Snapshot, String, bool)> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let args = RingArgs {
         ring: location.to_owned(),
@@ -518,9 +565,9 @@ pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Sn
                 ring_arg(&args)
             );
         }
-        let snapshot = read_index(&ring).await?;
+        let (snapshot, unrecorded) = read_index_vouched(&ring).await?;
         warn_lagging_pin(&args, &snapshot)?;
-        Ok((snapshot, ring_label(&ring)))
+        Ok((snapshot, ring_label(&ring), unrecorded))
     })?
 }
 

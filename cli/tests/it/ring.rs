@@ -2170,7 +2170,8 @@ fn a_ring_key_fork_at_the_markers_version_is_refused_by_ci_and_re_root() {
 /// key at that same version. Its cache now keeps the SHA-256 of the index read at the newest
 /// version and refuses another index of that version, naming both digests; an index the
 /// marker vouches for replaces a fork read before (with a warning). A cache file an older
-/// kseal wrote (no digest) still loads.
+/// kseal wrote (no digest) still loads. Since round 13, nothing is sealed under such a marker
+/// at all (as the controllers withhold sealing): the listing reads it, with a warning.
 #[test]
 fn a_laptop_that_read_the_real_index_refuses_a_fork_of_its_version() {
     let dir = tempfile::tempdir().unwrap();
@@ -2230,7 +2231,21 @@ fn a_laptop_that_read_the_real_index_refuses_a_fork_of_its_version() {
         std::fs::set_permissions(cached.parent().unwrap(), private).unwrap();
     }
     std::fs::write(&cached, format!("{}\n", real.version)).unwrap();
-    ok(seal(&aws));
+    let list = |env: &Aws| env.run(d, &["keys", "list", "--ring", &url], None);
+    // Under a marker without a digest nothing is sealed to the ring (as its controllers
+    // withhold sealing): the index cannot be told from a fork of its version.
+    let withheld = seal(&aws);
+    assert_eq!(withheld.code, 1, "{}", withheld.stderr);
+    assert!(
+        withheld.stderr.contains("records no digest")
+            && withheld.stderr.contains("nothing is sealed to it")
+            && withheld.stderr.contains(&real.digest())
+            && withheld.stdout.is_empty(),
+        "{}",
+        withheld.stderr
+    );
+    // Reading still works, with a warning, and records what was read.
+    ok(list(&aws));
     assert_eq!(
         std::fs::read_to_string(&cached).unwrap(),
         format!("{}\ndigest {}\n", real.version, real.digest())
@@ -2274,10 +2289,11 @@ fn a_laptop_that_read_the_real_index_refuses_a_fork_of_its_version() {
     let listed = keys(&["list"]);
     assert_eq!(listed.code, 1, "{}", listed.stderr);
     assert!(listed.stderr.contains(&fork.digest()), "{}", listed.stderr);
-    // A second laptop read the fork first (nothing could tell it then, only a warning)…
+    // A second laptop read the fork first (nothing could tell it then: a listing warns, and
+    // sealing is refused)…
     let other_cache = d.join("other");
     let other = Aws::new().with("KSEAL_CACHE_DIR", other_cache.to_str().unwrap());
-    let first = ok(seal(&other));
+    let first = ok(list(&other));
     assert!(
         first.stderr.contains("records no digest"),
         "{}",
