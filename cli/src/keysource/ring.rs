@@ -46,9 +46,11 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
         *insecure_perms |= args.insecure_perms;
     }
     let pin = crate::project::pin_for(&location, args.ring_anchor.as_deref())?;
+    let mut seen_index = None;
     let trust = match pin {
         Some(pin) => {
             let seen = seen::load(&pin.anchor)?;
+            seen_index = seen.digest.clone().map(|d| (seen.version, d));
             let floor = pin.version.max(seen.version);
             let trust = Trust::anchored(pin.anchor.clone()).min_version(floor);
             match seen.root {
@@ -68,6 +70,11 @@ pub(crate) async fn open(args: &RingArgs, write: Option<&RingWriteArgs>) -> Resu
     }
     if let Some(lifetime) = args.lifetime {
         ring = ring.with_lifetime(lifetime);
+    }
+    // An adoption counts the index this machine read at the marker's version, which the
+    // store may no longer hold, as another index of that version (attack review, round 15, PG).
+    if let Some((version, digest)) = &seen_index {
+        ring = ring.with_seen_index(*version, digest);
     }
     // A dropped pending write is said on stderr (round 13, U2: it went unsaid).
     let label = ring_label(&ring);

@@ -2558,3 +2558,88 @@ fn a_pending_write_the_store_still_holds_is_never_dropped() {
         );
     }
 }
+
+/// Attack review, round 15 (PG): the seeder's cache had read the real index of the marker's
+/// version (an older kseal's marker, no digest), and `kseal keys refresh` offered and took
+/// the adoption of a fork of that version that `kseal keys list` with the same cache refused
+/// (the store's versions no longer held the real one). Now the adoption counts the index this
+/// machine read as another index of that version: it is named, and `--adopt-index` with the
+/// fork's digest alone adopts nothing; the real index put back is adopted.
+#[test]
+fn the_seeders_adoption_counts_the_index_its_cache_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = d.join("ring");
+    let url = format!("dir://{}", ring.display());
+    let cache = d.join("cache");
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", cache.to_str().unwrap());
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    let ok = |out: Run| {
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["trust", "--yes"]));
+    let anchor = pinned_anchor(d);
+    let path = ring.join("index.json");
+    let real_text = std::fs::read_to_string(&path).unwrap();
+    let real = kseal_keystore::Index::parse_any_ring(&real_text, "index.json").unwrap();
+    let marker_path = ring.join("root.json");
+    let mut legacy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&marker_path).unwrap()).unwrap();
+    legacy.as_object_mut().unwrap().remove("digest");
+    legacy.as_object_mut().unwrap().remove("next");
+    std::fs::write(&marker_path, legacy.to_string()).unwrap();
+    // The seeder lists the ring: its cache keeps the real index's digest at its version.
+    ok(keys(&["list"]));
+    let cached = std::fs::read_to_string(cache.join("rings").join(&anchor)).unwrap();
+    assert!(cached.contains(&real.digest()), "{cached}");
+    // A fork of that version signed with the anchor, listing only keys the ring stores.
+    let anchor_dir = ring.join("keys").join(&anchor);
+    let anchor_pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(anchor_dir.join("tls.key")).unwrap(),
+        &std::fs::read_to_string(anchor_dir.join("tls.crt")).unwrap(),
+    )
+    .unwrap();
+    let mut fork = real.clone();
+    fork.keys.retain(|e| e.kid.as_str() == anchor);
+    fork.active = Some(kseal_keystore::Kid::of(anchor_pair.public_key()));
+    kseal_keystore::trust::sign_index(&mut fork, &anchor_pair).unwrap();
+    assert_ne!(fork.digest(), real.digest());
+    std::fs::write(&path, fork.to_json()).unwrap();
+    for adopt in [None, Some(fork.digest())] {
+        let mut args = vec!["refresh"];
+        if let Some(a) = &adopt {
+            args.extend_from_slice(&["--adopt-index", a]);
+        }
+        let refused = keys(&args);
+        assert_eq!(refused.code, 1, "{adopt:?}: {}", refused.stderr);
+        for part in [
+            format!("SHA-256 {}, which the store no longer holds", real.digest()),
+            fork.digest(),
+            "nothing adopted".to_owned(),
+        ] {
+            assert!(
+                refused.stderr.contains(&part),
+                "{adopt:?}: {part} missing: {}",
+                refused.stderr
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), fork.to_json());
+    }
+    // The real index put back: adopted by its digest.
+    std::fs::write(&path, &real_text).unwrap();
+    ok(keys(&["refresh", "--adopt-index", &real.digest()]));
+    let now = kseal_keystore::Index::parse_any_ring(
+        &std::fs::read_to_string(&path).unwrap(),
+        "index.json",
+    )
+    .unwrap();
+    assert_eq!((now.version, now.active), (real.version + 1, real.active));
+}

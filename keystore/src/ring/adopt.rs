@@ -5,7 +5,10 @@
 //! searched for other indexes of that version (round 14, AF1: a fork signed with a ring key at
 //! the marker's version was offered, adopted and signed on, although the store's versions
 //! held the real one beside it; the seeder's writes leave one index per version). A directory
-//! keeps no versions: there the refusal prints the one index it holds, as before.
+//! keeps no versions: there the refusal prints the one index it holds, as before. Neither is
+//! an index offered or adopted while a key it lists has no key secret, and the index this
+//! machine read at that version ([`Ring::with_seen_index`]) counts as another index of it
+//! (round 15, PG: a fork was the only index of its version once the real one was purged).
 
 use std::collections::BTreeSet;
 
@@ -46,15 +49,47 @@ impl Ring {
             .await
             .map_err(|e| self.adoption_search_failed(index.version, e))?;
         let digest = index.digest();
-        let others: BTreeSet<String> = stored[1..].iter().map(|(_, i)| i.digest()).collect();
+        // The index this machine read at that version, when the store no longer holds it (its
+        // version purged, round 15, PG), is another index of that version too.
+        let seen = self
+            .seen_index
+            .as_ref()
+            .filter(|(v, d)| *v == index.version && !stored.iter().any(|(_, i)| i.digest() == *d))
+            .map(|(_, d)| d.clone());
+        let mut others: BTreeSet<String> = stored[1..].iter().map(|(_, i)| i.digest()).collect();
+        others.extend(seen.clone());
         let mut given = self.adopt_index.iter().flat_map(|a| a.split(','));
         let adopted = given.next().map(str::trim);
         let named: BTreeSet<String> = given
             .map(|d| d.trim().to_owned())
             .filter(|d| !d.is_empty())
             .collect();
-        if adopted == Some(digest.as_str()) && named == others {
+        let accepted = adopted == Some(digest.as_str()) && named == others;
+        // Offered alone or taken: every key it lists has its key secret first (round 15, PG).
+        if accepted || others.is_empty() {
+            self.check_key_secrets(index).await?;
+        }
+        if accepted {
             return Ok(());
+        }
+        if let Some(seen) = seen {
+            return Err(Error::Untrusted {
+                what: self.index_name(),
+                reason: format!(
+                    "{} was written by an older kseal and records no digest of the index, and \
+                     this machine read another index of version {} before, with SHA-256 \
+                     {seen}, which the store no longer holds: the seeder's writes leave one \
+                     index per version, so one of them was put in by whoever can write the \
+                     index (a fork signed with a ring key). Nothing was written and nothing \
+                     adopted. The store holds: {}. Check each against the index you wrote \
+                     last and restore that one if it is not the current one (from a backup if \
+                     it is the one read before), then write again with --adopt-index naming \
+                     its SHA-256 first and every other one after it, {seen} included",
+                    self.root_name(),
+                    index.version,
+                    self.listed(&stored, &s.version)
+                ),
+            });
         }
         if others.is_empty() {
             return Err(Error::Refused(format!(
@@ -95,6 +130,67 @@ impl Ring {
                     ""
                 },
                 self.listed(&stored, &s.version)
+            ),
+        })
+    }
+
+    /// Every key `index` lists, the active one included, has its key secret in the store
+    /// (attack review, round 15, PG: with the real index purged from the store's versions, a
+    /// fork whose active key had no `R/keys/<kid>` was the only index of its version and was
+    /// adopted). The ring's writers store a key's secret before listing the key, so a key
+    /// without one is a fork's mark: the adoption is neither offered nor taken.
+    async fn check_key_secrets(&self, index: &Index) -> Result<()> {
+        let mut missing = Vec::new();
+        for kid in index
+            .keys
+            .iter()
+            .map(|e| &e.kid)
+            .chain(index.active.as_ref())
+        {
+            if missing.contains(&kid) {
+                continue;
+            }
+            let name = self.key_name(kid);
+            match self.store.current_version(&name).await {
+                Ok(Some(_)) => {}
+                Ok(None) => missing.push(kid),
+                Err(e) => {
+                    return Err(Error::Refused(format!(
+                        "{} was written by an older kseal and records no digest of the index: \
+                         before an adoption is offered or taken, the key secret of every key \
+                         {} lists is looked up, and looking up {name} failed: {e}. Nothing was \
+                         written or adopted",
+                        self.root_name(),
+                        self.index_name()
+                    )));
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = missing.iter().map(|k| self.key_name(k)).collect();
+        Err(Error::Untrusted {
+            what: self.index_name(),
+            reason: format!(
+                "{} was written by an older kseal and records no digest of the index, and {} \
+                 ({}) lists {} {} with no key secret ({} absent from {}): the ring's writers \
+                 store a key's secret before listing the key, so this index was put in by \
+                 whoever can write the index (a fork signed with a ring key). Nothing was \
+                 written and nothing adopted, and no --adopt-index adopts it. Restore the \
+                 index the seeder wrote last (its stored versions, or a backup), then write \
+                 again with --adopt-index naming its SHA-256",
+                self.root_name(),
+                self.index_name(),
+                described(index),
+                if missing.len() == 1 { "key" } else { "keys" },
+                missing
+                    .iter()
+                    .map(|k| k.short())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                names.join(", "),
+                self.store.describe()
             ),
         })
     }

@@ -59,6 +59,8 @@ pub struct Ring {
     /// The digest of the index a write may build on under a history marker written by an
     /// older kseal, which records none (`--adopt-index`).
     adopt_index: Option<String>,
+    /// The version and digest of the index this machine read last ([`Ring::with_seen_index`]).
+    seen_index: Option<(u64, String)>,
     /// The digests of the pending writes a write may drop: it builds on the index at the
     /// marker's version although the marker records them as pending (`--drop-pending`).
     drop_pending: Vec<String>,
@@ -208,6 +210,7 @@ impl Ring {
             lifetime: None,
             allow_expired: false,
             adopt_index: None,
+            seen_index: None,
             drop_pending: Vec::new(),
             warn: Warn::default(),
         }
@@ -256,6 +259,17 @@ impl Ring {
     #[must_use]
     pub fn with_adopt_index(mut self, digest: Option<String>) -> Self {
         self.adopt_index = digest.map(|d| d.trim().to_ascii_lowercase());
+        self
+    }
+
+    /// The digest ([`crate::Index::digest`]) of the index this machine read at `version` (a
+    /// reader's cache of what it saw): an adoption at that version treats it as another index
+    /// of that version, which it names after the adopted one unless it is the one adopted
+    /// (attack review, round 15, PG: with the real index purged from the store's versions,
+    /// the seeder adopted a fork that its own cache had refused).
+    #[must_use]
+    pub fn with_seen_index(mut self, version: u64, digest: &str) -> Self {
+        self.seen_index = Some((version, digest.trim().to_ascii_lowercase()));
         self
     }
 

@@ -1199,8 +1199,10 @@ async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
             .to_string();
         // Secrets Manager's versions hold the real index beside the fork: both are named
         // (round 14, AF1: `an_adoption_is_refused_while_the_store_holds_another_index_…`).
+        // A directory holds the fork alone, whose key `evil` has no key secret (round 15, PG:
+        // `a_fork_listing_a_key_without_its_key_secret_is_never_adopted`).
         let told = if dir.is_some() {
-            "another index's"
+            "with no key secret"
         } else {
             "nothing adopted"
         };
@@ -1499,4 +1501,182 @@ async fn an_adoption_whose_search_of_the_store_fails_is_refused() {
         .refresh()
         .await
         .expect("adopted once searched");
+}
+
+/// Attack review, round 15 (PG): under a marker an older kseal wrote (no digest), with the
+/// real index of the marker's version gone from the store's versions (Secrets Manager purges
+/// unlabelled versions past 100 once a day old), a fork signed with the anchor (a ring key)
+/// was the only index of its version, offered and adopted: its active key `e` had no key
+/// secret, which no writer of the ring leaves. Now such an index is neither offered nor
+/// adopted, flag or not, and the missing key secret is named; the real index restored is
+/// adopted. Simulated by a marker at the version after the real index (whose index the store
+/// no longer holds), as moto never purges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_listing_a_key_without_its_key_secret_is_never_adopted() {
+    for (ring, dir) in rings("adopt_no_key_secret").await {
+        let (a, b, real, _k1_fork) = real_and_k1_fork(&ring).await;
+        // The marker at the next version, as the seeder's purged write left it.
+        let (text, version) = ring
+            .store()
+            .read(&ring.root_name(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut marker: serde_json::Value = serde_json::from_str(&text).unwrap();
+        marker["version"] = serde_json::json!(real.version + 1);
+        ring.store()
+            .compare_and_swap(&ring.root_name(), &marker.to_string(), Some(&version), &[])
+            .await
+            .unwrap();
+        // The fork: `e` listed and active, its key secret never stored.
+        let e = pair();
+        let mut fork = real.clone();
+        fork.version = real.version + 1;
+        fork.keys.push(
+            kseal_keystore::IndexEntry::new(e.certificate(), std::time::SystemTime::now()).unwrap(),
+        );
+        fork.active = Some(kid(&e));
+        trust::sign_index(&mut fork, &a).unwrap();
+        overwrite_index(&ring, &fork.to_json()).await;
+        for adopt in [None, Some(fork.digest())] {
+            let refused = ring
+                .clone()
+                .with_adopt_index(adopt.clone())
+                .refresh()
+                .await
+                .expect_err("a key without its key secret")
+                .to_string();
+            for part in [
+                format!("lists key {} with no key secret", kid(&e).short()),
+                ring.key_name(&kid(&e)),
+                "no --adopt-index adopts it".to_owned(),
+            ] {
+                assert!(
+                    refused.contains(&part),
+                    "{dir:?} {adopt:?}: {part} missing: {refused}"
+                );
+            }
+            assert!(
+                !refused.contains(&format!("--adopt-index {}", fork.digest())),
+                "{dir:?} {adopt:?}: the fork is not offered: {refused}"
+            );
+            assert_eq!(raw_index(&ring).await, fork, "nothing signed");
+            assert!(
+                ring.history_marker()
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .digest
+                    .is_none(),
+                "nothing adopted"
+            );
+        }
+        // The real index of that version restored: every key it lists has its key secret,
+        // and it is adopted (naming the fork the store still holds, on Secrets Manager).
+        let mut restored = real.clone();
+        restored.version = real.version + 1;
+        trust::sign_index(&mut restored, &a).unwrap();
+        overwrite_index(&ring, &restored.to_json()).await;
+        let adopt = if dir.is_some() {
+            restored.digest()
+        } else {
+            format!("{},{}", restored.digest(), fork.digest())
+        };
+        ring.clone()
+            .with_adopt_index(Some(adopt))
+            .refresh()
+            .await
+            .expect("adopted");
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (real.version + 2, Some(kid(&b)))
+        );
+        assert_eq!(
+            ring.history_marker().await.unwrap().unwrap().digest,
+            Some(now.digest())
+        );
+    }
+}
+
+/// Attack review, round 15 (PG): the seeder's own cache had read the real index of the
+/// marker's version (its digest), which the store no longer held, and the adoption of a fork
+/// of that version (every key of it stored) ignored it. Now the index this machine read is
+/// another index of that version: named, and the adoption is neither offered nor taken unless
+/// it names it too; the real index restored is adopted as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adoption_counts_the_index_this_machine_read_at_its_version() {
+    for (ring, dir) in rings("adopt_seen_index").await {
+        let (a, b, real, k1_fork) = real_and_k1_fork(&ring).await;
+        let (text, version) = ring
+            .store()
+            .read(&ring.root_name(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut marker: serde_json::Value = serde_json::from_str(&text).unwrap();
+        marker["version"] = serde_json::json!(real.version + 1);
+        ring.store()
+            .compare_and_swap(&ring.root_name(), &marker.to_string(), Some(&version), &[])
+            .await
+            .unwrap();
+        // The real index of the next version, read by this machine, then purged; the fork
+        // (`a` active, `b` retired: every key it lists has its key secret) alone in the store.
+        let mut restored = real.clone();
+        restored.version = real.version + 1;
+        trust::sign_index(&mut restored, &a).unwrap();
+        let mut fork = k1_fork.clone();
+        fork.version = real.version + 1;
+        trust::sign_index(&mut fork, &a).unwrap();
+        overwrite_index(&ring, &fork.to_json()).await;
+        let seeder = ring
+            .clone()
+            .with_seen_index(restored.version, &restored.digest());
+        for adopt in [None, Some(fork.digest())] {
+            let refused = seeder
+                .clone()
+                .with_adopt_index(adopt.clone())
+                .refresh()
+                .await
+                .expect_err("the index this machine read")
+                .to_string();
+            for part in [
+                format!(
+                    "SHA-256 {}, which the store no longer holds",
+                    restored.digest()
+                ),
+                format!("SHA-256 {}", fork.digest()),
+                "nothing adopted".to_owned(),
+            ] {
+                assert!(
+                    refused.contains(&part),
+                    "{dir:?} {adopt:?}: {part} missing: {refused}"
+                );
+            }
+            assert_eq!(raw_index(&ring).await, fork, "nothing signed");
+        }
+        // Without what this machine read, the fork is offered: the cache is what tells.
+        let offered = ring.refresh().await.expect_err("not adopted").to_string();
+        assert!(
+            offered.contains(&format!("--adopt-index {}", fork.digest())),
+            "{offered}"
+        );
+        // The real index restored: adopted, naming the fork the store still holds.
+        overwrite_index(&ring, &restored.to_json()).await;
+        let adopt = if dir.is_some() {
+            restored.digest()
+        } else {
+            format!("{},{}", restored.digest(), fork.digest())
+        };
+        seeder
+            .with_adopt_index(Some(adopt))
+            .refresh()
+            .await
+            .expect("adopted");
+        let now = raw_index(&ring).await;
+        assert_eq!(
+            (now.version, now.active.clone()),
+            (real.version + 2, Some(kid(&b)))
+        );
+    }
 }
