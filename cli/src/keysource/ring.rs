@@ -132,7 +132,7 @@ pub(crate) async fn read_index(ring: &Ring) -> Result<Snapshot> {
 /// because an older kseal wrote it (no digest) at the index's version: nothing tells that
 /// index from a history forked with a key any cluster held, so nothing is sealed to it
 /// ([`active_certificate_pem`]).
-async fn read_index_vouched(ring: &Ring) -> Result<(Snapshot, bool)> {
+pub(crate) async fn read_index_vouched(ring: &Ring) -> Result<(Snapshot, bool)> {
     // Under a pin, the history marker first (written after each index write, so never ahead
     // of an index its writers wrote): a reader with no cache of its own (a fresh CI job) still
     // learns the version floor and the dedicated root (attack review, round 3).
@@ -488,6 +488,30 @@ fn check_marker_facts(
     )
 }
 
+/// Why nothing is sealed to an index the ring's history marker, written by an older kseal,
+/// cannot vouch for ([`read_index_vouched`]): as the ring's controllers, which withhold
+/// sealing on such an index, a fresh CI job or a laptop that never read this version has
+/// nothing to tell it from a fork (attack review, rounds 12, 13 and 16: a fresh CI job sealed
+/// to a fork at the marker's version, directly or through `keys export-cert`).
+pub(crate) fn unrecorded_refusal(label: &str, snapshot: &Snapshot) -> anyhow::Error {
+    anyhow::anyhow!(
+        "key ring {label}'s history marker was written by an older kseal and records no \
+         digest: nothing tells its index (version {}, active key {}, SHA-256 {}) from a \
+         history forked at that version with a key any cluster held, so nothing is sealed to \
+         it (the ring's controllers withhold sealing too). The ring's seeder checks the index \
+         against its own record of what it wrote last and adopts it once (`kseal keys \
+         refresh`, which prints what to check, then `--adopt-index`); then seal again. \
+         Meanwhile, --cert FILE seals to a certificate you verified yourself",
+        snapshot.index.version,
+        snapshot
+            .index
+            .active
+            .as_ref()
+            .map_or("none", kseal_keystore::Kid::short),
+        snapshot.index.digest()
+    )
+}
+
 /// The sealing certificate of a ring, for `kseal seal --cert secretsmanager://R` (reads the
 /// index only: no private key is touched, so a cert-only IAM policy suffices).
 ///
@@ -497,25 +521,7 @@ fn check_marker_facts(
 pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Result<String> {
     let (snapshot, label, unrecorded) = verified_index_vouched(location, anchor)?;
     if unrecorded {
-        // As the ring's controllers, which withhold sealing on such an index: a fresh CI job
-        // or a laptop that never read this version has nothing to tell it from a fork (attack
-        // review, rounds 12 and 13: a fresh CI job sealed to a fork at the marker's version).
-        bail!(
-            "key ring {label}'s history marker was written by an older kseal and records no \
-             digest: nothing tells its index (version {}, active key {}, SHA-256 {}) from a \
-             history forked at that version with a key any cluster held, so nothing is sealed \
-             to it (the ring's controllers withhold sealing too). The ring's seeder checks the \
-             index against its own record of what it wrote last and adopts it once (`kseal \
-             keys refresh`, which prints what to check, then `--adopt-index`); then seal again. \
-             Meanwhile, --cert FILE seals to a certificate you verified yourself",
-            snapshot.index.version,
-            snapshot
-                .index
-                .active
-                .as_ref()
-                .map_or("none", kseal_keystore::Kid::short),
-            snapshot.index.digest()
-        );
+        return Err(unrecorded_refusal(&label, &snapshot));
     }
     let entry = snapshot
         .index

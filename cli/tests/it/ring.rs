@@ -2244,6 +2244,14 @@ fn a_laptop_that_read_the_real_index_refuses_a_fork_of_its_version() {
         "{}",
         withheld.stderr
     );
+    // Nor is its certificate exported for offline sealing (round 16, N1).
+    let exported = keys(&["export-cert"]);
+    assert_eq!(exported.code, 1, "{}", exported.stderr);
+    assert!(
+        exported.stderr.contains("nothing is sealed to it") && exported.stdout.is_empty(),
+        "{}",
+        exported.stderr
+    );
     // Reading still works, with a warning, and records what was read.
     ok(list(&aws));
     assert_eq!(

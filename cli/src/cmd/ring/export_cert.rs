@@ -6,14 +6,19 @@ use std::time::SystemTime;
 use anyhow::{Context as _, Result};
 
 use crate::args::ExportCertArgs;
-use crate::keysource::ring::{block_on, open, read_index};
+use crate::keysource::ring::{block_on, open, read_index_vouched, ring_label, unrecorded_refusal};
 use crate::manifest::write_atomic;
 use crate::output;
 
 pub(crate) fn export_cert(args: ExportCertArgs) -> Result<()> {
     let (pem, kid, expired) = block_on(async {
         let ring = open(&args.ring, None).await?;
-        let snapshot = read_index(&ring).await?;
+        // A certificate exported here is sealed to offline: none from an index the ring's
+        // history marker cannot vouch for (attack review, round 16, N1).
+        let (snapshot, unrecorded) = read_index_vouched(&ring).await?;
+        if unrecorded {
+            return Err(unrecorded_refusal(&ring_label(&ring), &snapshot));
+        }
         let entry = match &args.key {
             Some(key) => snapshot.index.resolve(key)?.clone(),
             None => snapshot

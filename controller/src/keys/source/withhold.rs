@@ -351,17 +351,16 @@ impl Mirror {
             .collect::<Vec<_>>()
             .join("; ");
         let root = self.ring.root_name();
+        // The advice first and the copies last: a note over 1 KiB is cut (`bounded_note`),
+        // and the copies' names are whoever planted them's to choose.
         let note = format!(
-            "the ring-state copies of ring {} and the store's index ({}) are not all one \
-             index: {named}. \
-             The history marker {root} was written by an older kseal and records no digest: \
-             it vouches for none of them, so none is taken as this leader's copy, called \
-             forged or rewritten, and nothing seals from any of them. The ring's seeder runs \
-             `kseal keys refresh`, which prints the version, active key, keys and retired keys \
-             of the store's index (and refuses when the store holds two indexes of that \
-             version), checks them against what it wrote last, and adopts that index with \
-             `kseal keys refresh --adopt-index <SHA-256>`; this leader then writes its copy \
-             from the adopted index",
+            "ring {}: the history marker {root} was written by an older kseal and records no \
+             digest, and the store's index and the ring-state copies are not all one index: \
+             none is taken as this leader's copy, called forged or rewritten, and nothing \
+             seals from any. The seeder checks the index `kseal keys refresh` prints (version, \
+             active key, keys, retired keys) against what it wrote last, then adopts it \
+             (--adopt-index <SHA-256>); this leader then writes its copy. Store: {}; copies: \
+             {named}",
             self.ring.name(),
             describe(&held),
         );
