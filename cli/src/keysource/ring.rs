@@ -160,11 +160,7 @@ pub(crate) async fn read_index_vouched(ring: &Ring) -> Result<(Snapshot, bool)> 
                 _ => false,
             };
             let unrecorded = match &marker {
-                Some(Ok(Some(m))) => {
-                    m.digest.is_none()
-                        && m.version > 0
-                        && m.vouches(&snapshot.index) == Vouch::Unrecorded
-                }
+                Some(Ok(Some(m))) => m.cannot_vouch(&snapshot.index),
                 _ => false,
             };
             if let (Some(pinned), Some(marker)) = (ring.trust().anchor(), marker) {
@@ -431,7 +427,7 @@ fn check_marker_facts(
     // At the marker's version, or the next: only the index its writers wrote (the marker
     // records its digest before each index write). Anything else, however it is signed, is a
     // history forked with keys clusters held (attack review, round 9).
-    if marker.vouches(&snapshot.index) == Vouch::Unrecorded && marker.version > 0 {
+    if marker.cannot_vouch(&snapshot.index) {
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(

@@ -117,6 +117,19 @@ impl Marker {
             Vouch::NotWritten
         }
     }
+
+    /// Whether an older kseal wrote this marker at a version (no digest): it vouches for no
+    /// index of its version, nor tells one from a fork at that version.
+    pub fn records_no_digest(&self) -> bool {
+        self.digest.is_none() && self.version > 0
+    }
+
+    /// Whether `index` is one this marker cannot vouch for because an older kseal wrote it
+    /// ([`Marker::records_no_digest`]) at `index`'s version: readers seal nothing to it,
+    /// controllers withhold sealing, and a writer builds on it only once it is adopted.
+    pub fn cannot_vouch(&self, index: &Index) -> bool {
+        self.version > 0 && self.vouches(index) == Vouch::Unrecorded
+    }
 }
 
 impl Marker {
@@ -487,7 +500,7 @@ impl Ring {
     /// index of the marker's version the store holds ([`Ring::restore_unrecorded`]).
     pub(super) async fn check_vouched(&self, s: &Snapshot, marker: &Marker) -> Result<()> {
         let index = &s.index;
-        if marker.vouches(index) == Vouch::Unrecorded && marker.version > 0 {
+        if marker.cannot_vouch(index) {
             return self.check_adopted(s, marker).await;
         }
         if marker.vouches(index) != Vouch::NotWritten || index.version > marker.version + 1 {

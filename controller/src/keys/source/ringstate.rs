@@ -502,7 +502,7 @@ impl Mirror {
                         .cache
                         .vouching
                         .as_ref()
-                        .is_some_and(|m| m.digest.is_none() && m.version > 0) =>
+                        .is_some_and(kseal_keystore::Marker::records_no_digest) =>
             {
                 // Kept unpublished, to compare the store's index with: a fork at the marker's
                 // version that differs from it is refused (attack review, round 12, A2).

@@ -28,7 +28,7 @@ impl Mirror {
         let digest = index.digest();
         let root = self.ring.root_name();
         match marker.vouches(index) {
-            Vouch::Unrecorded if marker.digest.is_none() && marker.version > 0 => {
+            Vouch::Unrecorded if marker.records_no_digest() => {
                 self.cache.withheld_digests.insert(digest.clone());
                 Some(format!(
                     "version {} of ring {}'s index (SHA-256 {digest}, active key {}) does not \
@@ -273,10 +273,7 @@ impl Mirror {
     fn held_unvouchable(&self) -> Option<&Index> {
         let marker = self.cache.vouching.as_ref()?;
         let index = self.cache.index.as_ref()?;
-        (marker.digest.is_none()
-            && marker.version > 0
-            && marker.vouches(index) == kseal_keystore::Vouch::Unrecorded)
-            .then_some(index)
+        marker.cannot_vouch(index).then_some(index)
     }
 
     /// Under a history marker an older kseal wrote (no digest), whether this ring's verified
