@@ -163,6 +163,10 @@ pub(crate) async fn read_index_vouched(ring: &Ring) -> Result<(Snapshot, bool)> 
                 Some(Ok(Some(m))) => m.cannot_vouch(&snapshot.index),
                 _ => false,
             };
+            // A marker with no version bounds none: an index it cannot vouch for may be a fork
+            // far ahead, and recording its version would make this machine refuse the real
+            // index as a rollback (the seeder's adoption included) until the cache is deleted.
+            let record = !unrecorded || matches!(&marker, Some(Ok(Some(m))) if m.version > 0);
             if let (Some(pinned), Some(marker)) = (ring.trust().anchor(), marker) {
                 check_marker(ring, pinned, &snapshot, marker)?;
             }
@@ -180,12 +184,14 @@ pub(crate) async fn read_index_vouched(ring: &Ring) -> Result<(Snapshot, bool)> 
             {
                 let digest = snapshot.index.digest();
                 check_seen_digest(ring, pinned, &snapshot, &digest, vouched)?;
-                seen::record(
-                    pinned,
-                    *version,
-                    Some(&digest),
-                    dedicated.then_some((*root_seq, root)),
-                )?;
+                if record {
+                    seen::record(
+                        pinned,
+                        *version,
+                        Some(&digest),
+                        dedicated.then_some((*root_seq, root)),
+                    )?;
+                }
                 if *dedicated
                     && !snapshot
                         .index
@@ -433,12 +439,16 @@ fn check_marker_facts(
             eprintln!(
                 "warning: key ring {}'s history marker {} was written by an older kseal and \
                  records no digest: a history forked with a key any cluster held, put in at \
-                 its version {}, cannot be told from the ring's here until the ring's seeder \
-                 adopts its index (`kseal keys refresh --adopt-index …`, after checking the \
-                 keys); nothing is sealed to it meanwhile",
+                 {}, cannot be told from the ring's here until the ring's seeder adopts its \
+                 index (`kseal keys refresh --adopt-index …`, after checking the keys); \
+                 nothing is sealed to it meanwhile",
                 ring_label(ring),
                 ring.root_name(),
-                marker.version
+                if marker.version == 0 {
+                    "any version (it records no version either)".to_owned()
+                } else {
+                    format!("its version {}", marker.version)
+                }
             );
         }
     }
@@ -529,14 +539,8 @@ pub(crate) fn active_certificate_pem(location: &str, anchor: Option<&str>) -> Re
 /// The index of the key ring at `location` (a `--cert` ring URL), verified against `anchor`
 /// or the nearest `.kseal.yaml` pin; a ring without a pin is refused, as for sealing (what
 /// `kseal seal` and `kseal check` read the ring's keys from), with the ring's name for
-/// messages.
-pub(crate) fn verified_index(location: &str, anchor: Option<&str>) -> Result<(Snapshot, String)> {
-    let (snapshot, label, _) = verified_index_vouched(location, anchor)?;
-    Ok((snapshot, label))
-}
-
-/// [`verified_index`], and whether the index is one its history marker, written by an older
-/// kseal, cannot vouch for (see [`read_index_vouched`]).
+/// messages, and whether the index is one its history marker, written by an older kseal,
+/// cannot vouch for (see [`read_index_vouched`]).
 fn verified_index_vouched(
     location: &str,
     anchor: Option<&str>,
@@ -611,9 +615,15 @@ fn warn_lagging_pin(args: &RingArgs, snapshot: &Snapshot) -> Result<()> {
 }
 
 /// Every key of the verified index of the ring at `location` (the reader [`crate::run`]
-/// installs).
+/// installs). Not from an index the history marker, written by an older kseal, cannot vouch
+/// for: `kseal check` would pass values sealed to a fork's key, and `reseal --stale` move them
+/// to it (attack review, round 16, N1).
 pub(crate) fn read_ring_index(location: &str, anchor: Option<&str>) -> Result<RingIndex> {
-    let (snapshot, _) = verified_index(location, anchor)?;
+    let (snapshot, label, unrecorded) = verified_index_vouched(location, anchor)?;
+    if unrecorded {
+        return Err(unrecorded_refusal(&label, &snapshot)
+            .context("the ring's keys are not checked against this index"));
+    }
     let mut keys = Vec::new();
     let mut active = None;
     for entry in &snapshot.index.keys {

@@ -346,6 +346,29 @@ fn an_unpinned_forged_or_unsigned_index_is_refused() {
 
     // The restored index exports again.
     ring.ok(&["export-policy", "-o", "policy.yaml"]);
+
+    // Under a history marker an older kseal wrote (no digest; and one with no version), the
+    // index cannot be told from a fork of its version signed with a ring key: no allow-list
+    // is written from it, as nothing is sealed to it (attack review, round 16, N1 and N2).
+    let marker_path = ring.d().join("ring/root.json");
+    let marker = std::fs::read_to_string(&marker_path).unwrap();
+    for fields in [&["digest", "next"][..], &["version", "digest", "next"]] {
+        let mut old: serde_json::Value = serde_json::from_str(&marker).unwrap();
+        for field in fields {
+            old.as_object_mut().unwrap().remove(*field);
+        }
+        std::fs::write(&marker_path, old.to_string()).unwrap();
+        let run = ring.keys(&["export-policy", "-o", "policy.yaml"]);
+        assert_eq!(run.code, 1, "{fields:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("no allow-list is written")
+                && run.stderr.contains("records no digest"),
+            "{fields:?}: {}",
+            run.stderr
+        );
+        assert_eq!(std::fs::read_to_string(&policy).unwrap(), good);
+    }
+    std::fs::write(&marker_path, &marker).unwrap();
 }
 
 /// Bad input is named before the ring is read.

@@ -2651,3 +2651,127 @@ fn the_seeders_adoption_counts_the_index_its_cache_read() {
     .unwrap();
     assert_eq!((now.version, now.active), (real.version + 1, real.active));
 }
+
+/// Issue 35, attack review round 16, N2: a history marker with no version at all (builds from
+/// before versions were recorded) was read as one with nothing to check, so a laptop sealed to
+/// a fork signed with a ring key at any version. Now it fails closed like a marker with a
+/// version and no digest: nothing is sealed or exported, the refusal says the marker bounds no
+/// version, and once the seeder adopts its index (after putting it back) sealing resumes.
+#[test]
+fn under_a_marker_without_a_version_nothing_is_sealed_before_an_adoption() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = d.join("ring");
+    let url = format!("dir://{}", ring.display());
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", d.join("cache").to_str().unwrap());
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    let seal = || {
+        aws.run(
+            d,
+            &[
+                "seal",
+                "--cert",
+                &url,
+                "--raw",
+                "--name",
+                "x",
+                "--namespace",
+                "y",
+            ],
+            Some("v"),
+        )
+    };
+    let ok = |out: Run| {
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["trust", "--yes"]));
+    let anchor = pinned_anchor(d);
+    let path = ring.join("index.json");
+    let real_text = std::fs::read_to_string(&path).unwrap();
+    let real = kseal_keystore::Index::parse_any_ring(&real_text, "index.json").unwrap();
+    // A SealedSecret sealed before, for `kseal check` to read.
+    let before = ok(aws.run(d, &["seal", "--cert", &url], Some(SECRET)));
+    std::fs::write(d.join("db.yaml"), &before.stdout).unwrap();
+    let marker_path = ring.join("root.json");
+    let mut old: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&marker_path).unwrap()).unwrap();
+    for field in ["version", "digest", "next"] {
+        old.as_object_mut().unwrap().remove(field);
+    }
+    std::fs::write(&marker_path, old.to_string()).unwrap();
+    let check = aws.run(d, &["check", "--cert", &url, "db.yaml"], None);
+    assert_ne!(check.code, 0, "{}", check.stderr);
+    assert!(
+        format!("{}{}", check.stdout, check.stderr).contains("not checked against this index"),
+        "{}{}",
+        check.stdout,
+        check.stderr
+    );
+    for out in [seal(), keys(&["export-cert"])] {
+        assert_eq!(out.code, 1, "{}", out.stderr);
+        assert!(
+            out.stderr.contains("records no digest")
+                && out.stderr.contains("nothing is sealed to it")
+                && out.stdout.is_empty(),
+            "{}",
+            out.stderr
+        );
+    }
+    // A fork ahead of the real index, signed with the anchor (a key clusters hold).
+    let anchor_dir = ring.join("keys").join(&anchor);
+    let anchor_pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(anchor_dir.join("tls.key")).unwrap(),
+        &std::fs::read_to_string(anchor_dir.join("tls.crt")).unwrap(),
+    )
+    .unwrap();
+    let evil = kseal_keys::KeyPair::generate(
+        kseal_keys::KeySize::Rsa2048,
+        &kseal_keys::CertificateOptions::default(),
+    )
+    .unwrap();
+    let mut fork = real.clone();
+    fork.keys.push(
+        kseal_keystore::IndexEntry::new(evil.certificate(), std::time::SystemTime::now()).unwrap(),
+    );
+    fork.active = Some(kseal_keystore::Kid::of(evil.public_key()));
+    fork.version = real.version + 5;
+    kseal_keystore::trust::sign_index(&mut fork, &anchor_pair).unwrap();
+    std::fs::write(&path, fork.to_json()).unwrap();
+    let refused = seal();
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(&fork.digest()) && refused.stdout.is_empty(),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("any version"),
+        "the warning says the marker bounds no version: {}",
+        refused.stderr
+    );
+    let refused = keys(&["refresh", "--adopt-index", &fork.digest()]);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("no key secret"),
+        "{}",
+        refused.stderr
+    );
+    // The real index put back and adopted: sealed to again, with a marker that records it.
+    // (This machine read the fork five versions ahead: under a marker with no version nothing
+    // it cannot vouch for raises its cache's floor, or the real index would be a rollback.)
+    std::fs::write(&path, &real_text).unwrap();
+    ok(keys(&["refresh", "--adopt-index", &real.digest()]));
+    let sealed = ok(seal());
+    assert!(!sealed.stdout.is_empty());
+    let marker: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&marker_path).unwrap()).unwrap();
+    assert_eq!(marker["version"], serde_json::json!(real.version + 1));
+}

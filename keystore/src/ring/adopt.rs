@@ -48,6 +48,7 @@ impl Ring {
             .stored_at(index.version, Some(s))
             .await
             .map_err(|e| self.adoption_search_failed(index.version, e))?;
+        let before = self.check_no_skip(index, marker).await?;
         let digest = index.digest();
         // The index this machine read at that version, when the store no longer holds it (its
         // version purged, round 15, PG), is another index of that version too.
@@ -93,11 +94,20 @@ impl Ring {
         }
         if others.is_empty() {
             return Err(Error::Refused(format!(
-                "{} was written by an older kseal and records no digest of the index, so whether \
-                 {} ({}) is the one its writers wrote cannot be told: a fork at that version \
-                 would be signed on. If these are the version and keys you wrote last, write \
-                 again with --adopt-index {digest}{}",
+                "{} was written by an older kseal and records no digest of the index{}, so \
+                 whether {} ({}) is the one its writers wrote cannot be told: a fork at that \
+                 version would be signed on. If these are the version and keys you wrote last, \
+                 write again with --adopt-index {digest}{}",
                 self.root_name(),
+                match &before {
+                    _ if marker.version > 0 => String::new(),
+                    Some((id, prev)) => format!(
+                        " nor any version (check the version too; the store's newest older \
+                         index is VersionId {id}: {}: compare what changed)",
+                        described(prev)
+                    ),
+                    None => " nor any version (check the version too)".to_owned(),
+                },
                 self.index_name(),
                 described(index),
                 match adopted {
@@ -255,6 +265,73 @@ impl Ring {
         )
         .await?;
         Ok(stored)
+    }
+
+    /// Under a marker with no version, which bounds none (round 16, N2): the newest older
+    /// index the store holds (shown in the offer, to compare with), refusing an index that
+    /// skips versions past it, since the seeder's writes raise the version by one.
+    async fn check_no_skip(
+        &self,
+        index: &Index,
+        marker: &Marker,
+    ) -> Result<Option<(Version, Index)>> {
+        if marker.version > 0 {
+            return Ok(None);
+        }
+        let before = self
+            .stored_before(index.version)
+            .await
+            .map_err(|e| self.adoption_search_failed(index.version, e))?;
+        if let Some((id, prev)) = &before
+            && prev.version.saturating_add(1) < index.version
+        {
+            return Err(Error::Untrusted {
+                what: self.index_name(),
+                reason: format!(
+                    "{} was written by an older kseal and records neither a digest nor a \
+                     version, and the newest older index the store holds is version {} \
+                     (VersionId {id}: {}): the seeder's writes raise the version by one, so \
+                     {} ({}) skips versions its writers never wrote and was put in by whoever \
+                     can write the index (a fork signed with a ring key). Nothing was written \
+                     and nothing adopted, and no --adopt-index adopts it. Restore the index you \
+                     wrote last, then write again with --adopt-index naming its SHA-256",
+                    self.root_name(),
+                    prev.version,
+                    described(prev),
+                    self.index_name(),
+                    described(index),
+                ),
+            });
+        }
+        Ok(before)
+    }
+
+    /// The newest index older than `version` the store holds, by its VersionId (`None` on a
+    /// directory, which keeps no versions, or when the store holds none).
+    async fn stored_before(&self, version: u64) -> Result<Option<(Version, Index)>> {
+        let mut newest: Option<(Version, Index)> = None;
+        self.search_stored(
+            || {
+                format!(
+                    "{} has more than {MAX_VERSIONS_SEARCHED} stored versions, too many to \
+                     search for the index before version {version}: nothing was written or \
+                     adopted. Ask why the index was written so often",
+                    self.index_name()
+                )
+            },
+            |id, index| {
+                if index.version < version
+                    && newest
+                        .as_ref()
+                        .is_none_or(|(_, n)| n.version < index.version)
+                {
+                    newest = Some((id.clone(), index));
+                }
+                false
+            },
+        )
+        .await?;
+        Ok(newest)
     }
 
     /// A search for the other indexes of the version an adoption is about that failed: the

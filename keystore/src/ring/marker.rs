@@ -118,17 +118,21 @@ impl Marker {
         }
     }
 
-    /// Whether an older kseal wrote this marker at a version (no digest): it vouches for no
-    /// index of its version, nor tells one from a fork at that version.
+    /// Whether an older kseal wrote this marker (no digest): it vouches for no index of its
+    /// version, nor tells one from a fork at that version. A marker from before versions were
+    /// recorded (version 0, no digest) is one too, and bounds no version at all: it was read
+    /// as "nothing to check" before (attack review, round 16, N2), so a fork at any version
+    /// sealed under it; now it fails closed like every marker without a digest.
     pub fn records_no_digest(&self) -> bool {
-        self.digest.is_none() && self.version > 0
+        self.digest.is_none()
     }
 
     /// Whether `index` is one this marker cannot vouch for because an older kseal wrote it
-    /// ([`Marker::records_no_digest`]) at `index`'s version: readers seal nothing to it,
-    /// controllers withhold sealing, and a writer builds on it only once it is adopted.
+    /// ([`Marker::records_no_digest`]) at `index`'s version (any version, for a marker with
+    /// no version): readers seal nothing to it, controllers withhold sealing, and a writer
+    /// builds on it only once it is adopted.
     pub fn cannot_vouch(&self, index: &Index) -> bool {
-        self.version > 0 && self.vouches(index) == Vouch::Unrecorded
+        self.vouches(index) == Vouch::Unrecorded
     }
 }
 
@@ -564,6 +568,15 @@ mod tests {
         assert_eq!(legacy.vouches(&v4), Vouch::NotWritten);
         assert_eq!(legacy.vouches(&index(2)), Vouch::Older);
         assert_eq!(marker(0, None, &[]).vouches(&v4), Vouch::Unrecorded);
+        // Neither vouches for an index it cannot tell from a fork (round 16, N2: a marker
+        // with no version was read as one with nothing to check).
+        assert!(legacy.cannot_vouch(&v3) && legacy.cannot_vouch(&fork3));
+        assert!(!legacy.cannot_vouch(&v4) && !legacy.cannot_vouch(&index(2)));
+        let versionless = Marker::parse(r#"{"anchor":"x"}"#).unwrap();
+        assert_eq!(versionless.version, 0);
+        assert!(versionless.records_no_digest() && legacy.records_no_digest());
+        assert!(versionless.cannot_vouch(&v4) && versionless.cannot_vouch(&index(0)));
+        assert!(!written.records_no_digest() && !written.cannot_vouch(&fork3));
         let parsed = Marker::parse(
             &serde_json::json!({"version": 3, "digest": v3.digest(), "next": [v4.digest(), "x"]})
                 .to_string(),

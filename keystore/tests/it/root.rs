@@ -1239,6 +1239,112 @@ async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
     }
 }
 
+/// Attack review, round 16 (N2): a history marker with no version at all (written by builds
+/// from before versions were recorded) was read as "nothing to check": every check of a
+/// marker without a digest was guarded by `version > 0`, so a fork at any version, signed with
+/// a ring key, was written on. Now such a marker fails closed as one with a version does: no
+/// write builds on an index it cannot vouch for until the seeder adopts one, a fork whose key
+/// has no key secret is never adopted, and the adopted write leaves a marker that records its
+/// version and digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_marker_without_a_version_only_an_adopted_index_is_written_on() {
+    for (ring, dir) in rings("versionless_marker_adopt").await {
+        let (a, _b, _anchor) = seeded(&ring).await;
+        let real = raw_index(&ring).await;
+        let (text, version) = ring
+            .store()
+            .read(&ring.root_name(), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for field in ["version", "digest", "next"] {
+            old.as_object_mut().unwrap().remove(field);
+        }
+        ring.store()
+            .compare_and_swap(&ring.root_name(), &old.to_string(), Some(&version), &[])
+            .await
+            .unwrap();
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!((marker.version, marker.digest.as_deref()), (0, None));
+        // The real index itself is not written on before it is adopted.
+        let refused = ring.refresh().await.expect_err("not adopted").to_string();
+        assert!(
+            refused.contains("--adopt-index") && refused.contains(&real.digest()),
+            "{refused}"
+        );
+        // A fork ahead of it (the marker bounds no version), signed with the anchor.
+        let evil = pair();
+        let mut fork = fork_from_ring_key(&real, &a, &evil);
+        fork.roots.truncate(1);
+        fork.version = real.version + 1;
+        trust::sign_index(&mut fork, &a).unwrap();
+        overwrite_index(&ring, &fork.to_json()).await;
+        for adopt in [None, Some(fork.digest())] {
+            let refused = ring
+                .clone()
+                .with_adopt_index(adopt)
+                .refresh()
+                .await
+                .expect_err("a fork is never written on")
+                .to_string();
+            assert!(
+                refused.contains(kid(&evil).short()) && refused.contains("no key secret"),
+                "{refused}"
+            );
+            assert_eq!(raw_index(&ring).await, fork, "nothing signed");
+        }
+        // On Secrets Manager, a fork that skips versions past the newest older index stored
+        // is refused even when it lists only keys the ring stores (`a` active, `b` retired
+        // here): the seeder's writes raise the version by one.
+        if dir.is_none() {
+            let mut skip = real.clone();
+            skip.version = real.version + 5;
+            skip.active = Some(kid(&a));
+            trust::sign_index(&mut skip, &a).unwrap();
+            overwrite_index(&ring, &skip.to_json()).await;
+            let refused = ring
+                .clone()
+                .with_adopt_index(Some(skip.digest()))
+                .refresh()
+                .await
+                .expect_err("a fork that skips versions")
+                .to_string();
+            assert!(
+                refused.contains("skips versions") && refused.contains("no --adopt-index"),
+                "{refused}"
+            );
+            assert_eq!(raw_index(&ring).await, skip, "nothing signed");
+        }
+        assert_eq!(
+            ring.history_marker().await.unwrap().unwrap().digest,
+            None,
+            "a refused adoption records nothing in the marker"
+        );
+        // The real index put back and adopted: written on, and the marker records a version
+        // and a digest from then on.
+        overwrite_index(&ring, &real.to_json()).await;
+        ring.clone()
+            .with_adopt_index(Some(real.digest()))
+            .refresh()
+            .await
+            .unwrap();
+        let now = raw_index(&ring).await;
+        let marker = ring.history_marker().await.unwrap().unwrap();
+        assert_eq!(
+            (marker.version, marker.digest),
+            (now.version, Some(now.digest())),
+            "on {}",
+            if dir.is_some() {
+                "a directory"
+            } else {
+                "Secrets Manager"
+            }
+        );
+        ring.refresh().await.expect("no adoption needed any more");
+    }
+}
+
 /// Rewrites the history marker of `ring` as an older kseal wrote it: its version, no digest.
 async fn legacy_marker(ring: &Ring) {
     let (text, version) = ring

@@ -27,7 +27,9 @@ use kseal_keys::Certificate;
 use kseal_keystore::{Index, Verified};
 
 use crate::args::{ExportPolicyArgs, PolicyFormat};
-use crate::keysource::ring::{block_on, open, read_index, ring_arg, ring_label};
+use crate::keysource::ring::{
+    block_on, open, read_index_vouched, ring_arg, ring_label, unrecorded_refusal,
+};
 use crate::manifest::write_atomic;
 use crate::output;
 use crate::text::count;
@@ -301,7 +303,13 @@ pub(crate) fn export_policy(args: &ExportPolicyArgs) -> Result<()> {
                 ring_arg(&args.ring)
             );
         }
-        let snapshot = read_index(&ring).await?;
+        // Not from an index the ring's history marker cannot vouch for (an older kseal's
+        // marker: a fork at its version would put its key on the list; round 16, N1).
+        let (snapshot, unrecorded) = read_index_vouched(&ring).await?;
+        if unrecorded {
+            return Err(unrecorded_refusal(&ring_label(&ring), &snapshot)
+                .context("no allow-list is written from this index"));
+        }
         let Verified::Signed { version, .. } = snapshot.verified else {
             bail!(
                 "the index of key ring {} is not signed: no allow-list is written from it (the \

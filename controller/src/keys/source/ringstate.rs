@@ -299,13 +299,27 @@ impl Mirror {
         Ok(())
     }
 
+    /// Whether the history marker as last read records neither a version nor a digest
+    /// (builds from before versions were recorded): it bounds no version, so an index it
+    /// cannot vouch for, withheld, may be a fork far ahead, and raises no floor; else the real
+    /// index the seeder then adopts would be refused as a rollback (attack review, round 16,
+    /// N2).
+    fn marker_bounds_no_version(&self) -> bool {
+        self.cache
+            .vouching
+            .as_ref()
+            .is_some_and(|m| m.version == 0 && m.records_no_digest())
+    }
+
     /// Takes a verified ring-state copy as this follower's view.
     async fn take_followed(&mut self, found: FoundState) {
         // A follower's floor too only rises: a ring-state Secret rewritten with an older
         // signed index of the ring is then refused (load_state verifies with it), and the
         // follower keeps the view it has. Its newest dedicated root too: a fork from an older
         // root planted later is refused.
-        self.pin.floor = self.pin.floor.max(found.version);
+        if !self.marker_bounds_no_version() {
+            self.pin.floor = self.pin.floor.max(found.version);
+        }
         self.pin.see_root(found.root.clone());
         self.note_superseded(Some(&found.name)).await;
         self.publish_found(&found);
@@ -589,6 +603,9 @@ impl Mirror {
         let floor = self.pin.floor;
         if let Some(anchor) = self.pin.accept(verified) {
             self.pin_anchor(anchor, "the ring").await;
+        }
+        if self.marker_bounds_no_version() {
+            self.pin.floor = floor;
         }
         self.note_superseded(None).await;
         if self.pin.floor != floor {
@@ -2117,6 +2134,11 @@ mod tests {
 
     /// Rewrites the history marker as an older kseal wrote it: no digest, no pending write.
     async fn legacy_marker(writer: &Ring) {
+        strip_marker(writer, &["digest", "next"]).await;
+    }
+
+    /// Rewrites the history marker of `writer` without `fields`.
+    async fn strip_marker(writer: &Ring, fields: &[&str]) {
         let (text, version) = writer
             .store()
             .read(&writer.root_name(), None)
@@ -2124,8 +2146,9 @@ mod tests {
             .unwrap()
             .unwrap();
         let mut marker: serde_json::Value = serde_json::from_str(&text).unwrap();
-        marker.as_object_mut().unwrap().remove("digest");
-        marker.as_object_mut().unwrap().remove("next");
+        for field in fields {
+            marker.as_object_mut().unwrap().remove(*field);
+        }
         writer
             .store()
             .compare_and_swap(
@@ -2158,6 +2181,70 @@ mod tests {
         fork.updated = jiff::Timestamp::now();
         kseal_keystore::trust::sign_index(&mut fork, root).unwrap();
         fork
+    }
+
+    /// Issue 35, attack review round 16, N2: under a history marker with no version (builds
+    /// from before versions were recorded), nothing was checked: a fork at the next version,
+    /// signed with a ring key, sealed on every replica. Now such a marker fails closed like
+    /// one with a version: the genuine index is withheld until adopted, the fork is withheld
+    /// too and its retirement of the genuine key removes no mirror; once the seeder puts its
+    /// index back and adopts it, the genuine key seals.
+    #[tokio::test]
+    async fn under_a_marker_without_a_version_nothing_seals_before_an_adoption() {
+        within("versionless", async {
+            let dir = tempfile::tempdir().unwrap();
+            let (_server, client) = server().await;
+            let (a, b, evil) = (pair(), pair(), pair());
+            let writer = ring(dir.path(), None).await;
+            writer.push(&a).await.unwrap();
+            writer.push(&b).await.unwrap();
+            writer
+                .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
+                .await
+                .unwrap();
+            strip_marker(&writer, &["version", "digest", "next"]).await;
+            let leader = mirror(ring(dir.path(), Some(&a)).await, &client);
+            leader.state.leadership.assume(true);
+            let mut leader = leader;
+            leader.sync().await.unwrap();
+            let view = leader.state.ring_view.current().unwrap();
+            assert!(view.withheld.is_some(), "sealed unadopted: {view:?}");
+            let kept = mirror_secret(&client, &Kid::of(b.public_key()))
+                .await
+                .unwrap();
+            let mut follower = mirror(ring(dir.path(), Some(&a)).await, &client);
+            follower.follow().await.unwrap();
+            let view = follower.state.ring_view.current().unwrap();
+            assert!(view.withheld.is_some(), "a follower sealed: {view:?}");
+
+            let genuine = writer.require_snapshot().await.unwrap().index;
+            let fork = fork_of(&genuine, genuine.version + 1, &a, &evil);
+            overwrite(&writer, &fork.to_json()).await;
+            let _ = leader.sync().await;
+            let _ = follower.follow().await;
+            for (who, m) in [("leader", &leader), ("follower", &follower)] {
+                let view = m.state.ring_view.current().unwrap();
+                assert!(
+                    view.withheld.is_some() || view.active != fork.active,
+                    "the {who} seals the fork: {view:?}"
+                );
+            }
+            assert_kept(&client, &b, &kept).await;
+
+            overwrite(&writer, &genuine.to_json()).await;
+            vouch(&writer).await;
+            leader.sync().await.unwrap();
+            let view = leader.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            assert_eq!(view.withheld, None, "adopted: sealing resumes");
+            assert_kept(&client, &b, &kept).await;
+            leader.write_state().await;
+            follower.follow().await.unwrap();
+            let view = follower.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            assert_eq!(view.withheld, None, "the follower seals again");
+        })
+        .await;
     }
 
     /// A two-key ring (`b` active) under a marker an older kseal wrote, a leader and a
