@@ -46,10 +46,16 @@ enum Backing {
         /// Each file's creation rule, as `kseal check` and `kseal seal` choose it.
         rules: PathRules,
     },
-    /// The controller's `/v1/rotate`, to its sealing key.
+    /// The controller's `/v1/rotate`, to its sealing key: with several rings, the key of the
+    /// ring that seals in each object's namespace (`/v1/cert.pem?namespace=NS`, as `kseal
+    /// seal` asks), so a value of a tenant's ring is not called stale against the first
+    /// ring's key.
     Controller {
         controller: Controller,
-        active: KeyId,
+        /// How the sealing certificates are asked for.
+        request: CertRequest,
+        /// The sealing key per namespace asked (`""`: cluster-wide with no namespace).
+        active: HashMap<String, KeyId>,
     },
 }
 
@@ -89,10 +95,10 @@ impl Backing {
                 allow_http: false,
                 ring_anchor: None,
             };
-            let active = request.load_one()?.id().clone();
             return Ok(Backing::Controller {
                 controller: Controller::connect(&target)?,
-                active,
+                request,
+                active: HashMap::new(),
             });
         }
         if args.keys.is_empty() {
@@ -153,14 +159,56 @@ impl Backing {
     }
 
     /// The key items of `path` should be sealed with, and its certificate (none with the
-    /// controller, which seals itself).
-    fn target(&mut self, path: &Path) -> Result<(KeyId, Option<Certificate>, String)> {
-        if let Backing::Controller { active, .. } = self {
-            return Ok((
-                active.clone(),
-                None,
-                "the controller's sealing key".to_owned(),
-            ));
+    /// controller, which seals itself: the key that seals in the namespace of the file's
+    /// objects, which must agree).
+    fn target(
+        &mut self,
+        path: &Path,
+        sealed: &[SealedSecret],
+    ) -> Result<(KeyId, Option<Certificate>, String)> {
+        if let Backing::Controller {
+            request, active, ..
+        } = self
+        {
+            let mut target: Option<(KeyId, &str)> = None;
+            for s in sealed {
+                let namespace = s.metadata.namespace.as_deref().unwrap_or("");
+                let key = match active.get(namespace) {
+                    Some(key) => key.clone(),
+                    None => {
+                        let key = request
+                            .for_namespace(Some(namespace))
+                            .load_one()?
+                            .id()
+                            .clone();
+                        active.insert(namespace.to_owned(), key.clone());
+                        key
+                    }
+                };
+                match &target {
+                    None => target = Some((key, namespace)),
+                    Some((first, ns)) if *first != key => bail!(
+                        "`{}` holds SealedSecrets of namespaces the controller seals with \
+                         different keys ({} → key {first}, {} → key {key}): re-seal them from \
+                         one file per namespace",
+                        path.display(),
+                        if ns.is_empty() { "no namespace" } else { ns },
+                        if namespace.is_empty() {
+                            "no namespace"
+                        } else {
+                            namespace
+                        },
+                    ),
+                    Some(_) => {}
+                }
+            }
+            let (key, namespace) = target.context("no SealedSecret to re-seal")?;
+            let why = if namespace.is_empty() || active.values().all(|k| *k == key) {
+                "the controller's sealing key".to_owned()
+            } else {
+                format!("the controller's sealing key for namespace `{namespace}`")
+            };
+            return Ok((key, None, why));
         }
         let (cert, why) = self.certificate(path)?;
         Ok((cert.id().clone(), Some(cert), why))
@@ -215,7 +263,7 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
     if sealed.is_empty() {
         return Ok(None);
     }
-    let (target, cert, why) = backing.target(path)?;
+    let (target, cert, why) = backing.target(path, &sealed)?;
     let mut plan = FilePlan {
         path: path.to_owned(),
         text,
@@ -268,7 +316,7 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
                     });
                 }
             }
-            (Backing::Controller { controller, active }, _) => {
+            (Backing::Controller { controller, .. }, _) => {
                 let Some(hint) = hint.clone() else {
                     eprintln!(
                         "warning: {name} in `{}` has no {SEALING_KEY_ANNOTATION} annotation, so \
@@ -278,7 +326,7 @@ fn plan_file(path: &Path, backing: &mut Backing) -> Result<Option<FilePlan>> {
                     );
                     continue;
                 };
-                if KeyId::parse(&hint).as_ref() == Some(active) {
+                if KeyId::parse(&hint).as_ref() == Some(&target) {
                     continue;
                 }
                 let rotated = rotate(controller, s)

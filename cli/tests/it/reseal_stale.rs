@@ -587,6 +587,15 @@ fn through_the_controller_objects_whose_annotation_names_another_key_are_rotated
         .collect();
     assert!(!unannotated.contains(&old_kid));
     std::fs::write(dir.join("unannotated.yaml"), &unannotated).unwrap();
+    // Namespace `team` is another ring's, which the controller seals with the old key there:
+    // not stale (before, every object was compared with the plain `/v1/cert.pem`).
+    let team = ok(
+        d,
+        &["seal", "--cert", s(&old_cert)],
+        Some(&SECRET.replace("namespace: prod", "namespace: team")),
+    )
+    .stdout;
+    std::fs::write(dir.join("team.yaml"), &team).unwrap();
 
     // What the controller's /v1/rotate answers: the object re-sealed with its sealing key.
     let rotated_yaml = kseal(
@@ -610,8 +619,12 @@ fn through_the_controller_objects_whose_annotation_names_another_key_are_rotated
             r#"{"kind":"Service","spec":{"ports":[{"name":"http","port":8080}]}}"#.to_owned(),
         ),
         (
-            format!("{proxy}/v1/cert.pem"),
+            format!("{proxy}/v1/cert.pem?namespace=prod"),
             std::fs::read_to_string(&new_cert).unwrap(),
+        ),
+        (
+            format!("{proxy}/v1/cert.pem?namespace=team"),
+            std::fs::read_to_string(&old_cert).unwrap(),
         ),
         (format!("{proxy}/v1/rotate"), rotated.to_string()),
     ]);
@@ -673,6 +686,10 @@ fn through_the_controller_objects_whose_annotation_names_another_key_are_rotated
         std::fs::read_to_string(dir.join("unannotated.yaml")).unwrap(),
         unannotated
     );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("team.yaml")).unwrap(),
+        team
+    );
     // Again: nothing is stale, nothing is sent.
     let again = kseal_env(
         &["reseal", "--stale", "--controller", "ctl"],
@@ -693,6 +710,23 @@ fn through_the_controller_objects_whose_annotation_names_another_key_are_rotated
         .filter(|r| r.starts_with("POST "))
         .count();
     assert_eq!(posts, 1);
+    // One file holding objects of namespaces sealed with different keys: named, not guessed.
+    std::fs::create_dir_all(d.join("mixed")).unwrap();
+    std::fs::write(d.join("mixed/both.yaml"), format!("{stale}---\n{team}")).unwrap();
+    let mixed = kseal_env(
+        &["reseal", "--stale", "--controller", "mixed"],
+        None,
+        d,
+        &envs,
+    );
+    assert_eq!(mixed.code, 1, "{}", mixed.stderr);
+    assert!(
+        mixed.stderr.contains("different keys")
+            && mixed.stderr.contains("prod")
+            && mixed.stderr.contains("team"),
+        "{}",
+        mixed.stderr
+    );
 }
 
 /// `seal --merge-into FILE --key KEYS`: an item whose value is unchanged keeps its
