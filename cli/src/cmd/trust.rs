@@ -10,7 +10,10 @@ use anyhow::{Context as _, Result, bail};
 use kseal_keystore::{Kid, Location, Ring, Snapshot, Trust, Verified, trust::RootRecord};
 
 use crate::args::{NewRootArgs, ReRootArgs, RefreshArgs, SignArgs, TrustArgs};
-use crate::keysource::ring::{block_on, open, open_with, read_index, ring_arg, ring_label, seen};
+use crate::keysource::ring::{
+    block_on, check_unpinned, open, open_with, read_index, ring_arg, ring_label, seen,
+    unrecorded_refusal,
+};
 use crate::output::confirm;
 use crate::project;
 
@@ -53,13 +56,31 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
             .await?
             .with_trust(Trust::first_use());
         let snapshot = read_index(&ring).await?;
+        // What the history marker says of it: no pin is written, nor a version recorded, from
+        // a history the ring's writers did not write (attack review, round 17, TRUST: a fork
+        // ahead of the marker was recorded as the pin's version, and every fresh CI job then
+        // refused the real index as a rollback). A history that does not pass through the pin
+        // is named as replaced first, which says more.
+        let marked = check_unpinned(&ring, &snapshot).await;
         let reading = read_signed(&ring, snapshot)?;
+        let pinned = pinned.map(|pin| Pinned {
+            anchor: pin.anchor,
+            from: pin.from,
+            version: pin.version,
+        });
+        let replaced = pinned.as_ref().is_some_and(|pin| {
+            !reading
+                .snapshot
+                .index
+                .roots
+                .iter()
+                .any(|r| r.kid == pin.anchor)
+        });
+        if !replaced && marked? {
+            return Err(unrecorded_refusal(&ring_label(&ring), &reading.snapshot)
+                .context("nothing is pinned from this index"));
+        }
         if let Some(pin) = pinned {
-            let pin = Pinned {
-                anchor: pin.anchor,
-                from: pin.from,
-                version: pin.version,
-            };
             return check_pinned(&args, &ring, &reading, &pin);
         }
         pin_first(&args, &ring, &reading)

@@ -377,6 +377,27 @@ fn check_marker(
     check_marker_facts(ring, pinned, snapshot, marker)
 }
 
+/// For a reader with no pin (`kseal keys trust` pinning for the first time, `kseal keys
+/// export-cert` outside a repository): the index read is checked against the history marker
+/// all the same, taking the index's own anchor as the pin, and whether the marker cannot vouch
+/// for it (an older kseal's, no digest) is returned. Without it, whoever can write the index
+/// alone could put a history of their own there (rooted at a key of theirs) or a fork ahead of
+/// the marker, and `export-cert` would write its certificate for offline sealing, or `trust`
+/// pin it and record its version (attack review, round 17, UNPIN and TRUST). A pinned reader
+/// has done this already ([`read_index_vouched`]).
+pub(crate) async fn check_unpinned(ring: &Ring, snapshot: &Snapshot) -> Result<bool> {
+    let Verified::Signed { anchor, .. } = &snapshot.verified else {
+        return Ok(false);
+    };
+    if ring.trust().anchor().is_some() {
+        return Ok(false);
+    }
+    let marker = ring.history_marker().await;
+    let unrecorded = matches!(&marker, Ok(Some(m)) if m.cannot_vouch(&snapshot.index));
+    check_marker(ring, anchor, snapshot, marker)?;
+    Ok(unrecorded)
+}
+
 /// Checks the index read against what the history marker records (its version, anchor,
 /// dedicated root and the digests it vouches for), then records the marker's version and
 /// root as seen.

@@ -2775,3 +2775,86 @@ fn under_a_marker_without_a_version_nothing_is_sealed_before_an_adoption() {
         serde_json::from_str(&std::fs::read_to_string(&marker_path).unwrap()).unwrap();
     assert_eq!(marker["version"], serde_json::json!(real.version + 1));
 }
+
+/// Issue 35, attack review round 17 (UNPIN, TRUST): with no pin, `kseal keys export-cert`
+/// wrote the certificate of whatever history the index held (one rooted at a key of an index
+/// writer's own, with no ring key at all), and `kseal keys trust` recorded a fork's version
+/// as the pin's, after which every fresh CI job refused the real index as a rollback. Both
+/// now check the index against the history marker first, taking its own anchor as the pin.
+#[test]
+fn unpinned_export_and_trust_check_the_index_against_the_history_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ring = d.join("ring");
+    let url = format!("dir://{}", ring.display());
+    let aws = Aws::new().with("KSEAL_CACHE_DIR", d.join("cache").to_str().unwrap());
+    let keys = |args: &[&str]| {
+        let mut all = vec!["keys"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--ring", &url]);
+        aws.run(d, &all, None)
+    };
+    let ok = |out: Run| {
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    ok(keys(&["push", "--key-size", "2048"]));
+    ok(keys(&["push", "--key-size", "2048"]));
+    let path = ring.join("index.json");
+    let real_text = std::fs::read_to_string(&path).unwrap();
+    let real = kseal_keystore::Index::parse_any_ring(&real_text, "index.json").unwrap();
+    let real_cert = ok(keys(&["export-cert"])).stdout;
+    let evil = kseal_keys::KeyPair::generate(
+        kseal_keys::KeySize::Rsa2048,
+        &kseal_keys::CertificateOptions::default(),
+    )
+    .unwrap();
+    let evil_entry =
+        kseal_keystore::IndexEntry::new(evil.certificate(), std::time::SystemTime::now()).unwrap();
+    // A history of the index writer's own, rooted at their key (no ring key needed).
+    let mut own = real.clone();
+    own.roots = vec![kseal_keystore::trust::genesis(&real.ring, &evil).unwrap()];
+    own.keys = vec![evil_entry.clone()];
+    own.active = Some(evil_entry.kid.clone());
+    own.version = real.version + 1;
+    kseal_keystore::trust::sign_index(&mut own, &evil).unwrap();
+    // A fork ahead of the marker, signed with the anchor (a key clusters hold).
+    let anchor_kid = real.roots[0].kid.as_str().to_owned();
+    let anchor_dir = ring.join("keys").join(&anchor_kid);
+    let anchor_pair = kseal_keys::KeyPair::from_pem(
+        &std::fs::read_to_string(anchor_dir.join("tls.key")).unwrap(),
+        &std::fs::read_to_string(anchor_dir.join("tls.crt")).unwrap(),
+    )
+    .unwrap();
+    let mut fork = real.clone();
+    fork.keys.push(evil_entry.clone());
+    fork.active = Some(evil_entry.kid.clone());
+    fork.version = real.version + 1;
+    kseal_keystore::trust::sign_index(&mut fork, &anchor_pair).unwrap();
+    for (what, index, expect) in [
+        ("own history", &own, "a history rooted elsewhere"),
+        ("ring-key fork", &fork, "not the one its writers wrote"),
+    ] {
+        std::fs::write(&path, index.to_json()).unwrap();
+        let exported = keys(&["export-cert"]);
+        assert_eq!(exported.code, 1, "{what}: {}", exported.stderr);
+        assert!(
+            exported.stderr.contains(expect) && exported.stdout.is_empty(),
+            "{what}: {}",
+            exported.stderr
+        );
+        let trusted = keys(&["trust", "--yes"]);
+        assert_eq!(trusted.code, 1, "{what}: {}", trusted.stderr);
+        assert!(
+            trusted.stderr.contains(expect),
+            "{what}: {}",
+            trusted.stderr
+        );
+        assert!(!d.join(".kseal.yaml").exists(), "{what}: a pin was written");
+    }
+    // The real index back: exported and pinned at its own version.
+    std::fs::write(&path, &real_text).unwrap();
+    assert_eq!(ok(keys(&["export-cert"])).stdout, real_cert);
+    ok(keys(&["trust", "--yes"]));
+    assert_eq!(pinned_anchor(d), anchor_kid);
+}

@@ -6,7 +6,9 @@ use std::time::SystemTime;
 use anyhow::{Context as _, Result};
 
 use crate::args::ExportCertArgs;
-use crate::keysource::ring::{block_on, open, read_index_vouched, ring_label, unrecorded_refusal};
+use crate::keysource::ring::{
+    block_on, check_unpinned, open, read_index_vouched, ring_label, unrecorded_refusal,
+};
 use crate::manifest::write_atomic;
 use crate::output;
 
@@ -16,6 +18,7 @@ pub(crate) fn export_cert(args: ExportCertArgs) -> Result<()> {
         // A certificate exported here is sealed to offline: none from an index the ring's
         // history marker cannot vouch for (attack review, round 16, N1).
         let (snapshot, unrecorded) = read_index_vouched(&ring).await?;
+        let unrecorded = unrecorded || check_unpinned(&ring, &snapshot).await?;
         if unrecorded {
             return Err(unrecorded_refusal(&ring_label(&ring), &snapshot));
         }
