@@ -1165,19 +1165,7 @@ async fn under_a_marker_without_a_digest_only_an_adopted_index_is_written_on() {
         let (a, _b, _anchor) = seeded(&ring).await;
         let real = raw_index(&ring).await;
         // The marker as an older kseal wrote it: no digest.
-        let (text, version) = ring
-            .store()
-            .read(&ring.root_name(), None)
-            .await
-            .unwrap()
-            .unwrap();
-        let mut legacy: serde_json::Value = serde_json::from_str(&text).unwrap();
-        legacy.as_object_mut().unwrap().remove("digest");
-        legacy.as_object_mut().unwrap().remove("next");
-        ring.store()
-            .compare_and_swap(&ring.root_name(), &legacy.to_string(), Some(&version), &[])
-            .await
-            .unwrap();
+        legacy_marker(&ring).await;
         // A fork at the marker's own version, signed with the anchor (a ring key).
         let evil = pair();
         let mut fork = fork_from_ring_key(&real, &a, &evil);
@@ -1251,20 +1239,7 @@ async fn under_a_marker_without_a_version_only_an_adopted_index_is_written_on() 
     for (ring, dir) in rings("versionless_marker_adopt").await {
         let (a, _b, _anchor) = seeded(&ring).await;
         let real = raw_index(&ring).await;
-        let (text, version) = ring
-            .store()
-            .read(&ring.root_name(), None)
-            .await
-            .unwrap()
-            .unwrap();
-        let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
-        for field in ["version", "digest", "next"] {
-            old.as_object_mut().unwrap().remove(field);
-        }
-        ring.store()
-            .compare_and_swap(&ring.root_name(), &old.to_string(), Some(&version), &[])
-            .await
-            .unwrap();
+        strip_marker(&ring, &["version", "digest", "next"]).await;
         let marker = ring.history_marker().await.unwrap().unwrap();
         assert_eq!((marker.version, marker.digest.as_deref()), (0, None));
         // The real index itself is not written on before it is adopted.
@@ -1347,17 +1322,24 @@ async fn under_a_marker_without_a_version_only_an_adopted_index_is_written_on() 
 
 /// Rewrites the history marker of `ring` as an older kseal wrote it: its version, no digest.
 async fn legacy_marker(ring: &Ring) {
+    strip_marker(ring, &["digest", "next"]).await;
+}
+
+/// Rewrites the history marker of `ring` without `fields`, as older builds wrote it (no
+/// digest: an older kseal; no version either: builds from before versions were recorded).
+async fn strip_marker(ring: &Ring, fields: &[&str]) {
     let (text, version) = ring
         .store()
         .read(&ring.root_name(), None)
         .await
         .unwrap()
         .unwrap();
-    let mut legacy: serde_json::Value = serde_json::from_str(&text).unwrap();
-    legacy.as_object_mut().unwrap().remove("digest");
-    legacy.as_object_mut().unwrap().remove("next");
+    let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for field in fields {
+        old.as_object_mut().unwrap().remove(*field);
+    }
     ring.store()
-        .compare_and_swap(&ring.root_name(), &legacy.to_string(), Some(&version), &[])
+        .compare_and_swap(&ring.root_name(), &old.to_string(), Some(&version), &[])
         .await
         .unwrap();
 }

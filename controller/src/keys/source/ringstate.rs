@@ -2194,19 +2194,9 @@ mod tests {
         within("versionless", async {
             let dir = tempfile::tempdir().unwrap();
             let (_server, client) = server().await;
-            let (a, b, evil) = (pair(), pair(), pair());
-            let writer = ring(dir.path(), None).await;
-            writer.push(&a).await.unwrap();
-            writer.push(&b).await.unwrap();
-            writer
-                .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
-                .await
-                .unwrap();
-            strip_marker(&writer, &["version", "digest", "next"]).await;
-            let leader = mirror(ring(dir.path(), Some(&a)).await, &client);
-            leader.state.leadership.assume(true);
-            let mut leader = leader;
-            leader.sync().await.unwrap();
+            let evil = pair();
+            let (writer, a, b, mut leader) =
+                ring_and_leader(dir.path(), &client, &["version", "digest", "next"]).await;
             let view = leader.state.ring_view.current().unwrap();
             assert!(view.withheld.is_some(), "sealed unadopted: {view:?}");
             let kept = mirror_secret(&client, &Kid::of(b.public_key()))
@@ -2247,13 +2237,14 @@ mod tests {
         .await;
     }
 
-    /// A two-key ring (`b` active) under a marker an older kseal wrote, a leader and a
-    /// follower on its index, and a fork at the marker's version in the store.
-    async fn legacy_ring_with_fork(
+    /// A two-key ring (`a` its anchor, `b` active) whose history marker lacks `fields` (as
+    /// older builds wrote it), and a leader synced on it.
+    async fn ring_and_leader(
         dir: &std::path::Path,
         client: &Client,
-    ) -> (Ring, KeyPair, KeyPair, Mirror, Mirror, Index) {
-        let (a, b, evil) = (pair(), pair(), pair());
+        fields: &[&str],
+    ) -> (Ring, KeyPair, KeyPair, Mirror) {
+        let (a, b) = (pair(), pair());
         let writer = ring(dir, None).await;
         writer.push(&a).await.unwrap();
         writer.push(&b).await.unwrap();
@@ -2261,11 +2252,22 @@ mod tests {
             .activate(Kid::of(b.public_key()).as_str(), Duration::ZERO)
             .await
             .unwrap();
-        legacy_marker(&writer).await;
+        strip_marker(&writer, fields).await;
         let leader = mirror(ring(dir, Some(&a)).await, client);
         leader.state.leadership.assume(true);
         let mut leader = leader;
         leader.sync().await.unwrap();
+        (writer, a, b, leader)
+    }
+
+    /// A two-key ring (`b` active) under a marker an older kseal wrote, a leader and a
+    /// follower on its index, and a fork at the marker's version in the store.
+    async fn legacy_ring_with_fork(
+        dir: &std::path::Path,
+        client: &Client,
+    ) -> (Ring, KeyPair, KeyPair, Mirror, Mirror, Index) {
+        let evil = pair();
+        let (writer, a, b, mut leader) = ring_and_leader(dir, client, &["digest", "next"]).await;
         let mut follower = mirror(ring(dir, Some(&a)).await, client);
         follower.follow().await.unwrap();
         let genuine = writer.require_snapshot().await.unwrap().index;
