@@ -168,7 +168,7 @@ pub(crate) async fn read_index_vouched(ring: &Ring) -> Result<(Snapshot, bool)> 
             // index as a rollback (the seeder's adoption included) until the cache is deleted.
             let record = !unrecorded || matches!(&marker, Some(Ok(Some(m))) if m.version > 0);
             if let (Some(pinned), Some(marker)) = (ring.trust().anchor(), marker) {
-                check_marker(ring, pinned, &snapshot, marker)?;
+                check_marker(ring, pinned, &snapshot, marker, true)?;
             }
             // Only under a pin: an unpinned reader has not decided which history is the ring's.
             if let (
@@ -304,13 +304,14 @@ fn check_seen_digest(
 /// marker as read (`marker`): an index older than the marker's version was put back, and one
 /// whose history does not pass through the marker's dedicated root is a fork signed with keys
 /// clusters held; both are refused. The marker's version and root are kept as this machine's
-/// floor. A marker this identity may not read (a sealer role allowed the index only) changes
+/// floor when `record` (a pinned reader). A marker this identity may not read (a sealer role allowed the index only) changes
 /// nothing, but a reader pinned at a ring key says once that a fork would go unnoticed here.
 fn check_marker(
     ring: &Ring,
     pinned: &kseal_keystore::Kid,
     snapshot: &Snapshot,
     marker: kseal_keystore::Result<Option<kseal_keystore::Marker>>,
+    record: bool,
 ) -> Result<()> {
     // Whether the pin is a dedicated root is never taken from the index's chain: whoever holds
     // a ring key can sign a history that calls that key a dedicated root (attack review,
@@ -374,7 +375,7 @@ fn check_marker(
             return Ok(());
         }
     };
-    check_marker_facts(ring, pinned, snapshot, marker)
+    check_marker_facts(ring, pinned, snapshot, marker, record)
 }
 
 /// For a reader with no pin (`kseal keys trust` pinning for the first time, `kseal keys
@@ -392,20 +393,40 @@ pub(crate) async fn check_unpinned(ring: &Ring, snapshot: &Snapshot) -> Result<b
     if ring.trust().anchor().is_some() {
         return Ok(false);
     }
-    let marker = ring.history_marker().await;
-    let unrecorded = matches!(&marker, Ok(Some(m)) if m.cannot_vouch(&snapshot.index));
-    check_marker(ring, anchor, snapshot, marker)?;
+    let marker = match ring.history_marker().await {
+        Ok(marker) => marker,
+        // With no pin the marker is all there is to check the index against: a marker this
+        // identity may not read fails closed too (round 18, UNPIN-D: a role denied `R/root`
+        // exported, and pinned, an index writer's own history with a warning only). A pinned
+        // sealer role may go on with a warning ([`read_index_vouched`]): its pin checks the
+        // chain.
+        Err(e) => {
+            return Err(anyhow::Error::from(e).context(format!(
+                "key ring {} is not pinned here, so its index is checked against its history                  marker {}, which could not be read: nothing is exported or pinned from it.                  Allow this identity to read {} (deploy/iam/sealer-policy.json does), or pin                  the ring first (`--ring-anchor KID`, or a .kseal.yaml)",
+                ring_label(ring),
+                ring.root_name(),
+                ring.root_name()
+            )));
+        }
+    };
+    let unrecorded = marker
+        .as_ref()
+        .is_some_and(|m| m.cannot_vouch(&snapshot.index));
+    // Nothing recorded in this machine's cache: no pin chose this history (and `export-cert`
+    // runs in the image, whose file system is read-only).
+    check_marker(ring, anchor, snapshot, Ok(marker), false)?;
     Ok(unrecorded)
 }
 
 /// Checks the index read against what the history marker records (its version, anchor,
-/// dedicated root and the digests it vouches for), then records the marker's version and
-/// root as seen.
+/// dedicated root and the digests it vouches for), then, when `record`, records the marker's
+/// version and root as seen.
 fn check_marker_facts(
     ring: &Ring,
     pinned: &kseal_keystore::Kid,
     snapshot: &Snapshot,
     marker: kseal_keystore::Marker,
+    record: bool,
 ) -> Result<()> {
     let version = match &snapshot.verified {
         Verified::Signed { version, .. } => *version,
@@ -506,6 +527,9 @@ fn check_marker_facts(
                     .map_or("none", kseal_keystore::Kid::short)
             );
         }
+    }
+    if !record {
+        return Ok(());
     }
     seen::record(
         pinned,

@@ -2851,7 +2851,27 @@ fn unpinned_export_and_trust_check_the_index_against_the_history_marker() {
             trusted.stderr
         );
         assert!(!d.join(".kseal.yaml").exists(), "{what}: a pin was written");
+        // Listing decides nothing: it lists, and says what the check found (round 18, LIST).
+        let listed = ok(keys(&["list"]));
+        assert!(listed.stderr.contains(expect), "{what}: {}", listed.stderr);
     }
+    // With no pin, a marker that cannot be read fails closed (round 18, UNPIN-D: a role
+    // denied `R/root` exported and pinned an index writer's own history).
+    std::fs::write(&path, own.to_json()).unwrap();
+    let marker_path = ring.join("root.json");
+    let marker = std::fs::read_to_string(&marker_path).unwrap();
+    std::fs::write(&marker_path, "not json").unwrap();
+    for args in [&["export-cert"][..], &["trust", "--yes"]] {
+        let out = keys(args);
+        assert_eq!(out.code, 1, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("could not be read") && out.stdout.is_empty(),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    assert!(!d.join(".kseal.yaml").exists());
+    std::fs::write(&marker_path, marker).unwrap();
     // The real index back: exported and pinned at its own version.
     std::fs::write(&path, &real_text).unwrap();
     assert_eq!(ok(keys(&["export-cert"])).stdout, real_cert);

@@ -8,7 +8,7 @@ use kseal_keystore::{Index, IndexEntry};
 
 use super::when;
 use crate::args::{ListArgs, ListOutput};
-use crate::keysource::ring::{block_on, open, read_index, ring_arg};
+use crate::keysource::ring::{block_on, check_unpinned, open, read_index, ring_arg};
 use crate::output;
 
 pub(super) fn ts(t: jiff::Timestamp) -> String {
@@ -102,7 +102,13 @@ pub(super) fn list_json(index: &Index, now: SystemTime, delay: Duration) -> Resu
 pub(crate) fn list(args: ListArgs) -> Result<()> {
     let snapshot = block_on(async {
         let ring = open(&args.ring, None).await?;
-        read_index(&ring).await
+        let snapshot = read_index(&ring).await?;
+        // Listing decides nothing, so with no pin an index the history marker does not vouch
+        // for is listed, with what the check found (round 18, LIST).
+        if let Err(e) = check_unpinned(&ring, &snapshot).await {
+            eprintln!("warning: {}", crate::text::chain(&e));
+        }
+        anyhow::Ok(snapshot)
     })??;
     if snapshot.verified == kseal_keystore::Verified::Unsigned {
         eprintln!(

@@ -319,9 +319,9 @@ impl Mirror {
         // root planted later is refused.
         if !self.marker_bounds_no_version() {
             self.pin.floor = self.pin.floor.max(found.version);
+            self.pin.see_root(found.root.clone());
+            self.note_superseded(Some(&found.name)).await;
         }
-        self.pin.see_root(found.root.clone());
-        self.note_superseded(Some(&found.name)).await;
         self.publish_found(&found);
         self.cache.followed = Some(found);
     }
@@ -600,14 +600,19 @@ impl Mirror {
         if matches!(verified, Verified::Signed { .. }) {
             self.cache.store_confirmed = true;
         }
-        let floor = self.pin.floor;
+        let (floor, seen_root) = (self.pin.floor, self.pin.seen_root.clone());
         if let Some(anchor) = self.pin.accept(verified) {
             self.pin_anchor(anchor, "the ring").await;
         }
         if self.marker_bounds_no_version() {
+            // Nor a dedicated root (round 18, ROOT: a fork handing the history to a "root" of
+            // the attacker's kept the leader refusing the adopted real index until restarted,
+            // and its RingAnchorSuperseded told operators to pin the attacker's key).
             self.pin.floor = floor;
+            self.pin.seen_root = seen_root;
+        } else {
+            self.note_superseded(None).await;
         }
-        self.note_superseded(None).await;
         if self.pin.floor != floor {
             self.state.metrics.key_source_ring_version.set(
                 self.ring.name(),
@@ -2233,6 +2238,58 @@ mod tests {
             let view = follower.state.ring_view.current().unwrap();
             assert_eq!(view.active, Some(Kid::of(b.public_key())));
             assert_eq!(view.withheld, None, "the follower seals again");
+        })
+        .await;
+    }
+
+    /// Issue 35, attack review round 18, ROOT: under a history marker with no version, a
+    /// fork signed with the anchor that hands the history to a dedicated root of the
+    /// attacker's was withheld, but the leader kept that root as the newest it saw: once the
+    /// seeder adopted the real index, it refused it ("does not extend root 2") until
+    /// restarted, and its Warning `RingAnchorSuperseded` told operators to pin the attacker's
+    /// key. Nothing such a marker cannot vouch for is remembered as a root now.
+    #[tokio::test]
+    async fn under_a_marker_without_a_version_a_forks_root_is_not_remembered() {
+        within("versionless root", async {
+            let (dir, root_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let (_server, client) = server().await;
+            let (writer, a, b, mut leader) =
+                ring_and_leader(dir.path(), &client, &["version", "digest", "next"]).await;
+            let genuine = writer.require_snapshot().await.unwrap().index;
+            let theirs = file_root(root_dir.path()).await;
+            let mut fork = genuine.clone();
+            let record = kseal_keystore::trust::dedicated_record(
+                &fork.ring,
+                2,
+                Some(&Kid::of(a.public_key())),
+                &theirs,
+                async |message: &[u8]| kseal_keystore::trust::sign_with_pair(&a, message).map(Some),
+            )
+            .await
+            .unwrap();
+            fork.roots.push(record);
+            fork.version = genuine.version + 1;
+            fork.expires = Some(jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24));
+            kseal_keystore::trust::sign_index_dedicated(&mut fork, &theirs)
+                .await
+                .unwrap();
+            overwrite(&writer, &fork.to_json()).await;
+            let _ = leader.sync().await;
+            let view = leader.state.ring_view.current().unwrap();
+            assert!(view.withheld.is_some(), "the fork seals: {view:?}");
+            assert_eq!(leader.pin.seen_root, None, "the fork's root was remembered");
+            assert!(
+                events_with_reason(&client, "RingAnchorSuperseded")
+                    .await
+                    .is_empty(),
+                "told to pin the fork's root"
+            );
+            overwrite(&writer, &genuine.to_json()).await;
+            vouch(&writer).await;
+            leader.sync().await.unwrap();
+            let view = leader.state.ring_view.current().unwrap();
+            assert_eq!(view.active, Some(Kid::of(b.public_key())));
+            assert_eq!(view.withheld, None, "adopted: sealing resumes");
         })
         .await;
     }
