@@ -170,6 +170,7 @@ impl Backing {
             request, active, ..
         } = self
         {
+            let named = |ns: &str| if ns.is_empty() { "no namespace" } else { ns }.to_owned();
             let mut target: Option<(KeyId, &str)> = None;
             for s in sealed {
                 let namespace = s.metadata.namespace.as_deref().unwrap_or("");
@@ -192,12 +193,8 @@ impl Backing {
                          different keys ({} → key {first}, {} → key {key}): re-seal them from \
                          one file per namespace",
                         path.display(),
-                        if ns.is_empty() { "no namespace" } else { ns },
-                        if namespace.is_empty() {
-                            "no namespace"
-                        } else {
-                            namespace
-                        },
+                        named(ns),
+                        named(namespace),
                     ),
                     Some(_) => {}
                 }

@@ -68,14 +68,7 @@ pub(crate) fn trust(args: TrustArgs) -> Result<()> {
             from: pin.from,
             version: pin.version,
         });
-        let replaced = pinned.as_ref().is_some_and(|pin| {
-            !reading
-                .snapshot
-                .index
-                .roots
-                .iter()
-                .any(|r| r.kid == pin.anchor)
-        });
+        let replaced = pinned.as_ref().is_some_and(|pin| !pin.in_chain(&reading));
         if !replaced && marked? {
             return Err(unrecorded_refusal(&ring_label(&ring), &reading.snapshot)
                 .context("nothing is pinned from this index"));
@@ -103,6 +96,19 @@ struct Pinned {
     anchor: Kid,
     from: String,
     version: u64,
+}
+
+impl Pinned {
+    /// Whether the history read passes through the pinned key (else it was replaced by one
+    /// rooted elsewhere).
+    fn in_chain(&self, reading: &Reading) -> bool {
+        reading
+            .snapshot
+            .index
+            .roots
+            .iter()
+            .any(|r| r.kid == self.anchor)
+    }
 }
 
 /// Refuses an unsigned ring; prints what the signed history says and what would be pinned.
@@ -168,8 +174,7 @@ fn check_pinned(args: &TrustArgs, ring: &Ring, reading: &Reading, pin: &Pinned) 
         target,
     } = reading;
     let version = *version;
-    let in_chain = snapshot.index.roots.iter().any(|r| r.kid == pin.anchor);
-    if !in_chain {
+    if !pin.in_chain(reading) {
         bail!(
             "the ring's history starts at anchor {}, but {} pins anchor {}: the ring's \
              history was replaced by one rooted at another key. Do not seal to it. If \

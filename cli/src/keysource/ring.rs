@@ -166,7 +166,8 @@ pub(crate) async fn read_index_vouched(ring: &Ring) -> Result<(Snapshot, bool)> 
             // A marker with no version bounds none: an index it cannot vouch for may be a fork
             // far ahead, and recording its version would make this machine refuse the real
             // index as a rollback (the seeder's adoption included) until the cache is deleted.
-            let record = !unrecorded || matches!(&marker, Some(Ok(Some(m))) if m.version > 0);
+            let record =
+                !unrecorded || matches!(&marker, Some(Ok(Some(m))) if !m.bounds_no_version());
             if let (Some(pinned), Some(marker)) = (ring.trust().anchor(), marker) {
                 check_marker(ring, pinned, &snapshot, marker, true)?;
             }
@@ -304,8 +305,9 @@ fn check_seen_digest(
 /// marker as read (`marker`): an index older than the marker's version was put back, and one
 /// whose history does not pass through the marker's dedicated root is a fork signed with keys
 /// clusters held; both are refused. The marker's version and root are kept as this machine's
-/// floor when `record` (a pinned reader). A marker this identity may not read (a sealer role allowed the index only) changes
-/// nothing, but a reader pinned at a ring key says once that a fork would go unnoticed here.
+/// floor when `record` (a pinned reader). A marker this identity may not read (a sealer role
+/// allowed the index only) changes nothing, but a reader pinned at a ring key says once that a
+/// fork would go unnoticed here.
 fn check_marker(
     ring: &Ring,
     pinned: &kseal_keystore::Kid,
@@ -486,7 +488,7 @@ fn check_marker_facts(
                  nothing is sealed to it meanwhile",
                 ring_label(ring),
                 ring.root_name(),
-                if marker.version == 0 {
+                if marker.bounds_no_version() {
                     "any version (it records no version either)".to_owned()
                 } else {
                     format!("its version {}", marker.version)

@@ -135,6 +135,12 @@ impl Pin {
         };
         self.floor = self.floor.max(*version);
         self.see_root(Self::dedicated_root(verified));
+        self.accept_anchor(anchor)
+    }
+
+    /// Pins `anchor` on first use, and nothing else: what an index whose version and root
+    /// nothing bounds may change (see `Marker::bounds_no_version`); returns it when pinned.
+    pub(crate) fn accept_anchor(&mut self, anchor: &Kid) -> Option<Kid> {
         if self.anchor.is_none() {
             self.anchor = Some(anchor.clone());
             return Some(anchor.clone());

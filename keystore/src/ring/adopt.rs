@@ -100,7 +100,7 @@ impl Ring {
                  write again with --adopt-index {digest}{}",
                 self.root_name(),
                 match &before {
-                    _ if marker.version > 0 => String::new(),
+                    _ if !marker.bounds_no_version() => String::new(),
                     Some((id, prev)) => format!(
                         " nor any version (check the version too; the store's newest older \
                          index is VersionId {id}: {}: compare what changed)",
@@ -275,7 +275,7 @@ impl Ring {
         index: &Index,
         marker: &Marker,
     ) -> Result<Option<(Version, Index)>> {
-        if marker.version > 0 {
+        if !marker.bounds_no_version() {
             return Ok(None);
         }
         let before = self

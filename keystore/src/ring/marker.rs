@@ -127,6 +127,15 @@ impl Marker {
         self.digest.is_none()
     }
 
+    /// Whether this marker records neither a digest nor a version (builds from before versions
+    /// were recorded): it bounds no version, so an index it cannot vouch for may be a fork at
+    /// any version, far ahead included. Readers raise no floor from such an index, and a write
+    /// adopting one checks it against the store's older indexes (attack review, rounds 16 to
+    /// 18).
+    pub fn bounds_no_version(&self) -> bool {
+        self.version == 0 && self.records_no_digest()
+    }
+
     /// Whether `index` is one this marker cannot vouch for because an older kseal wrote it
     /// ([`Marker::records_no_digest`]) at `index`'s version (any version, for a marker with
     /// no version): readers seal nothing to it, controllers withhold sealing, and a writer
@@ -575,6 +584,8 @@ mod tests {
         let versionless = Marker::parse(r#"{"anchor":"x"}"#).unwrap();
         assert_eq!(versionless.version, 0);
         assert!(versionless.records_no_digest() && legacy.records_no_digest());
+        assert!(versionless.bounds_no_version() && !legacy.bounds_no_version());
+        assert!(!marker(0, Some(&v3), &[]).bounds_no_version());
         assert!(versionless.cannot_vouch(&v4) && versionless.cannot_vouch(&index(0)));
         assert!(!written.records_no_digest() && !written.cannot_vouch(&fork3));
         let parsed = Marker::parse(

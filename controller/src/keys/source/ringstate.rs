@@ -308,7 +308,7 @@ impl Mirror {
         self.cache
             .vouching
             .as_ref()
-            .is_some_and(|m| m.version == 0 && m.records_no_digest())
+            .is_some_and(kseal_keystore::Marker::bounds_no_version)
     }
 
     /// Takes a verified ring-state copy as this follower's view.
@@ -600,17 +600,20 @@ impl Mirror {
         if matches!(verified, Verified::Signed { .. }) {
             self.cache.store_confirmed = true;
         }
-        let (floor, seen_root) = (self.pin.floor, self.pin.seen_root.clone());
-        if let Some(anchor) = self.pin.accept(verified) {
+        let floor = self.pin.floor;
+        // Under a marker that bounds no version, an index it cannot vouch for raises neither
+        // the floor nor the newest dedicated root (round 18, ROOT: a fork handing the history
+        // to a "root" of the attacker's kept the leader refusing the adopted real index until
+        // restarted, and its RingAnchorSuperseded told operators to pin the attacker's key).
+        let bounded = !self.marker_bounds_no_version();
+        let pinned = match verified {
+            Verified::Signed { anchor, .. } if !bounded => self.pin.accept_anchor(anchor),
+            _ => self.pin.accept(verified),
+        };
+        if let Some(anchor) = pinned {
             self.pin_anchor(anchor, "the ring").await;
         }
-        if self.marker_bounds_no_version() {
-            // Nor a dedicated root (round 18, ROOT: a fork handing the history to a "root" of
-            // the attacker's kept the leader refusing the adopted real index until restarted,
-            // and its RingAnchorSuperseded told operators to pin the attacker's key).
-            self.pin.floor = floor;
-            self.pin.seen_root = seen_root;
-        } else {
+        if bounded {
             self.note_superseded(None).await;
         }
         if self.pin.floor != floor {
