@@ -7,6 +7,7 @@ compile_error!("kseal-keys needs at least one backend: enable `aws-lc` or `pure-
 mod certificate;
 pub mod envelope;
 mod error;
+mod fit;
 mod pem_util;
 mod pss;
 mod public;
@@ -23,6 +24,7 @@ mod x509_gen;
 
 pub use certificate::Certificate;
 pub use error::{Error, Result};
+pub use fit::BlockTop;
 pub use public::{KeyId, MAX_RSA_BITS, MIN_RSA_BITS, PublicKey};
 pub use scope::{Label, ParseScopeError, Scope};
 pub use seal::{Backend, seal, seal_base64, seal_with};

@@ -456,6 +456,47 @@ mod tests {
         crate::envelope::frame(rsa_block, &[0; crate::envelope::TAG_LEN]).unwrap()
     }
 
+    /// The top of a sealed value whose RSA block is `modulus` minus one at its 8th byte.
+    fn top_just_below(modulus: &[u8]) -> crate::BlockTop {
+        let mut block = modulus.to_vec();
+        block[7] = block[7].wrapping_sub(1);
+        let value = crate::envelope::encode_base64(&envelope_with(&block));
+        crate::BlockTop::of_base64_value(&value).unwrap()
+    }
+
+    #[test]
+    fn the_tightest_moduli_above_a_ceiling_come_first() {
+        let (small, large) = by_modulus();
+        let ring: KeyRing = [large.clone(), small.clone()].into_iter().collect();
+        let any = |_: &KeyId| true;
+        let below_small = top_just_below(small.public_key().modulus());
+        let below_large = top_just_below(large.public_key().modulus());
+        assert_eq!(
+            ring.tightest_above(below_small, 2, any),
+            [small.id().clone(), large.id().clone()]
+        );
+        assert_eq!(
+            ring.tightest_above(below_small, 1, any),
+            [small.id().clone()]
+        );
+        // A ceiling above the smaller modulus rules that key out.
+        assert_eq!(
+            ring.tightest_above(below_large, 2, any),
+            [large.id().clone()]
+        );
+        // Only eligible keys (those that may open in the namespace) are named.
+        let not_small = |id: &KeyId| id != small.id();
+        assert_eq!(
+            ring.tightest_above(below_small, 2, not_small),
+            [large.id().clone()]
+        );
+        // A ceiling at the top of the range, or of another length, names nothing.
+        let top = crate::BlockTop::of_modulus(&[0xff; 256]).unwrap();
+        assert!(ring.tightest_above(top, 2, any).is_empty());
+        let other = crate::BlockTop::of_modulus(&[0x10; 512]).unwrap();
+        assert!(ring.tightest_above(other, 2, any).is_empty());
+    }
+
     #[test]
     fn a_block_not_below_the_modulus_rules_the_key_out_without_rsa_work() {
         let (small, large) = by_modulus();

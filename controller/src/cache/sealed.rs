@@ -54,6 +54,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use k8s_openapi::NamespaceResourceScope;
 use kseal_api::SealedSecret;
 use kseal_api::constants::CONDITION_TRUE;
+use kseal_keys::BlockTop;
 use kube::Resource;
 use kube::api::ObjectMeta;
 use serde::{Deserialize, Deserializer};
@@ -77,6 +78,9 @@ pub struct CachedSealed {
     /// For an object kept without its encrypted values: its spec digest (the one its Secret
     /// carries when in sync), computed from the whole object as it arrived.
     stripped_digest: Option<[u8; 32]>,
+    /// For an object whose values name no key: the top of its largest RSA block
+    /// ([`CachedSealed::unhinted_top`]).
+    unhinted_top: Option<BlockTop>,
 }
 
 impl CachedSealed {
@@ -98,6 +102,15 @@ impl CachedSealed {
         budget: Option<&Arc<ValueBudget>>,
     ) -> Result<Self, serde_json::Error> {
         slim(&mut ss);
+        // Before the values may be stripped: a synced object's Secret may still have to be
+        // written again (deleted, or changed by hand).
+        let unhinted_top = (ss.sealing_key_hint().is_none())
+            .then(|| {
+                (ss.spec.encrypted_data.values())
+                    .filter_map(|value| BlockTop::of_base64_value(value))
+                    .max()
+            })
+            .flatten();
         let values: usize = ss.spec.encrypted_data.values().map(String::len).sum();
         let (kept, strip) = match budget {
             _ if synced(&ss) => (None, values > 0),
@@ -145,6 +158,7 @@ impl CachedSealed {
             metadata,
             body,
             stripped_digest,
+            unhinted_top,
         })
     }
 
@@ -165,6 +179,14 @@ impl CachedSealed {
         self.stripped_digest
             .as_ref()
             .map(crate::formats::format_spec_digest)
+    }
+
+    /// For an object whose values name no key (no `kseal.dev/sealing-key` annotation): the
+    /// length and leading bits of its largest RSA block, computed from the first characters
+    /// of each value as it arrived (before a synced object's values are dropped). The
+    /// namespace's largest one guides the first unseal there ([`kseal_keys::BlockTop`]).
+    pub fn unhinted_top(&self) -> Option<BlockTop> {
+        self.unhinted_top
     }
 
     /// What decides whether an update of the object triggers a reconcile: its

@@ -25,7 +25,13 @@
 //! namespace's first unhinted value), its unhinted values take their turn
 //! ([`Affinity::suggest_waiting`]): the first one's trial decryption runs alone, and the ones
 //! queued behind it start from the key it found instead of each trying the whole ring at once
-//! on another RSA slot; other namespaces go on meanwhile. The memory is bounded
+//! on another RSA slot; other namespaces go on meanwhile. That first walk starts from the
+//! namespace's ciphertexts: as objects arrive from the watch, the largest RSA block among its
+//! unhinted values is kept ([`Affinity::observe`]), and the keys whose moduli sit tightest
+//! above it are tried first ([`kseal_keys::BlockTop`]: the block nearest a modulus from
+//! below was, with high odds, sealed with that key), so a namespace of values sealed with
+//! one legacy key finds it in one or two operations instead of walking the ring newest first
+//! to its oldest key. The memory is bounded
 //! ([`Affinity::with_capacity`]) and holds object names and key fingerprints only, never
 //! secret data.
 //!
@@ -37,7 +43,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kseal_api::{SealedSecret, Unsealed};
-use kseal_keys::KeyId;
+use kseal_keys::{BlockTop, KeyId, KeyRing};
 
 /// SealedSecrets remembered by default.
 pub(crate) const DEFAULT_OBJECTS: usize = 8192;
@@ -50,6 +56,10 @@ pub(crate) const RECENT_KEYS: usize = 2;
 /// Distinct keys remembered cluster-wide, so that each namespace still finds its
 /// [`RECENT_KEYS`] among them while other namespaces' rings use keys that do not open there.
 pub(crate) const RECENT_MEMORY: usize = 8;
+/// Keys suggested from a cold namespace's largest block ([`Suggestions::keys`]): two, so
+/// that one other modulus falling between that block and the sealing key's (odds of about
+/// one in five with 72 keys and 500 values) costs one RSA operation more, not a walk.
+pub(crate) const FIT_KEYS: usize = 2;
 /// Below this share of hits (over roughly the last 8 unhinted values) no key is suggested.
 pub(crate) const MIN_HIT_RATE: f64 = 0.25;
 /// Fixed-point scale of the running hit rate.
@@ -82,8 +92,8 @@ impl LastTwo {
 }
 
 /// The controller's memory of which keys opened unhinted values (see the module docs).
-/// Thread-safe; every method takes `&self`.
-#[derive(Debug)]
+/// Thread-safe; every method takes `&self`, and a clone shares the memory.
+#[derive(Debug, Clone)]
 pub(crate) struct Affinity {
     /// Shared with the [`Suggestions`] handed out, which read it later on an RSA thread.
     inner: Arc<Mutex<Inner>>,
@@ -120,6 +130,9 @@ impl Drop for Turn {
 struct Inner {
     objects: Generations<(String, String), KeyId>,
     namespaces: Generations<String, LastTwo>,
+    /// Per namespace, the top of the largest RSA block among the values waiting there that
+    /// name no key ([`Affinity::observe`]).
+    ceilings: Generations<String, BlockTop>,
     /// At most [`RECENT_MEMORY`] distinct keys, the latest first.
     recent: VecDeque<KeyId>,
     /// Running hit rate of the suggestions, `RATE_ONE` = every one a hit (the start).
@@ -140,6 +153,7 @@ impl Affinity {
             inner: Arc::new(Mutex::new(Inner {
                 objects: Generations::new(objects),
                 namespaces: Generations::new(namespaces),
+                ceilings: Generations::new(namespaces),
                 recent: VecDeque::with_capacity(RECENT_MEMORY + 1),
                 hit_rate: RATE_ONE,
             })),
@@ -175,12 +189,14 @@ impl Affinity {
         sealed: &SealedSecret,
     ) -> (Suggestions, Option<Turn>) {
         let (namespace, name) = identity(sealed);
+        let unhinted = sealed.sealing_key_hint().is_none();
         let later = Suggestions {
             inner: self.inner.clone(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
+            unhinted,
         };
-        if sealed.sealing_key_hint().is_none() && self.cold_in(namespace) {
+        if unhinted && self.cold_in(namespace) {
             let mutex = lock(&self.turns)
                 .entry(namespace.to_owned())
                 .or_default()
@@ -195,6 +211,23 @@ impl Affinity {
             }
         }
         (later, None)
+    }
+
+    /// Notes an object of `namespace` waiting to be unsealed whose values name no key, `top`
+    /// being its largest RSA block's ([`crate::cache::sealed::CachedSealed::unhinted_top`]):
+    /// while nothing is learned there, the first unseal tries first the keys whose moduli sit
+    /// tightest above the namespace's largest block ([`Suggestions::keys`]). Called as objects
+    /// arrive from the watch, so on a cold start the whole list is seen before the RSA work
+    /// reaches most of it.
+    pub(crate) fn observe(&self, namespace: &str, top: BlockTop) {
+        let mut inner = self.lock();
+        if inner
+            .ceilings
+            .get(namespace)
+            .is_none_or(|ceiling| top > ceiling)
+        {
+            inner.ceilings.insert(namespace.to_owned(), top);
+        }
     }
 
     /// Nothing learned in `namespace` yet.
@@ -284,21 +317,46 @@ pub(crate) struct Suggestions {
     inner: Arc<Mutex<Inner>>,
     namespace: String,
     name: String,
+    /// The object has no `kseal.dev/sealing-key` annotation.
+    unhinted: bool,
 }
 
 impl Suggestions {
     /// Keys to try first for the object's values ([`kseal_api::UnsealOptions::preferred_keys`])
-    /// as of now, among those `can_open` accepts (the keys that may open in its namespace):
-    /// the key that last opened an unhinted value of this object, the last two of its
-    /// namespace, then the latest [`RECENT_KEYS`] such keys cluster-wide; each once, at most
-    /// `3 + RECENT_KEYS`. Empty while the hit rate is below [`MIN_HIT_RATE`].
-    pub(crate) fn keys(&self, can_open: impl Fn(&KeyId) -> bool) -> Vec<KeyId> {
-        suggest(
-            &mut lock(&self.inner),
-            &self.namespace,
-            &self.name,
-            can_open,
+    /// as of now, among the keys of `ring` (those that may open in its namespace): the key
+    /// that last opened an unhinted value of this object, the last two of its namespace,
+    /// then the latest [`RECENT_KEYS`] such keys cluster-wide; each once, at most
+    /// `3 + RECENT_KEYS`, none while the hit rate is below [`MIN_HIT_RATE`]. For an
+    /// unhinted object in a namespace where nothing is learned yet, the [`FIT_KEYS`] keys
+    /// whose moduli sit tightest above the namespace's largest block come first
+    /// ([`Affinity::observe`], [`KeyRing::tightest_above`]).
+    pub(crate) fn keys(&self, ring: &KeyRing) -> Vec<KeyId> {
+        self.keys_with(
+            |id| ring.get(id).is_some(),
+            |ceiling, can_open| ring.tightest_above(ceiling, FIT_KEYS, can_open),
         )
+    }
+
+    /// [`Suggestions::keys`] with the ring's questions as closures: whether a key may open
+    /// here, and the keys fitting above a ceiling among those.
+    fn keys_with(
+        &self,
+        can_open: impl Fn(&KeyId) -> bool,
+        fits: impl FnOnce(BlockTop, &dyn Fn(&KeyId) -> bool) -> Vec<KeyId>,
+    ) -> Vec<KeyId> {
+        let mut inner = lock(&self.inner);
+        let cold = inner.namespaces.get(&self.namespace).is_none();
+        let ceiling = inner.ceilings.get(&self.namespace);
+        let mut keys = match ceiling {
+            Some(ceiling) if self.unhinted && cold => fits(ceiling, &can_open),
+            _ => Vec::new(),
+        };
+        for key in suggest(&mut inner, &self.namespace, &self.name, &can_open) {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        keys
     }
 }
 
@@ -727,6 +785,59 @@ mod tests {
         assert_eq!(attempts, 192 * 3 / 2);
     }
 
+    /// A ring with no key fitting above any ceiling.
+    fn no_fits(_: BlockTop, _: &dyn Fn(&KeyId) -> bool) -> Vec<KeyId> {
+        Vec::new()
+    }
+
+    /// A top of length 512 with `top` as its leading bits.
+    fn top(top: u8) -> BlockTop {
+        let mut modulus = [0u8; 512];
+        modulus[0] = top;
+        BlockTop::of_modulus(&modulus).unwrap()
+    }
+
+    #[test]
+    fn a_cold_namespace_first_tries_the_keys_that_fit_above_its_largest_block() {
+        let affinity = Affinity::default();
+        affinity.record("elsewhere", "x", &key(5));
+        for t in [0x90, 0xc0, 0xa0] {
+            affinity.observe("ns", top(t));
+        }
+        let seen = std::sync::Mutex::new(Vec::new());
+        let fits = |ceiling: BlockTop, can_open: &dyn Fn(&KeyId) -> bool| {
+            seen.lock().unwrap().push(ceiling);
+            [key(7), key(8)]
+                .into_iter()
+                .filter(|k| can_open(k))
+                .collect()
+        };
+        let (unhinted, _turn) = affinity
+            .suggest_waiting(&sealed("ns", "a", None))
+            .now_or_never()
+            .unwrap();
+        // The fitting keys (from the largest block), then the recent keys; only those that
+        // may open here.
+        assert_eq!(unhinted.keys_with(any, fits), [key(7), key(8), key(5)]);
+        assert_eq!(*seen.lock().unwrap(), [top(0xc0)]);
+        assert_eq!(unhinted.keys_with(|k| *k != key(7), fits), [key(8), key(5)]);
+        // A hinted object, or one in a namespace with no unhinted object seen: no fitting keys.
+        let hinted = sealed("ns", "h", Some(&key(9)));
+        let (hinted, _) = affinity.suggest_waiting(&hinted).now_or_never().unwrap();
+        let (other, _) = affinity
+            .suggest_waiting(&sealed("quiet", "a", None))
+            .now_or_never()
+            .unwrap();
+        seen.lock().unwrap().clear();
+        assert_eq!(hinted.keys_with(any, fits), [key(5)]);
+        assert_eq!(other.keys_with(any, fits), [key(5)]);
+        assert!(seen.lock().unwrap().is_empty());
+        // Once a key is learned in the namespace, it comes first and the ceiling is not asked.
+        affinity.record("ns", "a", &key(8));
+        assert_eq!(unhinted.keys_with(any, fits), [key(8), key(5)]);
+        assert!(seen.lock().unwrap().is_empty());
+    }
+
     #[test]
     fn suggestions_taken_later_include_what_was_learned_since() {
         let affinity = Affinity::default();
@@ -740,9 +851,9 @@ mod tests {
         // While it waits for an RSA slot, the unseals ahead of it open values with key 2.
         affinity.record("ns", "ahead", &key(2));
         // Taken when the slot is granted: key 2 first.
-        assert_eq!(later.keys(any), [key(2), key(1)]);
+        assert_eq!(later.keys_with(any, no_fits), [key(2), key(1)]);
         // The handle outlives nothing it borrows: it runs on an RSA thread.
-        let on_thread = std::thread::spawn(move || later.keys(|k| *k == key(1)));
+        let on_thread = std::thread::spawn(move || later.keys_with(|k| *k == key(1), no_fits));
         assert_eq!(on_thread.join().unwrap(), [key(1)]);
     }
 
@@ -825,7 +936,7 @@ mod tests {
         let affinity = Affinity::default();
         let (first, second) = (sealed("ns", "a", None), sealed("ns", "b", None));
         let (keys, turn) = affinity.suggest_waiting(&first).await;
-        assert!(keys.keys(any).is_empty() && turn.is_some());
+        assert!(keys.keys_with(any, no_fits).is_empty() && turn.is_some());
         // A hinted object never waits.
         let hinted = sealed("ns", "c", Some(&key(9)));
         let (_, none) = affinity.suggest_waiting(&hinted).now_or_never().unwrap();
@@ -837,7 +948,7 @@ mod tests {
         affinity.record("ns", "a", &key(3));
         drop(turn);
         let (keys, turn) = waiting.await;
-        assert_eq!(keys.keys(any), [key(3)]);
+        assert_eq!(keys.keys_with(any, no_fits), [key(3)]);
         assert!(turn.is_none(), "no turns once a key is known");
     }
 
@@ -868,7 +979,7 @@ mod tests {
         affinity.record("a", "1", &key(3));
         drop(turn_a);
         let (keys, none) = waiting_a.await;
-        assert_eq!(keys.keys(any), [key(3)]);
+        assert_eq!(keys.keys_with(any, no_fits), [key(3)]);
         assert!(none.is_none(), "a learned its key");
         // b is still cold after a learned: its next value waits for b's first.
         let b2 = sealed("b", "2", None);
@@ -877,7 +988,7 @@ mod tests {
         affinity.record("b", "1", &key(4));
         drop(turn_b);
         let (keys, none) = waiting_b.await;
-        assert_eq!(keys.keys(any)[0], key(4));
+        assert_eq!(keys.keys_with(any, no_fits)[0], key(4));
         assert!(none.is_none());
         assert!(lock(&affinity.turns).is_empty(), "no turn kept");
     }

@@ -134,6 +134,7 @@ impl Shared<'_> {
                 state.clone(),
                 writer,
                 ctx.admission.clone(),
+                ctx.affinity.clone(),
                 scope.clone(),
             ),
             store.clone(),

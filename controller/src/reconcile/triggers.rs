@@ -2,6 +2,7 @@
 //! a ring change, gaining leadership and an API server that answers again.
 
 use super::*;
+use crate::reconcile::affinity::Affinity;
 
 /// Maps a Secret event to the SealedSecret to reconcile: the controlling SealedSecret, the
 /// same-named one when the Secret is marked `managed`, or the same-named one while its last
@@ -61,6 +62,7 @@ pub(super) fn sealed_triggers(
     state: State,
     mut writer: reflector::store::Writer<CachedSealed>,
     admission: Arc<Admission>,
+    affinity: Affinity,
     scope: Option<String>,
 ) -> impl futures::Stream<Item = watcher::Result<CachedSealed>> + Send + 'static {
     let reader = writer.as_reader();
@@ -82,6 +84,11 @@ pub(super) fn sealed_triggers(
         };
         if let watcher::Event::Apply(ss) | watcher::Event::InitApply(ss) = &mut event {
             ss.forget_version();
+            // Values that name no key: their largest RSA block guides the namespace's first
+            // unseal ([`Affinity::observe`]).
+            if let (Some(top), Some(namespace)) = (ss.unhinted_top(), &ss.meta().namespace) {
+                affinity.observe(namespace, top);
+            }
         }
         let trigger = match &event {
             watcher::Event::InitApply(_) => true,
@@ -319,6 +326,7 @@ mod tests {
             state.clone(),
             writer,
             Arc::new(Admission::new(4)),
+            Affinity::default(),
             None,
         );
         let out: Vec<_> = triggers.collect().await;
@@ -332,6 +340,7 @@ mod tests {
             state.clone(),
             writer,
             Arc::new(Admission::new(4)),
+            Affinity::default(),
             None,
         );
         let _: Vec<_> = triggers.collect().await;
