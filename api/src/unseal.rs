@@ -35,6 +35,12 @@ pub struct UnsealOptions {
     /// for the items after it (their items are almost always sealed by one key). Only
     /// orders the attempts, like the hints: the result never depends on it.
     pub preferred_keys: Vec<KeyId>,
+    /// Among [`UnsealOptions::preferred_keys`], guesses from outside the object (the
+    /// controller's keys fitting above its namespace's largest block): tried for the items
+    /// until one opens, then dropped from the order (the key that opened it stays first),
+    /// so together they cost at most one RSA operation each per unseal, however many keys
+    /// the object's items were sealed with.
+    pub guesses: Vec<KeyId>,
     /// Render `spec.template.data` (default true, as Bitnami's controller does). Turn it
     /// off where the template is attacker-controlled and rendering would leak anything,
     /// e.g. the controller's verify and rotate endpoints; `template.data` is then ignored.
@@ -49,6 +55,7 @@ impl Default for UnsealOptions {
             object_hint: None,
             use_annotation_hint: true,
             preferred_keys: Vec::new(),
+            guesses: Vec::new(),
             render_template_data: true,
         }
     }
@@ -288,6 +295,11 @@ fn open_items(
                 if prefer.first() != Some(&open.key) {
                     prefer.retain(|k| k != &open.key);
                     prefer.insert(0, open.key.clone());
+                }
+                // The guesses served the first item that opened; the items after it try
+                // the key that opened it, then the caller's other preferences.
+                if !options.guesses.is_empty() {
+                    prefer.retain(|k| k == &open.key || !options.guesses.contains(k));
                 }
                 keys.insert((*item).clone(), open.key);
                 opened.push((item, open.plaintext));

@@ -69,6 +69,11 @@ impl BlockTop {
         })
     }
 
+    /// The length in bytes of the block or modulus.
+    pub fn byte_len(self) -> u16 {
+        self.len.get()
+    }
+
     /// Whether a key whose modulus has this top may sit above a block with the top `block`:
     /// same length, and not certainly below it.
     pub fn may_cover(self, block: Self) -> bool {

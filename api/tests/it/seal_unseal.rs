@@ -920,6 +920,76 @@ fn preferred_keys_make_unhinted_items_one_rsa_operation_each() {
     assert_eq!(unsealed.rsa_operations, 3);
 }
 
+/// Guesses from outside the object serve its first item that opens and are dropped after:
+/// an object whose items were sealed with several keys pays each guess once, not per item.
+#[test]
+fn guesses_are_tried_until_the_first_item_opens_only() {
+    let at = |secs| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    let guess = kseal_keys::KeyPair::generate(
+        kseal_keys::KeySize::Rsa2048,
+        &kseal_keys::CertificateOptions::default(),
+    )
+    .expect("key")
+    .with_order_time(at(1));
+    // The newer key seals (and is tried first in the ring's own order); the guess is wrong
+    // for every item.
+    let older = pair().clone().with_order_time(at(2));
+    let ring: KeyRing = [older, other_pair().clone(), guess.clone()]
+        .into_iter()
+        .collect();
+    let fits = |key: &kseal_keys::KeyPair, sealed: &SealedSecret, item: &str| {
+        let bytes =
+            kseal_keys::envelope::decode_base64(&sealed.spec.encrypted_data[item]).expect("base64");
+        u64::from(key.public_key().may_have_sealed(&bytes))
+    };
+    // Item "a" sealed with the older key, "b" with the newer one; sealed again until the
+    // public checks cannot rule the guess out for "b", so that trying it again would show.
+    let sealed = (0..64)
+        .map(|_| {
+            let mut sealed = seal(
+                &secret(Some("prod"), "db", &[("a", b"1")]),
+                &SealOptions::default(),
+            );
+            let newer = seal_secret(
+                &secret(Some("prod"), "db", &[("b", b"2")]),
+                other_pair().public_key(),
+                &SealOptions::default(),
+            )
+            .expect("seal");
+            sealed.spec.encrypted_data.extend(newer.spec.encrypted_data);
+            if let Some(annotations) = sealed.metadata.annotations.as_mut() {
+                annotations.remove(SEALING_KEY_ANNOTATION);
+            }
+            sealed
+        })
+        .find(|sealed| fits(&guess, sealed, "b") == 1)
+        .expect("a block below the guess's modulus within 64 tries");
+    let options = UnsealOptions {
+        preferred_keys: vec![guess.id().clone()],
+        guesses: vec![guess.id().clone()],
+        ..UnsealOptions::default()
+    };
+    let unsealed = unseal_with(&sealed, &ring, &options).expect("unseal");
+    // "a": the guess, the sealing key, then the older key opens it. "b": the older key
+    // (which opened "a"), then the sealing key opens it; the guess is not tried again.
+    assert_eq!(
+        unsealed.rsa_operations,
+        fits(&guess, &sealed, "a")
+            + fits(other_pair(), &sealed, "a")
+            + 1
+            + fits(pair(), &sealed, "b")
+            + 1
+    );
+    assert_eq!(data_of(&unsealed.secret)["b"], b"2");
+    // The same preference, not marked as a guess, stays in the order for "b" too.
+    let kept = UnsealOptions {
+        preferred_keys: vec![guess.id().clone()],
+        ..UnsealOptions::default()
+    };
+    let again = unseal_with(&sealed, &ring, &kept).expect("unseal");
+    assert_eq!(again.rsa_operations, unsealed.rsa_operations + 1);
+}
+
 #[test]
 fn unsealed_debug_never_shows_data() {
     let sealed = seal(

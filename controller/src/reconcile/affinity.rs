@@ -132,7 +132,7 @@ struct Inner {
     namespaces: Generations<String, LastTwo>,
     /// Per namespace, the top of the largest RSA block among the values waiting there that
     /// name no key ([`Affinity::observe`]).
-    ceilings: Generations<String, BlockTop>,
+    ceilings: Generations<String, Ceilings>,
     /// At most [`RECENT_MEMORY`] distinct keys, the latest first.
     recent: VecDeque<KeyId>,
     /// Running hit rate of the suggestions, `RATE_ONE` = every one a hit (the start).
@@ -221,12 +221,9 @@ impl Affinity {
     /// reaches most of it.
     pub(crate) fn observe(&self, namespace: &str, top: BlockTop) {
         let mut inner = self.lock();
-        if inner
-            .ceilings
-            .get(namespace)
-            .is_none_or(|ceiling| top > ceiling)
-        {
-            inner.ceilings.insert(namespace.to_owned(), top);
+        let mut ceilings = inner.ceilings.get(namespace).unwrap_or_default();
+        if ceilings.raise(top) {
+            inner.ceilings.insert(namespace.to_owned(), ceilings);
         }
     }
 
@@ -330,34 +327,119 @@ impl Suggestions {
     /// unhinted object in a namespace where nothing is learned yet, the [`FIT_KEYS`] keys
     /// whose moduli sit tightest above the namespace's largest block come first
     /// ([`Affinity::observe`], [`KeyRing::tightest_above`]).
-    pub(crate) fn keys(&self, ring: &KeyRing) -> Vec<KeyId> {
+    pub(crate) fn keys(&self, ring: &KeyRing) -> Suggested {
         self.keys_with(
             |id| ring.get(id).is_some(),
-            |ceiling, can_open| ring.tightest_above(ceiling, FIT_KEYS, can_open),
+            |ceilings, can_open| guesses(ring, ceilings, can_open),
         )
     }
 
     /// [`Suggestions::keys`] with the ring's questions as closures: whether a key may open
-    /// here, and the keys fitting above a ceiling among those.
+    /// here, and the guesses from a namespace's ceilings among those keys.
     fn keys_with(
         &self,
         can_open: impl Fn(&KeyId) -> bool,
-        fits: impl FnOnce(BlockTop, &dyn Fn(&KeyId) -> bool) -> Vec<KeyId>,
-    ) -> Vec<KeyId> {
+        guess: impl FnOnce(&[BlockTop], &dyn Fn(&KeyId) -> bool) -> Vec<KeyId>,
+    ) -> Suggested {
         let mut inner = lock(&self.inner);
         let cold = inner.namespaces.get(&self.namespace).is_none();
-        let ceiling = inner.ceilings.get(&self.namespace);
-        let mut keys = match ceiling {
-            Some(ceiling) if self.unhinted && cold => fits(ceiling, &can_open),
+        let ceilings = inner.ceilings.get(&self.namespace);
+        let candidates = suggest(&mut inner, &self.namespace, &self.name, &can_open);
+        // The object's own key (candidates start with it when it is remembered) comes
+        // before any guess: it is evidence about this very object.
+        let object = (inner
+            .objects
+            .get(&(self.namespace.clone(), self.name.clone())))
+        .filter(|key| candidates.first() == Some(key));
+        let mut guesses = match ceilings {
+            Some(ceilings) if self.unhinted && cold => guess(&ceilings.tops(), &can_open),
             _ => Vec::new(),
         };
-        for key in suggest(&mut inner, &self.namespace, &self.name, &can_open) {
-            if !keys.contains(&key) {
-                keys.push(key);
+        guesses.retain(|key| object.as_ref() != Some(key));
+        let mut keys: Vec<KeyId> = Vec::with_capacity(guesses.len() + candidates.len());
+        for key in object.iter().chain(&guesses).chain(&candidates) {
+            if !keys.contains(key) {
+                keys.push(key.clone());
             }
         }
-        keys
+        Suggested { keys, guesses }
     }
+}
+
+/// What [`Suggestions::keys`] returns.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Suggested {
+    /// Keys to try first ([`kseal_api::UnsealOptions::preferred_keys`]).
+    pub(crate) keys: Vec<KeyId>,
+    /// Among them, the guesses from the namespace's ceilings
+    /// ([`kseal_api::UnsealOptions::guesses`]): tried until an item opens, then dropped.
+    pub(crate) guesses: Vec<KeyId>,
+}
+
+/// The largest RSA block per block length among a namespace's unhinted values, for up to
+/// [`CEILING_LENGTHS`] lengths (the first ones seen): a value of another key size leaves the
+/// guess for the namespace's usual size as it was. A running maximum while the namespace is
+/// remembered: a deleted object's block still counts.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ceilings([Option<BlockTop>; CEILING_LENGTHS]);
+
+/// Block lengths (key sizes) a namespace's [`Ceilings`] keep apart.
+const CEILING_LENGTHS: usize = 4;
+
+impl Ceilings {
+    /// Takes `top` in; whether anything changed.
+    fn raise(&mut self, top: BlockTop) -> bool {
+        for slot in &mut self.0 {
+            match slot {
+                Some(kept) if kept.byte_len() == top.byte_len() => {
+                    if top > *kept {
+                        *kept = top;
+                        return true;
+                    }
+                    return false;
+                }
+                Some(_) => {}
+                None => {
+                    *slot = Some(top);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn tops(&self) -> Vec<BlockTop> {
+        self.0.iter().flatten().copied().collect()
+    }
+}
+
+/// The guesses for a cold namespace whose largest blocks are `tops`, among the keys of
+/// `ring` that `can_open` accepts: the ring's sealing key when its modulus may sit above the
+/// largest block of its length (values sealed with the current certificate, as kubeseal
+/// does, then cost one operation as before), then the [`FIT_KEYS`] keys whose moduli sit
+/// tightest above the blocks (the tightest of each length in turn).
+fn guesses(ring: &KeyRing, tops: &[BlockTop], can_open: &dyn Fn(&KeyId) -> bool) -> Vec<KeyId> {
+    let mut keys = Vec::with_capacity(1 + FIT_KEYS);
+    if let Some(sealing) = ring.preferred_key()
+        && can_open(sealing.id())
+        && let Some(modulus) = BlockTop::of_modulus(sealing.public_key().modulus())
+        && tops.iter().any(|top| modulus.may_cover(*top))
+    {
+        keys.push(sealing.id().clone());
+    }
+    let per_length: Vec<Vec<KeyId>> = (tops.iter())
+        .map(|top| ring.tightest_above(*top, FIT_KEYS, can_open))
+        .collect();
+    let mut fits = 0;
+    for rank in 0..FIT_KEYS {
+        for key in per_length.iter().filter_map(|keys| keys.get(rank)) {
+            if fits < FIT_KEYS && !keys.contains(key) {
+                keys.push(key.clone());
+                fits += 1;
+            }
+        }
+    }
+    keys
 }
 
 fn lock<T>(inner: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -786,7 +868,7 @@ mod tests {
     }
 
     /// A ring with no key fitting above any ceiling.
-    fn no_fits(_: BlockTop, _: &dyn Fn(&KeyId) -> bool) -> Vec<KeyId> {
+    fn no_fits(_: &[BlockTop], _: &dyn Fn(&KeyId) -> bool) -> Vec<KeyId> {
         Vec::new()
     }
 
@@ -804,9 +886,12 @@ mod tests {
         for t in [0x90, 0xc0, 0xa0] {
             affinity.observe("ns", top(t));
         }
+        // Another key size is kept apart: it does not hide the usual size's ceiling.
+        let short = BlockTop::of_modulus(&[0xf0; 256]).unwrap();
+        affinity.observe("ns", short);
         let seen = std::sync::Mutex::new(Vec::new());
-        let fits = |ceiling: BlockTop, can_open: &dyn Fn(&KeyId) -> bool| {
-            seen.lock().unwrap().push(ceiling);
+        let fits = |tops: &[BlockTop], can_open: &dyn Fn(&KeyId) -> bool| {
+            seen.lock().unwrap().push(tops.to_vec());
             [key(7), key(8)]
                 .into_iter()
                 .filter(|k| can_open(k))
@@ -816,12 +901,17 @@ mod tests {
             .suggest_waiting(&sealed("ns", "a", None))
             .now_or_never()
             .unwrap();
-        // The fitting keys (from the largest block), then the recent keys; only those that
-        // may open here.
-        assert_eq!(unhinted.keys_with(any, fits), [key(7), key(8), key(5)]);
-        assert_eq!(*seen.lock().unwrap(), [top(0xc0)]);
-        assert_eq!(unhinted.keys_with(|k| *k != key(7), fits), [key(8), key(5)]);
-        // A hinted object, or one in a namespace with no unhinted object seen: no fitting keys.
+        // The guesses (from the largest block of each size), then the recent keys; only
+        // those that may open here.
+        let suggested = unhinted.keys_with(any, fits);
+        assert_eq!(suggested.keys, [key(7), key(8), key(5)]);
+        assert_eq!(suggested.guesses, [key(7), key(8)]);
+        assert_eq!(*seen.lock().unwrap(), [vec![top(0xc0), short]]);
+        assert_eq!(
+            unhinted.keys_with(|k| *k != key(7), fits).keys,
+            [key(8), key(5)]
+        );
+        // A hinted object, or one in a namespace with no unhinted object seen: no guesses.
         let hinted = sealed("ns", "h", Some(&key(9)));
         let (hinted, _) = affinity.suggest_waiting(&hinted).now_or_never().unwrap();
         let (other, _) = affinity
@@ -829,13 +919,40 @@ mod tests {
             .now_or_never()
             .unwrap();
         seen.lock().unwrap().clear();
-        assert_eq!(hinted.keys_with(any, fits), [key(5)]);
-        assert_eq!(other.keys_with(any, fits), [key(5)]);
+        assert_eq!(hinted.keys_with(any, fits).keys, [key(5)]);
+        assert_eq!(other.keys_with(any, fits).keys, [key(5)]);
         assert!(seen.lock().unwrap().is_empty());
-        // Once a key is learned in the namespace, it comes first and the ceiling is not asked.
+        // Once a key is learned in the namespace, it comes first and nothing is guessed.
         affinity.record("ns", "a", &key(8));
-        assert_eq!(unhinted.keys_with(any, fits), [key(8), key(5)]);
+        assert_eq!(
+            unhinted.keys_with(any, fits),
+            Suggested {
+                keys: vec![key(8), key(5)],
+                guesses: Vec::new(),
+            }
+        );
         assert!(seen.lock().unwrap().is_empty());
+    }
+
+    /// The object's own remembered key comes before the namespace's guesses (a namespace
+    /// forgotten while its objects are remembered, e.g. after many other namespaces).
+    #[test]
+    fn an_objects_own_key_comes_before_the_guesses() {
+        let affinity = Affinity::with_capacity(100, 2);
+        affinity.record("ns", "a", &key(1));
+        // Three other namespaces push "ns" out of the namespace memory; "ns/a" stays.
+        for n in 0..3u8 {
+            affinity.record(&format!("other-{n}"), "x", &key(1));
+        }
+        affinity.observe("ns", top(0x90));
+        let (suggestions, _turn) = affinity
+            .suggest_waiting(&sealed("ns", "a", None))
+            .now_or_never()
+            .unwrap();
+        let guess = |_: &[BlockTop], _: &dyn Fn(&KeyId) -> bool| vec![key(7), key(1)];
+        let suggested = suggestions.keys_with(any, guess);
+        assert_eq!(suggested.keys[..2], [key(1), key(7)]);
+        assert_eq!(suggested.guesses, [key(7)]);
     }
 
     #[test]
@@ -851,9 +968,9 @@ mod tests {
         // While it waits for an RSA slot, the unseals ahead of it open values with key 2.
         affinity.record("ns", "ahead", &key(2));
         // Taken when the slot is granted: key 2 first.
-        assert_eq!(later.keys_with(any, no_fits), [key(2), key(1)]);
+        assert_eq!(later.keys_with(any, no_fits).keys, [key(2), key(1)]);
         // The handle outlives nothing it borrows: it runs on an RSA thread.
-        let on_thread = std::thread::spawn(move || later.keys_with(|k| *k == key(1), no_fits));
+        let on_thread = std::thread::spawn(move || later.keys_with(|k| *k == key(1), no_fits).keys);
         assert_eq!(on_thread.join().unwrap(), [key(1)]);
     }
 
@@ -936,7 +1053,7 @@ mod tests {
         let affinity = Affinity::default();
         let (first, second) = (sealed("ns", "a", None), sealed("ns", "b", None));
         let (keys, turn) = affinity.suggest_waiting(&first).await;
-        assert!(keys.keys_with(any, no_fits).is_empty() && turn.is_some());
+        assert!(keys.keys_with(any, no_fits).keys.is_empty() && turn.is_some());
         // A hinted object never waits.
         let hinted = sealed("ns", "c", Some(&key(9)));
         let (_, none) = affinity.suggest_waiting(&hinted).now_or_never().unwrap();
@@ -948,7 +1065,7 @@ mod tests {
         affinity.record("ns", "a", &key(3));
         drop(turn);
         let (keys, turn) = waiting.await;
-        assert_eq!(keys.keys_with(any, no_fits), [key(3)]);
+        assert_eq!(keys.keys_with(any, no_fits).keys, [key(3)]);
         assert!(turn.is_none(), "no turns once a key is known");
     }
 
@@ -979,7 +1096,7 @@ mod tests {
         affinity.record("a", "1", &key(3));
         drop(turn_a);
         let (keys, none) = waiting_a.await;
-        assert_eq!(keys.keys_with(any, no_fits), [key(3)]);
+        assert_eq!(keys.keys_with(any, no_fits).keys, [key(3)]);
         assert!(none.is_none(), "a learned its key");
         // b is still cold after a learned: its next value waits for b's first.
         let b2 = sealed("b", "2", None);
@@ -988,7 +1105,7 @@ mod tests {
         affinity.record("b", "1", &key(4));
         drop(turn_b);
         let (keys, none) = waiting_b.await;
-        assert_eq!(keys.keys_with(any, no_fits)[0], key(4));
+        assert_eq!(keys.keys_with(any, no_fits).keys[0], key(4));
         assert!(none.is_none());
         assert!(lock(&affinity.turns).is_empty(), "no turn kept");
     }

@@ -209,7 +209,9 @@ pub(super) async fn unseal(
         .unseal(move || {
             // Taken now that the slot is granted, from what the unseals before it taught;
             // only keys that open in this namespace.
-            options.preferred_keys = suggestions.keys(&keys);
+            let suggested = suggestions.keys(&keys);
+            options.preferred_keys = suggested.keys;
+            options.guesses = suggested.guesses;
             let started = thread_cpu_time();
             let mut stats = OpenStats::default();
             let result = kseal_api::unseal_counted(&sealed, &keys, &options, &mut stats);
