@@ -37,9 +37,10 @@ pub struct UnsealOptions {
     pub preferred_keys: Vec<KeyId>,
     /// Among [`UnsealOptions::preferred_keys`], guesses from outside the object (the
     /// controller's keys fitting above its namespace's largest block): tried for the items
-    /// until one opens, then dropped from the order (the key that opened it stays first),
-    /// so together they cost at most one RSA operation each per unseal, however many keys
-    /// the object's items were sealed with.
+    /// until the first one opens, then dropped from the order once (the key that opened it
+    /// stays first), so together they cost at most one RSA operation each per unseal,
+    /// however many keys the object's items were sealed with. A key the caller prefers on
+    /// its own account as well should not be listed here.
     pub guesses: Vec<KeyId>,
     /// Render `spec.template.data` (default true, as Bitnami's controller does). Turn it
     /// off where the template is attacker-controlled and rendering would leak anything,
@@ -287,6 +288,7 @@ fn open_items(
     // moved to the front: one object's items are almost always sealed by one key, so an
     // unhinted object costs its trial decryptions once, not once per item.
     let mut prefer = options.preferred_keys.clone();
+    let mut guessing = !options.guesses.is_empty();
     for (item, bytes) in &envelopes {
         let hint = options.item_hints.get(*item).or(object_hint);
         let order = OpenOrder::new().hint(hint).prefer(&prefer);
@@ -296,9 +298,11 @@ fn open_items(
                     prefer.retain(|k| k != &open.key);
                     prefer.insert(0, open.key.clone());
                 }
-                // The guesses served the first item that opened; the items after it try
-                // the key that opened it, then the caller's other preferences.
-                if !options.guesses.is_empty() {
+                // The guesses served the first item that opened: dropped then, once; the
+                // items after it try the key that opened it, then the caller's other
+                // preferences (a key that opens a later item moves to the front as usual).
+                if guessing {
+                    guessing = false;
                     prefer.retain(|k| k == &open.key || !options.guesses.contains(k));
                 }
                 keys.insert((*item).clone(), open.key);

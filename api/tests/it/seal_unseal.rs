@@ -988,6 +988,34 @@ fn guesses_are_tried_until_the_first_item_opens_only() {
     };
     let again = unseal_with(&sealed, &ring, &kept).expect("unseal");
     assert_eq!(again.rsa_operations, unsealed.rsa_operations + 1);
+
+    // Guesses are dropped once, at the first open: a right guess that opened an item stays
+    // in the order for the items after a second key's. The older key is now the ring's
+    // oldest, tried last in its own order; items "a" and "c" sealed with it, "b" with the
+    // sealing key, and both keys guessed.
+    let oldest = pair().clone().with_order_time(at(0));
+    let ring: KeyRing = [oldest, other_pair().clone(), guess.clone()]
+        .into_iter()
+        .collect();
+    let mut mixed = sealed.clone();
+    let third = seal(
+        &secret(Some("prod"), "db", &[("c", b"3")]),
+        &SealOptions::default(),
+    );
+    mixed.spec.encrypted_data.extend(third.spec.encrypted_data);
+    let both = UnsealOptions {
+        preferred_keys: vec![pair().id().clone(), other_pair().id().clone()],
+        guesses: vec![pair().id().clone(), other_pair().id().clone()],
+        ..UnsealOptions::default()
+    };
+    let unsealed = unseal_with(&mixed, &ring, &both).expect("unseal");
+    // "a": the older key opens it. "b": the older key, then the sealing key. "c": the
+    // sealing key (which opened "b"), then the older key: never the third key.
+    assert_eq!(
+        unsealed.rsa_operations,
+        1 + fits(pair(), &mixed, "b") + 1 + fits(other_pair(), &mixed, "c") + 1
+    );
+    assert_eq!(data_of(&unsealed.secret)["c"], b"3");
 }
 
 #[test]

@@ -56,9 +56,10 @@ pub(crate) const RECENT_KEYS: usize = 2;
 /// Distinct keys remembered cluster-wide, so that each namespace still finds its
 /// [`RECENT_KEYS`] among them while other namespaces' rings use keys that do not open there.
 pub(crate) const RECENT_MEMORY: usize = 8;
-/// Keys suggested from a cold namespace's largest block ([`Suggestions::keys`]): two, so
-/// that one other modulus falling between that block and the sealing key's (odds of about
-/// one in five with 72 keys and 500 values) costs one RSA operation more, not a walk.
+/// Guesses for a cold namespace's first unhinted unseal, at most ([`Suggestions::keys`]):
+/// two, the sealing key counting as one when it may have sealed the largest block, so that
+/// one other modulus falling between that block and the sealing key's (odds of about one in
+/// five with 72 keys and 500 values) costs one RSA operation more, not a walk.
 pub(crate) const FIT_KEYS: usize = 2;
 /// Below this share of hits (over roughly the last 8 unhinted values) no key is suggested.
 pub(crate) const MIN_HIT_RATE: f64 = 0.25;
@@ -130,8 +131,8 @@ impl Drop for Turn {
 struct Inner {
     objects: Generations<(String, String), KeyId>,
     namespaces: Generations<String, LastTwo>,
-    /// Per namespace, the top of the largest RSA block among the values waiting there that
-    /// name no key ([`Affinity::observe`]).
+    /// Per namespace, the tops of the largest RSA blocks (one per key size) among its
+    /// values that name no key ([`Affinity::observe`]).
     ceilings: Generations<String, Ceilings>,
     /// At most [`RECENT_MEMORY`] distinct keys, the latest first.
     recent: VecDeque<KeyId>,
@@ -324,9 +325,10 @@ impl Suggestions {
     /// that last opened an unhinted value of this object, the last two of its namespace,
     /// then the latest [`RECENT_KEYS`] such keys cluster-wide; each once, at most
     /// `3 + RECENT_KEYS`, none while the hit rate is below [`MIN_HIT_RATE`]. For an
-    /// unhinted object in a namespace where nothing is learned yet, the [`FIT_KEYS`] keys
-    /// whose moduli sit tightest above the namespace's largest block come first
-    /// ([`Affinity::observe`], [`KeyRing::tightest_above`]).
+    /// unhinted object in a namespace where nothing is learned yet, up to [`FIT_KEYS`]
+    /// guesses from the namespace's largest blocks come right after the object's own key
+    /// ([`guesses`], [`Affinity::observe`], [`KeyRing::tightest_above`]), and are named
+    /// apart so that the unseal drops them once an item opens.
     pub(crate) fn keys(&self, ring: &KeyRing) -> Suggested {
         self.keys_with(
             |id| ring.get(id).is_some(),
@@ -355,7 +357,9 @@ impl Suggestions {
             Some(ceilings) if self.unhinted && cold => guess(&ceilings.tops(), &can_open),
             _ => Vec::new(),
         };
-        guesses.retain(|key| object.as_ref() != Some(key));
+        // A key suggested on its own account (the object's, the namespace's or a recent
+        // one) stays in the order after the first item opens: no guess.
+        guesses.retain(|key| object.as_ref() != Some(key) && !candidates.contains(key));
         let mut keys: Vec<KeyId> = Vec::with_capacity(guesses.len() + candidates.len());
         for key in object.iter().chain(&guesses).chain(&candidates) {
             if !keys.contains(key) {
@@ -414,12 +418,12 @@ impl Ceilings {
 }
 
 /// The guesses for a cold namespace whose largest blocks are `tops`, among the keys of
-/// `ring` that `can_open` accepts: the ring's sealing key when its modulus may sit above the
-/// largest block of its length (values sealed with the current certificate, as kubeseal
-/// does, then cost one operation as before), then the [`FIT_KEYS`] keys whose moduli sit
-/// tightest above the blocks (the tightest of each length in turn).
+/// `ring` that `can_open` accepts, [`FIT_KEYS`] at most: the ring's sealing key when its
+/// modulus may sit above the largest block of its length (values sealed with the current
+/// certificate, as kubeseal does, then cost one operation as before), then the keys whose
+/// moduli sit tightest above the blocks (the tightest of each length in turn).
 fn guesses(ring: &KeyRing, tops: &[BlockTop], can_open: &dyn Fn(&KeyId) -> bool) -> Vec<KeyId> {
-    let mut keys = Vec::with_capacity(1 + FIT_KEYS);
+    let mut keys = Vec::with_capacity(FIT_KEYS);
     if let Some(sealing) = ring.preferred_key()
         && can_open(sealing.id())
         && let Some(modulus) = BlockTop::of_modulus(sealing.public_key().modulus())
@@ -430,12 +434,10 @@ fn guesses(ring: &KeyRing, tops: &[BlockTop], can_open: &dyn Fn(&KeyId) -> bool)
     let per_length: Vec<Vec<KeyId>> = (tops.iter())
         .map(|top| ring.tightest_above(*top, FIT_KEYS, can_open))
         .collect();
-    let mut fits = 0;
     for rank in 0..FIT_KEYS {
         for key in per_length.iter().filter_map(|keys| keys.get(rank)) {
-            if fits < FIT_KEYS && !keys.contains(key) {
+            if keys.len() < FIT_KEYS && !keys.contains(key) {
                 keys.push(key.clone());
-                fits += 1;
             }
         }
     }

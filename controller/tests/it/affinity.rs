@@ -46,7 +46,7 @@ fn guessed(ss: &SealedSecret, ring: &KeyRing) -> Vec<KeyId> {
         .is_some_and(|modulus| modulus.may_cover(ceiling));
     let mut keys: Vec<KeyId> = covers.then(|| sealing.id().clone()).into_iter().collect();
     for key in ring.tightest_above(ceiling, 2, |_| true) {
-        if !keys.contains(&key) && keys.len() < 3 {
+        if !keys.contains(&key) && keys.len() < 2 {
             keys.push(key);
         }
     }
