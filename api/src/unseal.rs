@@ -35,13 +35,17 @@ pub struct UnsealOptions {
     /// for the items after it (their items are almost always sealed by one key). Only
     /// orders the attempts, like the hints: the result never depends on it.
     pub preferred_keys: Vec<KeyId>,
-    /// Among [`UnsealOptions::preferred_keys`], guesses from outside the object (the
-    /// controller's keys fitting above its namespace's largest block): tried for the items
-    /// until the first one opens, then dropped from the order once (the key that opened it
-    /// stays first), so together they cost at most one RSA operation each per unseal,
-    /// however many keys the object's items were sealed with. A key the caller prefers on
-    /// its own account as well should not be listed here.
+    /// Guesses from outside the object (the controller's keys fitting above its
+    /// namespace's largest block), tried after the first [`UnsealOptions::guesses_at`]
+    /// preferred keys and before the others, until the object's first item opens; from
+    /// then on the order is the preferred keys' alone (the key that opened it first). So
+    /// together they cost at most one RSA operation each per unseal, however many keys the
+    /// object's items were sealed with, and a guess that is also a preferred key keeps its
+    /// early place until then.
     pub guesses: Vec<KeyId>,
+    /// How many of the preferred keys come before the guesses (e.g. 1: the key that last
+    /// opened this very object).
+    pub guesses_at: usize,
     /// Render `spec.template.data` (default true, as Bitnami's controller does). Turn it
     /// off where the template is attacker-controlled and rendering would leak anything,
     /// e.g. the controller's verify and rotate endpoints; `template.data` is then ignored.
@@ -57,6 +61,7 @@ impl Default for UnsealOptions {
             use_annotation_hint: true,
             preferred_keys: Vec::new(),
             guesses: Vec::new(),
+            guesses_at: 0,
             render_template_data: true,
         }
     }
@@ -287,23 +292,38 @@ fn open_items(
     // The caller's preferences, with the key that opened the latest item of this object
     // moved to the front: one object's items are almost always sealed by one key, so an
     // unhinted object costs its trial decryptions once, not once per item.
-    let mut prefer = options.preferred_keys.clone();
+    // Until the first item opens, the guesses stand after the first `guesses_at`
+    // preferences; from then on the order is the caller's preferences alone.
     let mut guessing = !options.guesses.is_empty();
+    let mut prefer = if guessing {
+        let (before, after) = options
+            .preferred_keys
+            .split_at(options.guesses_at.min(options.preferred_keys.len()));
+        let mut prefer: Vec<KeyId> = Vec::with_capacity(before.len() + options.guesses.len());
+        for key in before.iter().chain(&options.guesses).chain(after) {
+            if !prefer.contains(key) {
+                prefer.push(key.clone());
+            }
+        }
+        prefer
+    } else {
+        options.preferred_keys.clone()
+    };
     for (item, bytes) in &envelopes {
         let hint = options.item_hints.get(*item).or(object_hint);
         let order = OpenOrder::new().hint(hint).prefer(&prefer);
         match ring.open_ordered(&label.item(item), bytes, &order, stats) {
             Ok(open) => {
+                // The guesses served the first item that opened: dropped then, once; the
+                // items after it try the key that opened it, then the caller's preferences
+                // in their own order (a key that opens a later item moves to the front).
+                if guessing {
+                    guessing = false;
+                    prefer = options.preferred_keys.clone();
+                }
                 if prefer.first() != Some(&open.key) {
                     prefer.retain(|k| k != &open.key);
                     prefer.insert(0, open.key.clone());
-                }
-                // The guesses served the first item that opened: dropped then, once; the
-                // items after it try the key that opened it, then the caller's other
-                // preferences (a key that opens a later item moves to the front as usual).
-                if guessing {
-                    guessing = false;
-                    prefer.retain(|k| k == &open.key || !options.guesses.contains(k));
                 }
                 keys.insert((*item).clone(), open.key);
                 opened.push((item, open.plaintext));

@@ -965,7 +965,6 @@ fn guesses_are_tried_until_the_first_item_opens_only() {
         .find(|sealed| fits(&guess, sealed, "b") == 1)
         .expect("a block below the guess's modulus within 64 tries");
     let options = UnsealOptions {
-        preferred_keys: vec![guess.id().clone()],
         guesses: vec![guess.id().clone()],
         ..UnsealOptions::default()
     };
@@ -1004,7 +1003,6 @@ fn guesses_are_tried_until_the_first_item_opens_only() {
     );
     mixed.spec.encrypted_data.extend(third.spec.encrypted_data);
     let both = UnsealOptions {
-        preferred_keys: vec![pair().id().clone(), other_pair().id().clone()],
         guesses: vec![pair().id().clone(), other_pair().id().clone()],
         ..UnsealOptions::default()
     };
@@ -1016,6 +1014,31 @@ fn guesses_are_tried_until_the_first_item_opens_only() {
         1 + fits(pair(), &mixed, "b") + 1 + fits(other_pair(), &mixed, "c") + 1
     );
     assert_eq!(data_of(&unsealed.secret)["c"], b"3");
+
+    // A guess that is also a preference keeps its early place until the first item opens,
+    // then stands where the preferences put it: here after the third key, so "b" (sealed
+    // with the sealing key) tries the older key (which opened "a"), the third key, then the
+    // sealing key.
+    let also = UnsealOptions {
+        preferred_keys: vec![guess.id().clone(), other_pair().id().clone()],
+        guesses: vec![other_pair().id().clone()],
+        ..UnsealOptions::default()
+    };
+    let unsealed = unseal_with(&mixed, &ring, &also).expect("unseal");
+    // "a": the sealing key (guessed first), the third key, then the older key opens it.
+    // "b": the older key, the third key, then the sealing key. "c": the sealing key, then
+    // the older key.
+    assert_eq!(
+        unsealed.rsa_operations,
+        fits(other_pair(), &mixed, "a")
+            + fits(&guess, &mixed, "a")
+            + 1
+            + fits(pair(), &mixed, "b")
+            + fits(&guess, &mixed, "b")
+            + 1
+            + fits(other_pair(), &mixed, "c")
+            + 1
+    );
 }
 
 #[test]

@@ -357,27 +357,42 @@ impl Suggestions {
             Some(ceilings) if self.unhinted && cold => guess(&ceilings.tops(), &can_open),
             _ => Vec::new(),
         };
-        // A key suggested on its own account (the object's, the namespace's or a recent
-        // one) stays in the order after the first item opens: no guess.
-        guesses.retain(|key| object.as_ref() != Some(key) && !candidates.contains(key));
-        let mut keys: Vec<KeyId> = Vec::with_capacity(guesses.len() + candidates.len());
-        for key in object.iter().chain(&guesses).chain(&candidates) {
-            if !keys.contains(key) {
-                keys.push(key.clone());
-            }
+        guesses.retain(|key| object.as_ref() != Some(key));
+        Suggested {
+            guesses_at: usize::from(object.is_some()),
+            keys: candidates,
+            guesses,
         }
-        Suggested { keys, guesses }
     }
 }
 
 /// What [`Suggestions::keys`] returns.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Suggested {
-    /// Keys to try first ([`kseal_api::UnsealOptions::preferred_keys`]).
+    /// Keys to try first ([`kseal_api::UnsealOptions::preferred_keys`]): the object's,
+    /// the namespace's and recent ones.
     pub(crate) keys: Vec<KeyId>,
-    /// Among them, the guesses from the namespace's ceilings
-    /// ([`kseal_api::UnsealOptions::guesses`]): tried until an item opens, then dropped.
+    /// The guesses from the namespace's ceilings ([`kseal_api::UnsealOptions::guesses`]):
+    /// tried after the object's own key until an item opens.
     pub(crate) guesses: Vec<KeyId>,
+    /// How many of `keys` come before the guesses: 1 when the object's own key leads them
+    /// ([`kseal_api::UnsealOptions::guesses_at`]).
+    pub(crate) guesses_at: usize,
+}
+
+impl Suggested {
+    /// The order of attempts until the object's first item opens.
+    #[cfg(test)]
+    fn first_order(&self) -> Vec<KeyId> {
+        let (before, after) = self.keys.split_at(self.guesses_at.min(self.keys.len()));
+        let mut keys: Vec<KeyId> = Vec::new();
+        for key in before.iter().chain(&self.guesses).chain(after) {
+            if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+        keys
+    }
 }
 
 /// The largest RSA block per block length among a namespace's unhinted values, for up to
@@ -906,11 +921,12 @@ mod tests {
         // The guesses (from the largest block of each size), then the recent keys; only
         // those that may open here.
         let suggested = unhinted.keys_with(any, fits);
-        assert_eq!(suggested.keys, [key(7), key(8), key(5)]);
+        assert_eq!(suggested.first_order(), [key(7), key(8), key(5)]);
+        assert_eq!(suggested.keys, [key(5)]);
         assert_eq!(suggested.guesses, [key(7), key(8)]);
         assert_eq!(*seen.lock().unwrap(), [vec![top(0xc0), short]]);
         assert_eq!(
-            unhinted.keys_with(|k| *k != key(7), fits).keys,
+            unhinted.keys_with(|k| *k != key(7), fits).first_order(),
             [key(8), key(5)]
         );
         // A hinted object, or one in a namespace with no unhinted object seen: no guesses.
@@ -931,6 +947,8 @@ mod tests {
             Suggested {
                 keys: vec![key(8), key(5)],
                 guesses: Vec::new(),
+                // The object's own key leads.
+                guesses_at: 1,
             }
         );
         assert!(seen.lock().unwrap().is_empty());
@@ -953,8 +971,11 @@ mod tests {
             .unwrap();
         let guess = |_: &[BlockTop], _: &dyn Fn(&KeyId) -> bool| vec![key(7), key(1)];
         let suggested = suggestions.keys_with(any, guess);
-        assert_eq!(suggested.keys[..2], [key(1), key(7)]);
-        assert_eq!(suggested.guesses, [key(7)]);
+        assert_eq!(suggested.first_order()[..2], [key(1), key(7)]);
+        assert_eq!(
+            (&suggested.guesses[..], suggested.guesses_at),
+            (&[key(7)][..], 1)
+        );
     }
 
     #[test]

@@ -212,6 +212,7 @@ pub(super) async fn unseal(
             let suggested = suggestions.keys(&keys);
             options.preferred_keys = suggested.keys;
             options.guesses = suggested.guesses;
+            options.guesses_at = suggested.guesses_at;
             let started = thread_cpu_time();
             let mut stats = OpenStats::default();
             let result = kseal_api::unseal_counted(&sealed, &keys, &options, &mut stats);
