@@ -10,9 +10,11 @@
 # The bench starts the controller up to four times (idle baseline, cold start, restart,
 # follower); only start number VG_WRAP_NTH (default 2: the cold start) runs under callgrind,
 # the others run the binary as is. A binary with its symbol table (`cargo rustc --release -p
-# kseal-controller --bin kseal-controller -- -C strip=none`) lets `valgrind-split.sh` split
-# the count between the RSA threads and the rest. Callgrind runs the threads one at a time
-# and 70 to 90 times slower: the run's CPU and time figures mean nothing, only the counts.
+# kseal-controller --bin kseal-controller -- -C strip=none`) lets `callgrind_annotate
+# --inclusive=yes --threshold=100` split the count between the RSA threads (the inclusive count
+# of `kseal_controller::serve::rsapool::run_jobs`) and the rest (docs/benchmarks.md).
+# Callgrind runs the threads one at a time and 70 to 90 times slower: the run's CPU and time
+# figures mean nothing, only the counts.
 # (Not KSEAL_*: the bench clears those from the controller's environment.)
 set -euo pipefail
 bin=${VG_WRAP_BIN:?set VG_WRAP_BIN to the kseal-controller binary to run}

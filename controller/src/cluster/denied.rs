@@ -82,7 +82,7 @@ pub(crate) async fn update_status(
     client: &kube::Client,
     degraded: &Degraded,
     fresh: &kseal_api::SealedSecret,
-    status: &serde_json::Value,
+    status: kseal_api::SealedSecretStatus,
 ) -> kube::Result<bool> {
     if degraded.contains("status") {
         return Ok(false);
@@ -94,7 +94,7 @@ pub(crate) async fn update_status(
         return Ok(false);
     };
     let mut object = fresh.clone();
-    object.status = serde_json::from_value(status.clone()).map_err(kube::Error::SerdeError)?;
+    object.status = Some(status);
     let api = kube::Api::<kseal_api::SealedSecret>::namespaced(client.clone(), namespace);
     let pp = kube::api::PostParams {
         field_manager: Some(kseal_api::constants::FIELD_MANAGER.to_owned()),

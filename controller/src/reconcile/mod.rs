@@ -129,7 +129,6 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Client, Resource as _, ResourceExt as _};
 use tokio::sync::watch;
-use tracing::instrument;
 use zeroize::Zeroizing;
 
 use crate::cache::sealed::CachedSealed;
@@ -319,7 +318,10 @@ fn success_action() -> Action {
 }
 
 /// Reconciles one SealedSecret.
-#[instrument(skip(cached, ctx))]
+///
+/// Its log lines sit in kube-runtime's `reconciling object` span, which names the object: a
+/// span of its own would add nothing to them and cost a span's creation, and an enter and an
+/// exit at every poll, per reconcile.
 pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<Action> {
     if let (Some(namespace), Some(name)) = (&cached.meta().namespace, &cached.meta().name) {
         ctx.admission.started(namespace, name);

@@ -1,6 +1,8 @@
 //! The SealedSecret's status condition and Events: which condition a result gives, when a
 //! status patch is needed, and the patch and the Event themselves (fenced).
 
+use serde::Serialize;
+
 use super::*;
 
 /// The Synced condition a reconcile result calls for.
@@ -127,10 +129,15 @@ pub(super) async fn write_status(
             Some(i) => conditions[i] = condition,
             None => conditions.insert(0, condition),
         }
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": fresh.metadata.resource_version},
-            "status": {"conditions": conditions, "observedGeneration": generation},
-        });
+        let patch = StatusPatch {
+            metadata: PatchMeta {
+                resource_version: fresh.metadata.resource_version.as_deref(),
+            },
+            status: PatchStatus {
+                conditions: &conditions,
+                observed_generation: generation,
+            },
+        };
         fence.check().map_err(Error::Fenced)?;
         let patched = writes::patch_status::<SealedSecret, _>(
             &ctx.client,
@@ -146,7 +153,11 @@ pub(super) async fn write_status(
             Err(e) if api_code(&e) == Some(404) => return Ok(false),
             // Bitnami's roles grant `update` on the status, not `patch` (cluster::denied).
             Err(e) if crate::cluster::denied::forbidden(&e) => {
-                let (degraded, status) = (&ctx.state.api.degraded, &patch["status"]);
+                let status = kseal_api::SealedSecretStatus {
+                    conditions: Some(conditions),
+                    observed_generation: generation,
+                };
+                let degraded = &ctx.state.api.degraded;
                 return crate::cluster::denied::update_status(&ctx.client, degraded, fresh, status)
                     .await
                     .map_err(Error::Status);
@@ -155,6 +166,28 @@ pub(super) async fn write_status(
         }
     }
     Ok(false)
+}
+
+/// The status patch's body: the resourceVersion it applies to and the new status, written
+/// straight from the conditions (no `serde_json::Value` built first). A generation the object
+/// lacks is written as `null`, as before.
+#[derive(Debug, Serialize)]
+struct StatusPatch<'a> {
+    metadata: PatchMeta<'a>,
+    status: PatchStatus<'a>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PatchMeta<'a> {
+    resource_version: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PatchStatus<'a> {
+    conditions: &'a [SealedSecretCondition],
+    observed_generation: Option<i64>,
 }
 
 /// The `action` of the controller's Events.

@@ -18,11 +18,13 @@
 
 use std::fmt::Debug;
 
+use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::core::Request;
+use kube::client::Body;
+use kube::core::{Request, Status};
 use kube::runtime::events::Reporter;
 use kube::{Client, Resource};
 use serde::{Deserialize, Serialize};
@@ -55,15 +57,47 @@ fn body<K: Serialize>(object: &K) -> kube::Result<Vec<u8>> {
 }
 
 /// Sends a built request as kube's `Api` method `verb` does (the verb names the request in
-/// kube's tracing) and returns the answer's resourceVersion.
+/// kube's tracing) and returns the answer's resourceVersion, parsed from the answer's bytes
+/// as they came (kube's `request` copies them into a `String` first).
 async fn send(
     client: &Client,
     built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     verb: &'static str,
 ) -> kube::Result<Option<String>> {
     let request = named(built, verb)?;
-    let written: Written = within_deadline(client.request(request)).await?;
+    let bytes = within_deadline(async {
+        let body = answered(client, request).await?;
+        Ok(body.collect().await?.to_bytes())
+    })
+    .await?;
+    let written: Written = serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)?;
     Ok(written.metadata.resource_version)
+}
+
+/// Sends `request` and returns the answer's body when its status is a success. An error
+/// status becomes the `kube::Error::Api` kube's own `request_text` returns: the answer's
+/// `Status` when it is one, else a failure with the answer's text and the status code.
+async fn answered(client: &Client, request: http::Request<Vec<u8>>) -> kube::Result<Body> {
+    let answer = client.send(request.map(Body::from)).await?;
+    let status = answer.status();
+    if status.is_client_error() || status.is_server_error() {
+        let bytes = answer.into_body().collect().await?.to_bytes();
+        return Err(api_error(status.as_u16(), &bytes));
+    }
+    Ok(answer.into_body())
+}
+
+/// The error kube's `request_text` makes of an error answer (`handle_api_errors`).
+fn api_error(code: u16, answer: &[u8]) -> kube::Error {
+    if let Ok(status) = serde_json::from_slice::<Status>(answer) {
+        return kube::Error::Api(status.boxed());
+    }
+    let text = String::from_utf8_lossy(answer);
+    kube::Error::Api(
+        Status::failure(text.trim(), "Failed to parse error data")
+            .with_code(code)
+            .boxed(),
+    )
 }
 
 /// A built request, named `verb` for kube's tracing as kube's `Api` methods name theirs.
@@ -78,17 +112,23 @@ fn named(
 
 /// Sends a built request whose answer the reconciler does not read at all (a status patch,
 /// an Event): the same status handling as [`send`] (a refusal is the same
-/// `kube::Error::Api`), without parsing the answer. A status patch answers with the whole
-/// SealedSecret, every ciphertext and `managedFields` included.
+/// `kube::Error::Api`), and a successful answer's body is read to its end (so the connection
+/// serves the next request) without being collected or copied. A status patch answers with
+/// the whole SealedSecret, every ciphertext and `managedFields` included.
 async fn send_unread(
     client: &Client,
     built: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     verb: &'static str,
 ) -> kube::Result<()> {
     let request = named(built, verb)?;
-    within_deadline(client.request_text(request))
-        .await
-        .map(drop)
+    within_deadline(async {
+        let mut body = answered(client, request).await?;
+        while let Some(frame) = body.frame().await {
+            frame?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// `Api::<K>::namespaced(client, namespace).create(pp, object)`, returning the created
@@ -220,6 +260,26 @@ mod tests {
         assert_eq!(w.metadata.resource_version.as_deref(), Some("42"));
         let bare: Written = serde_json::from_str("{}").unwrap();
         assert_eq!(bare.metadata.resource_version, None);
+    }
+
+    #[test]
+    fn an_error_answer_is_the_error_kubes_request_text_returns() {
+        let refused = br#"{"kind":"Status","apiVersion":"v1","status":"Failure",
+            "message":"secrets \"db\" already exists","reason":"AlreadyExists","code":409}"#;
+        let kube::Error::Api(status) = api_error(409, refused) else {
+            panic!("not an API error");
+        };
+        assert_eq!(status.code, 409);
+        assert_eq!(status.reason, "AlreadyExists");
+        assert_eq!(status.message, r#"secrets "db" already exists"#);
+        // A proxy's answer that is no Status: its text, trimmed, with the answer's code.
+        let kube::Error::Api(status) = api_error(502, b"  <html>bad gateway</html>\n") else {
+            panic!("not an API error");
+        };
+        assert_eq!(status.code, 502);
+        assert_eq!(status.message, "<html>bad gateway</html>");
+        assert_eq!(status.reason, "Failed to parse error data");
+        assert!(status.is_failure());
     }
 
     #[test]
