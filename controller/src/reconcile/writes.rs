@@ -13,8 +13,12 @@
 //! ([`crate::cluster::apihealth::REQUEST_DEADLINE`]): no answer by then fails it as a `504`,
 //! which counts towards an API-server outage.
 //!
-//! A Secret's answer holds its data in base64: skipped here, it is never copied out of the
-//! response text, which `kube::Client` owns and drops.
+//! The answers are read as the bytes hyper received, not through kube's `request_text`,
+//! which copies each answer into a `String` and checks it as UTF-8 first: a Secret write's
+//! answer is parsed from its bytes, and a status patch's or an Event's is read to its end
+//! (so the connection serves the next request) without being kept. A Secret's answer holds
+//! its data in base64: skipped by serde, it is never copied out of the answer's bytes, which
+//! are dropped with it.
 
 use std::fmt::Debug;
 
