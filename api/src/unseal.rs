@@ -67,6 +67,28 @@ impl Default for UnsealOptions {
     }
 }
 
+impl UnsealOptions {
+    /// The keys tried first for an object's first item, in order: the first
+    /// [`UnsealOptions::guesses_at`] preferred keys, the [`UnsealOptions::guesses`], then
+    /// the other preferred keys, each once (the preferred keys alone when there is no guess).
+    /// Once an item opens, the preferred keys alone order the attempts.
+    pub fn first_order(&self) -> Vec<KeyId> {
+        if self.guesses.is_empty() {
+            return self.preferred_keys.clone();
+        }
+        let (before, after) = self
+            .preferred_keys
+            .split_at(self.guesses_at.min(self.preferred_keys.len()));
+        let mut order: Vec<KeyId> = Vec::with_capacity(before.len() + self.guesses.len());
+        for key in before.iter().chain(&self.guesses).chain(after) {
+            if !order.contains(key) {
+                order.push(key.clone());
+            }
+        }
+        order
+    }
+}
+
 /// The outcome of [`unseal_with`].
 ///
 /// `Debug` shows the Secret's identity and item keys only, never its data.
@@ -295,20 +317,7 @@ fn open_items(
     // Until the first item opens, the guesses stand after the first `guesses_at`
     // preferences; from then on the order is the caller's preferences alone.
     let mut guessing = !options.guesses.is_empty();
-    let mut prefer = if guessing {
-        let (before, after) = options
-            .preferred_keys
-            .split_at(options.guesses_at.min(options.preferred_keys.len()));
-        let mut prefer: Vec<KeyId> = Vec::with_capacity(before.len() + options.guesses.len());
-        for key in before.iter().chain(&options.guesses).chain(after) {
-            if !prefer.contains(key) {
-                prefer.push(key.clone());
-            }
-        }
-        prefer
-    } else {
-        options.preferred_keys.clone()
-    };
+    let mut prefer = options.first_order();
     for (item, bytes) in &envelopes {
         let hint = options.item_hints.get(*item).or(object_hint);
         let order = OpenOrder::new().hint(hint).prefer(&prefer);

@@ -381,17 +381,17 @@ pub(crate) struct Suggested {
 }
 
 impl Suggested {
-    /// The order of attempts until the object's first item opens.
+    /// The order of attempts until the object's first item opens, as the unseal makes it
+    /// ([`kseal_api::UnsealOptions::first_order`]).
     #[cfg(test)]
     fn first_order(&self) -> Vec<KeyId> {
-        let (before, after) = self.keys.split_at(self.guesses_at.min(self.keys.len()));
-        let mut keys: Vec<KeyId> = Vec::new();
-        for key in before.iter().chain(&self.guesses).chain(after) {
-            if !keys.contains(key) {
-                keys.push(key.clone());
-            }
+        kseal_api::UnsealOptions {
+            preferred_keys: self.keys.clone(),
+            guesses: self.guesses.clone(),
+            guesses_at: self.guesses_at,
+            ..kseal_api::UnsealOptions::default()
         }
-        keys
+        .first_order()
     }
 }
 

@@ -129,14 +129,17 @@ pub(super) async fn write_status(
             Some(i) => conditions[i] = condition,
             None => conditions.insert(0, condition),
         }
+        // A generation the object lacks is never written: with none, an observedGeneration
+        // already there returned above, so the patch leaves it absent either way.
+        let status = kseal_api::SealedSecretStatus {
+            conditions: Some(conditions),
+            observed_generation: generation,
+        };
         let patch = StatusPatch {
             metadata: PatchMeta {
                 resource_version: fresh.metadata.resource_version.as_deref(),
             },
-            status: PatchStatus {
-                conditions: &conditions,
-                observed_generation: generation,
-            },
+            status: &status,
         };
         fence.check().map_err(Error::Fenced)?;
         let patched = writes::patch_status::<SealedSecret, _>(
@@ -153,10 +156,6 @@ pub(super) async fn write_status(
             Err(e) if api_code(&e) == Some(404) => return Ok(false),
             // Bitnami's roles grant `update` on the status, not `patch` (cluster::denied).
             Err(e) if crate::cluster::denied::forbidden(&e) => {
-                let status = kseal_api::SealedSecretStatus {
-                    conditions: Some(conditions),
-                    observed_generation: generation,
-                };
                 let degraded = &ctx.state.api.degraded;
                 return crate::cluster::denied::update_status(&ctx.client, degraded, fresh, status)
                     .await
@@ -169,25 +168,17 @@ pub(super) async fn write_status(
 }
 
 /// The status patch's body: the resourceVersion it applies to and the new status, written
-/// straight from the conditions (no `serde_json::Value` built first). A generation the object
-/// lacks is written as `null`, as before.
+/// straight from their fields (no `serde_json::Value` built first).
 #[derive(Debug, Serialize)]
 struct StatusPatch<'a> {
     metadata: PatchMeta<'a>,
-    status: PatchStatus<'a>,
+    status: &'a kseal_api::SealedSecretStatus,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct PatchMeta<'a> {
     resource_version: Option<&'a str>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PatchStatus<'a> {
-    conditions: &'a [SealedSecretCondition],
-    observed_generation: Option<i64>,
 }
 
 /// The `action` of the controller's Events.
