@@ -145,14 +145,29 @@ pub(super) fn in_sync(
 /// dropped (it may wait for a retry in [`retained`](super::retained)).
 pub(super) struct Desired {
     pub(super) secret: Secret,
-    /// The keys it depends on: those that opened its items and the one its MAC names.
-    pub(super) keys: Vec<KeyId>,
+    /// The keys that opened its items (and its deprecated `data` blob).
+    pub(super) opened_by: Vec<KeyId>,
+    /// The key its MAC names (the ring's preferred key when it was unsealed); `None` only
+    /// until the MAC is stamped.
+    pub(super) mac_key: Option<KeyId>,
     /// RSA private-key operations its unseal spent, not yet counted by outcome
     /// (`kseal_unseal_rsa_operations_total`); 0 once counted.
     pub(super) rsa_operations: u64,
 }
 
 impl Desired {
+    /// Whether a result unsealed earlier may still be written: every key that opened it still
+    /// opens in the object's namespace (`scoped`: a key left the ring, was marked
+    /// compromised, or its ring's binding no longer covers the namespace), and the key its MAC
+    /// names is still in the ring (`full`).
+    pub(super) fn still_opens(&self, scoped: &KeyRing, full: &KeyRing) -> bool {
+        self.opened_by.iter().all(|id| scoped.get(id).is_some())
+            && self
+                .mac_key
+                .as_ref()
+                .is_some_and(|id| full.get(id).is_some())
+    }
+
     /// Overwrites the data with zeros.
     pub(super) fn wipe(&mut self) {
         use zeroize::Zeroize as _;
@@ -246,18 +261,18 @@ pub(super) async fn unseal(
         .learn(ss, &unsealed, |id| scoped.ring.get(id).is_some());
     ctx.state.opened.record(ss, &unsealed);
     remember_hints(ctx, oref, ss, &unsealed);
-    let mut keys: Vec<KeyId> = unsealed.keys.values().cloned().collect();
-    keys.extend(unsealed.deprecated_data_key.iter().cloned());
+    let mut opened_by: Vec<KeyId> = unsealed.keys.values().cloned().collect();
+    opened_by.extend(unsealed.deprecated_data_key.iter().cloned());
     // From here on the data is in `desired`, which zeroizes it when dropped.
     let mut desired = Desired {
         secret: unsealed.secret,
-        keys,
+        opened_by,
+        mac_key: None,
         rsa_operations: stats.rsa_operations,
     };
     let secret = &mut desired.secret;
     normalize(secret);
-    let sealing = stamp_mac(ctx, ring, digest, secret)?;
-    desired.keys.push(sealing);
+    desired.mac_key = Some(stamp_mac(ctx, ring, digest, secret)?);
     Ok(desired)
 }
 

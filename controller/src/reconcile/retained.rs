@@ -9,9 +9,11 @@
 //! every input of the unseal: ciphertexts, template, scope), and taken back by the retry.
 //!
 //! Bounds: at most [`RETAINED_BYTES`] of Secret data (oldest results go first) and
-//! [`RETAINED_FOR`] per result; a result is reused only while the ring still holds every
-//! key that opened it and the key its MAC names (a key removed meanwhile, e.g. marked
-//! compromised, is not worked around). Results are plaintext: [`Desired`] zeroizes its data
+//! [`RETAINED_FOR`] per result; a result is reused only while every key that opened it still
+//! opens in the object's namespace and the ring still holds the key its MAC names
+//! ([`Desired::still_opens`]): a key removed meanwhile (e.g. marked compromised), or a ring
+//! binding that no longer covers the namespace (a namespace relabelled out of a selector, an
+//! index that narrowed the key), is not worked around. Results are plaintext: [`Desired`] zeroizes its data
 //! when dropped, here or anywhere else, and nothing here is ever logged.
 
 use super::*;
@@ -116,17 +118,20 @@ impl Retained {
     }
 
     /// Takes back what was kept for `uid`, if it was unsealed from the spec with `digest`, is
-    /// not older than [`RETAINED_FOR`] and `ring` still holds every key it depends on; what
-    /// does not qualify is dropped.
-    pub(super) fn take(&self, uid: &str, digest: &str, ring: &KeyRing) -> Option<Desired> {
+    /// not older than [`RETAINED_FOR`] and `usable` accepts it (its keys, checked against the
+    /// ring and binding of now: [`Desired::still_opens`]); what does not qualify is dropped.
+    pub(super) fn take(
+        &self,
+        uid: &str,
+        digest: &str,
+        usable: impl FnOnce(&Desired) -> bool,
+    ) -> Option<Desired> {
         let entry = {
             let mut inner = lock(&self.inner);
             inner.trim(RETAINED_BYTES, Instant::now());
             inner.remove(uid)?
         };
-        let usable =
-            *entry.digest == *digest && entry.desired.keys.iter().all(|id| ring.get(id).is_some());
-        usable.then_some(entry.desired)
+        (*entry.digest == *digest && usable(&entry.desired)).then_some(entry.desired)
     }
 
     /// Drops what was kept for `uid` (its object was written another way, or deleted).
@@ -147,7 +152,7 @@ mod tests {
     use super::*;
     use kseal_keys::{CertificateOptions, KeyPair, KeySize};
 
-    fn desired(value: &[u8], keys: Vec<KeyId>) -> Desired {
+    fn desired(value: &[u8], opened_by: Vec<KeyId>, mac_key: Option<KeyId>) -> Desired {
         let secret = Secret {
             data: Some(BTreeMap::from([(
                 "k".to_owned(),
@@ -157,7 +162,8 @@ mod tests {
         };
         Desired {
             secret,
-            keys,
+            opened_by,
+            mac_key,
             rsa_operations: 1,
         }
     }
@@ -166,39 +172,82 @@ mod tests {
         d.secret.data.as_ref().unwrap()["k"].0.clone()
     }
 
+    fn any(_: &Desired) -> bool {
+        true
+    }
+
     #[test]
     fn a_kept_result_comes_back_once_and_only_for_the_same_spec_and_keys() {
-        // Test-only 2048-bit key; never use one like it for anything real.
-        let pair = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+        // Test-only 2048-bit keys; never use ones like them for anything real.
+        let opener = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+        let mac = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
         let mut ring = KeyRing::new();
-        ring.insert(pair.clone());
-        let empty = KeyRing::new();
+        ring.insert(opener.clone());
+        ring.insert(mac.clone());
+        // The namespace's keys when a binding leaves only the MAC's key open there.
+        let mut mac_only = KeyRing::new();
+        mac_only.insert(mac.clone());
+        let result = || desired(b"v", vec![opener.id().clone()], Some(mac.id().clone()));
+        let still_opens = |scoped: &KeyRing, full: &KeyRing| {
+            let (scoped, full) = (scoped.clone(), full.clone());
+            move |d: &Desired| d.still_opens(&scoped, &full)
+        };
         let kept = Retained::default();
 
-        kept.put("u", "d1", desired(b"v", vec![pair.id().clone()]));
+        kept.put("u", "d1", result());
         let back = kept
-            .take("u", "d1", &ring)
+            .take("u", "d1", still_opens(&ring, &ring))
             .expect("the same spec comes back");
         assert_eq!(value(&back), b"v");
-        assert!(kept.take("u", "d1", &ring).is_none(), "taken once");
+        assert!(kept.take("u", "d1", any).is_none(), "taken once");
 
         // Another spec (the object changed since): dropped, not returned.
-        kept.put("u", "d1", desired(b"v", vec![pair.id().clone()]));
-        assert!(kept.take("u", "d2", &ring).is_none());
+        kept.put("u", "d1", result());
+        assert!(kept.take("u", "d2", any).is_none());
         assert_eq!(kept.usage(), (0, 0));
 
-        // A key it depends on left the ring: dropped.
-        kept.put("u", "d1", desired(b"v", vec![pair.id().clone()]));
-        assert!(kept.take("u", "d1", &empty).is_none());
+        // A key that opened it left the ring: dropped.
+        kept.put("u", "d1", result());
+        assert!(
+            kept.take("u", "d1", still_opens(&mac_only, &mac_only))
+                .is_none()
+        );
         assert_eq!(kept.usage(), (0, 0));
+
+        // The key that opened it is still in the ring but no longer opens in the namespace
+        // (its ring's binding changed): dropped, although the full ring holds every key.
+        kept.put("u", "d1", result());
+        assert!(
+            kept.take("u", "d1", still_opens(&mac_only, &ring))
+                .is_none()
+        );
+        assert_eq!(kept.usage(), (0, 0));
+
+        // The MAC's key need not open in the namespace, only be in the ring.
+        let mut opener_only = KeyRing::new();
+        opener_only.insert(opener.clone());
+        kept.put("u", "d1", result());
+        assert!(
+            kept.take("u", "d1", still_opens(&opener_only, &ring))
+                .is_some()
+        );
+        // ...and a MAC key that left the ring drops it.
+        kept.put("u", "d1", result());
+        assert!(
+            kept.take("u", "d1", still_opens(&opener_only, &opener_only))
+                .is_none()
+        );
+        // A result whose MAC was never stamped is never written.
+        kept.put("u", "d1", desired(b"v", vec![opener.id().clone()], None));
+        assert!(kept.take("u", "d1", still_opens(&ring, &ring)).is_none());
 
         // A newer result for the same object replaces the older one.
-        kept.put("u", "d1", desired(b"old", vec![]));
-        kept.put("u", "d2", desired(b"new", vec![]));
+        kept.put("u", "d1", desired(b"old", vec![], None));
+        kept.put("u", "d2", desired(b"new", vec![], None));
         assert_eq!(kept.usage().0, 1);
-        assert_eq!(value(&kept.take("u", "d2", &ring).unwrap()), b"new");
+        assert_eq!(value(&kept.take("u", "d2", any).unwrap()), b"new");
 
-        kept.put("u", "d1", desired(b"v", vec![]));
+        kept.put("u", "d1", desired(b"v", vec![], None));
         kept.forget("u");
         assert_eq!(kept.usage(), (0, 0));
     }
@@ -206,19 +255,18 @@ mod tests {
     #[test]
     fn the_oldest_results_go_first_when_the_budget_is_full() {
         let kept = Retained::default();
-        let one = size_of(&desired(&[7; 100], vec![]));
+        let one = size_of(&desired(&[7; 100], vec![], None));
         let budget = one * 3;
         for uid in ["a", "b", "c", "d"] {
-            kept.put_within(uid, "d", desired(&[7; 100], vec![]), budget);
+            kept.put_within(uid, "d", desired(&[7; 100], vec![], None), budget);
         }
         assert_eq!(kept.usage(), (3, budget));
-        let ring = KeyRing::new();
-        assert!(kept.take("a", "d", &ring).is_none(), "the oldest went");
+        assert!(kept.take("a", "d", any).is_none(), "the oldest went");
         for uid in ["b", "c", "d"] {
-            assert!(kept.take(uid, "d", &ring).is_some(), "{uid}");
+            assert!(kept.take(uid, "d", any).is_some(), "{uid}");
         }
         // Larger than the whole budget: never kept.
-        kept.put_within("big", "d", desired(&[7; 4000], vec![]), budget);
+        kept.put_within("big", "d", desired(&[7; 4000], vec![], None), budget);
         assert_eq!(kept.usage(), (0, 0));
     }
 
@@ -226,7 +274,7 @@ mod tests {
     fn a_wiped_result_holds_no_value() {
         // `Drop` runs the same wipe: each value's buffer is zeroed (`zeroize` overwrites the
         // whole allocation) and emptied.
-        let mut d = desired(b"hunter2", vec![]);
+        let mut d = desired(b"hunter2", vec![], None);
         d.wipe();
         assert!(value(&d).is_empty());
         assert_eq!(d.secret.data.as_ref().map(BTreeMap::len), Some(1));

@@ -245,7 +245,10 @@ impl<'a> SecretSync<'a> {
     async fn unsealed<'d>(&self, desired: &'d mut Option<Desired>) -> Result<&'d Desired> {
         let d = match desired.take() {
             Some(d) => d,
-            None => match self.ctx.retained.take(self.uid, &self.digest, &self.ring) {
+            None => match self.ctx.retained.take(self.uid, &self.digest, |d| {
+                // The binding of now: the namespace may have left a ring since.
+                d.still_opens(&self.ctx.state.scoped(self.namespace).ring, &self.ring)
+            }) {
                 Some(d) => {
                     self.ctx.state.metrics.unseal_results_reused.inc();
                     d
