@@ -153,6 +153,9 @@ pub(super) struct Desired {
     /// RSA private-key operations its unseal spent, not yet counted by outcome
     /// (`kseal_unseal_rsa_operations_total`); 0 once counted.
     pub(super) rsa_operations: u64,
+    /// When it was unsealed: a result kept for a retry expires this long after, however
+    /// often the retry fails ([`retained`](super::retained)).
+    pub(super) unsealed_at: Instant,
 }
 
 impl Desired {
@@ -269,6 +272,7 @@ pub(super) async fn unseal(
         opened_by,
         mac_key: None,
         rsa_operations: stats.rsa_operations,
+        unsealed_at: Instant::now(),
     };
     let secret = &mut desired.secret;
     normalize(secret);

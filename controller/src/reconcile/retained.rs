@@ -6,10 +6,20 @@
 //! timeout), the next attempt would unseal again: during a 60 s outage with 2,000 objects
 //! that was 4 to 6 times the RSA work needed. The result is kept here instead, keyed by the
 //! object's uid and the digest of its spec (`crate::formats::spec_digest`, which covers
-//! every input of the unseal: ciphertexts, template, scope), and taken back by the retry.
+//! the ciphertexts, the template, the name, the namespace and the scope) with the
+//! template-binding annotation, which decides the label of the unseal too ([`key_of`]), and
+//! taken back by the retry.
+//!
+//! Only a failure that may pass without a change keeps a result ([`keeps_result`]): the API
+//! server away, a 5xx, a timeout, a conflict or throttling. A refusal of the Secret itself
+//! (invalid data, a quota, a forbidden write) fails again at every retry, so its result is
+//! dropped: a tenant's writes that fail for good never hold the budget the others' outage
+//! needs, and such an object costs its unseal at each retry, spaced by the reconcile
+//! backoff, as before.
 //!
 //! Bounds: at most [`RETAINED_BYTES`] of Secret data (oldest results go first) and
-//! [`RETAINED_FOR`] per result; a result is reused only while every key that opened it still
+//! [`RETAINED_FOR`] from the unseal (a failed retry that keeps the result again does not
+//! renew it); a result is reused only while every key that opened it still
 //! opens in the object's namespace and the ring still holds the key its MAC names
 //! ([`Desired::still_opens`]): a key removed meanwhile (e.g. marked compromised), or a ring
 //! binding that no longer covers the namespace (a namespace relabelled out of a selector, an
@@ -56,19 +66,50 @@ impl Inner {
         Some(entry)
     }
 
-    /// Drops the oldest results while over `budget`, and those kept too long.
+    /// Drops the results kept too long, then the oldest while over `budget`.
     fn trim(&mut self, budget: usize, now: Instant) {
-        while let Some((_, uid)) = self.order.first_key_value() {
-            let uid = uid.clone();
-            let expired = self
-                .entries
-                .get(&uid)
-                .is_none_or(|e| now.saturating_duration_since(e.at) >= RETAINED_FOR);
-            if self.bytes <= budget && !expired {
-                break;
-            }
+        // Kept in insertion order, which a result unsealed earlier and put back after a newer
+        // one does not follow: expiry looks at every entry (a few hundred at most).
+        let expired: Vec<Box<str>> = (self.entries.iter())
+            .filter(|(_, e)| now.saturating_duration_since(e.at) >= RETAINED_FOR)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in expired {
             self.remove(&uid);
         }
+        while self.bytes > budget {
+            let Some((_, uid)) = self.order.first_key_value() else {
+                break;
+            };
+            let uid = uid.clone();
+            self.remove(&uid);
+        }
+    }
+}
+
+/// What a kept result is filed under besides the object's uid: the spec digest and the
+/// object's `kseal.dev/template-binding` annotation (outside the spec, and part of the
+/// unseal's label), so that removing or changing the annotation drops the result.
+pub(super) fn key_of(digest: &str, ss: &SealedSecret) -> String {
+    let binding = ss
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(kseal_api::constants::TEMPLATE_BINDING_ANNOTATION));
+    match binding {
+        None => digest.to_owned(),
+        Some(value) => format!("{digest}\0{value}"),
+    }
+}
+
+/// Whether a Secret write that failed with `error` may succeed at a retry of the same spec,
+/// so that its unsealed result is worth keeping: a transport error or no answer, a 5xx, a
+/// conflict (the attempts ran out) or throttling (429). Any other refusal (400, 403, 404,
+/// 413, 422: the Secret or the write itself refused) fails again.
+pub(super) fn keeps_result(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code >= 500 || matches!(status.code, 409 | 429),
+        _ => true,
     }
 }
 
@@ -97,7 +138,7 @@ impl Retained {
         let now = Instant::now();
         let mut inner = lock(&self.inner);
         inner.remove(uid);
-        if bytes > budget {
+        if bytes > budget || now.saturating_duration_since(desired.unsealed_at) >= RETAINED_FOR {
             return;
         }
         let seq = inner.next;
@@ -109,7 +150,7 @@ impl Retained {
             Entry {
                 seq,
                 digest: digest.into(),
-                at: now,
+                at: desired.unsealed_at,
                 bytes,
                 desired,
             },
@@ -165,6 +206,7 @@ mod tests {
             opened_by,
             mac_key,
             rsa_operations: 1,
+            unsealed_at: Instant::now(),
         }
     }
 
@@ -267,6 +309,70 @@ mod tests {
         }
         // Larger than the whole budget: never kept.
         kept.put_within("big", "d", desired(&[7; 4000], vec![], None), budget);
+        assert_eq!(kept.usage(), (0, 0));
+    }
+
+    #[test]
+    fn a_result_expires_from_its_unseal_however_often_it_is_kept_again() {
+        let kept = Retained::default();
+        let mut old = desired(b"v", vec![], None);
+        old.unsealed_at = Instant::now() - RETAINED_FOR + Duration::from_secs(1);
+        // A retry that failed again keeps it once more: its age is still its unseal's.
+        kept.put("u", "d", old);
+        let back = kept.take("u", "d", any).expect("not expired yet");
+        std::thread::sleep(Duration::from_millis(1100));
+        kept.put("u", "d", back);
+        assert!(kept.take("u", "d", any).is_none(), "expired");
+        assert_eq!(kept.usage(), (0, 0));
+        // One already past its time is not kept at all.
+        let mut stale = desired(b"v", vec![], None);
+        stale.unsealed_at = Instant::now() - RETAINED_FOR;
+        kept.put("u", "d", stale);
+        assert_eq!(kept.usage(), (0, 0));
+        // An expired result goes even when it is not the oldest put.
+        let mut early = desired(b"v", vec![], None);
+        early.unsealed_at = Instant::now() - RETAINED_FOR + Duration::from_millis(500);
+        kept.put("fresh", "d", desired(b"v", vec![], None));
+        kept.put("early", "d", early);
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(kept.take("fresh", "d", any).is_some());
+        assert!(kept.take("early", "d", any).is_none());
+    }
+
+    #[test]
+    fn only_a_failure_that_may_pass_keeps_a_result() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("x", "y")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        for code in [500, 503, 504, 409, 429] {
+            assert!(keeps_result(&api(code)), "{code}");
+        }
+        for code in [400, 403, 404, 413, 422] {
+            assert!(!keeps_result(&api(code)), "{code}");
+        }
+        let transport = kube::Error::Service("connection refused".into());
+        assert!(keeps_result(&transport));
+    }
+
+    #[test]
+    fn the_template_binding_annotation_is_part_of_a_kept_results_key() {
+        let mut ss = SealedSecret::new("n", kseal_api::SealedSecretSpec::default());
+        let plain = key_of("v2:sha256:aa", &ss);
+        assert_eq!(plain, "v2:sha256:aa");
+        ss.metadata.annotations = Some(BTreeMap::from([(
+            kseal_api::constants::TEMPLATE_BINDING_ANNOTATION.to_owned(),
+            "v1".to_owned(),
+        )]));
+        let bound = key_of("v2:sha256:aa", &ss);
+        assert_ne!(bound, plain);
+        let kept = Retained::default();
+        kept.put("u", &bound, desired(b"v", vec![], None));
+        // The annotation removed (or changed) while the write failed: dropped.
+        assert!(kept.take("u", &plain, any).is_none());
         assert_eq!(kept.usage(), (0, 0));
     }
 

@@ -106,13 +106,14 @@ pub(super) async fn sync(
 }
 
 /// Whether a sync that failed with `error` after unsealing keeps its result for the retry:
-/// the request failed or was refused (the API server away, a 5xx, a timeout, a conflict
-/// until the attempts ran out), not a decision that only a change can undo.
+/// the request failed in a way that may pass (the API server away, a 5xx, a timeout, a
+/// conflict until the attempts ran out, throttling), not a refusal that only a change can
+/// undo ([`retained::keeps_result`]).
 fn retry_reuses(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::ApplySecret(_) | Error::GetSecret(_) | Error::Kube(_)
-    )
+    match error {
+        Error::ApplySecret(e) | Error::GetSecret(e) | Error::Kube(e) => retained::keeps_result(e),
+        _ => false,
+    }
 }
 
 /// A write's answer: what it did and the resourceVersion it wrote.
@@ -233,7 +234,8 @@ impl<'a> SecretSync<'a> {
             Ok(Outcome::Unchanged) => count_rsa(ctx, "unchanged", spent),
             Err(e) if retry_reuses(e) => {
                 count_rsa(ctx, "retained", spent);
-                ctx.retained.put(self.uid, &self.digest, d);
+                ctx.retained
+                    .put(self.uid, &retained::key_of(&self.digest, self.ss), d);
             }
             Err(_) => count_rsa(ctx, "discarded", spent),
         }
@@ -245,10 +247,14 @@ impl<'a> SecretSync<'a> {
     async fn unsealed<'d>(&self, desired: &'d mut Option<Desired>) -> Result<&'d Desired> {
         let d = match desired.take() {
             Some(d) => d,
-            None => match self.ctx.retained.take(self.uid, &self.digest, |d| {
-                // The binding of now: the namespace may have left a ring since.
-                d.still_opens(&self.ctx.state.scoped(self.namespace).ring, &self.ring)
-            }) {
+            None => match self.ctx.retained.take(
+                self.uid,
+                &retained::key_of(&self.digest, self.ss),
+                |d| {
+                    // The binding of now: the namespace may have left a ring since.
+                    d.still_opens(&self.ctx.state.scoped(self.namespace).ring, &self.ring)
+                },
+            ) {
                 Some(d) => {
                     self.ctx.state.metrics.unseal_results_reused.inc();
                     d

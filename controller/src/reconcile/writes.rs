@@ -19,6 +19,11 @@
 //! (so the connection serves the next request) without being kept. A Secret's answer holds
 //! its data in base64: skipped by serde, it is never copied out of the answer's bytes, which
 //! are dropped with it.
+//!
+//! A Secret write's request body holds the Secret's data, and its answer echoes it: both are
+//! zeroized once sent and read ([`zeroized_body`], and the answer's bytes in [`send`]), like
+//! the unsealed result they came from. What hyper and the TLS layer keep in their own
+//! buffers meanwhile is theirs to overwrite.
 
 use std::fmt::Debug;
 
@@ -71,7 +76,11 @@ async fn send(
     let request = named(built, verb)?;
     let bytes = within_deadline(async {
         let body = answered(client, request).await?;
-        Ok(body.collect().await?.to_bytes())
+        // The answer to a Secret write echoes its data: wiped when dropped. `Vec::from`
+        // takes the buffer over without a copy when nothing else shares it.
+        Ok(zeroize::Zeroizing::new(Vec::from(
+            body.collect().await?.to_bytes(),
+        )))
     })
     .await?;
     let written: Written = serde_json::from_slice(&bytes).map_err(kube::Error::SerdeError)?;
@@ -82,13 +91,19 @@ async fn send(
 /// status becomes the `kube::Error::Api` kube's own `request_text` returns: the answer's
 /// `Status` when it is one, else a failure with the answer's text and the status code.
 async fn answered(client: &Client, request: http::Request<Vec<u8>>) -> kube::Result<Body> {
-    let answer = client.send(request.map(Body::from)).await?;
+    let answer = client.send(request.map(zeroized_body)).await?;
     let status = answer.status();
     if status.is_client_error() || status.is_server_error() {
         let bytes = answer.into_body().collect().await?.to_bytes();
         return Err(api_error(status.as_u16(), &bytes));
     }
     Ok(answer.into_body())
+}
+
+/// `body` as a request body that is zeroized when the last reference to it goes: after it
+/// was sent, and after kube's retry layer dropped its copy (a clone shares the buffer).
+fn zeroized_body(body: Vec<u8>) -> Body {
+    Body::from(bytes::Bytes::from_owner(zeroize::Zeroizing::new(body)))
 }
 
 /// The error kube's `request_text` makes of an error answer (`handle_api_errors`).
@@ -255,6 +270,18 @@ pub(crate) fn event(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_zeroized_body_sends_the_same_bytes_and_survives_a_retry_clone() {
+        let body = zeroized_body(br#"{"data":{"k":"c2VjcmV0"}}"#.to_vec());
+        // kube's retry layer keeps a clone of the request to send it again.
+        let again = body.try_clone().expect("a full body clones");
+        let sent = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&sent[..], br#"{"data":{"k":"c2VjcmV0"}}"#);
+        drop(sent);
+        let resent = again.collect().await.unwrap().to_bytes();
+        assert_eq!(&resent[..], br#"{"data":{"k":"c2VjcmV0"}}"#);
+    }
 
     #[test]
     fn an_answer_is_read_for_its_resource_version_only() {
