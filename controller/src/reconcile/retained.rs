@@ -17,7 +17,7 @@
 //! needs, and such an object costs its unseal at each retry, spaced by the reconcile
 //! backoff, as before.
 //!
-//! Bounds: at most [`RETAINED_BYTES`] of Secret data (oldest results go first) and
+//! Bounds: at most [`RETAINED_BYTES`] of Secret data (the earliest unsealed go first) and
 //! [`RETAINED_FOR`] from the unseal (a failed retry that keeps the result again does not
 //! renew it); a result is reused only while every key that opened it still
 //! opens in the object's namespace and the ring still holds the key its MAC names
@@ -44,16 +44,17 @@ pub(super) struct Retained {
 #[derive(Default)]
 struct Inner {
     entries: HashMap<Box<str>, Entry>,
-    /// uids by insertion order, oldest first.
-    order: BTreeMap<u64, Box<str>>,
+    /// uids by unseal time (then by insertion), oldest first: a result put back after a
+    /// failed retry keeps its place.
+    order: BTreeMap<(Instant, u64), Box<str>>,
     next: u64,
     bytes: usize,
 }
 
 struct Entry {
-    seq: u64,
+    /// Its key in `order`.
+    seq: (Instant, u64),
     digest: Box<str>,
-    at: Instant,
     bytes: usize,
     desired: Desired,
 }
@@ -68,19 +69,11 @@ impl Inner {
 
     /// Drops the results kept too long, then the oldest while over `budget`.
     fn trim(&mut self, budget: usize, now: Instant) {
-        // Kept in insertion order, which a result unsealed earlier and put back after a newer
-        // one does not follow: expiry looks at every entry (a few hundred at most).
-        let expired: Vec<Box<str>> = (self.entries.iter())
-            .filter(|(_, e)| now.saturating_duration_since(e.at) >= RETAINED_FOR)
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in expired {
-            self.remove(&uid);
-        }
-        while self.bytes > budget {
-            let Some((_, uid)) = self.order.first_key_value() else {
+        while let Some(((unsealed_at, _), uid)) = self.order.first_key_value() {
+            let expired = now.saturating_duration_since(*unsealed_at) >= RETAINED_FOR;
+            if self.bytes <= budget && !expired {
                 break;
-            };
+            }
             let uid = uid.clone();
             self.remove(&uid);
         }
@@ -141,7 +134,7 @@ impl Retained {
         if bytes > budget || now.saturating_duration_since(desired.unsealed_at) >= RETAINED_FOR {
             return;
         }
-        let seq = inner.next;
+        let seq = (desired.unsealed_at, inner.next);
         inner.next += 1;
         inner.order.insert(seq, uid.into());
         inner.bytes += bytes;
@@ -150,7 +143,6 @@ impl Retained {
             Entry {
                 seq,
                 digest: digest.into(),
-                at: desired.unsealed_at,
                 bytes,
                 desired,
             },
