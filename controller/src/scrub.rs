@@ -24,6 +24,17 @@
 //! Everything else is kept: object names, reasons, codes, field paths. When a value's end
 //! cannot be told, everything from it to the end of the line goes.
 //!
+//! # Admission denials
+//!
+//! An admission webhook's or a `ValidatingAdmissionPolicy`'s denial carries the policy's own
+//! message (`admission webhook "NAME" denied the request: MESSAGE`, `ValidatingAdmissionPolicy
+//! 'P' with binding 'B' denied request: MESSAGE`), free text that policies often build from
+//! the object (Kyverno's and Gatekeeper's messages interpolate `request.object.data…`): a
+//! denied Secret write could quote the plaintext, whatever the status code (403, or a 5xx a
+//! webhook chose). So everything after the denial's marker, to the end of the text, is
+//! replaced by [`DENIAL_WITHHELD`]; the webhook's or policy's name and the status code stay
+//! (attack review of issue 40, round 2).
+//!
 //! # Validation errors on data
 //!
 //! Removing the quoted bytes is not enough for the Secret's data: *which* error the API server
@@ -99,10 +110,51 @@ const FIELD_ERROR_TYPES: &[&str] = &[
     "Internal error",
 ];
 
-/// `text` with every field error under `data` replaced by [`DATA_WITHHELD`] and every other
-/// value quoted from object data replaced by `…` (see the module docs).
+/// Written instead of an admission denial's message (see the module docs).
+pub(crate) const DENIAL_WITHHELD: &str =
+    "(the policy's message is withheld: it may quote the object's data)";
+
+/// Where an admission denial's message starts, after these.
+const DENIALS: &[&str] = &["denied the request: ", " denied request: "];
+
+/// `text` with an admission denial's message replaced by [`DENIAL_WITHHELD`], every field
+/// error under `data` by [`DATA_WITHHELD`] and every other value quoted from object data by
+/// `…` (see the module docs).
 pub(crate) fn scrub(text: &str) -> String {
-    scrub_values(&withhold_data_errors(text))
+    scrub_values(&withhold_data_errors(&withhold_denials(text)))
+}
+
+/// `text` with everything after the first admission denial's marker replaced by
+/// [`DENIAL_WITHHELD`], keeping the status code (` (403 Forbidden)`, ` (500 )`) that
+/// [`crate::error_chain`] appends at the end.
+fn withhold_denials(text: &str) -> String {
+    let Some(at) = (DENIALS.iter())
+        .filter_map(|m| text.find(m).map(|i| i + m.len()))
+        .min()
+    else {
+        return text.to_owned();
+    };
+    let mut out = String::with_capacity(at + DENIAL_WITHHELD.len() + 32);
+    out.push_str(&text[..at]);
+    out.push_str(DENIAL_WITHHELD);
+    out.push_str(status_code_suffix(text));
+    out
+}
+
+/// The ` (NNN reason)` or ` (NNN )` at the very end of `text`, or `""`.
+fn status_code_suffix(text: &str) -> &str {
+    let Some(open) = text.rfind(" (") else {
+        return "";
+    };
+    let suffix = &text[open..];
+    let Some(inner) = suffix[2..].strip_suffix(')') else {
+        return "";
+    };
+    let (code, reason) = inner.split_once(' ').unwrap_or((inner, ""));
+    let plain = code.len() == 3
+        && code.bytes().all(|b| b.is_ascii_digit())
+        && reason.bytes().all(|b| b.is_ascii_alphanumeric());
+    if plain { suffix } else { "" }
 }
 
 /// Whether a field error (`path: Type…`) starts at `at` of `line`; `Some(true)` when its path
@@ -399,7 +451,7 @@ fn body_echo_len(s: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{DATA_WITHHELD, scrub, scrub_values};
+    use super::{DATA_WITHHELD, DENIAL_WITHHELD, scrub, scrub_values};
 
     /// Real messages, with the plaintext that produced them: (message, scrubbed, secret
     /// fragments that must not survive). From the reference kube-apiserver 1.20.2
@@ -661,6 +713,39 @@ mod tests {
                 assert!(!got.contains(secret), "{secret:?} survived in {got:?}");
             }
         }
+    }
+
+    #[test]
+    fn an_admission_denials_message_is_withheld_whatever_its_code() {
+        let webhook = "failed to write secret: admission webhook \"echo.kseal.test\" denied the request: policy: weak secret value (pw=hunter2) b64 {\"pw\": \"aHVudGVyMg==\"} (500 )";
+        let out = scrub(webhook);
+        assert_eq!(
+            out,
+            format!(
+                "failed to write secret: admission webhook \"echo.kseal.test\" denied the request: {DENIAL_WITHHELD} (500 )"
+            )
+        );
+        // Kyverno's form runs over several lines; the status code ends the last one.
+        let kyverno = "failed to write secret: admission webhook \"validate.kyverno.svc-fail\" denied the request: \n\nresource Secret/app/db was blocked due to the following policies\n\nno-weak:\n  check: 'password hunter2 is too weak' (403 Forbidden)";
+        let out = scrub(kyverno);
+        assert!(!out.contains("hunter2"), "{out}");
+        assert!(out.contains("validate.kyverno.svc-fail"), "{out}");
+        assert!(
+            out.ends_with(&format!("{DENIAL_WITHHELD} (403 Forbidden)")),
+            "{out}"
+        );
+        let policy = "failed to write secret: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: value hunter2 (422 Invalid)";
+        let out = scrub(policy);
+        assert!(!out.contains("hunter2"), "{out}");
+        assert!(out.contains("'p' with binding 'b'"), "{out}");
+        // A message that ends without a status keeps nothing after the marker.
+        assert_eq!(
+            scrub("denied the request: hunter2 (maybe"),
+            format!("denied the request: {DENIAL_WITHHELD}")
+        );
+        // Scrubbing again changes nothing more.
+        let once = scrub(webhook);
+        assert_eq!(scrub(&once), once);
     }
 
     #[test]

@@ -98,10 +98,14 @@ pub(super) fn key_of(digest: &str, ss: &SealedSecret) -> String {
 /// Whether a Secret write that failed with `error` may succeed at a retry of the same spec,
 /// so that its unsealed result is worth keeping: a transport error or no answer, a 5xx, a
 /// conflict (the attempts ran out) or throttling (429). Any other refusal (400, 403, 404,
-/// 413, 422: the Secret or the write itself refused) fails again.
+/// 413, 422, and etcd's 500 for an object too large: the Secret or the write itself
+/// refused) fails again.
 pub(super) fn keeps_result(error: &kube::Error) -> bool {
     match error {
-        kube::Error::Api(status) => status.code >= 500 || matches!(status.code, 409 | 429),
+        kube::Error::Api(status) => {
+            (status.code >= 500 && !crate::cluster::apihealth::too_large(&status.message))
+                || matches!(status.code, 409 | 429)
+        }
         _ => true,
     }
 }
@@ -346,6 +350,12 @@ mod tests {
         for code in [400, 403, 404, 413, 422] {
             assert!(!keeps_result(&api(code)), "{code}");
         }
+        let too_large = kube::Error::Api(
+            kube::core::Status::failure("etcdserver: request is too large", "")
+                .with_code(500)
+                .boxed(),
+        );
+        assert!(!keeps_result(&too_large));
         let transport = kube::Error::Service("connection refused".into());
         assert!(keeps_result(&transport));
     }
