@@ -14,8 +14,16 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 /// Whether the API server refused the request for lack of permission (`403 Forbidden`).
+/// Two other 403s are not about permissions and turn nothing off: a namespace being deleted
+/// (`unable to create new content in namespace … because it is being terminated`) and an
+/// admission webhook's or policy's denial (attack review of issue 40, round 2: one Event in a
+/// namespace being deleted listed Events as off on `/readyz` for the life of the process).
 pub(crate) fn forbidden(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 403)
+    matches!(error, kube::Error::Api(status)
+        if status.code == 403
+            && !status.message.contains("because it is being terminated")
+            && !status.message.contains("denied the request")
+            && !status.message.contains("denied request"))
 }
 
 /// The features turned off, each with its `/readyz` line.
@@ -212,6 +220,21 @@ mod tests {
                     .boxed(),
             ),
         );
+        assert!(!d.contains("events"));
+        // 403s that are not about permissions.
+        for message in [
+            "events.events.k8s.io \"x.1\" is forbidden: unable to create new content in namespace gone because it is being terminated",
+            "admission webhook \"e.example.com\" denied the request: no",
+            "events.events.k8s.io \"x.1\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no",
+        ] {
+            let error = kube::Error::Api(
+                kube::core::Status::failure(message, "Forbidden")
+                    .with_code(403)
+                    .boxed(),
+            );
+            assert!(!forbidden(&error), "{message}");
+            event_failed(&d, &error);
+        }
         assert!(!d.contains("events"));
         event_failed(&d, &refused());
         event_failed(&d, &refused());
