@@ -114,9 +114,6 @@ const FIELD_ERROR_TYPES: &[&str] = &[
 pub(crate) const DENIAL_WITHHELD: &str =
     "(the policy's message is withheld: it may quote the object's data)";
 
-/// Where an admission denial's message starts, after these.
-const DENIALS: &[&str] = &["denied the request: ", " denied request: "];
-
 /// `text` with an admission denial's message replaced by [`DENIAL_WITHHELD`], every field
 /// error under `data` by [`DATA_WITHHELD`] and every other value quoted from object data by
 /// `…` (see the module docs).
@@ -128,8 +125,12 @@ pub(crate) fn scrub(text: &str) -> String {
 /// [`DENIAL_WITHHELD`], keeping the status code (` (403 Forbidden)`, ` (500 )`) that
 /// [`crate::error_chain`] appends at the end.
 fn withhold_denials(text: &str) -> String {
-    let Some(at) = (DENIALS.iter())
-        .filter_map(|m| text.find(m).map(|i| i + m.len()))
+    // Where a denial's message starts: after a marker (the ones that sort a 403 as a denial,
+    // `crate::cluster::fault::DENIAL_MARKERS`) and its `: `.
+    let Some(at) = (crate::cluster::fault::DENIAL_MARKERS.iter())
+        .flat_map(|m| text.match_indices(m).map(|(i, _)| i + m.len()))
+        .filter(|&end| text[end..].starts_with(": "))
+        .map(|end| end + 2)
         .min()
     else {
         return text.to_owned();
@@ -738,6 +739,15 @@ mod tests {
         let out = scrub(policy);
         assert!(!out.contains("hunter2"), "{out}");
         assert!(out.contains("'p' with binding 'b'"), "{out}");
+        // A marker without its `: ` (here in the webhook's name) is not where the message
+        // starts; the next one is.
+        let named = "admission webhook \"denied the request.example.com\" denied the request: pw hunter2 (403 Forbidden)";
+        assert_eq!(
+            scrub(named),
+            format!(
+                "admission webhook \"denied the request.example.com\" denied the request: {DENIAL_WITHHELD} (403 Forbidden)"
+            )
+        );
         // A message that ends without a status keeps nothing after the marker.
         assert_eq!(
             scrub("denied the request: hunter2 (maybe"),

@@ -20,8 +20,8 @@
 //! The features the API server's RBAC refuses (`crate::cluster::denied`) are kept here too:
 //! the metrics port's `/readyz` lists them with the outage ([`ApiHealth::readyz_line`]).
 //!
-//! This module depends on nothing else in the crate but `denied` (the probe reports through
-//! callbacks).
+//! This module depends on nothing else in the crate but `denied` and `fault` (the probe
+//! reports through callbacks).
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
@@ -142,39 +142,10 @@ impl Bursts {
     }
 }
 
-/// Whether a request's error means the API server was not reached: a transport error, or a
-/// 5xx (not a 4xx such as a 409 conflict or a 429, which an answering server sends), except
-/// a 5xx that an admission webhook caused ([`admission_failure`]) or etcd's refusal of an
-/// object too large ([`too_large`]): the API server answered, and the fault is the
-/// webhook's (for the resources and namespaces it covers) or the object's.
+/// Whether a request's error means the API server was not reached
+/// ([`crate::cluster::fault::Fault::unreachable`]).
 pub(crate) fn unreachable(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => {
-            status.code >= 500 && !admission_failure(&status.message) && !too_large(&status.message)
-        }
-        _ => true,
-    }
-}
-
-/// Whether an error answer's message is etcd's refusal of an object too large to store
-/// (`etcdserver: request is too large`, a 500): the API server answered, and the same
-/// object is refused at every retry. A Secret can be larger than the SealedSecret it comes
-/// from (a template can repeat a value), so a tenant could otherwise make writes fail with
-/// a 5xx of their own (attack review of issue 40, round 2).
-pub(crate) fn too_large(message: &str) -> bool {
-    message.contains("request is too large")
-}
-
-/// Whether an error answer's message is the API server's account of an admission webhook
-/// that failed (`failed calling webhook "…"`) or denied the request with a 5xx of its own
-/// choosing (`admission webhook "…" denied the request`). Counted as an outage, a webhook
-/// failing for one namespace made every Secret write there read as the API server gone: the
-/// metric flapped, and each answer elsewhere retried those objects at once, in a loop
-/// (attack review of issue 40, round 2). Their writes keep their ordinary backoff.
-fn admission_failure(message: &str) -> bool {
-    message.contains("failed calling webhook")
-        || message.contains("admission webhook")
-        || message.contains("ValidatingAdmissionPolicy")
+    crate::cluster::fault::Fault::of(error).unreachable()
 }
 
 /// What the controller knows about the API server's reachability.

@@ -8,22 +8,18 @@
 //! is logged once at WARN with the refused permission and the fix, and listed on the metrics
 //! port's `/readyz` for as long as the process runs ([`Degraded::lines`]); never silent.
 //!
-//! This module depends on nothing else in the crate.
+//! This module depends on nothing else in the crate but `fault`.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
-/// Whether the API server refused the request for lack of permission (`403 Forbidden`).
-/// Two other 403s are not about permissions and turn nothing off: a namespace being deleted
-/// (`unable to create new content in namespace … because it is being terminated`) and an
-/// admission webhook's or policy's denial (attack review of issue 40, round 2: one Event in a
-/// namespace being deleted listed Events as off on `/readyz` for the life of the process).
+/// Whether the API server refused the request for lack of permission (a `403 Forbidden` that
+/// is neither a namespace being deleted nor an admission denial:
+/// [`crate::cluster::fault::Fault::not_permitted`]). Only such a refusal turns a feature off
+/// (attack review of issue 40, round 2: one Event in a namespace being deleted listed Events
+/// as off on `/readyz` for the life of the process).
 pub(crate) fn forbidden(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status)
-        if status.code == 403
-            && !status.message.contains("because it is being terminated")
-            && !status.message.contains("denied the request")
-            && !status.message.contains("denied request"))
+    crate::cluster::fault::Fault::of(error).not_permitted()
 }
 
 /// The features turned off, each with its `/readyz` line.

@@ -96,18 +96,12 @@ pub(super) fn key_of(digest: &str, ss: &SealedSecret) -> String {
 }
 
 /// Whether a Secret write that failed with `error` may succeed at a retry of the same spec,
-/// so that its unsealed result is worth keeping: a transport error or no answer, a 5xx, a
-/// conflict (the attempts ran out) or throttling (429). Any other refusal (400, 403, 404,
-/// 413, 422, and etcd's 500 for an object too large: the Secret or the write itself
-/// refused) fails again.
+/// so that its unsealed result is worth keeping
+/// ([`crate::cluster::fault::Fault::may_pass_again`]: no answer, a 5xx, a conflict or
+/// throttling; not a refusal of the Secret or of the write, nor etcd's 500 for an object too
+/// large).
 pub(super) fn keeps_result(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => {
-            (status.code >= 500 && !crate::cluster::apihealth::too_large(&status.message))
-                || matches!(status.code, 409 | 429)
-        }
-        _ => true,
-    }
+    crate::cluster::fault::Fault::of(error).may_pass_again()
 }
 
 /// What keeping `desired` costs against [`RETAINED_BYTES`].

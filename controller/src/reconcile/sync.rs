@@ -10,15 +10,13 @@ pub(super) fn is_immutable_error(e: &kube::Error) -> bool {
         && s.message.ends_with("field is immutable when `immutable` is set"))
 }
 
-/// Whether retrying may succeed without any change: server errors, throttling, conflicts
-/// and transport failures.
+/// Whether retrying may succeed without any change: server errors (not etcd's refusal of an
+/// object too large), throttling, conflicts and transport failures
+/// ([`crate::cluster::fault::Fault::may_pass_again`]).
 pub(super) fn is_transient(error: &Error) -> bool {
     match error {
         Error::GetSecret(e) | Error::ApplySecret(e) | Error::Status(e) | Error::Kube(e) => {
-            match api_code(e) {
-                Some(code) => code >= 500 || code == 429 || code == 409,
-                None => true,
-            }
+            crate::cluster::fault::Fault::of(e).may_pass_again()
         }
         _ => false,
     }
