@@ -34,6 +34,17 @@ pub enum Error {
         #[source]
         source: Option<Box<kseal_api::Error>>,
     },
+    /// No loaded key opened the object, and the key its `kseal.dev/sealing-key` annotation
+    /// names is a key of the fleet ring's verified index that is not loaded in this cluster.
+    #[error(
+        "failed to unseal: key {key}, which its kseal.dev/sealing-key annotation names, is in ring {ring}'s verified index but not loaded in this cluster (its mirror Secret in the controller namespace is missing or could not be written; the metrics port's /readyz says why)"
+    )]
+    KeyNotLoaded {
+        /// The key, as the annotation names it.
+        key: String,
+        /// The ring whose index lists it.
+        ring: String,
+    },
     /// Writing the SealedSecret's status failed.
     #[error("failed to update status")]
     Status(#[source] kube::Error),
@@ -106,6 +117,7 @@ impl Error {
             Error::ApplySecret(_) => "update",
             Error::Unmanaged { .. } => "unmanaged",
             Error::Unseal(_)
+            | Error::KeyNotLoaded { .. }
             | Error::RingBinding { .. }
             | Error::NoKeys
             | Error::DeprecatedDataRejected => "unseal",

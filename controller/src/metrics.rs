@@ -279,6 +279,12 @@ pub struct Metrics {
     /// `kseal_unseal_results_reused_total`: retries of a failed Secret write that reused the
     /// unsealed result kept from the attempt before, instead of unsealing again.
     pub unseal_results_reused: Counter,
+    /// `kseal_unseal_results_dropped_total{outcome}`: results kept for the retry of a failed
+    /// Secret write (`kseal_unseal_rsa_operations_total{outcome="retained"}`) that were
+    /// dropped before a retry could use them, so that the retry unseals again: `expired`
+    /// (kept 10 minutes), `evicted` (the 8 MiB budget went to later results), `changed` (the
+    /// spec, the template binding or the keys that opened it changed meanwhile).
+    pub unseal_results_dropped: Family<OutcomeLabels, Counter>,
     /// `kseal_unseal_cpu_seconds_total`: CPU time of the threads opening SealedSecrets
     /// (RSA, AES-GCM, templates) for the reconciler, measured per thread: the controller's
     /// CPU less this is what everything else costs (API round trips, JSON, watches).
@@ -504,6 +510,7 @@ impl Metrics {
             rsa_operations: Counter::default(),
             unseal_rsa_operations: Family::default(),
             unseal_results_reused: Counter::default(),
+            unseal_results_dropped: Family::default(),
             unseal_cpu: Counter::default(),
             reconcile_duration: latency_histogram(),
             reconciles: Family::default(),
@@ -620,6 +627,11 @@ impl Metrics {
             "unseal_results_reused",
             "Retries of a failed Secret write that reused the result unsealed before",
             self.unseal_results_reused.clone(),
+        );
+        r.register(
+            "unseal_results_dropped",
+            "Results kept for the retry of a failed Secret write that were dropped unused, by why",
+            self.unseal_results_dropped.clone(),
         );
         r.register_with_unit(
             "unseal_cpu",

@@ -8,7 +8,7 @@
 //! is logged once at WARN with the refused permission and the fix, and listed on the metrics
 //! port's `/readyz` for as long as the process runs ([`Degraded::lines`]); never silent.
 //!
-//! This module depends on nothing else in the crate but `fault`.
+//! This module depends on nothing else in the crate but `fault` and `scrub`.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -171,15 +171,16 @@ pub(crate) async fn get_whole(
     api.get(name).await
 }
 
-/// A Kubernetes error on one line (these requests carry no secret material in their errors:
-/// the API server names the user, the verb and the resource).
+/// A Kubernetes error on one line, scrubbed like every error the controller writes
+/// (`crate::scrub`): an RBAC refusal names only the user, the verb and the resource, but an
+/// Event or a status refused by an admission policy may quote what was sent.
 pub(crate) fn describe(error: &kube::Error) -> String {
-    match error {
+    crate::scrub::scrub(&match error {
         kube::Error::Api(status) => {
             format!("{} ({} {})", status.message, status.code, status.reason)
         }
         other => other.to_string(),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -239,6 +240,25 @@ mod tests {
         assert!(
             lines.contains("events.events.k8s.io is forbidden (403 Forbidden)"),
             "{lines}"
+        );
+    }
+
+    #[test]
+    fn a_described_denial_quotes_nothing_it_was_sent() {
+        let error = kube::Error::Api(
+            kube::core::Status::failure(
+                "admission webhook \"e.example.com\" denied the request: message hunter2",
+                "Forbidden",
+            )
+            .with_code(403)
+            .boxed(),
+        );
+        let line = describe(&error);
+        assert!(!line.contains("hunter2"), "{line}");
+        assert!(line.ends_with("(403 Forbidden)"), "{line}");
+        assert_eq!(
+            describe(&refused()),
+            "events.events.k8s.io is forbidden (403 Forbidden)"
         );
     }
 }

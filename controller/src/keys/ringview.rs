@@ -161,6 +161,9 @@ pub struct RingView {
     pub active: Option<Kid>,
     /// Every key of the index.
     pub kids: BTreeSet<Kid>,
+    /// The Bitnami fingerprints (`SHA256:…`, as `kseal.dev/sealing-key` names a key) of the
+    /// index's keys: tells a key of the ring that is not loaded here from a key of no ring.
+    pub fingerprints: BTreeSet<String>,
     /// The keys the (signed) index lists as retired from the ring.
     pub retired: BTreeSet<Kid>,
     /// Every key this controller ever saw in the index (a superset of `kids`): only a mirror
@@ -198,6 +201,7 @@ impl RingView {
             updated: index.updated,
             active: index.active.clone(),
             retired: index.retired.iter().map(|r| r.kid.clone()).collect(),
+            fingerprints: index.keys.iter().map(|e| e.fingerprint.clone()).collect(),
             kids,
             ever,
             last_active,

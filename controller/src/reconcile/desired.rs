@@ -173,10 +173,26 @@ impl Desired {
 
     /// Overwrites the data with zeros.
     pub(super) fn wipe(&mut self) {
-        use zeroize::Zeroize as _;
-        for value in self.secret.data.iter_mut().flat_map(|d| d.values_mut()) {
-            value.0.zeroize();
-        }
+        wipe_data(&mut self.secret);
+    }
+}
+
+/// Overwrites `secret`'s data values with zeros (`zeroize` clears each value's whole
+/// allocation, then empties it).
+pub(super) fn wipe_data(secret: &mut Secret) {
+    use zeroize::Zeroize as _;
+    for value in secret.data.iter_mut().flat_map(|d| d.values_mut()) {
+        value.0.zeroize();
+    }
+}
+
+/// A Secret that holds plaintext outside a [`Desired`]: the Secret read back before a
+/// replace, the copies a write is built from. Its data is zeroized when it is dropped.
+pub(super) struct Plain(pub(super) Secret);
+
+impl Drop for Plain {
+    fn drop(&mut self) {
+        wipe_data(&mut self.0);
     }
 }
 
@@ -257,7 +273,10 @@ pub(super) async fn unseal(
                     source: Some(Box::new(e)),
                 });
             }
-            return Err(Error::Unseal(e));
+            return Err(
+                super::loading::not_loaded(&e, ctx.state.ring_view.current())
+                    .unwrap_or(Error::Unseal(e)),
+            );
         }
     };
     ctx.affinity
@@ -380,9 +399,11 @@ pub(super) fn normalize(s: &mut Secret) {
     }
 }
 
-/// The existing Secret changed as `mode` prescribes.
-pub(super) fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Secret {
-    let mut s = existing.clone();
+/// The existing Secret changed as `mode` prescribes. The values it replaces are zeroized in
+/// the copy before they go.
+pub(super) fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Plain {
+    let mut out = Plain(existing.clone());
+    let s = &mut out.0;
     let d = &desired.metadata;
     match mode {
         Mode::Replace => {
@@ -398,6 +419,7 @@ pub(super) fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Secret
                     .insert(MANAGED_ANNOTATION.to_owned(), TRUE.to_owned());
             }
             s.metadata.owner_references = d.owner_references.clone();
+            wipe_data(s);
             s.data = desired.data.clone();
         }
         Mode::Patch { own } => {
@@ -414,9 +436,12 @@ pub(super) fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Secret
                 s.metadata.owner_references = d.owner_references.clone();
             }
             if let Some(data) = &desired.data {
-                s.data
-                    .get_or_insert_with(BTreeMap::new)
-                    .extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+                let into = s.data.get_or_insert_with(BTreeMap::new);
+                for (k, v) in data {
+                    if let Some(mut old) = into.insert(k.clone(), v.clone()) {
+                        zeroize::Zeroize::zeroize(&mut old.0);
+                    }
+                }
             }
         }
     }
@@ -424,6 +449,46 @@ pub(super) fn updated(existing: &Secret, desired: &Secret, mode: Mode) -> Secret
         s.type_ = desired.type_.clone();
     }
     s.string_data = None;
-    normalize(&mut s);
-    s
+    normalize(s);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn secret(data: &[(&str, &[u8])]) -> Secret {
+        Secret {
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    #[test]
+    fn a_wiped_secret_holds_no_value_and_keeps_its_keys() {
+        let mut s = secret(&[("a", b"hunter2"), ("b", b"x")]);
+        wipe_data(&mut s);
+        let data = s.data.unwrap();
+        assert_eq!(data.len(), 2);
+        assert!(data.values().all(|v| v.0.is_empty()));
+    }
+
+    #[test]
+    fn an_update_takes_the_desired_values_in_both_modes() {
+        let existing = secret(&[("a", b"old"), ("kept", b"theirs")]);
+        let desired = secret(&[("a", b"new")]);
+        let replaced = updated(&existing, &desired, Mode::Replace);
+        assert_eq!(replaced.0.data, desired.data);
+        let patched = updated(&existing, &desired, Mode::Patch { own: false });
+        let data = patched.0.data.as_ref().unwrap();
+        assert_eq!(data["a"].0, b"new");
+        assert_eq!(data["kept"].0, b"theirs");
+        // The Secret read back is untouched: only the copy's replaced values were wiped.
+        assert_eq!(existing.data.as_ref().unwrap()["a"].0, b"old");
+    }
 }

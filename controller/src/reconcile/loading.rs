@@ -97,6 +97,26 @@ pub(super) fn hinted_key_missing(ss: &SealedSecret, ring: &KeyRing) -> bool {
         .is_some_and(|id| ring.get(&id).is_none())
 }
 
+/// The error for a failed unseal `e` whose hint names a key that the verified ring index
+/// `view` lists but the loaded ring does not hold ([`Error::KeyNotLoaded`]): a missing
+/// mirror, which the operator fixes in the controller namespace, not a key of no ring.
+pub(super) fn not_loaded(
+    e: &kseal_api::Error,
+    view: Option<Arc<crate::keys::ringview::RingView>>,
+) -> Option<Error> {
+    let kseal_api::Error::Decrypt {
+        hint: Some(hint), ..
+    } = e
+    else {
+        return None;
+    };
+    let view = view?;
+    (!hint.held && view.fingerprints.contains(hint.key.as_str())).then(|| Error::KeyNotLoaded {
+        key: hint.key.to_string(),
+        ring: view.ring.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +129,7 @@ mod tests {
             updated: jiff::Timestamp::now(),
             active: None,
             kids: kids.iter().map(|p| Kid::of(p.public_key())).collect(),
+            fingerprints: kids.iter().map(|p| p.id().to_string()).collect(),
             retired: BTreeSet::new(),
             ever: BTreeSet::new(),
             last_active: None,
@@ -156,5 +177,49 @@ mod tests {
         )]));
         assert!(hinted_key_missing(&ss, &one));
         assert!(!hinted_key_missing(&ss, &both));
+    }
+
+    #[test]
+    fn a_hinted_key_of_the_index_not_loaded_here_is_named_as_such() {
+        // Test-only 2048-bit keys; never use keys like these for anything real.
+        let listed = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+        let stranger = KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap();
+        let failed = |key: &KeyPair, held: bool| kseal_api::Error::Decrypt {
+            items: vec!["a".into()],
+            tried: kseal_api::ScopeTarget::new(kseal_keys::Scope::Strict, "app", "s"),
+            hint: Some(Box::new(kseal_api::HintNote {
+                key: key.id().clone(),
+                held,
+            })),
+            source: kseal_keys::Error::Open,
+        };
+        let index = Some(Arc::new(view(&[&listed])));
+        let Some(Error::KeyNotLoaded { key, ring }) =
+            not_loaded(&failed(&listed, false), index.clone())
+        else {
+            panic!("a listed key that is not loaded is named as such");
+        };
+        assert_eq!(
+            (key.as_str(), ring.as_str()),
+            (listed.id().as_str(), "kseal/fleet")
+        );
+        let message = crate::error_chain(&Error::KeyNotLoaded { key, ring });
+        assert!(
+            message
+                .contains("is in ring kseal/fleet's verified index but not loaded in this cluster"),
+            "{message}"
+        );
+        // A key of no ring, a key the ring holds (sealed for another name), no view, no hint:
+        // the decryption error as it was.
+        assert!(not_loaded(&failed(&stranger, false), index.clone()).is_none());
+        assert!(not_loaded(&failed(&listed, true), index.clone()).is_none());
+        assert!(not_loaded(&failed(&listed, false), None).is_none());
+        let unhinted = kseal_api::Error::Decrypt {
+            items: vec!["a".into()],
+            tried: kseal_api::ScopeTarget::new(kseal_keys::Scope::Strict, "app", "s"),
+            hint: None,
+            source: kseal_keys::Error::Open,
+        };
+        assert!(not_loaded(&unhinted, index).is_none());
     }
 }

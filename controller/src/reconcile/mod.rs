@@ -252,6 +252,8 @@ impl Context {
         state.metrics.condition_info.bind(objects.clone());
         state.rsa.configure(slots);
         let rsa_slots = state.rsa.clone();
+        let retained =
+            self::retained::Retained::counting(state.metrics.unseal_results_dropped.clone());
         let admitted =
             usize::from(reconcile_concurrency(&config)).saturating_mul(ADMITTED_PER_RECONCILE);
         Self {
@@ -268,7 +270,7 @@ impl Context {
             rsa_slots,
             affinity: crate::reconcile::affinity::Affinity::default(),
             secrets: SecretCache::default(),
-            retained: self::retained::Retained::default(),
+            retained,
             loading: self::loading::Loading::default(),
             admission: Arc::new(Admission::new(admitted)),
         }
@@ -381,7 +383,7 @@ pub async fn reconcile(cached: Arc<CachedSealed>, ctx: Arc<Context>) -> Result<A
     if let Err(Error::Fenced(e)) = &result {
         return Ok(fenced(&ctx, "secret", *e));
     }
-    if let (Err(Error::Unseal(_)), Some(left)) = (&result, loading) {
+    if let (Err(Error::Unseal(_) | Error::KeyNotLoaded { .. }), Some(left)) = (&result, loading) {
         // No loaded key opened it while the ring was still loading: its key may be next.
         return Ok(waiting_for_key(&ctx, left));
     }

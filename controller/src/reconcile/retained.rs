@@ -28,6 +28,10 @@
 
 use super::*;
 
+use prometheus_client::metrics::{counter::Counter, family::Family};
+
+use crate::metrics::OutcomeLabels;
+
 /// Most Secret data (values and item names, plus a fixed overhead per result) kept at once.
 pub(super) const RETAINED_BYTES: usize = 8 << 20;
 /// How long a result is kept for a retry; an older one is dropped and the retry unseals again.
@@ -39,6 +43,26 @@ const OVERHEAD: usize = 512;
 #[derive(Default)]
 pub(super) struct Retained {
     inner: Mutex<Inner>,
+    /// `kseal_unseal_results_dropped_total{outcome}`: results dropped before a retry used them.
+    dropped: Family<OutcomeLabels, Counter>,
+}
+
+/// Why a kept result went unused (`kseal_unseal_results_dropped_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dropped {
+    Expired,
+    Evicted,
+    Changed,
+}
+
+impl Dropped {
+    fn label(self) -> &'static str {
+        match self {
+            Dropped::Expired => "expired",
+            Dropped::Evicted => "evicted",
+            Dropped::Changed => "changed",
+        }
+    }
 }
 
 #[derive(Default)]
@@ -67,8 +91,9 @@ impl Inner {
         Some(entry)
     }
 
-    /// Drops the results kept too long, then the oldest while over `budget`.
-    fn trim(&mut self, budget: usize, now: Instant) {
+    /// Drops the results kept too long, then the oldest while over `budget`, telling
+    /// `dropped` of each.
+    fn trim(&mut self, budget: usize, now: Instant, mut dropped: impl FnMut(Dropped)) {
         while let Some(((unsealed_at, _), uid)) = self.order.first_key_value() {
             let expired = now.saturating_duration_since(*unsealed_at) >= RETAINED_FOR;
             if self.bytes <= budget && !expired {
@@ -76,6 +101,11 @@ impl Inner {
             }
             let uid = uid.clone();
             self.remove(&uid);
+            dropped(if expired {
+                Dropped::Expired
+            } else {
+                Dropped::Evicted
+            });
         }
     }
 }
@@ -117,6 +147,22 @@ fn size_of(desired: &Desired) -> usize {
 }
 
 impl Retained {
+    /// An empty store that counts what it drops unused in `dropped`.
+    pub(super) fn counting(dropped: Family<OutcomeLabels, Counter>) -> Self {
+        Self {
+            inner: Mutex::default(),
+            dropped,
+        }
+    }
+
+    fn count(&self, why: Dropped) {
+        self.dropped
+            .get_or_create(&OutcomeLabels {
+                outcome: why.label().to_owned(),
+            })
+            .inc();
+    }
+
     /// Keeps `desired`, the result of unsealing the spec with `digest` of the SealedSecret
     /// `uid`, for the retry of its write (replacing what was kept for `uid`). A result larger
     /// than the whole budget is not kept.
@@ -129,8 +175,11 @@ impl Retained {
         let now = Instant::now();
         let mut inner = lock(&self.inner);
         inner.remove(uid);
-        if bytes > budget || now.saturating_duration_since(desired.unsealed_at) >= RETAINED_FOR {
-            return;
+        if now.saturating_duration_since(desired.unsealed_at) >= RETAINED_FOR {
+            return self.count(Dropped::Expired);
+        }
+        if bytes > budget {
+            return self.count(Dropped::Evicted);
         }
         let seq = (desired.unsealed_at, inner.next);
         inner.next += 1;
@@ -145,7 +194,7 @@ impl Retained {
                 desired,
             },
         );
-        inner.trim(budget, now);
+        inner.trim(budget, now, |why| self.count(why));
     }
 
     /// Takes back what was kept for `uid`, if it was unsealed from the spec with `digest`, is
@@ -159,10 +208,14 @@ impl Retained {
     ) -> Option<Desired> {
         let entry = {
             let mut inner = lock(&self.inner);
-            inner.trim(RETAINED_BYTES, Instant::now());
+            inner.trim(RETAINED_BYTES, Instant::now(), |why| self.count(why));
             inner.remove(uid)?
         };
-        (*entry.digest == *digest && usable(&entry.desired)).then_some(entry.desired)
+        if *entry.digest == *digest && usable(&entry.desired) {
+            return Some(entry.desired);
+        }
+        self.count(Dropped::Changed);
+        None
     }
 
     /// Drops what was kept for `uid` (its object was written another way, or deleted).
@@ -282,6 +335,49 @@ mod tests {
         kept.put("u", "d1", desired(b"v", vec![], None));
         kept.forget("u");
         assert_eq!(kept.usage(), (0, 0));
+    }
+
+    fn dropped(kept: &Retained, outcome: &str) -> u64 {
+        kept.dropped
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn every_result_dropped_unused_is_counted_by_why() {
+        let kept = Retained::default();
+        // Changed: another spec, or keys that no longer open it.
+        kept.put("u", "d1", desired(b"v", vec![], None));
+        assert!(kept.take("u", "d2", any).is_none());
+        kept.put("u", "d1", desired(b"v", vec![], None));
+        assert!(kept.take("u", "d1", |_| false).is_none());
+        assert_eq!(dropped(&kept, "changed"), 2);
+        // Evicted: the budget went to a later result, or the result alone exceeds it.
+        let one = size_of(&desired(&[7; 100], vec![], None));
+        kept.put_within("a", "d", desired(&[7; 100], vec![], None), one);
+        kept.put_within("b", "d", desired(&[7; 100], vec![], None), one);
+        kept.put_within("c", "d", desired(&[7; 200], vec![], None), one);
+        assert_eq!(dropped(&kept, "evicted"), 2);
+        // Expired: past its time when put, or when a later call trims it.
+        let mut stale = desired(b"v", vec![], None);
+        stale.unsealed_at = Instant::now() - RETAINED_FOR;
+        kept.put("s", "d", stale);
+        let mut early = desired(b"v", vec![], None);
+        early.unsealed_at = Instant::now() - RETAINED_FOR + Duration::from_millis(50);
+        kept.put("e", "d", early);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(kept.take("x", "d", any).is_none());
+        assert_eq!(dropped(&kept, "expired"), 2);
+        // Taken back and used, or forgotten because the object was settled: not counted.
+        assert!(kept.take("b", "d", any).is_some());
+        kept.put("f", "d", desired(b"v", vec![], None));
+        kept.forget("f");
+        assert_eq!(
+            dropped(&kept, "changed") + dropped(&kept, "evicted") + dropped(&kept, "expired"),
+            6
+        );
     }
 
     #[test]

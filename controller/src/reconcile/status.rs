@@ -22,9 +22,10 @@ pub(super) fn condition_for(result: &Result<Outcome>) -> DesiredCondition {
         Err(e) => DesiredCondition {
             status: CONDITION_FALSE,
             reason: match e {
-                Error::Unseal(_) | Error::RingBinding { .. } | Error::NoKeys => {
-                    reason::UNSEAL_FAILED
-                }
+                Error::Unseal(_)
+                | Error::KeyNotLoaded { .. }
+                | Error::RingBinding { .. }
+                | Error::NoKeys => reason::UNSEAL_FAILED,
                 Error::DeprecatedDataRejected => reason::DEPRECATED_DATA_REJECTED,
                 Error::Unmanaged { .. } => reason::UNMANAGED,
                 Error::Immutable { .. } => reason::IMMUTABLE,

@@ -199,11 +199,12 @@ impl<'a> SecretSync<'a> {
             attempt += 1;
             let existing = match self.look(attempt).await? {
                 ControlFlow::Break(outcome) => return Ok(outcome),
-                ControlFlow::Continue(existing) => existing,
+                // The Secret read back holds plaintext: zeroized when this attempt ends.
+                ControlFlow::Continue(existing) => existing.map(Plain),
             };
             let sent = match &existing {
                 None => self.create(desired).await?,
-                Some(existing) => match self.replace(existing, desired).await? {
+                Some(existing) => match self.replace(&existing.0, desired).await? {
                     ControlFlow::Break(outcome) => return Ok(outcome),
                     ControlFlow::Continue(sent) => sent,
                 },
@@ -305,12 +306,12 @@ impl<'a> SecretSync<'a> {
         self.fence.check().map_err(Error::Fenced)?;
         let _writing = Writing::start(ctx, &self.oref);
         let created = if managed {
-            let mut s = d.secret.clone();
-            s.metadata
+            let mut s = Plain(d.secret.clone());
+            s.0.metadata
                 .annotations
                 .get_or_insert_with(BTreeMap::new)
                 .insert(MANAGED_ANNOTATION.to_owned(), TRUE.to_owned());
-            writes::create(&ctx.client, self.namespace, &self.pp, &s).await
+            writes::create(&ctx.client, self.namespace, &self.pp, &s.0).await
         } else {
             writes::create(&ctx.client, self.namespace, &self.pp, &d.secret).await
         };
@@ -343,13 +344,13 @@ impl<'a> SecretSync<'a> {
             return Ok(ControlFlow::Break(Outcome::Unchanged));
         }
         let d = self.unsealed(desired).await?;
-        let mut current = existing.clone();
-        normalize(&mut current);
-        let next = updated(&current, &d.secret, mode);
-        if next == current {
+        let mut current = Plain(existing.clone());
+        normalize(&mut current.0);
+        let next = updated(&current.0, &d.secret, mode);
+        if next.0 == current.0 {
             return Ok(ControlFlow::Break(Outcome::Unchanged));
         }
-        if existing.immutable == Some(true) && next.data != current.data {
+        if existing.immutable == Some(true) && next.0.data != current.0.data {
             return Err(Error::Immutable {
                 name: self.name.to_owned(),
             });
@@ -357,7 +358,7 @@ impl<'a> SecretSync<'a> {
         self.fence.check().map_err(Error::Fenced)?;
         let _writing = Writing::start(ctx, &self.oref);
         Ok(ControlFlow::Continue(
-            writes::replace(&ctx.client, self.namespace, self.name, &self.pp, &next)
+            writes::replace(&ctx.client, self.namespace, self.name, &self.pp, &next.0)
                 .await
                 .map(|version| (Outcome::Updated, version)),
         ))
