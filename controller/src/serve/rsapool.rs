@@ -26,17 +26,27 @@
 //!
 //! **Fair to clients, not to requests** (a flood from many addresses). A free HTTP slot goes
 //! to the waiting item of a client holding fewer slots than its part of the share (the share
-//! divided by the active clients, at least one), among those to the client that used the
-//! fewest slot-seconds lately (halved every [`USAGE_HALF_LIFE`]), then the oldest. And when
-//! every admission place is taken, a client that holds no job takes the place of the newest
-//! job of the client that used the share most, if that one used more than twice as much:
-//! that job stops at its next item (503, `Retry-After`). So a client that was not served
-//! lately is admitted at once and its first item gets the next free HTTP slot: it waits for
-//! at most one item's RSA work, however many addresses flood. Clients never served cannot
-//! displace one another (first come, first served among them), and an evicted job ends at
-//! its next item, so the jobs alive stay bounded by the places plus the HTTP slots, plus jobs
-//! evicted while slow to send their bodies, which end when the body is in or its read times
-//! out (bounded by the connection caps).
+//! divided by the active clients, at least one), among those to the client that weighs least,
+//! then the oldest. And when every admission place is taken, a client that holds no job takes
+//! the place of the newest job of the client that weighs most, if that one weighs more than
+//! twice as much: that job stops at its next item (503, `Retry-After`). So a client that was
+//! not served lately is admitted at once and its first item gets the next free HTTP slot: it
+//! waits for at most one item's RSA work, however many addresses flood. Clients that weigh
+//! nothing cannot displace one another (first come, first served among them), and an evicted
+//! job ends at its next item, so the jobs alive stay bounded by the places plus the HTTP
+//! slots, plus jobs evicted while slow to send their bodies, which end when the body is in or
+//! its read times out (bounded by the connection caps).
+//!
+//! **What a client weighs** ([`Inner::used`]): its slot-seconds lately (halved every
+//! [`USAGE_HALF_LIFE`]), or its networks' if more ([`crate::net::Client::networks`]: its IPv4
+//! /24, and its /16 at a sixteenth, [`NETWORK_DIVISORS`]; for IPv6 its /48 and /32). Weighing
+//! addresses alone, a flood that took a fresh address for every request kept a client served
+//! before it at 503 for 98 % of its verifies: every fresh address weighed nothing, so it took
+//! the served client's place and went before it (attack review of issue 40). A fresh address
+//! of a network that flooded now weighs what that network used. The price: clients of one /24
+//! share its weight, and a /16 whose clients together used more than sixteen times a flooding
+//! network's part counts against each of them; and an attacker with fresh addresses in the
+//! victim's own /24 or /16 shares its weight (docs/benchmarks.md, "Fresh addresses").
 //!
 //! **What the share did, in metrics** ([`RsaPool::report_to`]): every admission decision is
 //! counted in `kseal_http_admissions_total{outcome}` (`admitted` within the HTTP share,
@@ -59,7 +69,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::metrics::FairShareMetrics;
-use crate::net::Client;
+use crate::net::{Client, Network};
 
 /// Slots of a pool before [`RsaPool::configure`] (`--concurrency`'s default).
 pub(crate) const DEFAULT_SLOTS: usize = 4;
@@ -70,6 +80,12 @@ pub(crate) const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
 /// Recent use (slot-seconds) below which a client counts as not served: nobody takes its
 /// place, and its entry is forgotten once it holds no job.
 const USAGE_FLOOR: f64 = 0.000_1;
+/// How a client's networks ([`Client::networks`]: its /24 and /16, or /48 and /32) weigh:
+/// each network's recent use divided by this. A /24 (or /48) weighs as one client; a /16 (or
+/// /32) as a sixteenth of its use, so that it counts only once its clients together used the
+/// share more than sixteen clients of their own would, as a flood from fresh addresses across
+/// its /24s does.
+const NETWORK_DIVISORS: [f64; 2] = [1.0, 16.0];
 /// How long an admitted job may read its request body before a client holding no job may
 /// take its place (see [`RsaPool::admit_http`]): a request body too slow to arrive in this
 /// long does not keep new clients out.
@@ -132,7 +148,10 @@ struct Inner {
     holding: HashMap<Client, usize>,
     /// Each client's recent slot-seconds, decaying ([`USAGE_HALF_LIFE`]).
     usage: HashMap<Client, Usage>,
-    /// `usage` is pruned when it grows to this many entries (amortized).
+    /// The same for each client's networks ([`Client::networks`]): the sum of their clients'.
+    net_usage: HashMap<Network, Usage>,
+    /// `usage` and `net_usage` are pruned when `usage` grows to this many entries
+    /// (amortized).
     prune_at: usize,
     /// Where admissions are counted and the clients holding jobs reported
     /// ([`RsaPool::report_to`]).
@@ -243,23 +262,41 @@ impl Inner {
         self.dispatch(work);
     }
 
-    /// Adds `seconds` of slot use to `client`'s recent use, as of `now`.
+    /// Adds `seconds` of slot use to `client`'s recent use and to its networks', as of `now`.
     fn charge(&mut self, client: Client, seconds: f64, now: Instant) {
-        let seconds = self.used(client, now) + seconds;
-        self.usage.insert(client, Usage { seconds, at: now });
+        let add = |used: Option<&Usage>| Usage {
+            seconds: used.map_or(0.0, |u| u.at(now)) + seconds,
+            at: now,
+        };
+        self.usage.insert(client, add(self.usage.get(&client)));
+        for network in client.networks() {
+            self.net_usage
+                .insert(network, add(self.net_usage.get(&network)));
+        }
         if self.usage.len() >= self.prune_at {
-            // Forget clients holding no job whose use decayed away; amortized by pruning
-            // again only once the table has doubled.
+            // Forget clients holding no job whose use decayed away, and networks none of
+            // whose clients holds a job whose use decayed away; amortized by pruning again
+            // only once the table has doubled.
             let per_client = &self.per_client;
             self.usage
                 .retain(|c, u| per_client.contains_key(c) || u.at(now) >= USAGE_FLOOR);
+            let holding: HashSet<Network> = per_client.keys().flat_map(|c| c.networks()).collect();
+            self.net_usage
+                .retain(|n, u| holding.contains(n) || u.at(now) >= USAGE_FLOOR);
             self.prune_at = 2 * self.usage.len() + 64;
         }
     }
 
-    /// `client`'s recent use of the HTTP share as of `now`.
+    /// How much `client` weighs against the others as of `now`: its own recent use of the
+    /// HTTP share, or its networks' ([`Client::networks`], scaled by [`NETWORK_DIVISORS`]) if
+    /// more. A fresh address of a network that flooded weighs what the network used, so
+    /// fresh addresses of a few networks neither displace a client that used less nor go
+    /// before it.
     fn used(&self, client: Client, now: Instant) -> f64 {
-        self.usage.get(&client).map_or(0.0, |u| u.at(now))
+        let own = self.usage.get(&client).map_or(0.0, |u| u.at(now));
+        (client.networks().iter().zip(NETWORK_DIVISORS))
+            .filter_map(|(n, divisor)| Some(self.net_usage.get(n)?.at(now) / divisor))
+            .fold(own, f64::max)
     }
 
     /// The waiting HTTP item to serve next: of a client holding fewer slots than its part of
@@ -433,6 +470,7 @@ impl RsaPool {
                     reading: HashMap::new(),
                     holding: HashMap::new(),
                     usage: HashMap::new(),
+                    net_usage: HashMap::new(),
                     prune_at: 64,
                     report: None,
                 }),
@@ -711,8 +749,14 @@ pub(crate) const HTTP_WAIT: Duration = Duration::from_secs(10);
 mod tests {
     use super::*;
 
+    /// Client `n`, alone in its networks (n.1.0.0/24, n.1.0.0/16).
     fn client(n: u8) -> Client {
-        Client::V4(std::net::Ipv4Addr::new(192, 0, 2, n))
+        Client::V4(std::net::Ipv4Addr::new(n, 1, 0, 1))
+    }
+
+    /// Address `host` of network `net` (net.2.0.0/24), alone in its /16 unless `net` is.
+    fn in_network(net: u8, host: u8) -> Client {
+        Client::V4(std::net::Ipv4Addr::new(net, 2, 0, host))
     }
 
     fn soon() -> Instant {
@@ -906,6 +950,71 @@ mod tests {
     }
 
     #[test]
+    fn fresh_addresses_of_a_network_that_used_the_share_weigh_what_it_used() {
+        // One HTTP slot, three admission places, all held by addresses of network 20: one
+        // holds the slot, two wait for it; the network used the share lately.
+        let pool = RsaPool::with_cores(2, 64);
+        let holder = pool.admit_http(in_network(20, 1)).unwrap();
+        let held = holder.slot(soon()).unwrap();
+        pool.lock().charge(in_network(20, 1), 1.0, Instant::now());
+        let flood: Vec<_> = (2..4)
+            .map(|h| wait_on_thread(pool.admit_http(in_network(20, h)).unwrap()))
+            .collect();
+        until_sync(&pool, |i| i.http_waiting.len() == 2);
+        // A fresh address of that network weighs what the network used: it takes no place
+        // (alone, it would have taken one: it never used the share itself).
+        assert_eq!(pool.admit_http(in_network(20, 99)).unwrap_err(), Busy);
+        // An established client of another network that used a little takes the newest
+        // flood job's place, and its item goes before the flood's other waiting item.
+        charge(&pool, 5, 0.01);
+        let established = pool.admit_http(client(5)).unwrap();
+        let (refused, evicted) = waited(&flood[1]);
+        assert_eq!(refused.unwrap_err(), Busy);
+        let mine = wait_on_thread(established);
+        until_sync(&pool, |i| i.http_waiting.len() == 2);
+        drop(held);
+        let (slot, established) = waited(&mine);
+        let slot = slot.unwrap();
+        assert_eq!(pool.lock().holding.get(&client(5)), Some(&1));
+        assert_eq!(pool.lock().http_waiting.len(), 1, "the flood's item waits");
+        drop((slot, established));
+        let (slot, other) = waited(&flood[0]);
+        drop((slot.unwrap(), other, evicted, holder));
+        let inner = pool.lock();
+        assert_eq!((inner.http_jobs, inner.http_busy, inner.busy), (0, 0, 0));
+        assert!(inner.per_client.is_empty() && inner.admitted.is_empty());
+    }
+
+    #[test]
+    fn a_clients_weight_is_its_own_use_or_its_networks_scaled_if_more() {
+        let pool = RsaPool::with_cores(2, 64);
+        let now = Instant::now();
+        let mut inner = pool.lock();
+        inner.charge(in_network(30, 1), 0.5, now);
+        inner.charge(in_network(30, 2), 0.25, now);
+        inner.charge(in_network(31, 1), 0.1, now);
+        // Every address of network 30 weighs what the network used: 0.75.
+        assert!((inner.used(in_network(30, 1), now) - 0.75).abs() < 1e-9);
+        assert!((inner.used(in_network(30, 200), now) - 0.75).abs() < 1e-9);
+        // Alone in its network, a client weighs its own use; a fresh network weighs nothing.
+        assert!((inner.used(in_network(31, 1), now) - 0.1).abs() < 1e-9);
+        assert_eq!(inner.used(in_network(32, 1), now), 0.0);
+        // A /16 weighs a sixteenth of its use: 1.6 slot-seconds across 16 /24s of 40.2.0.0/16.
+        for n in 0..16 {
+            let c = Client::V4(std::net::Ipv4Addr::new(40, 2, n, 1));
+            inner.charge(c, 0.1, now);
+        }
+        let fresh = Client::V4(std::net::Ipv4Addr::new(40, 2, 99, 1));
+        assert!((inner.used(fresh, now) - 0.1).abs() < 1e-9);
+        // IPv6: a /48 is one network across its /64s, a /32 weighs a sixteenth.
+        let v6 = |s: &str| Client::from_ip(s.parse().unwrap());
+        inner.charge(v6("2001:db8:1:2::1"), 0.5, now);
+        assert!((inner.used(v6("2001:db8:1:3::1"), now) - 0.5).abs() < 1e-9);
+        assert!((inner.used(v6("2001:db8:2:2::1"), now) - 0.5 / 16.0).abs() < 1e-9);
+        assert_eq!(inner.used(v6("2001:db9:1:2::1"), now), 0.0);
+    }
+
+    #[test]
     fn each_admission_decision_is_counted_and_the_clients_holding_jobs_reported() {
         let metrics = crate::metrics::Metrics::new();
         let m = &metrics.http_fair_share;
@@ -1009,6 +1118,11 @@ mod tests {
             pool.lock().charge(c, USAGE_FLOOR / 2.0, Instant::now());
         }
         assert!(pool.lock().usage.len() <= 64, "{}", pool.lock().usage.len());
+        assert!(
+            pool.lock().net_usage.len() <= 64,
+            "{}",
+            pool.lock().net_usage.len()
+        );
         // A client that used the share is remembered.
         charge(&pool, 1, 1.0);
         assert!(pool.lock().used(client(1), Instant::now()) > 0.9);
