@@ -38,15 +38,15 @@
 //! its read times out (bounded by the connection caps).
 //!
 //! **What a client weighs** ([`Inner::used`]): its slot-seconds lately (halved every
-//! [`USAGE_HALF_LIFE`]), or its networks' if more ([`crate::net::Client::networks`]: its IPv4
-//! /24, and its /16 at a sixteenth, [`NETWORK_DIVISORS`]; for IPv6 its /48 and /32). Weighing
-//! addresses alone, a flood that took a fresh address for every request kept a client served
-//! before it at 503 for 98 % of its verifies: every fresh address weighed nothing, so it took
-//! the served client's place and went before it (attack review of issue 40). A fresh address
-//! of a network that flooded now weighs what that network used. The price: clients of one /24
-//! share its weight, and a /16 whose clients together used more than sixteen times a flooding
-//! network's part counts against each of them; and an attacker with fresh addresses in the
-//! victim's own /24 or /16 shares its weight (docs/benchmarks.md, "Fresh addresses").
+//! [`USAGE_HALF_LIFE`]), or its network's if more ([`crate::net::Client::network`]: its IPv4
+//! /16 or IPv6 /32). Weighing addresses alone, a flood that took a fresh address for every
+//! request kept a client served before it at 503 for 98 % of its verifies: every fresh
+//! address weighed nothing, so it took the served client's place and went before it (attack
+//! review of issue 40). A fresh address of a network that flooded now weighs what that
+//! network used. The price: clients of one /16 share its weight, so an attacker inside the
+//! victim's own /16 weighs it down with the flood, and a busy /16's clients together can weigh
+//! more than each flooding network; a flood spread over many /16s (about 100 on loopback)
+//! takes a served client's place again (docs/benchmarks.md, "Fresh addresses").
 //!
 //! **What the share did, in metrics** ([`RsaPool::report_to`]): every admission decision is
 //! counted in `kseal_http_admissions_total{outcome}` (`admitted` within the HTTP share,
@@ -80,12 +80,6 @@ pub(crate) const USAGE_HALF_LIFE: Duration = Duration::from_secs(10);
 /// Recent use (slot-seconds) below which a client counts as not served: nobody takes its
 /// place, and its entry is forgotten once it holds no job.
 const USAGE_FLOOR: f64 = 0.000_1;
-/// How a client's networks ([`Client::networks`]: its /24 and /16, or /48 and /32) weigh:
-/// each network's recent use divided by this. A /24 (or /48) weighs as one client; a /16 (or
-/// /32) as a sixteenth of its use, so that it counts only once its clients together used the
-/// share more than sixteen clients of their own would, as a flood from fresh addresses across
-/// its /24s does.
-const NETWORK_DIVISORS: [f64; 2] = [1.0, 16.0];
 /// How long an admitted job may read its request body before a client holding no job may
 /// take its place (see [`RsaPool::admit_http`]): a request body too slow to arrive in this
 /// long does not keep new clients out.
@@ -148,7 +142,7 @@ struct Inner {
     holding: HashMap<Client, usize>,
     /// Each client's recent slot-seconds, decaying ([`USAGE_HALF_LIFE`]).
     usage: HashMap<Client, Usage>,
-    /// The same for each client's networks ([`Client::networks`]): the sum of their clients'.
+    /// The same for each client's network ([`Client::network`]): the sum of its clients'.
     net_usage: HashMap<Network, Usage>,
     /// `usage` and `net_usage` are pruned when `usage` grows to this many entries
     /// (amortized).
@@ -262,17 +256,16 @@ impl Inner {
         self.dispatch(work);
     }
 
-    /// Adds `seconds` of slot use to `client`'s recent use and to its networks', as of `now`.
+    /// Adds `seconds` of slot use to `client`'s recent use and to its network's, as of `now`.
     fn charge(&mut self, client: Client, seconds: f64, now: Instant) {
         let add = |used: Option<&Usage>| Usage {
             seconds: used.map_or(0.0, |u| u.at(now)) + seconds,
             at: now,
         };
         self.usage.insert(client, add(self.usage.get(&client)));
-        for network in client.networks() {
-            self.net_usage
-                .insert(network, add(self.net_usage.get(&network)));
-        }
+        let network = client.network();
+        self.net_usage
+            .insert(network, add(self.net_usage.get(&network)));
         if self.usage.len() >= self.prune_at {
             // Forget clients holding no job whose use decayed away, and networks none of
             // whose clients holds a job whose use decayed away; amortized by pruning again
@@ -280,7 +273,7 @@ impl Inner {
             let per_client = &self.per_client;
             self.usage
                 .retain(|c, u| per_client.contains_key(c) || u.at(now) >= USAGE_FLOOR);
-            let holding: HashSet<Network> = per_client.keys().flat_map(|c| c.networks()).collect();
+            let holding: HashSet<Network> = per_client.keys().map(|c| c.network()).collect();
             self.net_usage
                 .retain(|n, u| holding.contains(n) || u.at(now) >= USAGE_FLOOR);
             self.prune_at = 2 * self.usage.len() + 64;
@@ -288,15 +281,13 @@ impl Inner {
     }
 
     /// How much `client` weighs against the others as of `now`: its own recent use of the
-    /// HTTP share, or its networks' ([`Client::networks`], scaled by [`NETWORK_DIVISORS`]) if
-    /// more. A fresh address of a network that flooded weighs what the network used, so
-    /// fresh addresses of a few networks neither displace a client that used less nor go
-    /// before it.
+    /// HTTP share, or its network's ([`Client::network`]: its IPv4 /16 or IPv6 /32) if more.
+    /// A fresh address of a network that flooded weighs what the network used, so fresh
+    /// addresses of a few networks neither displace a client that used less nor go before it.
     fn used(&self, client: Client, now: Instant) -> f64 {
         let own = self.usage.get(&client).map_or(0.0, |u| u.at(now));
-        (client.networks().iter().zip(NETWORK_DIVISORS))
-            .filter_map(|(n, divisor)| Some(self.net_usage.get(n)?.at(now) / divisor))
-            .fold(own, f64::max)
+        let net = (self.net_usage.get(&client.network())).map_or(0.0, |u| u.at(now));
+        own.max(net)
     }
 
     /// The waiting HTTP item to serve next: of a client holding fewer slots than its part of
@@ -749,14 +740,14 @@ pub(crate) const HTTP_WAIT: Duration = Duration::from_secs(10);
 mod tests {
     use super::*;
 
-    /// Client `n`, alone in its networks (n.1.0.0/24, n.1.0.0/16).
+    /// Client `n`, alone in its network (n.1.0.0/16).
     fn client(n: u8) -> Client {
         Client::V4(std::net::Ipv4Addr::new(n, 1, 0, 1))
     }
 
-    /// Address `host` of network `net` (net.2.0.0/24), alone in its /16 unless `net` is.
+    /// Address `host` of network `net` (net.2.0.0/16).
     fn in_network(net: u8, host: u8) -> Client {
-        Client::V4(std::net::Ipv4Addr::new(net, 2, 0, host))
+        Client::V4(std::net::Ipv4Addr::new(net, 2, host, 1))
     }
 
     fn soon() -> Instant {
@@ -986,7 +977,7 @@ mod tests {
     }
 
     #[test]
-    fn a_clients_weight_is_its_own_use_or_its_networks_scaled_if_more() {
+    fn a_clients_weight_is_its_own_use_or_its_networks_if_more() {
         let pool = RsaPool::with_cores(2, 64);
         let now = Instant::now();
         let mut inner = pool.lock();
@@ -999,19 +990,32 @@ mod tests {
         // Alone in its network, a client weighs its own use; a fresh network weighs nothing.
         assert!((inner.used(in_network(31, 1), now) - 0.1).abs() < 1e-9);
         assert_eq!(inner.used(in_network(32, 1), now), 0.0);
-        // A /16 weighs a sixteenth of its use: 1.6 slot-seconds across 16 /24s of 40.2.0.0/16.
-        for n in 0..16 {
-            let c = Client::V4(std::net::Ipv4Addr::new(40, 2, n, 1));
-            inner.charge(c, 0.1, now);
-        }
-        let fresh = Client::V4(std::net::Ipv4Addr::new(40, 2, 99, 1));
-        assert!((inner.used(fresh, now) - 0.1).abs() < 1e-9);
-        // IPv6: a /48 is one network across its /64s, a /32 weighs a sixteenth.
+        // IPv6: a /32 is one network across its /64s.
         let v6 = |s: &str| Client::from_ip(s.parse().unwrap());
         inner.charge(v6("2001:db8:1:2::1"), 0.5, now);
-        assert!((inner.used(v6("2001:db8:1:3::1"), now) - 0.5).abs() < 1e-9);
-        assert!((inner.used(v6("2001:db8:2:2::1"), now) - 0.5 / 16.0).abs() < 1e-9);
+        assert!((inner.used(v6("2001:db8:ffff:3::1"), now) - 0.5).abs() < 1e-9);
         assert_eq!(inner.used(v6("2001:db9:1:2::1"), now), 0.0);
+        // A saturated share (10 slot-seconds lately) spread over 8 networks by a flood from
+        // fresh addresses: each fresh address weighs 1.25, four times a client that used 0.3
+        // (five one-value verifies a second), which neither gives it its place nor goes after
+        // it (attack review of issue 40, round 3: with the /16 at a sixteenth, 8 networks
+        // were enough to take its place).
+        for n in 0..800u32 {
+            let fresh = Client::V4(std::net::Ipv4Addr::new(
+                150,
+                (n % 8) as u8,
+                (n / 8) as u8,
+                1,
+            ));
+            inner.charge(fresh, 10.0 / 800.0, now);
+        }
+        inner.charge(client(7), 0.3, now);
+        let next_fresh = Client::V4(std::net::Ipv4Addr::new(150, 3, 200, 9));
+        assert!((inner.used(next_fresh, now) - 1.25).abs() < 1e-9);
+        assert!(inner.used(next_fresh, now) > 2.0 * inner.used(client(7), now));
+        // No connection information: one network, charged once.
+        inner.charge(Client::Unknown, 0.2, now);
+        assert!((inner.used(Client::Unknown, now) - 0.2).abs() < 1e-9);
     }
 
     #[test]
