@@ -30,9 +30,7 @@ impl Client {
             IpAddr::V6(v6) => Self::V6Net((u128::from(v6) >> 64) as u64),
         }
     }
-}
 
-impl Client {
     /// The network this client belongs to ([`Network`]): its IPv4 /16 or IPv6 /32.
     pub fn network(self) -> Network {
         match self {

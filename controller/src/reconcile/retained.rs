@@ -10,10 +10,11 @@
 //! template-binding annotation, which decides the label of the unseal too ([`key_of`]), and
 //! taken back by the retry.
 //!
-//! Only a failure that may pass without a change keeps a result ([`keeps_result`]): the API
-//! server away, a 5xx, a timeout, a conflict or throttling. A refusal of the Secret itself
-//! (invalid data, a quota, a forbidden write) fails again at every retry, so its result is
-//! dropped: a tenant's writes that fail for good never hold the budget the others' outage
+//! Only a failure that may pass without a change keeps a result (`is_transient`, after
+//! [`crate::cluster::fault::Fault::may_pass_again`]): the API server away, a 5xx, a timeout,
+//! a conflict or throttling. A refusal of the Secret itself (invalid data, a quota, a
+//! forbidden write, etcd's refusal of an object too large) fails again at every retry, so its
+//! result is dropped: a tenant's writes that fail for good never hold the budget the others' outage
 //! needs, and such an object costs its unseal at each retry, spaced by the reconcile
 //! backoff, as before.
 //!
@@ -123,15 +124,6 @@ pub(super) fn key_of(digest: &str, ss: &SealedSecret) -> String {
         None => digest.to_owned(),
         Some(value) => format!("{digest}\0{value}"),
     }
-}
-
-/// Whether a Secret write that failed with `error` may succeed at a retry of the same spec,
-/// so that its unsealed result is worth keeping
-/// ([`crate::cluster::fault::Fault::may_pass_again`]: no answer, a 5xx, a conflict or
-/// throttling; not a refusal of the Secret or of the write, nor etcd's 500 for an object too
-/// large).
-pub(super) fn keeps_result(error: &kube::Error) -> bool {
-    crate::cluster::fault::Fault::of(error).may_pass_again()
 }
 
 /// What keeping `desired` costs against [`RETAINED_BYTES`].
@@ -435,19 +427,19 @@ mod tests {
             )
         };
         for code in [500, 503, 504, 409, 429] {
-            assert!(keeps_result(&api(code)), "{code}");
+            assert!(is_transient(&Error::ApplySecret(api(code))), "{code}");
         }
         for code in [400, 403, 404, 413, 422] {
-            assert!(!keeps_result(&api(code)), "{code}");
+            assert!(!is_transient(&Error::ApplySecret(api(code))), "{code}");
         }
         let too_large = kube::Error::Api(
             kube::core::Status::failure("etcdserver: request is too large", "")
                 .with_code(500)
                 .boxed(),
         );
-        assert!(!keeps_result(&too_large));
+        assert!(!is_transient(&Error::ApplySecret(too_large)));
         let transport = kube::Error::Service("connection refused".into());
-        assert!(keeps_result(&transport));
+        assert!(is_transient(&Error::ApplySecret(transport)));
     }
 
     #[test]

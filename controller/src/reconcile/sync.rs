@@ -103,17 +103,6 @@ pub(super) async fn sync(
     result
 }
 
-/// Whether a sync that failed with `error` after unsealing keeps its result for the retry:
-/// the request failed in a way that may pass (the API server away, a 5xx, a timeout, a
-/// conflict until the attempts ran out, throttling), not a refusal that only a change can
-/// undo ([`retained::keeps_result`]).
-fn retry_reuses(error: &Error) -> bool {
-    match error {
-        Error::ApplySecret(e) | Error::GetSecret(e) | Error::Kube(e) => retained::keeps_result(e),
-        _ => false,
-    }
-}
-
 /// A write's answer: what it did and the resourceVersion it wrote.
 type Sent = kube::Result<(Outcome, Option<String>)>;
 
@@ -231,7 +220,9 @@ impl<'a> SecretSync<'a> {
         match result {
             Ok(Outcome::Created | Outcome::Updated) => count_rsa(ctx, "written", spent),
             Ok(Outcome::Unchanged) => count_rsa(ctx, "unchanged", spent),
-            Err(e) if retry_reuses(e) => {
+            // A failure that may pass at a retry keeps the result for it; a refusal that only
+            // a change can undo drops it ([`retained`](super::retained)).
+            Err(e) if is_transient(e) => {
                 count_rsa(ctx, "retained", spent);
                 ctx.retained
                     .put(self.uid, &retained::key_of(&self.digest, self.ss), d);

@@ -20,8 +20,8 @@
 //!   gives its place up to a client holding no job, and the time a body took is charged to
 //!   its client and network like slot time, so slow bodies cannot keep new clients out.
 //!   An admitted job then takes a slot **per item** ([`HttpJob::slot`]) on its own
-//!   blocking thread, only while no reconcile job is queued and fewer than `http_share` (half the slots and half the CPUs, at least one) are
-//!   held by HTTP work. So a reconcile that arrives while every slot is busy waits for at
+//!   blocking thread, only while no reconcile job is queued and fewer than `http_share`
+//!   (half the slots and half the CPUs, at least one) are held by HTTP work. So a reconcile that arrives while every slot is busy waits for at
 //!   most one item's RSA work (the keys it may try), never for a whole request.
 //!
 //! **Fair to clients, not to requests** (a flood from many addresses). A free HTTP slot goes
