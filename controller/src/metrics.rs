@@ -322,6 +322,10 @@ pub struct Metrics {
     pub key_source_last_success: Gauge,
     /// `kseal_key_source_ring_keys`: keys in the ring's index.
     pub key_source_ring_keys: Gauge,
+    /// `kseal_key_source_keys_missing`: keys the verified index lists that the last sync did
+    /// not find in the store (deleted, or not replicated yet); the leader looks for them
+    /// between polls. Summed over the rings.
+    pub key_source_keys_missing: RingGauge,
     /// `kseal_key_source_key_age_seconds{kid}`: time since each key entered the ring.
     pub key_source_key_age_seconds: Family<KidLabels, Gauge>,
     /// `kseal_key_source_active_unavailable`: 1 while the fleet ring's active key cannot seal
@@ -523,6 +527,7 @@ impl Metrics {
             key_source_sync_triggers: Family::default(),
             key_source_last_success: Gauge::default(),
             key_source_ring_keys: Gauge::default(),
+            key_source_keys_missing: RingGauge::new(Combine::Sum),
             key_source_key_age_seconds: Family::default(),
             key_source_active_unavailable: Gauge::default(),
             key_source_ring_signed: RingGauge::new(Combine::Min),
@@ -686,7 +691,7 @@ impl Metrics {
         );
         r.register(
             "key_source_sync_triggers",
-            "The leader's key-source syncs by what started them (start, leadership, interval, refresh, store_answered)",
+            "The leader's key-source syncs by what started them (start, leadership, interval, refresh, store_answered, key_restored)",
             self.key_source_sync_triggers.clone(),
         );
         r.register_with_unit(
@@ -699,6 +704,11 @@ impl Metrics {
             "key_source_ring_keys",
             "Keys in the fleet key ring's index",
             self.key_source_ring_keys.clone(),
+        );
+        r.register(
+            "key_source_keys_missing",
+            "Keys the fleet ring's verified index lists that the store did not hold at the last sync (the leader looks for them between polls)",
+            self.key_source_keys_missing.gauge(),
         );
         r.register_with_unit(
             "key_source_key_age",

@@ -249,6 +249,9 @@ pub struct KeySourceStatus {
     /// [`kseal_keystore::Error::reason`]); [`reason_class`] turns it into what the API port's
     /// `/readyz` shows.
     pub reason: Option<&'static str>,
+    /// Short kids of the keys the verified index lists that the last sync did not find in
+    /// the store (the leader looks for them between polls).
+    pub missing: Vec<String>,
 }
 
 /// What the API port's `/readyz` says about a key source that failed with `reason` (a
@@ -308,6 +311,11 @@ impl Readiness {
             s.problem = None;
             s.reason = None;
         });
+    }
+
+    /// The keys the index lists that the last sync did not find in the store (short kids).
+    pub fn key_source_missing(&self, missing: Vec<String>) {
+        self.update_key_source(|s| s.missing = missing);
     }
 
     /// Reading the key source failed with `reason` (a [`kseal_keystore::Error::reason`]) and

@@ -65,6 +65,16 @@ async fn seed(endpoint: &str, prefix: &str) {
     ring.push(key(0)).await.unwrap();
 }
 
+/// A test API server with the CRD, a controller namespace and an app namespace.
+async fn cluster() -> (TestApiServer, kube::Client, String, String) {
+    let server = TestApiServer::new();
+    let client = server.client();
+    ensure_crd(&client).await;
+    let ctrl = namespace(&client, "kseal-ctrl").await;
+    let app = namespace(&client, "kseal-app").await;
+    (server, client, ctrl, app)
+}
+
 async fn call(state: &State, path: &str) -> (http::StatusCode, String) {
     use http_body_util::BodyExt as _;
     let router = kseal_controller::serve::http::api_router(
@@ -139,11 +149,7 @@ async fn a_controller_restarted_in_a_store_outage_serves_within_seconds_of_the_s
     let prefix = sm::unique_prefix("recovery-restart");
     seed(&endpoint, &prefix).await;
     let proxy = FaultProxy::start(&endpoint).await;
-    let server = TestApiServer::new();
-    let client = server.client();
-    ensure_crd(&client).await;
-    let ctrl = namespace(&client, "kseal-ctrl").await;
-    let app = namespace(&client, "kseal-app").await;
+    let (_server, client, ctrl, app) = cluster().await;
     let config = || with_source(&ctrl, &[&app], source(&prefix, &proxy.url()));
     let first = Running::start(&client, config()).await;
     wait_cert(&first.state, Instant::now(), PATIENCE, "the first start").await;
@@ -204,11 +210,7 @@ async fn a_new_cluster_serves_and_unseals_within_seconds_of_the_store_answering(
     seed(&endpoint, &prefix).await;
     let proxy = FaultProxy::start(&endpoint).await;
     proxy.set_down(true);
-    let server = TestApiServer::new();
-    let client = server.client();
-    ensure_crd(&client).await;
-    let ctrl = namespace(&client, "kseal-ctrl").await;
-    let app = namespace(&client, "kseal-app").await;
+    let (_server, client, ctrl, app) = cluster().await;
     create_ss(
         &client,
         &seal(&secret(&app, "waiting", &[("a", "1")]), key(0)),
@@ -248,6 +250,129 @@ async fn a_new_cluster_serves_and_unseals_within_seconds_of_the_store_answering(
     eprintln!(
         "store recovery: new cluster: /v1/cert.pem 200 {} ms, first unseal {} ms after the store answered",
         served.as_millis(),
+        unsealed.as_millis()
+    );
+    running.stop().await;
+}
+
+fn restored_key_syncs(state: &State) -> u64 {
+    state
+        .metrics
+        .key_source_sync_triggers
+        .get_or_create(&TriggerLabels {
+            trigger: "key_restored".to_owned(),
+        })
+        .get()
+}
+
+/// A key the verified index lists but the store does not hold (deleted by hand, then put back
+/// with `aws secretsmanager restore-secret` within its recovery window; or a replica region
+/// not caught up): the sync loads the other keys and succeeds, so no backoff runs, and the
+/// key used to be read again only at the next poll (an hour by default) while the objects it
+/// sealed waited. The leader now looks for it between polls: the objects unseal within 5 s
+/// of the key being back, and wait meanwhile without reporting a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_restored_in_the_store_unseals_its_objects_within_seconds() {
+    use kseal_api::constants::SEALING_KEY_ANNOTATION;
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    let prefix = sm::unique_prefix("recovery-key-restored");
+    seed(&endpoint, &prefix).await;
+    let ring = {
+        let source = source(&prefix, &endpoint);
+        Ring::open(&source.location, &source.aws).await.unwrap()
+    };
+    ring.push(key(1)).await.unwrap();
+    let kid = kseal_keystore::Kid::of(key(1).public_key());
+    let name = format!("{prefix}/keys/{kid}");
+    let deleted = sm::admin(
+        &endpoint,
+        "DeleteSecret",
+        serde_json::json!({"SecretId": name, "RecoveryWindowInDays": 7}),
+    )
+    .await;
+    assert!(deleted.is_ok(), "{deleted:?}");
+
+    let proxy = FaultProxy::start(&endpoint).await;
+    let (_server, client, ctrl, app) = cluster().await;
+    // Sealed with the missing key: one with kseal's sealing-key hint, one as kubeseal seals.
+    create_ss(
+        &client,
+        &seal(&secret(&app, "hinted", &[("a", "1")]), key(1)),
+    )
+    .await;
+    let mut unhinted = seal(&secret(&app, "unhinted", &[("b", "2")]), key(1));
+    if let Some(a) = unhinted.metadata.annotations.as_mut() {
+        a.remove(SEALING_KEY_ANNOTATION);
+    }
+    create_ss(&client, &unhinted).await;
+    let running = Running::start(
+        &client,
+        with_source(&ctrl, &[&app], source(&prefix, &proxy.url())),
+    )
+    .await;
+    // The active key loads and serves; the deleted one is counted missing.
+    wait_cert(&running.state, Instant::now(), PATIENCE, "the active key").await;
+    eventually("the deleted key counted missing", PATIENCE, || async {
+        Ok((running.state.metrics.key_source_keys_missing.get() == 1).then_some(()))
+    })
+    .await
+    .unwrap();
+    // A while missing: the probes' period grows with it (a tenth of the time missing).
+    proxy.reset_counts();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let probes = proxy.count("DescribeSecret");
+    assert!(
+        (1..=8).contains(&probes),
+        "{probes} DescribeSecret calls in 4 s while one key was missing"
+    );
+    let sealed: kube::Api<kseal_api::SealedSecret> = kube::Api::namespaced(client.clone(), &app);
+    for object in ["hinted", "unhinted"] {
+        let ss = sealed.get(object).await.unwrap();
+        assert_ne!(
+            ss.synced_condition().map(|c| c.status.as_str()),
+            Some("False"),
+            "{object}: a failure reported for a key the index lists and the store will give back"
+        );
+        assert!(
+            events(&client, &app, object, "ErrUnsealFailed")
+                .await
+                .is_empty()
+        );
+    }
+
+    let restored = sm::admin(
+        &endpoint,
+        "RestoreSecret",
+        serde_json::json!({"SecretId": name}),
+    )
+    .await;
+    assert!(restored.is_ok(), "{restored:?}");
+    let back = Instant::now();
+    for (object, data) in [
+        ("hinted", map(&[("a", "1")])),
+        ("unhinted", map(&[("b", "2")])),
+    ] {
+        let remaining = recovery_deadline().saturating_sub(back.elapsed());
+        tokio::time::timeout(
+            remaining,
+            wait_secret(&client, &app, object, "the unseal", |s| data_of(s) == data),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{object}: no unseal within {:?} of its key being restored",
+                recovery_deadline()
+            )
+        });
+    }
+    let unsealed = back.elapsed();
+    assert!(restored_key_syncs(&running.state) >= 1);
+    assert_eq!(running.state.metrics.key_source_keys_missing.get(), 0);
+    eprintln!(
+        "store recovery: key restored after {probes} probes in 4 s: both objects unsealed {} ms \
+         after the restore",
         unsealed.as_millis()
     );
     running.stop().await;

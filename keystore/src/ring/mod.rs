@@ -406,6 +406,18 @@ impl Ring {
         })
     }
 
+    /// Whether the store holds a key secret for `kid` now (one metadata call: a
+    /// `DescribeSecret`; for a directory, a read of the key's file), without reading or checking it: a reader
+    /// that found the key missing asks this before reading it again ([`Ring::read_key`]). A
+    /// secret scheduled for deletion counts as absent.
+    pub async fn key_present(&self, kid: &Kid) -> Result<bool> {
+        Ok(self
+            .store
+            .current_version(&self.key_name(kid))
+            .await?
+            .is_some())
+    }
+
     /// Reads and checks one key: it parses, the certificate belongs to the private key, the
     /// key is RSA of at least 2048 bits, and its kid is `entry.kid`.
     pub async fn read_key(&self, kid: &Kid) -> Result<KeyPair> {

@@ -96,6 +96,44 @@ pub fn unique_prefix(test: &str) -> String {
     format!("kseal-test/{test}-{hex}")
 }
 
+/// Calls one Secrets Manager operation on the emulator directly, as an operator's `aws
+/// secretsmanager` would (`DeleteSecret`, `RestoreSecret`, ...): its JSON answer, or a
+/// refusal's status and body. For a test's own moves outside kseal's code; moto checks no
+/// signature, so the `Authorization` header only names the region.
+///
+/// # Errors
+/// When the emulator cannot be reached or refuses the call.
+pub async fn admin(
+    endpoint: &str,
+    operation: &str,
+    input: serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    let client: Client<HttpConnector, Body> = Client::builder(TokioExecutor::new()).build_http();
+    let request = Request::post(format!("{}/", endpoint.trim_end_matches('/')))
+        .header(header::CONTENT_TYPE, "application/x-amz-json-1.1")
+        .header("x-amz-target", format!("secretsmanager.{operation}"))
+        .header(
+            header::AUTHORIZATION,
+            "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/secretsmanager/aws4_request, \
+             SignedHeaders=host, Signature=0",
+        )
+        .body(Body::from(input.to_string()))
+        .map_err(|e| format!("{operation}: {e}"))?;
+    let response = client
+        .request(request)
+        .await
+        .map_err(|e| format!("{operation}: {e}"))?;
+    let status = response.status();
+    let body = axum::body::to_bytes(Body::new(response.into_body()), 1 << 20)
+        .await
+        .map_err(|e| format!("{operation}: reading the answer: {e}"))?;
+    let text = String::from_utf8_lossy(&body);
+    if !status.is_success() {
+        return Err(format!("{operation}: {status}: {text}"));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("{operation}: the answer is not JSON: {e}"))
+}
+
 /// An error [`FaultProxy`] answers instead of forwarding a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {

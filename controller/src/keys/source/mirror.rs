@@ -101,11 +101,12 @@ impl Mirror {
 
     /// Reads the keys of the index that are not cached yet: new ones, and ones listed but not
     /// readable at the last poll (e.g. a replica region lagging), which are retried at every
-    /// poll without re-reading the index.
+    /// poll without re-reading the index and looked for between polls ([`super::absent`]).
     pub(super) async fn read_new_keys(&mut self, report: &mut SyncReport) -> Result<(), SyncError> {
         let Some(index) = self.cache.index.clone() else {
             return Ok(());
         };
+        let mut missing = Vec::new();
         for entry in &index.keys {
             if self.cache.keys.contains_key(&entry.kid) {
                 continue;
@@ -138,18 +139,25 @@ impl Mirror {
                         .keys
                         .insert(entry.kid.clone(), Err(e.to_string()));
                 }
-                // Listed but not readable (yet): not cached, so the next poll tries again,
-                // without failing the other keys.
+                // Listed but not readable (yet): not cached, without failing the other keys;
+                // the leader looks for it between polls ([`super::absent`]).
                 Err(e @ kseal_keystore::Error::NotFound { .. }) => {
-                    tracing::warn!(
-                        kid = %entry.kid.short(),
-                        "a key of the ring's index is missing; retrying at the next poll: {}",
-                        crate::error_chain(&e)
-                    );
+                    if !self.cache.absent.contains(&entry.kid) {
+                        tracing::warn!(
+                            kid = %entry.kid.short(),
+                            "a key of the ring's index is missing from the store; looking for it \
+                             until it is back: {}",
+                            crate::error_chain(&e)
+                        );
+                    }
+                    missing.push(entry.kid.clone());
                 }
                 Err(e) => return Err(self.store_err(e)),
             }
         }
+        self.cache
+            .absent
+            .found_missing(&missing, tokio::time::Instant::now());
         Ok(())
     }
 

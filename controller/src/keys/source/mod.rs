@@ -33,19 +33,23 @@
 //! answer differs from what the failed sync saw (the store answers again, the ring appears,
 //! the index changes). The backoff only spaces the expensive calls (reading the index and the
 //! keys, writing the mirror), so a store that comes back is read within a probe period, not
-//! after up to 5 minutes of backoff.
+//! after up to 5 minutes of backoff. A key the index lists that the store does not hold is
+//! looked for the same way after a sync that succeeded without it (`absent.rs`).
 //!
 //! The folder's files: this one holds the loop ([`run`]) and one sync; `ringstate` the
 //! ring-state Secret; `pinning` the history marker and the anchor pin; `mirror` the mirror
 //! key Secrets; `withhold` two indexes of one version, and why nothing seals from an index
-//! the history marker cannot vouch for.
+//! the history marker cannot vouch for; `absent` the keys the index lists that the store does
+//! not hold; `schedule` when the loop acts.
 
+mod absent;
 mod mirror;
 mod pinning;
 mod ringstate;
 mod schedule;
 mod withhold;
 
+pub use absent::ABSENT_PROBE_MAX;
 pub use schedule::{START_MARKER_SPREAD, START_SPREAD};
 use schedule::{Schedule, sleep_until_some};
 #[cfg(test)]
@@ -259,6 +263,9 @@ struct Cache {
     /// retire grace runs from here, never from a `missing-since` annotation alone, which
     /// whoever can write Secrets here can date back).
     missing_seen: HashMap<Kid, jiff::Timestamp>,
+    /// Keys of the held index the last sync did not find in the store, looked for between
+    /// polls ([`absent`]).
+    absent: absent::Absent,
 }
 
 /// What a sync saw of the store when it asked for the index's version.
@@ -440,6 +447,7 @@ impl Mirror {
                 anchor_from_state: false,
                 store_confirmed: false,
                 missing_seen: HashMap::new(),
+                absent: absent::Absent::default(),
             },
             lease: None,
         }
@@ -580,6 +588,7 @@ impl Mirror {
             None => None,
         };
         self.read_new_keys(&mut report).await?;
+        self.publish_missing();
         self.reconcile_mirror(&mut report).await?;
         self.publish_gauges();
         if let Some(index) = &self.cache.index {
@@ -819,6 +828,7 @@ pub async fn run(
         next: tokio::time::Instant::now(),
         last_poll: None,
         probe: None,
+        probe_absent: false,
         start_checked: false,
         synced_once: false,
         marker_waited: false,
@@ -853,15 +863,16 @@ pub async fn run(
                 trigger = "leadership";
             }
             Some(()) = state_changes.next(), if !state.is_leader() => trigger = "ring_state",
-            // While a failed sync backs off: does the store answer again?
+            // While a failed sync backs off: does the store answer again? After a sync that
+            // found a key of the index missing: is it there now?
             () = sleep_until_some(schedule.probe), if schedule.probe.is_some() => trigger = "probe",
             _ = shutdown.wait_for(|s| *s) => return,
         }
         if trigger == "probe" {
-            if !schedule.probe_answered(&mirror, &state).await {
+            let Some(answered) = schedule.probe_answered(&mut mirror, &state).await else {
                 continue;
-            }
-            trigger = "store_answered";
+            };
+            trigger = answered;
         }
         if matches!(trigger, "start" | "leadership")
             && schedule
@@ -966,7 +977,7 @@ mod tests {
 
     /// A leading key source on an empty directory ring (`dir/ring`), with its mirror on a
     /// test API server and a fresh schedule: what the schedule tests start from.
-    async fn leader() -> (
+    pub(super) async fn leader() -> (
         tempfile::TempDir,
         TestApiServer,
         Ring,
@@ -1006,6 +1017,7 @@ mod tests {
             backoff: BACKOFF_MIN,
             last_poll: None,
             probe: None,
+            probe_absent: false,
             start_checked: false,
             synced_once: true,
             marker_waited: false,

@@ -19,8 +19,11 @@ pub(super) struct Schedule {
     /// When the leader last started a sync.
     pub(super) last_poll: Option<tokio::time::Instant>,
     /// When the leader probes the store next, while a sync that failed on the store backs
-    /// off ([`PROBE_PERIOD`]).
+    /// off ([`PROBE_PERIOD`]), or after a sync that found keys of the index missing
+    /// ([`super::absent`]).
     pub(super) probe: Option<tokio::time::Instant>,
+    /// Whether `probe` looks for missing keys (else for the store's answer).
+    pub(super) probe_absent: bool,
     /// Whether the start-up sync was looked at for the start spread ([`start_wait`]).
     pub(super) start_checked: bool,
     /// Whether a sync succeeded in this process: the poll after the first is drawn over a
@@ -63,20 +66,33 @@ pub(super) fn first_poll_wait(interval: Duration) -> Duration {
 }
 
 impl Schedule {
-    /// A probe while a failed sync backs off: whether the store answers again (a leader then
-    /// syncs at once); otherwise the next probe is scheduled.
-    pub(super) async fn probe_answered(&mut self, mirror: &Mirror, state: &State) -> bool {
+    /// A probe while a failed sync backs off (whether the store answers again) or after a
+    /// sync that found keys missing (whether one is there now): the trigger of the sync to
+    /// run at once (`store_answered`, `key_restored`), or `None` with the next probe
+    /// scheduled.
+    pub(super) async fn probe_answered(
+        &mut self,
+        mirror: &mut Mirror,
+        state: &State,
+    ) -> Option<&'static str> {
         self.probe = None;
         if !state.is_leader() {
-            return false;
+            return None;
+        }
+        if self.probe_absent {
+            if mirror.missing_key_back().await {
+                return Some("key_restored");
+            }
+            self.probe = mirror.next_absent_probe();
+            return None;
         }
         if !mirror.store_answers().await {
             self.probe =
                 Some(tokio::time::Instant::now() + crate::timing::jitter(PROBE_PERIOD, 0.2));
-            return false;
+            return None;
         }
         tracing::info!("the key store answers again: reading the key ring now");
-        true
+        Some("store_answered")
     }
 
     /// At a leader's start or new term (`trigger`): whether the loop waits before its first
@@ -149,6 +165,7 @@ impl Schedule {
     ) {
         self.last_poll = Some(tokio::time::Instant::now());
         self.probe = None;
+        self.probe_absent = false;
         // Taken before the first read: a sync that outlives this term writes nothing more.
         let Some(fence) = state.leadership.fence() else {
             return;
@@ -180,6 +197,9 @@ impl Schedule {
                 };
                 self.synced_once = true;
                 self.next = tokio::time::Instant::now() + wait;
+                // Keys the index lists but the store did not hold: looked for meanwhile.
+                self.probe = mirror.next_absent_probe();
+                self.probe_absent = self.probe.is_some();
             }
             Err(SyncError::Fenced(e)) => {
                 // Not a problem of the key source: followers read the view the new leader

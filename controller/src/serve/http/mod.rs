@@ -508,11 +508,17 @@ fn readiness_report(state: &State, detail: bool) -> (StatusCode, String) {
         {
             body.push_str(&format!("key source: last read failed: {problem}\n"));
         }
+        if detail {
+            for line in missing_keys(state) {
+                body.push_str(&format!("{line}\n"));
+            }
+        }
         return (StatusCode::OK, body);
     }
     let mut reasons = Vec::new();
     if !readiness.keys_loaded.load(Ordering::Acquire) {
         reasons.push("no keys loaded".to_owned());
+        reasons.extend(missing_keys(state));
     }
     if !readiness.caches_synced.load(Ordering::Acquire) {
         reasons.push("caches not synced".to_owned());
@@ -545,6 +551,33 @@ fn readiness_report(state: &State, detail: bool) -> (StatusCode, String) {
         StatusCode::SERVICE_UNAVAILABLE,
         format!("not ready: {}\n", reasons.join(", ")),
     )
+}
+
+/// For each ring with keys its verified index lists that the store did not hold at the last
+/// sync: a line naming them (short kids, the controller's own text).
+fn missing_keys(state: &State) -> Vec<String> {
+    state
+        .ring_states()
+        .into_iter()
+        .filter_map(|(name, s)| {
+            let missing = s.readiness.key_source()?.missing;
+            let kids = missing.join(", ");
+            let ring = if name.is_empty() {
+                String::new()
+            } else {
+                format!(" of ring {name}")
+            };
+            match missing.len() {
+                0 => None,
+                1 => Some(format!(
+                    "key {kids}{ring} missing from the store (looking for it)"
+                )),
+                n => Some(format!(
+                    "{n} keys{ring} missing from the store (looking for them): {kids}"
+                )),
+            }
+        })
+        .collect()
 }
 
 /// `POST /v1/refresh`: check the fleet key ring now (rate-limited like verify and rotate;
@@ -971,6 +1004,39 @@ mod tests {
             readyz(api()).await,
             "not ready: no keys loaded, caches not synced\n"
         );
+    }
+
+    /// Keys the index lists that the store did not hold are named on both ports while no key
+    /// is loaded (why nothing is ready), and on the metrics port's detail once ready.
+    #[tokio::test]
+    async fn readyz_names_keys_missing_from_the_store() {
+        let state = State::new();
+        state.readiness.key_source_configured();
+        state.readiness.key_source_ok();
+        state
+            .readiness
+            .key_source_missing(vec!["aaaaaaaaaaaa".into()]);
+        for detail in [false, true] {
+            let (status, body) = readiness_report(&state, detail);
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(
+                body,
+                "not ready: no keys loaded, key aaaaaaaaaaaa missing from the store (looking for it), caches not synced\n"
+            );
+        }
+        state
+            .readiness
+            .key_source_missing(vec!["aaaaaaaaaaaa".into(), "bbbbbbbbbbbb".into()]);
+        let (_, body) = readiness_report(&state, false);
+        assert!(
+            body.contains(
+                "2 keys missing from the store (looking for them): aaaaaaaaaaaa, bbbbbbbbbbbb"
+            ),
+            "{body}"
+        );
+        state.readiness.key_source_missing(Vec::new());
+        let (_, body) = readiness_report(&state, true);
+        assert!(!body.contains("missing"), "{body}");
     }
 
     #[test]
