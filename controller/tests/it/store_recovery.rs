@@ -1,7 +1,7 @@
 //! Recovery driven by the key store answering (issue 40, item 2), and what a restarted
 //! controller says while the store is away (item 5): the real AWS SDK against the Secrets
 //! Manager emulator behind kseal-testkit's fault proxy, the controller against the test API
-//! server.
+//! server and, each scenario again, the reference kube-apiserver.
 //!
 //! Each scenario keeps the store down until the key-source loop has failed twice (its backoff
 //! then stands at 10 s), brings it back and requires `/v1/cert.pem` (and, for a new cluster,
@@ -65,14 +65,46 @@ async fn seed(endpoint: &str, prefix: &str) {
     ring.push(key(0)).await.unwrap();
 }
 
-/// A test API server with the CRD, a controller namespace and an app namespace.
-async fn cluster() -> (TestApiServer, kube::Client, String, String) {
+/// The CRD, a controller namespace and an app namespace on the API server of `client`.
+async fn prepare(client: &kube::Client) -> (String, String) {
+    ensure_crd(client).await;
+    let ctrl = namespace(client, "kseal-ctrl").await;
+    let app = namespace(client, "kseal-app").await;
+    (ctrl, app)
+}
+
+/// Removes what [`prepare`] created (on the reference kube-apiserver, namespaces outlive the
+/// test).
+async fn clean(client: &kube::Client, ctrl: &str, app: &str) {
+    delete_namespace(client, app).await;
+    delete_namespace(client, ctrl).await;
+}
+
+/// Runs `scenario` on the test API server, with the emulator's endpoint.
+async fn on_the_test_server<F, Fut>(scenario: F)
+where
+    F: FnOnce(String, kube::Client) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
     let server = TestApiServer::new();
-    let client = server.client();
-    ensure_crd(&client).await;
-    let ctrl = namespace(&client, "kseal-ctrl").await;
-    let app = namespace(&client, "kseal-app").await;
-    (server, client, ctrl, app)
+    scenario(endpoint, server.client()).await;
+}
+
+/// Runs `scenario` on the reference kube-apiserver, with the emulator's endpoint.
+async fn on_a_real_apiserver<F, Fut>(what: &str, scenario: F)
+where
+    F: FnOnce(String, kube::Client) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(endpoint) = sm::endpoint() else {
+        return;
+    };
+    if let Some(client) = real_client(what).await {
+        scenario(endpoint, client).await;
+    }
 }
 
 async fn call(state: &State, path: &str) -> (http::StatusCode, String) {
@@ -143,13 +175,24 @@ async fn wait_cert(state: &State, since: Instant, deadline: Duration, what: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_restarted_in_a_store_outage_serves_within_seconds_of_the_store_answering() {
-    let Some(endpoint) = sm::endpoint() else {
-        return;
-    };
+    on_the_test_server(restarted_in_an_outage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_restarted_in_a_store_outage_serves_within_seconds_of_the_store_answering_on_a_real_apiserver()
+ {
+    on_a_real_apiserver(
+        "a controller restarted in a store outage",
+        restarted_in_an_outage,
+    )
+    .await;
+}
+
+async fn restarted_in_an_outage(endpoint: String, client: kube::Client) {
     let prefix = sm::unique_prefix("recovery-restart");
     seed(&endpoint, &prefix).await;
     let proxy = FaultProxy::start(&endpoint).await;
-    let (_server, client, ctrl, app) = cluster().await;
+    let (ctrl, app) = prepare(&client).await;
     let config = || with_source(&ctrl, &[&app], source(&prefix, &proxy.url()));
     let first = Running::start(&client, config()).await;
     wait_cert(&first.state, Instant::now(), PATIENCE, "the first start").await;
@@ -199,18 +242,30 @@ async fn a_controller_restarted_in_a_store_outage_serves_within_seconds_of_the_s
         took.as_millis()
     );
     restarted.stop().await;
+    clean(&client, &ctrl, &app).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_cluster_serves_and_unseals_within_seconds_of_the_store_answering() {
-    let Some(endpoint) = sm::endpoint() else {
-        return;
-    };
+    on_the_test_server(new_cluster_in_an_outage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_cluster_serves_and_unseals_within_seconds_of_the_store_answering_on_a_real_apiserver()
+ {
+    on_a_real_apiserver(
+        "a new cluster born in a store outage",
+        new_cluster_in_an_outage,
+    )
+    .await;
+}
+
+async fn new_cluster_in_an_outage(endpoint: String, client: kube::Client) {
     let prefix = sm::unique_prefix("recovery-new-cluster");
     seed(&endpoint, &prefix).await;
     let proxy = FaultProxy::start(&endpoint).await;
     proxy.set_down(true);
-    let (_server, client, ctrl, app) = cluster().await;
+    let (ctrl, app) = prepare(&client).await;
     create_ss(
         &client,
         &seal(&secret(&app, "waiting", &[("a", "1")]), key(0)),
@@ -253,6 +308,7 @@ async fn a_new_cluster_serves_and_unseals_within_seconds_of_the_store_answering(
         unsealed.as_millis()
     );
     running.stop().await;
+    clean(&client, &ctrl, &app).await;
 }
 
 fn restored_key_syncs(state: &State) -> u64 {
@@ -273,10 +329,16 @@ fn restored_key_syncs(state: &State) -> u64 {
 /// of the key being back, and wait meanwhile without reporting a failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_restored_in_the_store_unseals_its_objects_within_seconds() {
+    on_the_test_server(key_restored).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_restored_in_the_store_unseals_its_objects_within_seconds_on_a_real_apiserver() {
+    on_a_real_apiserver("a key restored in the store", key_restored).await;
+}
+
+async fn key_restored(endpoint: String, client: kube::Client) {
     use kseal_api::constants::SEALING_KEY_ANNOTATION;
-    let Some(endpoint) = sm::endpoint() else {
-        return;
-    };
     let prefix = sm::unique_prefix("recovery-key-restored");
     seed(&endpoint, &prefix).await;
     let ring = {
@@ -295,7 +357,7 @@ async fn a_key_restored_in_the_store_unseals_its_objects_within_seconds() {
     assert!(deleted.is_ok(), "{deleted:?}");
 
     let proxy = FaultProxy::start(&endpoint).await;
-    let (_server, client, ctrl, app) = cluster().await;
+    let (ctrl, app) = prepare(&client).await;
     // Sealed with the missing key: one with kseal's sealing-key hint, one as kubeseal seals.
     create_ss(
         &client,
@@ -376,4 +438,5 @@ async fn a_key_restored_in_the_store_unseals_its_objects_within_seconds() {
         unsealed.as_millis()
     );
     running.stop().await;
+    clean(&client, &ctrl, &app).await;
 }
