@@ -406,16 +406,13 @@ impl Ring {
         })
     }
 
-    /// Whether the store holds a key secret for `kid` now (one metadata call: a
-    /// `DescribeSecret`; for a directory, a read of the key's file), without reading or checking it: a reader
-    /// that found the key missing asks this before reading it again ([`Ring::read_key`]). A
-    /// secret scheduled for deletion counts as absent.
-    pub async fn key_present(&self, kid: &Kid) -> Result<bool> {
-        Ok(self
-            .store
-            .current_version(&self.key_name(kid))
-            .await?
-            .is_some())
+    /// The current store version of the key secret of `kid` (one metadata call: a
+    /// `DescribeSecret`; for a directory, a read of the key), `None` when the store holds
+    /// none (a secret scheduled for deletion counts as none), without checking it: a reader
+    /// that found the key missing or unreadable asks this before reading it again
+    /// ([`Ring::read_key`]).
+    pub async fn key_version(&self, kid: &Kid) -> Result<Option<Version>> {
+        self.store.current_version(&self.key_name(kid)).await
     }
 
     /// Reads and checks one key: it parses, the certificate belongs to the private key, the
@@ -435,14 +432,20 @@ impl Ring {
                     // No first version under the kid: gone (scheduled for deletion), or a
                     // secret kseal did not create. Its current version is never read instead:
                     // anyone with PutSecretValue on it chose that one.
+                    // A restore can reach `DescribeSecret`'s answer before `GetSecretValue`'s:
+                    // one more read of the kid's version before calling the secret foreign.
                     None if self.store.current_version(&name).await?.is_some() => {
-                        return Err(Error::BadKey {
-                            what: name,
-                            reason: "it has no version under its kid (kseal creates each key \
+                        if let Some(read) = self.store.read(&name, Some(&first)).await? {
+                            Some(read)
+                        } else {
+                            return Err(Error::BadKey {
+                                what: name,
+                                reason: "it has no version under its kid (kseal creates each key \
                                      secret with its kid as the first VersionId): it was \
                                      recreated or not written by kseal"
-                                .into(),
-                        });
+                                    .into(),
+                            });
+                        }
                     }
                     None => None,
                 }

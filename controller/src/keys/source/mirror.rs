@@ -111,6 +111,16 @@ impl Mirror {
             if self.cache.keys.contains_key(&entry.kid) {
                 continue;
             }
+            // Found but refused before: read again only once the store's version of it
+            // changed (one metadata call instead of a read and the same refusal).
+            if let Some(seen) = self.cache.absent.seen(&entry.kid) {
+                let now = self.ring.key_version(&entry.kid).await;
+                count(&self.state, "describe_key", outcome(&now));
+                if matches!(&now, Ok(Some(v)) if *v == seen) {
+                    missing.push((entry.kid.clone(), Some(seen)));
+                    continue;
+                }
+            }
             let read = self.ring.read_key(&entry.kid).await;
             count(&self.state, "get_key", outcome(&read));
             report.keys_read += 1;
@@ -135,9 +145,11 @@ impl Mirror {
                             reason: "remote_invalid".to_owned(),
                         })
                         .inc();
-                    self.cache
-                        .keys
-                        .insert(entry.kid.clone(), Err(e.to_string()));
+                    // Not kept as a verdict: read again once the store's version of it
+                    // changes, at a poll or a probe (a directory restore copied file by file
+                    // and caught half done).
+                    let seen = self.ring.key_version(&entry.kid).await.ok().flatten();
+                    missing.push((entry.kid.clone(), seen));
                 }
                 // Listed but not readable (yet): not cached, without failing the other keys;
                 // the leader looks for it between polls ([`super::absent`]).
@@ -150,14 +162,14 @@ impl Mirror {
                             crate::error_chain(&e)
                         );
                     }
-                    missing.push(entry.kid.clone());
+                    missing.push((entry.kid.clone(), None));
                 }
                 Err(e) => return Err(self.store_err(e)),
             }
         }
         self.cache
             .absent
-            .found_missing(&missing, tokio::time::Instant::now());
+            .found_missing(missing, tokio::time::Instant::now());
         Ok(())
     }
 

@@ -158,8 +158,10 @@ pub struct FoundState {
 struct Cache {
     version: Option<Version>,
     index: Option<Index>,
-    /// Keys read and checked, by kid. Key secrets are immutable, so a verdict (usable or
-    /// rejected) holds while the key stays in the index; keys not found are not cached.
+    /// Keys read and checked, by kid. Key secrets are immutable, so a key read holds while it
+    /// stays in the index; keys not found or rejected are not kept: one not found is read
+    /// again at each poll, one rejected once its store version changes, and both are looked
+    /// for between polls (`absent.rs`).
     keys: HashMap<Kid, Result<KeyPair, String>>,
     /// Whether the keys of this controller's own mirror were taken into `keys` (once, at the
     /// first sync: a restart or a new leader then reads only the index, not every key).

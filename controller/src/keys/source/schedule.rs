@@ -143,6 +143,7 @@ impl Schedule {
         mirror: &mut Mirror,
         config: &crate::config::KeySourceConfig,
     ) {
+        mirror.forget_missing();
         if let Err(e) = mirror.follow().await {
             tracing::debug!(
                 "reading the ring-state Secret failed: {}",

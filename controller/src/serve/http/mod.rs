@@ -570,10 +570,10 @@ fn missing_keys(state: &State) -> Vec<String> {
             match missing.len() {
                 0 => None,
                 1 => Some(format!(
-                    "key {kids}{ring} missing from the store (looking for it)"
+                    "key {kids}{ring} missing from the store or unreadable (looking for it)"
                 )),
                 n => Some(format!(
-                    "{n} keys{ring} missing from the store (looking for them): {kids}"
+                    "{n} keys{ring} missing from the store or unreadable (looking for them): {kids}"
                 )),
             }
         })
@@ -1021,7 +1021,7 @@ mod tests {
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
             assert_eq!(
                 body,
-                "not ready: no keys loaded, key aaaaaaaaaaaa missing from the store (looking for it), caches not synced\n"
+                "not ready: no keys loaded, key aaaaaaaaaaaa missing from the store or unreadable (looking for it), caches not synced\n"
             );
         }
         state
@@ -1030,7 +1030,7 @@ mod tests {
         let (_, body) = readiness_report(&state, false);
         assert!(
             body.contains(
-                "2 keys missing from the store (looking for them): aaaaaaaaaaaa, bbbbbbbbbbbb"
+                "2 keys missing from the store or unreadable (looking for them): aaaaaaaaaaaa, bbbbbbbbbbbb"
             ),
             "{body}"
         );
