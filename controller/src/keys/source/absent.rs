@@ -267,17 +267,21 @@ mod tests {
         }
     }
 
+    /// Two new keys pushed to `ring` (the first one active).
+    async fn push_two(ring: &Ring) -> Vec<KeyPair> {
+        let keys: Vec<KeyPair> = (0..2)
+            .map(|_| KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap())
+            .collect();
+        for pair in &keys {
+            ring.push(pair).await.unwrap();
+        }
+        keys
+    }
+
     async fn probed_until_back(missing: usize) {
         tokio::time::timeout(Duration::from_secs(60), async {
             let (dir, _server, ring, state, config, mut mirror, mut schedule) = leader().await;
-            let keys: Vec<KeyPair> = (0..2)
-                .map(|_| {
-                    KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap()
-                })
-                .collect();
-            for pair in &keys {
-                ring.push(pair).await.unwrap();
-            }
+            let keys = push_two(&ring).await;
             let gone = Kid::of(keys[missing].public_key());
             let path = dir.path().join("ring").join("keys").join(gone.as_str());
             let aside = dir.path().join("aside");
@@ -325,14 +329,7 @@ mod tests {
     async fn a_half_copied_key_is_read_again_once_whole_and_a_follower_reports_nothing() {
         tokio::time::timeout(Duration::from_secs(60), async {
             let (dir, _server, ring, state, config, mut mirror, mut schedule) = leader().await;
-            let keys: Vec<KeyPair> = (0..2)
-                .map(|_| {
-                    KeyPair::generate(KeySize::Rsa2048, &CertificateOptions::default()).unwrap()
-                })
-                .collect();
-            for pair in &keys {
-                ring.push(pair).await.unwrap();
-            }
+            let keys = push_two(&ring).await;
             let half = Kid::of(keys[1].public_key());
             let file = dir
                 .path()
