@@ -126,7 +126,7 @@ impl Mirror {
             report.keys_read += 1;
             match read {
                 Ok(pair) => {
-                    self.cache.keys.insert(entry.kid.clone(), Ok(pair));
+                    self.cache.keys.insert(entry.kid.clone(), pair);
                 }
                 Err(
                     e @ (kseal_keystore::Error::BadKey { .. }
@@ -363,7 +363,7 @@ impl Mirror {
         let any_proven = ours.iter().any(|f| f.proven);
         let mut mirrored_in_index = 0usize;
         for entry in &index.keys {
-            let Some(Ok(pair)) = self.cache.keys.get(&entry.kid) else {
+            let Some(pair) = self.cache.keys.get(&entry.kid) else {
                 continue;
             };
             let pair = pair.clone();

@@ -162,7 +162,7 @@ struct Cache {
     /// stays in the index; keys not found or rejected are not kept: one not found is read
     /// again at each poll, one rejected once its store version changes, and both are looked
     /// for between polls (`absent.rs`).
-    keys: HashMap<Kid, Result<KeyPair, String>>,
+    keys: HashMap<Kid, KeyPair>,
     /// Whether the keys of this controller's own mirror were taken into `keys` (once, at the
     /// first sync: a restart or a new leader then reads only the index, not every key).
     seeded: bool,

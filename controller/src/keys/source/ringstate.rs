@@ -988,7 +988,7 @@ impl Mirror {
                 continue;
             };
             if let Some(pair) = mirrored_pair(secret, &kid) {
-                self.cache.keys.insert(kid, Ok(pair));
+                self.cache.keys.insert(kid, pair);
             }
         }
         self.cache.seeded = true;
